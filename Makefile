@@ -1,0 +1,31 @@
+# One command runs the app (`make run`), one runs the tests (`make test`).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ordering
+export TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: install run test lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set).
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py runserver 127.0.0.1:8000
+
+## Set up and run the whole test suite against PostgreSQL and Redis.
+test: install
+	bash scripts/ensure_services.sh
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -1,0 +1,82 @@
+"""One JSON error shape for the whole API (RFC 9457 problem+json with a ``code`` member).
+
+Every error body looks like ``{"code": "ORDER_STATUS_CONFLICT", "detail": "...", "status": 409}``
+plus optional members (``errors`` for field validation). Services raise :class:`ApiError` (or a
+subclass carrying its own code); DRF's own exceptions are mapped to codes here so that clients
+never have to parse English text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class ApiError(exceptions.APIException):
+    """An error with a machine-readable code, raised anywhere below a view."""
+
+    def __init__(self, *, status_code: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail=detail, code=code)
+        self.status_code = status_code
+        self.error_code = code
+        self.extra = extra
+
+
+def problem_response(
+    status_code: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    body = {"code": code, "detail": detail, "status": status_code, **extra}
+    return Response(body, status=status_code, headers=headers, content_type=PROBLEM_JSON)
+
+
+_DRF_CODES: list[tuple[type[Exception], str]] = [
+    (exceptions.ParseError, "INVALID_JSON"),
+    (exceptions.UnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"),
+    (exceptions.NotAuthenticated, "API_KEY_MISSING"),
+    (exceptions.AuthenticationFailed, "API_KEY_INVALID"),
+    (exceptions.PermissionDenied, "PERMISSION_DENIED"),
+    (exceptions.NotFound, "NOT_FOUND"),
+    (exceptions.MethodNotAllowed, "METHOD_NOT_ALLOWED"),
+    (exceptions.NotAcceptable, "NOT_ACCEPTABLE"),
+    (exceptions.Throttled, "RATE_LIMITED"),
+]
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler: map every failure to the shared problem shape."""
+    if isinstance(exc, ApiError):
+        return problem_response(
+            exc.status_code, exc.error_code, str(exc.detail), headers=_auth_header(exc), **exc.extra
+        )
+    if isinstance(exc, RequestDataTooBig):
+        return problem_response(
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "REQUEST_TOO_LARGE", "Request body too large"
+        )
+    if isinstance(exc, Http404):
+        return problem_response(404, "NOT_FOUND", "Not found")
+    if isinstance(exc, DjangoPermissionDenied):
+        return problem_response(403, "PERMISSION_DENIED", "Permission denied")
+    if isinstance(exc, exceptions.ValidationError):
+        return problem_response(400, "VALIDATION_ERROR", "Invalid input", errors=exc.detail)
+    for exc_type, code in _DRF_CODES:
+        if isinstance(exc, exc_type):
+            headers = _auth_header(exc)
+            if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+                headers["Retry-After"] = str(int(exc.wait) + 1)
+            return problem_response(exc.status_code, code, str(exc.detail), headers=headers)
+    if isinstance(exc, exceptions.APIException):
+        return problem_response(exc.status_code, "ERROR", str(exc.detail))
+    return None
+
+
+def _auth_header(exc: Exception) -> dict[str, str]:
+    if getattr(exc, "status_code", None) == 401:
+        return {"WWW-Authenticate": "Api-Key"}
+    return {}

@@ -1,0 +1,13 @@
+"""URL map: the REST API under /api/v1/, its schema and docs, the dashboard, the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/", include("ordering.api.urls")),
+    path("", include("ordering.dashboard.urls")),
+]

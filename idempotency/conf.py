@@ -1,0 +1,63 @@
+"""The engine's settings (``settings.IDEMPOTENCY``) and per-endpoint policies.
+
+Defaults follow DESIGN §3: 72 h result retention, a 30 s in-progress lease, a 60 s window for
+automatic keys. Redis is used when ``REDIS_URL_FOR_TENANT`` (a dotted path) returns a client for
+the tenant, otherwise the engine runs database-only with the same contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # dotted path: (request) -> (tenant_key, principal) | None; None means "not idempotent here"
+    "SCOPE_RESOLVER": None,
+    # dotted path: (tenant_key) -> redis.Redis | RedisCluster | None (None: database-only)
+    "REDIS_CLIENT_FOR_TENANT": "idempotency.redis_clients.client_for_tenant",
+    "TTL_SECONDS": 72 * 3600,
+    "LEASE_MS": 30_000,
+    "AUTO_KEY_WINDOW_SECONDS": 60,
+    "MAX_STORED_BODY_BYTES": 64 * 1024,
+    "REPLAY_HEADERS": ("Content-Type", "Location", "ETag", "Last-Modified", "Content-Language"),
+    "LOCAL_CACHE_ENTRIES": 10_000,
+    "LOCAL_CACHE_TTL_SECONDS": 60.0,
+    "WAIT_POLL_MS": 50,
+    "AUDIT_FLUSH_SECONDS": 1.0,
+    # False: audits wait in the queue until someone calls audit.writer.flush() (tests)
+    "AUDIT_IN_BACKGROUND": True,
+    "HOT_TENANT_BUCKETS": {},  # tenant_key -> number of sub-buckets
+}
+
+
+def engine_setting(name: str) -> Any:
+    return getattr(settings, "IDEMPOTENCY", {}).get(name, DEFAULTS[name])
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one endpoint takes part in idempotency.
+
+    - ``required``: a request without ``Idempotency-Key`` is refused (400 KEY_MISSING) unless
+      ``auto_key_window`` derives one.
+    - ``fields``: the request-body fields that define the operation (None: the whole body).
+      Path parameters (e.g. the order id) always belong to the fingerprint.
+    - ``ttl_seconds``: how long a finished result replays (default 72 h).
+    - ``auto_key_window``: seconds during which an identical keyless request replays the first.
+    - ``in_flight``: ``"reject"`` answers a duplicate of a running request with 409 +
+      Retry-After; ``"wait"`` holds it up to ``wait_seconds`` and replays the first's result.
+    """
+
+    required: bool = False
+    fields: tuple[str, ...] | None = None
+    ttl_seconds: int | None = None
+    auto_key_window: int | None = None
+    in_flight: Literal["reject", "wait"] = "reject"
+    wait_seconds: float = 2.0
+
+    def effective_ttl(self, *, automatic: bool) -> int:
+        if automatic:
+            return self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
+        return self.ttl_seconds or engine_setting("TTL_SECONDS")

@@ -1,0 +1,75 @@
+"""Idempotency keys: validation of the client's header, scopes, and derived key names.
+
+A client key is only meaningful inside its *scope* — tenant · principal · method · route —
+so the same key sent by another tenant or diner is a different key and can never replay
+someone else's response (IETF draft-ietf-httpapi-idempotency-key-header, DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+MAX_KEY_LENGTH = 255
+AUTO_KEY_PREFIX = "auto:"
+
+
+class InvalidKey(ValueError):
+    """The header is present but is not 1-255 printable ASCII characters."""
+
+
+def validate_key(raw: str) -> str:
+    """The key as sent, if it is 1..255 printable ASCII characters (0x20-0x7E)."""
+    if not raw or len(raw) > MAX_KEY_LENGTH:
+        raise InvalidKey(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
+    if not all(0x20 <= ord(c) <= 0x7E for c in raw):
+        raise InvalidKey("Idempotency-Key must be printable ASCII")
+    return raw
+
+
+def _digest(*parts: str, length: int = 32) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class ScopedKey:
+    """One idempotency key inside its scope, with every name the layers use for it."""
+
+    tenant: str
+    principal: str
+    method: str
+    route: str
+    key: str
+    buckets: int = 1
+
+    @property
+    def scope(self) -> str:
+        return f"{self.principal}|{self.method}|{self.route}"[:255]
+
+    @property
+    def is_automatic(self) -> bool:
+        return self.key.startswith(AUTO_KEY_PREFIX)
+
+    @property
+    def business_key(self) -> str:
+        """64 hex chars for business tables' ``unique(tenant, idempotency_key)``."""
+        return _digest(self.tenant, self.scope, self.key, length=64)
+
+    @property
+    def redis_key(self) -> str:
+        """``idem:{t:<tenant>}:<scope>:<key>``; a hot tenant split into ``buckets`` sub-buckets
+        gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""
+        tag = f"t:{self.tenant}"
+        if self.buckets > 1:
+            tag += f":{int(_digest(self.key, length=8), 16) % self.buckets}"
+        return f"idem:{{{tag}}}:{_digest(self.scope, length=16)}:{_digest(self.key)}"
+
+
+def automatic_key(fingerprint: str) -> str:
+    """The key of a request that sent none: its scope and fingerprint. Its record lives for
+    the endpoint's auto-key window, so identical requests inside that window replay."""
+    return f"{AUTO_KEY_PREFIX}{fingerprint}"

@@ -1,0 +1,19 @@
+-- Store the finished response, but only if the caller still holds the lease.
+--
+-- KEYS[1]  the idempotency key
+-- ARGV[1]  owner token given to claim
+-- ARGV[2]  serialised StoredResponse (binary-safe)
+-- ARGV[3]  TTL of the finished entry in milliseconds (>= max retry window + processing time)
+--
+-- Returns 1 when stored; 0 when the lease was lost (expired, released or taken over). The
+-- caller only logs a 0: the database transaction is the durable truth and answers replays.
+
+local key = KEYS[1]
+local stored = redis.call('HMGET', key, 'st', 'own')
+if stored[1] ~= 'p' or stored[2] ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', key, 'st', 'd', 'res', ARGV[2])
+redis.call('HDEL', key, 'own')
+redis.call('PEXPIRE', key, ARGV[3])
+return 1

@@ -1,0 +1,72 @@
+"""Durable idempotency records (the truth, seed 4.3) and duplicate-hit audits (seed ch. 5).
+
+The engine knows tenants only as an opaque string (``tenant_key``) so it stays reusable: the
+host application decides what a tenant is.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class IdempotencyRecord(models.Model):
+    """The committed result of one idempotent request.
+
+    Inserted in the same transaction as the business write, so it exists exactly when the write
+    does. ``unique(tenant_key, scope, key)`` lets the database decide between duplicates.
+    """
+
+    tenant_key = models.CharField(max_length=64)
+    scope = models.CharField(max_length=255, help_text="principal · method · route")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    fingerprint_version = models.PositiveSmallIntegerField(default=1)
+    field_hashes = models.JSONField(default=dict, blank=True)
+    response_status = models.PositiveSmallIntegerField()
+    response_headers = models.JSONField(default=list, blank=True)
+    response_body = models.BinaryField(blank=True, default=b"")
+    resource_location = models.CharField(
+        max_length=500, blank=True, help_text="Set when the body was too large to keep."
+    )
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant_key", "scope", "key"], name="uniq_idem_tenant_scope_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_key}:{self.scope}:{self.key}"
+
+
+class DuplicateAudit(models.Model):
+    """One absorbed duplicate (or refused reuse) for staff to review."""
+
+    class Outcome(models.TextChoices):
+        HIT = "HIT", "Replayed"
+        IN_PROGRESS = "IN_PROGRESS", "In progress"
+        REUSED = "REUSED", "Key reused with another payload"
+        CONFLICT = "CONFLICT", "Conflict"
+
+    tenant_key = models.CharField(max_length=64, db_index=True)
+    endpoint = models.CharField(max_length=255, db_index=True)
+    key = models.CharField(max_length=255, db_index=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, db_index=True)
+    source = models.CharField(max_length=16, blank=True, help_text="local, redis or database")
+    principal = models.CharField(max_length=255, blank=True)
+    differing_fields = models.JSONField(default=list, blank=True)
+    request_meta = models.JSONField(default=dict, blank=True)
+    resource_ref = models.CharField(max_length=100, blank=True, db_index=True)
+    at = models.DateTimeField(db_index=True)
+    reviewed = models.BooleanField(default=False)
+    reviewed_by = models.CharField(max_length=150, blank=True)
+    resolution_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} {self.endpoint} {self.key}"

@@ -1,0 +1,51 @@
+"""HTTP answers the engine gives by itself: replays and problem+json refusals (DESIGN §4)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from django.http import HttpResponse
+
+from idempotency.error_codes import IdempotencyErrorCode
+from idempotency.outcomes import StoredResponse
+
+RESULT_HEADER = "X-Idempotent-Result"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+def problem(status: int, code: IdempotencyErrorCode, detail: str, **extra: object) -> HttpResponse:
+    body = {"code": code.value, "detail": detail, "status": status, **extra}
+    return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
+
+
+def replay(stored: StoredResponse) -> HttpResponse:
+    """The stored status, allow-listed headers and body bytes, marked as a replay."""
+    response = HttpResponse(stored.body, status=stored.status)
+    del response["Content-Type"]
+    for name, value in stored.headers:
+        response[name] = value
+    response[REPLAYED_HEADER] = "true"
+    response[RESULT_HEADER] = "HIT"
+    return response
+
+
+def in_progress(retry_after_ms: int | None) -> HttpResponse:
+    response = problem(
+        409,
+        IdempotencyErrorCode.IN_PROGRESS,
+        "A request with this Idempotency-Key is still being processed; retry later.",
+    )
+    response["Retry-After"] = str(max(1, math.ceil((retry_after_ms or 1000) / 1000)))
+    response[RESULT_HEADER] = "IN_PROGRESS"
+    return response
+
+
+def key_reused() -> HttpResponse:
+    response = problem(
+        422,
+        IdempotencyErrorCode.KEY_REUSED,
+        "This Idempotency-Key was already used with a different request payload.",
+    )
+    response[RESULT_HEADER] = "REUSED"
+    return response

@@ -1,0 +1,97 @@
+"""Request and response shapes of the ordering API.
+
+Order ids are 64-bit integers, which JavaScript cannot hold exactly, so responses render them as
+strings; paths accept the digits.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
+from ordering.services.lifecycle import MERCHANT_TARGETS
+from ordering.services.placing import MAX_LINES, MAX_QUANTITY_PER_LINE, PAYMENT_METHODS
+
+
+class DishSerializer(serializers.ModelSerializer):
+    available = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Dish
+        fields = ["id", "name", "description", "price", "stock", "available"]
+
+    def get_available(self, dish: Dish) -> bool:
+        return dish.active and dish.stock > 0
+
+
+class ItemInSerializer(serializers.Serializer):
+    dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    quantity = serializers.IntegerField(min_value=1, max_value=MAX_QUANTITY_PER_LINE)
+
+
+class PlaceOrderInSerializer(serializers.Serializer):
+    items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
+    payment_method = serializers.ChoiceField(choices=PAYMENT_METHODS)
+    coupon_code = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=40, trim_whitespace=True
+    )
+    note = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+
+class TransitionInSerializer(serializers.Serializer):
+    to = serializers.ChoiceField(choices=MERCHANT_TARGETS)
+
+
+class OrderLineSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OrderLine
+        fields = ["dish_id", "dish_name", "unit_price", "quantity", "line_total"]
+
+
+class PaymentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Payment
+        fields = ["provider", "provider_txn_id", "method", "amount", "currency", "status"]
+
+
+class TransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OrderTransition
+        fields = ["from_status", "to_status", "actor", "at"]
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(read_only=True)
+    coupon_code = serializers.CharField(source="coupon.code", default=None, read_only=True)
+    lines = OrderLineSerializer(many=True, read_only=True)
+    payment = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Order
+        fields = [
+            "id",
+            "status",
+            "diner_id",
+            "payment_method",
+            "coupon_code",
+            "subtotal",
+            "discount",
+            "total",
+            "currency",
+            "note",
+            "lines",
+            "payment",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_payment(self, order: Order) -> dict | None:
+        payment = order.payments.first()
+        return PaymentSerializer(payment).data if payment else None
+
+
+class OrderDetailSerializer(OrderSerializer):
+    transitions = TransitionSerializer(many=True, read_only=True)
+
+    class Meta(OrderSerializer.Meta):
+        fields = [*OrderSerializer.Meta.fields, "transitions"]

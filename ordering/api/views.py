@@ -1,0 +1,165 @@
+"""HTTP glue of the ordering API: validate, call one service, shape the answer."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.generics import ListAPIView
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.api_errors import ApiError
+from idempotency.drf import idempotent
+from ordering.api.serializers import (
+    DishSerializer,
+    OrderDetailSerializer,
+    OrderSerializer,
+    PlaceOrderInSerializer,
+    TransitionInSerializer,
+)
+from ordering.models import OrderStatus, Payment
+from ordering.selectors import access_order, menu_of, orders_of
+from ordering.services.lifecycle import cancel_order, transition_order
+from ordering.services.payments import pay_order
+from ordering.services.placing import ItemRequest, place_order
+from tenants.authentication import ApiPrincipal
+from tenants.permissions import IsMerchantClient
+
+# Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
+AUTO_KEY_WINDOW = 60
+ORDER_ID = OpenApiParameter("order_id", OpenApiTypes.INT64, OpenApiParameter.PATH)
+
+
+def actor_of(principal: ApiPrincipal) -> str:
+    return f"api:{principal.client.prefix}" + (
+        f"/diner:{principal.diner_id}" if principal.diner_id else ""
+    )
+
+
+def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
+    order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
+    return OrderDetailSerializer(order).data
+
+
+class MenuView(ListAPIView):
+    """The tenant's active dishes."""
+
+    serializer_class = DishSerializer
+    pagination_class = None
+
+    def get_queryset(self):
+        return menu_of(tenant=self.request.user.tenant)
+
+
+class OrderListCreateView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str, enum=OrderStatus.values)],
+        responses=OrderSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        """The caller's orders, newest first; ``?status=`` filters."""
+        orders = orders_of(tenant=request.user.tenant, diner_id=request.user.diner_id)
+        wanted = request.query_params.get("status")
+        if wanted is not None:
+            if wanted not in OrderStatus.values:
+                raise ApiError(
+                    status_code=400,
+                    code="VALIDATION_ERROR",
+                    detail=f"status must be one of {', '.join(OrderStatus.values)}",
+                )
+            orders = orders.filter(status=wanted)
+        orders = orders.select_related("coupon").prefetch_related(
+            "lines", Prefetch("payments", queryset=Payment.all_tenants.order_by("-created_at"))
+        )
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(orders, request, view=self)
+        return paginator.get_paginated_response(OrderSerializer(page, many=True).data)
+
+    @extend_schema(request=PlaceOrderInSerializer, responses={201: OrderDetailSerializer})
+    @idempotent(
+        required=True,
+        fields=("items", "payment_method", "coupon_code", "note"),
+        in_flight="wait",
+    )
+    def post(self, request: Request) -> Response:
+        """Place an order. Prices come from the menu; stock and coupon are taken atomically."""
+        data = PlaceOrderInSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal: ApiPrincipal = request.user
+        order = place_order(
+            tenant=principal.tenant,
+            items=[ItemRequest(**item) for item in data.validated_data["items"]],
+            payment_method=data.validated_data["payment_method"],
+            coupon_code=data.validated_data.get("coupon_code") or None,
+            note=data.validated_data["note"],
+            diner_id=principal.diner_id,
+            client=principal.client,
+            idempotency_key=request.idempotency.business_key,
+            actor=actor_of(principal),
+        )
+        return Response(
+            order_detail(principal, order.pk),
+            status=status.HTTP_201_CREATED,
+            headers={"Location": f"/api/v1/orders/{order.pk}/"},
+        )
+
+
+class OrderDetailView(APIView):
+    @extend_schema(parameters=[ORDER_ID], responses=OrderDetailSerializer)
+    def get(self, request: Request, order_id: int) -> Response:
+        return Response(order_detail(request.user, order_id))
+
+
+class OrderPayView(APIView):
+    @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
+    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
+    def post(self, request: Request, order_id: int) -> Response:
+        """Start paying: CREATED -> PAYING with the order's one Payment."""
+        principal: ApiPrincipal = request.user
+        pay_order(
+            tenant=principal.tenant,
+            order_id=order_id,
+            diner_id=principal.diner_id,
+            actor=actor_of(principal),
+        )
+        return Response(order_detail(principal, order_id))
+
+
+class OrderCancelView(APIView):
+    @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
+    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
+    def post(self, request: Request, order_id: int) -> Response:
+        """Cancel: unpaid orders end CANCELLED, paid ones go to CANCELLING (refund)."""
+        principal: ApiPrincipal = request.user
+        cancel_order(
+            tenant=principal.tenant,
+            order_id=order_id,
+            diner_id=principal.diner_id,
+            actor=actor_of(principal),
+        )
+        return Response(order_detail(principal, order_id))
+
+
+class OrderTransitionView(APIView):
+    permission_classes = [IsMerchantClient]
+
+    @extend_schema(
+        parameters=[ORDER_ID], request=TransitionInSerializer, responses=OrderDetailSerializer
+    )
+    @idempotent(fields=("to",), auto_key_window=AUTO_KEY_WINDOW)
+    def post(self, request: Request, order_id: int) -> Response:
+        """Merchant-side move (ACCEPTED, PREPARING, READY, DELIVERING, COMPLETED, CANCELLED)."""
+        data = TransitionInSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal: ApiPrincipal = request.user
+        transition_order(
+            tenant=principal.tenant,
+            order_id=order_id,
+            target=data.validated_data["to"],
+            actor=actor_of(principal),
+        )
+        return Response(order_detail(principal, order_id))

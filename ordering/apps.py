@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OrderingConfig(AppConfig):
+    name = "ordering"
+    verbose_name = "Ordering"

@@ -1,0 +1,78 @@
+"""What a tenant sells: dishes with stock, and coupons with usage limits."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from tenants.models import Tenant
+from tenants.scoping import TenantManager
+
+
+class Dish(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="dishes")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    price = models.DecimalField(
+        max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal("0.00"))]
+    )
+    stock = models.PositiveIntegerField(default=0)
+    active = models.BooleanField(default=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        verbose_name_plural = "dishes"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="uniq_dish_tenant_name"),
+            models.CheckConstraint(
+                condition=models.Q(price__gte=0), name="dish_price_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Coupon(models.Model):
+    class Kind(models.TextChoices):
+        AMOUNT = "amount", "Fixed amount off"
+        PERCENT = "percent", "Percent off"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="coupons")
+    code = models.CharField(max_length=40)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    value = models.DecimalField(max_digits=10, decimal_places=2)
+    max_uses = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: unlimited")
+    used_count = models.PositiveIntegerField(default=0)
+    active = models.BooleanField(default=True)
+    valid_until = models.DateTimeField(null=True, blank=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["tenant", "code"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "code"], name="uniq_coupon_tenant_code"),
+            models.CheckConstraint(condition=models.Q(value__gt=0), name="coupon_value_positive"),
+            models.CheckConstraint(
+                condition=~models.Q(kind="percent") | models.Q(value__lte=100),
+                name="coupon_percent_at_most_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+    def discount_for(self, subtotal: Decimal) -> Decimal:
+        """The discount on ``subtotal``, never more than the subtotal itself."""
+        if self.kind == self.Kind.PERCENT:
+            discount = (subtotal * self.value / Decimal(100)).quantize(Decimal("0.01"))
+        else:
+            discount = self.value
+        return min(discount, subtotal)

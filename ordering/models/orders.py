@@ -1,0 +1,163 @@
+"""Orders, their lines, and the lifecycle that moves them (django-fsm).
+
+Lifecycle::
+
+    CREATED -> PAYING -> PAID -> ACCEPTED -> PREPARING -> READY -> DELIVERING -> COMPLETED
+    CREATED | PAYING                      -> CANCELLED     (nothing paid: undone on the spot)
+    PAID | ACCEPTED | PREPARING | READY   -> CANCELLING -> CANCELLED   (refund through the saga)
+
+Transitions only change the status in memory; services save them inside a transaction, where
+:class:`~django_fsm.ConcurrentTransitionMixin` turns the save into
+``UPDATE ... WHERE id = %s AND status = <status it was loaded with>``. Of two concurrent
+attempts exactly one updates a row; the other raises ``ConcurrentTransition`` and rolls back.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+from tenants.models import Tenant
+from tenants.scoping import TenantManager
+
+
+class OrderStatus(models.TextChoices):
+    CREATED = "CREATED"
+    PAYING = "PAYING"
+    PAID = "PAID"
+    ACCEPTED = "ACCEPTED"
+    PREPARING = "PREPARING"
+    READY = "READY"
+    DELIVERING = "DELIVERING"
+    COMPLETED = "COMPLETED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+
+
+S = OrderStatus
+REFUNDABLE = [S.PAID, S.ACCEPTED, S.PREPARING, S.READY]
+
+
+def has_no_payment(order: Order) -> bool:
+    """CREATED -> PAYING only while no payment is attached (one payment per order)."""
+    return not order.payments.exists()
+
+
+class Order(ConcurrentTransitionMixin, models.Model):
+    id = models.BigIntegerField(primary_key=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="orders")
+    diner_id = models.CharField(max_length=64, blank=True, db_index=True)
+    placed_by_client = models.ForeignKey(
+        "tenants.ApiClient", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = FSMField(default=S.CREATED, choices=S.choices, protected=True, db_index=True)
+    payment_method = models.CharField(max_length=32)
+    coupon = models.ForeignKey(
+        "ordering.Coupon", null=True, blank=True, on_delete=models.PROTECT, related_name="orders"
+    )
+    subtotal = models.DecimalField(max_digits=12, decimal_places=2)
+    discount = models.DecimalField(max_digits=12, decimal_places=2, default=0)
+    total = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3, default="EUR")
+    note = models.CharField(max_length=500, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"], name="uniq_order_tenant_idempotency_key"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(total__gte=0), name="order_total_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"order {self.id} ({self.status})"
+
+    @transition(field=status, source=S.CREATED, target=S.PAYING, conditions=[has_no_payment])
+    def start_payment(self) -> None:
+        """The diner started paying; the Payment is created in the same transaction."""
+
+    @transition(field=status, source=S.PAYING, target=S.PAID)
+    def mark_paid(self) -> None:
+        """The provider confirmed the payment."""
+
+    @transition(field=status, source=S.PAID, target=S.ACCEPTED)
+    def accept(self) -> None:
+        """The restaurant took the order."""
+
+    @transition(field=status, source=S.ACCEPTED, target=S.PREPARING)
+    def start_preparing(self) -> None:
+        """The kitchen started cooking."""
+
+    @transition(field=status, source=S.PREPARING, target=S.READY)
+    def mark_ready(self) -> None:
+        """Food is ready for pick-up by the courier."""
+
+    @transition(field=status, source=S.READY, target=S.DELIVERING)
+    def dispatch(self) -> None:
+        """A courier is on the way."""
+
+    @transition(field=status, source=S.DELIVERING, target=S.COMPLETED)
+    def complete(self) -> None:
+        """Delivered."""
+
+    @transition(field=status, source=[S.CREATED, S.PAYING], target=S.CANCELLED)
+    def cancel_unpaid(self) -> None:
+        """Nothing was paid: stock and coupon are returned in the same transaction."""
+
+    @transition(field=status, source=REFUNDABLE, target=S.CANCELLING)
+    def request_cancel(self) -> None:
+        """Paid: the cancel saga (restock, coupon, delivery, refund) completes it later."""
+
+    @transition(field=status, source=S.CANCELLING, target=S.CANCELLED)
+    def finish_cancel(self) -> None:
+        """Every compensation step of the saga succeeded."""
+
+
+class OrderLine(models.Model):
+    """One dish of an order, with its name and price frozen at ordering time."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    dish = models.ForeignKey("ordering.Dish", on_delete=models.PROTECT, related_name="+")
+    dish_name = models.CharField(max_length=200)
+    unit_price = models.DecimalField(max_digits=10, decimal_places=2)
+    quantity = models.PositiveIntegerField()
+    line_total = models.DecimalField(max_digits=12, decimal_places=2)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.dish_name}"
+
+
+class OrderTransition(models.Model):
+    """Every status change: who, when, from, to (append-only)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="transitions")
+    from_status = models.CharField(max_length=16, choices=S.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=S.choices)
+    actor = models.CharField(max_length=200)
+    at = models.DateTimeField(auto_now_add=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.order_id}: {self.from_status} -> {self.to_status}"

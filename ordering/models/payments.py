@@ -1,0 +1,42 @@
+"""Payments attached to orders; a provider transaction id is recorded once."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from tenants.models import Tenant
+from tenants.scoping import TenantManager
+
+
+class Payment(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        VOIDED = "voided", "Voided"
+        REFUNDED = "refunded", "Refunded"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    order = models.ForeignKey("ordering.Order", on_delete=models.PROTECT, related_name="payments")
+    provider = models.CharField(max_length=32)
+    provider_txn_id = models.CharField(max_length=100)
+    method = models.CharField(max_length=32)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3, default="EUR")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "provider", "provider_txn_id"], name="uniq_payment_provider_txn"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.provider_txn_id}"

@@ -1,0 +1,106 @@
+"""Moving orders through their lifecycle: one conditional status update per move, logged.
+
+Every move runs in a transaction: the FSM method checks the source state (and conditions), the
+save is ``UPDATE ... WHERE status = <loaded status>`` (django-fsm's ConcurrentTransitionMixin), and
+the side effects and the log row are written only by the winner. A move that is not allowed from
+the current status, or that lost a race, raises 409 ``ORDER_STATUS_CONFLICT`` having changed
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db import transaction
+from django.db.models import F
+from django_fsm import ConcurrentTransition, can_proceed
+
+from ordering.error_codes import OrderingErrorCode
+from ordering.errors import OrderingError
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, Payment
+from ordering.selectors import access_order
+from tenants.models import Tenant
+
+S = OrderStatus
+
+# Moves a merchant may ask for by target status (PAID only comes from the payment provider).
+MERCHANT_MOVES: dict[str, Callable[[Order], Callable[[], None]]] = {
+    S.ACCEPTED: lambda order: order.accept,
+    S.PREPARING: lambda order: order.start_preparing,
+    S.READY: lambda order: order.mark_ready,
+    S.DELIVERING: lambda order: order.dispatch,
+    S.COMPLETED: lambda order: order.complete,
+}
+MERCHANT_TARGETS = (*MERCHANT_MOVES, S.CANCELLED)
+
+
+def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> OrderTransition:
+    """Run one FSM move on ``order`` and persist it; the caller holds the transaction."""
+    from_status = order.status
+    if not can_proceed(move):
+        raise _conflict(order, f"Order is {from_status}; {move.__name__} is not allowed")
+    move()
+    try:
+        order.save(update_fields=["status", "updated_at"])
+    except ConcurrentTransition:
+        raise _conflict(order, "Order changed concurrently; reload and retry") from None
+    return OrderTransition.objects.for_tenant(order.tenant).create(
+        tenant=order.tenant,
+        order=order,
+        from_status=from_status,
+        to_status=order.status,
+        actor=actor,
+    )
+
+
+def transition_order(*, tenant: Tenant, order_id: int, target: str, actor: str) -> Order:
+    """A merchant-side move to ``target`` (one of :data:`MERCHANT_TARGETS`)."""
+    if target == S.CANCELLED:
+        return cancel_order(tenant=tenant, order_id=order_id, actor=actor)
+    if target not in MERCHANT_MOVES:
+        raise OrderingError(
+            OrderingErrorCode.INVALID_TRANSITION_TARGET,
+            f"'to' must be one of {', '.join(MERCHANT_TARGETS)}",
+        )
+    with transaction.atomic():
+        order = access_order(tenant=tenant, order_id=order_id)
+        apply_transition(order, MERCHANT_MOVES[target](order), actor=actor)
+    return order
+
+
+def cancel_order(
+    *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
+) -> Order:
+    """Cancel: unpaid orders end CANCELLED now (stock, coupon and pending payment returned in
+    the same transaction); paid ones go to CANCELLING for the refund saga."""
+    with transaction.atomic():
+        order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
+        if can_proceed(order.cancel_unpaid):
+            apply_transition(order, order.cancel_unpaid, actor=actor)
+            _return_stock_and_coupon(order)
+            Payment.objects.for_tenant(tenant).filter(
+                order=order, status=Payment.Status.PENDING
+            ).update(status=Payment.Status.VOIDED)
+        else:
+            apply_transition(order, order.request_cancel, actor=actor)
+    return order
+
+
+def _return_stock_and_coupon(order: Order) -> None:
+    for line in order.lines.order_by("dish_id"):
+        Dish.objects.for_tenant(order.tenant).filter(pk=line.dish_id).update(
+            stock=F("stock") + line.quantity
+        )
+    if order.coupon_id:
+        Coupon.objects.for_tenant(order.tenant).filter(pk=order.coupon_id, used_count__gt=0).update(
+            used_count=F("used_count") - 1
+        )
+
+
+def _conflict(order: Order, detail: str) -> OrderingError:
+    return OrderingError(
+        OrderingErrorCode.ORDER_STATUS_CONFLICT,
+        detail,
+        order_id=str(order.pk),
+        order_status=order.status,
+    )

@@ -1,0 +1,37 @@
+"""Starting a payment: CREATED -> PAYING and the Payment row, in one transaction."""
+
+from __future__ import annotations
+
+from uuid import uuid4
+
+from django.db import transaction
+
+from ordering.models import Order, Payment
+from ordering.selectors import access_order
+from ordering.services.lifecycle import apply_transition
+from tenants.models import Tenant
+
+SIMULATED_PROVIDER = "simulated"
+
+
+def pay_order(
+    *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
+) -> tuple[Order, Payment]:
+    """Attach the order's one payment and move it to PAYING.
+
+    The FSM condition (no payment attached yet) plus the conditional status update make a
+    second concurrent pay of the same order a 409, never a second Payment.
+    """
+    with transaction.atomic():
+        order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
+        apply_transition(order, order.start_payment, actor=actor)
+        payment = Payment.objects.for_tenant(tenant).create(
+            tenant=tenant,
+            order=order,
+            provider=SIMULATED_PROVIDER,
+            provider_txn_id=f"sim_{uuid4().hex}",
+            method=order.payment_method,
+            amount=order.total,
+            currency=order.currency,
+        )
+    return order, payment

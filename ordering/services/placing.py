@@ -1,0 +1,146 @@
+"""Placing an order: price it server-side, take the stock and the coupon, all or nothing."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ordering.error_codes import OrderingErrorCode
+from ordering.errors import OrderingError
+from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
+from ordering.order_ids import dish_bucket, next_order_id
+from tenants.models import ApiClient, Tenant
+from tenants.routing import tenant_shard
+
+MAX_QUANTITY_PER_LINE = 100
+MAX_LINES = 50
+PAYMENT_METHODS = ("card", "wallet", "cash")
+
+
+@dataclass(frozen=True)
+class ItemRequest:
+    dish_id: int
+    quantity: int
+
+
+def place_order(
+    *,
+    tenant: Tenant,
+    items: Sequence[ItemRequest],
+    payment_method: str,
+    diner_id: str | None = None,
+    client: ApiClient | None = None,
+    coupon_code: str | None = None,
+    note: str = "",
+    idempotency_key: str | None = None,
+    actor: str,
+) -> Order:
+    """Create an order in CREATED, or raise :class:`OrderingError` having written nothing.
+
+    Stock is taken with ``UPDATE ... SET stock = stock - q WHERE stock >= q`` per dish in primary
+    key order (no overselling, no deadlock between two orders of the same dishes), the coupon with
+    a conditional increment of its use count. Any refusal rolls the whole transaction back.
+    Lines of the same dish are merged; the first item's dish is the order's primary dish.
+    """
+    quantities = _merge_lines(items)
+    with transaction.atomic():
+        dishes = _load_dishes(tenant=tenant, dish_ids=list(quantities))
+        for dish_id in sorted(quantities):
+            _take_stock(tenant=tenant, dish=dishes[dish_id], quantity=quantities[dish_id])
+        subtotal = sum((dishes[d].price * q for d, q in quantities.items()), start=Decimal("0.00"))
+        coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
+        discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
+        primary_dish_id = next(iter(quantities))
+        order = Order.objects.for_tenant(tenant).create(
+            id=next_order_id(
+                shard=tenant_shard(tenant.pk), dish_bucket=dish_bucket(primary_dish_id)
+            ),
+            tenant=tenant,
+            diner_id=diner_id or "",
+            placed_by_client=client,
+            payment_method=payment_method,
+            coupon=coupon,
+            subtotal=subtotal,
+            discount=discount,
+            total=subtotal - discount,
+            note=note,
+            idempotency_key=idempotency_key,
+        )
+        OrderLine.objects.for_tenant(tenant).bulk_create(
+            OrderLine(
+                tenant=tenant,
+                order=order,
+                dish=dishes[dish_id],
+                dish_name=dishes[dish_id].name,
+                unit_price=dishes[dish_id].price,
+                quantity=quantity,
+                line_total=dishes[dish_id].price * quantity,
+            )
+            for dish_id, quantity in quantities.items()
+        )
+        OrderTransition.objects.for_tenant(tenant).create(
+            tenant=tenant, order=order, from_status="", to_status=OrderStatus.CREATED, actor=actor
+        )
+    return order
+
+
+def _merge_lines(items: Sequence[ItemRequest]) -> OrderedDict[int, int]:
+    merged: OrderedDict[int, int] = OrderedDict()
+    for item in items:
+        merged[item.dish_id] = merged.get(item.dish_id, 0) + item.quantity
+    for dish_id, quantity in merged.items():
+        if quantity > MAX_QUANTITY_PER_LINE:
+            raise OrderingError(
+                OrderingErrorCode.QUANTITY_INVALID,
+                f"At most {MAX_QUANTITY_PER_LINE} portions of one dish per order",
+                dish_id=dish_id,
+            )
+    return merged
+
+
+def _load_dishes(*, tenant: Tenant, dish_ids: list[int]) -> dict[int, Dish]:
+    dishes = Dish.objects.for_tenant(tenant).in_bulk(dish_ids)
+    missing = sorted(set(dish_ids) - set(dishes))
+    if missing:
+        raise OrderingError(OrderingErrorCode.DISH_NOT_FOUND, "Unknown dish", dish_ids=missing)
+    inactive = sorted(d for d, dish in dishes.items() if not dish.active)
+    if inactive:
+        raise OrderingError(
+            OrderingErrorCode.DISH_UNAVAILABLE, "Dish is not on the menu now", dish_ids=inactive
+        )
+    return dishes
+
+
+def _take_stock(*, tenant: Tenant, dish: Dish, quantity: int) -> None:
+    taken = (
+        Dish.objects.for_tenant(tenant)
+        .filter(pk=dish.pk, active=True, stock__gte=quantity)
+        .update(stock=F("stock") - quantity)
+    )
+    if taken != 1:
+        raise OrderingError(
+            OrderingErrorCode.INSUFFICIENT_STOCK,
+            f"Not enough '{dish.name}' left",
+            dish_id=dish.pk,
+        )
+
+
+def _use_coupon(*, tenant: Tenant, code: str) -> Coupon:
+    coupon = Coupon.objects.for_tenant(tenant).filter(code=code, active=True).first()
+    if coupon is None or (coupon.valid_until and coupon.valid_until < timezone.now()):
+        raise OrderingError(OrderingErrorCode.COUPON_INVALID, "Unknown or expired coupon")
+    used = (
+        Coupon.objects.for_tenant(tenant)
+        .filter(pk=coupon.pk)
+        .filter(Q(max_uses__isnull=True) | Q(used_count__lt=F("max_uses")))
+        .update(used_count=F("used_count") + 1)
+    )
+    if used != 1:
+        raise OrderingError(OrderingErrorCode.COUPON_EXHAUSTED, "Coupon has been used up")
+    return coupon

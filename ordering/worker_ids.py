@@ -1,0 +1,506 @@
+"""Leases on the 128 worker ids that keep order IDs from different processes apart.
+
+Every process that issues order IDs (:mod:`ordering.order_ids`) puts a worker id (0..127) into
+each one, and no two live processes may use the same id. A process leases one for
+``ORDER_ID_LEASE_SECONDS`` (L) and a daemon thread renews it every L/3.
+
+Where leases live:
+
+- Redis, when ``REDIS_URL`` is set: key ``orderid:worker:{n}`` holds the owner token, claimed with
+  ``SET NX EX``; renewal and release are Lua scripts that first compare the owner.
+- The ``WorkerLease`` table otherwise, or when Redis is unreachable at lease time: claimed with a
+  conditional ``UPDATE ... WHERE expires_at < now()`` or an ``INSERT`` that the primary key
+  refuses to a second claimer, so the database, not a prior read, decides every race.
+
+The two stores do not know about each other: a process that fell back to the database can be
+handed an id that another process still holds in Redis. The fallback is safe when Redis is down
+for every process at once (their Redis leases can no longer be renewed and lapse), not when it is
+unreachable from some processes only.
+
+Timing: a handle vouches for its id until 2L/3 after the last successful claim or renewal,
+measured on the monotonic clock from before the request went out, so it can only err early. One
+missed heartbeat is harmless; a process that cannot renew stops issuing IDs at least L/3 before
+its store lets anyone else take the id. That gap also covers a successor whose wall clock is up to
+L/3 behind ours and which would otherwise reuse ticks we already used.
+
+Renewal extends the lease if we still hold it, and takes it back if it lapsed and nobody took it
+(the gap above makes that safe); only when another owner holds it is the handle marked lost, after
+which the generator refuses to issue IDs. Without taking back a lapsed lease, any store outage
+longer than L would leave the process unable to issue IDs until restarted.
+
+Fork safety: a forked child (gunicorn, Celery prefork) inherits the parent's handle but not its
+heartbeat thread, and must not use the parent's id. Every accessor compares the process id and,
+in a child, leases a fresh id first; the parent's lease is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Protocol, TypeVar
+from uuid import uuid4
+
+import redis
+from django.conf import settings
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from ordering.models.worker_lease import WorkerLease
+
+__all__ = [
+    "KEY_PREFIX",
+    "WORKER_IDS",
+    "DatabaseLeaseStore",
+    "ForkSafeLock",
+    "LeaseStore",
+    "LeaseStoreUnavailable",
+    "NoWorkerIdAvailable",
+    "RedisLeaseStore",
+    "WorkerLeaseHandle",
+    "WorkerLeaseLost",
+    "default_stores",
+    "lease_worker_id",
+]
+
+logger = logging.getLogger(__name__)
+
+WORKER_IDS = 128
+"""How many worker ids exist: the 7 worker bits of an order ID."""
+
+KEY_PREFIX = "orderid:worker:"
+
+# An unreachable Redis must send us to the database fallback quickly, not after the OS's TCP
+# timeout of minutes, which the first order of a process would sit through.
+_REDIS_TIMEOUT_SECONDS = 2.0
+
+# Extend the lease if KEYS[1] still holds our token; take it back if it lapsed (absent key);
+# 0 when another owner holds it.
+_RENEW_LUA = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+    return redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+if not holder then
+    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+    return 1
+end
+return 0
+"""
+
+# Delete KEYS[1] only while it holds our token: a lease already taken over is not ours to free.
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+T = TypeVar("T")
+
+
+class NoWorkerIdAvailable(RuntimeError):
+    """All 128 worker ids are leased: more processes issue order IDs than the ID layout allows."""
+
+
+class WorkerLeaseLost(RuntimeError):
+    """The worker id is no longer this process's to use (taken over, lapsed or released)."""
+
+
+class LeaseStoreUnavailable(RuntimeError):
+    """The lease store (Redis or the database) could not be reached."""
+
+
+_fork_safe_locks: weakref.WeakSet[ForkSafeLock] = weakref.WeakSet()
+
+
+class ForkSafeLock:
+    """A mutex that a forked child gets back unlocked.
+
+    A plain lock held by another thread at fork time stays locked forever in the child, where
+    that thread does not exist. gunicorn and Celery fork long after import, so the locks guarding
+    the lease and the ID sequence are replaced with fresh ones in every child.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _fork_safe_locks.add(self)
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def _unlock_all_in_child() -> None:
+    for lock in list(_fork_safe_locks):
+        lock._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_all_in_child)
+
+
+class LeaseStore(Protocol):
+    """Where leases live. Every method raises :class:`LeaseStoreUnavailable` when unreachable."""
+
+    name: str
+
+    def claim(self, *, candidates: Sequence[int], owner: str, lease_seconds: int) -> int | None:
+        """Take the first free id of ``candidates`` for ``owner``; None when all are held."""
+        ...
+
+    def renew(self, *, worker_id: int, owner: str, lease_seconds: int) -> bool:
+        """Extend (or take back, if lapsed and free) the lease; False if another owner holds it."""
+        ...
+
+    def release(self, *, worker_id: int, owner: str) -> None:
+        """Free the id if ``owner`` still holds it."""
+        ...
+
+
+def _redis_client() -> redis.Redis:
+    """The Redis holding worker-id leases; one function so tenant-aware routing can replace it."""
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_connect_timeout=_REDIS_TIMEOUT_SECONDS,
+        socket_timeout=_REDIS_TIMEOUT_SECONDS,
+    )
+
+
+@contextmanager
+def _redis_reachable() -> Iterator[None]:
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise LeaseStoreUnavailable(f"Redis unreachable: {exc}") from exc
+
+
+class RedisLeaseStore:
+    """Leases as Redis keys ``{key_prefix}{n}`` holding the owner token, expiring on their own."""
+
+    name = "redis"
+
+    def __init__(self, *, key_prefix: str = KEY_PREFIX) -> None:
+        self._client = _redis_client()
+        self._key_prefix = key_prefix
+        self._renew = self._client.register_script(_RENEW_LUA)
+        self._release = self._client.register_script(_RELEASE_LUA)
+
+    def key(self, worker_id: int) -> str:
+        """The Redis key of ``worker_id``'s lease."""
+        return f"{self._key_prefix}{worker_id}"
+
+    def claim(self, *, candidates: Sequence[int], owner: str, lease_seconds: int) -> int | None:
+        with _redis_reachable():
+            for worker_id in candidates:
+                if self._client.set(self.key(worker_id), owner, nx=True, ex=lease_seconds):
+                    return worker_id
+        return None
+
+    def renew(self, *, worker_id: int, owner: str, lease_seconds: int) -> bool:
+        with _redis_reachable():
+            return bool(self._renew(keys=[self.key(worker_id)], args=[owner, lease_seconds]))
+
+    def release(self, *, worker_id: int, owner: str) -> None:
+        with _redis_reachable():
+            self._release(keys=[self.key(worker_id)], args=[owner])
+
+
+class DatabaseLeaseStore:
+    """Leases as ``WorkerLease`` rows, on the database's clock (``now()``), not this host's."""
+
+    name = "database"
+
+    def claim(self, *, candidates: Sequence[int], owner: str, lease_seconds: int) -> int | None:
+        def first_free() -> int | None:
+            lapsed = Q(expires_at__lt=Now())
+            for worker_id in candidates:
+                if _take_row(
+                    worker_id=worker_id, owner=owner, lease_seconds=lease_seconds, takeable=lapsed
+                ):
+                    return worker_id
+            return None
+
+        return _outside_caller_transaction(first_free)
+
+    def renew(self, *, worker_id: int, owner: str, lease_seconds: int) -> bool:
+        ours_or_lapsed = Q(owner=owner) | Q(expires_at__lt=Now())
+        return _outside_caller_transaction(
+            lambda: _take_row(
+                worker_id=worker_id,
+                owner=owner,
+                lease_seconds=lease_seconds,
+                takeable=ours_or_lapsed,
+            )
+        )
+
+    def release(self, *, worker_id: int, owner: str) -> None:
+        _outside_caller_transaction(
+            lambda: WorkerLease.objects.filter(worker_id=worker_id, owner=owner).delete()
+        )
+
+
+def _take_row(*, worker_id: int, owner: str, lease_seconds: int, takeable: Q) -> bool:
+    """Make ``owner`` the holder of ``worker_id`` if its row matches ``takeable`` or is missing.
+
+    No read before the write: the ``UPDATE`` re-checks its ``WHERE`` on the row it locks (a
+    concurrent claimer that committed first makes it match nothing), and of two ``INSERT`` s of a
+    missing row the primary key lets exactly one through.
+    """
+    expires_at = Now() + timedelta(seconds=lease_seconds)
+    taken = WorkerLease.objects.filter(takeable, worker_id=worker_id).update(
+        owner=owner, expires_at=expires_at, heartbeat_at=Now()
+    )
+    if taken:
+        return True
+    try:
+        with transaction.atomic():
+            WorkerLease.objects.create(
+                worker_id=worker_id, owner=owner, expires_at=expires_at, heartbeat_at=Now()
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+def _outside_caller_transaction(work: Callable[[], T]) -> T:
+    """Run ``work`` on a connection of its own, in autocommit mode, so the lease commits at once.
+
+    The first order ID of a process is asked for inside the order's ``transaction.atomic()``; a
+    lease written on that connection would vanish if the order rolled back while the process
+    went on using the id. A short-lived thread gets its own connection (Django's are per thread).
+    SQLite allows one writer at a time, so there a second connection would wait for the caller's
+    own open transaction to end; SQLite is the single-process demo, and uses the caller's.
+    """
+    if connection.vendor == "sqlite":
+        return _database_reachable(work)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="order-id-lease-db") as pool:
+        return pool.submit(_on_fresh_connection, work).result()
+
+
+def _on_fresh_connection(work: Callable[[], T]) -> T:
+    try:
+        return _database_reachable(work)
+    finally:
+        connections.close_all()
+
+
+def _database_reachable(work: Callable[[], T]) -> T:
+    try:
+        return work()
+    except (OperationalError, InterfaceError) as exc:
+        raise LeaseStoreUnavailable(f"database unreachable: {exc}") from exc
+
+
+def default_stores() -> tuple[LeaseStore, ...]:
+    """Redis when ``REDIS_URL`` is set, with the database as fallback; else the database."""
+    if settings.REDIS_URL:
+        return (RedisLeaseStore(), DatabaseLeaseStore())
+    return (DatabaseLeaseStore(),)
+
+
+def lease_worker_id(
+    *, stores: Sequence[LeaseStore] | None = None, lease_seconds: int | None = None
+) -> WorkerLeaseHandle:
+    """Lease a free worker id for this process, kept alive by a heartbeat thread until released.
+
+    ``stores`` are tried in order, moving on only when one is unreachable (not when it is full).
+    Raises :class:`NoWorkerIdAvailable` when all 128 ids are held.
+    """
+    return WorkerLeaseHandle(
+        stores=default_stores() if stores is None else stores,
+        lease_seconds=settings.ORDER_ID_LEASE_SECONDS if lease_seconds is None else lease_seconds,
+    )
+
+
+def _new_owner_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+def _claim_any(
+    *, stores: Sequence[LeaseStore], owner: str, lease_seconds: int
+) -> tuple[LeaseStore, int]:
+    """Claim an id from the first reachable store, scanning all ids from a random one.
+
+    The random start spreads processes that start together over different ids, so they rarely
+    contend for the same key.
+    """
+    start = random.randrange(WORKER_IDS)
+    candidates = [(start + offset) % WORKER_IDS for offset in range(WORKER_IDS)]
+    unreachable: list[LeaseStoreUnavailable] = []
+    for store in stores:
+        try:
+            worker_id = store.claim(candidates=candidates, owner=owner, lease_seconds=lease_seconds)
+        except LeaseStoreUnavailable as exc:
+            logger.warning("order-ID worker lease: %s store unreachable (%s)", store.name, exc)
+            unreachable.append(exc)
+            continue
+        if worker_id is None:
+            raise NoWorkerIdAvailable(
+                f"all {WORKER_IDS} order-ID worker ids are leased in the {store.name} store: more "
+                f"processes issue order IDs than the ID layout allows"
+            )
+        return store, worker_id
+    raise LeaseStoreUnavailable(
+        "no lease store reachable: " + "; ".join(str(exc) for exc in unreachable)
+    )
+
+
+def _heartbeat(
+    handle_ref: weakref.ref[WorkerLeaseHandle], stop: threading.Event, interval: float
+) -> None:
+    """Renew every ``interval`` seconds until released, lost, or the handle is garbage-collected.
+
+    Holding the handle weakly lets a dropped handle's lease lapse instead of being renewed forever.
+    """
+    while not stop.wait(interval):
+        handle = handle_ref()
+        if handle is None:
+            return
+        try:
+            if not handle.renew():
+                return
+        except LeaseStoreUnavailable as exc:
+            logger.warning("order-ID worker lease: renewal failed, will retry: %s", exc)
+        except Exception:
+            # The thread must outlive any surprise, or the lease would silently lapse.
+            logger.exception("order-ID worker lease: renewal failed, will retry")
+        del handle
+
+
+class WorkerLeaseHandle:
+    """This process's lease on one worker id. Create it with :func:`lease_worker_id`.
+
+    Readers (``worker_id``, ``is_valid()``) take no lock, so issuing IDs never waits for a renewal
+    round trip; claiming, renewing and releasing are serialised by a lock.
+    """
+
+    def __init__(self, *, stores: Sequence[LeaseStore], lease_seconds: int) -> None:
+        if lease_seconds < 1:
+            raise ValueError(f"lease_seconds must be at least 1, got {lease_seconds}")
+        if not stores:
+            raise ValueError("at least one lease store is needed")
+        self._stores = tuple(stores)
+        self._lease_seconds = lease_seconds
+        self._lock = ForkSafeLock()
+        self._released = False
+        self._acquire()
+
+    @property
+    def worker_id(self) -> int:
+        """The leased id, 0..127 (in a forked child, a fresh one leased on first use)."""
+        self._ensure_own_process()
+        return self._worker_id
+
+    @property
+    def owner(self) -> str:
+        """The owner token, ``host:pid:random``, stored with the lease."""
+        self._ensure_own_process()
+        return self._owner
+
+    @property
+    def valid_until(self) -> float:
+        """``time.monotonic()`` value until which the id is ours (immune to wall-clock steps)."""
+        self._ensure_own_process()
+        return self._valid_until
+
+    def is_valid(self) -> bool:
+        """Whether IDs may be issued with this worker id right now."""
+        self._ensure_own_process()
+        return not (self._lost or self._released) and time.monotonic() < self._valid_until
+
+    def renew(self) -> bool:
+        """Extend the lease; False once it is lost to another owner or released.
+
+        Raises :class:`LeaseStoreUnavailable` when the store cannot be reached; the lease then
+        stays valid until ``valid_until`` and the heartbeat tries again.
+        """
+        self._ensure_own_process()
+        with self._lock:
+            if self._lost or self._released:
+                return False
+            started = time.monotonic()
+            if self._store.renew(
+                worker_id=self._worker_id, owner=self._owner, lease_seconds=self._lease_seconds
+            ):
+                self._valid_until = self._deadline(started)
+                return True
+            self._lost = True
+            self._stop.set()
+        logger.error(
+            "order-ID worker id %d was taken over by another owner; %s stops issuing order IDs",
+            self._worker_id,
+            self._owner,
+        )
+        return False
+
+    def release(self) -> None:
+        """Give the id back at once; a lease already taken over by another owner is left alone.
+
+        If the store is unreachable the lease simply lapses after at most the lease length.
+        """
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            if self._pid != os.getpid():
+                return  # a forked child that never leased: the lease is the parent's
+            self._stop.set()
+            try:
+                self._store.release(worker_id=self._worker_id, owner=self._owner)
+            except LeaseStoreUnavailable as exc:
+                logger.warning(
+                    "order-ID worker id %d not released (%s); it lapses within %d s",
+                    self._worker_id,
+                    exc,
+                    self._lease_seconds,
+                )
+
+    def _ensure_own_process(self) -> None:
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid() and not self._released:
+                self._acquire()
+
+    def _acquire(self) -> None:
+        """Lease a fresh id under a fresh owner token and start renewing it."""
+        owner = _new_owner_token()
+        started = time.monotonic()
+        store, worker_id = _claim_any(
+            stores=self._stores, owner=owner, lease_seconds=self._lease_seconds
+        )
+        self._pid = os.getpid()
+        self._store = store
+        self._worker_id = worker_id
+        self._owner = owner
+        self._valid_until = self._deadline(started)
+        self._lost = False
+        self._stop = threading.Event()
+        threading.Thread(
+            target=_heartbeat,
+            args=(weakref.ref(self), self._stop, self._lease_seconds / 3),
+            name=f"order-id-lease-{worker_id}",
+            daemon=True,
+        ).start()
+        logger.info("order-ID worker id %d leased by %s (%s)", worker_id, owner, store.name)
+
+    def _deadline(self, started: float) -> float:
+        return started + self._lease_seconds * 2 / 3

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Make sure the services the test suite talks to are installed and running:
+# PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (plus redis-server for the extra
+# shard/cluster nodes the tests start themselves). Installs missing Debian packages when root.
+set -euo pipefail
+
+say() { echo "[services] $*"; }
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing ${need_apt[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    say "missing ${need_apt[*]}: install them (apt-get install ${need_apt[*]}) and re-run"; exit 1
+  fi
+fi
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  say "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start || true
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+fi
+pg_isready -q -h 127.0.0.1 -p 5432 || { say "PostgreSQL is not reachable on 127.0.0.1:5432"; exit 1; }
+
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  say "starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
+fi
+redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { say "Redis is not reachable on 127.0.0.1:6379"; exit 1; }
+say "PostgreSQL and Redis are up"

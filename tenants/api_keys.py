@@ -1,0 +1,66 @@
+"""Issuing, checking and revoking tenants' API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from tenants.models import ApiClient, Tenant
+
+# last_used_at is a hint for merchants, not an audit trail: refresh it at most this often so
+# that every API request does not become a database write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def issue_api_key(
+    *, tenant: Tenant, name: str, kind: str = ApiClient.Kind.DINER_APP, is_test: bool = False
+) -> tuple[ApiClient, str]:
+    """Create an API client; return it with the full key, which is shown this one time only."""
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    client = ApiClient.objects.create(
+        tenant=tenant,
+        name=name,
+        kind=kind,
+        prefix=prefix,
+        secret_hash=_hash(secret),
+        is_test=is_test,
+    )
+    return client, f"{prefix}.{secret}"
+
+
+def authenticate_api_key(raw_key: str) -> ApiClient | None:
+    """The active client that ``raw_key`` belongs to, or None (unknown, malformed or revoked)."""
+    prefix, dot, secret = raw_key.partition(".")
+    if not dot or not prefix or not secret or len(raw_key) > 200:
+        return None
+    client = (
+        ApiClient.objects.select_related("tenant")
+        .filter(prefix=prefix, revoked_at__isnull=True)
+        .first()
+    )
+    if client is None or not hmac.compare_digest(client.secret_hash, _hash(secret)):
+        return None
+    now = timezone.now()
+    if client.last_used_at is None or now - client.last_used_at > LAST_USED_RESOLUTION:
+        ApiClient.objects.filter(pk=client.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+        ).update(last_used_at=now)
+    return client
+
+
+def revoke_api_key(*, client: ApiClient) -> None:
+    """Revoke a key; requests with it fail from now on. Revoking twice changes nothing."""
+    ApiClient.objects.filter(pk=client.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    client.refresh_from_db(fields=["revoked_at"])

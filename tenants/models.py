@@ -1,0 +1,83 @@
+"""Tenants (merchant organisations), their members, and the API clients of their apps."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Tenant(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        SUSPENDED = "suspended", "Suspended"
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    region = models.CharField(max_length=32, default="default")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner", "Owner"
+        MANAGER = "manager", "Manager"
+        STAFF = "staff", "Staff"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.STAFF)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="uniq_membership_tenant_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class ApiClient(models.Model):
+    """An API key of one tenant's app. The secret is stored only as a SHA-256 hash.
+
+    A key reads ``<prefix>.<secret>``: the prefix finds the row, the secret is compared against
+    its hash in constant time. Secrets are 256-bit random, so a fast hash is enough (there is
+    nothing to brute-force as with passwords).
+    """
+
+    class Kind(models.TextChoices):
+        DINER_APP = "diner_app", "Diner app"
+        MERCHANT = "merchant", "Merchant integration"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_clients")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DINER_APP)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    is_test = models.BooleanField(default=False, help_text="Test clients may pin engine versions.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}:{self.name} ({self.prefix})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,0 +1,267 @@
+"""Contract of the ordering REST API: status codes, error codes, shapes, tenant isolation."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from ordering.models import Dish, Order, OrderStatus
+from tests.conftest import api_for, menu_for
+
+pytestmark = pytest.mark.django_db
+
+
+def place(api, menu, **overrides):
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 2}], "payment_method": "card"}
+    body.update(overrides)
+    return post_new(api, body, format="json")
+
+
+def post_new(api, body, **kwargs):
+    """POST /orders/ with a fresh Idempotency-Key."""
+    return api.post("/api/v1/orders/", body, HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex, **kwargs)
+
+
+def assert_error(response, status, code):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == code and body["status"] == status and body["detail"]
+    return body
+
+
+def test_menu_lists_active_dishes(api, menu, tenant):
+    Dish.objects.for_tenant(tenant).filter(pk=menu["pasta"].pk).update(active=False)
+    r = api.get("/api/v1/menu/")
+    assert r.status_code == 200
+    assert [(d["name"], d["price"], d["available"]) for d in r.json()] == [("Pizza", "9.50", True)]
+
+
+def test_place_order_201_with_location_and_string_id(api, menu):
+    r = place(api, menu, note="no onions")
+    assert r.status_code == 201
+    body = r.json()
+    assert isinstance(body["id"], str) and body["id"].isdigit()
+    assert r["Location"] == f"/api/v1/orders/{body['id']}/"
+    assert (body["status"], body["total"], body["note"], body["diner_id"]) == (
+        "CREATED",
+        "19.00",
+        "no onions",
+        "diner-1",
+    )
+    assert [t["to_status"] for t in body["transitions"]] == ["CREATED"]
+
+
+def test_get_list_filter_and_paginate(api, menu):
+    ids = [
+        place(api, menu, items=[{"dish_id": menu["pizza"].pk, "quantity": 1}]).json()["id"]
+        for _ in range(3)
+    ]
+    api.post(f"/api/v1/orders/{ids[0]}/pay/")
+    assert api.get(f"/api/v1/orders/{ids[1]}/").json()["id"] == ids[1]
+    listing = api.get("/api/v1/orders/").json()
+    assert listing["count"] == 3 and [o["id"] for o in listing["results"]] == ids[::-1]
+    paying = api.get("/api/v1/orders/?status=PAYING").json()
+    assert [o["id"] for o in paying["results"]] == [ids[0]]
+    assert_error(api.get("/api/v1/orders/?status=NOPE"), 400, "VALIDATION_ERROR")
+
+
+def test_pay_then_cancel_flow(api, menu):
+    order_id = place(api, menu).json()["id"]
+    paid = api.post(f"/api/v1/orders/{order_id}/pay/")
+    assert paid.status_code == 200
+    payment = paid.json()["payment"]
+    assert paid.json()["status"] == "PAYING" and payment["provider_txn_id"].startswith("sim_")
+    assert payment["amount"] == "19.00" and payment["status"] == "pending"
+    # a second, deliberate attempt (its own key) really runs, and is refused
+    again = api.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY="second-pay")
+    body = assert_error(again, 409, "ORDER_STATUS_CONFLICT")
+    assert body["order_status"] == "PAYING"
+    cancelled = api.post(f"/api/v1/orders/{order_id}/cancel/")
+    assert cancelled.json()["status"] == "CANCELLED"
+    assert_error(
+        api.post(f"/api/v1/orders/{order_id}/cancel/", HTTP_IDEMPOTENCY_KEY="again"),
+        409,
+        "ORDER_STATUS_CONFLICT",
+    )
+
+
+def test_merchant_transition(api, merchant_api, menu):
+    order_id = place(api, menu).json()["id"]
+    Order.all_tenants.filter(pk=order_id).update(status=OrderStatus.PAID)
+    r = merchant_api.post(
+        f"/api/v1/orders/{order_id}/transition/", {"to": "ACCEPTED"}, format="json"
+    )
+    assert r.status_code == 200 and r.json()["status"] == "ACCEPTED"
+    assert_error(
+        merchant_api.post(
+            f"/api/v1/orders/{order_id}/transition/", {"to": "COMPLETED"}, format="json"
+        ),
+        409,
+        "ORDER_STATUS_CONFLICT",
+    )
+    assert_error(
+        merchant_api.post(f"/api/v1/orders/{order_id}/transition/", {"to": "PAID"}, format="json"),
+        400,
+        "VALIDATION_ERROR",
+    )
+    # a diner app may not move orders through the kitchen
+    assert_error(
+        api.post(f"/api/v1/orders/{order_id}/transition/", {"to": "PREPARING"}, format="json"),
+        403,
+        "PERMISSION_DENIED",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        pytest.param(
+            {"items": [], "payment_method": "card"}, 400, "VALIDATION_ERROR", id="no-items"
+        ),
+        pytest.param({"payment_method": "card"}, 400, "VALIDATION_ERROR", id="items-missing"),
+        pytest.param(
+            {"items": "pizza", "payment_method": "card"},
+            400,
+            "VALIDATION_ERROR",
+            id="items-wrong-type",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 1, "quantity": 0}], "payment_method": "card"},
+            400,
+            "VALIDATION_ERROR",
+            id="quantity-zero",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 1, "quantity": -3}], "payment_method": "card"},
+            400,
+            "VALIDATION_ERROR",
+            id="quantity-negative",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 1, "quantity": 10**9}], "payment_method": "card"},
+            400,
+            "VALIDATION_ERROR",
+            id="quantity-absurd",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "gold"},
+            400,
+            "VALIDATION_ERROR",
+            id="bad-method",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 10**20, "quantity": 1}], "payment_method": "card"},
+            400,
+            "VALIDATION_ERROR",
+            id="dish-id-overflow",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": 424242, "quantity": 1}], "payment_method": "card"},
+            422,
+            "DISH_NOT_FOUND",
+            id="unknown-dish",
+        ),
+        pytest.param(
+            {"items": [{"dish_id": "PIZZA", "quantity": 99}], "payment_method": "card"},
+            409,
+            "INSUFFICIENT_STOCK",
+            id="no-stock",
+        ),
+        pytest.param(
+            {
+                "items": [{"dish_id": "PIZZA", "quantity": 1}],
+                "payment_method": "card",
+                "coupon_code": "NOPE",
+            },
+            422,
+            "COUPON_INVALID",
+            id="bad-coupon",
+        ),
+        pytest.param(
+            {
+                "items": [{"dish_id": "PIZZA", "quantity": 1}],
+                "payment_method": "card",
+                "note": "x" * 501,
+            },
+            400,
+            "VALIDATION_ERROR",
+            id="note-too-long",
+        ),
+    ],
+)
+def test_place_order_errors_write_nothing(api, tenant, body, status, code):
+    menu = menu_for(tenant, stock=10)
+    for item in body.get("items", []) if isinstance(body.get("items"), list) else []:
+        if item["dish_id"] == "PIZZA":
+            item["dish_id"] = menu["pizza"].pk
+    error = assert_error(post_new(api, body, format="json"), status, code)
+    if code == "VALIDATION_ERROR":
+        assert error["errors"]
+    assert Order.all_tenants.count() == 0
+    assert set(Dish.all_tenants.values_list("stock", flat=True)) == {10}
+
+
+def test_invalid_json_is_400(api):
+    r = post_new(api, "{not json", content_type="application/json")
+    assert_error(r, 400, "INVALID_JSON")
+
+
+def test_unknown_order_is_404(api):
+    assert_error(api.get("/api/v1/orders/123/"), 404, "ORDER_NOT_FOUND")
+    assert_error(api.post("/api/v1/orders/99999999999999999999/pay/"), 404, "ORDER_NOT_FOUND")
+
+
+def test_authentication_errors(client, tenant, menu):
+    assert_error(client.get("/api/v1/menu/"), 401, "API_KEY_MISSING")
+    assert_error(client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Bearer x"), 401, "API_KEY_INVALID")
+    assert_error(
+        client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Api-Key abc.def"), 401, "API_KEY_INVALID"
+    )
+    api = api_for(tenant, diner="bad diner id!")
+    assert_error(api.get("/api/v1/menu/"), 400, "DINER_ID_INVALID")
+
+
+def test_suspended_tenant_is_403(api, tenant, menu):
+    tenant.status = tenant.Status.SUSPENDED
+    tenant.save()
+    assert_error(api.get("/api/v1/menu/"), 403, "TENANT_SUSPENDED")
+
+
+def test_tenant_isolation(api, tenant, other_tenant, menu):
+    # given an order of tenant A
+    order_id = place(api, menu).json()["id"]
+    other_menu = menu_for(other_tenant)
+    other = api_for(other_tenant, kind="merchant")
+    # then tenant B's key cannot read or change it: always 404, nothing changes
+    assert_error(other.get(f"/api/v1/orders/{order_id}/"), 404, "ORDER_NOT_FOUND")
+    for action in ("pay", "cancel"):
+        assert_error(other.post(f"/api/v1/orders/{order_id}/{action}/"), 404, "ORDER_NOT_FOUND")
+    assert_error(
+        other.post(f"/api/v1/orders/{order_id}/transition/", {"to": "CANCELLED"}, format="json"),
+        404,
+        "ORDER_NOT_FOUND",
+    )
+    assert other.get("/api/v1/orders/").json()["count"] == 0
+    assert [d["name"] for d in other.get("/api/v1/menu/").json()] == ["Pasta", "Pizza"]
+    assert {d["id"] for d in other.get("/api/v1/menu/").json()} == {
+        d.pk for d in other_menu.values()
+    }
+    # and B cannot order A's dishes
+    assert_error(place(other, menu), 422, "DISH_NOT_FOUND")
+    assert Order.objects.for_tenant(tenant).get(pk=order_id).status == "CREATED"
+
+
+def test_diner_sees_only_own_orders(api, tenant, menu):
+    order_id = place(api, menu).json()["id"]
+    someone_else = api_for(tenant, diner="diner-2")
+    assert_error(someone_else.get(f"/api/v1/orders/{order_id}/"), 404, "ORDER_NOT_FOUND")
+    assert_error(someone_else.post(f"/api/v1/orders/{order_id}/cancel/"), 404, "ORDER_NOT_FOUND")
+    assert someone_else.get("/api/v1/orders/").json()["count"] == 0
+
+
+def test_schema_and_docs_are_served(client):
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200 and b"/api/v1/orders/" in schema.content
+    assert client.get("/api/docs/").status_code == 200

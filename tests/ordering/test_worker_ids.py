@@ -1,0 +1,271 @@
+"""Worker-id leases against the real Redis and PostgreSQL.
+
+Redis tests use a per-test key prefix and delete only their own keys (the Redis is shared with
+other tests); database tests are transactional because leases are written on connections of their
+own, outside the test's transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from ordering.models.worker_lease import WorkerLease
+from ordering.order_ids import OrderIdGenerator, decode_order_id
+from ordering.worker_ids import (
+    WORKER_IDS,
+    DatabaseLeaseStore,
+    LeaseStore,
+    NoWorkerIdAvailable,
+    RedisLeaseStore,
+    WorkerLeaseHandle,
+    WorkerLeaseLost,
+    lease_worker_id,
+)
+
+LeaseFactory = Callable[..., WorkerLeaseHandle]
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    if not settings.REDIS_URL:
+        pytest.fail("these tests need the real Redis: set REDIS_URL (make test does)")
+    client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_store(redis_client: redis.Redis) -> Iterator[RedisLeaseStore]:
+    """A Redis lease store under a prefix of this test's own; its keys are deleted afterwards."""
+    prefix = f"test:{uuid.uuid4().hex[:12]}:orderid:worker:"
+    yield RedisLeaseStore(key_prefix=prefix)
+    keys = list(redis_client.scan_iter(match=f"{prefix}*"))
+    if keys:
+        redis_client.delete(*keys)
+
+
+@pytest.fixture
+def lease() -> Iterator[LeaseFactory]:
+    """Lease worker ids (30 s unless told); every handle is released after the test."""
+    handles: list[WorkerLeaseHandle] = []
+
+    def make(*, stores: list[LeaseStore], lease_seconds: int = 30) -> WorkerLeaseHandle:
+        handle = lease_worker_id(stores=stores, lease_seconds=lease_seconds)
+        handles.append(handle)
+        return handle
+
+    yield make
+    for handle in handles:
+        handle.release()
+
+
+def test_redis_handles_never_share_an_id_and_the_129th_is_refused(
+    lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
+) -> None:
+    handles = [lease(stores=[redis_store]) for _ in range(WORKER_IDS)]
+
+    assert sorted(h.worker_id for h in handles) == list(range(WORKER_IDS))
+    for handle in handles:
+        assert redis_client.get(redis_store.key(handle.worker_id)) == handle.owner
+        assert 0 < redis_client.ttl(redis_store.key(handle.worker_id)) <= 30
+    with pytest.raises(NoWorkerIdAvailable, match="all 128"):
+        lease_worker_id(stores=[redis_store], lease_seconds=30)
+
+
+def test_db_handles_claimed_by_8_concurrent_threads_get_distinct_ids(
+    transactional_db: None, lease: LeaseFactory
+) -> None:
+    start = threading.Barrier(8)
+    results: list[WorkerLeaseHandle | BaseException] = []
+
+    def claim() -> None:
+        start.wait()
+        try:
+            results.append(lease(stores=[DatabaseLeaseStore()]))
+        except BaseException as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    handles = [r for r in results if isinstance(r, WorkerLeaseHandle)]
+    assert len(handles) == 8, results
+    assert len({h.worker_id for h in handles}) == 8
+    rows = dict(WorkerLease.objects.values_list("worker_id", "owner"))
+    assert rows == {h.worker_id: h.owner for h in handles}
+
+
+def test_db_claim_skips_held_ids_and_refuses_when_all_are_held(
+    transactional_db: None, lease: LeaseFactory
+) -> None:
+    held_until = timezone.now() + timedelta(minutes=5)
+    WorkerLease.objects.bulk_create(
+        WorkerLease(worker_id=n, owner="other", expires_at=held_until, heartbeat_at=timezone.now())
+        for n in range(WORKER_IDS)
+        if n != 77
+    )
+
+    assert lease(stores=[DatabaseLeaseStore()]).worker_id == 77
+    with pytest.raises(NoWorkerIdAvailable, match="database"):
+        lease(stores=[DatabaseLeaseStore()])
+
+
+def test_db_lease_outlives_the_callers_rolled_back_transaction(
+    transactional_db: None, lease: LeaseFactory
+) -> None:
+    # The first order ID of a process is asked for inside the order's transaction.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        handle = lease(stores=[DatabaseLeaseStore()])
+        raise RuntimeError("the order failed")
+
+    assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
+
+
+def test_expired_db_lease_is_reclaimed_and_its_old_holder_stops(
+    transactional_db: None, lease: LeaseFactory
+) -> None:
+    store = DatabaseLeaseStore()
+    handle = lease(stores=[store])
+    n = handle.worker_id
+    generator = OrderIdGenerator(worker_lease=handle)
+    generator.next_id(shard=0, dish_bucket=0)
+
+    assert store.claim(candidates=[n], owner="other", lease_seconds=30) is None
+    WorkerLease.objects.filter(worker_id=n).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert store.claim(candidates=[n], owner="other", lease_seconds=30) == n
+
+    assert handle.renew() is False
+    assert not handle.is_valid()
+    with pytest.raises(WorkerLeaseLost):
+        generator.next_id(shard=0, dish_bucket=0)
+    handle.release()  # stale owner: must not free the new holder's lease
+    assert WorkerLease.objects.get(worker_id=n).owner == "other"
+
+
+def test_redis_lease_taken_over_becomes_invalid_and_the_generator_refuses(
+    lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
+) -> None:
+    handle = lease(stores=[redis_store])
+    generator = OrderIdGenerator(worker_lease=handle)
+    first = generator.next_id(shard=1, dish_bucket=2)
+    assert decode_order_id(first).worker_id == handle.worker_id
+    assert handle.renew() is True
+
+    key = redis_store.key(handle.worker_id)
+    redis_client.set(key, "someone-else", ex=30)  # our key lapsed and another process took it
+
+    assert handle.renew() is False
+    assert not handle.is_valid()
+    with pytest.raises(WorkerLeaseLost, match=f"worker id {handle.worker_id}"):
+        generator.next_id(shard=1, dish_bucket=2)
+    handle.release()  # stale owner: must not delete the new holder's key
+    assert redis_client.get(key) == "someone-else"
+
+
+def test_lapsed_redis_lease_nobody_took_is_taken_back_on_renewal(
+    lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
+) -> None:
+    handle = lease(stores=[redis_store])
+    key = redis_store.key(handle.worker_id)
+    redis_client.delete(key)  # as if it had expired during an outage
+
+    assert handle.renew() is True
+    assert redis_client.get(key) == handle.owner
+    assert redis_client.ttl(key) > 0
+
+
+def test_heartbeat_keeps_a_short_lease_alive_and_notices_a_takeover(
+    lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
+) -> None:
+    handle = lease(stores=[redis_store], lease_seconds=1)  # heartbeat every 1/3 s
+    key = redis_store.key(handle.worker_id)
+
+    time.sleep(1.2)  # longer than the lease itself
+    assert handle.is_valid()
+    assert redis_client.get(key) == handle.owner
+
+    redis_client.set(key, "someone-else", ex=30)
+    deadline = time.monotonic() + 2
+    while handle.is_valid() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not handle.is_valid()
+    assert redis_client.get(key) == "someone-else"
+
+
+@pytest.mark.parametrize("mode", ["redis", "database"])
+def test_release_frees_the_id_at_once(
+    mode: str, request: pytest.FixtureRequest, lease: LeaseFactory
+) -> None:
+    if mode == "redis":
+        store: Any = request.getfixturevalue("redis_store")
+    else:
+        request.getfixturevalue("transactional_db")
+        store = DatabaseLeaseStore()
+    handle = lease(stores=[store])
+    n = handle.worker_id
+
+    handle.release()
+
+    assert not handle.is_valid()
+    assert handle.renew() is False
+    assert store.claim(candidates=[n], owner="next", lease_seconds=30) == n
+    handle.release()  # twice is harmless and still leaves the next holder alone
+    assert store.renew(worker_id=n, owner="next", lease_seconds=30) is True
+
+
+def test_falls_back_to_the_database_when_redis_is_unreachable(
+    transactional_db: None, settings: Any
+) -> None:
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+
+    handle = lease_worker_id(lease_seconds=30)
+    try:
+        assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
+        assert handle.is_valid()
+    finally:
+        handle.release()
+    assert not WorkerLease.objects.filter(worker_id=handle.worker_id).exists()
+
+
+def test_a_forked_child_leases_its_own_worker_id(
+    lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
+) -> None:
+    handle = lease(stores=[redis_store])
+    generator = OrderIdGenerator(worker_lease=handle)
+    parent_id = generator.next_id(shard=3, dish_bucket=3)
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, give the id back, and leave without running pytest's exit
+        try:
+            child_id = generator.next_id(shard=3, dish_bucket=3)
+            os.write(write_end, f"{child_id} {handle.owner}".encode())
+            handle.release()
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child_id_text, child_owner = pipe.read().split()
+    os.waitpid(pid, 0)
+
+    child = decode_order_id(int(child_id_text))
+    assert child.worker_id != decode_order_id(parent_id).worker_id == handle.worker_id
+    assert child_owner.split(":")[1] == str(pid)
+    assert redis_client.get(redis_store.key(child.worker_id)) is None  # released by the child
+    assert redis_client.get(redis_store.key(handle.worker_id)) == handle.owner
+    assert handle.is_valid()
