@@ -58,17 +58,15 @@ def insert_record(
 ) -> bool:
     """Record the result in the current transaction; False if a live record already exists."""
     now = timezone.now()
-    table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(c) for c in _COLUMNS)
-    updates = ", ".join(
-        f"{connection.ops.quote_name(c)} = EXCLUDED.{connection.ops.quote_name(c)}"
-        for c in _COLUMNS[3:]
-    )
-    conflict = ", ".join(connection.ops.quote_name(c) for c in _COLUMNS[:3])
+    q = connection.ops.quote_name
+    table = q(IdempotencyRecord._meta.db_table)
+    columns = ", ".join(q(c) for c in _COLUMNS)
+    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _COLUMNS[3:])
+    conflict = ", ".join(q(c) for c in _COLUMNS[:3])
     sql = (
         f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(_COLUMNS))}) "
         f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
-        f"WHERE {table}.{connection.ops.quote_name('expires_at')} <= EXCLUDED.{connection.ops.quote_name('created_at')} "
+        f"WHERE {table}.{q('expires_at')} <= EXCLUDED.{q('created_at')} "
         f"RETURNING 1"
     )
     params = [

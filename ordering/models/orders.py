@@ -60,7 +60,8 @@ class Order(ConcurrentTransitionMixin, models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3, default="EUR")
     note = models.CharField(max_length=500, blank=True)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL (not ""): orders placed without a key must not collide in the unique constraint.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
