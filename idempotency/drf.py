@@ -19,18 +19,14 @@ from typing import Any, Literal
 
 from django.db import IntegrityError
 from django.http import HttpResponse
-from django.utils.module_loading import import_string
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from idempotency import engine, responses
-from idempotency.conf import Policy, engine_setting
-from idempotency.error_codes import IdempotencyErrorCode
-from idempotency.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
-from idempotency.keys import InvalidKey, ScopedKey, automatic_key, validate_key
+from idempotency import engine
+from idempotency.conf import Policy
+from idempotency.http import KEY_HEADER, business_payload, prepare
 
 Handler = Callable[..., HttpResponse]
-KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
 
 def idempotent(
@@ -55,73 +51,23 @@ def idempotent(
     def decorate(handler: Handler) -> Handler:
         @wraps(handler)
         def wrapper(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
-            return _handle(view, request, policy, handler, args, kwargs)
+            request.idempotency = None
+            # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
+            payload = business_payload(request.data, policy.fields, kwargs)
+            prepared = prepare(
+                request, policy=policy, payload=payload, raw_key=request.META.get(KEY_HEADER)
+            )
+            if prepared is None:
+                return handler(view, request, *args, **kwargs)
+            if isinstance(prepared, HttpResponse):
+                return prepared
+            request.idempotency = prepared.scoped
+            return engine.process(prepared, lambda: _run_view(view, request, handler, args, kwargs))
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
-
-
-def _handle(
-    view: APIView,
-    request: Request,
-    policy: Policy,
-    handler: Handler,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> HttpResponse:
-    request.idempotency = None
-    identity = import_string(engine_setting("SCOPE_RESOLVER"))(request)
-    if identity is None:
-        return handler(view, request, *args, **kwargs)
-    tenant, principal = identity
-    payload = _payload(request.data, policy.fields, kwargs)  # ParseError -> 400 INVALID_JSON
-    fingerprints = all_fingerprints(payload, None)
-    raw_key = request.META.get(KEY_HEADER)
-    if raw_key is not None:
-        try:
-            key = validate_key(raw_key)
-        except InvalidKey as exc:
-            return responses.problem(400, IdempotencyErrorCode.KEY_INVALID, str(exc))
-    elif policy.auto_key_window:
-        key = automatic_key(fingerprints[FINGERPRINT_VERSION])
-    elif policy.required:
-        return responses.problem(
-            400,
-            IdempotencyErrorCode.KEY_MISSING,
-            "This endpoint requires an Idempotency-Key header",
-        )
-    else:
-        return handler(view, request, *args, **kwargs)
-    route = request.resolver_match.route if request.resolver_match else request.path
-    scoped = ScopedKey(
-        tenant=tenant,
-        principal=principal,
-        method=request.method,
-        route=route,
-        key=key,
-        buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
-    )
-    request.idempotency = scoped
-    req = engine.IdempotentRequest(
-        scoped=scoped,
-        fingerprints=fingerprints,
-        field_hashes=field_hashes(payload, None),
-        policy=policy,
-        endpoint=f"{request.method} {route}",
-        request_meta=_meta(request),
-    )
-    return engine.process(req, lambda: _run_view(view, request, handler, args, kwargs))
-
-
-def _payload(data: Any, fields: tuple[str, ...] | None, path: dict[str, Any]) -> dict[str, Any]:
-    """The business payload: the declared body fields plus the path parameters."""
-    body = dict(data) if hasattr(data, "keys") else {"body": data}
-    if fields is not None:
-        body = {name: body.get(name) for name in fields}
-    body["path"] = {name: str(value) for name, value in path.items()}
-    return body
 
 
 def _run_view(
@@ -139,12 +85,3 @@ def _run_view(
     if hasattr(response, "render"):
         response.render()
     return response
-
-
-def _meta(request: Request) -> dict[str, str]:
-    meta = request.META
-    return {
-        "remote_addr": meta.get("REMOTE_ADDR", ""),
-        "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
-        "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
-    }

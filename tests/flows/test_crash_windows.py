@@ -90,8 +90,8 @@ def test_killed_before_commit_executes_once_after_lease(api, menu, tenant, api_p
 
 
 def fingerprints_of_order(menu, quantity=2) -> dict[int, str]:
-    from idempotency.drf import _payload
     from idempotency.fingerprint import all_fingerprints
+    from idempotency.http import business_payload as _payload
 
     body = {
         "items": [{"dish_id": menu["pizza"].pk, "quantity": quantity}],

@@ -1,0 +1,85 @@
+"""From an HTTP request to an :class:`~idempotency.engine.IdempotentRequest`.
+
+Shared by the DRF decorator (:mod:`idempotency.drf`) and the plain-Django form decorator
+(:mod:`idempotency.django_views`): validate the key (or derive the automatic one), scope it,
+fingerprint the business payload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.module_loading import import_string
+
+from idempotency import responses
+from idempotency.conf import Policy, engine_setting
+from idempotency.engine import IdempotentRequest
+from idempotency.error_codes import IdempotencyErrorCode
+from idempotency.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
+from idempotency.keys import InvalidKey, ScopedKey, automatic_key, validate_key
+
+KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
+
+
+def business_payload(
+    data: Any, fields: tuple[str, ...] | None, path: dict[str, Any]
+) -> dict[str, Any]:
+    """The declared body fields plus the path parameters (the order id is part of "pay")."""
+    body = dict(data) if hasattr(data, "keys") else {"body": data}
+    if fields is not None:
+        body = {name: body.get(name) for name in fields}
+    body["path"] = {name: str(value) for name, value in path.items()}
+    return body
+
+
+def prepare(
+    request: HttpRequest, *, policy: Policy, payload: dict[str, Any], raw_key: str | None
+) -> IdempotentRequest | HttpResponse | None:
+    """The engine request; a 400 refusal; or None when the request is not idempotent
+    (no tenant identity, or no key on an endpoint that neither requires nor derives one)."""
+    identity = import_string(engine_setting("SCOPE_RESOLVER"))(request)
+    if identity is None:
+        return None
+    tenant, principal = identity
+    fingerprints = all_fingerprints(payload, None)
+    if raw_key is not None:
+        try:
+            key = validate_key(raw_key)
+        except InvalidKey as exc:
+            return responses.problem(400, IdempotencyErrorCode.KEY_INVALID, str(exc))
+    elif policy.auto_key_window:
+        key = automatic_key(fingerprints[FINGERPRINT_VERSION])
+    elif policy.required:
+        return responses.problem(
+            400, IdempotencyErrorCode.KEY_MISSING, "This endpoint requires an Idempotency-Key"
+        )
+    else:
+        return None
+    route = request.resolver_match.route if request.resolver_match else request.path
+    scoped = ScopedKey(
+        tenant=tenant,
+        principal=principal,
+        method=request.method or "POST",
+        route=route,
+        key=key,
+        buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
+    )
+    return IdempotentRequest(
+        scoped=scoped,
+        fingerprints=fingerprints,
+        field_hashes=field_hashes(payload, None),
+        policy=policy,
+        endpoint=f"{scoped.method} {route}",
+        request_meta=request_meta(request),
+    )
+
+
+def request_meta(request: HttpRequest) -> dict[str, str]:
+    """What an audit keeps about the caller (no body, no credentials)."""
+    meta = request.META
+    return {
+        "remote_addr": meta.get("REMOTE_ADDR", ""),
+        "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
+        "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
+    }
