@@ -42,7 +42,6 @@ class CommittedResult:
     fingerprint_version: int
     field_hashes: dict[str, str]
     response: StoredResponse
-    resource_location: str
     expires_at: datetime
 
 
@@ -53,7 +52,6 @@ def insert_record(
     fingerprint_version: int,
     field_hashes: dict[str, str],
     response: StoredResponse,
-    resource_location: str,
     ttl_seconds: int,
 ) -> bool:
     """Record the result in the current transaction; False if a live record already exists."""
@@ -79,7 +77,7 @@ def insert_record(
         response.status,
         json.dumps([list(h) for h in response.headers]),
         response.body,
-        resource_location,
+        response.pointer,
         now,
         now + timedelta(seconds=ttl_seconds),
     ]
@@ -110,7 +108,7 @@ def committed_result(scoped: ScopedKey) -> CommittedResult | None:
             status=record.response_status,
             headers=tuple(tuple(h) for h in record.response_headers),
             body=bytes(record.response_body),
+            pointer=record.resource_location,
         ),
-        resource_location=record.resource_location,
         expires_at=record.expires_at,
     )

@@ -13,12 +13,16 @@ The handler runs inside the engine's transaction; ``request.idempotency`` (a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import wraps
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError
 from django.http import HttpResponse
+from django.urls import resolve
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -62,6 +66,7 @@ def idempotent(
             if isinstance(prepared, HttpResponse):
                 return prepared
             request.idempotency = prepared.scoped
+            prepared = replace(prepared, render_pointer=lambda url: _render_get(request, url))
             return engine.process(prepared, lambda: _run_view(view, request, handler, args, kwargs))
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
@@ -82,6 +87,18 @@ def _run_view(
     except Exception as exc:
         response = view.handle_exception(exc)
     response = view.finalize_response(request, response, *args, **kwargs)
+    if hasattr(response, "render"):
+        response.render()
+    return response
+
+
+def _render_get(request: Request, url: str) -> HttpResponse:
+    """GET ``url`` in-process as the same caller (same credentials), for pointer replays."""
+    get = copy.copy(request._request)
+    get.method = "GET"
+    get.path = get.path_info = urlsplit(url).path
+    match = resolve(get.path_info)
+    response = match.func(get, *match.args, **match.kwargs)
     if hasattr(response, "render"):
         response.render()
     return response

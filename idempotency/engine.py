@@ -50,6 +50,8 @@ class IdempotentRequest:
     policy: Policy
     endpoint: str
     request_meta: dict = field(default_factory=dict)
+    # Renders a resource URL afresh, for replays of bodies stored as a pointer.
+    render_pointer: Callable[[str], HttpResponse] | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -131,14 +133,13 @@ def _execute(
             if response.status_code >= 500:
                 transaction.set_rollback(True)
             else:
-                stored, location = _to_stored(response)
+                stored = _to_stored(response)
                 if not db_store.insert_record(
                     scoped=req.scoped,
                     fingerprint=req.fingerprint,
                     fingerprint_version=FINGERPRINT_VERSION,
                     field_hashes=req.field_hashes,
                     response=stored,
-                    resource_location=location,
                     ttl_seconds=req.ttl_seconds,
                 ):
                     raise _AlreadyCommitted
@@ -170,7 +171,7 @@ def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> Http
         if source != "local":
             _remember(req, result.response)
         _audit(req, "HIT", source=source, resource=_location(result.response))
-        return responses.replay(result.response)
+        return responses.replay(result.response, render_pointer=req.render_pointer)
     differing = diff_field_hashes(result.stored_field_hashes or {}, req.field_hashes)
     _audit(req, "REUSED", source=source, differing=differing)
     return responses.key_reused()
@@ -188,10 +189,21 @@ def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> Cl
     )
 
 
-def _to_stored(response: HttpResponse) -> tuple[StoredResponse, str]:
+def _to_stored(response: HttpResponse) -> StoredResponse:
+    """What a replay will send: the status, allow-listed headers (never ``Set-Cookie``) and the
+    body — or, over ``MAX_STORED_BODY_BYTES``, a pointer to the created resource when the
+    response names one in ``Location`` (the replay then renders the resource afresh)."""
     allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
     headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
-    return StoredResponse(status=response.status_code, headers=headers, body=response.content), ""
+    body = response.content
+    location = response.get("Location", "")
+    if len(body) > engine_setting("MAX_STORED_BODY_BYTES") and location:
+        return StoredResponse(status=response.status_code, headers=headers, pointer=location)
+    if len(body) > engine_setting("MAX_STORED_BODY_BYTES"):
+        logger.warning(
+            "storing a %d-byte body: over the cap and no Location to point to", len(body)
+        )
+    return StoredResponse(status=response.status_code, headers=headers, body=body)
 
 
 def _location(response: StoredResponse) -> str:

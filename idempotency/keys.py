@@ -61,12 +61,18 @@ class ScopedKey:
 
     @property
     def redis_key(self) -> str:
-        """``idem:{t:<tenant>}:<scope>:<key>``; a hot tenant split into ``buckets`` sub-buckets
-        gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""
-        tag = f"t:{self.tenant}"
-        if self.buckets > 1:
-            tag += f":{int(_digest(self.key, length=8), 16) % self.buckets}"
-        return f"idem:{{{tag}}}:{_digest(self.scope, length=16)}:{_digest(self.key)}"
+        return redis_key_for(
+            tenant=self.tenant, scope=self.scope, key=self.key, buckets=self.buckets
+        )
+
+
+def redis_key_for(*, tenant: str, scope: str, key: str, buckets: int = 1) -> str:
+    """``idem:{t:<tenant>}:<scope>:<key>``; a hot tenant split into ``buckets`` sub-buckets
+    gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""
+    tag = f"t:{tenant}"
+    if buckets > 1:
+        tag += f":{int(_digest(key, length=8), 16) % buckets}"
+    return f"idem:{{{tag}}}:{_digest(scope, length=16)}:{_digest(key)}"
 
 
 def automatic_key(fingerprint: str) -> str:

@@ -28,8 +28,9 @@ class Outcome(StrEnum):
 
 
 # Serialised form: MAGIC, then a 4-byte big-endian length of a JSON header, the header
-# ({"s": status, "h": [[name, value], ...]}), then the body's exact bytes. The magic carries a
-# format version so a later layout can be told apart from this one during a rolling deploy.
+# ({"s": status, "h": [[name, value], ...], "p": pointer when set}), then the body's exact
+# bytes. The magic carries a format version so a later layout can be told apart from this
+# one during a rolling deploy.
 _MAGIC = b"SR\x01"
 _LEN = struct.Struct(">I")
 
@@ -45,6 +46,9 @@ class StoredResponse:
     status: int
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+    pointer: str = ""
+    """Set instead of ``body`` when the body was over the size cap: the URL of the created
+    resource, which a replay renders afresh."""
 
     def __post_init__(self) -> None:
         if isinstance(self.status, bool) or not isinstance(self.status, int):
@@ -65,7 +69,8 @@ class StoredResponse:
         the round trip is exact whatever the caller put in a header value.
         """
         header = json.dumps(
-            {"s": self.status, "h": [list(pair) for pair in self.headers]},
+            {"s": self.status, "h": [list(pair) for pair in self.headers]}
+            | ({"p": self.pointer} if self.pointer else {}),
             separators=(",", ":"),
             ensure_ascii=True,
         ).encode("ascii")
@@ -85,9 +90,10 @@ class StoredResponse:
             header = json.loads(raw[start : start + header_len].decode("ascii"))
             status = header["s"]
             headers = tuple((name, value) for name, value in header["h"])
+            pointer = header.get("p", "")
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"malformed StoredResponse header: {exc}") from exc
-        return cls(status=status, headers=headers, body=raw[start + header_len :])
+        return cls(status=status, headers=headers, body=raw[start + header_len :], pointer=pointer)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 
 from django.http import HttpResponse
 
@@ -19,9 +20,18 @@ def problem(status: int, code: IdempotencyErrorCode, detail: str, **extra: objec
     return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
 
 
-def replay(stored: StoredResponse) -> HttpResponse:
-    """The stored status, allow-listed headers and body bytes, marked as a replay."""
-    response = HttpResponse(stored.body, status=stored.status)
+def replay(
+    stored: StoredResponse, *, render_pointer: Callable[[str], HttpResponse] | None = None
+) -> HttpResponse:
+    """The stored status, allow-listed headers and body bytes, marked as a replay.
+
+    A body that was too large to keep was stored as a pointer to the created resource; it is
+    rendered afresh (the resource's current state, with the original status and headers)."""
+    body = stored.body
+    fresh = render_pointer(stored.pointer) if stored.pointer and render_pointer else None
+    if fresh is not None:
+        body = fresh.content
+    response = HttpResponse(body, status=stored.status)
     del response["Content-Type"]
     for name, value in stored.headers:
         response[name] = value

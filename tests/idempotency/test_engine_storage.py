@@ -1,0 +1,109 @@
+"""What the engine stores and replays: header allow-list, binary bodies, the size cap,
+purging, and invalidation of local caches."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from idempotency import db_store, stores
+from idempotency.keys import ScopedKey
+from idempotency.models import IdempotencyRecord
+from idempotency.outcomes import StoredResponse
+from idempotency.purge import purge_record
+from ordering.models import Order
+from tests.flows.test_idempotent_orders import post_order
+
+pytestmark = pytest.mark.django_db
+
+
+def test_binary_body_survives_the_database_round_trip():
+    scoped = ScopedKey(tenant="9", principal="p", method="POST", route="r", key="bin")
+    body = bytes(range(256)) * 4
+    stored = StoredResponse(
+        status=201, headers=(("Content-Type", "application/octet-stream"),), body=body
+    )
+    assert db_store.insert_record(
+        scoped=scoped,
+        fingerprint="f" * 64,
+        fingerprint_version=1,
+        field_hashes={},
+        response=stored,
+        ttl_seconds=60,
+    )
+    assert db_store.committed_result(scoped).response == stored
+
+
+def test_expired_record_is_replaced_live_one_is_not():
+    scoped = ScopedKey(tenant="9", principal="p", method="POST", route="r", key="k")
+    first = StoredResponse(status=201, body=b"first")
+    second = StoredResponse(status=201, body=b"second")
+    args = {"scoped": scoped, "fingerprint": "a" * 64, "fingerprint_version": 1, "field_hashes": {}}
+    assert db_store.insert_record(**args, response=first, ttl_seconds=60)
+    assert not db_store.insert_record(**args, response=second, ttl_seconds=60)
+    IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert db_store.committed_result(scoped) is None
+    assert db_store.insert_record(**args, response=second, ttl_seconds=60)
+    assert db_store.committed_result(scoped).response.body == b"second"
+
+
+def test_replay_never_carries_set_cookie(api, menu, monkeypatch):
+    from ordering.api import views
+
+    real = views.OrderListCreateView.post.__wrapped__
+
+    def with_cookie(self, request):
+        response = real(self, request)
+        response.set_cookie("session-ish", "secret")
+        response["X-Debug-Internal"] = "1"
+        return response
+
+    # the decorator wraps the handler; patch what it calls
+    monkeypatch.setattr(views.OrderListCreateView.post, "__wrapped__", with_cookie)
+    first = post_order(api, menu, key="cookie")
+    again = post_order(api, menu, key="cookie")
+    assert "Set-Cookie" not in again.serialize_headers().decode()
+    assert "X-Debug-Internal" not in again
+    assert again["Content-Type"] == first["Content-Type"] and again.content == first.content
+
+
+def test_body_over_the_cap_is_stored_as_a_pointer_and_rerendered(api, menu, settings, engine_mode):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_BODY_BYTES": 100}
+    first = post_order(api, menu, key="big-body")
+    record = IdempotencyRecord.objects.get()
+    assert bytes(record.response_body) == b"" and record.resource_location == first["Location"]
+    stores.local_cache().clear()
+    again = post_order(api, menu, key="big-body")
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again["Location"] == first["Location"]
+    assert again.json() == api.get(first["Location"]).json()
+    assert again.json()["id"] == first.json()["id"] and Order.all_tenants.count() == 1
+
+
+def test_purge_command_deletes_only_expired(api, menu):
+    post_order(api, menu, key="old")
+    post_order(api, menu, key="new")
+    IdempotencyRecord.objects.filter(key="old").update(expires_at=timezone.now())
+    call_command("purge_idempotency_records", stdout=open("/dev/null", "w"))
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_purging_a_record_clears_redis_and_local_caches(api, menu):
+    # given a finished request, cached in this process
+    first = post_order(api, menu, key="purge-me")
+    assert post_order(api, menu, key="purge-me")["X-Idempotent-Result"] == "HIT"
+    record = IdempotencyRecord.objects.get()
+    cache_key = next(iter(stores.local_cache()._entries))
+    # when staff purge it
+    purge_record(record)
+    # then the pub/sub invalidation reaches the local cache, and Redis forgot the key
+    deadline = time.monotonic() + 2
+    while stores.local_cache().get(cache_key) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stores.local_cache().get(cache_key) is None
+    assert IdempotencyRecord.objects.count() == 0
+    assert first.status_code == 201
