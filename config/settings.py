@@ -87,17 +87,44 @@ if os.environ.get("APP_DB_NAME"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis ------------------------------------------------------------------------------
+# One of: REDIS_CLUSTER_URL (a Redis Cluster, any node), REDIS_SHARDS (comma-separated
+# standalone nodes; tenants are spread by rendezvous hashing), REDIS_URL (one node). None: no
+# Redis at all (the engine runs database-only). See tenants/redis_routing.py and docs/scaling.md.
 REDIS_URL = os.environ.get("REDIS_URL", "")
-if REDIS_URL:
-    CACHES = {
-        "default": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": REDIS_URL,
-            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-        }
+REDIS_SHARDS = [u.strip() for u in os.environ.get("REDIS_SHARDS", "").split(",") if u.strip()]
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "")
+REDIS_SOCKET_TIMEOUT = float(os.environ.get("REDIS_SOCKET_TIMEOUT", 1.0))
+
+
+def redis_cache(url: str, **options: object) -> dict:
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": url,
+        "OPTIONS": {
+            "SOCKET_CONNECT_TIMEOUT": REDIS_SOCKET_TIMEOUT,
+            "SOCKET_TIMEOUT": REDIS_SOCKET_TIMEOUT,
+            **options,
+        },
     }
+
+
+if REDIS_CLUSTER_URL:
+    CACHES = {
+        "default": redis_cache(
+            REDIS_CLUSTER_URL, CONNECTION_FACTORY="tenants.redis_routing.ClusterConnectionFactory"
+        )
+    }
+    REDIS_NODE_ALIASES = ["default"]
+elif REDIS_SHARDS:
+    REDIS_NODE_ALIASES = [f"redis-{i}" for i in range(len(REDIS_SHARDS))]
+    CACHES = {a: redis_cache(u) for a, u in zip(REDIS_NODE_ALIASES, REDIS_SHARDS, strict=True)}
+    CACHES["default"] = CACHES["redis-0"]
+elif REDIS_URL:
+    CACHES = {"default": redis_cache(REDIS_URL)}
+    REDIS_NODE_ALIASES = ["default"]
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    REDIS_NODE_ALIASES = []
 
 # --- auth, i18n, static -----------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -161,6 +188,7 @@ LOGGING = {
 # --- idempotency engine -----------------------------------------------------------------
 IDEMPOTENCY = {
     "SCOPE_RESOLVER": "tenants.idempotency_scope.resolve",
+    "REDIS_CLIENT_FOR_TENANT": "tenants.redis_routing.client_for_tenant",
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
     "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),

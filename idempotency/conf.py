@@ -29,6 +29,9 @@ DEFAULTS: dict[str, Any] = {
     # False: audits wait in the queue until someone calls audit.writer.flush() (tests)
     "AUDIT_IN_BACKGROUND": True,
     "HOT_TENANT_BUCKETS": {},  # tenant_key -> number of sub-buckets
+    # CircuitBreaker keyword arguments (idempotency/breaker.py): window_seconds, min_calls,
+    # p99_threshold_ms, error_rate_threshold, open_seconds, probes_to_close
+    "BREAKER": {},
 }
 
 

@@ -32,8 +32,8 @@ from idempotency.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
 from idempotency.keys import ScopedKey
 from idempotency.local_cache import LocalResultCache
 from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
-from idempotency.redis_store import RedisIdempotencyStore, new_owner_token
-from idempotency.stores import local_cache, redis_store_for
+from idempotency.redis_store import new_owner_token
+from idempotency.stores import GuardedStore, local_cache, redis_store_for
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     return _execute(req, execute, store=None, owner=None)
 
 
-def _claim(req: IdempotentRequest, store: RedisIdempotencyStore, owner: str) -> ClaimResult:
+def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResult:
     """Claim the key; under the ``wait`` policy keep asking while it is in progress."""
     deadline = time.monotonic() + (req.policy.wait_seconds if req.policy.in_flight == "wait" else 0)
     poll = engine_setting("WAIT_POLL_MS") / 1000
@@ -123,7 +123,7 @@ def _execute(
     req: IdempotentRequest,
     execute: Execute,
     *,
-    store: RedisIdempotencyStore | None,
+    store: GuardedStore | None,
     owner: str | None,
 ) -> HttpResponse:
     stored: StoredResponse | None = None
@@ -222,7 +222,7 @@ def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
 
 
 def _finish(
-    store: RedisIdempotencyStore | None,
+    store: GuardedStore | None,
     req: IdempotentRequest,
     owner: str | None,
     stored: StoredResponse,
@@ -238,9 +238,7 @@ def _finish(
         logger.warning("Redis finish failed; the database holds the result", exc_info=True)
 
 
-def _release(
-    store: RedisIdempotencyStore | None, req: IdempotentRequest, owner: str | None
-) -> None:
+def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | None) -> None:
     if store is None or owner is None:
         return
     try:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from idempotency.conf import engine_setting
 from idempotency.keys import redis_key_for
 from idempotency.models import IdempotencyRecord
-from idempotency.stores import redis_store_for
+from idempotency.stores import node_for
 
 
 def purge_expired(*, batch_size: int = 1000) -> int:
@@ -38,7 +38,7 @@ def purge_expired(*, batch_size: int = 1000) -> int:
 def purge_record(record: IdempotencyRecord) -> None:
     """Forget one key everywhere: database, Redis, and every process's local cache."""
     record.delete()
-    store = redis_store_for(record.tenant_key)
+    store = node_for(record.tenant_key)
     if store is not None:
         buckets = engine_setting("HOT_TENANT_BUCKETS").get(record.tenant_key, 1)
         store.purge(

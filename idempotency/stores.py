@@ -1,20 +1,29 @@
-"""Process-wide engine state: the local result cache, its invalidation listener, and one
-:class:`RedisIdempotencyStore` per Redis client."""
+"""Process-wide engine state: the local result cache, its invalidation listeners, and one
+guarded :class:`RedisIdempotencyStore` (store + circuit breaker) per Redis node."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from functools import cache
+from typing import Any, TypeVar
 
 from django.utils.module_loading import import_string
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
 
+from idempotency import metrics
+from idempotency.breaker import CircuitBreaker
 from idempotency.conf import engine_setting
 from idempotency.local_cache import InvalidationListener, LocalResultCache
 from idempotency.redis_store import RedisIdempotencyStore
 
+T = TypeVar("T")
+
 _lock = threading.Lock()
-_stores: dict[int, RedisIdempotencyStore] = {}
-_listeners: dict[int, InvalidationListener] = {}
+_nodes: dict[str, GuardedStore] = {}
+_listeners: dict[str, InvalidationListener] = {}
 
 
 @cache
@@ -25,34 +34,92 @@ def local_cache() -> LocalResultCache:
     )
 
 
-def redis_store_for(tenant_key: str) -> RedisIdempotencyStore | None:
-    """The store for the tenant's Redis node, or None in database-only mode.
+class GuardedStore:
+    """A node's store whose every call is timed and reported to the node's breaker."""
 
-    Each distinct client gets one store and one invalidation listener, started lazily (so a
-    forked worker starts its own)."""
+    def __init__(self, name: str, store: RedisIdempotencyStore, breaker: CircuitBreaker) -> None:
+        self.name = name
+        self.store = store
+        self.breaker = breaker
+
+    def claim(self, **kwargs: Any) -> Any:
+        return self._call(self.store.claim, **kwargs)
+
+    def finish(self, **kwargs: Any) -> bool:
+        return self._call(self.store.finish, **kwargs)
+
+    def release(self, **kwargs: Any) -> bool:
+        return self._call(self.store.release, **kwargs)
+
+    def purge(self, **kwargs: Any) -> None:
+        return self._call(self.store.purge, **kwargs)
+
+    def _call(self, method: Callable[..., T], **kwargs: Any) -> T:
+        started = time.perf_counter()
+        try:
+            result = method(**kwargs)
+        except RedisError:
+            self._report(started, ok=False)
+            raise
+        self._report(started, ok=True)
+        return result
+
+    def _report(self, started: float, *, ok: bool) -> None:
+        seconds = time.perf_counter() - started
+        self.breaker.record(seconds=seconds, ok=ok)
+        metrics.redis_latency.labels(node=self.name).observe(seconds)
+
+
+def node_name(client: Any) -> str:
+    if isinstance(client, RedisCluster):
+        return "cluster"
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host', 'unix')}:{kwargs.get('port', '')}/{kwargs.get('db', 0)}"
+
+
+def node_for(tenant_key: str) -> GuardedStore | None:
+    """The guarded store of the tenant's Redis node, whatever its breaker says (None: no
+    Redis configured)."""
     client = import_string(engine_setting("REDIS_CLIENT_FOR_TENANT"))(tenant_key)
     if client is None:
         return None
-    ident = id(client)
-    store = _stores.get(ident)
-    if store is None:
+    name = node_name(client)
+    node = _nodes.get(name)
+    if node is None:
         with _lock:
-            store = _stores.get(ident)
-            if store is None:
-                store = _stores[ident] = RedisIdempotencyStore(client)
-                _listeners[ident] = InvalidationListener(
-                    client, local_cache(), channel=store.channel
-                )
-                _listeners[ident].start()
-    _listeners[ident].ensure_running()
-    return store
+            node = _nodes.get(name)
+            if node is None:
+                node = _nodes[name] = _new_node(name, client)
+    _listeners[name].ensure_running()
+    return node
+
+
+def redis_store_for(tenant_key: str) -> GuardedStore | None:
+    """The tenant's store if its node may be used now; None means database-only (no Redis
+    configured, or the node's breaker is open)."""
+    node = node_for(tenant_key)
+    return node if node is not None and node.breaker.allow() else None
+
+
+def _new_node(name: str, client: Any) -> GuardedStore:
+    store = RedisIdempotencyStore(client)
+    breaker = CircuitBreaker(name, on_change=metrics.breaker_changed, **engine_setting("BREAKER"))
+    metrics.breaker_changed(name, breaker.state)
+    listener = _listeners[name] = InvalidationListener(client, local_cache(), channel=store.channel)
+    listener.start()
+    return GuardedStore(name, store, breaker)
+
+
+def breaker_states() -> dict[str, str]:
+    """Every known node's breaker state, for the dashboard and logs."""
+    return {name: node.breaker.state.value for name, node in _nodes.items()}
 
 
 def reset() -> None:
-    """Forget stores and cached results (tests, and after settings change)."""
+    """Forget nodes, breakers and cached results (tests, and after settings change)."""
     with _lock:
         for listener in _listeners.values():
             listener.stop()
-        _stores.clear()
+        _nodes.clear()
         _listeners.clear()
     local_cache().clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 from django.core.management import call_command
@@ -88,7 +89,7 @@ def test_purge_command_deletes_only_expired(api, menu):
     post_order(api, menu, key="old")
     post_order(api, menu, key="new")
     IdempotencyRecord.objects.filter(key="old").update(expires_at=timezone.now())
-    call_command("purge_idempotency_records", stdout=open("/dev/null", "w"))
+    call_command("purge_idempotency_records", stdout=StringIO())
     assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["new"]
 
 

@@ -1,0 +1,136 @@
+"""A circuit breaker per Redis node (DESIGN §3 layer 5, seed ch. 5).
+
+The engine asks :meth:`CircuitBreaker.allow` before using a node and reports every call's
+latency and success. The breaker opens when, over a sliding window, the p99 latency passes the
+threshold (default 200 ms) or the error rate does (default 50 %), once enough calls were seen.
+While open, the engine runs database-only for the tenants of that node — still exactly-once,
+only slower. After ``open_seconds`` a few probe calls are let through (half-open); if they are
+healthy the breaker closes, if one fails it opens again.
+
+One breaker per node, so one sick shard does not degrade the other tenants.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import StrEnum
+
+logger = logging.getLogger(__name__)
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        name: str,
+        *,
+        window_seconds: float = 10.0,
+        min_calls: int = 20,
+        p99_threshold_ms: float = 200.0,
+        error_rate_threshold: float = 0.5,
+        open_seconds: float = 5.0,
+        probes_to_close: int = 3,
+        max_samples: int = 500,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[str, BreakerState], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._window = window_seconds
+        self._min_calls = min_calls
+        self._p99_threshold = p99_threshold_ms / 1000
+        self._error_rate = error_rate_threshold
+        self._open_seconds = open_seconds
+        self._probes_to_close = probes_to_close
+        self._clock = clock
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._samples: deque[tuple[float, float, bool]] = deque(maxlen=max_samples)
+        self._state = BreakerState.CLOSED
+        self._opened_at = 0.0
+        self._probes_in_flight = 0
+        self._probe_successes = 0
+
+    @property
+    def state(self) -> BreakerState:
+        with self._lock:
+            self._maybe_half_open()
+            return self._state
+
+    def allow(self) -> bool:
+        """May the caller use the node now? In half-open, one probe at a time."""
+        with self._lock:
+            self._maybe_half_open()
+            if self._state is BreakerState.CLOSED:
+                return True
+            if self._state is BreakerState.HALF_OPEN and self._probes_in_flight == 0:
+                self._probes_in_flight = 1
+                return True
+            return False
+
+    def record(self, *, seconds: float, ok: bool) -> None:
+        """Report one call to the node: how long it took and whether it worked."""
+        with self._lock:
+            now = self._clock()
+            if self._state is BreakerState.HALF_OPEN:
+                self._probes_in_flight = 0
+                if ok and seconds <= self._p99_threshold:
+                    self._probe_successes += 1
+                    if self._probe_successes >= self._probes_to_close:
+                        self._samples.clear()
+                        self._set(BreakerState.CLOSED, "probes healthy")
+                else:
+                    self._open(now, f"probe {'slow' if ok else 'failed'} ({seconds * 1000:.0f} ms)")
+                return
+            if self._state is BreakerState.OPEN:
+                return
+            self._samples.append((now, seconds, ok))
+            reason = self._unhealthy(now)
+            if reason:
+                self._open(now, reason)
+
+    def _unhealthy(self, now: float) -> str | None:
+        while self._samples and self._samples[0][0] < now - self._window:
+            self._samples.popleft()
+        if len(self._samples) < self._min_calls:
+            return None
+        errors = sum(1 for _, _, ok in self._samples if not ok)
+        if errors / len(self._samples) >= self._error_rate:
+            return f"error rate {errors}/{len(self._samples)}"
+        latencies = sorted(s for _, s, _ in self._samples)
+        p99 = latencies[min(len(latencies) - 1, math.ceil(0.99 * len(latencies)) - 1)]
+        if p99 > self._p99_threshold:
+            return f"p99 {p99 * 1000:.0f} ms over {self._p99_threshold * 1000:.0f} ms"
+        return None
+
+    def _maybe_half_open(self) -> None:
+        if (
+            self._state is BreakerState.OPEN
+            and self._clock() - self._opened_at >= self._open_seconds
+        ):
+            self._probes_in_flight = 0
+            self._probe_successes = 0
+            self._set(BreakerState.HALF_OPEN, "probing")
+
+    def _open(self, now: float, reason: str) -> None:
+        self._opened_at = now
+        self._samples.clear()
+        self._set(BreakerState.OPEN, reason)
+
+    def _set(self, state: BreakerState, reason: str) -> None:
+        if state is self._state:
+            return
+        log = logger.warning if state is BreakerState.OPEN else logger.info
+        log("redis breaker %s: %s -> %s (%s)", self.name, self._state, state, reason)
+        self._state = state
+        if self._on_change:
+            self._on_change(self.name, state)

@@ -1,0 +1,29 @@
+"""Prometheus metrics of the engine (exposed by the host app's /metrics view)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from idempotency.breaker import BreakerState
+
+outcomes = Counter(
+    "idempotency_outcomes_total",
+    "Idempotency outcomes by tenant, endpoint and outcome",
+    ["tenant", "endpoint", "outcome"],
+)
+redis_latency = Histogram(
+    "idempotency_redis_seconds",
+    "Round-trip time of engine calls to Redis, per node",
+    ["node"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5),
+)
+breaker_state = Gauge(
+    "idempotency_breaker_state",
+    "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open",
+    ["node"],
+)
+_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+def breaker_changed(node: str, state: BreakerState) -> None:
+    breaker_state.labels(node=node).set(_STATE_VALUE[state])
