@@ -46,7 +46,6 @@ def redis_aliases() -> list[str]:
     return list(getattr(settings, "REDIS_NODE_ALIASES", []))
 
 
-@cache
 def _identities(aliases: tuple[str, ...]) -> list[str]:
     return [node_identity(settings.CACHES[alias]["LOCATION"]) for alias in aliases]
 

@@ -144,3 +144,60 @@ def engine_mode(request: pytest.FixtureRequest, settings: Any) -> str:
         }
     stores.reset()
     return request.param
+
+
+@pytest.fixture(scope="session")
+def shard_nodes() -> Any:
+    """Three standalone Redis nodes for the sharded topology (stopped at the end)."""
+    from tests.support.redis_nodes import RedisNode
+
+    nodes = [RedisNode().start() for _ in range(3)]
+    yield nodes
+    for node in nodes:
+        node.remove()
+
+
+@pytest.fixture(scope="session")
+def cluster_nodes() -> Any:
+    """A three-master Redis Cluster (stopped at the end)."""
+    from tests.support.redis_nodes import start_cluster
+
+    nodes = start_cluster(3)
+    yield nodes
+    for node in nodes:
+        node.remove()
+
+
+def use_topology(
+    settings: Any, *, shards: list[str] | None = None, cluster: str | None = None
+) -> None:
+    """Point the app at other Redis nodes for one test (settings fixture restores them)."""
+    from idempotency import stores
+
+    base = (
+        dict(settings.CACHES["default"]["OPTIONS"])
+        if "OPTIONS" in settings.CACHES["default"]
+        else {}
+    )
+    base.pop("CONNECTION_FACTORY", None)
+
+    def cache(url: str, **extra: Any) -> dict:
+        return {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {**base, **extra},
+        }
+
+    if cluster:
+        settings.CACHES = {
+            "default": cache(
+                cluster, CONNECTION_FACTORY="tenants.redis_routing.ClusterConnectionFactory"
+            )
+        }
+        settings.REDIS_NODE_ALIASES = ["default"]
+    else:
+        aliases = [f"redis-{i}" for i in range(len(shards or []))]
+        settings.CACHES = {a: cache(u) for a, u in zip(aliases, shards or [], strict=True)}
+        settings.CACHES["default"] = settings.CACHES[aliases[0]]
+        settings.REDIS_NODE_ALIASES = aliases
+    stores.reset()
