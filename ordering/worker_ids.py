@@ -63,6 +63,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ordering.models.worker_lease import WorkerLease
+from tenants.redis_routing import client_for_service, redis_aliases
 
 __all__ = [
     "KEY_PREFIX",
@@ -88,7 +89,6 @@ KEY_PREFIX = "orderid:worker:"
 
 # An unreachable Redis must send us to the database fallback quickly, not after the OS's TCP
 # timeout of minutes, which the first order of a process would sit through.
-_REDIS_TIMEOUT_SECONDS = 2.0
 
 # Extend the lease if KEYS[1] still holds our token; take it back if it lapsed (absent key);
 # 0 when another owner holds it.
@@ -176,12 +176,9 @@ class LeaseStore(Protocol):
 
 
 def _redis_client() -> redis.Redis:
-    """The Redis holding worker-id leases; one function so tenant-aware routing can replace it."""
-    return redis.Redis.from_url(
-        settings.REDIS_URL,
-        socket_connect_timeout=_REDIS_TIMEOUT_SECONDS,
-        socket_timeout=_REDIS_TIMEOUT_SECONDS,
-    )
+    """The Redis node holding worker-id leases, picked by the same routing as tenants' keys
+    (``tenants.redis_routing``), so shards and clusters need no extra node."""
+    return client_for_service("order-id-workers")
 
 
 @contextmanager
@@ -197,7 +194,8 @@ class RedisLeaseStore:
 
     name = "redis"
 
-    def __init__(self, *, key_prefix: str = KEY_PREFIX) -> None:
+    def __init__(self, *, key_prefix: str = KEY_PREFIX, ids: range = range(WORKER_IDS)) -> None:
+        self.ids = ids
         self._client = _redis_client()
         self._key_prefix = key_prefix
         self._renew = self._client.register_script(_RENEW_LUA)
@@ -227,6 +225,9 @@ class DatabaseLeaseStore:
     """Leases as ``WorkerLease`` rows, on the database's clock (``now()``), not this host's."""
 
     name = "database"
+
+    def __init__(self, *, ids: range = range(WORKER_IDS)) -> None:
+        self.ids = ids
 
     def claim(self, *, candidates: Sequence[int], owner: str, lease_seconds: int) -> int | None:
         def first_free() -> int | None:
@@ -310,9 +311,19 @@ def _database_reachable(work: Callable[[], T]) -> T:
 
 
 def default_stores() -> tuple[LeaseStore, ...]:
-    """Redis when ``REDIS_URL`` is set, with the database as fallback; else the database."""
-    if settings.REDIS_URL:
-        return (RedisLeaseStore(), DatabaseLeaseStore())
+    """Redis when configured, with the database as fallback; else the database.
+
+    With both, the ids are split: Redis leases 0..63, the database 64..127. The two stores
+    cannot see each other's leases, so this is what makes falling back (and coming back) safe:
+    a process that leased in the database while a Redis node was down can never hold an id that
+    another process holds in Redis, whatever the timing.
+    """
+    if redis_aliases():
+        half = WORKER_IDS // 2
+        return (
+            RedisLeaseStore(ids=range(half)),
+            DatabaseLeaseStore(ids=range(half, WORKER_IDS)),
+        )
     return (DatabaseLeaseStore(),)
 
 
@@ -343,9 +354,10 @@ def _claim_any(
     contend for the same key.
     """
     start = random.randrange(WORKER_IDS)
-    candidates = [(start + offset) % WORKER_IDS for offset in range(WORKER_IDS)]
+    rotated = [(start + offset) % WORKER_IDS for offset in range(WORKER_IDS)]
     unreachable: list[LeaseStoreUnavailable] = []
     for store in stores:
+        candidates = [i for i in rotated if i in store.ids]
         try:
             worker_id = store.claim(candidates=candidates, owner=owner, lease_seconds=lease_seconds)
         except LeaseStoreUnavailable as exc:
@@ -378,7 +390,8 @@ def _heartbeat(
             if not handle.renew():
                 return
         except LeaseStoreUnavailable as exc:
-            logger.warning("order-ID worker lease: renewal failed, will retry: %s", exc)
+            logger.warning("order-ID worker lease: renewal failed: %s", exc)
+            handle.fail_over_if_expiring(interval)
         except Exception:
             # The thread must outlive any surprise, or the lease would silently lapse.
             logger.exception("order-ID worker lease: renewal failed, will retry")
@@ -401,6 +414,7 @@ class WorkerLeaseHandle:
         self._lease_seconds = lease_seconds
         self._lock = ForkSafeLock()
         self._released = False
+        self._stores_for_acquire: tuple[LeaseStore, ...] | None = None
         self._acquire()
 
     @property
@@ -451,6 +465,34 @@ class WorkerLeaseHandle:
         )
         return False
 
+    def fail_over_if_expiring(self, interval: float) -> None:
+        """The store is unreachable: if the lease would lapse before the next renewal, lease a
+        fresh id from the next reachable store (the database when a Redis node is lost).
+
+        Safe at once because the stores lease disjoint ids (:func:`default_stores`)."""
+        with self._lock:
+            if self._released or self._lost or self._pid != os.getpid():
+                return
+            if time.monotonic() + interval < self._valid_until:
+                return
+            remaining = self._stores[self._stores.index(self._store) + 1 :]
+            if not remaining:
+                return
+            old_id, old_store = self._worker_id, self._store.name
+            self._stop.set()
+            self._stores_for_acquire = remaining
+            try:
+                self._acquire()
+            finally:
+                self._stores_for_acquire = None
+        logger.warning(
+            "order-ID worker id %d (%s) replaced by %d (%s) after the store became unreachable",
+            old_id,
+            old_store,
+            self._worker_id,
+            self._store.name,
+        )
+
     def release(self) -> None:
         """Give the id back at once; a lease already taken over by another owner is left alone.
 
@@ -485,7 +527,9 @@ class WorkerLeaseHandle:
         owner = _new_owner_token()
         started = time.monotonic()
         store, worker_id = _claim_any(
-            stores=self._stores, owner=owner, lease_seconds=self._lease_seconds
+            stores=self._stores_for_acquire or self._stores,
+            owner=owner,
+            lease_seconds=self._lease_seconds,
         )
         self._pid = os.getpid()
         self._store = store

@@ -51,12 +51,23 @@ def _identities(aliases: tuple[str, ...]) -> list[str]:
 
 
 def alias_for_tenant(tenant_key: str) -> str | None:
+    return _alias_for(f"tenant:{tenant_key}")
+
+
+def _alias_for(routing_key: str) -> str | None:
     aliases = tuple(redis_aliases())
     if not aliases:
         return None
     if len(aliases) == 1:
         return aliases[0]
-    return aliases[rendezvous_pick(f"tenant:{tenant_key}", _identities(aliases))]
+    return aliases[rendezvous_pick(routing_key, _identities(aliases))]
+
+
+def client_for_service(name: str):  # -> redis.Redis | RedisCluster | None
+    """The raw client of the node that holds a platform-wide service's keys (e.g. the order-ID
+    worker leases), placed by the same hashing as tenants."""
+    alias = _alias_for(f"service:{name}")
+    return None if alias is None else get_redis_connection(alias)
 
 
 def client_for_tenant(tenant_key: str):  # -> redis.Redis | RedisCluster | None

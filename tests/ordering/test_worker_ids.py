@@ -24,15 +24,19 @@ from django.utils import timezone
 from ordering.models.worker_lease import WorkerLease
 from ordering.order_ids import OrderIdGenerator, decode_order_id
 from ordering.worker_ids import (
+    KEY_PREFIX,
     WORKER_IDS,
     DatabaseLeaseStore,
     LeaseStore,
+    LeaseStoreUnavailable,
     NoWorkerIdAvailable,
     RedisLeaseStore,
     WorkerLeaseHandle,
     WorkerLeaseLost,
     lease_worker_id,
 )
+from tests.conftest import use_topology
+from tests.support.redis_nodes import RedisNode
 
 LeaseFactory = Callable[..., WorkerLeaseHandle]
 
@@ -231,12 +235,12 @@ def test_release_frees_the_id_at_once(
 def test_falls_back_to_the_database_when_redis_is_unreachable(
     transactional_db: None, settings: Any
 ) -> None:
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    use_topology(settings, shards=["redis://127.0.0.1:1/0"])  # nothing listens on port 1
 
     handle = lease_worker_id(lease_seconds=30)
     try:
         assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
-        assert handle.is_valid()
+        assert handle.is_valid() and handle.worker_id >= 64  # the database's half of the ids
     finally:
         handle.release()
     assert not WorkerLease.objects.filter(worker_id=handle.worker_id).exists()
@@ -269,3 +273,30 @@ def test_a_forked_child_leases_its_own_worker_id(
     assert redis_client.get(redis_store.key(child.worker_id)) is None  # released by the child
     assert redis_client.get(redis_store.key(handle.worker_id)) == handle.owner
     assert handle.is_valid()
+
+
+def test_lease_follows_the_routing_and_survives_losing_its_node(
+    transactional_db: None, settings: Any
+) -> None:
+    # given the leases on a Redis node of their own (sharded topology of one test-owned node)
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        handle = lease_worker_id(lease_seconds=3)
+        generator = OrderIdGenerator(worker_lease=handle)
+        first = generator.next_id(shard=1, dish_bucket=1)
+        assert handle.worker_id < 64
+        assert node.client().get(f"{KEY_PREFIX}{handle.worker_id}") == handle.owner.encode()
+        # when the node is lost and the lease nears its end
+        node.stop()
+        with pytest.raises(LeaseStoreUnavailable):
+            handle.renew()
+        handle.fail_over_if_expiring(interval=10)
+        # then the process holds an id of the database's half and keeps issuing unique IDs
+        assert handle.worker_id >= 64 and handle.is_valid()
+        assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
+        later = generator.next_id(shard=1, dish_bucket=1)
+        assert later != first and decode_order_id(later).worker_id == handle.worker_id
+        handle.release()
+    finally:
+        node.remove()
