@@ -7,6 +7,7 @@ engine in database-only mode). Production (``DEBUG=0``) refuses to start without
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -192,4 +193,6 @@ IDEMPOTENCY = {
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
     "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),
+    # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
+    "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
 }

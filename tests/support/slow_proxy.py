@@ -1,0 +1,65 @@
+"""A TCP proxy on loopback that can delay traffic to a server: a slow Redis node on demand.
+
+Each chunk a client sends is held for ``delay`` seconds before it is forwarded, so every
+command round trip gets ``delay`` slower. ``chunks`` counts forwarded client chunks, which
+tells a test whether clients are still talking to the server at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+from tests.support.redis_nodes import free_port
+
+
+class SlowProxy:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.delay = 0.0
+        self.chunks = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, from_client: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if from_client:
+                    if self.delay:
+                        time.sleep(self.delay)
+                    with self._lock:
+                        self.chunks += 1
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.close()
