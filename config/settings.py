@@ -48,6 +48,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.request_context.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -179,10 +180,21 @@ SPECTACULAR_SETTINGS = {
 ORDER_ID_MAX_CLOCK_BACKSTEP_MS = int(os.environ.get("ORDER_ID_MAX_CLOCK_BACKSTEP_MS", 200))
 ORDER_ID_LEASE_SECONDS = int(os.environ.get("ORDER_ID_LEASE_SECONDS", 30))
 
+# Structured logs: one JSON object per line with request id, tenant and the idempotency key's
+# hash (config/logging.py). LOG_FORMAT=text for plain lines.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {
+        "json": {"()": "config.logging.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": os.environ.get("LOG_FORMAT", "json"),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 

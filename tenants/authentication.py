@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from rest_framework.authentication import BaseAuthentication
 
 from config.api_errors import ApiError
+from config.request_context import set_tenant
 from tenants.api_keys import authenticate_api_key
 from tenants.error_codes import TenantErrorCode
 from tenants.models import ApiClient, Tenant
@@ -73,6 +74,7 @@ class ApiKeyAuthentication(BaseAuthentication):
                 code=TenantErrorCode.DINER_ID_INVALID,
                 detail="X-Diner-Id must be 1-64 characters of letters, digits and _.:@-",
             )
+        set_tenant(str(client.tenant_id))
         return ApiPrincipal(tenant=client.tenant, client=client, diner_id=diner_id), client
 
     def authenticate_header(self, request: HttpRequest) -> str:

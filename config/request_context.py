@@ -1,0 +1,63 @@
+"""Per-request context for logs: a request id, the tenant, and a hash of the idempotency key.
+
+The middleware takes ``X-Request-ID`` from the caller when it is a sane token (or makes one),
+echoes it in the response, and keeps it in a context variable together with the tenant (set by
+authentication) and a short SHA-256 of the ``Idempotency-Key`` (never the key itself: keys may
+be guessable and they are the client's secret handle on its operations). The JSON log
+formatter (``config/logging.py``) adds them to every line logged while the request runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+from django.http import HttpRequest, HttpResponse
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    request_id: str = ""
+    tenant: str = ""
+    idempotency_key_hash: str = ""
+
+
+# RequestContext is frozen, so sharing the default instance is safe.
+_context: ContextVar[RequestContext] = ContextVar("request_context", default=RequestContext())  # noqa: B039
+
+
+def current() -> RequestContext:
+    return _context.get()
+
+
+def set_tenant(tenant: str) -> None:
+    _context.set(replace(_context.get(), tenant=tenant))
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class RequestContextMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        given = request.META.get("HTTP_X_REQUEST_ID", "")
+        request_id = given if REQUEST_ID_RE.fullmatch(given) else uuid.uuid4().hex
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+        token = _context.set(
+            RequestContext(request_id=request_id, idempotency_key_hash=key_hash(key) if key else "")
+        )
+        try:
+            response = self.get_response(request)
+        finally:
+            _context.reset(token)
+        response["X-Request-ID"] = request_id
+        return response
