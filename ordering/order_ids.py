@@ -249,3 +249,17 @@ def _generator_for_process() -> OrderIdGenerator:
                 )
             generator = _process_generator
     return generator
+
+
+def release_process_lease() -> None:
+    """Give this process's order-ID worker id back at once, if it ever leased one.
+
+    For process shutdown (gunicorn's ``worker_exit`` hook, ``config/gunicorn.py``): the id is free
+    for the next process immediately instead of after its lease lapses. The generator stays in
+    place but refuses to issue IDs from now on (:class:`WorkerLeaseLost`); a new generator must
+    not replace it, as it could hand out the tick/sequence pairs this one already used.
+    """
+    with _process_generator_lock:
+        generator = _process_generator
+    if generator is not None:
+        generator._lease.release()

@@ -1,0 +1,70 @@
+"""gunicorn settings for the API: ``gunicorn -c config/gunicorn.py``.
+
+Used by production and by the test suite's live server (``tests/support/live_server.py``), which
+overrides bind and workers on the command line. Every value can be set from the environment so
+one file serves every deployment; command-line options win over this file.
+
+Why a config module and not just flags: the ``worker_exit`` hook gives a worker's order-ID worker
+id back when the worker stops (a restart, a scale-down, ``max_requests``), instead of keeping one
+of the few ids out of use for a whole lease length (``ordering/worker_ids.py``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from typing import Any
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+wsgi_app = "config.wsgi:application"
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
+worker_class = "sync"
+# gunicorn's rule of thumb for sync workers. Every worker that places orders leases one of the
+# few order-ID worker ids (at most 128, see ordering/worker_ids.py): keep workers x hosts (plus
+# Celery processes) well below that.
+workers = _env_int("GUNICORN_WORKERS", 2 * multiprocessing.cpu_count() + 1)
+# A request running longer than this is killed (and its worker replaced); the idempotency
+# engine rolls its transaction back and the key's lease lets the client retry.
+timeout = _env_int("GUNICORN_TIMEOUT", 30)
+# On SIGTERM, workers finish their current request for up to this long before being killed.
+graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
+keepalive = _env_int("GUNICORN_KEEPALIVE", 2)
+backlog = _env_int("GUNICORN_BACKLOG", 2048)
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
+errorlog = os.environ.get("GUNICORN_ERROR_LOG", "-")
+loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+
+
+# Logged once a worker has loaded the app and can answer; the test suite's live server waits for
+# one such line per worker so that every worker takes part in a storm from its first request.
+WORKER_READY_MESSAGE = "Worker ready (pid: %s)"
+
+
+def post_worker_init(worker: Any) -> None:
+    """Say that this worker has loaded the app (gunicorn's own "Booting worker" comes before)."""
+    worker.log.info(WORKER_READY_MESSAGE, worker.pid)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """Release the worker's order-ID worker-id lease, if it took one.
+
+    gunicorn calls this in the exiting worker (and, for a worker that vanished, in the master,
+    which holds no lease: checked by pid). A worker that never placed an order never leased an
+    id; one that never loaded the app has not imported the module, so nothing is imported here.
+    A worker killed with SIGKILL (e.g. after ``timeout``) does not get here; its lease lapses.
+    """
+    if worker.pid != os.getpid():
+        return
+    order_ids = sys.modules.get("ordering.order_ids")
+    if order_ids is None:
+        return
+    try:
+        order_ids.release_process_lease()
+    except Exception:
+        server.log.exception("could not release the order-ID worker lease of pid %s", worker.pid)

@@ -1,0 +1,67 @@
+"""Fixtures for flows that run against a live multi-process server.
+
+One gunicorn per engine mode, started at most once per module: ``live_gunicorn_redis`` (Redis +
+database, the suite's one Redis node) and ``live_gunicorn_database`` (``REDIS_URL=""``, no shards,
+no cluster: the engine runs on the database alone). ``live_gunicorn`` runs a test once against each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+
+from ordering.models import Dish
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient, Tenant
+from tests.support.live_server import LiveServer, gunicorn_fixture
+
+STOCK = 100
+# The Redis the "redis" server uses: the suite's (tests/conftest.py cleans the same one).
+REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:6379/0"
+# Server environments per engine mode. Every variable that configures Redis (config/settings.py)
+# is set, so a mode means the same whatever topology the caller's environment names.
+DATABASE_ONLY_ENV: dict[str, str | None] = {
+    "REDIS_URL": "",
+    "REDIS_SHARDS": None,
+    "REDIS_CLUSTER_URL": None,
+}
+ONE_REDIS_ENV: dict[str, str | None] = {**DATABASE_ONLY_ENV, "REDIS_URL": REDIS_URL}
+
+live_gunicorn_redis = gunicorn_fixture("live_gunicorn_redis", env=ONE_REDIS_ENV)
+live_gunicorn_database = gunicorn_fixture("live_gunicorn_database", env=DATABASE_ONLY_ENV)
+
+
+@pytest.fixture(scope="module", params=["redis", "database"])
+def live_gunicorn(request: pytest.FixtureRequest) -> LiveServer:
+    """The live server of each engine mode in turn (tests are grouped by mode)."""
+    return request.getfixturevalue(f"live_gunicorn_{request.param}")
+
+
+@dataclass(frozen=True)
+class Shop:
+    """A tenant with one dish and a diner-app API key, committed for the live server to see."""
+
+    tenant: Tenant
+    dish: Dish
+    api_key: str
+
+    @property
+    def tenant_key(self) -> str:
+        """The tenant as the idempotency engine names it (records, audits, Redis keys)."""
+        return str(self.tenant.pk)
+
+    def headers(self, *, diner: str = "d1") -> dict[str, str]:
+        return {"Authorization": f"Api-Key {self.api_key}", "X-Diner-Id": diner}
+
+
+@pytest.fixture
+def shop(transactional_db: None) -> Shop:
+    tenant = Tenant.objects.create(slug="storm", name="Storm Pizza")
+    dish = Dish.objects.for_tenant(tenant).create(
+        tenant=tenant, name="Pizza", price=Decimal("9.50"), stock=STOCK
+    )
+    _, api_key = issue_api_key(tenant=tenant, name="storm-app", kind=ApiClient.Kind.DINER_APP)
+    return Shop(tenant=tenant, dish=dish, api_key=api_key)
