@@ -200,6 +200,7 @@ LOGGING = {
 
 # --- idempotency engine -----------------------------------------------------------------
 IDEMPOTENCY = {
+    "ENABLED": env_bool("IDEMPOTENCY_ENABLED", True),
     "SCOPE_RESOLVER": "tenants.idempotency_scope.resolve",
     "REDIS_CLIENT_FOR_TENANT": "tenants.redis_routing.client_for_tenant",
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),

@@ -1,7 +1,7 @@
 """The engine's settings (``settings.IDEMPOTENCY``) and per-endpoint policies.
 
 Defaults follow DESIGN §3: 72 h result retention, a 30 s in-progress lease, a 60 s window for
-automatic keys. Redis is used when ``REDIS_URL_FOR_TENANT`` (a dotted path) returns a client for
+automatic keys; 600 writes per principal per minute; pre-issued tokens live 24 h. Redis is used when ``REDIS_URL_FOR_TENANT`` (a dotted path) returns a client for
 the tenant, otherwise the engine runs database-only with the same contract.
 """
 
@@ -13,6 +13,8 @@ from typing import Any, Literal
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
+    # False switches the engine off entirely (benchmarks compare with and without it)
+    "ENABLED": True,
     # dotted path: (request) -> (tenant_key, principal) | None; None means "not idempotent here"
     "SCOPE_RESOLVER": None,
     # dotted path: (tenant_key) -> redis.Redis | RedisCluster | None (None: database-only)
@@ -32,6 +34,18 @@ DEFAULTS: dict[str, Any] = {
     # CircuitBreaker keyword arguments (idempotency/breaker.py): window_seconds, min_calls,
     # p99_threshold_ms, error_rate_threshold, open_seconds, probes_to_close
     "BREAKER": {},
+    # Write rate limit (seed 2.1, idempotency/ratelimit.py): requests per principal per minute
+    # on the endpoints that carry the throttle; None switches the limiter off. Counted in fixed
+    # windows of RATE_LIMIT_WINDOW_SECONDS (the per-minute rate is scaled to the window).
+    "RATE_LIMIT_PER_MINUTE": 600,
+    "RATE_LIMIT_WINDOW_SECONDS": 60,
+    # dotted path: (tenant_key) -> per-minute rate | None (None: RATE_LIMIT_PER_MINUTE)
+    "RATE_LIMIT_FOR_TENANT": None,
+    # how long a process keeps a tenant's looked-up rate before asking again
+    "RATE_LIMIT_CACHE_SECONDS": 30.0,
+    # Pre-issued one-time tokens (seed 2.4, idempotency/tokens.py)
+    "TOKEN_TTL_SECONDS": 24 * 3600,
+    "TOKEN_MAX_BATCH": 1000,
 }
 
 

@@ -18,7 +18,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
 from idempotency import engine, responses
-from idempotency.conf import Policy
+from idempotency.conf import Policy, engine_setting
 from idempotency.http import KEY_HEADER, business_payload, prepare
 
 FORM_FIELD = "idempotency_key"
@@ -47,7 +47,8 @@ def idempotent_form(
     def decorate(view: View) -> View:
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method != "POST":
+            request.idempotency = None
+            if request.method != "POST" or not engine_setting("ENABLED"):
                 return view(request, *args, **kwargs)
             data = {
                 k: request.POST.getlist(k) if len(request.POST.getlist(k)) > 1 else v

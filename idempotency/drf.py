@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency import engine
-from idempotency.conf import Policy
+from idempotency.conf import Policy, engine_setting
 from idempotency.http import KEY_HEADER, business_payload, prepare
 
 Handler = Callable[..., HttpResponse]
@@ -56,6 +56,8 @@ def idempotent(
         @wraps(handler)
         def wrapper(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
             request.idempotency = None
+            if not engine_setting("ENABLED"):
+                return handler(view, request, *args, **kwargs)
             # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
             payload = business_payload(request.data, policy.fields, kwargs)
             prepared = prepare(

@@ -98,7 +98,7 @@ class OrderListCreateView(APIView):
             note=data.validated_data["note"],
             diner_id=principal.diner_id,
             client=principal.client,
-            idempotency_key=request.idempotency.business_key,
+            idempotency_key=request.idempotency.business_key if request.idempotency else None,
             actor=actor_of(principal),
         )
         return Response(
