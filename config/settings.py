@@ -203,6 +203,12 @@ IDEMPOTENCY = {
     "ENABLED": env_bool("IDEMPOTENCY_ENABLED", True),
     "SCOPE_RESOLVER": "tenants.idempotency_scope.resolve",
     "REDIS_CLIENT_FOR_TENANT": "tenants.redis_routing.client_for_tenant",
+    "SCRIPT_CHANNEL_CLIENT": "tenants.redis_routing.script_channel_client",
+    "ALL_REDIS_CLIENTS": "tenants.redis_routing.all_clients",
+    "SCRIPT_PIN_ALLOWED": "tenants.idempotency_scope.may_pin_script_version",
+    "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
+    # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
+    "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
     "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),

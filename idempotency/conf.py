@@ -1,8 +1,9 @@
 """The engine's settings (``settings.IDEMPOTENCY``) and per-endpoint policies.
 
 Defaults follow DESIGN §3: 72 h result retention, a 30 s in-progress lease, a 60 s window for
-automatic keys; 600 writes per principal per minute; pre-issued tokens live 24 h. Redis is used when ``REDIS_URL_FOR_TENANT`` (a dotted path) returns a client for
-the tenant, otherwise the engine runs database-only with the same contract.
+automatic keys; 600 writes per principal per minute; pre-issued tokens live 24 h. Redis is used
+when ``REDIS_CLIENT_FOR_TENANT`` (a dotted path) returns a client for the tenant, otherwise the
+engine runs database-only with the same contract.
 """
 
 from __future__ import annotations
@@ -34,8 +35,15 @@ DEFAULTS: dict[str, Any] = {
     # CircuitBreaker keyword arguments (idempotency/breaker.py): window_seconds, min_calls,
     # p99_threshold_ms, error_rate_threshold, open_seconds, probes_to_close
     "BREAKER": {},
+    # Lua script versions (idempotency/script_registry.py)
+    "SCRIPT_REFRESH_SECONDS": 30.0,
+    "SCRIPT_CHANNEL_CLIENT": None,  # dotted path: () -> client for the idem:scripts channel
+    "ALL_REDIS_CLIENTS": None,  # dotted path: () -> every node's client (SCRIPT LOAD)
+    "SCRIPT_PIN_ALLOWED": None,  # dotted path: (request) -> may X-Lua-Version pin a version?
+    "TENANT_REGION": None,  # dotted path: (tenant_key) -> region | None
+    "FORCE_SCRIPTS": {},  # {"claim": "/path/claim.lua"}: contract tests of a candidate
     # Write rate limit (seed 2.1, idempotency/ratelimit.py): requests per principal per minute
-    # on the endpoints that carry the throttle; None switches the limiter off. Counted in fixed
+    # on the endpoints that carry the throttle; None (or 0) means no default limit. Counted in fixed
     # windows of RATE_LIMIT_WINDOW_SECONDS (the per-minute rate is scaled to the window).
     "RATE_LIMIT_PER_MINUTE": 600,
     "RATE_LIMIT_WINDOW_SECONDS": 60,

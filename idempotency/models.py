@@ -70,3 +70,65 @@ class DuplicateAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.endpoint} {self.key}"
+
+
+class LuaScriptVersion(models.Model):
+    """One version of one of the engine's Lua scripts (claim, finish, release, backfill…).
+
+    Lifecycle: draft → canary (a share of tenants) → stable → retired. At most one canary and
+    one stable version per script name; ``idempotency.script_registry`` decides which version a
+    call uses, and running processes learn about changes through Redis pub/sub.
+    """
+
+    class State(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        CANARY = "canary", "Canary"
+        STABLE = "stable", "Stable"
+        RETIRED = "retired", "Retired"
+
+    name = models.CharField(max_length=32)
+    version = models.PositiveIntegerField()
+    source = models.TextField()
+    sha256 = models.CharField(max_length=64)
+    redis_sha1 = models.CharField(max_length=40, help_text="What EVALSHA calls it")
+    author = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.DRAFT)
+    canary_percent = models.PositiveSmallIntegerField(default=0)
+    canary_tenants = models.JSONField(default=list, blank=True)
+    canary_regions = models.JSONField(default=list, blank=True)
+    contract_passed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="uniq_lua_name_version"),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(state="stable"), name="one_stable_lua_per_name"
+            ),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(state="canary"), name="one_canary_lua_per_name"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(canary_percent__lte=100), name="lua_canary_percent_at_most_100"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version} ({self.state})"
+
+
+class LuaScriptChange(models.Model):
+    """Audit of every change to a script version: who did what, when."""
+
+    script = models.ForeignKey(LuaScriptVersion, on_delete=models.CASCADE, related_name="changes")
+    action = models.CharField(max_length=32)
+    author = models.CharField(max_length=150)
+    detail = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.script} by {self.author}"

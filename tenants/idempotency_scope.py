@@ -6,9 +6,12 @@ diner lands in another scope and can never replay someone else's response.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django.http import HttpRequest
 
 from tenants.authentication import ApiPrincipal
+from tenants.models import Tenant
 
 
 def resolve(request: HttpRequest) -> tuple[str, str] | None:
@@ -19,3 +22,18 @@ def resolve(request: HttpRequest) -> tuple[str, str] | None:
     if membership is not None:
         return str(membership.tenant_id), f"user:{membership.user_id}"
     return None
+
+
+def may_pin_script_version(request: HttpRequest) -> bool:
+    """``X-Lua-Version`` is honoured only for test API clients and staff users."""
+    user = getattr(request, "user", None)
+    if isinstance(user, ApiPrincipal):
+        return user.client.is_test
+    return bool(getattr(user, "is_staff", False))
+
+
+@lru_cache(maxsize=4096)
+def tenant_region(tenant_key: str) -> str | None:
+    """A tenant's region, for region-targeted canaries (regions rarely change; a process
+    restart or the cache's size bound refreshes it)."""
+    return Tenant.objects.filter(pk=tenant_key).values_list("region", flat=True).first()

@@ -93,3 +93,13 @@ class ClusterConnectionFactory(ConnectionFactory):
 def _cluster_client(url: str) -> RedisCluster:
     timeout = getattr(settings, "REDIS_SOCKET_TIMEOUT", 1.0)
     return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def all_clients() -> list:
+    """Every node's raw client (the engine loads new Lua script versions on each)."""
+    return [get_redis_connection(alias) for alias in redis_aliases()]
+
+
+def script_channel_client():  # -> redis.Redis | RedisCluster | None
+    """The node that carries the Lua-script change announcements for every process."""
+    return client_for_service("lua-scripts")
