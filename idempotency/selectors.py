@@ -14,6 +14,7 @@ from django.db.models import Count, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from idempotency.keys import ScopedKey
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 
 Outcome = DuplicateAudit.Outcome
@@ -96,3 +97,18 @@ def outcome_totals(*, tenant_key: str, since: datetime) -> dict[str, int]:
         .values_list("outcome", "n")
     )
     return {outcome: counts.get(outcome, 0) for outcome in Outcome.values}
+
+
+def has_committed_result(scoped: ScopedKey) -> bool:
+    """Whether another request with this key has already committed its result.
+
+    A view that lost a race to its own duplicate (database-only mode: both ran, the first
+    committed) can tell from this that the engine is about to replay the winner's answer, and
+    skip reporting its own refusal to the user.
+    """
+    return IdempotencyRecord.objects.filter(
+        tenant_key=scoped.tenant,
+        scope=scoped.scope,
+        key=scoped.key,
+        expires_at__gt=timezone.now(),
+    ).exists()

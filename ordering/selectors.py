@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Dish, Order
+from ordering.models import Coupon, Dish, Order
 from tenants.models import Tenant
 
 
@@ -36,3 +36,39 @@ def access_order(
         return orders.get(pk=order_id)
     except (Order.DoesNotExist, ValueError, OverflowError):
         raise OrderingError(OrderingErrorCode.ORDER_NOT_FOUND, "Order not found") from None
+
+
+# --- dashboard reads (merchant pages); another tenant's id is "not found", never "forbidden" --
+
+
+def board_orders(*, tenant: Tenant, limit: int = 200) -> QuerySet[Order]:
+    """The newest ``limit`` orders for the board, with what the cards show preloaded."""
+    return orders_of(tenant=tenant).order_by("-created_at", "-id").prefetch_related("lines")[:limit]
+
+
+def order_for_dashboard(*, tenant: Tenant, order_id: int) -> Order | None:
+    """One order with its lines, payments and transition log, or None if not this tenant's."""
+    return (
+        orders_of(tenant=tenant)
+        .select_related("coupon")
+        .prefetch_related("lines", "payments", "transitions")
+        .filter(pk=order_id)
+        .first()
+    )
+
+
+def dishes_of(*, tenant: Tenant) -> QuerySet[Dish]:
+    """Every dish of the tenant, active or not (the menu page manages both)."""
+    return Dish.objects.for_tenant(tenant).order_by("name")
+
+
+def dish_of(*, tenant: Tenant, dish_id: int) -> Dish | None:
+    return Dish.objects.for_tenant(tenant).filter(pk=dish_id).first()
+
+
+def coupons_of(*, tenant: Tenant) -> QuerySet[Coupon]:
+    return Coupon.objects.for_tenant(tenant).order_by("-active", "code")
+
+
+def coupon_of(*, tenant: Tenant, coupon_id: int) -> Coupon | None:
+    return Coupon.objects.for_tenant(tenant).filter(pk=coupon_id).first()

@@ -33,3 +33,25 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { say "Redis is not reachable on 127.0.0.1:6379"; exit 1; }
 say "PostgreSQL and Redis are up"
+
+# Headless Chromium for the browser tests (tests/browser, Playwright drives Debian's package; no
+# `playwright install` download). Without it those tests skip and say why.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing chromium (browser tests)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+      || say "could not install chromium: the browser tests will be skipped"
+  else
+    say "chromium is missing (apt-get install chromium): the browser tests will be skipped"
+  fi
+fi
+
+# wrk: the load generator of bench/http_load.py and of its smoke test (tests/bench/).
+if ! command -v wrk >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing wrk"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  else
+    say "missing wrk: install it (apt-get install wrk) and re-run"; exit 1
+  fi
+fi

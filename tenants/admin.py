@@ -1,7 +1,16 @@
-"""Staff admin for tenants, memberships and API clients (secrets are never shown)."""
+"""Staff admin for tenants, memberships and API clients.
 
-from django.contrib import admin
+Secrets are never shown, not even their hashes: a key is issued (and shown once) from the
+merchant dashboard or ``seed_demo``, so staff cannot add API clients here, only revoke them.
+"""
 
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest
+
+from tenants.api_keys import revoke_api_key
 from tenants.models import ApiClient, Membership, Tenant
 
 
@@ -13,22 +22,69 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "region", "status", "created_at"]
+    list_display = ["slug", "name", "region", "status", "members", "active_keys", "created_at"]
     list_filter = ["status", "region"]
     search_fields = ["slug", "name"]
+    readonly_fields = ["created_at"]
     inlines = [MembershipInline]
+    actions = ["suspend", "reactivate"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                member_count=Count("memberships", distinct=True),
+                active_key_count=Count(
+                    "api_clients", filter=Q(api_clients__revoked_at__isnull=True), distinct=True
+                ),
+            )
+        )
+
+    @admin.display(description="members", ordering="member_count")
+    def members(self, obj: Tenant) -> int:
+        return obj.member_count  # type: ignore[attr-defined]
+
+    @admin.display(description="active API keys", ordering="active_key_count")
+    def active_keys(self, obj: Tenant) -> int:
+        return obj.active_key_count  # type: ignore[attr-defined]
+
+    @admin.action(description="Suspend selected tenants (API answers 403)", permissions=["change"])
+    def suspend(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        n = queryset.filter(status=Tenant.Status.ACTIVE).update(status=Tenant.Status.SUSPENDED)
+        self.message_user(request, f"{n} tenant(s) suspended.", messages.SUCCESS)
+
+    @admin.action(description="Reactivate selected tenants", permissions=["change"])
+    def reactivate(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        n = queryset.filter(status=Tenant.Status.SUSPENDED).update(status=Tenant.Status.ACTIVE)
+        self.message_user(request, f"{n} tenant(s) reactivated.", messages.SUCCESS)
 
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
-    list_display = ["user", "tenant", "role"]
+    list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]
-    search_fields = ["user__username", "tenant__slug"]
+    list_select_related = ["user", "tenant"]
+    search_fields = ["user__username", "user__email", "tenant__slug"]
+    autocomplete_fields = ["user", "tenant"]
 
 
 @admin.register(ApiClient)
 class ApiClientAdmin(admin.ModelAdmin):
     list_display = ["prefix", "tenant", "name", "kind", "is_test", "last_used_at", "revoked_at"]
-    list_filter = ["kind", "is_test", "tenant"]
+    list_filter = ["kind", "is_test", ("revoked_at", admin.EmptyFieldListFilter), "tenant"]
+    list_select_related = ["tenant"]
     search_fields = ["prefix", "name", "tenant__slug"]
-    readonly_fields = ["prefix", "secret_hash", "created_at", "last_used_at"]
+    exclude = ["secret_hash"]
+    readonly_fields = ["tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        clients = list(queryset.filter(revoked_at__isnull=True))
+        for client in clients:
+            revoke_api_key(client=client)
+        self.message_user(request, f"{len(clients)} key(s) revoked.", messages.SUCCESS)

@@ -1,0 +1,59 @@
+"""API keys of the tenant's apps: issue (the full key is shown once), list, revoke.
+
+The new key travels to the next page in the server-side session, never in a URL, a cookie or
+the stored idempotent response (which is a bare redirect): a replayed "create" shows the list
+and the "already submitted" notice, not the key.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_http_methods, require_POST
+
+from idempotency.django_views import idempotent_form
+from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.forms import ApiKeyCreateForm
+from tenants.api_keys import issue_api_key, revoke_api_key
+from tenants.models import ApiClient, Tenant
+
+NEW_KEY_SESSION = "dashboard_new_api_key"
+
+
+def clients_of(tenant: Tenant) -> QuerySet[ApiClient]:
+    return ApiClient.objects.filter(tenant=tenant).order_by("revoked_at", "name", "pk")
+
+
+@tenant_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@idempotent_form(fields=("name", "kind"))
+def api_keys(request: HttpRequest) -> HttpResponse:
+    """GET: the keys (and, once, a key just issued). POST: issue a key."""
+    tenant = tenant_of(request)
+    form = ApiKeyCreateForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        client, key = issue_api_key(tenant=tenant, **form.cleaned_data)
+        request.session[NEW_KEY_SESSION] = {"tenant": tenant.pk, "id": client.pk, "key": key}
+        return redirect("dash-api-keys")
+    new_key = request.session.pop(NEW_KEY_SESSION, None)
+    if new_key is not None and new_key["tenant"] != tenant.pk:
+        new_key = None  # issued while another restaurant was current: never show it here
+    return render_page(
+        request,
+        "dashboard/api_keys.html",
+        {"clients": clients_of(tenant), "form": form, "new_key": new_key},
+        section="api_keys",
+        status=400 if form.is_bound else 200,
+    )
+
+
+@tenant_required
+@require_POST
+@idempotent_form(fields=())
+def api_key_revoke(request: HttpRequest, client_id: int) -> HttpResponse:
+    client = found(clients_of(tenant_of(request)).filter(pk=client_id).first())
+    revoke_api_key(client=client)
+    messages.success(request, f"Revoked key {client.prefix} ({client.name}).")
+    return redirect("dash-api-keys")

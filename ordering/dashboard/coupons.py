@@ -1,0 +1,52 @@
+"""Coupons: list, create, deactivate (deactivation is final for new orders; used counts stay)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_http_methods, require_POST
+
+from idempotency.django_views import idempotent_form
+from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.forms import CouponCreateForm
+from ordering.selectors import coupon_of, coupons_of
+from ordering.services.menu import MenuError, create_coupon, deactivate_coupon
+
+
+@tenant_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@idempotent_form(fields=("code", "kind", "value", "max_uses", "valid_until"))
+def coupons(request: HttpRequest) -> HttpResponse:
+    """GET: the coupons and a "new coupon" form. POST: create it, or show the form's errors."""
+    tenant = tenant_of(request)
+    form = CouponCreateForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            coupon = create_coupon(tenant=tenant, **form.cleaned_data)
+        except MenuError as exc:
+            form.add_error(exc.field, exc.message)
+        else:
+            messages.success(request, f"Created coupon {coupon.code}.")
+            return redirect("dash-coupons")
+    return render_page(
+        request,
+        "dashboard/coupons.html",
+        {"coupons": coupons_of(tenant=tenant), "form": form},
+        section="coupons",
+        status=400 if form.is_bound else 200,
+    )
+
+
+@tenant_required
+@require_POST
+@idempotent_form(fields=())
+def coupon_deactivate(request: HttpRequest, coupon_id: int) -> HttpResponse:
+    tenant = tenant_of(request)
+    found(coupon_of(tenant=tenant, coupon_id=coupon_id))
+    try:
+        coupon = deactivate_coupon(tenant=tenant, coupon_id=coupon_id)
+    except MenuError as exc:
+        raise Http404(exc.message) from exc
+    messages.success(request, f"Coupon {coupon.code} no longer applies to new orders.")
+    return redirect("dash-coupons")

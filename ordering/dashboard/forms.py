@@ -1,0 +1,70 @@
+"""Input validation of the dashboard's forms. Writes happen in services, never in ``save()``."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from ordering.models import Coupon
+from ordering.services.lifecycle import MERCHANT_TARGETS
+from tenants.models import ApiClient
+
+MONEY = {"max_digits": 10, "decimal_places": 2}
+
+
+class DishCreateForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
+    stock = forms.IntegerField(min_value=0, max_value=1_000_000, initial=0)
+    active = forms.BooleanField(required=False, initial=True, label="On the menu")
+
+    def clean_name(self) -> str:
+        return self.cleaned_data["name"].strip()
+
+
+class DishUpdateForm(forms.Form):
+    """``stock_seen`` is the count the merchant looked at; the service only overwrites that."""
+
+    price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
+    stock = forms.IntegerField(min_value=0, max_value=1_000_000)
+    stock_seen = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    active = forms.BooleanField(required=False, label="On the menu")
+
+
+class CouponCreateForm(forms.Form):
+    code = forms.RegexField(
+        regex=r"^[A-Za-z0-9_-]{2,40}$",
+        max_length=40,
+        error_messages={"invalid": "2-40 letters, digits, '-' or '_'."},
+    )
+    kind = forms.ChoiceField(choices=Coupon.Kind.choices)
+    value = forms.DecimalField(min_value=Decimal("0.01"), **MONEY)
+    max_uses = forms.IntegerField(
+        required=False, min_value=1, help_text="Empty: unlimited", label="Max uses"
+    )
+    valid_until = forms.DateTimeField(
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
+        label="Valid until (UTC)",
+    )
+
+    def clean_code(self) -> str:
+        return self.cleaned_data["code"].upper()
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("kind") == Coupon.Kind.PERCENT and (data.get("value") or 0) > 100:
+            self.add_error("value", "A percentage is at most 100.")
+        return data
+
+
+class ApiKeyCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=ApiClient.Kind.choices)
+
+
+class TransitionForm(forms.Form):
+    to = forms.ChoiceField(choices=[(t, t) for t in MERCHANT_TARGETS])

@@ -1,0 +1,81 @@
+"""Menu and stock: list dishes, add one, edit price, stock and availability."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_http_methods
+
+from idempotency.django_views import idempotent_form
+from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.forms import DishCreateForm, DishUpdateForm
+from ordering.models import Dish
+from ordering.selectors import dish_of, dishes_of
+from ordering.services.menu import MenuError, MenuErrorCode, create_dish, update_dish
+
+
+@tenant_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@idempotent_form(fields=("name", "description", "price", "stock", "active"))
+def menu(request: HttpRequest) -> HttpResponse:
+    """GET: the dishes and an "add dish" form. POST: add the dish, or show the form's errors."""
+    tenant = tenant_of(request)
+    form = DishCreateForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dish = create_dish(tenant=tenant, **form.cleaned_data)
+        except MenuError as exc:
+            form.add_error(exc.field, exc.message)
+        else:
+            messages.success(request, f"Added {dish.name}.")
+            return redirect("dash-menu")
+    return render_page(
+        request,
+        "dashboard/menu.html",
+        {"dishes": dishes_of(tenant=tenant), "form": form},
+        section="menu",
+        status=400 if form.is_bound else 200,
+    )
+
+
+@tenant_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@idempotent_form(fields=("price", "stock", "stock_seen", "active"))
+def dish_edit(request: HttpRequest, dish_id: int) -> HttpResponse:
+    """GET: the edit form. POST: save price/availability, and stock unless orders moved it."""
+    tenant = tenant_of(request)
+    dish = found(dish_of(tenant=tenant, dish_id=dish_id))
+    if request.method == "POST":
+        form = DishUpdateForm(request.POST)
+        if form.is_valid():
+            try:
+                dish = update_dish(tenant=tenant, dish_id=dish.pk, **form.cleaned_data)
+            except MenuError as exc:
+                if exc.code == MenuErrorCode.NOT_FOUND:
+                    raise Http404(exc.message) from exc
+                dish = dish_of(tenant=tenant, dish_id=dish.pk) or dish
+                form = DishUpdateForm({**form.data.dict(), "stock_seen": dish.stock})
+                form.is_valid()
+                form.add_error(exc.field, exc.message)
+            else:
+                messages.success(request, f"Saved {dish.name}.")
+                return redirect("dash-menu")
+    else:
+        form = DishUpdateForm(initial=_initial(dish))
+    return render_page(
+        request,
+        "dashboard/dish_edit.html",
+        {"dish": dish, "form": form},
+        section="menu",
+        status=400 if form.is_bound else 200,
+    )
+
+
+def _initial(dish: Dish) -> dict[str, object]:
+    return {
+        "price": dish.price,
+        "stock": dish.stock,
+        "stock_seen": dish.stock,
+        "active": dish.active,
+    }

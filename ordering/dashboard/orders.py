@@ -1,0 +1,164 @@
+"""The orders board (refreshing itself) and the order page with its allowed moves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST, require_safe
+
+from idempotency import audit
+from idempotency.django_views import idempotent_form
+from idempotency.http import request_meta
+from idempotency.selectors import has_committed_result
+from ordering.dashboard.access import actor_of, found, render_page, tenant_of, tenant_required
+from ordering.dashboard.forms import TransitionForm
+from ordering.error_codes import OrderingErrorCode
+from ordering.errors import OrderingError
+from ordering.models import Order, OrderStatus
+from ordering.selectors import board_orders, order_for_dashboard
+from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
+
+S = OrderStatus
+# The FSM methods behind "cancel" (cancel_order picks the one that applies); finish_cancel,
+# mark_paid and start_payment belong to the saga, the provider and the diner, not to merchants.
+CANCEL_METHODS = ("cancel_unpaid", "request_cancel")
+MOVE_LABELS = {
+    S.ACCEPTED: "Accept",
+    S.PREPARING: "Start preparing",
+    S.READY: "Mark ready",
+    S.DELIVERING: "Out for delivery",
+    S.COMPLETED: "Mark delivered",
+    S.CANCELLED: "Cancel order",
+}
+# Seconds between board refreshes; a setting so tests (and busy kitchens) can shorten it.
+DEFAULT_REFRESH_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Move:
+    target: str
+    label: str
+
+    @property
+    def is_cancel(self) -> bool:
+        return self.target == S.CANCELLED
+
+
+def merchant_moves(order: Order) -> list[Move]:
+    """The merchant moves allowed from the order's status right now, per the FSM itself
+    (sources and conditions), in lifecycle order with cancel last."""
+    targets: list[str] = []
+    for transition in order.get_available_status_transitions():
+        move = MERCHANT_MOVES.get(transition.target)
+        if move is not None and move(order).__name__ == transition.name:
+            targets.append(transition.target)
+        elif transition.name in CANCEL_METHODS and S.CANCELLED not in targets:
+            targets.append(S.CANCELLED)
+    targets.sort(key=lambda t: t == S.CANCELLED)
+    return [Move(target=t, label=MOVE_LABELS[t]) for t in targets]
+
+
+def board_context(request: HttpRequest) -> dict[str, object]:
+    """The board's columns (every status, in lifecycle order) and what "just now" means."""
+    columns: dict[str, list[Order]] = {status: [] for status in S.values}
+    for order in board_orders(tenant=tenant_of(request)):
+        columns[order.status].append(order)
+    return {"columns": columns, "just_now": timezone.now() - timedelta(minutes=1)}
+
+
+@require_safe
+@tenant_required
+def board(request: HttpRequest) -> HttpResponse:
+    """The board; a small script swaps in :func:`board_fragment` every few seconds."""
+    refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
+    return render_page(
+        request,
+        "dashboard/board.html",
+        {**board_context(request), "refresh_ms": int(refresh * 1000)},
+        section="orders",
+    )
+
+
+@require_safe
+@tenant_required
+def board_fragment(request: HttpRequest) -> HttpResponse:
+    response = render(request, "dashboard/partials/board_columns.html", board_context(request))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_safe
+@tenant_required
+def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
+    order = found(order_for_dashboard(tenant=tenant_of(request), order_id=order_id))
+    return render_page(
+        request,
+        "dashboard/order_detail.html",
+        {
+            "order": order,
+            "moves": merchant_moves(order),
+            "payments": list(order.payments.all()),
+            "transitions": list(order.transitions.all()),
+        },
+        section="orders",
+    )
+
+
+@tenant_required
+@require_POST
+@idempotent_form(fields=("to",))
+def order_transition(request: HttpRequest, order_id: int) -> HttpResponse:
+    """One merchant move. A double click replays the first answer (a redirect) with a notice;
+    a move the order no longer allows (another tab, a colleague) is refused with a message and
+    recorded as a CONFLICT audit."""
+    tenant = tenant_of(request)
+    order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
+    back = redirect("dash-order", order_id=order.pk)
+    form = TransitionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown move.")
+        return back
+    try:
+        moved = transition_order(
+            tenant=tenant,
+            order_id=order.pk,
+            target=form.cleaned_data["to"],
+            actor=actor_of(request),
+        )
+    except OrderingError as exc:
+        scoped = getattr(request, "idempotency", None)
+        if scoped is not None and has_committed_result(scoped):
+            return back  # lost to its own duplicate: the engine replays the winner's answer
+        if exc.error_code == OrderingErrorCode.ORDER_STATUS_CONFLICT:
+            _audit_conflict(request, order)
+        messages.error(request, f"Not applied: {exc.detail}")
+        return back
+    messages.success(request, f"Order {moved.pk} is now {moved.status}.")
+    return back
+
+
+def _audit_conflict(request: HttpRequest, order: Order) -> None:
+    """A cross-state duplicate (the move was already made elsewhere) is a duplicate for review
+    like a replay is; the engine cannot see it because each tab carried its own key."""
+    scoped = getattr(request, "idempotency", None)
+    if scoped is None:
+        return
+    audit.writer.record(
+        audit.AuditEvent(
+            tenant_key=scoped.tenant,
+            endpoint=f"{scoped.method} {scoped.route}",
+            key=scoped.key,
+            outcome="CONFLICT",
+            source="database",
+            principal=scoped.principal,
+            request_meta=request_meta(request),
+            resource_ref=reverse("dash-order", kwargs={"order_id": order.pk}),
+        )
+    )

@@ -1,0 +1,149 @@
+"""Merchant-side writes to the menu and coupons: create and edit dishes, create and retire coupons.
+
+Races are settled by the database, never by a read before the write: a duplicate dish name or
+coupon code is refused by the ``unique(tenant, ...)`` constraints, a stock edit is a conditional
+``UPDATE ... WHERE stock = <the value the merchant saw>`` so it cannot silently undo portions that
+orders took meanwhile, and retiring a coupon is ``UPDATE ... WHERE active``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+
+from django.db import IntegrityError, transaction
+
+from ordering.models import Coupon, Dish
+from tenants.models import Tenant
+
+
+class MenuErrorCode(StrEnum):
+    NOT_FOUND = "NOT_FOUND"
+    DUPLICATE_NAME = "DUPLICATE_NAME"
+    DUPLICATE_CODE = "DUPLICATE_CODE"
+    STOCK_CHANGED = "STOCK_CHANGED"
+    INVALID = "INVALID"
+
+
+class MenuError(Exception):
+    """A refused menu write; ``field`` names the form field the message belongs to, if any."""
+
+    def __init__(self, code: MenuErrorCode, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+def create_dish(
+    *,
+    tenant: Tenant,
+    name: str,
+    price: Decimal,
+    stock: int,
+    description: str = "",
+    active: bool = True,
+) -> Dish:
+    """Add a dish; a name the tenant already uses is refused (``DUPLICATE_NAME``)."""
+    try:
+        with transaction.atomic():
+            return Dish.objects.for_tenant(tenant).create(
+                tenant=tenant,
+                name=name,
+                description=description,
+                price=price,
+                stock=stock,
+                active=active,
+            )
+    except IntegrityError as exc:
+        if _violates(exc, "uniq_dish_tenant_name", "ordering_dish.name"):
+            raise MenuError(
+                MenuErrorCode.DUPLICATE_NAME, "A dish with this name exists.", field="name"
+            ) from exc
+        raise MenuError(MenuErrorCode.INVALID, "The dish was refused by the database.") from exc
+
+
+def update_dish(
+    *,
+    tenant: Tenant,
+    dish_id: int,
+    price: Decimal,
+    active: bool,
+    stock: int,
+    stock_seen: int,
+) -> Dish:
+    """Set price and availability; set stock only if it still is ``stock_seen``.
+
+    A merchant who left stock alone (``stock == stock_seen``) never conflicts with orders that
+    take portions meanwhile. One who typed a new count gets ``STOCK_CHANGED`` (and nothing is
+    written) if orders moved the count since the form was rendered.
+    """
+    dishes = Dish.objects.for_tenant(tenant).filter(pk=dish_id)
+    with transaction.atomic():
+        if stock == stock_seen:
+            updated = dishes.update(price=price, active=active)
+        else:
+            updated = dishes.filter(stock=stock_seen).update(
+                price=price, active=active, stock=stock
+            )
+        dish = dishes.first()
+    if dish is None:
+        raise MenuError(MenuErrorCode.NOT_FOUND, "No such dish.")
+    if updated != 1:
+        raise MenuError(
+            MenuErrorCode.STOCK_CHANGED,
+            f"Orders changed the stock to {dish.stock} since the page was loaded; "
+            "nothing was saved. Check the count and save again.",
+            field="stock",
+        )
+    return dish
+
+
+def create_coupon(
+    *,
+    tenant: Tenant,
+    code: str,
+    kind: str,
+    value: Decimal,
+    max_uses: int | None = None,
+    valid_until: datetime | None = None,
+) -> Coupon:
+    """Add a coupon; a code the tenant already uses is refused (``DUPLICATE_CODE``)."""
+    try:
+        with transaction.atomic():
+            return Coupon.objects.for_tenant(tenant).create(
+                tenant=tenant,
+                code=code,
+                kind=kind,
+                value=value,
+                max_uses=max_uses,
+                valid_until=valid_until,
+            )
+    except IntegrityError as exc:
+        if _violates(exc, "uniq_coupon_tenant_code", "ordering_coupon.code"):
+            raise MenuError(
+                MenuErrorCode.DUPLICATE_CODE, "A coupon with this code exists.", field="code"
+            ) from exc
+        raise MenuError(
+            MenuErrorCode.INVALID, "The coupon was refused (value out of range?).", field="value"
+        ) from exc
+
+
+def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> Coupon:
+    """Stop a coupon from being used by new orders. Deactivating twice changes nothing."""
+    coupons = Coupon.objects.for_tenant(tenant).filter(pk=coupon_id)
+    coupons.filter(active=True).update(active=False)
+    coupon = coupons.first()
+    if coupon is None:
+        raise MenuError(MenuErrorCode.NOT_FOUND, "No such coupon.")
+    return coupon
+
+
+def _violates(exc: IntegrityError, constraint: str, sqlite_column: str) -> bool:
+    """Whether ``exc`` is that unique constraint: PostgreSQL names it, SQLite names the column."""
+    diag = getattr(exc.__cause__, "diag", None)
+    name = getattr(diag, "constraint_name", None)
+    if name is not None:
+        return name == constraint
+    return sqlite_column in str(exc)

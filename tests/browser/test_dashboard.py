@@ -1,0 +1,213 @@
+"""The dashboard in a real browser: log in, watch an API order arrive, double-click "Accept",
+find the absorbed duplicate in the staff admin; screenshots under test-artifacts/."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from idempotency.audit import writer
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.models import Dish, OrderStatus, OrderTransition
+from tenants.api_keys import issue_api_key
+from tenants.models import Tenant
+from tests.browser.conftest import screenshot
+from tests.dashboard.factories import PASSWORD, make_merchant, make_order
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+S = OrderStatus
+
+
+@dataclass
+class Shop:
+    tenant: Tenant
+    owner: User
+    dishes: dict[str, Dish]
+
+
+def open_shop() -> Shop:
+    tenant = Tenant.objects.create(slug="trattoria-roma", name="Trattoria Roma")
+    dishes = {
+        name: Dish.objects.for_tenant(tenant).create(
+            tenant=tenant, name=name, price=Decimal(price), stock=80
+        )
+        for name, price in [("Margherita", "8.50"), ("Carbonara", "11.00"), ("Tiramisu", "5.50")]
+    }
+    return Shop(tenant=tenant, owner=make_merchant(tenant, "roma-owner"), dishes=dishes)
+
+
+def log_in(page, base_url: str, username: str, next_url: str = "/dashboard/") -> None:
+    page.goto(f"{base_url}{next_url}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base_url}{next_url}")
+
+
+def place_via_api(base_url: str, key: str, items: list[dict], api_key: str) -> httpx.Response:
+    return httpx.post(
+        f"{base_url}/api/v1/orders/",
+        json={"items": items, "payment_method": "card"},
+        headers={
+            "Authorization": f"Api-Key {api_key}",
+            "Idempotency-Key": key,
+            "X-Diner-Id": "diner-42",
+        },
+        timeout=10,
+    )
+
+
+def test_log_in_and_an_order_placed_through_the_api_appears_on_the_board(page, live_server):
+    shop = open_shop()
+    d = shop.dishes
+    for dish, status in [
+        (d["Margherita"], S.PAID),
+        (d["Carbonara"], S.PAID),
+        (d["Tiramisu"], S.ACCEPTED),
+        (d["Carbonara"], S.PREPARING),
+        (d["Margherita"], S.READY),
+        (d["Margherita"], S.DELIVERING),
+        (d["Tiramisu"], S.COMPLETED),
+        (d["Carbonara"], S.CANCELLED),
+    ]:
+        make_order(shop.tenant, dish, status, quantity=2)
+    _, api_key = issue_api_key(tenant=shop.tenant, name="Diner app")
+
+    page.goto(f"{live_server.url}/dashboard/")
+    assert "/dashboard/login/" in page.url  # anonymous: sent to log in
+    log_in(page, live_server.url, "roma-owner")
+    assert page.get_by_role("heading", name="Orders", exact=True).is_visible()
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+    placed = place_via_api(
+        live_server.url,
+        f"app-{uuid.uuid4()}",
+        [
+            {"dish_id": d["Margherita"].pk, "quantity": 1},
+            {"dish_id": d["Tiramisu"].pk, "quantity": 2},
+        ],
+        api_key,
+    )
+    assert placed.status_code == 201, placed.text
+    order_id = placed.json()["id"]
+
+    card = page.locator(f'section[aria-labelledby="col-CREATED"] [data-order-id="{order_id}"]')
+    card.wait_for(state="visible", timeout=5_000)  # the board polls every second here
+    assert page.evaluate("window.__sameDocument") is True
+    assert "2\u00d7 Tiramisu" in card.inner_text()
+    assert page.locator("#board-updated").inner_text().startswith("Updated")
+    screenshot(page, "board.png", readme=True)
+
+
+def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate(page, live_server):
+    shop = open_shop()
+    order = make_order(shop.tenant, shop.dishes["Carbonara"], S.PAID, quantity=2)
+    User.objects.create_superuser("staff", password=PASSWORD)
+    log_in(page, live_server.url, "roma-owner", f"/dashboard/orders/{order.pk}/")
+
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    # A person's double click: each press lasts a few tens of ms. (With zero-length presses
+    # Chromium folds both submits into one navigation and one request, which would prove
+    # nothing about the server.)
+    page.get_by_role("button", name="Accept").dblclick(delay=40)
+
+    page.locator("#order-status", has_text="ACCEPTED").wait_for()
+    page.wait_for_load_state("load")
+    log = page.locator("#transition-log .log-entry")
+    assert log.filter(has_text="ACCEPTED").count() == 1
+    assert log.count() == 4  # CREATED, PAYING, PAID, ACCEPTED
+    assert page.get_by_role("button", name="Start preparing").is_visible()
+    assert OrderTransition.all_tenants.filter(order=order, to_status=S.ACCEPTED).count() == 1
+    screenshot(page, "order-after-double-click.png")
+
+    writer.flush()  # live_server runs in this process; audits wait in its queue
+    hits = DuplicateAudit.objects.filter(
+        outcome="HIT", resource_ref=f"/dashboard/orders/{order.pk}/"
+    )
+    assert len(posts) == 2 and posts[0] == posts[1]  # both clicks submitted the form
+    assert hits.count() == 1  # the second submit reached the server and was replayed
+
+    page.context.clear_cookies()
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/idempotency/duplicateaudit/")
+    page.fill("#id_username", "staff")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/admin/idempotency/duplicateaudit/")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1
+    row = rows.first.inner_text()
+    assert "Replayed" in row and f"/dashboard/orders/{order.pk}/" in row
+    assert hits.get().key in row
+    screenshot(page, "admin-duplicate-audits.png")
+
+
+HOURLY_FIRSTS = [2, 1, 0, 0, 0, 1, 3, 6, 9, 14, 18, 12, 7, 5, 4, 6, 11, 17, 21, 16, 10, 6, 3, 5]
+HOURLY_HITS = [0, 0, 0, 0, 0, 0, 1, 1, 2, 4, 6, 3, 1, 1, 0, 1, 3, 5, 7, 4, 2, 1, 0, 0]
+
+
+def seed_history(tenant: Tenant) -> None:
+    """A day of traffic, for the chart: lunch and dinner peaks, with their duplicates."""
+    now = timezone.now()
+    top = now.replace(minute=0, second=0, microsecond=0)
+    records, audits = [], []
+    for i, (firsts, hits) in enumerate(zip(HOURLY_FIRSTS, HOURLY_HITS, strict=True)):
+        hour = top - timedelta(hours=23 - i) + timedelta(minutes=7)
+        if hour > now:
+            hour = now
+        for n in range(firsts):
+            records.append(
+                IdempotencyRecord(
+                    tenant_key=str(tenant.pk),
+                    scope="client:1/diner:-|POST|api/v1/orders/",
+                    key=f"history-{i}-{n}",
+                    fingerprint="0" * 64,
+                    response_status=201,
+                    created_at=hour,
+                    expires_at=hour + timedelta(hours=72),
+                )
+            )
+        for n in range(hits):
+            audits.append(
+                DuplicateAudit(
+                    tenant_key=str(tenant.pk),
+                    endpoint="POST api/v1/orders/",
+                    key=f"history-{i}-{n}",
+                    outcome="HIT",
+                    source="redis",
+                    at=hour + timedelta(seconds=3),
+                )
+            )
+    IdempotencyRecord.objects.bulk_create(records)
+    DuplicateAudit.objects.bulk_create(audits)
+
+
+def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_server):
+    shop = open_shop()
+    seed_history(shop.tenant)
+    _, api_key = issue_api_key(tenant=shop.tenant, name="Diner app")
+    margherita = [{"dish_id": shop.dishes["Margherita"].pk, "quantity": 1}]
+    first = place_via_api(live_server.url, "retry-after-timeout", margherita, api_key)
+    replay = place_via_api(live_server.url, "retry-after-timeout", margherita, api_key)
+    changed = [{"dish_id": shop.dishes["Margherita"].pk, "quantity": 3}]
+    reused = place_via_api(live_server.url, "retry-after-timeout", changed, api_key)
+    assert (first.status_code, replay.status_code, reused.status_code) == (201, 201, 422)
+    assert replay.headers["X-Idempotent-Result"] == "HIT"
+    writer.flush()
+
+    log_in(page, live_server.url, "roma-owner", "/dashboard/idempotency/")
+
+    assert page.locator("svg rect.bar-hit").count() >= 15
+    assert page.locator("#breaker-state").inner_text() == "closed"
+    hits = page.locator("#duplicate-hits tbody tr")
+    assert hits.first.get_by_role("link", name="Order ").count() == 1  # links the order page
+    problem = page.locator("#problems tbody tr").first.inner_text()
+    assert "Key reused with another payload" in problem and "items" in problem
+    screenshot(page, "idempotency.png", readme=True)

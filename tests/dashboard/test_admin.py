@@ -1,0 +1,225 @@
+"""The staff admin: orders moved only through the lifecycle, read-only audits with review and
+CSV export, read-only idempotency records, API clients that can be revoked but not shown."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.models import Order, OrderStatus, OrderTransition
+from tenants.models import ApiClient, Tenant
+
+pytestmark = pytest.mark.django_db
+S = OrderStatus
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x-123456789"))
+    return client
+
+
+def run_action(staff: Client, changelist: str, action: str, pks: list[object], **extra: str):
+    return staff.post(
+        changelist, {"action": action, ACTION_CHECKBOX_NAME: [str(pk) for pk in pks], **extra}
+    )
+
+
+# --- orders --------------------------------------------------------------------------------
+
+
+def test_order_page_shows_the_log_inline_and_money_read_only(staff, mine):
+    page = staff.get(f"/admin/ordering/order/{mine.order.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "transition log" in html.lower() and "provider:test" in html
+    for field in ("total", "subtotal", "discount", "status", "currency"):
+        assert f'name="{field}"' not in html, field
+    assert staff.get("/admin/ordering/order/add/").status_code == 403
+
+
+def test_admin_action_moves_orders_through_the_lifecycle_as_staff(staff, mine, theirs, order_in):
+    created = order_in(mine.tenant, mine.dishes["pasta"], S.CREATED)
+    r = run_action(
+        staff,
+        "/admin/ordering/order/",
+        "move_to_accepted",
+        [mine.order.pk, theirs.order.pk, created.pk],
+    )
+    assert r.status_code == 302
+    statuses = dict(Order.all_tenants.values_list("pk", "status"))
+    assert statuses[mine.order.pk] == statuses[theirs.order.pk] == S.ACCEPTED
+    assert statuses[created.pk] == S.CREATED  # not allowed from CREATED: left alone
+    last = OrderTransition.all_tenants.filter(order=mine.order).last()
+    assert (last.to_status, last.actor) == (S.ACCEPTED, "staff:root")
+    notices = [str(m) for m in staff.get("/admin/ordering/order/").context["messages"]]
+    assert "Accept: 2 order(s) moved." in notices
+    assert any(str(created.pk) in n and "not allowed" in n for n in notices)
+
+
+def test_admin_cancel_action_uses_the_cancel_service(staff, mine, order_in):
+    unpaid = order_in(mine.tenant, mine.dishes["pasta"], S.CREATED)
+    run_action(staff, "/admin/ordering/order/", "move_to_cancelled", [mine.order.pk, unpaid.pk])
+    statuses = dict(Order.all_tenants.values_list("pk", "status"))
+    assert statuses[mine.order.pk] == S.CANCELLING and statuses[unpaid.pk] == S.CANCELLED
+
+
+def test_order_search_by_id(staff, mine, theirs):
+    page = staff.get("/admin/ordering/order/", {"q": str(mine.order.pk)})
+    assert [o.pk for o in page.context["cl"].result_list] == [mine.order.pk]
+    assert staff.get("/admin/ordering/order/", {"q": "not-a-number"}).status_code == 200
+
+
+# --- duplicate-hit audits ------------------------------------------------------------------
+
+
+def make_audit(tenant_key: str, outcome: str, key: str, days_ago: int = 0, **fields):
+    return DuplicateAudit.objects.create(
+        tenant_key=tenant_key,
+        endpoint=fields.pop("endpoint", "POST api/v1/orders/"),
+        key=key,
+        outcome=outcome,
+        at=timezone.now() - timedelta(days=days_ago),
+        **fields,
+    )
+
+
+@pytest.fixture
+def audits(db) -> dict[str, DuplicateAudit]:
+    return {
+        "hit": make_audit("1", "HIT", "k-hit", resource_ref="/api/v1/orders/777/"),
+        "reused": make_audit("1", "REUSED", "k-reused", differing_fields=["items"]),
+        "old": make_audit(
+            "2",
+            "CONFLICT",
+            "=cmd|' /C calc'!A0",
+            days_ago=10,
+            endpoint="POST dashboard/orders/<int:order_id>/transition/",
+        ),
+    }
+
+
+def listed(staff: Client, **params: str) -> set[str]:
+    page = staff.get("/admin/idempotency/duplicateaudit/", params)
+    assert page.status_code == 200
+    return {a.key for a in page.context["cl"].result_list}
+
+
+def test_audit_list_filters_and_search(staff, audits):
+    assert listed(staff) == {"k-hit", "k-reused", "=cmd|' /C calc'!A0"}
+    assert listed(staff, outcome__exact="HIT") == {"k-hit"}
+    assert listed(staff, tenant_key="2") == {"=cmd|' /C calc'!A0"}
+    assert listed(staff, endpoint="POST api/v1/orders/") == {"k-hit", "k-reused"}
+    since = (timezone.now() - timedelta(days=1)).isoformat()
+    assert listed(staff, at__gte=since) == {"k-hit", "k-reused"}
+    assert listed(staff, q="k-reused") == {"k-reused"}
+    assert listed(staff, q="777") == {"k-hit"}  # by order, through resource_ref
+
+
+def test_audit_rows_are_read_only(staff, audits):
+    url = f"/admin/idempotency/duplicateaudit/{audits['hit'].pk}/change/"
+    page = staff.get(url)
+    assert page.status_code == 200 and 'name="key"' not in page.content.decode()
+    assert staff.post(url, {"key": "changed"}).status_code == 403
+    assert staff.get("/admin/idempotency/duplicateaudit/add/").status_code == 403
+    assert staff.post(url.replace("change", "delete"), {"post": "yes"}).status_code == 403
+    assert DuplicateAudit.objects.get(pk=audits["hit"].pk).key == "k-hit"
+
+
+def test_mark_reviewed_asks_for_a_note_then_applies_it(staff, audits):
+    pks = [audits["hit"].pk, audits["reused"].pk]
+    confirm = run_action(staff, "/admin/idempotency/duplicateaudit/", "mark_reviewed", pks)
+    assert confirm.status_code == 200 and b"Resolution note" in confirm.content
+    assert not DuplicateAudit.objects.filter(reviewed=True).exists()
+
+    empty = run_action(staff, "/admin/idempotency/duplicateaudit/", "mark_reviewed", pks, apply="1")
+    assert empty.status_code == 200 and not DuplicateAudit.objects.filter(reviewed=True).exists()
+
+    done = run_action(
+        staff,
+        "/admin/idempotency/duplicateaudit/",
+        "mark_reviewed",
+        pks,
+        apply="1",
+        resolution_note="Client retried after a timeout; one order, as it should be.",
+    )
+    assert done.status_code == 302
+    reviewed = DuplicateAudit.objects.filter(reviewed=True)
+    assert {a.pk for a in reviewed} == set(pks)
+    assert {(a.reviewed_by, a.resolution_note[:14]) for a in reviewed} == {
+        ("root", "Client retried")
+    }
+    assert DuplicateAudit.objects.get(pk=audits["old"].pk).reviewed is False
+
+
+def test_mark_reviewed_needs_the_change_permission(audits):
+    viewer = User.objects.create_user("viewer", password="x-123456789", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(Permission.objects.get(codename="view_duplicateaudit"))
+    client = Client()
+    client.force_login(viewer)
+    page = client.get("/admin/idempotency/duplicateaudit/")
+    assert page.status_code == 200
+    actions = [name for name, _ in page.context["action_form"].fields["action"].choices]
+    assert "mark_reviewed" not in actions and "export_csv" in actions
+
+
+def test_csv_export_has_every_column_and_defuses_formulas(staff, audits):
+    r = run_action(
+        staff, "/admin/idempotency/duplicateaudit/", "export_csv", [a.pk for a in audits.values()]
+    )
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
+    assert r["Content-Disposition"].startswith('attachment; filename="duplicate-audits-')
+    rows = list(csv.DictReader(io.StringIO(r.content.decode())))
+    assert [row["key"] for row in rows] == ["'=cmd|' /C calc'!A0", "k-hit", "k-reused"]
+    assert rows[2]["differing_fields"] == "items" and rows[1]["resource_ref"].endswith("777/")
+
+
+# --- idempotency records, tenants, API clients -------------------------------------------
+
+
+def test_idempotency_records_are_read_only(staff):
+    now = timezone.now()
+    rec = IdempotencyRecord.objects.create(
+        tenant_key="1",
+        scope="s",
+        key="k",
+        fingerprint="f" * 64,
+        response_status=201,
+        response_body=b'{"id": "1"}',
+        created_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    url = f"/admin/idempotency/idempotencyrecord/{rec.pk}/change/"
+    page = staff.get(url)
+    assert page.status_code == 200 and "{&quot;id&quot;: &quot;1&quot;}" in page.content.decode()
+    assert staff.post(url, {"key": "x"}).status_code == 403
+    assert staff.get("/admin/idempotency/idempotencyrecord/add/").status_code == 403
+
+
+def test_api_clients_can_be_revoked_but_not_added_or_shown(staff, mine):
+    page = staff.get(f"/admin/tenants/apiclient/{mine.api_client.pk}/change/")
+    assert page.status_code == 200
+    assert mine.api_client.secret_hash not in page.content.decode()
+    assert staff.get("/admin/tenants/apiclient/add/").status_code == 403
+    run_action(staff, "/admin/tenants/apiclient/", "revoke", [mine.api_client.pk])
+    assert ApiClient.objects.get(pk=mine.api_client.pk).revoked_at is not None
+
+
+def test_tenants_list_counts_members_and_keys_and_can_suspend(staff, mine, theirs):
+    page = staff.get("/admin/tenants/tenant/")
+    rows = {t.slug: (t.member_count, t.active_key_count) for t in page.context["cl"].result_list}
+    assert rows == {"alpha": (1, 1), "beta": (1, 1)}
+    run_action(staff, "/admin/tenants/tenant/", "suspend", [theirs.tenant.pk])
+    assert Tenant.objects.get(pk=theirs.tenant.pk).status == Tenant.Status.SUSPENDED
+    assert staff.get("/admin/tenants/membership/").status_code == 200

@@ -1,0 +1,213 @@
+"""Every state-changing dashboard form applies once: a double click, a re-submit after "back"
+or a retry sends the same one-time token, and gets the first answer plus a notice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from idempotency.audit import writer
+from idempotency.django_views import ALREADY_APPLIED
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.models import Coupon, Dish, OrderStatus, OrderTransition
+from tenants.models import ApiClient, Membership
+from tests.dashboard.conftest import World, build_world, form_token, make_merchant
+
+S = OrderStatus
+
+
+@dataclass(frozen=True)
+class FormCase:
+    """A form: where it is rendered, where it posts, what it sends, what its effect counts."""
+
+    page: Callable[[World], str]
+    action: Callable[[World], str]
+    data: Callable[[World], dict[str, Any]]
+    effect: Callable[[World], object]
+    anchor: Callable[[World], str] | None = None  # the form's row, when a page has many
+
+
+CASES = {
+    "order-transition": FormCase(
+        page=lambda w: f"/dashboard/orders/{w.order.pk}/",
+        action=lambda w: f"/dashboard/orders/{w.order.pk}/transition/",
+        data=lambda w: {"to": S.ACCEPTED},
+        effect=lambda w: OrderTransition.all_tenants.filter(order=w.order).count(),
+    ),
+    "dish-create": FormCase(
+        page=lambda w: "/dashboard/menu/",
+        action=lambda w: "/dashboard/menu/",
+        data=lambda w: {"name": "Soup", "price": "6.00", "stock": "5", "active": "on"},
+        effect=lambda w: Dish.objects.for_tenant(w.tenant).count(),
+    ),
+    "dish-edit": FormCase(
+        page=lambda w: f"/dashboard/menu/{w.dishes['pizza'].pk}/",
+        action=lambda w: f"/dashboard/menu/{w.dishes['pizza'].pk}/",
+        data=lambda w: {
+            "price": "9.90",
+            "stock": "7",
+            "stock_seen": str(Dish.all_tenants.get(pk=w.dishes["pizza"].pk).stock),
+        },
+        effect=lambda w: Dish.all_tenants.values_list("price", "stock", "active").get(
+            pk=w.dishes["pizza"].pk
+        ),
+    ),
+    "coupon-create": FormCase(
+        page=lambda w: "/dashboard/coupons/",
+        action=lambda w: "/dashboard/coupons/",
+        data=lambda w: {"code": "TWICE", "kind": "amount", "value": "3"},
+        effect=lambda w: Coupon.objects.for_tenant(w.tenant).count(),
+    ),
+    "coupon-deactivate": FormCase(
+        page=lambda w: "/dashboard/coupons/",
+        action=lambda w: f"/dashboard/coupons/{w.coupon.pk}/deactivate/",
+        data=lambda w: {},
+        effect=lambda w: Coupon.objects.for_tenant(w.tenant).filter(active=True).count(),
+        anchor=lambda w: f'data-coupon-id="{w.coupon.pk}"',
+    ),
+    "api-key-create": FormCase(
+        page=lambda w: "/dashboard/api-keys/",
+        action=lambda w: "/dashboard/api-keys/",
+        data=lambda w: {"name": "POS", "kind": "merchant"},
+        effect=lambda w: ApiClient.objects.filter(tenant=w.tenant).count(),
+    ),
+    "api-key-revoke": FormCase(
+        page=lambda w: "/dashboard/api-keys/",
+        action=lambda w: f"/dashboard/api-keys/{w.api_client.pk}/revoke/",
+        data=lambda w: {},
+        effect=lambda w: ApiClient.objects.filter(tenant=w.tenant, revoked_at=None).count(),
+        anchor=lambda w: f'data-client-id="{w.api_client.pk}"',
+    ),
+}
+
+
+def token_for(client: Client, case: FormCase, world: World) -> str:
+    html = client.get(case.page(world)).content.decode()
+    if case.anchor is not None:
+        html = html[html.index(case.anchor(world)) :]
+    return form_token(html)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", list(CASES))
+def test_second_submit_of_the_same_form_replays_the_first(merchant, mine, engine_mode, name):
+    case = CASES[name]
+    before = case.effect(mine)
+    body = {**case.data(mine), "idempotency_key": token_for(merchant, case, mine)}
+
+    first = merchant.post(case.action(mine), body)
+    after_first = case.effect(mine)
+    second = merchant.post(case.action(mine), body)
+
+    assert first.status_code == 302 and first["X-Idempotent-Result"] == "MISS"
+    assert after_first != before  # the first submit did something...
+    assert case.effect(mine) == after_first  # ...and the second nothing more
+    assert second.status_code == 302 and second["X-Idempotent-Result"] == "HIT"
+    assert second["Location"] == first["Location"]
+    landing = merchant.get(second["Location"]).content.decode()
+    assert ALREADY_APPLIED in landing
+    writer.flush()
+    [hit] = DuplicateAudit.objects.filter(outcome="HIT")
+    assert hit.tenant_key == str(mine.tenant.pk) and hit.key == body["idempotency_key"]
+    assert hit.resource_ref == first["Location"]
+
+
+@pytest.mark.django_db
+def test_replayed_api_key_creation_does_not_show_the_key_again(merchant, mine, engine_mode):
+    case = CASES["api-key-create"]
+    body = {**case.data(mine), "idempotency_key": token_for(merchant, case, mine)}
+    merchant.post(case.action(mine), body)
+    shown = merchant.get("/dashboard/api-keys/")
+    key = shown.context["new_key"]["key"]
+
+    replay = merchant.post(case.action(mine), body)
+    landing = merchant.get(replay["Location"])
+
+    assert replay["X-Idempotent-Result"] == "HIT" and replay.content == b""
+    assert landing.context["new_key"] is None and key not in landing.content.decode()
+    assert ALREADY_APPLIED in landing.content.decode()
+    stored = IdempotencyRecord.objects.get(key=body["idempotency_key"])
+    assert key.split(".")[1].encode() not in bytes(stored.response_body)
+
+
+@pytest.mark.django_db
+def test_repeated_tenant_switch_lands_in_the_same_place(client, mine, theirs, engine_mode):
+    """The token is scoped to the tenant current when the form was rendered, which the first
+    submit changes; so a repeat runs again, and setting the same session value twice is the
+    same as once."""
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant)
+    client.force_login(mine.user)
+    token = form_token(client.get("/dashboard/").content.decode())
+    body = {"tenant_id": theirs.tenant.pk, "idempotency_key": token}
+    first = client.post("/dashboard/switch-tenant/", body)
+    second = client.post("/dashboard/switch-tenant/", body)
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] == "/dashboard/"
+    assert client.get("/dashboard/").context["request"].membership.tenant == theirs.tenant
+
+
+@pytest.mark.django_db
+def test_same_token_with_other_fields_is_refused(merchant, mine):
+    """A token is one action: reusing it for another move is a 422, never a second action."""
+    case = CASES["order-transition"]
+    token = token_for(merchant, case, mine)
+    merchant.post(case.action(mine), {"to": S.ACCEPTED, "idempotency_key": token})
+    reused = merchant.post(case.action(mine), {"to": S.CANCELLED, "idempotency_key": token})
+    assert reused.status_code == 422
+    assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.CANCELLING).count() == 0
+    writer.flush()
+    [audit] = DuplicateAudit.objects.filter(outcome="REUSED")
+    assert audit.differing_fields == ["to"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_double_submit_moves_the_order_once(tenant, engine_mode):
+    """Two requests with the same token at the same instant (two threads, two connections):
+    one transition, both answered with the same redirect."""
+    world = build_world(tenant, "carol")
+    case = CASES["order-transition"]
+    clients = [Client(), Client()]
+    for c in clients:
+        c.force_login(world.user)
+    body = {"to": S.ACCEPTED, "idempotency_key": token_for(clients[0], case, world)}
+    barrier = threading.Barrier(2)
+    answers: list[Any] = [None, None]
+
+    def submit(i: int) -> None:
+        try:
+            barrier.wait()
+            answers[i] = clients[i].post(case.action(world), body)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    accepted = OrderTransition.all_tenants.filter(order=world.order, to_status=S.ACCEPTED)
+    assert accepted.count() == 1
+    assert [a.status_code for a in answers] == [302, 302]
+    assert answers[0]["Location"] == answers[1]["Location"]
+    assert sorted(a["X-Idempotent-Result"] for a in answers) == ["HIT", "MISS"]
+    writer.flush()
+    assert not DuplicateAudit.objects.filter(outcome="CONFLICT").exists()
+
+
+@pytest.mark.django_db
+def test_other_member_of_the_same_tenant_cannot_replay_my_token(merchant, mine):
+    """Keys are scoped per user: a colleague's request with my token runs on its own."""
+    case = CASES["dish-create"]
+    token = token_for(merchant, case, mine)
+    merchant.post(case.action(mine), {**case.data(mine), "idempotency_key": token})
+    colleague = Client()
+    colleague.force_login(make_merchant(mine.tenant, "dave", role="staff"))
+    r = colleague.post(case.action(mine), {**case.data(mine), "idempotency_key": token})
+    assert r.status_code == 400 and "A dish with this name exists." in r.content.decode()

@@ -1,0 +1,104 @@
+"""Menu and coupon services: the database decides duplicates and stale stock edits."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+
+from ordering.models import Coupon, Dish
+from ordering.services.menu import (
+    MenuError,
+    MenuErrorCode,
+    create_coupon,
+    create_dish,
+    deactivate_coupon,
+    update_dish,
+)
+
+
+def code_of(call) -> MenuErrorCode:
+    with pytest.raises(MenuError) as caught:
+        call()
+    return caught.value.code
+
+
+@pytest.mark.django_db
+def test_dish_names_are_unique_per_tenant(tenant, other_tenant):
+    create_dish(tenant=tenant, name="Soup", price=Decimal("4"), stock=1)
+    again = lambda: create_dish(tenant=tenant, name="Soup", price=Decimal("5"), stock=2)  # noqa: E731
+    assert code_of(again) == MenuErrorCode.DUPLICATE_NAME
+    assert create_dish(tenant=other_tenant, name="Soup", price=Decimal("4"), stock=1).pk
+    assert Dish.objects.for_tenant(tenant).get().price == Decimal("4")
+
+
+@pytest.mark.django_db
+def test_stock_is_only_overwritten_if_it_is_what_the_merchant_saw(tenant, menu):
+    pizza = menu["pizza"]
+    stale = lambda: update_dish(  # noqa: E731
+        tenant=tenant, dish_id=pizza.pk, price=Decimal("1"), active=True, stock=5, stock_seen=49
+    )
+    assert code_of(stale) == MenuErrorCode.STOCK_CHANGED
+    pizza.refresh_from_db()
+    assert (pizza.stock, pizza.price) == (50, Decimal("9.50"))
+    update_dish(
+        tenant=tenant, dish_id=pizza.pk, price=Decimal("1"), active=False, stock=5, stock_seen=50
+    )
+    pizza.refresh_from_db()
+    assert (pizza.stock, pizza.price, pizza.active) == (5, Decimal("1"), False)
+
+
+@pytest.mark.django_db
+def test_another_tenants_dish_or_coupon_is_not_found(tenant, other_tenant, menu, coupon):
+    edit = lambda: update_dish(  # noqa: E731
+        tenant=other_tenant,
+        dish_id=menu["pizza"].pk,
+        price=Decimal("0"),
+        active=False,
+        stock=0,
+        stock_seen=50,
+    )
+    assert code_of(edit) == MenuErrorCode.NOT_FOUND
+    off = lambda: deactivate_coupon(tenant=other_tenant, coupon_id=coupon.pk)  # noqa: E731
+    assert code_of(off) == MenuErrorCode.NOT_FOUND
+    assert Dish.all_tenants.get(pk=menu["pizza"].pk).active
+    assert Coupon.all_tenants.get(pk=coupon.pk).active
+
+
+@pytest.mark.django_db
+def test_coupons_are_unique_per_tenant_and_deactivate_once(tenant, coupon):
+    dup = lambda: create_coupon(tenant=tenant, code="TEN", kind="amount", value=Decimal("1"))  # noqa: E731
+    assert code_of(dup) == MenuErrorCode.DUPLICATE_CODE
+    too_much = lambda: create_coupon(  # noqa: E731
+        tenant=tenant, code="X", kind="percent", value=Decimal("101")
+    )
+    assert code_of(too_much) == MenuErrorCode.INVALID
+    assert deactivate_coupon(tenant=tenant, coupon_id=coupon.pk).active is False
+    assert deactivate_coupon(tenant=tenant, coupon_id=coupon.pk).active is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_of_the_same_dish_make_one(tenant):
+    """Eight threads, eight connections, one name: the unique constraint lets one through."""
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def create() -> None:
+        try:
+            barrier.wait()
+            create_dish(tenant=tenant, name="Ramen", price=Decimal("12"), stock=3)
+            outcomes.append("created")
+        except MenuError as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(outcomes) == ["DUPLICATE_NAME"] * 7 + ["created"]
+    assert Dish.objects.for_tenant(tenant).filter(name="Ramen").count() == 1

@@ -1,0 +1,389 @@
+"""What each dashboard page shows and does, for a merchant of one tenant."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.dashboard.orders import merchant_moves
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from tenants.api_keys import authenticate_api_key
+from tenants.models import ApiClient
+from tests.dashboard.conftest import form_token, make_order
+
+pytestmark = pytest.mark.django_db
+S = OrderStatus
+
+
+def post_form(client, url, data, page_url=None):
+    """Submit the form as a browser would: with the token of a freshly rendered page."""
+    token = form_token(client.get(page_url or url).content.decode())
+    return client.post(url, {**data, "idempotency_key": token})
+
+
+# --- board -------------------------------------------------------------------------------
+
+
+def test_board_groups_orders_by_status_and_polls_a_fragment(merchant, mine, order_in):
+    created = order_in(mine.tenant, mine.dishes["pasta"], S.CREATED, quantity=3)
+    page = merchant.get("/dashboard/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    columns = page.context["columns"]
+    assert [o.pk for o in columns[S.PAID]] == [mine.order.pk]
+    assert [o.pk for o in columns[S.CREATED]] == [created.pk]
+    assert list(columns) == S.values  # every status has a column, in lifecycle order
+    assert 'data-refresh-url="/dashboard/board/fragment/"' in html
+    assert "3\u00d7 Pasta" in html
+
+    fragment = merchant.get("/dashboard/board/fragment/")
+    assert fragment.status_code == 200 and fragment["Cache-Control"] == "no-store"
+    assert f'data-order-id="{created.pk}"' in fragment.content.decode()
+    assert "<html" not in fragment.content.decode()
+
+
+def test_board_refresh_interval_is_a_setting(merchant, mine, settings):
+    settings.DASHBOARD_REFRESH_SECONDS = 1
+    assert 'data-refresh-ms="1000"' in merchant.get("/dashboard/").content.decode()
+
+
+# --- order page ----------------------------------------------------------------------------
+
+ALLOWED = {
+    S.CREATED: [S.CANCELLED],
+    S.PAYING: [S.CANCELLED],
+    S.PAID: [S.ACCEPTED, S.CANCELLED],
+    S.ACCEPTED: [S.PREPARING, S.CANCELLED],
+    S.PREPARING: [S.READY, S.CANCELLED],
+    S.READY: [S.DELIVERING, S.CANCELLED],
+    S.DELIVERING: [S.COMPLETED],
+    S.COMPLETED: [],
+    S.CANCELLING: [],  # the refund saga finishes it, not the merchant
+    S.CANCELLED: [],
+}
+
+
+@pytest.mark.parametrize("status", list(ALLOWED), ids=str)
+def test_order_page_offers_only_the_moves_allowed_now(merchant, mine, status):
+    order = make_order(mine.tenant, mine.dishes["pizza"], status)
+    page = merchant.get(f"/dashboard/orders/{order.pk}/")
+    assert page.status_code == 200
+    assert [m.target for m in page.context["moves"]] == ALLOWED[status]
+    html = page.content.decode()
+    for target in S.values:
+        shown = f'name="to" value="{target}"' in html
+        assert shown == (target in ALLOWED[status]), target
+
+
+def test_order_page_shows_lines_payment_and_log(merchant, mine):
+    page = merchant.get(f"/dashboard/orders/{mine.order.pk}/")
+    html = page.content.decode()
+    assert "Pizza" in html and "9.50" in html
+    assert "simulated" in html and "Pending" in html  # the payment row
+    assert [(t.from_status, t.to_status) for t in page.context["transitions"]] == [
+        ("", S.CREATED),
+        (S.CREATED, S.PAYING),
+        (S.PAYING, S.PAID),
+    ]
+    assert html.count('class="log-entry"') == 3
+
+
+def test_accept_moves_the_order_once_and_logs_the_merchant(merchant, mine):
+    url = f"/dashboard/orders/{mine.order.pk}/"
+    r = post_form(merchant, url + "transition/", {"to": S.ACCEPTED}, page_url=url)
+    assert r.status_code == 302 and r["Location"] == url
+    assert Order.all_tenants.get(pk=mine.order.pk).status == S.ACCEPTED
+    last = OrderTransition.all_tenants.filter(order=mine.order).last()
+    assert (last.to_status, last.actor) == (S.ACCEPTED, "merchant:alice")
+    page = merchant.get(url)
+    assert f"Order {mine.order.pk} is now ACCEPTED." in page.content.decode()
+    assert [m.target for m in page.context["moves"]] == [S.PREPARING, S.CANCELLED]
+
+
+def test_cancel_of_a_paid_order_starts_the_refund(merchant, mine):
+    url = f"/dashboard/orders/{mine.order.pk}/"
+    r = post_form(merchant, url + "transition/", {"to": S.CANCELLED}, page_url=url)
+    assert r.status_code == 302
+    assert Order.all_tenants.get(pk=mine.order.pk).status == S.CANCELLING
+
+
+def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, mine):
+    url = f"/dashboard/orders/{mine.order.pk}/"
+    tab_1 = form_token(merchant.get(url).content.decode())
+    tab_2 = form_token(merchant.get(url).content.decode())
+    merchant.post(url + "transition/", {"to": S.ACCEPTED, "idempotency_key": tab_1})
+    r = merchant.post(url + "transition/", {"to": S.ACCEPTED, "idempotency_key": tab_2})
+    assert r.status_code == 302
+    assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.ACCEPTED).count() == 1
+    assert "Not applied: Order is ACCEPTED" in merchant.get(url).content.decode()
+    from idempotency.audit import writer
+
+    writer.flush()
+    [conflict] = DuplicateAudit.objects.filter(outcome="CONFLICT")
+    assert conflict.key == tab_2 and conflict.resource_ref == url
+    assert conflict.tenant_key == str(mine.tenant.pk)
+
+
+def test_unknown_move_changes_nothing(merchant, mine):
+    url = f"/dashboard/orders/{mine.order.pk}/"
+    r = post_form(merchant, url + "transition/", {"to": "PAID"}, page_url=url)
+    assert r.status_code == 302
+    assert Order.all_tenants.get(pk=mine.order.pk).status == S.PAID
+
+
+def test_merchant_moves_match_the_fsm_for_a_paid_order(mine):
+    assert [m.label for m in merchant_moves(mine.order)] == ["Accept", "Cancel order"]
+
+
+# --- menu ----------------------------------------------------------------------------------
+
+
+def test_menu_lists_dishes_and_adds_one(merchant, mine):
+    r = post_form(
+        merchant,
+        "/dashboard/menu/",
+        {"name": " Risotto ", "price": "14.50", "stock": "12", "active": "on"},
+    )
+    assert r.status_code == 302 and r["Location"] == "/dashboard/menu/"
+    dish = Dish.objects.for_tenant(mine.tenant).get(name="Risotto")
+    assert (dish.price, dish.stock, dish.active) == (Decimal("14.50"), 12, True)
+    html = merchant.get("/dashboard/menu/").content.decode()
+    assert "Added Risotto." in html and "Pizza" in html
+
+
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        pytest.param({"name": "Pizza", "price": "1", "stock": "1"}, "name", id="duplicate-name"),
+        pytest.param({"name": "X", "price": "-1", "stock": "1"}, "price", id="negative-price"),
+        pytest.param({"name": "X", "price": "1", "stock": "-2"}, "stock", id="negative-stock"),
+    ],
+)
+def test_menu_refuses_bad_dishes(merchant, mine, data, field):
+    r = post_form(merchant, "/dashboard/menu/", data)
+    assert r.status_code == 400 and field in r.context["form"].errors
+    assert Dish.objects.for_tenant(mine.tenant).count() == 2
+
+
+def test_edit_dish_sets_price_stock_and_availability(merchant, mine):
+    pizza = mine.dishes["pizza"]
+    url = f"/dashboard/menu/{pizza.pk}/"
+    seen = Dish.all_tenants.get(pk=pizza.pk).stock
+    r = post_form(
+        merchant, url, {"price": "10.00", "stock": "80", "stock_seen": str(seen), "active": ""}
+    )
+    assert r.status_code == 302
+    pizza.refresh_from_db()
+    assert (pizza.price, pizza.stock, pizza.active) == (Decimal("10.00"), 80, False)
+
+
+def test_edit_dish_does_not_overwrite_stock_that_orders_took_meanwhile(merchant, mine):
+    pizza = mine.dishes["pizza"]
+    url = f"/dashboard/menu/{pizza.pk}/"
+    page = merchant.get(url)
+    seen = page.context["form"].initial["stock_seen"]
+    make_order(mine.tenant, pizza, S.CREATED, quantity=5)  # an order lands while editing
+    r = merchant.post(
+        url,
+        {
+            "price": "11.00",
+            "stock": "100",
+            "stock_seen": seen,
+            "active": "on",
+            "idempotency_key": form_token(page.content.decode()),
+        },
+    )
+    pizza.refresh_from_db()
+    assert r.status_code == 400 and "Orders changed the stock to" in r.content.decode()
+    assert (pizza.price, pizza.stock) == (Decimal("9.50"), seen - 5)  # nothing written
+    assert r.context["form"]["stock_seen"].value() == seen - 5  # next save is deliberate
+
+
+def test_edit_dish_keeps_stock_when_only_the_price_changes(merchant, mine):
+    pizza = mine.dishes["pizza"]
+    url = f"/dashboard/menu/{pizza.pk}/"
+    page = merchant.get(url)
+    seen = page.context["form"].initial["stock_seen"]
+    make_order(mine.tenant, pizza, S.CREATED, quantity=5)
+    r = merchant.post(
+        url,
+        {
+            "price": "11.00",
+            "stock": seen,
+            "stock_seen": seen,
+            "active": "on",
+            "idempotency_key": form_token(page.content.decode()),
+        },
+    )
+    pizza.refresh_from_db()
+    assert r.status_code == 302 and (pizza.price, pizza.stock) == (Decimal("11.00"), seen - 5)
+
+
+# --- coupons -------------------------------------------------------------------------------
+
+
+def test_coupons_create_and_deactivate(merchant, mine):
+    r = post_form(
+        merchant,
+        "/dashboard/coupons/",
+        {"code": "summer-5", "kind": "percent", "value": "5", "max_uses": "10"},
+    )
+    assert r.status_code == 302
+    coupon = Coupon.objects.for_tenant(mine.tenant).get(code="SUMMER-5")
+    assert (coupon.kind, coupon.value, coupon.max_uses, coupon.active) == (
+        "percent",
+        Decimal("5"),
+        10,
+        True,
+    )
+    page = merchant.get("/dashboard/coupons/").content.decode()
+    token = form_token(page[page.index(f'data-coupon-id="{coupon.pk}"') :])
+    r = merchant.post(f"/dashboard/coupons/{coupon.pk}/deactivate/", {"idempotency_key": token})
+    assert r.status_code == 302
+    coupon.refresh_from_db()
+    assert coupon.active is False
+
+
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        pytest.param({"code": "C-ALICE", "kind": "amount", "value": "1"}, "code", id="duplicate"),
+        pytest.param({"code": "BIG", "kind": "percent", "value": "120"}, "value", id="over-100%"),
+        pytest.param({"code": "ZERO", "kind": "amount", "value": "0"}, "value", id="zero"),
+        pytest.param({"code": "a b", "kind": "amount", "value": "1"}, "code", id="bad-code"),
+    ],
+)
+def test_coupons_refuse_bad_input(merchant, mine, data, field):
+    r = post_form(merchant, "/dashboard/coupons/", data)
+    assert r.status_code == 400 and field in r.context["form"].errors
+    assert Coupon.objects.for_tenant(mine.tenant).count() == 1
+
+
+# --- API keys ------------------------------------------------------------------------------
+
+
+def test_api_key_is_shown_once_and_works(merchant, mine):
+    r = post_form(merchant, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
+    assert r.status_code == 302 and r["Location"] == "/dashboard/api-keys/"
+    first = merchant.get("/dashboard/api-keys/")
+    key = first.context["new_key"]["key"]
+    assert key in first.content.decode() and "will not be shown again" in first.content.decode()
+    client = authenticate_api_key(key)
+    assert client is not None and client.tenant == mine.tenant and client.kind == "merchant"
+    again = merchant.get("/dashboard/api-keys/")
+    assert again.context["new_key"] is None and key not in again.content.decode()
+    assert client.secret_hash not in again.content.decode()
+
+
+def test_api_key_revoke(merchant, mine):
+    page = merchant.get("/dashboard/api-keys/").content.decode()
+    token = form_token(page[page.index(f'data-client-id="{mine.api_client.pk}"') :])
+    r = merchant.post(
+        f"/dashboard/api-keys/{mine.api_client.pk}/revoke/", {"idempotency_key": token}
+    )
+    assert r.status_code == 302
+    assert ApiClient.objects.get(pk=mine.api_client.pk).revoked_at is not None
+
+
+def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, theirs):
+    from tenants.models import Membership
+
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant)
+    client.force_login(mine.user)
+    post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
+    post_form(client, "/dashboard/switch-tenant/", {"tenant_id": theirs.tenant.pk}, "/dashboard/")
+    page = client.get("/dashboard/api-keys/")
+    assert page.context["request"].membership.tenant == theirs.tenant
+    assert page.context["new_key"] is None
+
+
+# --- idempotency page --------------------------------------------------------------------
+
+
+def audit(tenant, outcome, at, **fields):
+    return DuplicateAudit.objects.create(
+        tenant_key=str(tenant.pk),
+        endpoint=fields.pop("endpoint", "POST api/v1/orders/"),
+        key=fields.pop("key", f"k-{outcome}-{at.timestamp()}"),
+        outcome=outcome,
+        at=at,
+        **fields,
+    )
+
+
+def record(tenant, key, at):
+    return IdempotencyRecord.objects.create(
+        tenant_key=str(tenant.pk),
+        scope="user:1|POST|api/v1/orders/",
+        key=key,
+        fingerprint="f" * 64,
+        response_status=201,
+        created_at=at,
+        expires_at=at + timedelta(hours=72),
+    )
+
+
+def test_idempotency_page_shows_rate_chart_hits_mismatches_and_engine_state(merchant, mine, theirs):
+    now = timezone.now()
+    two_hours_ago = now - timedelta(hours=2)
+    for i in range(3):
+        record(mine.tenant, f"first-{i}", two_hours_ago)
+    audit(mine.tenant, "HIT", two_hours_ago, resource_ref="/api/v1/orders/42/", source="redis")
+    audit(mine.tenant, "REUSED", now, differing_fields=["items", "note"], key="reused-key")
+    audit(mine.tenant, "CONFLICT", now, key="conflict-key")
+    audit(theirs.tenant, "HIT", now, key="their-secret-key")
+    audit(theirs.tenant, "REUSED", now, key="their-reused-key")
+
+    page = merchant.get("/dashboard/idempotency/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    ctx = page.context
+    assert (ctx["hits"], ctx["first_executions"], ctx["hit_rate"]) == (1, 3, "25%")
+    busy = [b for b in ctx["chart"].bars if b.rate_text]
+    assert len(busy) == 1 and busy[0].rate_text == "25%"
+    assert html.count('<rect class="bar-hit"') == 1 and html.count('<rect class="bar-first"') == 1
+    assert "<svg" in html and 'role="img"' in html and "<script" not in html.split("<svg")[1]
+    assert 'href="/dashboard/orders/42/" title="/api/v1/orders/42/"' in html
+    assert "items, note" in html and "reused-key" in html and "conflict-key" in html
+    assert "their-secret-key" not in html and "their-reused-key" not in html
+    assert ctx["breaker_state"] == "closed" and "Redis breaker state" in html
+    assert ctx["engine_mode"] == "Redis + database"
+
+
+def test_idempotency_page_in_database_only_mode(merchant, mine, settings):
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+    }
+    page = merchant.get("/dashboard/idempotency/")
+    assert page.context["engine_mode"] == "Database only"
+    assert page.context["breaker_state"] == "—"
+    assert page.context["hit_rate"] == "—"
+
+
+def test_every_state_changing_form_carries_a_one_time_token(merchant, mine):
+    """Each render gets a fresh token; every POST form of every page carries one."""
+    pages = [
+        "/dashboard/",
+        f"/dashboard/orders/{mine.order.pk}/",
+        "/dashboard/menu/",
+        f"/dashboard/menu/{mine.dishes['pizza'].pk}/",
+        "/dashboard/coupons/",
+        "/dashboard/api-keys/",
+        "/dashboard/idempotency/",
+    ]
+    for url in pages:
+        html = merchant.get(url).content.decode()
+        forms = html.split('method="post"')[1:]
+        for form in forms:
+            body = form[: form.index("</form>")]
+            if 'action="/dashboard/logout/"' in body:
+                continue  # logging out twice is harmless and not tenant-scoped
+            assert 'name="idempotency_key"' in body, (url, body[:200])
+    assert form_token(merchant.get("/dashboard/menu/").content.decode()) != form_token(
+        merchant.get("/dashboard/menu/").content.decode()
+    )

@@ -1,0 +1,119 @@
+"""CSRF on every dashboard form, staff-only admin, production cookie and HSTS settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from ordering.models import Order, OrderStatus
+from tests.dashboard.conftest import form_token
+from tests.dashboard.test_isolation import fill, snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+FORM_POSTS = [
+    ("/dashboard/orders/{order}/", "/dashboard/orders/{order}/transition/", {"to": "ACCEPTED"}),
+    ("/dashboard/menu/", "/dashboard/menu/", {"name": "Soup", "price": "5", "stock": "1"}),
+    ("/dashboard/menu/{dish}/", "/dashboard/menu/{dish}/", {"price": "1", "stock": "50"}),
+    ("/dashboard/coupons/", "/dashboard/coupons/", {"code": "NEW", "kind": "amount", "value": 1}),
+    ("/dashboard/coupons/", "/dashboard/coupons/{coupon}/deactivate/", {}),
+    ("/dashboard/api-keys/", "/dashboard/api-keys/", {"name": "x", "kind": "diner_app"}),
+    ("/dashboard/api-keys/", "/dashboard/api-keys/{key}/revoke/", {}),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page, action, data", FORM_POSTS, ids=[p[1] for p in FORM_POSTS])
+def test_posts_without_the_csrf_token_are_403_and_change_nothing(mine, page, action, data):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(mine.user)
+    token = form_token(browser.get(fill(page, mine)).content.decode())
+    before = snapshot(mine)
+    r = browser.post(fill(action, mine), {**data, "idempotency_key": token})
+    assert r.status_code == 403 and b"This form has expired" in r.content
+    assert snapshot(mine) == before
+
+
+@pytest.mark.django_db
+def test_posts_with_the_csrf_token_go_through(mine):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(mine.user)
+    page = browser.get(f"/dashboard/orders/{mine.order.pk}/")
+    csrf = page.context["csrf_token"]
+    r = browser.post(
+        f"/dashboard/orders/{mine.order.pk}/transition/",
+        {
+            "to": "ACCEPTED",
+            "idempotency_key": form_token(page.content.decode()),
+            "csrfmiddlewaretoken": csrf,
+        },
+    )
+    assert r.status_code == 302
+    assert Order.all_tenants.get(pk=mine.order.pk).status == OrderStatus.ACCEPTED
+
+
+ADMIN_URLS = [
+    "/admin/",
+    "/admin/ordering/order/",
+    "/admin/idempotency/duplicateaudit/",
+    "/admin/idempotency/idempotencyrecord/",
+    "/admin/tenants/tenant/",
+    "/admin/tenants/apiclient/",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ADMIN_URLS)
+def test_admin_sends_anonymous_and_merchants_to_the_admin_login(merchant, client, url):
+    for who in (client, merchant):
+        r = who.get(url)
+        assert r.status_code == 302 and r["Location"].startswith("/admin/login/?next="), who
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ADMIN_URLS[1:])
+def test_staff_need_model_permissions_superusers_see_everything(url):
+    staff = Client()
+    staff.force_login(User.objects.create_user("helper", password="x-123456789", is_staff=True))
+    assert staff.get(url).status_code == 403
+    root = Client()
+    root.force_login(User.objects.create_superuser("root", password="x-123456789"))
+    assert root.get(url).status_code == 200
+
+
+def settings_in_subprocess(**env: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "import json, django; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps({'debug': s.DEBUG, 'session': s.SESSION_COOKIE_SECURE, "
+        "'csrf': s.CSRF_COOKIE_SECURE, 'hsts': s.SECURE_HSTS_SECONDS, "
+        "'httponly': s.SESSION_COOKIE_HTTPONLY}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_production_settings_use_secure_cookies_and_hsts():
+    done = settings_in_subprocess(DEBUG="0", SECRET_KEY="a-real-secret-" + "x" * 40)
+    assert done.returncode == 0, done.stderr
+    values = json.loads(done.stdout.strip().splitlines()[-1])
+    assert values["debug"] is False
+    assert values["session"] is True and values["csrf"] is True and values["httponly"] is True
+    assert values["hsts"] > 0
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key():
+    done = settings_in_subprocess(DEBUG="0")
+    assert done.returncode != 0 and "SECRET_KEY must be set" in done.stderr
