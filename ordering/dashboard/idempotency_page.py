@@ -11,11 +11,11 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
-from redis.exceptions import RedisError
 
+from idempotency.breaker import BreakerState
 from idempotency.models import DuplicateAudit
 from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
-from idempotency.stores import redis_store_for
+from idempotency.stores import node_for
 from ordering.dashboard.access import render_page, tenant_of, tenant_required
 from ordering.dashboard.charts import hit_rate_chart
 
@@ -46,13 +46,18 @@ def rows(audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
 
 
 def engine_state(tenant_key: str) -> tuple[str, str]:
-    """(mode, breaker state). Until the circuit breaker exists the breaker is "closed" when the
-    tenant's keys go through Redis and "—" (no breaker in play) in database-only mode."""
-    try:
-        with_redis = redis_store_for(tenant_key) is not None
-    except RedisError:
-        return "Redis unreachable: database only", "—"
-    return ("Redis + database", "closed") if with_redis else ("Database only", "—")
+    """(mode, breaker state) of the tenant's Redis node as this process sees it. Reads the
+    breaker without asking it for permission, so viewing the page never uses up a probe."""
+    node = node_for(tenant_key)
+    if node is None:
+        return "Database only (no Redis configured)", "—"
+    state = node.breaker.state
+    mode = {
+        BreakerState.CLOSED: "Redis + database",
+        BreakerState.OPEN: "Database only (Redis breaker open)",
+        BreakerState.HALF_OPEN: "Database only, probing Redis",
+    }[state]
+    return mode, state.value.replace("_", "-")
 
 
 @require_safe

@@ -360,8 +360,19 @@ def test_idempotency_page_in_database_only_mode(merchant, mine, settings):
         "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
     }
     page = merchant.get("/dashboard/idempotency/")
-    assert page.context["engine_mode"] == "Database only"
+    assert page.context["engine_mode"] == "Database only (no Redis configured)"
     assert page.context["breaker_state"] == "—"
+
+
+def test_idempotency_page_shows_an_open_breaker(merchant, mine):
+    from idempotency.stores import node_for
+
+    node = node_for(str(mine.tenant.pk))
+    for _ in range(30):
+        node.breaker.record(seconds=0.001, ok=False)
+    page = merchant.get("/dashboard/idempotency/")
+    assert page.context["breaker_state"] == "open"
+    assert page.context["engine_mode"] == "Database only (Redis breaker open)"
     assert page.context["hit_rate"] == "—"
 
 
