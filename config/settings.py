@@ -209,6 +209,11 @@ IDEMPOTENCY = {
     "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
     "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
+    # API writes per API client + diner per minute (Tenant.write_rate_per_minute overrides;
+    # 0: no default limit)
+    "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
+    "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
+    "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
     "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),

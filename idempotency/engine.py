@@ -13,6 +13,10 @@
 Without Redis (not configured, or failing) the claim step is a database lookup and the
 database's unique constraint alone arbitrates: the contract stays the same, duplicates still
 execute once. A 5xx answer is rolled back and its key released, so the client may retry.
+
+A pre-issued token used as the key is consumed in the claim's own Lua call; a refused token
+(used by another operation, or expired) is still answered from the database when this very
+operation committed there, so a retry never loses its replay.
 """
 
 from __future__ import annotations
@@ -21,23 +25,27 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from redis.exceptions import RedisError
 
-from idempotency import audit, db_store, responses
+from idempotency import audit, db_store, metrics, responses
+from idempotency.breaker import BreakerState
 from idempotency.conf import Policy, engine_setting
+from idempotency.error_codes import IdempotencyErrorCode
 from idempotency.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
 from idempotency.keys import ScopedKey
 from idempotency.local_cache import LocalResultCache
 from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
-from idempotency.redis_store import new_owner_token
-from idempotency.stores import GuardedStore, local_cache, redis_store_for
+from idempotency.redis_store import TokenRefusal, TokenUse, new_owner_token
+from idempotency.stores import GuardedStore, local_cache, node_for, redis_store_for
 
 logger = logging.getLogger(__name__)
 
 Execute = Callable[[], HttpResponse]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ class IdempotentRequest:
     request_meta: dict = field(default_factory=dict)
     # Renders a resource URL afresh, for replays of bodies stored as a pointer.
     render_pointer: Callable[[str], HttpResponse] | None = None
+    # Set when the key is a pre-issued token: the claim consumes it (idempotency/tokens.py).
+    token: TokenUse | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -80,6 +90,8 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
         except RedisError:
             logger.warning("Redis claim failed; answering from the database", exc_info=True)
         else:
+            if isinstance(claim, TokenRefusal):
+                return _token_refused(req, claim)
             if claim.outcome is Outcome.MISS:
                 return _execute(req, execute, store=store, owner=owner)
             if claim.outcome is Outcome.IN_PROGRESS:
@@ -91,10 +103,12 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     return _execute(req, execute, store=None, owner=None)
 
 
-def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResult:
+def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResult | TokenRefusal:
     """Claim the key; under the ``wait`` policy keep asking while it is in progress."""
     deadline = time.monotonic() + (req.policy.wait_seconds if req.policy.in_flight == "wait" else 0)
     poll = engine_setting("WAIT_POLL_MS") / 1000
+    # Only token claims pass the extra argument, so stores without token support still work.
+    extra: dict[str, Any] = {"token": req.token} if req.token is not None else {}
     while True:
         claim = store.claim(
             key=req.scoped.redis_key,
@@ -103,10 +117,34 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
             owner=owner,
             lease_ms=engine_setting("LEASE_MS"),
             field_hashes=req.field_hashes,
+            **extra,
         )
+        if isinstance(claim, TokenRefusal):
+            return claim
         if claim.outcome is not Outcome.IN_PROGRESS or time.monotonic() + poll > deadline:
             return claim
         time.sleep(poll)
+
+
+def _token_refused(req: IdempotentRequest, refusal: TokenRefusal) -> HttpResponse:
+    """Redis refuses the token. If this very operation committed in the database (Redis lost
+    its claim entry and token mark: eviction, failover, or a run in database-only mode), the
+    record answers as for any key; otherwise the token cannot be used here."""
+    committed = db_store.committed_result(req.scoped)
+    if committed is not None:
+        return _answer(req, _as_claim(req, committed), source="database")
+    if refusal.reason == "used":
+        _audit(req, "REUSED", source="redis", differing=["endpoint"])
+        return responses.problem(
+            409,
+            IdempotencyErrorCode.TOKEN_USED,
+            "This idempotency token was already used on another endpoint; use a new token.",
+        )
+    return responses.problem(
+        422,
+        IdempotencyErrorCode.TOKEN_UNKNOWN,
+        "This idempotency token has expired or was never issued; use a new token.",
+    )
 
 
 def _in_progress(req: IdempotentRequest, claim: ClaimResult) -> HttpResponse:
@@ -268,3 +306,32 @@ def _audit(
             resource_ref=resource,
         )
     )
+
+
+def run_on_node(tenant_key: str, call: Callable[[Any], T]) -> T | None:
+    """Run ``call(client)`` on the tenant's Redis node, for the engine's calls outside the
+    claim path (rate limits, token issuing and checking).
+
+    None when the node cannot be used now: no Redis configured, or its breaker is not closed
+    (the caller decides what that means: the rate limiter lets the request through, token
+    issuing answers 503). The call is timed and reported to the node's breaker and latency
+    metric like a claim; a ``RedisError`` is reported, then re-raised. It never takes a
+    half-open probe: probing is left to claims, whose health is what closes the breaker.
+    """
+    node = node_for(tenant_key)
+    if node is None or node.breaker.state is not BreakerState.CLOSED:
+        return None
+    started = time.perf_counter()
+    try:
+        result = call(node.store.client)
+    except RedisError:
+        _report(node, started, ok=False)
+        raise
+    _report(node, started, ok=True)
+    return result
+
+
+def _report(node: GuardedStore, started: float, *, ok: bool) -> None:
+    seconds = time.perf_counter() - started
+    node.breaker.record(seconds=seconds, ok=ok)
+    metrics.redis_latency.labels(node=node.name).observe(seconds)

@@ -2,7 +2,8 @@
 
 Shared by the DRF decorator (:mod:`idempotency.drf`) and the plain-Django form decorator
 (:mod:`idempotency.django_views`): validate the key (or derive the automatic one), scope it,
-fingerprint the business payload.
+fingerprint the business payload. A key that is a pre-issued token (``tok_…``) must carry our
+signature for this tenant and principal; the claim then consumes it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from idempotency import responses
+from idempotency import responses, tokens
 from idempotency.conf import Policy, engine_setting
 from idempotency.engine import IdempotentRequest
 from idempotency.error_codes import IdempotencyErrorCode
@@ -48,6 +49,11 @@ def prepare(
             key = validate_key(raw_key)
         except InvalidKey as exc:
             return responses.problem(400, IdempotencyErrorCode.KEY_INVALID, str(exc))
+        if tokens.is_token(key):
+            try:
+                tokens.verify_token(key, tenant=tenant, principal=principal)
+            except tokens.InvalidToken as exc:
+                return responses.problem(400, IdempotencyErrorCode.TOKEN_INVALID, str(exc))
     elif policy.auto_key_window:
         key = automatic_key(fingerprints[FINGERPRINT_VERSION])
     elif policy.required:
@@ -65,6 +71,17 @@ def prepare(
         key=key,
         buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
     )
+    token = None
+    if tokens.is_token(key):
+        token = tokens.token_use(
+            tenant=tenant,
+            principal=principal,
+            token=key,
+            claim_key=scoped.redis_key,
+            # the "used" mark lives as long as the result it guards
+            mark_ttl_seconds=policy.effective_ttl(automatic=False),
+            buckets=scoped.buckets,
+        )
     return IdempotentRequest(
         scoped=scoped,
         fingerprints=fingerprints,
@@ -72,6 +89,7 @@ def prepare(
         policy=policy,
         endpoint=f"{scoped.method} {route}",
         request_meta=request_meta(request),
+        token=token,
     )
 
 

@@ -15,6 +15,9 @@ Entry layout (one HASH per idempotency key):
 - ``fp``  fingerprint; ``fpv`` its version
 - ``res`` ``StoredResponse.to_bytes()``, when done
 - ``fh``  optional JSON of per-field hashes, for mismatch forensics
+
+A pre-issued token (:mod:`idempotency.tokens`) is consumed by ``claim_token.lua``, which is
+``claim.lua`` behind a token check, on two keys of the same hash tag (so one slot).
 """
 
 from __future__ import annotations
@@ -22,31 +25,71 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from redis.cluster import RedisCluster
 
 from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
 
-__all__ = ["DEFAULT_CHANNEL", "RedisIdempotencyStore", "new_owner_token"]
+__all__ = [
+    "DEFAULT_CHANNEL",
+    "RedisIdempotencyStore",
+    "TokenRefusal",
+    "TokenUse",
+    "new_owner_token",
+]
 
 DEFAULT_CHANNEL = "idem:invalidate"
 """Pub/sub channel on which purged keys are announced to in-process caches."""
 
-_SCRIPTS = ("claim", "finish", "release", "backfill")
+_SCRIPTS = ("claim", "finish", "release", "backfill", "claim_token")
+# Scripts made of several files, run as one: the token check falls through to the plain claim.
+_COMPOSED = {"claim_token": ("claim_token", "claim")}
+
+
+@dataclass(frozen=True)
+class TokenUse:
+    """The pre-issued token a claim must consume (see ``claim_token.lua``).
+
+    ``unused_value`` is the token key's value while issued and unused, ``used_value`` the mark
+    that names this operation once consumed, kept ``mark_ttl_ms``.
+    """
+
+    key: str
+    unused_value: str
+    used_value: str
+    mark_ttl_ms: int
+
+
+@dataclass(frozen=True)
+class TokenRefusal:
+    """A token claim refused: ``used`` by another operation, or ``unknown`` (expired, or
+    never issued)."""
+
+    reason: Literal["used", "unknown"]
 
 
 def new_owner_token() -> str:
-    """A fresh, unguessable owner token for :meth:`RedisIdempotencyStore.claim`."""
-    return secrets.token_hex(16)
+    """A fresh, unguessable owner token for :meth:`RedisIdempotencyStore.claim`.
+
+    It starts with this process's instance id (``<host>:<pid>:<random>/``), so stale-lease
+    recovery (:mod:`idempotency.instances`) can tell the claims of a dead process apart; the
+    first call also starts the process's heartbeat.
+    """
+    from idempotency.instances import owner_prefix  # lazily: this module needs no Django
+
+    return owner_prefix() + secrets.token_hex(16)
 
 
 @cache
 def _script_source(name: str) -> str:
-    return resources.files("idempotency").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    files = _COMPOSED.get(name, (name,))
+    lua = resources.files("idempotency").joinpath("lua")
+    return "\n".join(lua.joinpath(f"{part}.lua").read_text("utf-8") for part in files)
 
 
 class RedisIdempotencyStore:
@@ -64,6 +107,12 @@ class RedisIdempotencyStore:
         self._client = client
         self._channel = channel
         self._scripts = {name: client.register_script(_script_source(name)) for name in _SCRIPTS}
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The raw client, for the engine's other scripts on the same node (rate limits,
+        token issuing) so they share its connection pool and its breaker."""
+        return self._client
 
     @property
     def channel(self) -> str:
@@ -84,7 +133,8 @@ class RedisIdempotencyStore:
         owner: str,
         lease_ms: int,
         field_hashes: Mapping[str, str] | None = None,
-    ) -> ClaimResult:
+        token: TokenUse | None = None,
+    ) -> ClaimResult | TokenRefusal:
         """Claim ``key`` for ``owner`` for ``lease_ms``, or report why not.
 
         ``fingerprints`` holds the request's fingerprint under every version this code can
@@ -92,22 +142,37 @@ class RedisIdempotencyStore:
         version is compared under the stored version, so a rolling change of the canonical
         form causes no false mismatches. An entry under a version the caller cannot compute
         is reported as a mismatch (the safe answer).
+
+        With a ``token``, the same call first consumes it (``claim_token.lua``): a token
+        consumed by another operation, or absent, is a :class:`TokenRefusal`.
         """
         if current_version not in fingerprints:
             raise ValueError("fingerprints must include current_version")
         _check_fingerprints(fingerprints)
         _check_token("owner", owner)
         _check_ms("lease_ms", lease_ms)
-        reply = self._run(
-            "claim",
-            key,
+        args = [
             fingerprints[current_version],
             current_version,
             owner,
             lease_ms,
             _hashes_json(field_hashes),
             ",".join(f"{version}:{fp}" for version, fp in fingerprints.items()),
+        ]
+        if token is None:
+            return _parse_claim_reply(self._run("claim", key, *args))
+        _check_token("token value", token.unused_value)
+        _check_token("token mark", token.used_value)
+        _check_ms("mark_ttl_ms", token.mark_ttl_ms)
+        reply = self._scripts["claim_token"](
+            keys=[key, token.key],
+            args=[*args, token.unused_value, token.used_value, token.mark_ttl_ms],
         )
+        tag = _text(reply[0])
+        if tag == "TOKEN_USED":
+            return TokenRefusal("used")
+        if tag == "TOKEN_UNKNOWN":
+            return TokenRefusal("unknown")
         return _parse_claim_reply(reply)
 
     def finish(self, *, key: str, owner: str, response: StoredResponse, ttl_ms: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -15,6 +16,13 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     region = models.CharField(max_length=32, default="default")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    write_rate_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="API writes per minute per API client and diner; empty: the platform default "
+        "(settings.IDEMPOTENCY['RATE_LIMIT_PER_MINUTE']).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -26,6 +34,14 @@ class Tenant(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status == self.Status.ACTIVE
+
+
+def write_rate_per_minute_of(tenant_key: str) -> int | None:
+    """The tenant's own write rate, or None for the platform default. The idempotency engine's
+    ``RATE_LIMIT_FOR_TENANT``: it knows tenants only by key, and caches the answer briefly."""
+    return (
+        Tenant.objects.filter(pk=tenant_key).values_list("write_rate_per_minute", flat=True).first()
+    )
 
 
 class Membership(models.Model):

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from config.api_errors import ApiError
 from idempotency.drf import idempotent
+from idempotency.ratelimit import TenantRateThrottle
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
@@ -56,6 +57,8 @@ class MenuView(ListAPIView):
 
 
 class OrderListCreateView(APIView):
+    throttle_classes = [TenantRateThrottle]  # writes only; reads pass
+
     @extend_schema(
         parameters=[OpenApiParameter("status", str, enum=OrderStatus.values)],
         responses=OrderSerializer(many=True),
@@ -115,6 +118,8 @@ class OrderDetailView(APIView):
 
 
 class OrderPayView(APIView):
+    throttle_classes = [TenantRateThrottle]
+
     @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
     def post(self, request: Request, order_id: int) -> Response:
@@ -130,6 +135,8 @@ class OrderPayView(APIView):
 
 
 class OrderCancelView(APIView):
+    throttle_classes = [TenantRateThrottle]
+
     @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
     def post(self, request: Request, order_id: int) -> Response:
@@ -146,6 +153,7 @@ class OrderCancelView(APIView):
 
 class OrderTransitionView(APIView):
     permission_classes = [IsMerchantClient]
+    throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
         parameters=[ORDER_ID], request=TransitionInSerializer, responses=OrderDetailSerializer

@@ -1,0 +1,33 @@
+-- Consume a pre-issued token and claim its idempotency key in ONE atomic call (seed 2.4).
+--
+-- This file is a prelude: RedisIdempotencyStore runs it with claim.lua appended, so once the
+-- token check lets the request through, the answer is exactly a plain claim's (MISS / HIT /
+-- IN_PROGRESS / REUSED) and follows claim.lua as it evolves.
+--
+-- KEYS[1]          the idempotency key (the claim entry of claim.lua)
+-- KEYS[2]          the token's key, idem:{<same hash tag>}:tok:<id>: same slot as KEYS[1]
+-- ARGV[1..n-3]     claim.lua's arguments
+-- ARGV[n-2]        the token's value while unused: "p:<principal>"
+-- ARGV[n-1]        its value once consumed by this operation: "u:<KEYS[1]>"
+-- ARGV[n]          how long (ms) that mark lives: the result's retention
+--
+-- A token key goes: absent (expired, or never issued) -> "p:<principal>" (issued, unused) ->
+-- "u:<claim key>" (consumed by the operation that claim key names). Consuming marks the
+-- token instead of deleting it, so the same operation may claim again after its lease expired
+-- or was released (a crash or a 5xx before commit: its retries must work like any key's),
+-- while any other operation is refused.
+--
+-- Returns {"TOKEN_USED"} (consumed by another operation) or {"TOKEN_UNKNOWN"} (absent), or
+-- falls through to claim.lua.
+
+local n = #ARGV
+local token_key, unused, used, mark_ms = KEYS[2], ARGV[n - 2], ARGV[n - 1], ARGV[n]
+local token = redis.call('GET', token_key)
+if token == unused then
+  redis.call('SET', token_key, used, 'PX', mark_ms)
+elseif token ~= used and redis.call('EXISTS', KEYS[1]) == 0 then
+  if token then
+    return {'TOKEN_USED'}
+  end
+  return {'TOKEN_UNKNOWN'}
+end

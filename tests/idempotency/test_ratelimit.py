@@ -1,0 +1,356 @@
+"""The write rate limit (seed 2.1): the Lua counter on real Redis, and 429s through the API."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from idempotency import stores
+from idempotency.ratelimit import (
+    check_write_rate,
+    hit,
+    limit_per_window,
+    rate_key,
+    reset_rate_cache,
+)
+from ordering.models import Order
+from tenants.models import ApiClient
+from tests.conftest import api_for, free_port
+
+REDIS_URL = django_settings.REDIS_URL or "redis://127.0.0.1:6379/0"
+TOKENS = "/api/v1/idempotency-tokens/"
+
+
+@pytest.fixture(autouse=True)
+def fresh_rates() -> Iterator[None]:
+    """No looked-up rates and no counters of the app's tenants: tenant pks restart with every
+    test database, so a counter left by an earlier run would eat this run's budget."""
+    reset_rate_cache()
+    forget_counters()
+    yield
+    reset_rate_cache()
+    forget_counters()
+
+
+def forget_counters() -> None:
+    c = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(c.scan_iter(match="rl:{t:[0-9]*", count=1000))
+        if keys:
+            c.delete(*keys)
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(REDIS_URL)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def counter_key(client: redis.Redis) -> Iterator[str]:
+    """A counter key of a tenant no test database will ever have; deleted afterwards."""
+    key = rate_key(tenant=f"rl-test-{uuid.uuid4().hex}", principal="p", window_seconds=60)
+    yield key
+    client.delete(key)
+
+
+def limit(settings: Any, per_minute: int | None, *, window: int = 60, **extra: Any) -> None:
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "RATE_LIMIT_PER_MINUTE": per_minute,
+        "RATE_LIMIT_WINDOW_SECONDS": window,
+        **extra,
+    }
+    reset_rate_cache()
+    stores.reset()
+
+
+def issue(api: Any) -> Any:
+    return api.post(TOKENS, {"count": 1}, format="json")
+
+
+def rate_keys(client: redis.Redis, tenant: Any) -> list[bytes]:
+    return list(client.scan_iter(match=f"rl:{{t:{tenant.pk}}}:*", count=1000))
+
+
+# --- the counter ------------------------------------------------------------------------
+
+
+def test_counter_allows_the_limit_then_refuses(client: redis.Redis, counter_key: str) -> None:
+    decisions = [hit(client, key=counter_key, limit=3, window_ms=60_000) for _ in range(5)]
+    assert [d.allowed for d in decisions] == [True, True, True, False, False]
+    assert [d.count for d in decisions] == [1, 2, 3, 4, 5]
+    assert all(0 < d.reset_ms <= 60_000 for d in decisions)
+    assert decisions[3].retry_after_seconds == 60
+
+
+def test_expiry_is_set_once_so_the_window_does_not_slide(
+    client: redis.Redis, counter_key: str
+) -> None:
+    first = hit(client, key=counter_key, limit=10, window_ms=60_000)
+    time.sleep(0.05)
+    second = hit(client, key=counter_key, limit=10, window_ms=60_000)
+    assert first.reset_ms == 60_000
+    assert second.reset_ms <= 60_000 - 40
+    assert 0 < client.pttl(counter_key) <= second.reset_ms
+
+
+def test_counter_without_expiry_starts_a_new_window(client: redis.Redis, counter_key: str) -> None:
+    client.set(counter_key, 7)  # written by something else, with no TTL
+    decision = hit(client, key=counter_key, limit=10, window_ms=5_000)
+    assert decision.count == 8 and decision.reset_ms == 5_000
+    assert 0 < client.pttl(counter_key) <= 5_000
+
+
+def test_window_resets_after_it_ends(client: redis.Redis, counter_key: str) -> None:
+    assert [hit(client, key=counter_key, limit=2, window_ms=300).allowed for _ in range(3)] == [
+        True,
+        True,
+        False,
+    ]
+    time.sleep(0.35)
+    again = hit(client, key=counter_key, limit=2, window_ms=300)
+    assert again.allowed and again.count == 1
+
+
+def test_fifty_threads_against_a_limit_of_twenty_let_exactly_twenty_through(
+    settings: Any, tenant: Any
+) -> None:
+    """The real path (node routing, breaker, Lua) from 50 threads at once, each on its own
+    connection of the node's pool."""
+    limit(settings, 20, RATE_LIMIT_FOR_TENANT=None)
+    barrier = threading.Barrier(50)
+    allowed: list[bool] = []
+    lock = threading.Lock()
+
+    def write() -> None:
+        barrier.wait()
+        decision = check_write_rate(tenant=str(tenant.pk), principal="client:1/diner:storm")
+        assert decision is not None
+        with lock:
+            allowed.append(decision.allowed)
+
+    threads = [threading.Thread(target=write) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(allowed) == 50
+    assert allowed.count(True) == 20
+
+
+def test_counter_runs_on_a_redis_cluster(cluster_client: Any) -> None:
+    """The script loads on the cluster (NOSCRIPT → SCRIPT LOAD) and runs in the key's slot."""
+    keys = [
+        rate_key(tenant=f"rl-cluster-{uuid.uuid4().hex}", principal=f"p{i}", window_seconds=60)
+        for i in range(3)
+    ]
+    try:
+        for key in keys:
+            decisions = [hit(cluster_client, key=key, limit=2, window_ms=60_000) for _ in range(3)]
+            assert [d.allowed for d in decisions] == [True, True, False]
+    finally:
+        for key in keys:
+            cluster_client.delete(key)
+
+
+def test_keys_share_the_tenant_hash_tag_and_name_the_window() -> None:
+    key = rate_key(tenant="42", principal="client:1/diner:d", window_seconds=60)
+    assert key.startswith("rl:{t:42}:") and key.endswith(":60s")
+    assert key != rate_key(tenant="42", principal="client:1/diner:e", window_seconds=60)
+    bucketed = {
+        rate_key(tenant="42", principal=f"client:1/diner:{i}", window_seconds=60, buckets=4)
+        for i in range(40)
+    }
+    assert {k.split("}")[0] for k in bucketed} == {f"rl:{{t:42:{b}" for b in range(4)}
+
+
+@pytest.mark.parametrize(
+    ("per_minute", "window", "expected"),
+    [
+        pytest.param(600, 60, 600, id="minute"),
+        pytest.param(600, 1, 10, id="second"),
+        pytest.param(1, 1, 1, id="at-least-one"),
+        pytest.param(90, 10, 15, id="rounded-up"),
+    ],
+)
+def test_rate_is_scaled_to_the_window(per_minute: int, window: int, expected: int) -> None:
+    assert limit_per_window(per_minute, window) == expected
+
+
+# --- through the API --------------------------------------------------------------------
+
+
+def test_the_request_after_the_limit_is_429_with_retry_after(settings: Any, tenant: Any) -> None:
+    limit(settings, 3)
+    api = api_for(tenant, diner="d1")
+    assert [issue(api).status_code for _ in range(3)] == [201, 201, 201]
+    refused = issue(api)
+    assert refused.status_code == 429
+    assert refused["Content-Type"] == "application/problem+json"
+    body = refused.json()
+    assert (body["code"], body["status"]) == ("RATE_LIMITED", 429)
+    assert 1 <= int(refused["Retry-After"]) <= 60
+
+
+def test_reads_are_not_counted(settings: Any, tenant: Any) -> None:
+    limit(settings, 1)
+    api = api_for(tenant, diner="d1")
+    for _ in range(3):
+        assert api.get("/api/v1/orders/").status_code == 200
+    assert issue(api).status_code == 201
+    assert issue(api).status_code == 429
+    assert api.get("/api/v1/orders/").status_code == 200
+
+
+def test_other_principals_and_tenants_keep_their_own_budget(
+    settings: Any, tenant: Any, other_tenant: Any
+) -> None:
+    limit(settings, 2)
+    me = api_for(tenant, diner="d1")
+    assert [issue(me).status_code for _ in range(3)] == [201, 201, 429]
+    assert issue(api_for(tenant, diner="d2")).status_code == 201  # another diner
+    assert issue(api_for(tenant, diner="d1")).status_code == 201  # another API client
+    assert issue(api_for(other_tenant, diner="d1")).status_code == 201  # another tenant
+
+
+def test_a_tenant_override_beats_the_default(settings: Any, tenant: Any, other_tenant: Any) -> None:
+    tenant.write_rate_per_minute = 2
+    tenant.save(update_fields=["write_rate_per_minute"])
+    limit(settings, 4)
+    strict = api_for(tenant, diner="d1")
+    default = api_for(other_tenant, diner="d1")
+    assert [issue(strict).status_code for _ in range(3)] == [201, 201, 429]
+    assert [issue(default).status_code for _ in range(5)] == [201, 201, 201, 201, 429]
+
+
+def test_the_limit_resets_after_a_one_second_window(settings: Any, tenant: Any) -> None:
+    limit(settings, 120, window=1)  # 120 per minute = 2 per 1 s window
+    api = api_for(tenant, diner="d1")
+    statuses = [issue(api) for _ in range(3)]
+    assert [r.status_code for r in statuses] == [201, 201, 429]
+    assert statuses[2]["Retry-After"] == "1"
+    time.sleep(1.05)
+    assert issue(api).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("path", "merchant"),
+    [
+        pytest.param("/api/v1/orders/", False, id="create"),
+        pytest.param("/api/v1/orders/{order}/pay/", False, id="pay"),
+        pytest.param("/api/v1/orders/{order}/cancel/", False, id="cancel"),
+        pytest.param("/api/v1/orders/{order}/transition/", True, id="transition"),
+        pytest.param(TOKENS, False, id="issue-tokens"),
+    ],
+)
+def test_every_write_endpoint_shares_the_budget(
+    settings: Any, tenant: Any, menu: Any, path: str, merchant: bool
+) -> None:
+    limit(settings, 1)
+    kind = ApiClient.Kind.MERCHANT if merchant else ApiClient.Kind.DINER_APP
+    api = api_for(tenant, kind=kind, diner=None if merchant else "d1")
+    assert issue(api).status_code == 201  # the budget is spent on another endpoint
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+    r = api.post(path.format(order=999), body, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+    assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED"
+    assert Order.all_tenants.count() == 0
+
+
+def test_replays_count_too(settings: Any, api: Any, menu: Any) -> None:
+    limit(settings, 2)
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+    first = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    replay = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    third = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert (first["X-Idempotent-Result"], replay["X-Idempotent-Result"]) == ("MISS", "HIT")
+    assert third.status_code == 429
+    assert Order.all_tenants.count() == 1
+
+
+def test_refused_before_the_throttle_costs_nothing(
+    settings: Any, tenant: Any, client: redis.Redis
+) -> None:
+    limit(settings, 1)
+    diner_app = api_for(tenant, diner="d1")
+    for _ in range(3):  # a diner app may not move orders: 403 before the throttle runs
+        r = diner_app.post("/api/v1/orders/1/transition/", {"to": "ACCEPTED"}, format="json")
+        assert r.status_code == 403
+    assert rate_keys(client, tenant) == []
+    assert issue(diner_app).status_code == 201
+
+
+# --- failing open -----------------------------------------------------------------------
+
+
+def dead_redis(tenant_key: str) -> redis.Redis:
+    """REDIS_CLIENT_FOR_TENANT pointing at a port nothing listens on."""
+    return _dead_client()
+
+
+_dead: list[redis.Redis] = []
+
+
+def _dead_client() -> redis.Redis:
+    if not _dead:
+        _dead.append(
+            redis.Redis(
+                port=free_port(),
+                socket_connect_timeout=0.2,
+                socket_timeout=0.2,
+                retry=Retry(NoBackoff(), 0),  # redis-py's default retries take ~3 s per call
+            )
+        )
+    return _dead[0]
+
+
+def place(api: Any, menu: Any) -> Any:
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+    return api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+
+
+@pytest.mark.parametrize(
+    "resolver",
+    [
+        pytest.param("tests.conftest.no_redis", id="no-redis"),
+        pytest.param("tests.idempotency.test_ratelimit.dead_redis", id="redis-down"),
+    ],
+)
+def test_without_redis_writes_are_not_limited(
+    settings: Any, api: Any, menu: Any, resolver: str
+) -> None:
+    limit(settings, 1, REDIS_CLIENT_FOR_TENANT=resolver)
+    assert [place(api, menu).status_code for _ in range(3)] == [201, 201, 201]
+    assert Order.all_tenants.count() == 3
+
+
+def test_an_open_breaker_lets_writes_through_without_touching_the_node(
+    settings: Any, tenant: Any, api: Any, menu: Any, client: redis.Redis
+) -> None:
+    limit(settings, 1)
+    node = stores.node_for(str(tenant.pk))
+    assert node is not None
+    for _ in range(50):
+        node.breaker.record(seconds=0.001, ok=False)
+    assert node.breaker.state.value == "open"
+    assert [place(api, menu).status_code for _ in range(3)] == [201, 201, 201]
+    assert rate_keys(client, tenant) == []
+
+
+def test_switching_the_engine_off_switches_the_limiter_off(
+    settings: Any, api: Any, menu: Any
+) -> None:
+    limit(settings, 1, ENABLED=False)
+    assert [place(api, menu).status_code for _ in range(3)] == [201, 201, 201]

@@ -1,0 +1,522 @@
+"""Pre-issued one-time tokens (seed 2.4): issuing, consuming as Idempotency-Key, batch check.
+
+Through the API with DRF's test client against real PostgreSQL and Redis; the Lua-level
+races and the Redis Cluster slot rule against the store directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.utils import timezone
+from redis.cluster import RedisCluster
+
+from idempotency import stores
+from idempotency.keys import redis_key_for
+from idempotency.outcomes import Outcome, StoredResponse
+from idempotency.ratelimit import reset_rate_cache
+from idempotency.redis_store import RedisIdempotencyStore, TokenRefusal, new_owner_token
+from idempotency.tokens import (
+    InvalidToken,
+    TokenStatus,
+    new_tokens,
+    read_token_states,
+    sign_token,
+    store_tokens,
+    token_key,
+    token_use,
+    verify_token,
+)
+from ordering.models import Order, Payment
+from tests.conftest import api_for
+
+REDIS_URL = django_settings.REDIS_URL or "redis://127.0.0.1:6379/0"
+TOKENS = "/api/v1/idempotency-tokens/"
+CHECK = "/api/v1/idempotency-tokens/check/"
+
+
+@pytest.fixture(autouse=True)
+def no_rate_limit(settings: Any) -> None:
+    """Tokens are tested on their own; the write limiter has its own tests."""
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "RATE_LIMIT_PER_MINUTE": None,
+        "RATE_LIMIT_FOR_TENANT": None,
+    }
+    reset_rate_cache()
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(REDIS_URL)
+    yield c
+    c.close()
+
+
+def issue(api: Any, count: Any = 3) -> Any:
+    return api.post(TOKENS, {"count": count}, format="json")
+
+
+def order_body(menu: Any, quantity: int = 1) -> dict[str, Any]:
+    return {
+        "items": [{"dish_id": menu["pizza"].pk, "quantity": quantity}],
+        "payment_method": "card",
+    }
+
+
+def place(api: Any, menu: Any, token: str, quantity: int = 1) -> Any:
+    return api.post(
+        "/api/v1/orders/", order_body(menu, quantity), format="json", HTTP_IDEMPOTENCY_KEY=token
+    )
+
+
+def principal_of(api: Any) -> str:
+    """The principal the engine sees for ``api`` (client pk + diner), from its own request."""
+    response = api.get("/api/v1/orders/")
+    principal = response.wsgi_request.user.principal_id
+    return principal
+
+
+# --- issuing ----------------------------------------------------------------------------
+
+
+def test_issue_returns_signed_tokens_stored_unused_with_a_ttl(
+    api: Any, tenant: Any, client: redis.Redis
+) -> None:
+    before = timezone.now()
+    r = issue(api, 3)
+    assert r.status_code == 201
+    body = r.json()
+    assert len(body["tokens"]) == len(set(body["tokens"])) == 3
+    assert body["ttl_seconds"] == 24 * 3600
+    expires = timezone.datetime.fromisoformat(body["expires_at"])
+    assert before + timedelta(hours=24) <= expires <= timezone.now() + timedelta(hours=24)
+    principal = principal_of(api)
+    for token in body["tokens"]:
+        assert token.startswith("tok_") and len(token) == 49
+        verify_token(token, tenant=str(tenant.pk), principal=principal)
+        key = token_key(tenant=str(tenant.pk), token=token)
+        assert key.startswith(f"idem:{{t:{tenant.pk}}}:tok:")
+        assert client.get(key) == f"p:{principal}".encode()
+        assert 24 * 3600 * 1000 - 5_000 < client.pttl(key) <= 24 * 3600 * 1000
+
+
+def test_count_defaults_to_one(api: Any) -> None:
+    r = api.post(TOKENS, {}, format="json")
+    assert r.status_code == 201 and len(r.json()["tokens"]) == 1
+
+
+@pytest.mark.parametrize(
+    "count",
+    [
+        pytest.param(0, id="zero"),
+        pytest.param(-1, id="negative"),
+        pytest.param(1001, id="over-1000"),
+        pytest.param("many", id="not-a-number"),
+    ],
+)
+def test_count_out_of_range_is_a_validation_error(
+    api: Any, client: redis.Redis, count: Any
+) -> None:
+    r = issue(api, count)
+    assert r.status_code == 400
+    assert r.json()["code"] == "VALIDATION_ERROR" and "count" in r.json()["errors"]
+
+
+def test_a_thousand_tokens_in_one_round_trip(
+    settings: Any, api: Any, tenant: Any, client: redis.Redis
+) -> None:
+    counting = use_counting_client(settings)
+    principal_of(api)  # authenticate once outside the count (no Redis involved anyway)
+    counting.reset()
+    r = issue(api, 1000)
+    assert r.status_code == 201 and len(r.json()["tokens"]) == 1000
+    assert counting.sends == 1
+    keys = [token_key(tenant=str(tenant.pk), token=t) for t in r.json()["tokens"]]
+    assert sum(client.exists(*keys[i : i + 100]) for i in range(0, 1000, 100)) == 1000
+
+
+def test_issuing_without_redis_is_503(settings: Any, api: Any) -> None:
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+    }
+    stores.reset()
+    for r in (issue(api), api.post(CHECK, {"tokens": ["tok_x"]}, format="json")):
+        assert r.status_code == 503
+        assert r.json()["code"] == "IDEMPOTENCY_TOKENS_UNAVAILABLE"
+        assert r["Retry-After"] == "5"
+
+
+# --- using a token as Idempotency-Key ---------------------------------------------------
+
+
+def test_token_executes_once_replays_and_refuses_another_payload(
+    api: Any, menu: Any, tenant: Any, client: redis.Redis
+) -> None:
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    again = place(api, menu, token)
+    other = place(api, menu, token, quantity=2)
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    assert other.status_code == 422 and other.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert Order.all_tenants.count() == 1
+    mark = client.get(token_key(tenant=str(tenant.pk), token=token))
+    assert mark is not None and mark.startswith(b"u:idem:{t:")
+
+
+def test_a_used_token_is_refused_for_another_operation(api: Any, menu: Any) -> None:
+    token = issue(api).json()["tokens"][0]
+    order_id = place(api, menu, token).json()["id"]
+    r = api.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY=token)
+    assert r.status_code == 409 and r.json()["code"] == "IDEMPOTENCY_TOKEN_USED"
+    assert Payment.all_tenants.count() == 0
+
+
+def test_a_token_spent_on_one_order_is_reused_for_another_order(api: Any, menu: Any) -> None:
+    """A consumed token is its endpoint's key: another order id on the same endpoint is
+    another payload (422), as with any key."""
+    a, b = (place(api, menu, key).json()["id"] for key in issue(api, 2).json()["tokens"])
+    token = issue(api, 1).json()["tokens"][0]
+    assert api.post(f"/api/v1/orders/{a}/pay/", HTTP_IDEMPOTENCY_KEY=token).status_code == 200
+    r = api.post(f"/api/v1/orders/{b}/pay/", HTTP_IDEMPOTENCY_KEY=token)
+    assert r.status_code == 422 and r.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert Payment.all_tenants.count() == 1
+
+
+def test_a_signed_but_never_issued_token_is_refused(api: Any, menu: Any, tenant: Any) -> None:
+    crafted = sign_token(tenant=str(tenant.pk), principal=principal_of(api), token_id="A" * 22)
+    r = place(api, menu, crafted)
+    assert r.status_code == 422 and r.json()["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
+    assert Order.all_tenants.count() == 0
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        pytest.param(lambda t: t[:-1] + ("A" if t[-1] != "A" else "B"), id="forged-mac"),
+        pytest.param(lambda t: "tok_" + "B" * 22 + t[26:], id="other-id-same-mac"),
+        pytest.param(lambda t: t[:30], id="truncated"),
+        pytest.param(lambda t: "tok_my-own-key", id="plain-key-with-token-prefix"),
+    ],
+)
+def test_forged_or_malformed_tokens_are_400_without_redis(
+    settings: Any, api: Any, menu: Any, mangle: Any
+) -> None:
+    token = issue(api).json()["tokens"][0]
+    counting = use_counting_client(settings)
+    r = place(api, menu, mangle(token))
+    assert r.status_code == 400 and r.json()["code"] == "IDEMPOTENCY_TOKEN_INVALID"
+    assert counting.sends == 0  # refused by arithmetic (the limiter is off here)
+    assert Order.all_tenants.count() == 0
+
+
+def test_another_diner_or_tenant_cannot_use_my_token(
+    api: Any, tenant: Any, other_tenant: Any, menu: Any
+) -> None:
+    from tests.conftest import menu_for
+
+    token = issue(api).json()["tokens"][0]
+    for stranger, their_menu in (
+        (api_for(tenant, diner="diner-2"), menu),
+        (api_for(tenant, diner="diner-1"), menu),  # same diner id, another API client
+        (api_for(other_tenant, diner="diner-1"), menu_for(other_tenant)),
+    ):
+        r = place(stranger, their_menu, token)
+        assert r.status_code == 400 and r.json()["code"] == "IDEMPOTENCY_TOKEN_INVALID"
+    assert Order.all_tenants.count() == 0
+    assert place(api, menu, token).status_code == 201  # still unused for its owner
+
+
+def test_a_5xx_keeps_the_token_for_the_retry(api: Any, menu: Any, monkeypatch: Any) -> None:
+    from ordering.api import views
+
+    real = views.place_order
+    calls: list[int] = []
+
+    def flaky(**kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database went away")
+        return real(**kwargs)
+
+    monkeypatch.setattr(views, "place_order", flaky)
+    api.raise_request_exception = False
+    token = issue(api).json()["tokens"][0]
+    assert place(api, menu, token).status_code == 500
+    retried = place(api, menu, token)
+    assert retried.status_code == 201 and retried["X-Idempotent-Result"] == "MISS"
+    assert Order.all_tenants.count() == 1
+
+
+def test_redis_losing_claim_and_token_still_replays_from_the_database(
+    api: Any, menu: Any, client: redis.Redis, tenant: Any
+) -> None:
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*"):  # eviction, failover
+        client.delete(key)
+    stores.local_cache().clear()
+    again = place(api, menu, token)
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    assert Order.all_tenants.count() == 1
+
+
+def test_database_only_mode_accepts_a_signed_token_as_a_plain_key(
+    settings: Any, api: Any, menu: Any
+) -> None:
+    token = issue(api).json()["tokens"][0]
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+    }
+    stores.reset()
+    first = place(api, menu, token)
+    again = place(api, menu, token)
+    assert (first["X-Idempotent-Result"], again["X-Idempotent-Result"]) == ("MISS", "HIT")
+    assert (
+        place(api, menu, token[:-1] + "x" if token[-1] != "x" else token[:-1] + "y").json()["code"]
+        == "IDEMPOTENCY_TOKEN_INVALID"
+    )
+    assert Order.all_tenants.count() == 1
+
+
+# --- batch check ------------------------------------------------------------------------
+
+
+def test_batch_check_reports_each_token_in_one_round_trip(
+    settings: Any, api: Any, menu: Any, tenant: Any
+) -> None:
+    unused, used = issue(api, 2).json()["tokens"]
+    place(api, menu, used)
+    unknown = sign_token(tenant=str(tenant.pk), principal=principal_of(api), token_id="C" * 22)
+    foreign = issue(api_for(tenant, diner="diner-2"), 1).json()["tokens"][0]
+    forged = unused[:-1] + ("A" if unused[-1] != "A" else "B")
+    given = [used, "garbage", unused, unknown, foreign, forged]
+    counting = use_counting_client(settings)
+    r = api.post(CHECK, {"tokens": given}, format="json")
+    assert r.status_code == 200
+    assert r.json()["results"] == [
+        {"token": used, "status": "used"},
+        {"token": "garbage", "status": "invalid"},
+        {"token": unused, "status": "unused"},
+        {"token": unknown, "status": "unknown"},
+        {"token": foreign, "status": "invalid"},
+        {"token": forged, "status": "invalid"},
+    ]
+    assert counting.sends == 1
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [pytest.param([], id="empty"), pytest.param(["t"] * 1001, id="over-1000")],
+)
+def test_batch_check_size_is_validated(api: Any, tokens: list[str]) -> None:
+    r = api.post(CHECK, {"tokens": tokens}, format="json")
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+# --- the Lua consume, directly ----------------------------------------------------------
+
+
+@pytest.fixture
+def lua_tenant(client: redis.Redis) -> Iterator[str]:
+    tenant = f"tok-test-{uuid.uuid4().hex}"
+    yield tenant
+    keys = list(client.scan_iter(match=f"idem:{{t:{tenant}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+FP = hashlib.sha256(b"payload").hexdigest()
+
+
+def claim(store: RedisIdempotencyStore, *, tenant: str, token: str, route: str, **kw: Any) -> Any:
+    claim_key = redis_key_for(tenant=tenant, scope=f"p|POST|{route}", key=token)
+    use = token_use(
+        tenant=tenant,
+        principal="p",
+        token=token,
+        claim_key=claim_key,
+        mark_ttl_seconds=60,
+        buckets=1,
+    )
+    owner = new_owner_token()
+    result = store.claim(
+        key=claim_key,
+        fingerprints={1: FP},
+        current_version=1,
+        owner=owner,
+        lease_ms=kw.get("lease_ms", 10_000),
+        token=use,
+    )
+    return result, claim_key, owner
+
+
+def test_twenty_operations_racing_for_one_token_one_wins(
+    client: redis.Redis, lua_tenant: str
+) -> None:
+    [token] = new_tokens(tenant=lua_tenant, principal="p", count=1)
+    store_tokens(client, tenant=lua_tenant, principal="p", tokens=[token], ttl_seconds=60)
+    barrier = threading.Barrier(20)
+    results: list[Any] = []
+
+    def race(i: int) -> None:
+        own = redis.Redis.from_url(REDIS_URL)
+        try:
+            barrier.wait()
+            result, _, _ = claim(
+                RedisIdempotencyStore(own), tenant=lua_tenant, token=token, route=f"r{i}"
+            )
+            results.append(result)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    misses = [r for r in results if not isinstance(r, TokenRefusal)]
+    assert len(results) == 20 and len(misses) == 1 and misses[0].outcome is Outcome.MISS
+    assert [r.reason for r in results if isinstance(r, TokenRefusal)] == ["used"] * 19
+
+
+def test_the_same_operation_claims_again_after_release_or_lease_expiry(
+    client: redis.Redis, lua_tenant: str
+) -> None:
+    store = RedisIdempotencyStore(client)
+    [token] = new_tokens(tenant=lua_tenant, principal="p", count=1)
+    store_tokens(client, tenant=lua_tenant, principal="p", tokens=[token], ttl_seconds=60)
+    first, claim_key, owner = claim(store, tenant=lua_tenant, token=token, route="a")
+    assert first.outcome is Outcome.MISS
+    store.release(key=claim_key, owner=owner)  # a 5xx before commit
+    second, _, _ = claim(store, tenant=lua_tenant, token=token, route="a", lease_ms=50)
+    assert second.outcome is Outcome.MISS
+    time.sleep(0.1)  # the request crashed; its lease expires
+    third, _, owner = claim(store, tenant=lua_tenant, token=token, route="a")
+    assert third.outcome is Outcome.MISS
+    store.finish(key=claim_key, owner=owner, response=StoredResponse(status=201), ttl_ms=60_000)
+    replay, _, _ = claim(store, tenant=lua_tenant, token=token, route="a")
+    assert replay.outcome is Outcome.HIT
+    elsewhere, _, _ = claim(store, tenant=lua_tenant, token=token, route="b")
+    assert elsewhere == TokenRefusal("used")
+
+
+def test_token_and_claim_keys_share_a_slot_on_a_cluster(cluster_client: RedisCluster) -> None:
+    """On a Redis Cluster a script touching two slots fails with CROSSSLOT: the token key
+    must follow the claim key's hash tag, sub-bucket included."""
+    store = RedisIdempotencyStore(cluster_client)
+    tenant = f"tok-cluster-{uuid.uuid4().hex}"
+    tokens = new_tokens(tenant=tenant, principal="p", count=20)
+    store_tokens(
+        cluster_client, tenant=tenant, principal="p", tokens=tokens, ttl_seconds=60, buckets=4
+    )
+    tags = set()
+    try:
+        for token in tokens:
+            claim_key = redis_key_for(tenant=tenant, scope="p|POST|r", key=token, buckets=4)
+            use = token_use(
+                tenant=tenant,
+                principal="p",
+                token=token,
+                claim_key=claim_key,
+                mark_ttl_seconds=60,
+                buckets=4,
+            )
+            assert use.key.split("}")[0] == claim_key.split("}")[0]
+            tags.add(claim_key.split("}")[0])
+            result = store.claim(
+                key=claim_key,
+                fingerprints={1: FP},
+                current_version=1,
+                owner=new_owner_token(),
+                lease_ms=10_000,
+                token=use,
+            )
+            assert result.outcome is Outcome.MISS
+        assert len(tags) > 1  # the tokens really spread over sub-buckets
+        states = read_token_states(
+            cluster_client, tenant=tenant, principal="p", tokens=tokens, buckets=4, secret=None
+        )
+        assert states == [TokenStatus.USED] * 20
+    finally:
+        for key in cluster_client.scan_iter(match=f"idem:{{t:{tenant}*"):
+            cluster_client.delete(key)
+
+
+def test_rotated_secret_still_verifies(settings: Any) -> None:
+    old = sign_token(tenant="1", principal="p", token_id="D" * 22, secret="old-secret")
+    with pytest.raises(InvalidToken):
+        verify_token(old, tenant="1", principal="p")
+    settings.SECRET_KEY_FALLBACKS = ["old-secret"]
+    assert verify_token(old, tenant="1", principal="p") == "D" * 22
+
+
+# --- counting round trips ---------------------------------------------------------------
+
+
+class CountingRedis(redis.Redis):
+    """Counts the round trips the test's own thread makes: one per command sent alone, one
+    per pipeline ``execute`` (a pipeline sends all its commands at once). Other threads (the
+    invalidation listener) are ignored."""
+
+    sends = 0
+    thread: int | None = None
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self._count()
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        execute = pipe.execute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._count()
+            return execute(*args, **kwargs)
+
+        pipe.execute = counted  # type: ignore[method-assign]
+        return pipe
+
+    @classmethod
+    def _count(cls) -> None:
+        if threading.get_ident() == cls.thread:
+            cls.sends += 1
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.sends = 0
+        cls.thread = threading.get_ident()
+
+
+_counting: list[redis.Redis] = []
+
+
+def counting_redis(tenant_key: str) -> redis.Redis:
+    """REDIS_CLIENT_FOR_TENANT whose connections count round trips."""
+    if not _counting:
+        _counting.append(CountingRedis.from_url(REDIS_URL))
+    return _counting[0]
+
+
+def use_counting_client(settings: Any) -> type[CountingRedis]:
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.idempotency.test_tokens.counting_redis",
+    }
+    stores.reset()
+    CountingRedis.reset()
+    return CountingRedis
