@@ -40,6 +40,7 @@ from idempotency.keys import ScopedKey
 from idempotency.local_cache import LocalResultCache
 from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.redis_store import TokenRefusal, TokenUse, new_owner_token
+from idempotency.script_registry import registry
 from idempotency.stores import GuardedStore, local_cache, node_for, redis_store_for
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,17 @@ class IdempotentRequest:
     render_pointer: Callable[[str], HttpResponse] | None = None
     # Set when the key is a pre-issued token: the claim consumes it (idempotency/tokens.py).
     token: TokenUse | None = None
+    # Which Lua script versions run (idempotency/script_registry.py): the tenant's region for
+    # region canaries, and a version pinned by a staff or test client (X-Lua-Version).
+    region: str | None = None
+    script_pin: int | None = None
+
+    def script_source(self, name: str) -> str | None:
+        """The source of the version of ``name`` this request runs; None: the shipped one."""
+        ref = registry.choose(
+            name, tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
+        )
+        return None if ref.version == 0 else ref.source
 
     @property
     def fingerprint(self) -> str:
@@ -109,6 +121,7 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
     poll = engine_setting("WAIT_POLL_MS") / 1000
     # Only token claims pass the extra argument, so stores without token support still work.
     extra: dict[str, Any] = {"token": req.token} if req.token is not None else {}
+    source = req.script_source("claim")
     while True:
         claim = store.claim(
             key=req.scoped.redis_key,
@@ -117,6 +130,7 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
             owner=owner,
             lease_ms=engine_setting("LEASE_MS"),
             field_hashes=req.field_hashes,
+            source=source,
             **extra,
         )
         if isinstance(claim, TokenRefusal):
@@ -269,7 +283,11 @@ def _finish(
         return
     try:
         if not store.finish(
-            key=req.scoped.redis_key, owner=owner, response=stored, ttl_ms=req.ttl_seconds * 1000
+            key=req.scoped.redis_key,
+            owner=owner,
+            response=stored,
+            ttl_ms=req.ttl_seconds * 1000,
+            source=req.script_source("finish"),
         ):
             logger.warning("idempotency lease lost before finish; the database holds the result")
     except RedisError:
@@ -280,7 +298,7 @@ def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | No
     if store is None or owner is None:
         return
     try:
-        store.release(key=req.scoped.redis_key, owner=owner)
+        store.release(key=req.scoped.redis_key, owner=owner, source=req.script_source("release"))
     except RedisError:
         logger.warning("Redis release failed; the lease will expire", exc_info=True)
 

@@ -90,7 +90,26 @@ def prepare(
         endpoint=f"{scoped.method} {route}",
         request_meta=request_meta(request),
         token=token,
+        region=_resolve("TENANT_REGION", tenant),
+        script_pin=script_pin(request),
     )
+
+
+SCRIPT_PIN_HEADER = "HTTP_X_LUA_VERSION"
+
+
+def script_pin(request: HttpRequest) -> int | None:
+    """The Lua script version an ``X-Lua-Version`` header pins, honoured only for the callers
+    ``SCRIPT_PIN_ALLOWED`` approves (staff, test API clients); ignored for everyone else."""
+    raw = request.META.get(SCRIPT_PIN_HEADER, "")
+    if not raw.isdigit() or not _resolve("SCRIPT_PIN_ALLOWED", request):
+        return None
+    return int(raw)
+
+
+def _resolve(setting: str, arg: Any) -> Any:
+    path = engine_setting(setting)
+    return import_string(path)(arg) if path else None
 
 
 def request_meta(request: HttpRequest) -> dict[str, str]:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import redis
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
 
 from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
 
@@ -48,7 +49,7 @@ DEFAULT_CHANNEL = "idem:invalidate"
 
 _SCRIPTS = ("claim", "finish", "release", "backfill", "claim_token")
 # Scripts made of several files, run as one: the token check falls through to the plain claim.
-_COMPOSED = {"claim_token": ("claim_token", "claim")}
+_COMPOSED = {"claim_token": ("claim_token", "claim"), "claim_token_prelude": ("claim_token",)}
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class RedisIdempotencyStore:
         self._client = client
         self._channel = channel
         self._scripts = {name: client.register_script(_script_source(name)) for name in _SCRIPTS}
+        self._versions: dict[str, Script] = {}  # source -> registered script
 
     @property
     def client(self) -> redis.Redis | RedisCluster:
@@ -134,6 +136,7 @@ class RedisIdempotencyStore:
         lease_ms: int,
         field_hashes: Mapping[str, str] | None = None,
         token: TokenUse | None = None,
+        source: str | None = None,
     ) -> ClaimResult | TokenRefusal:
         """Claim ``key`` for ``owner`` for ``lease_ms``, or report why not.
 
@@ -145,6 +148,9 @@ class RedisIdempotencyStore:
 
         With a ``token``, the same call first consumes it (``claim_token.lua``): a token
         consumed by another operation, or absent, is a :class:`TokenRefusal`.
+
+        ``source`` (every method has it) runs another version of the script than the shipped
+        one (``idempotency.script_registry``); EVALSHA with a reload on NOSCRIPT either way.
         """
         if current_version not in fingerprints:
             raise ValueError("fingerprints must include current_version")
@@ -160,11 +166,15 @@ class RedisIdempotencyStore:
             ",".join(f"{version}:{fp}" for version, fp in fingerprints.items()),
         ]
         if token is None:
-            return _parse_claim_reply(self._run("claim", key, *args))
+            return _parse_claim_reply(self._run("claim", key, *args, source=source))
         _check_token("token value", token.unused_value)
         _check_token("token mark", token.used_value)
         _check_ms("mark_ttl_ms", token.mark_ttl_ms)
-        reply = self._scripts["claim_token"](
+        if source is None:
+            script = self._scripts["claim_token"]
+        else:
+            script = self._versioned("\n".join((_script_source("claim_token_prelude"), source)))
+        reply = script(
             keys=[key, token.key],
             args=[*args, token.unused_value, token.used_value, token.mark_ttl_ms],
         )
@@ -175,16 +185,24 @@ class RedisIdempotencyStore:
             return TokenRefusal("unknown")
         return _parse_claim_reply(reply)
 
-    def finish(self, *, key: str, owner: str, response: StoredResponse, ttl_ms: int) -> bool:
+    def finish(
+        self,
+        *,
+        key: str,
+        owner: str,
+        response: StoredResponse,
+        ttl_ms: int,
+        source: str | None = None,
+    ) -> bool:
         """Store the response if ``owner`` still holds the lease; ``False`` if it was lost."""
         _check_token("owner", owner)
         _check_ms("ttl_ms", ttl_ms)
-        return self._run("finish", key, owner, response.to_bytes(), ttl_ms) == 1
+        return self._run("finish", key, owner, response.to_bytes(), ttl_ms, source=source) == 1
 
-    def release(self, *, key: str, owner: str) -> bool:
+    def release(self, *, key: str, owner: str, source: str | None = None) -> bool:
         """Delete the claim if ``owner`` still holds it, so the client may retry at once."""
         _check_token("owner", owner)
-        return self._run("release", key, owner) == 1
+        return self._run("release", key, owner, source=source) == 1
 
     def backfill(
         self,
@@ -226,8 +244,15 @@ class RedisIdempotencyStore:
         """Announce that ``key`` changed, so every ``LocalResultCache`` listening drops it."""
         self._client.publish(self._channel, key)
 
-    def _run(self, script: str, key: str, *args: Any) -> Any:
-        return self._scripts[script](keys=[key], args=list(args))
+    def _run(self, script: str, key: str, *args: Any, source: str | None = None) -> Any:
+        runner = self._scripts[script] if source is None else self._versioned(source)
+        return runner(keys=[key], args=list(args))
+
+    def _versioned(self, source: str) -> Script:
+        script = self._versions.get(source)
+        if script is None:
+            script = self._versions[source] = self._client.register_script(source)
+        return script
 
 
 def _parse_claim_reply(reply: Sequence[Any]) -> ClaimResult:

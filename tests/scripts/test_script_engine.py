@@ -1,0 +1,106 @@
+"""The engine runs the version the registry picks: canaries, pins, NOSCRIPT, contract checks."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from idempotency.script_admin import (
+    promote,
+    record_contract_pass,
+    rollback,
+    shipped_source,
+    start_canary,
+    upload_version,
+)
+from idempotency.script_registry import registry
+from ordering.models import Order
+from tenants.api_keys import issue_api_key
+from tests.conftest import api_for, menu_for, use_topology
+from tests.flows.test_idempotent_orders import post_order
+from tests.support.redis_nodes import RedisNode
+
+pytestmark = pytest.mark.django_db
+
+MISS_RETURN = "  redis.call('PEXPIRE', key, lease_ms)\n  return {'MISS'}"
+# claim v2: the same contract, and it leaves a mark on the entries it creates
+MARKED_CLAIM = shipped_source("claim").replace(
+    MISS_RETURN, "  redis.call('HSET', key, 'sv', '2')\n" + MISS_RETURN
+)
+
+
+def claim_v2():
+    assert MISS_RETURN in shipped_source("claim")
+    script = upload_version(name="claim", source=MARKED_CLAIM, author="alice")
+    record_contract_pass(script, author="ci")
+    return script
+
+
+def marks(tenant) -> list[bytes | None]:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    return [client.hget(k, "sv") for k in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*")]
+
+
+def test_an_allow_listed_tenant_runs_the_canary_others_the_stable(make_tenant):
+    canary_tenant, other = make_tenant(), make_tenant()
+    start_canary(claim_v2(), author="alice", tenants=[str(canary_tenant.pk)])
+    registry.reload()
+    for tenant in (canary_tenant, other):
+        assert post_order(api_for(tenant, diner="d"), menu_for(tenant), key="k").status_code == 201
+    assert marks(canary_tenant) == [b"2"]
+    assert marks(other) == [None]
+
+
+def test_x_lua_version_is_honoured_only_for_test_clients(tenant):
+    script = claim_v2()
+    promote(script, author="alice")  # make the version known to the registry
+    rollback(name="claim", author="alice")  # stable is the shipped script again; v2 retired
+    registry.reload()
+    menu = menu_for(tenant)
+    normal = api_for(tenant, diner="d1")
+    _, key = issue_api_key(tenant=tenant, name="qa", kind="diner_app", is_test=True)
+    tester = api_for(tenant, diner="d2")
+    tester.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}", HTTP_X_DINER_ID="d2")
+    post_order(normal, menu, key="plain", HTTP_X_LUA_VERSION=str(script.version))
+    post_order(tester, menu, key="pinned", HTTP_X_LUA_VERSION=str(script.version))
+    assert sorted(marks(tenant), key=str) == [None, b"2"]
+
+
+def test_noscript_after_script_flush_is_recovered(settings, tenant):
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        api, menu = api_for(tenant, diner="d1"), menu_for(tenant)
+        promote(claim_v2(), author="alice")
+        registry.reload()
+        assert post_order(api, menu, key="before").status_code == 201
+        node.client().script_flush()
+        # the next calls find no script on the server: EVALSHA fails with NOSCRIPT, the
+        # engine loads the script and retries, the client notices nothing
+        again = post_order(api, menu, key="after")
+        assert again.status_code == 201 and again["X-Idempotent-Result"] == "MISS"
+        assert post_order(api, menu, key="after")["X-Idempotent-Result"] == "HIT"
+        assert Order.objects.for_tenant(tenant).count() == 2
+    finally:
+        node.remove()
+
+
+@pytest.mark.slow
+def test_check_command_passes_a_sound_version_and_refuses_a_broken_one():
+    sound = upload_version(name="claim", source=MARKED_CLAIM, author="alice")
+    call_command("check_lua_version", "claim", str(sound.version), "--quick", stdout=StringIO())
+    sound.refresh_from_db()
+    assert sound.contract_passed_at is not None
+    # compiles, but answers MISS for everything: duplicates would run twice
+    always_miss = "return {'MISS'}"
+    broken = upload_version(name="claim", source=always_miss, author="mallory")
+    with pytest.raises(CommandError, match="fails the contract tests"):
+        call_command(
+            "check_lua_version", "claim", str(broken.version), "--quick", stdout=StringIO()
+        )
+    broken.refresh_from_db()
+    assert broken.contract_passed_at is None
