@@ -42,6 +42,7 @@ from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.redis_store import TokenRefusal, TokenUse, new_owner_token
 from idempotency.script_registry import registry
 from idempotency.stores import GuardedStore, local_cache, node_for, redis_store_for
+from idempotency.transactions import engine_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -179,22 +180,23 @@ def _execute(
     owner: str | None,
 ) -> HttpResponse:
     stored: StoredResponse | None = None
+    doomed = False
     try:
-        with transaction.atomic():
+        with engine_transaction():
             response = execute()
             if response.status_code >= 500:
                 transaction.set_rollback(True)
+            elif transaction.get_rollback():
+                # The view refused after writing (a service raised inside the transaction,
+                # without a savepoint, see idempotency/transactions.py): its writes are rolled
+                # back with ours; the refusal is recorded on its own below.
+                stored, doomed = _to_stored(response), True
             else:
                 stored = _to_stored(response)
-                if not db_store.insert_record(
-                    scoped=req.scoped,
-                    fingerprint=req.fingerprint,
-                    fingerprint_version=FINGERPRINT_VERSION,
-                    field_hashes=req.field_hashes,
-                    response=stored,
-                    ttl_seconds=req.ttl_seconds,
-                ):
-                    raise _AlreadyCommitted
+                _record(req, stored)
+        if doomed:
+            with transaction.atomic():
+                _record(req, stored)
     except (_AlreadyCommitted, IntegrityError):
         # A duplicate won the race in the database (Redis lost the claim, or database-only
         # mode). Our transaction is rolled back; the winner's committed result is the answer.
@@ -212,8 +214,22 @@ def _execute(
     else:
         _finish(store, req, owner, stored)
         _remember(req, stored)
+    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="MISS")
     response[responses.RESULT_HEADER] = "MISS"
     return response
+
+
+def _record(req: IdempotentRequest, stored: StoredResponse) -> None:
+    """Insert the idempotency record in the current transaction, or raise _AlreadyCommitted."""
+    if not db_store.insert_record(
+        scoped=req.scoped,
+        fingerprint=req.fingerprint,
+        fingerprint_version=FINGERPRINT_VERSION,
+        field_hashes=req.field_hashes,
+        response=stored,
+        ttl_seconds=req.ttl_seconds,
+    ):
+        raise _AlreadyCommitted
 
 
 def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> HttpResponse:
@@ -311,6 +327,7 @@ def _audit(
     differing: list[str] | None = None,
     resource: str = "",
 ) -> None:
+    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
     audit.writer.record(
         audit.AuditEvent(
             tenant_key=req.scoped.tenant,
@@ -326,7 +343,7 @@ def _audit(
     )
 
 
-def run_on_node(tenant_key: str, call: Callable[[Any], T]) -> T | None:
+def run_on_node(tenant_key: str, call: Callable[[Any], T], *, op: str = "other") -> T | None:
     """Run ``call(client)`` on the tenant's Redis node, for the engine's calls outside the
     claim path (rate limits, token issuing and checking).
 
@@ -339,17 +356,4 @@ def run_on_node(tenant_key: str, call: Callable[[Any], T]) -> T | None:
     node = node_for(tenant_key)
     if node is None or node.breaker.state is not BreakerState.CLOSED:
         return None
-    started = time.perf_counter()
-    try:
-        result = call(node.store.client)
-    except RedisError:
-        _report(node, started, ok=False)
-        raise
-    _report(node, started, ok=True)
-    return result
-
-
-def _report(node: GuardedStore, started: float, *, ok: bool) -> None:
-    seconds = time.perf_counter() - started
-    node.breaker.record(seconds=seconds, ok=ok)
-    metrics.redis_latency.labels(node=node.name).observe(seconds)
+    return node.run(op, lambda: call(node.store.client))

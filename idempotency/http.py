@@ -13,7 +13,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from idempotency import responses, tokens
+from idempotency import metrics, responses, tokens
 from idempotency.conf import Policy, engine_setting
 from idempotency.engine import IdempotentRequest
 from idempotency.error_codes import IdempotencyErrorCode
@@ -48,6 +48,7 @@ def prepare(
         try:
             key = validate_key(raw_key)
         except InvalidKey as exc:
+            metrics.count(tenant=tenant, endpoint=_endpoint(request), outcome="INVALID")
             return responses.problem(400, IdempotencyErrorCode.KEY_INVALID, str(exc))
         if tokens.is_token(key):
             try:
@@ -57,12 +58,13 @@ def prepare(
     elif policy.auto_key_window:
         key = automatic_key(fingerprints[FINGERPRINT_VERSION])
     elif policy.required:
+        metrics.count(tenant=tenant, endpoint=_endpoint(request), outcome="INVALID")
         return responses.problem(
             400, IdempotencyErrorCode.KEY_MISSING, "This endpoint requires an Idempotency-Key"
         )
     else:
         return None
-    route = request.resolver_match.route if request.resolver_match else request.path
+    route = _route(request)
     scoped = ScopedKey(
         tenant=tenant,
         principal=principal,
@@ -87,7 +89,7 @@ def prepare(
         fingerprints=fingerprints,
         field_hashes=field_hashes(payload, None),
         policy=policy,
-        endpoint=f"{scoped.method} {route}",
+        endpoint=_endpoint(request),
         request_meta=request_meta(request),
         token=token,
         region=_resolve("TENANT_REGION", tenant),
@@ -120,3 +122,11 @@ def request_meta(request: HttpRequest) -> dict[str, str]:
         "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
         "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
     }
+
+
+def _route(request: HttpRequest) -> str:
+    return request.resolver_match.route if request.resolver_match else request.path
+
+
+def _endpoint(request: HttpRequest) -> str:
+    return f"{request.method} {_route(request)}"

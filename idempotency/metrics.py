@@ -1,4 +1,9 @@
-"""Prometheus metrics of the engine (exposed by the host app's /metrics view)."""
+"""Prometheus metrics of the engine (exposed by the host app's /metrics view).
+
+Under gunicorn the metrics of all workers are merged through prometheus-client's multiprocess
+mode (``PROMETHEUS_MULTIPROC_DIR``, set by ``config/gunicorn.py``). The hit rate is derived in
+Prometheus (``docs/observability/``): HIT / all outcomes.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,22 @@ outcomes = Counter(
 )
 redis_latency = Histogram(
     "idempotency_redis_seconds",
-    "Round-trip time of engine calls to Redis, per node",
-    ["node"],
+    "Round-trip time of engine calls to Redis (claim, finish, release…), per node",
+    ["node", "op"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5),
 )
 breaker_state = Gauge(
     "idempotency_breaker_state",
-    "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open",
+    "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open (worst process)",
     ["node"],
+    multiprocess_mode="max",
 )
 _STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
 def breaker_changed(node: str, state: BreakerState) -> None:
     breaker_state.labels(node=node).set(_STATE_VALUE[state])
+
+
+def count(*, tenant: str, endpoint: str, outcome: str) -> None:
+    outcomes.labels(tenant=tenant, endpoint=endpoint, outcome=outcome).inc()

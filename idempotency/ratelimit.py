@@ -162,7 +162,9 @@ def check_write_rate(*, tenant: str, principal: str) -> RateDecision | None:
     limit = limit_per_window(per_minute, window)
     try:
         return run_on_node(
-            tenant, lambda client: hit(client, key=key, limit=limit, window_ms=window * 1000)
+            tenant,
+            lambda client: hit(client, key=key, limit=limit, window_ms=window * 1000),
+            op="ratelimit",
         )
     except RedisError:
         logger.warning("rate limiter: Redis failed; letting the request through", exc_info=True)

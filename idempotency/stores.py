@@ -43,31 +43,32 @@ class GuardedStore:
         self.breaker = breaker
 
     def claim(self, **kwargs: Any) -> Any:
-        return self._call(self.store.claim, **kwargs)
+        return self.run("claim", lambda: self.store.claim(**kwargs))
 
     def finish(self, **kwargs: Any) -> bool:
-        return self._call(self.store.finish, **kwargs)
+        return self.run("finish", lambda: self.store.finish(**kwargs))
 
     def release(self, **kwargs: Any) -> bool:
-        return self._call(self.store.release, **kwargs)
+        return self.run("release", lambda: self.store.release(**kwargs))
 
     def purge(self, **kwargs: Any) -> None:
-        return self._call(self.store.purge, **kwargs)
+        return self.run("purge", lambda: self.store.purge(**kwargs))
 
-    def _call(self, method: Callable[..., T], **kwargs: Any) -> T:
+    def run(self, op: str, call: Callable[[], T]) -> T:
+        """Run one call to this node, timed and reported to its breaker and latency metric."""
         started = time.perf_counter()
         try:
-            result = method(**kwargs)
+            result = call()
         except RedisError:
-            self._report(started, ok=False)
+            self._report(op, started, ok=False)
             raise
-        self._report(started, ok=True)
+        self._report(op, started, ok=True)
         return result
 
-    def _report(self, started: float, *, ok: bool) -> None:
+    def _report(self, op: str, started: float, *, ok: bool) -> None:
         seconds = time.perf_counter() - started
         self.breaker.record(seconds=seconds, ok=ok)
-        metrics.redis_latency.labels(node=self.name).observe(seconds)
+        metrics.redis_latency.labels(node=self.name, op=op).observe(seconds)
 
 
 def node_name(client: Any) -> str:

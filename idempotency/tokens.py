@@ -304,6 +304,6 @@ def _on_node(tenant: str, call: Any) -> Any:
     from idempotency.engine import run_on_node
 
     try:
-        return run_on_node(tenant, call)
+        return run_on_node(tenant, call, op="tokens")
     except RedisError as exc:
         raise TokensUnavailable from exc

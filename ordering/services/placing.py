@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from idempotency.transactions import business_atomic
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
@@ -49,7 +49,7 @@ def place_order(
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
     """
     quantities = _merge_lines(items)
-    with transaction.atomic():
+    with business_atomic():
         dishes = _load_dishes(tenant=tenant, dish_ids=list(quantities))
         for dish_id in sorted(quantities):
             _take_stock(tenant=tenant, dish=dishes[dish_id], quantity=quantities[dish_id])

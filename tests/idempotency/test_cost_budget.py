@@ -1,0 +1,95 @@
+"""The engine's cost budget, in round trips (counts, never times).
+
+- a first execution of POST /api/v1/orders/ adds at most 2 Redis round trips (claim, finish)
+  and exactly one database round trip (the record insert, in the business transaction);
+- a replay answered from Redis makes 0 database queries of the engine's and 1 Redis round trip;
+- a replay answered from the local cache makes neither.
+API-key authentication (a SELECT of the client) happens before the engine and is not its cost;
+the write rate limiter (one more Redis round trip when enabled) is switched off here, as it is
+a separate feature (docs/idempotency.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from idempotency import stores
+from tenants.redis_routing import client_for_tenant
+from tests.flows.test_idempotent_orders import post_order
+
+pytestmark = pytest.mark.django_db
+
+
+class RedisCounter:
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+
+@pytest.fixture
+def redis_calls(tenant, monkeypatch) -> Iterator[RedisCounter]:
+    """Counts every command the engine's client for ``tenant`` sends (each is a round trip)."""
+    client = client_for_tenant(str(tenant.pk))
+    counter = RedisCounter()
+    real = client.execute_command
+
+    def counting(*args, **kwargs):
+        counter.commands.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "execute_command", counting)
+    yield counter
+
+
+@pytest.fixture(autouse=True)
+def no_rate_limit(settings):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "RATE_LIMIT_PER_MINUTE": None}
+
+
+def engine_queries(captured: CaptureQueriesContext) -> list[str]:
+    """The captured SQL minus API-key authentication, which runs before the engine."""
+    return [q["sql"] for q in captured.captured_queries if "tenants_apiclient" not in q["sql"]]
+
+
+def measure(api, menu, key):
+    with CaptureQueriesContext(connection) as captured:
+        response = post_order(api, menu, key=key)
+    return response, engine_queries(captured)
+
+
+def test_first_execution_adds_two_redis_round_trips_and_one_insert(
+    api, menu, settings, redis_calls
+):
+    post_order(api, menu, key="warm-up")  # loads scripts, per-process caches
+    # the same request with the engine switched off: the business work alone
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "ENABLED": False}
+    off, business = measure(api, menu, "off")
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "ENABLED": True}
+    redis_calls.commands.clear()
+    on, with_engine = measure(api, menu, "on")
+    assert off.status_code == on.status_code == 201 and on["X-Idempotent-Result"] == "MISS"
+    assert redis_calls.commands == ["EVALSHA", "EVALSHA"]  # claim, finish
+    extra = [q for q in with_engine if q not in business]
+    assert len(with_engine) == len(business) + 1, extra
+    assert "idempotency_idempotencyrecord" in " ".join(extra)
+
+
+def test_replay_from_redis_costs_one_round_trip_and_no_query(api, menu, redis_calls):
+    first = post_order(api, menu, key="k")
+    stores.local_cache().clear()  # as on another worker
+    redis_calls.commands.clear()
+    again, queries = measure(api, menu, "k")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert queries == []
+    assert redis_calls.commands == ["EVALSHA"]
+
+
+def test_replay_from_the_local_cache_costs_nothing(api, menu, redis_calls):
+    first = post_order(api, menu, key="k")
+    redis_calls.commands.clear()
+    again, queries = measure(api, menu, "k")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert queries == [] and redis_calls.commands == []
