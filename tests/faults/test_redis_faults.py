@@ -143,9 +143,11 @@ def test_slow_node_opens_the_breaker_and_recovers(node, shop, tmp_path):
             tail = slowed[-40:]
             slow_tail = [t for _, t in tail if t >= proxy.delay]
             assert len(slow_tail) <= 8, [round(t, 3) for _, t in tail]
+            # (background chatter: heartbeats, lease renewals, pings: well under one per
+            # request, where a closed breaker costs at least two)
             chunks = proxy.chunks
-            post_orders(server, shop, new_keys(20, "open"), concurrency=4)
-            assert proxy.chunks - chunks <= 12
+            post_orders(server, shop, new_keys(40, "open"), concurrency=4)
+            assert proxy.chunks - chunks <= 20
             # when the node is healthy again, the probes close the breakers
             proxy.delay = 0.0
             time.sleep(BREAKER["open_seconds"] + 0.5)
@@ -154,6 +156,6 @@ def test_slow_node_opens_the_breaker_and_recovers(node, shop, tmp_path):
             healed = post_orders(server, shop, new_keys(20, "healed"), concurrency=2)
             assert {r.status_code for r, _ in healed} == {201}
             assert proxy.chunks - chunks >= 36
-        assert Order.objects.for_tenant(tenant).count() == 160
+        assert Order.objects.for_tenant(tenant).count() == 180
     finally:
         proxy.close()
