@@ -153,3 +153,7 @@ def _csv_cell(value: object) -> str:
     """Keys and endpoints come from clients: keep a spreadsheet from running them as formulas."""
     text = "" if value is None else str(value)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+# The Lua script workflow lives in its own module; importing it registers its admin.
+from idempotency import admin_scripts  # noqa: E402, F401
