@@ -16,11 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set).
+## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set), with
+## a Celery worker in the background when REDIS_URL is set (else tasks run eagerly in-process).
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py runserver 127.0.0.1:8000
+	PY=$(PY) bash scripts/run_demo.sh
 
 ## Set up and run the whole test suite against PostgreSQL and Redis.
 test: install

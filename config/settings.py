@@ -220,3 +220,91 @@ IDEMPOTENCY = {
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
     "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
 }
+
+# --- celery / payments ------------------------------------------------------------------
+# Everything below belongs to layer 4 (DESIGN §3): the Celery broker, the outbox, the cancel
+# saga, payment providers and stale-lease recovery. See docs/payments-and-saga.md.
+
+
+def _broker_next_to(redis_url: str) -> str:
+    """``redis_url``'s server with the next database index: broker keys never share a database
+    with idempotency keys (a test's cleanup of one cannot touch the other)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(redis_url)
+    db = int((parts.path or "/0").lstrip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(db + 1) % 16}"))
+
+
+_redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+    _broker_next_to(_redis_for_broker) if _redis_for_broker else ""
+)
+# No broker (the embedded demo): tasks run in the process that sends them, after the commit
+# that scheduled them. Production (DEBUG off) must name a broker.
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not CELERY_BROKER_URL)
+if not CELERY_BROKER_URL:
+    if not DEBUG:
+        raise ImproperlyConfigured("CELERY_BROKER_URL (or REDIS_URL) must be set when DEBUG is off")
+    CELERY_BROKER_URL = "memory://"
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
+# Seconds before a delivered-but-unacknowledged message goes back to the queue. Must exceed the
+# longest task run *and* the longest retry countdown (a worker holds ETA messages unacked).
+CELERY_VISIBILITY_TIMEOUT = int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", 900))
+# Seconds between the worker's sweeps that put such messages back (kombu >= 5.7).
+CELERY_RESTORE_INTERVAL = int(os.environ.get("CELERY_RESTORE_INTERVAL", 5))
+
+# Outbox: rows still unpublished this long after their commit are published by the sweeper.
+OUTBOX_PUBLISH_GRACE_SECONDS = float(os.environ.get("OUTBOX_PUBLISH_GRACE_SECONDS", 10))
+OUTBOX_SWEEP_SECONDS = float(os.environ.get("OUTBOX_SWEEP_SECONDS", 30))
+STALE_LEASE_SWEEP_SECONDS = float(os.environ.get("STALE_LEASE_SWEEP_SECONDS", 30))
+CELERY_BEAT_SCHEDULE = {
+    "sweep-outbox": {"task": "ordering.sweep_outbox", "schedule": OUTBOX_SWEEP_SECONDS},
+    "reclaim-stale-leases": {
+        "task": "ordering.reclaim_stale_leases",
+        "schedule": STALE_LEASE_SWEEP_SECONDS,
+    },
+}
+
+# Cancel saga: retries per step after the first attempt, then a dead letter. Backoff is
+# base * 2^(attempt-1), capped, with jitter.
+SAGA_MAX_RETRIES = int(os.environ.get("SAGA_MAX_RETRIES", 3))
+SAGA_RETRY_BASE_SECONDS = float(os.environ.get("SAGA_RETRY_BASE_SECONDS", 2.0))
+SAGA_RETRY_MAX_SECONDS = float(os.environ.get("SAGA_RETRY_MAX_SECONDS", 300.0))
+
+# Payment providers: name -> adapter class and webhook secret(s) (a list allows rotation: the
+# first signs, any verifies). The simulated provider is for the demo and tests only: it is on
+# when DEBUG is, or when SIMULATED_PROVIDER=1; off DEBUG it needs its own secret.
+PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERANCE", 300))
+PAYMENT_PROVIDERS: dict[str, dict] = {}
+if env_bool("SIMULATED_PROVIDER", DEBUG):
+    _simulated_secret = os.environ.get(
+        "SIMULATED_PROVIDER_SECRET", "dev-only-simulated-provider-secret" if DEBUG else ""
+    )
+    if not _simulated_secret:
+        raise ImproperlyConfigured("SIMULATED_PROVIDER_SECRET must be set when DEBUG is off")
+    PAYMENT_PROVIDERS["simulated"] = {
+        "ADAPTER": "ordering.payments.simulated.SimulatedProvider",
+        "SECRETS": [_simulated_secret],
+    }
+PAYMENT_DEFAULT_PROVIDER = os.environ.get("PAYMENT_DEFAULT_PROVIDER", "simulated")
+# Demo only: the simulated provider confirms each payment by itself (a signed callback through
+# the webhook service) this many seconds after it was started; 0 leaves it to `simulate_payment`.
+SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = float(
+    os.environ.get("SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS", 0)
+)
+# The courier service the cancel saga tells to stand down. No courier partner is integrated
+# yet: production uses the null adapter (nothing to cancel), the demo and tests the simulated one.
+DELIVERY_ADAPTER = os.environ.get(
+    "DELIVERY_ADAPTER",
+    "ordering.delivery.SimulatedDelivery" if DEBUG else "ordering.delivery.NoDeliveryPartner",
+)
+
+# Stale-lease recovery (idempotency/instances.py, ordering/instances.py): every process that
+# takes leases heartbeats an instance id; one silent this long is dead and its leases reclaimed.
+IDEMPOTENCY["INSTANCE_REGISTRY"] = env_bool("INSTANCE_REGISTRY", True)
+IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"] = float(os.environ.get("INSTANCE_HEARTBEAT_SECONDS", 5))
+IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = float(
+    os.environ.get("INSTANCE_DEAD_AFTER_SECONDS", 15)
+)
+# --- end celery / payments --------------------------------------------------------------

@@ -149,8 +149,17 @@ def instance_id() -> str:
     return _instance.current_id()
 
 
+def registry_enabled() -> bool:
+    return bool(getattr(settings, "IDEMPOTENCY", {}).get("INSTANCE_REGISTRY", True))
+
+
 def owner_prefix() -> str:
-    """Prefix of every owner token this process hands out; starts its heartbeat (once)."""
+    """Prefix of every owner token this process hands out; starts its heartbeat (once).
+
+    Empty when the registry is switched off (``INSTANCE_REGISTRY``): claims then carry no
+    instance id and are never reclaimed early, only by their lease running out."""
+    if not registry_enabled():
+        return ""
     return _instance.ensure_heartbeat() + OWNER_SEPARATOR
 
 

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from ordering.api import views
+from ordering.api.payments import PaymentCallbackView
 
 urlpatterns = [
     path("menu/", views.MenuView.as_view(), name="menu"),
@@ -13,4 +14,5 @@ urlpatterns = [
         views.OrderTransitionView.as_view(),
         name="order-transition",
     ),
+    path("payments/callback/", PaymentCallbackView.as_view(), name="payment-callback"),
 ]

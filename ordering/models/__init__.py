@@ -1,17 +1,33 @@
-"""Ordering data: the menu, coupons, orders with their lifecycle, payments."""
+"""Ordering data: the menu, coupons, orders with their lifecycle, payments, and layer 4 (the
+outbox, the saga's compensations and dead letters, provider callbacks)."""
 
+from ordering.models.callbacks import PaymentCallback, ProviderConflict
+from ordering.models.compensation import Compensation, DeadLetter
 from ordering.models.menu import Coupon, Dish
 from ordering.models.orders import Order, OrderLine, OrderStatus, OrderTransition
+from ordering.models.outbox import EventType, OutboxEvent, ProcessedEvent
 from ordering.models.payments import Payment
+from ordering.models.sales import SalesDay
+from ordering.models.simulated import FaultPlan, SimulatedOperation
 from ordering.models.worker_lease import WorkerLease
 
 __all__ = [
+    "Compensation",
     "Coupon",
+    "DeadLetter",
     "Dish",
+    "EventType",
+    "FaultPlan",
     "Order",
     "OrderLine",
     "OrderStatus",
     "OrderTransition",
+    "OutboxEvent",
     "Payment",
+    "PaymentCallback",
+    "ProcessedEvent",
+    "ProviderConflict",
+    "SalesDay",
+    "SimulatedOperation",
     "WorkerLease",
 ]

@@ -5,6 +5,10 @@ save is ``UPDATE ... WHERE status = <loaded status>`` (django-fsm's ConcurrentTr
 the side effects and the log row are written only by the winner. A move that is not allowed from
 the current status, or that lost a race, raises 409 ``ORDER_STATUS_CONFLICT`` having changed
 nothing.
+
+Cancelling a paid order is the start of the cancel saga (``ordering.saga``): the move to
+CANCELLING and the ``order.cancel_requested`` outbox event commit together, so the refund
+starts exactly when the cancel committed, and never for a cancel that rolled back.
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ from django_fsm import ConcurrentTransition, can_proceed
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, Payment
+from ordering.models import (
+    Coupon,
+    Dish,
+    EventType,
+    Order,
+    OrderStatus,
+    OrderTransition,
+    Payment,
+)
+from ordering.outbox import emit_event
 from ordering.selectors import access_order
 from tenants.models import Tenant
 
@@ -72,25 +85,38 @@ def cancel_order(
     *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
 ) -> Order:
     """Cancel: unpaid orders end CANCELLED now (stock, coupon and pending payment returned in
-    the same transaction); paid ones go to CANCELLING for the refund saga."""
+    the same transaction); paid ones go to CANCELLING, with the ``order.cancel_requested``
+    outbox event that runs the refund saga, in the same transaction."""
     with transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
         if can_proceed(order.cancel_unpaid):
             apply_transition(order, order.cancel_unpaid, actor=actor)
-            _return_stock_and_coupon(order)
+            return_stock(order)
+            return_coupon(order)
             Payment.objects.for_tenant(tenant).filter(
                 order=order, status=Payment.Status.PENDING
             ).update(status=Payment.Status.VOIDED)
         else:
-            apply_transition(order, order.request_cancel, actor=actor)
+            move = apply_transition(order, order.request_cancel, actor=actor)
+            emit_event(
+                order=order,
+                event_type=EventType.CANCEL_REQUESTED,
+                payload={"actor": actor, "from_status": move.from_status},
+            )
     return order
 
 
-def _return_stock_and_coupon(order: Order) -> None:
+def return_stock(order: Order) -> None:
+    """Put the order's portions back on the menu (the caller holds the transaction and makes
+    sure it runs once per order: the unpaid cancel's move, or the saga's compensation row)."""
     for line in order.lines.order_by("dish_id"):
         Dish.objects.for_tenant(order.tenant).filter(pk=line.dish_id).update(
             stock=F("stock") + line.quantity
         )
+
+
+def return_coupon(order: Order) -> None:
+    """Give the order's coupon use back (same once-only contract as :func:`return_stock`)."""
     if order.coupon_id:
         Coupon.objects.for_tenant(order.tenant).filter(pk=order.coupon_id, used_count__gt=0).update(
             used_count=F("used_count") - 1

@@ -1,17 +1,18 @@
-"""Starting a payment: CREATED -> PAYING and the Payment row, in one transaction."""
+"""Starting a payment: CREATED -> PAYING and the Payment row, in one transaction.
+
+The provider is reached only through its adapter (``ordering.payments``); its answer (the
+provider's transaction id) is what the signed callback later names.
+"""
 
 from __future__ import annotations
-
-from uuid import uuid4
 
 from django.db import transaction
 
 from ordering.models import Order, Payment
+from ordering.payments.registry import default_provider
 from ordering.selectors import access_order
 from ordering.services.lifecycle import apply_transition
 from tenants.models import Tenant
-
-SIMULATED_PROVIDER = "simulated"
 
 
 def pay_order(
@@ -22,14 +23,16 @@ def pay_order(
     The FSM condition (no payment attached yet) plus the conditional status update make a
     second concurrent pay of the same order a 409, never a second Payment.
     """
+    provider = default_provider()
     with transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
         apply_transition(order, order.start_payment, actor=actor)
+        intent = provider.start_payment(order=order, amount=order.total, currency=order.currency)
         payment = Payment.objects.for_tenant(tenant).create(
             tenant=tenant,
             order=order,
-            provider=SIMULATED_PROVIDER,
-            provider_txn_id=f"sim_{uuid4().hex}",
+            provider=provider.name,
+            provider_txn_id=intent.provider_txn_id,
             method=order.payment_method,
             amount=order.total,
             currency=order.currency,

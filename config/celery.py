@@ -1,0 +1,80 @@
+"""The Celery app: ``celery -A config worker`` (and ``celery -A config beat`` once per site).
+
+Delivery is at least once, on purpose: every task is safe to run twice (the outbox consumer
+records processed events, saga steps carry compensation ids), so the broker settings below
+choose "never lose a message" over "never repeat one":
+
+- ``task_acks_late``: a message is acknowledged after its task returned, not when it was
+  received, so a worker that dies mid-task leaves it unacknowledged;
+- ``task_reject_on_worker_lost``: a prefork child killed mid-task (SIGKILL, OOM) sends the
+  message back to the queue at once instead of acknowledging it as failed;
+- ``worker_prefetch_multiplier = 1``: a worker holds one message per process, so a crash puts
+  back at most that many and a busy worker does not sit on messages others could run;
+- ``visibility_timeout`` (``settings.CELERY_VISIBILITY_TIMEOUT``): an unacknowledged message goes
+  back to the queue after this long — after a whole worker died, for instance. It must exceed the
+  longest task *and* the longest retry countdown (workers hold ETA messages unacknowledged),
+  or a message still being worked on is delivered a second time;
+- ``unacked_restore_interval`` / ``unacked_restore_throttle``: kombu 5.7 runs the sweep that
+  restores such messages only every interval x throttle seconds (10 x 10 by default, so 100 s
+  on top of the visibility timeout); throttle 1 makes the interval the whole delay.
+
+Env-driven values (broker URL, queue, visibility timeout, eager mode for the demo, the beat
+schedule) live in ``config/settings.py`` under ``# --- celery / payments``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_ready
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+logger = logging.getLogger(__name__)
+
+app = Celery("config")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    # A publish that cannot reach the broker gives up quickly: the outbox row stays unpublished
+    # and the sweeper sends it later, so a request never hangs on a broker outage.
+    broker_connection_timeout=2,
+    task_publish_retry_policy={
+        "max_retries": 2,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+    },
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+)
+
+
+@app.on_after_configure.connect
+def _transport_options(sender: Celery, **kwargs: Any) -> None:
+    """Broker options from settings; producers and workers must agree on them."""
+    from django.conf import settings
+
+    sender.conf.broker_transport_options = {
+        "visibility_timeout": settings.CELERY_VISIBILITY_TIMEOUT,
+        "unacked_restore_interval": settings.CELERY_RESTORE_INTERVAL,
+        "unacked_restore_throttle": 1,
+    }
+
+
+app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _reclaim_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """A worker starting up (often: replacing one that died) reclaims dead processes' leases."""
+    try:
+        app.send_task("ordering.reclaim_stale_leases", queue=app.conf.task_default_queue)
+    except Exception:  # a broker hiccup must not stop the worker; beat runs it again soon
+        logger.exception("could not schedule stale-lease recovery at start-up")

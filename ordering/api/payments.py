@@ -1,0 +1,80 @@
+"""The payment provider's webhook: ``POST /api/v1/payments/callback/``.
+
+No API key: the HMAC signature over the raw body authenticates the provider
+(``ordering.payments.signatures``). The view hands the exact bytes received to the webhook
+service and shapes its answer; see ``ordering.payments.callbacks`` for what each answer means.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ordering.payments.callbacks import handle_payment_callback
+from ordering.payments.error_codes import PaymentErrorCode
+from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+
+PROBLEM = inline_serializer(
+    "PaymentCallbackProblem",
+    {
+        "code": serializers.ChoiceField(choices=[c.value for c in PaymentErrorCode]),
+        "detail": serializers.CharField(),
+        "status": serializers.IntegerField(),
+    },
+)
+
+
+class PaymentCallbackView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="payment_callback",
+        auth=[],
+        parameters=[
+            OpenApiParameter(PROVIDER_HEADER, str, OpenApiParameter.HEADER, required=False),
+            OpenApiParameter(TIMESTAMP_HEADER, int, OpenApiParameter.HEADER, required=True),
+            OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True),
+        ],
+        request=OpenApiTypes.OBJECT,
+        responses={
+            200: inline_serializer(
+                "PaymentCallbackResult",
+                {
+                    "result": serializers.ChoiceField(
+                        choices=["applied", "duplicate", "ignored", "conflict"]
+                    ),
+                    "order_id": serializers.CharField(),
+                    "order_status": serializers.CharField(),
+                    "conflict": serializers.CharField(allow_null=True),
+                },
+            ),
+            400: OpenApiResponse(PROBLEM, description="Provider unknown, timestamp bad or stale"),
+            401: OpenApiResponse(PROBLEM, description="Signature missing or wrong"),
+            404: OpenApiResponse(PROBLEM, description="No such payment for that order"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        """A provider event (payment succeeded or failed), signed with the provider's secret.
+
+        Every authentic event answers 200, duplicates and late events included, so the
+        provider stops retrying; forged or stale signatures 401/400, nothing written.
+        """
+        result = handle_payment_callback(
+            provider_name=request.headers.get(PROVIDER_HEADER) or settings.PAYMENT_DEFAULT_PROVIDER,
+            raw_body=request.body,
+            timestamp=request.headers.get(TIMESTAMP_HEADER),
+            signature=request.headers.get(SIGNATURE_HEADER),
+        )
+        return Response(result.as_dict())

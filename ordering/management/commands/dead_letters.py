@@ -1,0 +1,57 @@
+"""``manage.py dead_letters [list | requeue ID... | discard ID... --note TEXT]``
+
+Staff's command-line view of dead letters (the admin offers the same actions). ``requeue``
+sends the message again with fresh retries; ``discard`` closes the letter and leaves the order
+where it is (for when staff handled it by hand). Both refuse a letter that is no longer open.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ordering.dead_letters import DeadLetterNotOpen, discard_dead_letter, requeue_dead_letter
+from ordering.models import DeadLetter
+
+
+class Command(BaseCommand):
+    help = "List, requeue or discard dead letters."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "action", choices=["list", "requeue", "discard"], nargs="?", default="list"
+        )
+        parser.add_argument("ids", nargs="*", type=int)
+        parser.add_argument("--all", action="store_true", help="list: include closed letters")
+        parser.add_argument("--note", default="", help="discard: why")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        actor = f"cli:{getpass.getuser()}"
+        if options["action"] == "list":
+            letters = DeadLetter.objects.order_by("-created_at")
+            if not options["all"]:
+                letters = letters.filter(state=DeadLetter.State.OPEN)
+            for letter in letters[:200]:
+                self.stdout.write(
+                    f"{letter.pk}\t{letter.state}\t{letter.created_at:%Y-%m-%d %H:%M:%S}\t"
+                    f"{letter.key}\tattempts={letter.attempts}\t{letter.error[:120]}"
+                )
+            return
+        if not options["ids"]:
+            raise CommandError(f"{options['action']} needs at least one dead letter id")
+        failed = False
+        for letter_id in options["ids"]:
+            try:
+                if options["action"] == "requeue":
+                    requeue_dead_letter(dead_letter_id=letter_id, actor=actor)
+                else:
+                    discard_dead_letter(dead_letter_id=letter_id, actor=actor, note=options["note"])
+            except DeadLetterNotOpen as exc:
+                failed = True
+                self.stderr.write(str(exc))
+            else:
+                self.stdout.write(f"{letter_id}: {options['action']}d")
+        if failed:
+            raise CommandError("some dead letters were not open")

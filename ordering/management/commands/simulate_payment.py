@@ -1,0 +1,75 @@
+"""``manage.py simulate_payment ORDER_ID [--status failed] [--amount 1.00] [--url URL]``
+
+Play the simulated provider for the demo: send the signed callback it would send for the
+order's payment. Without ``--url`` the callback goes through the webhook service in-process;
+with ``--url http://127.0.0.1:8000`` it is POSTed to a running server, exactly as the provider
+would (signature, timestamp header and all). Sending it twice shows duplicate handling.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from decimal import Decimal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ordering.models import Payment
+from ordering.payments.callbacks import handle_payment_callback
+from ordering.payments.error_codes import CallbackRejected
+from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from ordering.payments.simulated import signed_callback
+
+
+class Command(BaseCommand):
+    help = "Send the simulated provider's signed payment callback for an order."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("order_id", type=int)
+        parser.add_argument("--status", choices=["succeeded", "failed"], default="succeeded")
+        parser.add_argument("--amount", type=Decimal, help="Report another amount (a conflict)")
+        parser.add_argument("--event-id", help="Provider event id (repeat one to send a duplicate)")
+        parser.add_argument(
+            "--url", help="Base URL of a running server, e.g. http://127.0.0.1:8000"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        payment = (
+            Payment.all_tenants.filter(order_id=options["order_id"]).order_by("-created_at").first()
+        )
+        if payment is None:
+            raise CommandError(f"order {options['order_id']} has no payment (pay it first)")
+        body, headers = signed_callback(
+            payment=payment,
+            status=options["status"],
+            amount=options["amount"],
+            event_id=options["event_id"] or f"evt_{payment.provider_txn_id}_{options['status']}",
+        )
+        if options["url"]:
+            self.stdout.write(self._post(options["url"], body, headers))
+            return
+        try:
+            result = handle_payment_callback(
+                provider_name=payment.provider,
+                raw_body=body,
+                timestamp=headers[TIMESTAMP_HEADER],
+                signature=headers[SIGNATURE_HEADER],
+            )
+        except CallbackRejected as exc:
+            raise CommandError(f"{exc.error_code}: {exc.detail}") from exc
+        self.stdout.write(json.dumps(result.as_dict()))
+
+    def _post(self, base_url: str, body: bytes, headers: dict[str, str]) -> str:
+        request = urllib.request.Request(
+            base_url.rstrip("/") + "/api/v1/payments/callback/",
+            data=body,
+            headers={**headers, "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return f"{response.status} {response.read().decode()}"
+        except urllib.error.HTTPError as exc:
+            return f"{exc.code} {exc.read().decode()}"

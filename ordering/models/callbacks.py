@@ -1,0 +1,87 @@
+"""What payment providers told us: every authenticated callback once, and conflicts for staff.
+
+:class:`PaymentCallback` is the webhook's inbox: ``unique(tenant, provider, event_id)`` lets the
+database decide which of several concurrent deliveries of one provider event is applied; the
+others are duplicates and change nothing. :class:`ProviderConflict` is a callback that contradicts
+what we know (an amount that is not the order's, money captured for a cancelled order): nothing is
+changed automatically, staff decide.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from tenants.models import Tenant
+from tenants.scoping import TenantManager
+
+
+class PaymentCallback(models.Model):
+    class Outcome(models.TextChoices):
+        APPLIED = "applied", "Applied"
+        DUPLICATE = "duplicate", "Duplicate (nothing changed)"
+        CONFLICT = "conflict", "Conflict (recorded for staff)"
+        IGNORED = "ignored", "Late or out of order (nothing changed)"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    provider = models.CharField(max_length=32)
+    event_id = models.CharField(max_length=100)
+    provider_txn_id = models.CharField(max_length=100)
+    order = models.ForeignKey("ordering.Order", on_delete=models.PROTECT, related_name="+")
+    payment = models.ForeignKey(
+        "ordering.Payment", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    status = models.CharField(max_length=16, help_text="What the provider reported")
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "provider", "event_id"], name="uniq_payment_callback_event"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.event_id} {self.status} ({self.outcome})"
+
+
+class ProviderConflict(models.Model):
+    class Kind(models.TextChoices):
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency differs from the order"
+        PAID_AFTER_CANCEL = "paid_after_cancel", "Captured after the order was cancelled"
+        UNEXPECTED_STATE = "unexpected_state", "Success for an order not awaiting payment"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(
+        "ordering.Order", on_delete=models.PROTECT, related_name="provider_conflicts"
+    )
+    payment = models.ForeignKey(
+        "ordering.Payment", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    provider = models.CharField(max_length=32)
+    provider_txn_id = models.CharField(max_length=100)
+    event_id = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    expected_amount = models.DecimalField(max_digits=12, decimal_places=2)
+    expected_currency = models.CharField(max_length=3)
+    reported_amount = models.DecimalField(max_digits=12, decimal_places=2)
+    reported_currency = models.CharField(max_length=3)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    resolved = models.BooleanField(default=False)
+    resolved_by = models.CharField(max_length=150, blank=True)
+    resolution_note = models.TextField(blank=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on order {self.order_id} ({self.provider}:{self.provider_txn_id})"

@@ -1,0 +1,91 @@
+"""The transactional outbox and the consumers' inbox (DESIGN §3 layer 4, seed 4.4).
+
+An :class:`OutboxEvent` is written in the same transaction as the state change it announces, so
+it exists exactly when the change committed; it is published after the commit and, if that
+publish was lost (crash, broker down), by the periodic sweeper. Delivery is therefore at least
+once. A consumer records each event it handled as a :class:`ProcessedEvent` in the same
+transaction as its effect; ``unique(tenant, order, event_type, version)`` makes a second
+delivery of the same event a no-op.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from tenants.models import Tenant
+from tenants.scoping import TenantManager
+
+
+class EventType(models.TextChoices):
+    ORDER_PAID = "order.paid", "Order paid"
+    CANCEL_REQUESTED = "order.cancel_requested", "Cancel requested (refund saga)"
+
+
+class OutboxEvent(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(
+        "ordering.Order", on_delete=models.PROTECT, related_name="outbox_events"
+    )
+    event_type = models.CharField(max_length=64, choices=EventType.choices)
+    version = models.PositiveIntegerField(
+        help_text="The order's state version (its number of transitions) when this was written"
+    )
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    publish_attempts = models.PositiveIntegerField(default=0)
+    last_publish_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "order", "event_type", "version"], name="uniq_outbox_event"
+            ),
+        ]
+        indexes = [
+            # The sweeper's scan: only unpublished rows, oldest first.
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(published_at__isnull=True),
+                name="outbox_unpublished_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} v{self.version} of order {self.order_id}"
+
+
+class ProcessedEvent(models.Model):
+    """An event a consumer has handled; its effect was committed in the same transaction."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey("ordering.Order", on_delete=models.PROTECT, related_name="+")
+    event_type = models.CharField(max_length=64, choices=EventType.choices)
+    version = models.PositiveIntegerField()
+    event = models.ForeignKey(
+        OutboxEvent, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    processed_at = models.DateTimeField(auto_now_add=True)
+    duplicates = models.PositiveIntegerField(
+        default=0, help_text="Later deliveries of the same event, absorbed without effect"
+    )
+
+    all_tenants = models.Manager()
+    objects = TenantManager()
+
+    class Meta:
+        ordering = ["-processed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "order", "event_type", "version"],
+                name="uniq_processed_event",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"processed {self.event_type} v{self.version} of order {self.order_id}"

@@ -1,0 +1,240 @@
+"""The payment webhook: authenticate, dedupe, and apply each provider event at most once.
+
+Order of checks, and why:
+
+1. provider known, signature and timestamp valid (:mod:`ordering.payments.signatures`) — before
+   anything is parsed or written, so a forged or replayed request leaves no trace but a 4xx;
+2. body well-formed, and it names a payment we started — else 400 / 404, nothing written;
+3. in one transaction: the event goes into the inbox (``PaymentCallback``, unique per provider
+   event id). Of concurrent deliveries of one event the database lets exactly one insert; the
+   others are duplicates. The winner then locks the order and the payment (in that order, the
+   same as ``cancel_order``, so the two cannot deadlock) and applies the event by the payment's
+   state: PAYING -> PAID only through the conditional FSM transition, with the ``order.paid``
+   outbox event in the same transaction.
+
+Every authentic callback answers 200 with a ``result``: ``applied``; ``duplicate`` (seen before,
+nothing changed); ``ignored`` (late or out of order, nothing changed); ``conflict`` (it contradicts
+the order — wrong amount, money captured for a cancelled order — recorded as a
+``ProviderConflict`` for staff, nothing changed). A 2xx is what makes the provider stop retrying;
+none of these would be different on a retry. Duplicates, late events and conflicts are also
+written to the duplicate-hit audit (``idempotency.models.DuplicateAudit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from idempotency.audit import AuditEvent, writer
+from ordering.models import (
+    EventType,
+    Order,
+    OrderStatus,
+    Payment,
+    PaymentCallback,
+    ProviderConflict,
+)
+from ordering.outbox import emit_event
+from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
+from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
+from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
+from ordering.payments.signatures import verify
+from ordering.services.lifecycle import apply_transition
+
+AUDIT_ENDPOINT = "POST /api/v1/payments/callback/"
+Outcome = PaymentCallback.Outcome
+P = Payment.Status
+CANCELLED_OR_CANCELLING = (OrderStatus.CANCELLED, OrderStatus.CANCELLING)
+
+
+@dataclass(frozen=True)
+class CallbackResult:
+    outcome: str
+    order_id: int
+    order_status: str
+    conflict: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "result": self.outcome,
+            "order_id": str(self.order_id),
+            "order_status": self.order_status,
+            "conflict": self.conflict,
+        }
+
+
+@dataclass(frozen=True)
+class _Decision:
+    outcome: str
+    audit: str | None = None  # DuplicateAudit outcome: HIT or CONFLICT
+    reason: str = ""
+    conflict: str | None = None
+
+
+def handle_payment_callback(
+    *,
+    provider_name: str,
+    raw_body: bytes,
+    timestamp: str | None,
+    signature: str | None,
+    now: float | None = None,
+) -> CallbackResult:
+    """Apply one provider callback; :class:`CallbackRejected` (nothing written) if it is not
+    authentic, not well-formed, or about no payment of ours."""
+    try:
+        provider = get_provider(provider_name)
+        secrets = webhook_secrets(provider_name)
+    except UnknownProvider:
+        raise CallbackRejected(
+            PaymentErrorCode.PAYMENT_PROVIDER_UNKNOWN, f"Unknown payment provider {provider_name!r}"
+        ) from None
+    verify(
+        secrets=secrets,
+        timestamp=timestamp,
+        signature=signature,
+        body=raw_body,
+        tolerance_seconds=settings.PAYMENT_CALLBACK_TOLERANCE_SECONDS,
+        now=now,
+    )
+    try:
+        event = provider.parse_callback(raw_body)
+    except CallbackPayloadInvalid as exc:
+        raise CallbackRejected(PaymentErrorCode.PAYMENT_CALLBACK_INVALID, str(exc)) from None
+    order = Order.all_tenants.select_related("tenant").filter(pk=event.order_id).first()
+    payment = (
+        Payment.all_tenants.filter(
+            tenant=order.tenant, provider=provider.name, provider_txn_id=event.provider_txn_id
+        ).first()
+        if order is not None
+        else None
+    )
+    if order is None or payment is None or payment.order_id != order.pk:
+        raise CallbackRejected(PaymentErrorCode.PAYMENT_NOT_FOUND, "No such payment for this order")
+    with transaction.atomic():
+        inbox = _record_in_inbox(order=order, payment=payment, event=event, provider=provider.name)
+        if inbox is None:
+            decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
+        else:
+            tenant = order.tenant
+            order = Order.all_tenants.select_for_update(of=("self",)).get(pk=order.pk)
+            order.tenant = tenant
+            payment = Payment.all_tenants.select_for_update(of=("self",)).get(pk=payment.pk)
+            decision = _apply(order=order, payment=payment, event=event, provider=provider.name)
+            PaymentCallback.all_tenants.filter(pk=inbox.pk).update(outcome=decision.outcome)
+        if decision.audit:
+            transaction.on_commit(
+                lambda: _audit(order=order, event=event, provider=provider.name, decision=decision)
+            )
+    return CallbackResult(
+        outcome=decision.outcome,
+        order_id=order.pk,
+        order_status=order.status,
+        conflict=decision.conflict,
+    )
+
+
+def _record_in_inbox(
+    *, order: Order, payment: Payment, event: CallbackEvent, provider: str
+) -> PaymentCallback | None:
+    """The inbox row, or None if this provider event was received before."""
+    try:
+        with transaction.atomic():
+            return PaymentCallback.objects.for_tenant(order.tenant).create(
+                tenant=order.tenant,
+                provider=provider,
+                event_id=event.event_id,
+                provider_txn_id=event.provider_txn_id,
+                order=order,
+                payment=payment,
+                status=event.status,
+                amount=event.amount,
+                currency=event.currency,
+                outcome=Outcome.APPLIED,
+            )
+    except IntegrityError:
+        return None
+
+
+def _apply(*, order: Order, payment: Payment, event: CallbackEvent, provider: str) -> _Decision:
+    """What the event means given the payment's and order's state (both locked)."""
+    if event.status == "failed":
+        if payment.status == P.PENDING:
+            Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.FAILED)
+            return _Decision(Outcome.APPLIED)
+        if payment.status == P.FAILED:
+            return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_failed")
+        if payment.status == P.VOIDED:
+            return _Decision(Outcome.IGNORED, audit="HIT", reason="payment_voided")
+        return _Decision(Outcome.IGNORED, audit="CONFLICT", reason="failed_after_succeeded")
+    if (event.amount, event.currency) != (payment.amount, payment.currency):
+        return _conflict(order, payment, event, provider, ProviderConflict.Kind.AMOUNT_MISMATCH)
+    if payment.status in (P.SUCCEEDED, P.REFUNDED):
+        return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_succeeded")
+    if payment.status == P.VOIDED or order.status in (
+        OrderStatus.CANCELLED,
+        OrderStatus.CANCELLING,
+    ):
+        return _conflict(order, payment, event, provider, ProviderConflict.Kind.PAID_AFTER_CANCEL)
+    if order.status != OrderStatus.PAYING:
+        return _conflict(order, payment, event, provider, ProviderConflict.Kind.UNEXPECTED_STATE)
+    Payment.all_tenants.filter(pk=payment.pk, status__in=[P.PENDING, P.FAILED]).update(
+        status=P.SUCCEEDED
+    )
+    apply_transition(order, order.mark_paid, actor=f"provider:{provider}")
+    emit_event(
+        order=order,
+        event_type=EventType.ORDER_PAID,
+        payload={
+            "payment_id": payment.pk,
+            "provider": provider,
+            "provider_txn_id": payment.provider_txn_id,
+            "amount": str(payment.amount),
+            "currency": payment.currency,
+        },
+    )
+    return _Decision(Outcome.APPLIED)
+
+
+def _conflict(
+    order: Order, payment: Payment, event: CallbackEvent, provider: str, kind: str
+) -> _Decision:
+    ProviderConflict.objects.for_tenant(order.tenant).create(
+        tenant=order.tenant,
+        order=order,
+        payment=payment,
+        provider=provider,
+        provider_txn_id=event.provider_txn_id,
+        event_id=event.event_id,
+        kind=kind,
+        expected_amount=payment.amount,
+        expected_currency=payment.currency,
+        reported_amount=event.amount,
+        reported_currency=event.currency,
+    )
+    return _Decision(Outcome.CONFLICT, audit="CONFLICT", reason=kind, conflict=kind)
+
+
+def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:
+    writer.record(
+        AuditEvent(
+            tenant_key=str(order.tenant_id),
+            endpoint=AUDIT_ENDPOINT,
+            key=f"{provider}:{event.event_id}",
+            outcome=decision.audit or "HIT",
+            source="database",
+            principal=f"provider:{provider}",
+            request_meta={
+                "provider_txn_id": event.provider_txn_id,
+                "status": event.status,
+                "amount": str(event.amount),
+                "currency": event.currency,
+                "reason": decision.reason,
+            },
+            resource_ref=str(order.pk),
+        )
+    )
+
+
+__all__ = ["CallbackResult", "handle_payment_callback"]

@@ -1,0 +1,165 @@
+"""The built-in simulated payment provider, for the demo and the tests.
+
+It behaves like a careful real provider: refunds are idempotent on their key, callbacks are
+signed with the provider's webhook secret and may be delivered several times. It can also play
+the provider's side of the webhook: :func:`signed_callback` builds exactly what the provider
+would send, and :func:`complete_payment` delivers it to our webhook service in-process (the
+``simulate_payment`` command, and the demo's auto-complete, ``settings.
+SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from uuid import uuid4
+
+from django.conf import settings
+from django.db import transaction
+
+from ordering.models import Compensation, Order, Payment, SimulatedOperation
+from ordering.payments.base import (
+    CallbackEvent,
+    CallbackPayloadInvalid,
+    PaymentIntent,
+    RefundResult,
+)
+from ordering.payments.registry import webhook_secrets
+from ordering.payments.signatures import (
+    PROVIDER_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+)
+from ordering.simulation import fail_if_planned, hang_if_planned, record_operation
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
+
+
+class SimulatedProvider:
+    def __init__(self, *, name: str = "simulated") -> None:
+        self.name = name
+
+    def start_payment(self, *, order: Order, amount: Decimal, currency: str) -> PaymentIntent:
+        """A new transaction id; with auto-complete on, the provider confirms it by itself
+        shortly after the pay transaction commits (as a real provider would, via callback)."""
+        txn_id = f"sim_{uuid4().hex}"
+        delay = settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS
+        if delay > 0:
+            from ordering import tasks
+
+            transaction.on_commit(
+                lambda: tasks.enqueue(
+                    tasks.complete_simulated_payment, self.name, txn_id, countdown=delay
+                ),
+                robust=True,
+            )
+        return PaymentIntent(provider_txn_id=txn_id)
+
+    def refund(self, *, payment: Payment, amount: Decimal, idempotency_key: str) -> RefundResult:
+        fail_if_planned(order_id=payment.order_id, step=Compensation.Step.REFUND_PAYMENT)
+        operation, created = record_operation(
+            tenant_id=payment.tenant_id,
+            idempotency_key=idempotency_key,
+            kind=SimulatedOperation.Kind.REFUND,
+            reference=payment.provider_txn_id,
+            amount=amount,
+        )
+        # The refund is done at the provider; a hang here is a slow answer, the window in
+        # which a worker can die after the money moved but before it recorded that.
+        hang_if_planned(order_id=payment.order_id, step=Compensation.Step.REFUND_PAYMENT)
+        return RefundResult(
+            refund_id=f"sim_re_{operation.pk}", amount=operation.amount, replayed=not created
+        )
+
+    def parse_callback(self, body: bytes) -> CallbackEvent:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise CallbackPayloadInvalid("body is not JSON") from None
+        if not isinstance(data, dict):
+            raise CallbackPayloadInvalid("body must be a JSON object")
+        event_id = _text(data, "event_id", _ID_RE)
+        txn_id = _text(data, "provider_txn_id", _ID_RE)
+        order_ref = str(data.get("order_id", ""))
+        if not order_ref.isdigit() or not 0 < int(order_ref) < 2**63:
+            raise CallbackPayloadInvalid("order_id must be the order's id (digits)")
+        status = data.get("status")
+        if status not in ("succeeded", "failed"):
+            raise CallbackPayloadInvalid("status must be 'succeeded' or 'failed'")
+        try:
+            amount = Decimal(str(data.get("amount")))
+        except InvalidOperation:
+            raise CallbackPayloadInvalid("amount must be a decimal string") from None
+        if not amount.is_finite() or amount < 0 or amount != amount.quantize(Decimal("0.01")):
+            raise CallbackPayloadInvalid("amount must be a non-negative amount with 2 decimals")
+        currency = _text(data, "currency", _CURRENCY_RE)
+        return CallbackEvent(
+            event_id=event_id,
+            provider_txn_id=txn_id,
+            order_id=int(order_ref),
+            status=status,
+            amount=amount,
+            currency=currency,
+        )
+
+
+def _text(data: dict[str, Any], field: str, pattern: re.Pattern[str]) -> str:
+    value = data.get(field)
+    if not isinstance(value, str) or not pattern.match(value):
+        raise CallbackPayloadInvalid(f"{field} is missing or malformed")
+    return value
+
+
+def signed_callback(
+    *,
+    payment: Payment,
+    status: str = "succeeded",
+    amount: Decimal | None = None,
+    currency: str | None = None,
+    event_id: str | None = None,
+    timestamp: int | None = None,
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers the provider sends to report ``status`` for ``payment``."""
+    body = json.dumps(
+        {
+            "event_id": event_id or f"evt_{uuid4().hex}",
+            "provider_txn_id": payment.provider_txn_id,
+            "order_id": str(payment.order_id),
+            "status": status,
+            "amount": str(payment.amount if amount is None else amount),
+            "currency": currency or payment.currency,
+        },
+        separators=(",", ":"),
+    ).encode()
+    sent_at = int(time.time()) if timestamp is None else timestamp
+    secret = webhook_secrets(payment.provider)[0]
+    return body, {
+        PROVIDER_HEADER: payment.provider,
+        TIMESTAMP_HEADER: str(sent_at),
+        SIGNATURE_HEADER: sign(secret=secret, timestamp=sent_at, body=body),
+    }
+
+
+def complete_payment(*, provider_name: str, provider_txn_id: str, status: str = "succeeded"):
+    """Deliver the provider's signed callback for one payment through our webhook service.
+
+    The event id is derived from the transaction and status, so running this twice (a retried
+    task, a second click) is a duplicate delivery of one provider event.
+    """
+    from ordering.payments.callbacks import handle_payment_callback
+
+    payment = Payment.all_tenants.get(provider=provider_name, provider_txn_id=provider_txn_id)
+    body, headers = signed_callback(
+        payment=payment, status=status, event_id=f"evt_{provider_txn_id}_{status}"
+    )
+    return handle_payment_callback(
+        provider_name=provider_name,
+        raw_body=body,
+        timestamp=headers[TIMESTAMP_HEADER],
+        signature=headers[SIGNATURE_HEADER],
+    )

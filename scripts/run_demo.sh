@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Serve the demo (`make run`): a Celery worker with embedded beat in the background, the Django
+# development server beside it; Ctrl-C (or SIGTERM) stops both, and so does the server exiting.
+#
+# Without a broker (no REDIS_URL / CELERY_BROKER_URL) no worker is started: Celery runs tasks
+# eagerly (task_always_eager) in the web process right after the commit that scheduled them, so
+# the demo works on a bare machine. See docs/payments-and-saga.md.
+set -euo pipefail
+set -m  # every background job gets its own process group, stopped as a whole below
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+PORT=${PORT:-8000}
+# The simulated provider confirms each payment by itself after this many seconds (0: never;
+# then use `manage.py simulate_payment ORDER_ID`).
+export SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS=${SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS:-2}
+
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ -n "${REDIS_URL:-}${CELERY_BROKER_URL:-}${REDIS_SHARDS:-}" ]; then
+  schedule="$(mktemp -d)/celerybeat-schedule"
+  "$PY" -m celery -A config worker --beat --schedule "$schedule" --pool=prefork --concurrency 2 \
+    --loglevel INFO &
+  pids+=("$!")
+  echo "[demo] Celery worker with beat started (pid $!)"
+else
+  echo "[demo] no broker configured: Celery tasks run eagerly in the web process"
+fi
+
+"$PY" manage.py runserver "127.0.0.1:$PORT" &
+pids+=("$!")
+wait "$!"

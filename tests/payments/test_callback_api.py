@@ -1,0 +1,240 @@
+"""``POST /api/v1/payments/callback/``: authentic events applied once, everything else absorbed
+(2xx, nothing changed, audited) or refused before anything is written."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from idempotency.audit import writer
+from idempotency.models import DuplicateAudit
+from ordering.models import (
+    EventType,
+    Order,
+    OrderStatus,
+    OrderTransition,
+    OutboxEvent,
+    Payment,
+    PaymentCallback,
+    ProviderConflict,
+)
+from ordering.payments.registry import webhook_secrets
+from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from ordering.services.lifecycle import cancel_order
+from tests.payments.helpers import paying_order, post_callback, signed
+
+pytestmark = pytest.mark.django_db
+S = OrderStatus
+
+
+@pytest.fixture
+def deliver(django_capture_on_commit_callbacks):
+    """Deliver a callback and run what its transaction scheduled after commit (the audit)."""
+
+    def send(body: bytes, headers: dict[str, str]):
+        with django_capture_on_commit_callbacks(execute=True):
+            return post_callback(APIClient(), body, headers)
+
+    return send
+
+
+@pytest.fixture
+def paying(tenant, menu):
+    return paying_order(tenant, menu["pizza"], quantity=2)
+
+
+def audits(outcome: str | None = None) -> list[DuplicateAudit]:
+    writer.flush()
+    rows = DuplicateAudit.objects.filter(endpoint="POST /api/v1/payments/callback/")
+    return list(rows.filter(outcome=outcome) if outcome else rows)
+
+
+def state(order: Order) -> tuple[str, str]:
+    order.refresh_from_db()
+    return order.status, order.payments.get().status
+
+
+def test_pay_order_goes_through_the_provider_adapter(paying):
+    _, payment = paying
+    assert (payment.provider, payment.provider_txn_id[:4]) == ("simulated", "sim_")
+    assert (payment.amount, payment.currency, payment.status) == (
+        Decimal("19.00"),
+        "EUR",
+        "pending",
+    )
+
+
+def test_succeeded_callback_marks_paid_once_with_an_outbox_event(deliver, paying, tenant):
+    order, payment = paying
+    response = deliver(*signed(payment, event_id="evt_a"))
+    assert response.status_code == 200
+    assert response.json() == {
+        "result": "applied",
+        "order_id": str(order.pk),
+        "order_status": "PAID",
+        "conflict": None,
+    }
+    assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
+    move = OrderTransition.objects.for_tenant(tenant).filter(order=order).latest("id")
+    assert (move.from_status, move.to_status, move.actor) == (
+        S.PAYING,
+        S.PAID,
+        "provider:simulated",
+    )
+    [event] = OutboxEvent.objects.for_tenant(tenant).filter(order=order)
+    assert (event.event_type, event.version) == (EventType.ORDER_PAID, 3)  # created, paying, paid
+    assert PaymentCallback.objects.for_tenant(tenant).get().outcome == "applied"
+    assert audits() == []
+
+
+def test_the_same_event_again_is_a_duplicate_that_changes_nothing(deliver, paying, tenant):
+    order, payment = paying
+    body, headers = signed(payment, event_id="evt_a")
+    first = deliver(body, headers)
+    again = deliver(body, headers)
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert again.json()["result"] == "duplicate"
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 1
+    assert OutboxEvent.objects.for_tenant(tenant).count() == 1
+    assert OrderTransition.objects.for_tenant(tenant).filter(to_status=S.PAID).count() == 1
+    [audit] = audits("HIT")
+    assert (audit.tenant_key, audit.key, audit.resource_ref) == (
+        str(tenant.pk),
+        "simulated:evt_a",
+        str(order.pk),
+    )
+    assert audit.principal == "provider:simulated" and audit.source == "database"
+
+
+def test_another_event_for_an_already_paid_transaction_is_a_duplicate(deliver, paying, tenant):
+    _, payment = paying
+    deliver(*signed(payment, event_id="evt_a"))
+    late = deliver(*signed(payment, event_id="evt_b"))
+    assert late.status_code == 200 and late.json()["result"] == "duplicate"
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 2
+    assert OutboxEvent.objects.for_tenant(tenant).count() == 1
+    assert [a.request_meta["reason"] for a in audits("HIT")] == ["already_succeeded"]
+
+
+def test_amount_mismatch_is_a_conflict_for_staff_and_not_paid(deliver, paying, tenant):
+    order, payment = paying
+    response = deliver(*signed(payment, amount=Decimal("1.00")))
+    assert response.status_code == 200
+    assert response.json()["result"] == "conflict"
+    assert response.json()["conflict"] == "amount_mismatch"
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    [conflict] = ProviderConflict.objects.for_tenant(tenant)
+    assert (conflict.kind, conflict.expected_amount, conflict.reported_amount) == (
+        "amount_mismatch",
+        Decimal("19.00"),
+        Decimal("1.00"),
+    )
+    assert not conflict.resolved
+    assert OutboxEvent.objects.for_tenant(tenant).count() == 0
+    assert [a.request_meta["reason"] for a in audits("CONFLICT")] == ["amount_mismatch"]
+
+
+def test_currency_mismatch_is_a_conflict_too(deliver, paying, tenant):
+    order, payment = paying
+    response = deliver(*signed(payment, currency="USD"))
+    assert response.json()["conflict"] == "amount_mismatch"
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+
+
+def test_success_after_the_order_was_cancelled_is_a_conflict(deliver, paying, tenant):
+    order, payment = paying
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    response = deliver(*signed(payment))
+    assert response.status_code == 200 and response.json()["conflict"] == "paid_after_cancel"
+    assert state(order) == (S.CANCELLED, Payment.Status.VOIDED)
+    assert ProviderConflict.objects.for_tenant(tenant).get().kind == "paid_after_cancel"
+    assert len(audits("CONFLICT")) == 1
+
+
+def test_failed_then_succeeded_out_of_order_ends_paid(deliver, paying):
+    order, payment = paying
+    failed = deliver(*signed(payment, status="failed", event_id="evt_f"))
+    assert failed.json()["result"] == "applied"
+    assert state(order) == (S.PAYING, Payment.Status.FAILED)
+    ok = deliver(*signed(payment, event_id="evt_s"))
+    assert ok.json()["result"] == "applied"
+    assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
+
+
+def test_a_late_failure_after_success_is_ignored_and_audited(deliver, paying):
+    order, payment = paying
+    deliver(*signed(payment, event_id="evt_s"))
+    late = deliver(*signed(payment, status="failed", event_id="evt_f"))
+    assert late.status_code == 200 and late.json()["result"] == "ignored"
+    assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
+    assert [a.request_meta["reason"] for a in audits("CONFLICT")] == ["failed_after_succeeded"]
+
+
+def _forged(headers: dict[str, str]) -> dict[str, str]:
+    return {**headers, SIGNATURE_HEADER: "v1=" + "0" * 64}
+
+
+def _stale(payment: Payment) -> tuple[bytes, dict[str, str]]:
+    return signed(payment, timestamp=int(time.time()) - 301)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "status", "code"),
+    [
+        pytest.param(
+            lambda p: (signed(p)[0], _forged(signed(p)[1])),
+            401,
+            "PAYMENT_SIGNATURE_INVALID",
+            id="forged",
+        ),
+        pytest.param(lambda p: (signed(p)[0], {}), 401, "PAYMENT_SIGNATURE_INVALID", id="unsigned"),
+        pytest.param(_stale, 400, "PAYMENT_TIMESTAMP_STALE", id="stale-replay"),
+        pytest.param(
+            lambda p: (signed(p)[0], {**signed(p)[1], TIMESTAMP_HEADER: "soon"}),
+            400,
+            "PAYMENT_TIMESTAMP_INVALID",
+            id="bad-timestamp",
+        ),
+        pytest.param(
+            lambda p: (signed(p)[0], {**signed(p)[1], "X-Provider": "paypal"}),
+            400,
+            "PAYMENT_PROVIDER_UNKNOWN",
+            id="unknown-provider",
+        ),
+    ],
+)
+def test_refused_callbacks_write_nothing(deliver, paying, tenant, tamper, status, code):
+    order, payment = paying
+    body, headers = tamper(payment)
+    response = deliver(body, headers)
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == code
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+    assert OutboxEvent.objects.for_tenant(tenant).count() == 0
+    assert audits() == []
+
+
+def test_a_signed_but_malformed_body_is_400(deliver, paying, tenant):
+    body = b'{"event_id": "evt_x", "status": "maybe"}'
+    ts = int(time.time())
+    secret = webhook_secrets("simulated")[0]
+    headers = {
+        TIMESTAMP_HEADER: str(ts),
+        SIGNATURE_HEADER: sign(secret=secret, timestamp=ts, body=body),
+    }
+    response = deliver(body, headers)
+    assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+
+
+def test_an_unknown_transaction_is_404_and_writes_nothing(deliver, paying, tenant):
+    _, payment = paying
+    Payment.objects.for_tenant(tenant).filter(pk=payment.pk).update(provider_txn_id="sim_other")
+    response = deliver(*signed(payment))
+    assert (response.status_code, response.json()["code"]) == (404, "PAYMENT_NOT_FOUND")
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0

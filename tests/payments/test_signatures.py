@@ -1,0 +1,92 @@
+"""Webhook signatures: HMAC-SHA256 over timestamp + raw body, 5-minute window, rotation."""
+
+from __future__ import annotations
+
+import pytest
+
+from ordering.payments.error_codes import CallbackRejected
+from ordering.payments.signatures import sign, verify
+
+BODY = b'{"event_id":"evt_1","status":"succeeded"}'
+NOW = 1_760_000_000
+TOLERANCE = 300
+
+
+def check(
+    signature: str | None,
+    timestamp: str | None,
+    *,
+    body: bytes = BODY,
+    now: float = NOW,
+    secrets: tuple[str, ...] = ("s3cret",),
+) -> int:
+    return verify(
+        secrets=secrets,
+        timestamp=timestamp,
+        signature=signature,
+        body=body,
+        tolerance_seconds=TOLERANCE,
+        now=now,
+    )
+
+
+def test_a_correct_signature_within_the_window_verifies():
+    assert check(sign(secret="s3cret", timestamp=NOW, body=BODY), str(NOW)) == NOW
+
+
+@pytest.mark.parametrize(
+    ("signature", "timestamp", "body", "status", "code"),
+    [
+        pytest.param(
+            None, str(NOW), BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="missing-signature"
+        ),
+        pytest.param(
+            "v1=abc", None, BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="missing-timestamp"
+        ),
+        pytest.param("v1=abc", "yesterday", BODY, 400, "PAYMENT_TIMESTAMP_INVALID", id="bad-ts"),
+        pytest.param(
+            "v1=" + "0" * 64, str(NOW), BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="forged"
+        ),
+        pytest.param("sha1=abc", str(NOW), BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="scheme"),
+    ],
+)
+def test_refusals_carry_a_code(signature, timestamp, body, status, code):
+    with pytest.raises(CallbackRejected) as err:
+        check(signature, timestamp, body=body)
+    assert (err.value.status_code, err.value.error_code) == (status, code)
+
+
+def test_a_tampered_body_or_timestamp_is_refused():
+    good = sign(secret="s3cret", timestamp=NOW, body=BODY)
+    for signature, timestamp, body in [
+        (good, str(NOW), BODY.replace(b"succeeded", b"failed")),
+        (good, str(NOW + 1), BODY),
+        (sign(secret="other", timestamp=NOW, body=BODY), str(NOW), BODY),
+    ]:
+        with pytest.raises(CallbackRejected) as err:
+            check(signature, timestamp, body=body)
+        assert err.value.error_code == "PAYMENT_SIGNATURE_INVALID"
+
+
+@pytest.mark.parametrize(
+    ("skew", "fresh"),
+    [(-TOLERANCE, True), (TOLERANCE, True), (TOLERANCE + 1, False), (-TOLERANCE - 1, False)],
+    ids=["5-min-old", "5-min-ahead", "too-old", "too-far-ahead"],
+)
+def test_the_window_is_five_minutes_either_way(skew, fresh):
+    sent = NOW + skew
+    signature = sign(secret="s3cret", timestamp=sent, body=BODY)
+    if fresh:
+        assert check(signature, str(sent)) == sent
+    else:
+        with pytest.raises(CallbackRejected) as err:
+            check(signature, str(sent))
+        assert (err.value.status_code, err.value.error_code) == (400, "PAYMENT_TIMESTAMP_STALE")
+
+
+def test_rotation_any_configured_secret_and_any_offered_signature_verifies():
+    old = sign(secret="old", timestamp=NOW, body=BODY)
+    new = sign(secret="new", timestamp=NOW, body=BODY)
+    assert check(old, str(NOW), secrets=("new", "old")) == NOW
+    assert check(f"{new},v1=deadbeef", str(NOW), secrets=("new",)) == NOW
+    assert check(f"v1=deadbeef, {new}", str(NOW), secrets=("new",)) == NOW

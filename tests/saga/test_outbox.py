@@ -1,0 +1,111 @@
+"""The transactional outbox: events commit with their change, publish after commit, and a
+lost publish is found by the sweeper; consumers apply each event once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from ordering import consumers, tasks
+from ordering.models import EventType, OrderStatus, OutboxEvent, ProcessedEvent, SalesDay
+from ordering.outbox import emit_event, publish_event, sweep_outbox
+from ordering.services.lifecycle import cancel_order
+from tests.payments.helpers import paid_order
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.django_db(transaction=True)
+def test_emit_refuses_to_run_outside_the_transaction_of_a_change(tenant, menu):
+    order, _ = paid_order(tenant, menu["pizza"])
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        emit_event(order=order, event_type=EventType.ORDER_PAID)
+
+
+def test_cancel_of_a_paid_order_writes_its_event_in_the_same_transaction(tenant, menu):
+    order, _ = paid_order(tenant, menu["pizza"])
+    # when the cancel's transaction rolls back after the move, then no event is left either
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+        assert (
+            OutboxEvent.objects.for_tenant(tenant)
+            .filter(event_type=EventType.CANCEL_REQUESTED)
+            .exists()
+        )
+        1 / 0  # noqa: B018
+    order.refresh_from_db()
+    assert order.status == OrderStatus.PAID
+    assert (
+        not OutboxEvent.objects.for_tenant(tenant)
+        .filter(event_type=EventType.CANCEL_REQUESTED)
+        .exists()
+    )
+
+
+def test_the_event_is_published_only_after_commit(tenant, menu, django_capture_on_commit_callbacks):
+    order, _ = paid_order(tenant, menu["pizza"])
+    with django_capture_on_commit_callbacks(execute=False) as scheduled:
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+        event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
+        assert event.published_at is None
+    assert len(scheduled) == 1
+    assert (event.version, event.payload) == (4, {"actor": "diner", "from_status": "PAID"})
+
+
+def test_a_failed_publish_leaves_the_row_for_the_sweeper(tenant, menu, monkeypatch):
+    paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(published_at=None)
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(tasks, "enqueue", broker_down)
+    assert publish_event(event_id=event.pk) is False
+    event.refresh_from_db()
+    assert (event.published_at, event.publish_attempts) == (None, 1)
+    assert "broker unreachable" in event.last_error
+
+
+def test_the_sweeper_publishes_rows_left_unpublished_after_the_grace_period(tenant, menu):
+    # given a paid order whose event committed but whose publish was lost (a crash)
+    paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    assert event.published_at is None
+    # when the sweeper runs inside the grace period, then it leaves the row alone
+    assert sweep_outbox(grace_seconds=60) == 0
+    # when the row is older than the grace period, then it is published and consumed
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        created_at=timezone.now() - timedelta(seconds=61)
+    )
+    assert sweep_outbox(grace_seconds=60) == 1
+    event.refresh_from_db()
+    assert event.published_at is not None
+    assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
+    # and a published row is never swept again
+    assert sweep_outbox(grace_seconds=0) == 0
+
+
+def test_the_order_paid_consumer_counts_a_sale_once_however_often_delivered(tenant, menu):
+    order, _ = paid_order(tenant, menu["pizza"], quantity=3)
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    # when it is delivered three times (its after-commit publish never ran: the test's
+    # transaction does not commit)
+    assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.PROCESSED
+    assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.DUPLICATE
+    assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.DUPLICATE
+    day = SalesDay.objects.for_tenant(tenant).get()
+    assert (day.paid_orders, day.revenue) == (1, order.total)
+    processed = ProcessedEvent.objects.for_tenant(tenant).get()
+    assert (processed.event_type, processed.version, processed.duplicates) == (
+        EventType.ORDER_PAID,
+        event.version,
+        2,
+    )
+
+
+def test_a_message_for_an_unknown_event_is_dropped():
+    assert consumers.handle_event(event_id=987654321) == consumers.ConsumeResult.MISSING

@@ -1,0 +1,252 @@
+"""The cancel saga in-process: every step once, retries with backoff, dead letter, requeue."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from ordering import consumers
+from ordering.dead_letters import (
+    DeadLetterNotOpen,
+    discard_dead_letter,
+    is_flagged,
+    requeue_dead_letter,
+)
+from ordering.models import (
+    Compensation,
+    DeadLetter,
+    EventType,
+    OrderStatus,
+    OrderTransition,
+    OutboxEvent,
+    Payment,
+    ProcessedEvent,
+    SimulatedOperation,
+)
+from ordering.payments.registry import get_provider
+from ordering.saga import STEPS, RetryLater, SagaOutcome, backoff_seconds, run_cancel_saga
+from ordering.services.lifecycle import cancel_order
+from ordering.simulation import plan_fault
+from tests.payments.helpers import paid_order
+
+S = OrderStatus
+Step = Compensation.Step
+
+
+def cancelled(tenant, menu, **kwargs):
+    """A paid order (2 pizzas, coupon TEN) whose cancel was requested: CANCELLING + event."""
+    order, payment = paid_order(tenant, menu["pizza"], quantity=2, coupon_code="TEN", **kwargs)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    event = OutboxEvent.objects.for_tenant(tenant).get(
+        order=order, event_type=EventType.CANCEL_REQUESTED
+    )
+    return order, payment, event
+
+
+def effects(tenant, menu, coupon, order, payment) -> dict:
+    for obj in (menu["pizza"], coupon, order, payment):
+        obj.refresh_from_db()
+    return {
+        "status": order.status,
+        "stock": menu["pizza"].stock,
+        "coupon_used": coupon.used_count,
+        "payment": payment.status,
+        "refunds": SimulatedOperation.objects.filter(kind="refund").count(),
+        "delivery_cancels": SimulatedOperation.objects.filter(kind="delivery_cancel").count(),
+    }
+
+
+DONE = {
+    "status": S.CANCELLED,
+    "stock": 50,
+    "coupon_used": 0,
+    "payment": Payment.Status.REFUNDED,
+    "refunds": 1,
+    "delivery_cancels": 1,
+}
+
+
+@pytest.mark.django_db
+def test_the_saga_undoes_everything_once_and_cancels(tenant, menu, coupon):
+    order, payment, event = cancelled(tenant, menu)
+    assert effects(tenant, menu, coupon, order, payment)["stock"] == 48
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    comps = Compensation.objects.for_tenant(tenant).filter(order=order)
+    assert [(c.compensation_id, c.status, c.attempts) for c in comps] == [
+        (f"cancel:{order.pk}:{step}", "done", 1) for step in STEPS
+    ]
+    refund = comps.get(step=Step.REFUND_PAYMENT).result
+    assert (refund["amount"], refund["replayed"]) == (str(payment.amount), False)
+    last = OrderTransition.objects.for_tenant(tenant).filter(order=order).latest("id")
+    assert (last.from_status, last.to_status, last.actor) == (
+        S.CANCELLING,
+        S.CANCELLED,
+        "saga:cancel",
+    )
+    assert ProcessedEvent.objects.for_tenant(tenant).filter(event=event).count() == 1
+
+
+@pytest.mark.django_db
+def test_running_it_again_changes_nothing(tenant, menu, coupon):
+    order, payment, event = cancelled(tenant, menu)
+    run_cancel_saga(event=event)
+    assert run_cancel_saga(event=event) == SagaOutcome.ALREADY_DONE
+    assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.DUPLICATE
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    assert ProcessedEvent.objects.for_tenant(tenant).get(event=event).duplicates == 2
+
+
+@pytest.mark.django_db
+def test_a_refund_done_by_a_worker_that_died_before_recording_it_is_not_repeated(
+    tenant, menu, coupon
+):
+    # given a worker that got the provider's refund and died before it recorded the step
+    order, payment, event = cancelled(tenant, menu)
+    get_provider("simulated").refund(
+        payment=payment,
+        amount=payment.amount,
+        idempotency_key=f"cancel:{order.pk}:{Step.REFUND_PAYMENT}",
+    )
+    # when the redelivered message runs the saga
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    # then the provider was asked twice and refunded once
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    assert SimulatedOperation.objects.get(kind="refund").calls == 2
+    assert Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT).result["replayed"]
+
+
+@pytest.mark.django_db
+def test_a_failing_step_asks_for_a_retry_and_keeps_earlier_steps_done(
+    tenant, menu, coupon, settings
+):
+    settings.SAGA_RETRY_BASE_SECONDS = 2.0
+    order, payment, event = cancelled(tenant, menu)
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=2)
+    for attempt in (1, 2):
+        with pytest.raises(RetryLater) as retry:
+            run_cancel_saga(event=event)
+        assert (retry.value.step, retry.value.attempt) == (Step.REFUND_PAYMENT, attempt)
+        ceiling = 2.0 * 2 ** (attempt - 1)
+        assert ceiling / 2 <= retry.value.countdown <= ceiling
+    state = effects(tenant, menu, coupon, order, payment)
+    assert (state["status"], state["stock"], state["refunds"]) == (S.CANCELLING, 50, 0)
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    refund = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT)
+    assert (refund.attempts, refund.last_error) == (3, "")
+
+
+@pytest.mark.django_db
+def test_past_the_retry_limit_it_dead_letters_and_a_requeue_completes_it(tenant, menu, coupon):
+    # given a delivery cancellation that fails 4 times (1 attempt + 3 retries)
+    order, payment, event = cancelled(tenant, menu)
+    plan_fault(order=order, step=Step.CANCEL_DELIVERY, fail_times=4)
+    for _ in range(3):
+        with pytest.raises(RetryLater):
+            run_cancel_saga(event=event)
+    # when the last retry fails, then a dead letter is written and the order stays CANCELLING
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    letter = DeadLetter.objects.get()
+    assert (letter.key, letter.task, letter.attempts, letter.state) == (
+        f"cancel:{order.pk}:{Step.CANCEL_DELIVERY}",
+        "ordering.handle_outbox_event",
+        4,
+        "open",
+    )
+    assert letter.payload == {
+        "args": [event.pk],
+        "step": "cancel_delivery",
+        "order_id": str(order.pk),
+    }
+    assert "simulated failure of cancel_delivery" in letter.error
+    assert letter.created_at is not None and (letter.tenant, letter.order) == (tenant, order)
+    assert effects(tenant, menu, coupon, order, payment)["status"] == S.CANCELLING
+    assert is_flagged(order)
+    # and a late duplicate of the message neither retries nor files a second letter
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    assert DeadLetter.objects.count() == 1
+    # when staff requeue it (tasks run eagerly here: the requeued message runs at commit)
+    requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:ann")
+    # then the saga completes from the failed step, and the letter is closed
+    assert run_cancel_saga(event=event) in (SagaOutcome.COMPLETED, SagaOutcome.ALREADY_DONE)
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    letter.refresh_from_db()
+    assert (letter.state, letter.resolved_by) == ("requeued", "staff:ann")
+    assert not is_flagged(order)
+    with pytest.raises(DeadLetterNotOpen):
+        requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:bob")
+
+
+@pytest.mark.django_db
+def test_the_retry_limit_is_a_setting(tenant, menu, coupon, settings):
+    settings.SAGA_MAX_RETRIES = 1
+    order, _, event = cancelled(tenant, menu)
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=5)
+    with pytest.raises(RetryLater):
+        run_cancel_saga(event=event)
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    assert DeadLetter.objects.get().attempts == 2
+
+
+@pytest.mark.django_db
+def test_discarding_closes_the_letter_and_leaves_the_order(tenant, menu, coupon, settings):
+    settings.SAGA_MAX_RETRIES = 0
+    order, _, event = cancelled(tenant, menu)
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=1)
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    letter = discard_dead_letter(
+        dead_letter_id=DeadLetter.objects.get().pk, actor="staff:ann", note="refunded by hand"
+    )
+    assert (letter.state, letter.note) == ("discarded", "refunded by hand")
+    order.refresh_from_db()
+    assert order.status == S.CANCELLING and not is_flagged(order)
+    with pytest.raises(DeadLetterNotOpen):
+        discard_dead_letter(dead_letter_id=letter.pk, actor="staff:bob")
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap(settings):
+    settings.SAGA_RETRY_BASE_SECONDS = 2.0
+    settings.SAGA_RETRY_MAX_SECONDS = 10.0
+    for attempt, ceiling in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 10.0), (9, 10.0)]:
+        delays = [backoff_seconds(attempt) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(set(delays)) > 1  # jittered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_at_once_apply_each_step_once(tenant, menu, coupon):
+    order, payment, event = cancelled(tenant, menu)
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            outcomes.append(run_cancel_saga(event=OutboxEvent.all_tenants.get(pk=event.pk)))
+        except Exception as exc:
+            outcomes.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert all(isinstance(o, SagaOutcome) for o in outcomes), outcomes
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    assert OrderTransition.objects.for_tenant(tenant).filter(to_status=S.CANCELLED).count() == 1
+    assert Compensation.objects.for_tenant(tenant).count() == len(STEPS)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_eager_mode_cancel_runs_the_saga_after_commit_with_retries(tenant, menu, coupon):
+    # the embedded demo: no broker, tasks run in-process after the commit that scheduled them
+    order, payment = paid_order(tenant, menu["pizza"], quantity=2, coupon_code="TEN")
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=2)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    assert Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT).attempts == 3

@@ -1,0 +1,139 @@
+"""A real Celery worker process for the tests that are about the worker (RECIPES §4).
+
+``celery_worker`` starts ``celery -A config worker --pool=prefork -c 2`` on pytest's test
+database (``APP_DB_NAME``) and the suite's broker, consuming a queue of its own (so two test
+runs sharing a Redis never take each other's messages); this process publishes to the same
+queue while the fixture lives. It is module-scoped so that no other module's test runs while it
+consumes: their after-commit messages must not be acted on behind their backs.
+
+Broker settings are shortened for tests and apply to producer and worker alike: a 5 s
+visibility timeout with a restore sweep every second (kombu 5.7 throttles it to every 100 s
+otherwise), and saga retries after 0.1-1 s. Tasks in these tests stay well under 5 s.
+
+Tests using it need ``@pytest.mark.django_db(transaction=True)``: the worker sees only
+committed rows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+import redis
+from django.conf import settings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 30.0
+TEST_ENV = {
+    "CELERY_VISIBILITY_TIMEOUT": "5",
+    "CELERY_RESTORE_INTERVAL": "1",
+    "SAGA_RETRY_BASE_SECONDS": "0.2",
+    "SAGA_RETRY_MAX_SECONDS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+class CeleryWorker:
+    """One worker process group; ``kill()`` is a SIGKILL of the whole group, ``start()`` a
+    fresh worker (a new node name, as a replacement host would have)."""
+
+    def __init__(self, *, db_name: str, queue: str, log_dir: Path) -> None:
+        self.db_name = db_name
+        self.queue = queue
+        self.log_dir = log_dir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = log_dir / "worker-0.log"
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.log_path = self.log_dir / f"worker-{self.starts}.log"
+        env = {
+            **os.environ,
+            **TEST_ENV,
+            "APP_DB_NAME": self.db_name,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "CELERY_QUEUE": self.queue,
+        }
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "celery", "-A", "config", "worker",
+                    "--pool=prefork", "-c", "2", "-Q", self.queue,
+                    "--without-gossip", "--without-mingle", "--without-heartbeat",
+                    "-n", f"test-{uuid4().hex[:6]}@%h", "--loglevel=INFO",
+                ],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT
+        while " ready." not in self.log():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Celery worker did not start:\n{self.log()[-4000:]}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once: no clean-up, no acks."""
+        assert self.process is not None
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def celery_worker(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryWorker]:
+    from config.celery import app
+
+    queue = f"test-{uuid4().hex[:8]}"
+    before = (app.conf.task_default_queue, app.conf.task_always_eager)
+    app.conf.task_default_queue, app.conf.task_always_eager = queue, False
+    worker = CeleryWorker(
+        db_name=settings.DATABASES["default"]["NAME"],
+        queue=queue,
+        log_dir=tmp_path_factory.mktemp("celery"),
+    )
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        app.conf.task_default_queue, app.conf.task_always_eager = before
+        broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        broker.delete(queue)
+        broker.close()
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float, worker: CeleryWorker) -> None:
+    """Poll ``condition`` (reading committed rows) until it holds; fail with the worker log."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met in {timeout} s; worker log:\n{worker.log()[-6000:]}")
+        time.sleep(0.05)
