@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import tempfile
 from typing import Any
 
 
@@ -68,3 +69,19 @@ def worker_exit(server: Any, worker: Any) -> None:
         order_ids.release_process_lease()
     except Exception:
         server.log.exception("could not release the order-ID worker lease of pid %s", worker.pid)
+
+
+def on_starting(server: Any) -> None:
+    """prometheus-client's multiprocess mode: every worker writes its metrics to files in this
+    directory and /metrics merges them. Set in the master before any worker starts (workers
+    import prometheus_client after the fork); a fresh directory per start, so a restart does
+    not count old workers twice."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ordering-metrics-")
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Drop a dead worker's live gauges from the merged metrics."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

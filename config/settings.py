@@ -175,6 +175,14 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"ApiKey": []}],
 }
 
+# --- metrics ----------------------------------------------------------------------------
+# GET /metrics answers only these addresses, or a caller sending "Authorization: Bearer
+# <METRICS_TOKEN>" (config/metrics_view.py); anyone else gets 404.
+METRICS_ALLOWED_IPS = [
+    ip.strip() for ip in os.environ.get("METRICS_ALLOWED_IPS", "127.0.0.1,::1").split(",") if ip
+]
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
 ORDER_ID_MAX_CLOCK_BACKSTEP_MS = int(os.environ.get("ORDER_ID_MAX_CLOCK_BACKSTEP_MS", 200))

@@ -21,6 +21,7 @@ from django_fsm import ConcurrentTransition, can_proceed
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
+from ordering.metrics import fsm_conflicts
 from ordering.models import (
     Coupon,
     Dish,
@@ -124,6 +125,7 @@ def return_coupon(order: Order) -> None:
 
 
 def _conflict(order: Order, detail: str) -> OrderingError:
+    fsm_conflicts.labels(tenant=str(order.tenant_id)).inc()
     return OrderingError(
         OrderingErrorCode.ORDER_STATUS_CONFLICT,
         detail,

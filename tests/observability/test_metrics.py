@@ -1,0 +1,70 @@
+"""/metrics: restricted, and it carries the engine's and the ordering app's metrics."""
+
+from __future__ import annotations
+
+import re
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ordering.models import Order
+from tests.flows.test_idempotent_orders import post_order
+
+pytestmark = pytest.mark.django_db
+
+
+def samples(body: str) -> dict[tuple[str, frozenset], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def value(body: str, name: str, **labels: str) -> float:
+    return sum(
+        v for (n, ls), v in samples(body).items() if n == name and set(labels.items()) <= set(ls)
+    )
+
+
+def test_metrics_are_not_public(client, settings):
+    settings.METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 404
+    assert (
+        client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer nope").status_code
+        == 404
+    )
+    ok = client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret-token")
+    assert ok.status_code == 200 and ok["Content-Type"].startswith("text/plain")
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+
+
+def test_outcomes_breaker_outbox_and_conflicts_are_exported(
+    client, api, merchant_api, menu, tenant
+):
+    before = client.get("/metrics").content.decode()
+    endpoint = "POST api/v1/orders/"
+    first = post_order(api, menu, key="m1")
+    post_order(api, menu, key="m1")
+    post_order(api, menu, key="m1", quantity=5)
+    post_order(api, menu, key="ключ")
+    order_id = first.json()["id"]
+    merchant_api.post(f"/api/v1/orders/{order_id}/transition/", {"to": "READY"}, format="json")
+    body = client.get("/metrics").content.decode()
+    t = str(tenant.pk)
+    for outcome, n in (("MISS", 1), ("HIT", 1), ("REUSED", 1), ("INVALID", 1)):
+        delta = value(
+            body, "idempotency_outcomes_total", tenant=t, endpoint=endpoint, outcome=outcome
+        ) - value(
+            before, "idempotency_outcomes_total", tenant=t, endpoint=endpoint, outcome=outcome
+        )
+        assert delta == n, (outcome, [x for x in body.splitlines() if "outcomes_total{" in x])
+    assert (
+        value(body, "ordering_fsm_conflicts_total", tenant=t)
+        - value(before, "ordering_fsm_conflicts_total", tenant=t)
+        == 1
+    )
+    assert value(body, "idempotency_redis_seconds_count", op="claim") >= 3
+    assert re.search(r"^idempotency_breaker_state\{node=\"[^\"]+\"\} 0\.0$", body, re.M)
+    assert "ordering_outbox_lag_seconds" in body and "ordering_dead_letters" in body
+    assert Order.all_tenants.count() == 1
+
