@@ -127,3 +127,7 @@ class CouponAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # merchants add coupons in the dashboard
+
+
+# Layer-4 models (dead letters, provider conflicts, outbox) have their admin in their own module.
+from ordering import admin_layer4  # noqa: E402, F401

@@ -1,0 +1,44 @@
+"""Staff handle dead letters in the admin: requeue once, discard with a note; read-only rows."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from ordering.dead_letters import record_dead_letter
+from ordering.models import DeadLetter
+
+pytestmark = pytest.mark.django_db
+LIST = "/admin/ordering/deadletter/"
+
+
+@pytest.fixture
+def staff(client):
+    client.force_login(User.objects.create_superuser("ops", password="pw-123456"))
+    return client
+
+
+def letter(key: str) -> DeadLetter:
+    return record_dead_letter(
+        key=key, task="ordering.tasks.noop", payload={}, error="boom", attempts=4
+    )
+
+
+def test_requeue_and_discard_actions(staff, django_capture_on_commit_callbacks):
+    a, b = letter("cancel:1:refund"), letter("cancel:2:refund")
+    with django_capture_on_commit_callbacks(execute=False):
+        staff.post(LIST, {"action": "requeue", "_selected_action": [a.pk]})
+        again = staff.post(LIST, {"action": "requeue", "_selected_action": [a.pk]}, follow=True)
+    assert b"were not open any more" in again.content
+    staff.post(LIST, {"action": "discard", "_selected_action": [b.pk]})
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.state, a.resolved_by) == ("requeued", "staff:ops")
+    assert (b.state, b.resolved_by) == ("discarded", "staff:ops")
+
+
+def test_dead_letter_rows_are_read_only(staff):
+    row = letter("cancel:3:refund")
+    page = staff.get(f"{LIST}{row.pk}/change/")
+    assert page.status_code == 200 and b'name="error"' not in page.content
+    assert staff.post(f"{LIST}{row.pk}/delete/", {"post": "yes"}).status_code == 403
