@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 from django.db.models import F
-from django_fsm import ConcurrentTransition, can_proceed
+from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
@@ -49,11 +49,16 @@ MERCHANT_TARGETS = (*MERCHANT_MOVES, S.CANCELLED)
 
 
 def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> OrderTransition:
-    """Run one FSM move on ``order`` and persist it; the caller holds the transaction."""
+    """Run one FSM move on ``order`` and persist it; the caller holds the transaction.
+
+    The move checks its source status and conditions once, as it runs (a condition such as
+    "no payment attached" can turn false between a separate check and the move when another
+    transaction commits in between)."""
     from_status = order.status
-    if not can_proceed(move):
-        raise _conflict(order, f"Order is {from_status}; {move.__name__} is not allowed")
-    move()
+    try:
+        move()
+    except TransitionNotAllowed:
+        raise _conflict(order, f"Order is {from_status}; {move.__name__} is not allowed") from None
     try:
         order.save(update_fields=["status", "updated_at"])
     except ConcurrentTransition:
