@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.request_context.RequestContextMiddleware",
+    "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -141,8 +142,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Request bodies above this answer 413 (checked by the API before parsing).
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_REQUEST_BYTES", 1024 * 1024))
+# Request bodies above this answer 413 REQUEST_TOO_LARGE before anything reads them
+# (config/request_limits.py); Django's own check on reading request.body uses the same number.
+MAX_REQUEST_BYTES = int(os.environ.get("MAX_REQUEST_BYTES", 1024 * 1024))
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 
 if not DEBUG:
     SESSION_COOKIE_SECURE = True
@@ -217,16 +220,16 @@ IDEMPOTENCY = {
     "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
     "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
-    # API writes per API client + diner per minute (Tenant.write_rate_per_minute overrides;
-    # 0: no default limit)
-    "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
-    "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
-    "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
     "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
     "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
+    # API writes per API client + diner per minute (Tenant.write_rate_per_minute overrides;
+    # 0: no default limit)
+    "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
+    "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
+    "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
 }
 
 # --- celery / payments ------------------------------------------------------------------

@@ -15,3 +15,6 @@ urlpatterns = [
     path("api/v1/", include("idempotency.urls")),
     path("", include("ordering.dashboard.urls")),
 ]
+
+handler404 = "config.error_views.handler404"
+handler500 = "config.error_views.handler500"

@@ -1,0 +1,93 @@
+"""Refuse request bodies above ``settings.MAX_REQUEST_BYTES`` before anything reads them.
+
+Why a middleware and not only ``DATA_UPLOAD_MAX_MEMORY_SIZE``: Django checks that setting when
+something first touches ``request.body``, and by then DRF has authenticated the caller and the
+idempotency engine may be about to fingerprint the payload. Here a too-large body is answered
+413 ``REQUEST_TOO_LARGE`` from the headers alone, so a 10 MB upload costs one header parse:
+
+- a declared ``Content-Length`` above the limit is refused without reading a byte of the body;
+- a ``Transfer-Encoding: chunked`` body (no length announced) is read at most one byte past
+  the limit. Django itself ignores chunked bodies (it trusts ``Content-Length`` only), so a
+  chunked body within the limit is handed on as if it had been sent with its length.
+
+API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py``); other paths
+(dashboard forms, the admin) a short plain-text answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from io import BytesIO
+
+from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
+from django.http import HttpRequest, HttpResponse
+
+from config.api_errors import PROBLEM_JSON
+
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+_READ_CHUNK = 64 * 1024
+
+
+def max_request_bytes() -> int:
+    return int(getattr(settings, "MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES))
+
+
+def too_large_response(request: HttpRequest, limit: int) -> HttpResponse:
+    detail = f"Request body larger than {limit} bytes"
+    if request.path.startswith("/api/"):
+        body = {"code": REQUEST_TOO_LARGE, "detail": detail, "status": 413, "limit": limit}
+        return HttpResponse(json.dumps(body), status=413, content_type=PROBLEM_JSON)
+    return HttpResponse(detail, status=413, content_type="text/plain; charset=utf-8")
+
+
+class RequestSizeLimitMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        limit = max_request_bytes()
+        declared = _declared_length(request)
+        if declared is not None:
+            if declared > limit:
+                return too_large_response(request, limit)
+        elif _is_chunked(request) and not _buffer_chunked_body(request, limit):
+            return too_large_response(request, limit)
+        return self.get_response(request)
+
+
+def _declared_length(request: HttpRequest) -> int | None:
+    """The announced body length; None when there is none (or it is not a number, which
+    Django reads as an empty body and the WSGI server has usually refused already)."""
+    raw = request.META.get("CONTENT_LENGTH")
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def _is_chunked(request: HttpRequest) -> bool:
+    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def _buffer_chunked_body(request: HttpRequest, limit: int) -> bool:
+    """Read a chunked body up to ``limit`` + 1 bytes. False: it is too large. True: it fits,
+    and the request now reads it like a body sent with ``Content-Length``."""
+    stream = request.META.get("wsgi.input")
+    if stream is None:
+        return True
+    received = bytearray()
+    while len(received) <= limit:
+        chunk = stream.read(min(_READ_CHUNK, limit + 1 - len(received)))
+        if not chunk:
+            break
+        received += chunk
+    if len(received) > limit:
+        return False
+    request.META["CONTENT_LENGTH"] = str(len(received))
+    request._stream = LimitedStream(BytesIO(bytes(received)), len(received))  # type: ignore[attr-defined]
+    return True

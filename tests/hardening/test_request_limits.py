@@ -1,0 +1,225 @@
+"""Request-size limits (``config/request_limits.py``): a body above ``MAX_REQUEST_BYTES`` is
+answered 413 ``REQUEST_TOO_LARGE`` from its headers, before authentication, the idempotency
+engine or DRF touch it — in-process, and through gunicorn, where the proof is that the answer
+arrives while most of the announced body was never even sent.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from idempotency.models import IdempotencyRecord
+from ordering.models import Order
+from tenants.models import ApiClient
+from tests.hardening.conftest import PROBLEM_JSON, World, assert_problem, build_world
+from tests.support.live_server import LiveServer
+
+TEN_MB = 10 * 1024 * 1024
+ORDERS = "/api/v1/orders/"
+
+
+def order_body(dish_id: int, *, size: int) -> bytes:
+    """A JSON order of exactly ``size`` bytes (the note pads it)."""
+    empty = json.dumps(
+        {"items": [{"dish_id": dish_id, "quantity": 1}], "payment_method": "card", "note": ""}
+    ).encode()
+    assert size >= len(empty)
+    return empty[:-2] + b"x" * (size - len(empty)) + b'"}'
+
+
+def post_raw(world: World, body: bytes, **meta: str) -> object:
+    return APIClient(raise_request_exception=False).generic(
+        "POST",
+        ORDERS,
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Api-Key {world.diner_key}",
+        HTTP_IDEMPOTENCY_KEY="big-order",
+        **meta,
+    )
+
+
+def never_authenticated(world: World) -> bool:
+    """Authentication stamps ``last_used_at``: still empty means DRF never saw the request."""
+    return ApiClient.objects.get(pk=world.diner_client.pk).last_used_at is None
+
+
+@pytest.mark.django_db
+class TestInProcess:
+    def test_a_10_mb_order_is_413_before_drf_reads_it(
+        self, world_a: World, nothing_written: Callable[[], None]
+    ) -> None:
+        response = post_raw(world_a, order_body(world_a.dish.pk, size=TEN_MB))
+
+        body = assert_problem(response, 413, "REQUEST_TOO_LARGE")
+        assert body["limit"] == settings.MAX_REQUEST_BYTES == 1024 * 1024
+        assert response["X-Request-ID"]  # the request-context middleware still wraps it
+        assert never_authenticated(world_a)
+        assert IdempotencyRecord.objects.count() == 0
+        nothing_written()
+
+    def test_a_declared_length_above_the_limit_is_413_whatever_follows(
+        self, world_a: World, nothing_written: Callable[[], None]
+    ) -> None:
+        response = post_raw(world_a, b"{}", CONTENT_LENGTH=str(TEN_MB))
+        assert_problem(response, 413, "REQUEST_TOO_LARGE")
+        assert never_authenticated(world_a)
+        nothing_written()
+
+    def test_a_body_of_exactly_the_limit_passes_and_one_byte_more_does_not(
+        self, world_a: World
+    ) -> None:
+        limit = settings.MAX_REQUEST_BYTES
+        at_limit = post_raw(world_a, order_body(world_a.dish.pk, size=limit))
+        over = post_raw(world_a, order_body(world_a.dish.pk, size=limit + 1))
+
+        # at the limit the body is parsed: the 1 MiB note is then too long for the field
+        assert "note" in assert_problem(at_limit, 400, "VALIDATION_ERROR")["errors"]
+        assert_problem(over, 413, "REQUEST_TOO_LARGE")
+
+    def test_the_limit_is_the_setting(self, world_a: World, settings: object) -> None:
+        settings.MAX_REQUEST_BYTES = 300  # type: ignore[attr-defined]
+        small = post_raw(world_a, order_body(world_a.dish.pk, size=300))
+        large = post_raw(world_a, order_body(world_a.dish.pk, size=301))
+
+        assert small.status_code == 201, small.content
+        assert assert_problem(large, 413, "REQUEST_TOO_LARGE")["limit"] == 300
+
+    def test_pages_outside_the_api_get_a_plain_413(self, world_a: World) -> None:
+        response = APIClient().generic(
+            "POST", "/dashboard/login/", b"x" * (2 * 1024 * 1024), content_type="text/plain"
+        )
+        assert response.status_code == 413
+        assert response["Content-Type"].startswith("text/plain")
+
+
+# --- through gunicorn -------------------------------------------------------------------
+
+
+def send_raw(
+    server: LiveServer, head: str, body_parts: Iterable[bytes], *, timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
+    """Send a request byte by byte as written (headers, then whatever body parts the test
+    chooses to send) and read the answer: (status, headers, body)."""
+    url = urlsplit(server.url)
+    with socket.create_connection((url.hostname, url.port), timeout=timeout) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        for part in body_parts:
+            sock.sendall(part)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, dict(response.getheaders()), response.read()
+
+
+def request_head(world: World, *, length: int | None = None, chunked: bool = False) -> str:
+    lines = [
+        f"POST {ORDERS} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        f"Authorization: Api-Key {world.diner_key}",
+        "X-Diner-Id: d1",
+        "Idempotency-Key: live-big-order",
+    ]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+    return "\n".join(lines) + "\n"
+
+
+def chunks(payload: bytes, size: int = 64 * 1024) -> Iterable[bytes]:
+    for start in range(0, len(payload), size):
+        part = payload[start : start + size]
+        yield f"{len(part):x}\r\n".encode() + part + b"\r\n"
+    yield b"0\r\n\r\n"
+
+
+@pytest.fixture
+def live_world(transactional_db: None) -> World:
+    return build_world("livesize")
+
+
+def problem_code(headers: dict[str, str], raw: bytes) -> str:
+    content_type = {name.lower(): value for name, value in headers.items()}["content-type"]
+    assert content_type == PROBLEM_JSON, headers
+    return json.loads(raw)["code"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+class TestThroughGunicorn:
+    def test_10_mb_announced_is_refused_after_the_first_kilobyte(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        # Only 1 KiB of the announced 10 MB is ever sent: an answer at all proves the server
+        # did not wait for (or read) the body.
+        status, headers, raw = send_raw(
+            hardening_server, request_head(live_world, length=TEN_MB), [b"{" + b" " * 1023]
+        )
+
+        assert status == 413
+        assert problem_code(headers, raw) == "REQUEST_TOO_LARGE"
+        assert never_authenticated(live_world)
+        assert Order.all_tenants.count() == 0
+
+    def test_a_whole_10_mb_upload_gets_the_413_not_a_broken_connection(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        response = httpx.post(
+            f"{hardening_server.url}{ORDERS}",
+            content=order_body(live_world.dish.pk, size=TEN_MB),
+            headers={
+                **live_world.headers(),
+                "Content-Type": "application/json",
+                "Idempotency-Key": "live-10-mb",
+            },
+            timeout=30,
+        )
+
+        assert response.status_code == 413
+        assert problem_code(dict(response.headers), response.content) == "REQUEST_TOO_LARGE"
+        assert "Traceback" not in hardening_server.log_tail(200)
+        assert Order.all_tenants.count() == 0
+
+    def test_a_chunked_body_over_the_limit_is_refused(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        payload = order_body(live_world.dish.pk, size=2 * 1024 * 1024)
+        status, headers, raw = send_raw(
+            hardening_server, request_head(live_world, chunked=True), chunks(payload)
+        )
+
+        assert status == 413
+        assert problem_code(headers, raw) == "REQUEST_TOO_LARGE"
+        assert Order.all_tenants.count() == 0
+
+    def test_a_chunked_body_within_the_limit_is_read(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        payload = json.dumps(
+            {"items": [{"dish_id": live_world.dish.pk, "quantity": 1}], "payment_method": "card"}
+        ).encode()
+        status, _, raw = send_raw(
+            hardening_server, request_head(live_world, chunked=True), chunks(payload, size=16)
+        )
+
+        assert status == 201, raw
+        assert Order.all_tenants.filter(pk=json.loads(raw)["id"]).exists()
+
+    def test_unknown_api_paths_are_problem_json_on_the_live_server(
+        self, hardening_server: LiveServer
+    ) -> None:
+        status, headers, raw = send_raw(
+            hardening_server, "GET /api/v1/nope/ HTTP/1.1\nHost: 127.0.0.1\n", []
+        )
+        assert status == 404
+        assert problem_code(headers, raw) == "NOT_FOUND"
