@@ -32,7 +32,7 @@ class ApiError(exceptions.APIException):
 def problem_response(
     status_code: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
-    body = {"code": code, "detail": detail, "status": status_code, **extra}
+    body = _encodable({"code": code, "detail": detail, "status": status_code, **extra})
     return Response(body, status=status_code, headers=headers, content_type=PROBLEM_JSON)
 
 
@@ -80,3 +80,15 @@ def _auth_header(exc: Exception) -> dict[str, str]:
     if getattr(exc, "status_code", None) == 401:
         return {"WWW-Authenticate": "Api-Key"}
     return {}
+
+
+def _encodable(value: Any) -> Any:
+    """Error bodies may echo client input (a field's value in a validation message); a lone
+    surrogate there could not be encoded as UTF-8: it is shown escaped instead."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value

@@ -160,6 +160,11 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsTenantClient"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
     "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
@@ -299,6 +304,11 @@ if env_bool("SIMULATED_PROVIDER", DEBUG):
         "SECRETS": [_simulated_secret],
     }
 PAYMENT_DEFAULT_PROVIDER = os.environ.get("PAYMENT_DEFAULT_PROVIDER", "simulated")
+if PAYMENT_DEFAULT_PROVIDER not in PAYMENT_PROVIDERS:
+    raise ImproperlyConfigured(
+        f"PAYMENT_DEFAULT_PROVIDER={PAYMENT_DEFAULT_PROVIDER!r} is not configured "
+        "(off DEBUG the simulated provider needs SIMULATED_PROVIDER=1 and its secret)"
+    )
 # Demo only: the simulated provider confirms each payment by itself (a signed callback through
 # the webhook service) this many seconds after it was started; 0 leaves it to `simulate_payment`.
 SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = float(

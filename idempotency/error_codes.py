@@ -8,6 +8,7 @@ class IdempotencyErrorCode(StrEnum):
     KEY_MISSING = "IDEMPOTENCY_KEY_MISSING"  # 400
     KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"  # 422
     IN_PROGRESS = "IDEMPOTENCY_REQUEST_IN_PROGRESS"  # 409 + Retry-After
+    PAYLOAD_INVALID = "IDEMPOTENCY_PAYLOAD_INVALID"  # 400: the body has no canonical form
     # Pre-issued tokens (idempotency/tokens.py)
     TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID"  # 400: malformed, forged, or another caller's
     TOKEN_USED = "IDEMPOTENCY_TOKEN_USED"  # 409: already consumed on another endpoint

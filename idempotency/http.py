@@ -43,7 +43,14 @@ def prepare(
     if identity is None:
         return None
     tenant, principal = identity
-    fingerprints = all_fingerprints(payload, None)
+    try:
+        fingerprints = all_fingerprints(payload, None)
+        hashes = field_hashes(payload, None)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # e.g. two keys equal after Unicode normalisation: the operation has no canonical form
+        return responses.problem(
+            400, IdempotencyErrorCode.PAYLOAD_INVALID, f"The request body is ambiguous: {exc}"
+        )
     if raw_key is not None:
         try:
             key = validate_key(raw_key)
@@ -87,7 +94,7 @@ def prepare(
     return IdempotentRequest(
         scoped=scoped,
         fingerprints=fingerprints,
-        field_hashes=field_hashes(payload, None),
+        field_hashes=hashes,
         policy=policy,
         endpoint=_endpoint(request),
         request_meta=request_meta(request),

@@ -42,7 +42,11 @@ class CouponCreateForm(forms.Form):
     kind = forms.ChoiceField(choices=Coupon.Kind.choices)
     value = forms.DecimalField(min_value=Decimal("0.01"), **MONEY)
     max_uses = forms.IntegerField(
-        required=False, min_value=1, help_text="Empty: unlimited", label="Max uses"
+        required=False,
+        min_value=1,
+        max_value=1_000_000,
+        help_text="Empty: unlimited",
+        label="Max uses",
     )
     valid_until = forms.DateTimeField(
         required=False,

@@ -79,7 +79,7 @@ class SimulatedProvider:
     def parse_callback(self, body: bytes) -> CallbackEvent:
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise CallbackPayloadInvalid("body is not JSON") from None
         if not isinstance(data, dict):
             raise CallbackPayloadInvalid("body must be a JSON object")
@@ -95,7 +95,10 @@ class SimulatedProvider:
             amount = Decimal(str(data.get("amount")))
         except InvalidOperation:
             raise CallbackPayloadInvalid("amount must be a decimal string") from None
-        if not amount.is_finite() or amount < 0 or amount != amount.quantize(Decimal("0.01")):
+        # Checked before quantize(), which raises for huge exponents (1e999999).
+        if not amount.is_finite() or amount.adjusted() > 12:
+            raise CallbackPayloadInvalid("amount out of range")
+        if amount < 0 or amount != amount.quantize(Decimal("0.01")):
             raise CallbackPayloadInvalid("amount must be a non-negative amount with 2 decimals")
         currency = _text(data, "currency", _CURRENCY_RE)
         return CallbackEvent(

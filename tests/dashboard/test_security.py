@@ -105,13 +105,29 @@ def settings_in_subprocess(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+PRODUCTION = {
+    "DEBUG": "0",
+    "SECRET_KEY": "a-real-secret-" + "x" * 40,
+    "SIMULATED_PROVIDER": "1",
+    "SIMULATED_PROVIDER_SECRET": "provider-secret-" + "y" * 20,
+}
+
+
 def test_production_settings_use_secure_cookies_and_hsts():
-    done = settings_in_subprocess(DEBUG="0", SECRET_KEY="a-real-secret-" + "x" * 40)
+    done = settings_in_subprocess(**PRODUCTION)
     assert done.returncode == 0, done.stderr
     values = json.loads(done.stdout.strip().splitlines()[-1])
     assert values["debug"] is False
     assert values["session"] is True and values["csrf"] is True and values["httponly"] is True
     assert values["hsts"] > 0
+
+
+def test_production_settings_refuse_to_start_without_a_payment_provider():
+    done = settings_in_subprocess(**{**PRODUCTION, "SIMULATED_PROVIDER": "0"})
+    assert (
+        done.returncode != 0
+        and "PAYMENT_DEFAULT_PROVIDER='simulated' is not configured" in done.stderr
+    )
 
 
 def test_production_settings_refuse_to_start_without_a_secret_key():

@@ -80,47 +80,9 @@ def _deep(levels: int) -> str:
 
 # --- malformed JSON ---------------------------------------------------------------------
 
-# Bugs found by this sweep (reported; the test stays and goes green when they are fixed).
-BUG_DEEP_JSON = pytest.mark.xfail(
-    strict=True,
-    reason="500: DRF's JSONParser catches ValueError only; json.load raises RecursionError "
-    "for nesting deeper than the recursion limit (fix: a JSONParser that maps RecursionError "
-    "to ParseError, or caps the depth)",
-)
-BUG_DEEP_FINGERPRINT = pytest.mark.xfail(
-    strict=True,
-    reason="500: idempotency.fingerprint._render recurses once per nesting level (RecursionError "
-    "at ~500 levels, which the JSON parser still accepts)",
-)
-BUG_OVERFLOWING_NUMBER = pytest.mark.xfail(
-    strict=True,
-    reason="500: json parses 1e999999 as float('inf'); idempotency.fingerprint._render_number "
-    "raises ValueError('NaN and infinity have no canonical form') outside any handler",
-)
-BUG_SURROGATE_ECHO = pytest.mark.xfail(
-    strict=True,
-    reason="500: DRF's ChoiceField error message echoes the input; with UNICODE_JSON the "
-    "renderer's str.encode('utf-8') fails on a lone surrogate (UnicodeEncodeError)",
-)
-BUG_CALLBACK_DEEP_JSON = pytest.mark.xfail(
-    strict=True,
-    reason="500: ordering/payments/simulated.py parse_callback catches ValueError and "
-    "UnicodeDecodeError only; json.loads raises RecursionError for deep nesting",
-)
-BUG_CALLBACK_HUGE_AMOUNT = pytest.mark.xfail(
-    strict=True,
-    reason="500: ordering/payments/simulated.py parse_callback: Decimal('1e999999').quantize("
-    "Decimal('0.01')) raises decimal.InvalidOperation outside the try",
-)
-BUG_NFC_COLLISION = pytest.mark.xfail(
-    strict=True,
-    reason="500: idempotency.fingerprint._normalised_items raises ValueError for two keys that "
-    "differ only in Unicode normal form, outside any handler",
-)
-
-# Either refusal fits these two (a parser that caps depth, or one that lets the serializer
-# reject the shape); what matters is a 400 with a code instead of the 500 of today.
-DEPTH_OR_SHAPE = ("INVALID_JSON", "VALIDATION_ERROR")
+# Either refusal fits these (the parser caps depth; the engine refuses a body with no canonical
+# form); what matters is a 400 with a code, never a 500.
+DEPTH_OR_SHAPE = ("INVALID_JSON", "VALIDATION_ERROR", "IDEMPOTENCY_PAYLOAD_INVALID")
 
 MALFORMED_BODIES: list[Any] = [
     pytest.param(lambda d: b'{"items": [{"dish_id": %d, "quan' % d, "INVALID_JSON", id="truncated"),
@@ -156,25 +118,21 @@ MALFORMED_BODIES: list[Any] = [
         lambda d: _deep(10_000).encode(),
         "INVALID_JSON",
         id="nested-arrays-10k",
-        marks=BUG_DEEP_JSON,
     ),
     pytest.param(
         lambda d: ('{"a":' * 10_000 + "1" + "}" * 10_000).encode(),
         "INVALID_JSON",
         id="nested-objects-10k",
-        marks=BUG_DEEP_JSON,
     ),
     pytest.param(
         lambda d: f'{{"items": {_deep(10_000)}, "payment_method": "card"}}'.encode(),
         "INVALID_JSON",
         id="nested-10k-in-items",
-        marks=BUG_DEEP_JSON,
     ),
     pytest.param(
         lambda d: f'{{"items": {_deep(900)}, "payment_method": "card"}}'.encode(),
         DEPTH_OR_SHAPE,
         id="nested-900-in-items",
-        marks=BUG_DEEP_FINGERPRINT,
     ),
     pytest.param(
         lambda d: (
@@ -182,13 +140,11 @@ MALFORMED_BODIES: list[Any] = [
         ),
         "INVALID_JSON",
         id="quantity-1e999999",
-        marks=BUG_OVERFLOWING_NUMBER,
     ),
     pytest.param(
         lambda d: json.dumps(valid(d))[:-1].encode() + b', "note": -1e999999}',
         "INVALID_JSON",
         id="note-minus-1e999999",
-        marks=BUG_OVERFLOWING_NUMBER,
     ),
     pytest.param(
         lambda d: (
@@ -232,7 +188,6 @@ MALFORMED_BODIES: list[Any] = [
         ).encode(),
         DEPTH_OR_SHAPE,
         id="nfc-colliding-keys-in-items",
-        marks=BUG_NFC_COLLISION,
     ),
 ]
 
@@ -387,7 +342,7 @@ def test_text_postgres_cannot_store_is_a_validation_error(
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param("\ud800", id="lone-surrogate", marks=BUG_SURROGATE_ECHO),
+        pytest.param("\ud800", id="lone-surrogate"),
         pytest.param("card\u0000", id="nul"),
         pytest.param("card\u200b", id="zero-width-space"),
         pytest.param("\u202ecard", id="rtl-override"),
@@ -572,11 +527,8 @@ def test_sql_in_the_transition_target_is_a_validation_error(
             b'{"to": 1e999999}',
             "INVALID_JSON",
             id="overflowing-number",
-            marks=BUG_OVERFLOWING_NUMBER,
         ),
-        pytest.param(
-            b'{"to": "\\ud800"}', "VALIDATION_ERROR", id="lone-surrogate", marks=BUG_SURROGATE_ECHO
-        ),
+        pytest.param(b'{"to": "\\ud800"}', "VALIDATION_ERROR", id="lone-surrogate"),
         pytest.param(b'{"to": ["ACCEPTED"]}', "VALIDATION_ERROR", id="list"),
         pytest.param(b'{"to": {"value": "ACCEPTED"}}', "VALIDATION_ERROR", id="object"),
         pytest.param(b'{"to": "accepted"}', "VALIDATION_ERROR", id="lower-case"),
@@ -673,12 +625,6 @@ def test_out_of_range_order_ids_are_not_found(
 
 # --- dashboard forms --------------------------------------------------------------------
 
-BUG_COUPON_MAX_USES = pytest.mark.xfail(
-    strict=True,
-    reason="500: ordering/dashboard/forms.py CouponCreateForm.max_uses has no max_value; "
-    "above 2147483647 the INSERT into the integer column raises DataError",
-)
-
 
 @pytest.mark.parametrize(
     "page, data",
@@ -687,7 +633,6 @@ BUG_COUPON_MAX_USES = pytest.mark.xfail(
             "/dashboard/coupons/",
             {"code": "BIG", "kind": "amount", "value": "1", "max_uses": "99999999999"},
             id="coupon-max-uses-above-int32",
-            marks=BUG_COUPON_MAX_USES,
         ),
         pytest.param(
             "/dashboard/coupons/",
@@ -870,7 +815,6 @@ CALLBACK_ATTACKS = [
         400,
         "PAYMENT_CALLBACK_INVALID",
         id="nested-10k",
-        marks=BUG_CALLBACK_DEEP_JSON,
     ),
     pytest.param(_signed_garbage(b"\xff\xfe{}"), 400, "PAYMENT_CALLBACK_INVALID", id="non-utf8"),
     pytest.param(
@@ -884,7 +828,6 @@ CALLBACK_ATTACKS = [
         400,
         "PAYMENT_CALLBACK_INVALID",
         id="overflowing-amount",
-        marks=BUG_CALLBACK_HUGE_AMOUNT,
     ),
     pytest.param(
         _signed_for(lambda d: d.update(provider_txn_id="' OR 1=1 --")),
