@@ -177,10 +177,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"ApiKey": {"type": "apiKey", "in": "header", "name": "Authorization"}}
+    "ENUM_NAME_OVERRIDES": {
+        "OrderStatusEnum": "ordering.models.orders.OrderStatus",
     },
-    "SECURITY": [{"ApiKey": []}],
 }
 
 # --- metrics ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 from idempotency import responses, tokens
 from idempotency.conf import engine_setting
 from idempotency.error_codes import IdempotencyErrorCode
+from idempotency.openapi import problems
 from idempotency.ratelimit import TenantRateThrottle
 
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
@@ -106,7 +107,10 @@ def _unavailable() -> HttpResponse:
 class IssueTokensView(APIView):
     throttle_classes = [TenantRateThrottle]
 
-    @extend_schema(request=IssueTokensIn, responses={201: IssuedTokensOut})
+    @extend_schema(
+        request=IssueTokensIn,
+        responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
+    )
     def post(self, request: Request) -> Any:
         """Issue up to 1,000 one-time tokens, each usable once as an ``Idempotency-Key``."""
         data = IssueTokensIn(data=request.data)
@@ -129,7 +133,10 @@ class IssueTokensView(APIView):
 
 
 class CheckTokensView(APIView):
-    @extend_schema(request=CheckTokensIn, responses={200: CheckTokensOut})
+    @extend_schema(
+        request=CheckTokensIn,
+        responses={200: CheckTokensOut, **problems(400, 401, 403, 413, 415, 503)},
+    )
     def post(self, request: Request) -> Any:
         """Which of these tokens can still be used (one Redis round trip for all of them)."""
         data = CheckTokensIn(data=request.data)

@@ -11,7 +11,6 @@ from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
-    OpenApiResponse,
     extend_schema,
     inline_serializer,
 )
@@ -21,18 +20,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from idempotency.openapi import problems
 from ordering.payments.callbacks import handle_payment_callback
-from ordering.payments.error_codes import PaymentErrorCode
 from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
-
-PROBLEM = inline_serializer(
-    "PaymentCallbackProblem",
-    {
-        "code": serializers.ChoiceField(choices=[c.value for c in PaymentErrorCode]),
-        "detail": serializers.CharField(),
-        "status": serializers.IntegerField(),
-    },
-)
 
 
 class PaymentCallbackView(APIView):
@@ -60,9 +50,7 @@ class PaymentCallbackView(APIView):
                     "conflict": serializers.CharField(allow_null=True),
                 },
             ),
-            400: OpenApiResponse(PROBLEM, description="Provider unknown, timestamp bad or stale"),
-            401: OpenApiResponse(PROBLEM, description="Signature missing or wrong"),
-            404: OpenApiResponse(PROBLEM, description="No such payment for that order"),
+            **problems(400, 401, 404, 413, 415),
         },
     )
     def post(self, request: Request) -> Response:

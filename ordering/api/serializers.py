@@ -6,6 +6,7 @@ strings; paths accept the digits.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
@@ -62,7 +63,9 @@ class TransitionSerializer(serializers.ModelSerializer):
 
 class OrderSerializer(serializers.ModelSerializer):
     id = serializers.CharField(read_only=True)
-    coupon_code = serializers.CharField(source="coupon.code", default=None, read_only=True)
+    coupon_code = serializers.CharField(
+        source="coupon.code", default=None, read_only=True, allow_null=True
+    )
     lines = OrderLineSerializer(many=True, read_only=True)
     payment = serializers.SerializerMethodField()
 
@@ -85,6 +88,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
+    @extend_schema_field(PaymentSerializer(allow_null=True))
     def get_payment(self, order: Order) -> dict | None:
         payment = order.payments.first()
         return PaymentSerializer(payment).data if payment else None
@@ -95,3 +99,12 @@ class OrderDetailSerializer(OrderSerializer):
 
     class Meta(OrderSerializer.Meta):
         fields = [*OrderSerializer.Meta.fields, "transitions"]
+
+
+class PaginatedOrdersSerializer(serializers.Serializer):
+    """The page envelope of ``GET /api/v1/orders/`` (DRF's page-number pagination)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = OrderSerializer(many=True)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import PageNumberPagination
@@ -14,11 +13,13 @@ from rest_framework.views import APIView
 
 from config.api_errors import ApiError
 from idempotency.drf import idempotent
+from idempotency.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
 from idempotency.ratelimit import TenantRateThrottle
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
     OrderSerializer,
+    PaginatedOrdersSerializer,
     PlaceOrderInSerializer,
     TransitionInSerializer,
 )
@@ -32,7 +33,20 @@ from tenants.permissions import IsMerchantClient
 
 # Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
 AUTO_KEY_WINDOW = 60
-ORDER_ID = OpenApiParameter("order_id", OpenApiTypes.INT64, OpenApiParameter.PATH)
+ORDER_ID = OpenApiParameter(
+    "order_id",
+    {"type": "integer", "format": "int64", "minimum": 1},
+    OpenApiParameter.PATH,
+)
+DINER_ID = OpenApiParameter(
+    "X-Diner-Id",
+    {"type": "string", "pattern": "^[A-Za-z0-9_.:@-]{1,64}$"},
+    OpenApiParameter.HEADER,
+    description="The diner a diner app acts for (optional for merchant integrations)",
+)
+# Every authenticated call may meet these; writes also the body and rate-limit refusals.
+READ_ERRORS = (400, 401, 403, 404)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 
 
 def actor_of(principal: ApiPrincipal) -> str:
@@ -46,6 +60,9 @@ def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     return OrderDetailSerializer(order).data
 
 
+@extend_schema_view(
+    get=extend_schema(responses={200: DishSerializer(many=True), **problems(401, 403)})
+)
 class MenuView(ListAPIView):
     """The tenant's active dishes."""
 
@@ -60,8 +77,14 @@ class OrderListCreateView(APIView):
     throttle_classes = [TenantRateThrottle]  # writes only; reads pass
 
     @extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=OrderStatus.values)],
-        responses=OrderSerializer(many=True),
+        parameters=[
+            OpenApiParameter(
+                "status", str, enum=OrderStatus.values, description="Only orders in this status"
+            ),
+            OpenApiParameter("page", {"type": "integer", "minimum": 1}),
+            DINER_ID,
+        ],
+        responses={200: PaginatedOrdersSerializer, **problems(*READ_ERRORS)},
     )
     def get(self, request: Request) -> Response:
         """The caller's orders, newest first; ``?status=`` filters."""
@@ -82,7 +105,11 @@ class OrderListCreateView(APIView):
         page = paginator.paginate_queryset(orders, request, view=self)
         return paginator.get_paginated_response(OrderSerializer(page, many=True).data)
 
-    @extend_schema(request=PlaceOrderInSerializer, responses={201: OrderDetailSerializer})
+    @extend_schema(
+        request=PlaceOrderInSerializer,
+        parameters=[IDEMPOTENCY_KEY_REQUIRED, DINER_ID],
+        responses={201: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
+    )
     @idempotent(
         required=True,
         fields=("items", "payment_method", "coupon_code", "note"),
@@ -112,7 +139,11 @@ class OrderListCreateView(APIView):
 
 
 class OrderDetailView(APIView):
-    @extend_schema(parameters=[ORDER_ID], responses=OrderDetailSerializer)
+    @extend_schema(
+        operation_id="v1_orders_detail",
+        parameters=[ORDER_ID, DINER_ID],
+        responses={200: OrderDetailSerializer, **problems(*READ_ERRORS)},
+    )
     def get(self, request: Request, order_id: int) -> Response:
         return Response(order_detail(request.user, order_id))
 
@@ -120,7 +151,11 @@ class OrderDetailView(APIView):
 class OrderPayView(APIView):
     throttle_classes = [TenantRateThrottle]
 
-    @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
+    @extend_schema(
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, DINER_ID],
+        request=None,
+        responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
+    )
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
     def post(self, request: Request, order_id: int) -> Response:
         """Start paying: CREATED -> PAYING with the order's one Payment."""
@@ -137,7 +172,11 @@ class OrderPayView(APIView):
 class OrderCancelView(APIView):
     throttle_classes = [TenantRateThrottle]
 
-    @extend_schema(parameters=[ORDER_ID], request=None, responses=OrderDetailSerializer)
+    @extend_schema(
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, DINER_ID],
+        request=None,
+        responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
+    )
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
     def post(self, request: Request, order_id: int) -> Response:
         """Cancel: unpaid orders end CANCELLED, paid ones go to CANCELLING (refund)."""
@@ -156,7 +195,9 @@ class OrderTransitionView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID], request=TransitionInSerializer, responses=OrderDetailSerializer
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
+        request=TransitionInSerializer,
+        responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
     @idempotent(fields=("to",), auto_key_window=AUTO_KEY_WINDOW)
     def post(self, request: Request, order_id: int) -> Response:
