@@ -1,0 +1,142 @@
+"""Keeps ``bench/http_load.py`` runnable: the whole harness end to end on a tiny workload.
+
+Real processes as in a full run (a fresh PostgreSQL database, four gunicorn servers, three extra
+Redis nodes, wrk with ``bench/wrk/orders.lua``), one second per case. Asserts counts and
+invariants only, never timings. Redis is a private node started here (nothing shared is
+flushed), the database has a unique name and is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.http_load import (
+    CASES,
+    DOC_BEGIN,
+    DOC_END,
+    Options,
+    format_table,
+    markdown_results,
+    run,
+    write_docs,
+)
+from tests.support.redis_nodes import RedisNode
+
+pytestmark = pytest.mark.slow
+
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is not installed: apt-get install -y wrk (scripts/ensure_services.sh)")
+    node = RedisNode().start()
+    try:
+        yield run(
+            Options(
+                duration=1,
+                rounds=1,
+                warmup=0,
+                connections=4,
+                threads=1,
+                workers=WORKERS,
+                tenants=3,
+                dishes=2,
+                replay_keys=12,
+                round_trip_requests=1,
+                db_name=f"bench_smoke_{uuid.uuid4().hex[:8]}",
+                redis_url=f"redis://127.0.0.1:{node.port}/0",
+                log_dir=tmp_path_factory.mktemp("http_load"),
+                quiet=True,
+            )
+        )
+    finally:
+        node.remove()
+
+
+def test_every_case_ran_and_answered_2xx(report) -> None:
+    assert [r.case.key for r in report.results.values()] == [c.key for c in CASES]
+    for res in report.results.values():
+        assert len(res.runs) == 1
+        assert res.requests > 0, res.case.key
+        assert res.socket_errors == 0, res.case.key
+        statuses = set(res.summary()["statuses"])
+        # mixed: a duplicate still running after the endpoint's 2 s wait would get 409
+        allowed = {"201", "409"} if res.case.mode == "mixed" else {"201"}
+        assert statuses <= allowed, (res.case.key, statuses)
+
+
+def test_engine_answers_match_each_case(report) -> None:
+    results = {k: r.results() for k, r in report.results.items()}
+    assert set(results["create_off"]) == {"-"}  # engine off: no X-Idempotent-Result
+    for key in ("create_on", "create_dbonly", "create_sharded"):
+        assert set(results[key]) == {"MISS"}, key
+    assert set(results["replay"]) == {"HIT"}
+    rc = report.replay_check
+    assert rc["ok"], rc
+    assert rc["hit_share"] == 1
+    assert rc["checked"] == 5
+    assert sum(rc["sources"].values()) >= rc["checked"]
+    assert all(k.startswith("HIT/") for k in rc["sources"])
+
+
+def test_mixed_load_has_no_duplicate_and_no_lost_order(report) -> None:
+    assert set(report.invariants) == {"mixed", "mixed_dbonly"}
+    for name, inv in report.invariants.items():
+        assert inv["ok"] == 1, (name, inv)
+        assert inv["duplicate_orders"] == 0
+        assert inv["lost_acknowledged"] == 0
+        assert inv["acknowledged_id_mismatch"] == 0
+        assert inv["keys_acknowledged"] <= inv["keys_with_an_order"] <= inv["keys_sent"]
+        assert inv["orders"] == inv["keys_with_an_order"] == inv["idempotency_records"]
+        assert inv["requests_new"] == inv["keys_sent"] > 0
+
+
+def test_servers_ratios_and_report(report) -> None:
+    assert set(report.servers) == {"redis", "off", "dbonly", "sharded"}
+    for name, facts in report.servers.items():
+        assert facts["workers_booted"] == WORKERS, name
+        assert 1 <= facts["workers_answering"] <= WORKERS, name
+        assert facts["tracebacks"] == 0, name
+    # every shard node serves tenants (the seed adds tenants until each has two) and got keys
+    assert min(report.tenants_per_shard) >= 2
+    assert all(keys > 0 for keys in report.shard_keys)
+    assert [r["ratio"] for r in report.ratios][:3] == [
+        "engine on / engine off (create)",
+        "replay / create (engine on)",
+        "database-only / Redis (create)",
+    ]
+    assert report.ok
+
+
+def test_round_trips_counted_under_every_servers_settings(report) -> None:
+    rt = report.round_trips
+    assert set(rt) == {"redis", "off", "dbonly", "sharded"}
+    assert set(rt["off"]) == {"create"}
+    for name in ("redis", "dbonly", "sharded"):
+        assert rt[name]["create"]["statuses"] == ["201 MISS"], name
+        assert rt[name]["replay"]["statuses"] == ["201 HIT"], name
+        assert rt[name]["replay_local"]["redis"] == 0, name
+    # without Redis the engine makes no Redis round trip; with it a replay makes at most one
+    assert rt["dbonly"]["create"]["redis"] == 0
+    assert rt["redis"]["replay"]["redis"] <= 1
+    table = format_table(report)
+    assert all(c.label in table for c in CASES)
+    md = markdown_results(report, None)
+    assert md.count("\n| ") >= len(CASES)
+
+
+def test_write_docs_keeps_other_sections(report, tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Tokens\n\nsomeone else's numbers\n")
+    write_docs(report, None, doc_path=doc)
+    write_docs(report, None, doc_path=doc)  # a second run replaces its block, nothing else
+    text = doc.read_text()
+    assert "## Tokens\n\nsomeone else's numbers" in text
+    assert text.count(DOC_BEGIN) == text.count(DOC_END) == 1
+    assert "create, engine off" in text
