@@ -194,6 +194,9 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
 ORDER_ID_MAX_CLOCK_BACKSTEP_MS = int(os.environ.get("ORDER_ID_MAX_CLOCK_BACKSTEP_MS", 200))
 ORDER_ID_LEASE_SECONDS = int(os.environ.get("ORDER_ID_LEASE_SECONDS", 30))
+# "redis" (Redis with the database as fallback, when Redis is configured) or "database" (always
+# the database: use it while changing the Redis topology, see docs/scaling.md).
+ORDER_ID_LEASE_STORE = os.environ.get("ORDER_ID_LEASE_STORE", "redis")
 
 # Structured logs: one JSON object per line with request id, tenant and the idempotency key's
 # hash (config/logging.py). LOG_FORMAT=text for plain lines.

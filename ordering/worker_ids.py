@@ -317,8 +317,13 @@ def default_stores() -> tuple[LeaseStore, ...]:
     cannot see each other's leases, so this is what makes falling back (and coming back) safe:
     a process that leased in the database while a Redis node was down can never hold an id that
     another process holds in Redis, whatever the timing.
+
+    Every process writing to one database must lease from the same place: two processes whose
+    Redis settings differ (a rolling change of topology) could lease the same id on two nodes.
+    ``ORDER_ID_LEASE_STORE=database`` makes every process lease from the database alone — set it
+    for the duration of such a change (docs/scaling.md).
     """
-    if redis_aliases():
+    if redis_aliases() and settings.ORDER_ID_LEASE_STORE != "database":
         half = WORKER_IDS // 2
         return (
             RedisLeaseStore(ids=range(half)),

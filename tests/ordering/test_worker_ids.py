@@ -33,6 +33,7 @@ from ordering.worker_ids import (
     RedisLeaseStore,
     WorkerLeaseHandle,
     WorkerLeaseLost,
+    default_stores,
     lease_worker_id,
 )
 from tests.conftest import use_topology
@@ -300,3 +301,9 @@ def test_lease_follows_the_routing_and_survives_losing_its_node(
         handle.release()
     finally:
         node.remove()
+
+
+def test_lease_store_can_be_forced_to_the_database(transactional_db: None, settings: Any) -> None:
+    settings.ORDER_ID_LEASE_STORE = "database"
+    [store] = default_stores()
+    assert isinstance(store, DatabaseLeaseStore) and store.ids == range(WORKER_IDS)
