@@ -133,7 +133,8 @@ def test_slow_node_opens_the_breaker_and_recovers(node, shop, tmp_path):
             assert {r.status_code for r, _ in post_orders(server, shop, new_keys(20, "ok"))} == {
                 201
             }
-            assert proxy.chunks - chunks >= 40
+            healthy_per_request = (proxy.chunks - chunks) / 20
+            assert healthy_per_request >= 2
             # when the node becomes slow (every command 300 ms)
             proxy.delay = 0.3
             slowed = post_orders(server, shop, new_keys(80, "slow"), concurrency=4)
@@ -143,11 +144,11 @@ def test_slow_node_opens_the_breaker_and_recovers(node, shop, tmp_path):
             tail = slowed[-40:]
             slow_tail = [t for _, t in tail if t >= proxy.delay]
             assert len(slow_tail) <= 8, [round(t, 3) for _, t in tail]
-            # (background chatter: heartbeats, lease renewals, pings: well under one per
-            # request, where a closed breaker costs at least two)
+            # (what still reaches it: a half-open probe per process every open_seconds,
+            # heartbeats, lease renewals, pings: less than half of what healthy requests send)
             chunks = proxy.chunks
             post_orders(server, shop, new_keys(40, "open"), concurrency=4)
-            assert proxy.chunks - chunks <= 20
+            assert (proxy.chunks - chunks) / 40 < healthy_per_request / 2
             # when the node is healthy again, the probes close the breakers
             proxy.delay = 0.0
             time.sleep(BREAKER["open_seconds"] + 0.5)
