@@ -12,23 +12,13 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from idempotency.admin import ReadOnlyAdmin
 from ordering.dead_letters import DeadLetterNotOpen, discard_dead_letter, requeue_dead_letter
 from ordering.models import DeadLetter, OutboxEvent, ProviderConflict
 
 
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnly):
+class DeadLetterAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "created_at",
@@ -85,12 +75,12 @@ class DeadLetterAdmin(ReadOnly):
 
 
 @admin.register(ProviderConflict)
-class ProviderConflictAdmin(ReadOnly):
+class ProviderConflictAdmin(ReadOnlyAdmin):
     list_display = [f.name for f in ProviderConflict._meta.fields][:8]
     list_filter = ["tenant"]
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(ReadOnly):
+class OutboxEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "event_type", "created_at", "published_at"]
     list_filter = ["event_type", "tenant"]
