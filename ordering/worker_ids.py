@@ -446,10 +446,12 @@ class WorkerLeaseHandle:
         return not (self._lost or self._released) and time.monotonic() < self._valid_until
 
     def renew(self) -> bool:
-        """Extend the lease; False once it is lost to another owner or released.
+        """Extend the lease; False once released (or lost with no id left to lease).
 
-        Raises :class:`LeaseStoreUnavailable` when the store cannot be reached; the lease then
-        stays valid until ``valid_until`` and the heartbeat tries again.
+        When another owner holds our id (Redis came back empty and a new process claimed it),
+        the id is given up and a fresh one leased, so this process keeps issuing IDs under an
+        id that is its own. Raises :class:`LeaseStoreUnavailable` when the store cannot be
+        reached; the lease then stays valid until ``valid_until`` and the heartbeat tries again.
         """
         self._ensure_own_process()
         with self._lock:
@@ -461,14 +463,25 @@ class WorkerLeaseHandle:
             ):
                 self._valid_until = self._deadline(started)
                 return True
-            self._lost = True
-            self._stop.set()
+            lost_id = self._worker_id
+            self._stop.set()  # this heartbeat thread ends; _acquire starts the next one
+            try:
+                self._acquire()
+            except (NoWorkerIdAvailable, LeaseStoreUnavailable):
+                self._lost = True
+                logger.exception(
+                    "order-ID worker id %d was taken over and no other id can be leased; %s "
+                    "stops issuing order IDs",
+                    lost_id,
+                    self._owner,
+                )
+                return False
         logger.error(
-            "order-ID worker id %d was taken over by another owner; %s stops issuing order IDs",
+            "order-ID worker id %d was taken over by another owner; now using %d",
+            lost_id,
             self._worker_id,
-            self._owner,
         )
-        return False
+        return True
 
     def fail_over_if_expiring(self, interval: float) -> None:
         """The store is unreachable: if the lease would lapse before the next renewal, lease a

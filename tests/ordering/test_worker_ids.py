@@ -32,7 +32,6 @@ from ordering.worker_ids import (
     NoWorkerIdAvailable,
     RedisLeaseStore,
     WorkerLeaseHandle,
-    WorkerLeaseLost,
     default_stores,
     lease_worker_id,
 )
@@ -141,7 +140,7 @@ def test_db_lease_outlives_the_callers_rolled_back_transaction(
     assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
 
 
-def test_expired_db_lease_is_reclaimed_and_its_old_holder_stops(
+def test_expired_db_lease_is_reclaimed_and_its_old_holder_moves_on(
     transactional_db: None, lease: LeaseFactory
 ) -> None:
     store = DatabaseLeaseStore()
@@ -154,31 +153,33 @@ def test_expired_db_lease_is_reclaimed_and_its_old_holder_stops(
     WorkerLease.objects.filter(worker_id=n).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert store.claim(candidates=[n], owner="other", lease_seconds=30) == n
 
-    assert handle.renew() is False
-    assert not handle.is_valid()
-    with pytest.raises(WorkerLeaseLost):
-        generator.next_id(shard=0, dish_bucket=0)
-    handle.release()  # stale owner: must not free the new holder's lease
+    # the old holder notices at its next renewal and leases another id
+    assert handle.renew() is True
+    assert handle.worker_id != n and handle.is_valid()
+    assert decode_order_id(generator.next_id(shard=0, dish_bucket=0)).worker_id == handle.worker_id
+    handle.release()  # releases its new id, never the one "other" holds now
     assert WorkerLease.objects.get(worker_id=n).owner == "other"
 
 
-def test_redis_lease_taken_over_becomes_invalid_and_the_generator_refuses(
+def test_a_redis_lease_taken_over_is_replaced_by_a_fresh_id(
     lease: LeaseFactory, redis_store: RedisLeaseStore, redis_client: redis.Redis
 ) -> None:
+    # given a process issuing IDs under its leased id
     handle = lease(stores=[redis_store])
     generator = OrderIdGenerator(worker_lease=handle)
+    lost_id = handle.worker_id
     first = generator.next_id(shard=1, dish_bucket=2)
-    assert decode_order_id(first).worker_id == handle.worker_id
+    assert decode_order_id(first).worker_id == lost_id
+    # when Redis lost the key and another process claimed the id (e.g. after a restart)
+    key = redis_store.key(lost_id)
+    redis_client.set(key, "someone-else", ex=30)
+    # then the next renewal leases a fresh id, and IDs go on under the new id only
     assert handle.renew() is True
-
-    key = redis_store.key(handle.worker_id)
-    redis_client.set(key, "someone-else", ex=30)  # our key lapsed and another process took it
-
-    assert handle.renew() is False
-    assert not handle.is_valid()
-    with pytest.raises(WorkerLeaseLost, match=f"worker id {handle.worker_id}"):
-        generator.next_id(shard=1, dish_bucket=2)
-    handle.release()  # stale owner: must not delete the new holder's key
+    assert handle.is_valid() and handle.worker_id != lost_id
+    later = generator.next_id(shard=1, dish_bucket=2)
+    assert decode_order_id(later).worker_id == handle.worker_id
+    assert redis_client.get(key) == "someone-else"  # the other process keeps its id
+    handle.release()
     assert redis_client.get(key) == "someone-else"
 
 
@@ -204,11 +205,12 @@ def test_heartbeat_keeps_a_short_lease_alive_and_notices_a_takeover(
     assert handle.is_valid()
     assert redis_client.get(key) == handle.owner
 
+    lost_id = handle.worker_id
     redis_client.set(key, "someone-else", ex=30)
     deadline = time.monotonic() + 2
-    while handle.is_valid() and time.monotonic() < deadline:
+    while handle.worker_id == lost_id and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not handle.is_valid()
+    assert handle.worker_id != lost_id and handle.is_valid()
     assert redis_client.get(key) == "someone-else"
 
 
