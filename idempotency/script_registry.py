@@ -147,8 +147,8 @@ class ScriptRegistry:
                     backoff = 0.1
                     if message["type"] in ("message", "subscribe"):
                         self._loaded_at = float("-inf")  # reload on next use
-            except Exception:
-                logger.warning("Lua script channel lost; resubscribing", exc_info=True)
+            except Exception as exc:
+                logger.warning("Lua script channel lost (%s); resubscribing", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 

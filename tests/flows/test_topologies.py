@@ -123,3 +123,26 @@ def test_cluster_refuses_cross_slot_scripts(cluster_nodes):
     with pytest.raises(redis.exceptions.RedisClusterException):
         script(keys=["idem:{t:1}:a", "idem:{t:2}:b"])
     client.close()
+
+
+def test_cluster_purge_invalidates_other_processes_caches(settings, cluster_nodes, tenant):
+    # given a finished request on the cluster and a second process's cache listening there
+    use_topology(settings, cluster=cluster_nodes[0].url)
+    place_and_replay(tenant, key="purge-on-cluster")
+    client = RedisCluster(host="127.0.0.1", port=cluster_nodes[0].port)
+    other_cache = LocalResultCache()
+    listener = InvalidationListener(client, other_cache, channel="idem:invalidate")
+    listener.start()
+    assert listener.wait_subscribed(5)
+    [key] = [k.decode() for k in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*")]
+    other_cache.put(key, fingerprint="f", fingerprint_version=1, response=_stored())
+    # when staff purge the record
+    purge_record(IdempotencyRecord.objects.get())
+    # then the other process drops it, and the cluster forgot the key
+    deadline = time.monotonic() + 3
+    while other_cache.get(key) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    listener.stop()
+    assert other_cache.get(key) is None
+    assert client.exists(key) == 0
+    client.close()
