@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,4 +68,3 @@ def test_outcomes_breaker_outbox_and_conflicts_are_exported(
     assert re.search(r"^idempotency_breaker_state\{node=\"[^\"]+\"\} 0\.0$", body, re.M)
     assert "ordering_outbox_lag_seconds" in body and "ordering_dead_letters" in body
     assert Order.all_tenants.count() == 1
-
