@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
 from tenants.selectors import current_membership, memberships_of
 
@@ -73,3 +74,15 @@ def render_page(
     """Render a dashboard page with what the layout needs (tenant switcher, current section)."""
     page = {"memberships": memberships_of(request.user), "section": section, **(context or {})}
     return render(request, template, page, status=status)
+
+
+def save_posted(request: HttpRequest, form: Any, save: Callable[[dict[str, Any]], T]) -> T | None:
+    """On a POST with a valid form, run ``save(cleaned_data)``; a refusal of the menu services
+    becomes an error on its form field. None when nothing was saved (GET, or errors to show)."""
+    if request.method != "POST" or not form.is_valid():
+        return None
+    try:
+        return save(form.cleaned_data)
+    except MenuError as exc:
+        form.add_error(exc.field, exc.message)
+        return None

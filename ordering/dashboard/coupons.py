@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.django_views import idempotent_form
-from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.access import found, render_page, save_posted, tenant_of, tenant_required
 from ordering.dashboard.forms import CouponCreateForm
 from ordering.selectors import coupon_of, coupons_of
 from ordering.services.menu import MenuError, create_coupon, deactivate_coupon
@@ -21,14 +21,10 @@ def coupons(request: HttpRequest) -> HttpResponse:
     """GET: the coupons and a "new coupon" form. POST: create it, or show the form's errors."""
     tenant = tenant_of(request)
     form = CouponCreateForm(request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            coupon = create_coupon(tenant=tenant, **form.cleaned_data)
-        except MenuError as exc:
-            form.add_error(exc.field, exc.message)
-        else:
-            messages.success(request, f"Created coupon {coupon.code}.")
-            return redirect("dash-coupons")
+    coupon = save_posted(request, form, lambda data: create_coupon(tenant=tenant, **data))
+    if coupon is not None:
+        messages.success(request, f"Created coupon {coupon.code}.")
+        return redirect("dash-coupons")
     return render_page(
         request,
         "dashboard/coupons.html",

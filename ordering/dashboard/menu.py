@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from idempotency.django_views import idempotent_form
-from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.access import found, render_page, save_posted, tenant_of, tenant_required
 from ordering.dashboard.forms import DishCreateForm, DishUpdateForm
 from ordering.models import Dish
 from ordering.selectors import dish_of, dishes_of
@@ -22,14 +22,10 @@ def menu(request: HttpRequest) -> HttpResponse:
     """GET: the dishes and an "add dish" form. POST: add the dish, or show the form's errors."""
     tenant = tenant_of(request)
     form = DishCreateForm(request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            dish = create_dish(tenant=tenant, **form.cleaned_data)
-        except MenuError as exc:
-            form.add_error(exc.field, exc.message)
-        else:
-            messages.success(request, f"Added {dish.name}.")
-            return redirect("dash-menu")
+    dish = save_posted(request, form, lambda data: create_dish(tenant=tenant, **data))
+    if dish is not None:
+        messages.success(request, f"Added {dish.name}.")
+        return redirect("dash-menu")
     return render_page(
         request,
         "dashboard/menu.html",

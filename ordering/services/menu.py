@@ -8,14 +8,18 @@ orders took meanwhile, and retiring a coupon is ``UPDATE ... WHERE active``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import TypeVar
 
 from django.db import IntegrityError, transaction
 
 from ordering.models import Coupon, Dish
 from tenants.models import Tenant
+
+T = TypeVar("T")
 
 
 class MenuErrorCode(StrEnum):
@@ -46,22 +50,21 @@ def create_dish(
     active: bool = True,
 ) -> Dish:
     """Add a dish; a name the tenant already uses is refused (``DUPLICATE_NAME``)."""
-    try:
-        with transaction.atomic():
-            return Dish.objects.for_tenant(tenant).create(
-                tenant=tenant,
-                name=name,
-                description=description,
-                price=price,
-                stock=stock,
-                active=active,
-            )
-    except IntegrityError as exc:
-        if _violates(exc, "uniq_dish_tenant_name", "ordering_dish.name"):
-            raise MenuError(
-                MenuErrorCode.DUPLICATE_NAME, "A dish with this name exists.", field="name"
-            ) from exc
-        raise MenuError(MenuErrorCode.INVALID, "The dish was refused by the database.") from exc
+    return _insert(
+        lambda: Dish.objects.for_tenant(tenant).create(
+            tenant=tenant,
+            name=name,
+            description=description,
+            price=price,
+            stock=stock,
+            active=active,
+        ),
+        unique=("uniq_dish_tenant_name", "ordering_dish.name"),
+        duplicate=MenuError(
+            MenuErrorCode.DUPLICATE_NAME, "A dish with this name exists.", field="name"
+        ),
+        refused=MenuError(MenuErrorCode.INVALID, "The dish was refused by the database."),
+    )
 
 
 def update_dish(
@@ -110,24 +113,23 @@ def create_coupon(
     valid_until: datetime | None = None,
 ) -> Coupon:
     """Add a coupon; a code the tenant already uses is refused (``DUPLICATE_CODE``)."""
-    try:
-        with transaction.atomic():
-            return Coupon.objects.for_tenant(tenant).create(
-                tenant=tenant,
-                code=code,
-                kind=kind,
-                value=value,
-                max_uses=max_uses,
-                valid_until=valid_until,
-            )
-    except IntegrityError as exc:
-        if _violates(exc, "uniq_coupon_tenant_code", "ordering_coupon.code"):
-            raise MenuError(
-                MenuErrorCode.DUPLICATE_CODE, "A coupon with this code exists.", field="code"
-            ) from exc
-        raise MenuError(
+    return _insert(
+        lambda: Coupon.objects.for_tenant(tenant).create(
+            tenant=tenant,
+            code=code,
+            kind=kind,
+            value=value,
+            max_uses=max_uses,
+            valid_until=valid_until,
+        ),
+        unique=("uniq_coupon_tenant_code", "ordering_coupon.code"),
+        duplicate=MenuError(
+            MenuErrorCode.DUPLICATE_CODE, "A coupon with this code exists.", field="code"
+        ),
+        refused=MenuError(
             MenuErrorCode.INVALID, "The coupon was refused (value out of range?).", field="value"
-        ) from exc
+        ),
+    )
 
 
 def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> Coupon:
@@ -138,6 +140,17 @@ def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> Coupon:
     if coupon is None:
         raise MenuError(MenuErrorCode.NOT_FOUND, "No such coupon.")
     return coupon
+
+
+def _insert(
+    create: Callable[[], T], *, unique: tuple[str, str], duplicate: MenuError, refused: MenuError
+) -> T:
+    """Run ``create``; the database's unique constraint (name, column) decides duplicates."""
+    try:
+        with transaction.atomic():
+            return create()
+    except IntegrityError as exc:
+        raise (duplicate if _violates(exc, *unique) else refused) from exc
 
 
 def _violates(exc: IntegrityError, constraint: str, sqlite_column: str) -> bool:
