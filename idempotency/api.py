@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from django.utils.module_loading import import_string
 from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
@@ -21,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency import responses, tokens
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook, engine_setting
 from idempotency.error_codes import IdempotencyErrorCode
 from idempotency.openapi import problems
 from idempotency.ratelimit import TenantRateThrottle
@@ -87,7 +86,7 @@ CheckTokensOut = inline_serializer(
 
 def _caller(request: Request) -> tuple[str, str]:
     """(tenant, principal) as the engine names them; tokens are bound to both."""
-    identity = import_string(engine_setting("SCOPE_RESOLVER"))(request)
+    identity = engine_hook("SCOPE_RESOLVER")(request)
     if identity is None:
         raise exceptions.PermissionDenied("Tokens are issued to tenant API clients only")
     return identity

@@ -8,10 +8,13 @@ engine runs database-only with the same contract.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 DEFAULTS: dict[str, Any] = {
     # False switches the engine off entirely (benchmarks compare with and without it)
@@ -59,6 +62,18 @@ DEFAULTS: dict[str, Any] = {
 
 def engine_setting(name: str) -> Any:
     return getattr(settings, "IDEMPOTENCY", {}).get(name, DEFAULTS[name])
+
+
+def engine_hook(name: str) -> Callable[..., Any] | None:
+    """The function a dotted-path setting names (SCOPE_RESOLVER, REDIS_CLIENT_FOR_TENANT…), or
+    None when the setting is empty. Imports are cached: these run on every request."""
+    path = engine_setting(name)
+    return _imported(path) if path else None
+
+
+@cache
+def _imported(path: str) -> Callable[..., Any]:
+    return import_string(path)
 
 
 @dataclass(frozen=True)

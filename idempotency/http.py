@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.utils.module_loading import import_string
 
 from idempotency import metrics, responses, tokens
-from idempotency.conf import Policy, engine_setting
+from idempotency.conf import Policy, engine_hook, engine_setting
 from idempotency.engine import IdempotentRequest
 from idempotency.error_codes import IdempotencyErrorCode
 from idempotency.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
@@ -39,7 +38,7 @@ def prepare(
 ) -> IdempotentRequest | HttpResponse | None:
     """The engine request; a 400 refusal; or None when the request is not idempotent
     (no tenant identity, or no key on an endpoint that neither requires nor derives one)."""
-    identity = import_string(engine_setting("SCOPE_RESOLVER"))(request)
+    identity = engine_hook("SCOPE_RESOLVER")(request)
     if identity is None:
         return None
     tenant, principal = identity
@@ -117,8 +116,8 @@ def script_pin(request: HttpRequest) -> int | None:
 
 
 def _resolve(setting: str, arg: Any) -> Any:
-    path = engine_setting(setting)
-    return import_string(path)(arg) if path else None
+    hook = engine_hook(setting)
+    return hook(arg) if hook else None
 
 
 def request_meta(request: HttpRequest) -> dict[str, str]:

@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
 
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def dead_after_seconds() -> float:
 
 def registry_client() -> Any:
     """The Redis client holding the registry, or None (no Redis configured)."""
-    return import_string(engine_setting("REDIS_CLIENT_FOR_TENANT"))(REGISTRY_TENANT)
+    return engine_hook("REDIS_CLIENT_FOR_TENANT")(REGISTRY_TENANT)
 
 
 class _Instance:

@@ -41,14 +41,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from django.utils.module_loading import import_string
 from redis.commands.core import Script
 from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle
 
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook, engine_setting
 from idempotency.engine import run_on_node
 
 __all__ = [
@@ -123,15 +122,15 @@ def _rate_per_minute(tenant: str) -> int | None:
     ``RATE_LIMIT_FOR_TENANT`` at most once per ``RATE_LIMIT_CACHE_SECONDS`` per process,
     so the limiter adds no database query to a normal request."""
     default = engine_setting("RATE_LIMIT_PER_MINUTE") or None
-    path = engine_setting("RATE_LIMIT_FOR_TENANT")
-    if not path:
+    lookup = engine_hook("RATE_LIMIT_FOR_TENANT")
+    if lookup is None:
         return default
     now = time.monotonic()
     cached = _rates.get(tenant)
     if cached is not None and cached[0] > now:
         own = cached[1]
     else:
-        own = import_string(path)(tenant)
+        own = lookup(tenant)
         with _rates_lock:
             _rates[tenant] = (now + engine_setting("RATE_LIMIT_CACHE_SECONDS"), own)
     return own or default
@@ -197,7 +196,7 @@ class TenantRateThrottle(BaseThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
         if request.method in SAFE_METHODS:
             return True
-        identity = import_string(engine_setting("SCOPE_RESOLVER"))(request)
+        identity = engine_hook("SCOPE_RESOLVER")(request)
         if identity is None:
             return True
         tenant, principal = identity

@@ -19,9 +19,8 @@ import redis
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook
 from idempotency.models import LuaScriptChange, LuaScriptVersion
 from idempotency.script_registry import announce, registry, shipped
 
@@ -174,8 +173,8 @@ def _audit(script: LuaScriptVersion, action: str, author: str, **detail: Any) ->
 
 
 def _all_clients() -> list[Any]:
-    path = engine_setting("ALL_REDIS_CLIENTS")
-    return list(import_string(path)()) if path else []
+    hook = engine_hook("ALL_REDIS_CLIENTS")
+    return list(hook()) if hook else []
 
 
 def _connection_kwargs(client: Any) -> dict[str, Any]:

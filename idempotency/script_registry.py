@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from django.utils.module_loading import import_string
-
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook, engine_setting
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +152,8 @@ class ScriptRegistry:
 
 
 def _channel_client() -> object | None:
-    path = engine_setting("SCRIPT_CHANNEL_CLIENT")
-    return import_string(path)() if path else None
+    hook = engine_hook("SCRIPT_CHANNEL_CLIENT")
+    return hook() if hook else None
 
 
 def _forced_script(name: str) -> ScriptRef | None:

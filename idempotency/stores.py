@@ -9,13 +9,12 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
-from django.utils.module_loading import import_string
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from idempotency import metrics
 from idempotency.breaker import CircuitBreaker
-from idempotency.conf import engine_setting
+from idempotency.conf import engine_hook, engine_setting
 from idempotency.local_cache import InvalidationListener, LocalResultCache
 from idempotency.redis_store import RedisIdempotencyStore
 
@@ -81,7 +80,7 @@ def node_name(client: Any) -> str:
 def node_for(tenant_key: str) -> GuardedStore | None:
     """The guarded store of the tenant's Redis node, whatever its breaker says (None: no
     Redis configured)."""
-    client = import_string(engine_setting("REDIS_CLIENT_FOR_TENANT"))(tenant_key)
+    client = engine_hook("REDIS_CLIENT_FOR_TENANT")(tenant_key)
     if client is None:
         return None
     name = node_name(client)
