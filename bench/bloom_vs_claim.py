@@ -46,8 +46,8 @@ from typing import Any
 
 import redis
 
-from idempotency.outcomes import Outcome, StoredResponse
-from idempotency.redis_store import RedisIdempotencyStore, new_owner_token
+from idempotency.core.outcomes import Outcome, StoredResponse
+from idempotency.stores.redis_store import RedisIdempotencyStore, new_owner_token
 
 __all__ = ["VARIANTS", "BloomFilter", "VariantResult", "format_table", "run"]
 

@@ -841,7 +841,7 @@ def redis_states(node: Any, load: Load, pg: Any, seeded: dict[str, Any]) -> dict
     idempotency hash of the tenant, whatever key it belongs to."""
     import psycopg
 
-    from idempotency.keys import redis_key_for
+    from idempotency.core.keys import redis_key_for
 
     tenant = str(seeded["tenant"])
     with psycopg.connect(pg.conninfo(DB_NAME)) as conn:

@@ -601,7 +601,7 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
     from django.test import Client
     from redis.connection import AbstractConnection
 
-    from idempotency import stores
+    from idempotency.stores import nodes as stores
 
     counts = {"sql": 0, "redis": 0}
 

@@ -5,12 +5,12 @@ round trip per token. This benchmark measures it on the engine's own code, in on
 the real Redis, for batches of ``n`` tokens (default 1,000):
 
 ``issue, pipeline``
-    ``idempotency.tokens.new_tokens`` + ``store_tokens``: sign n tokens, then n ``SET … EX``
+    ``idempotency.core.tokens.new_tokens`` + ``store_tokens``: sign n tokens, then n ``SET … EX``
     in one pipeline (what ``POST /api/v1/idempotency-tokens/`` does).
 ``issue, one round trip per token``
     The same tokens signed the same way, then one ``SET … EX`` per token.
 ``check, pipeline``
-    ``idempotency.tokens.read_token_states``: verify n signatures, then n ``GET`` in one
+    ``idempotency.core.tokens.read_token_states``: verify n signatures, then n ``GET`` in one
     pipeline (what ``POST /api/v1/idempotency-tokens/check/`` does).
 ``check, one round trip per token``
     Verify each signature and ``GET`` its key, one token at a time.
@@ -42,7 +42,7 @@ from typing import Any
 
 import redis
 
-from idempotency.tokens import (
+from idempotency.core.tokens import (
     TokenStatus,
     new_tokens,
     read_token_states,

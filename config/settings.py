@@ -323,7 +323,7 @@ DELIVERY_ADAPTER = os.environ.get(
     "ordering.delivery.SimulatedDelivery" if DEBUG else "ordering.delivery.NoDeliveryPartner",
 )
 
-# Stale-lease recovery (idempotency/instances.py, ordering/instances.py): every process that
+# Stale-lease recovery (idempotency/stores/instances.py, ordering/instances.py): every process that
 # takes leases heartbeats an instance id; one silent this long is dead and its leases reclaimed.
 IDEMPOTENCY["INSTANCE_REGISTRY"] = env_bool("INSTANCE_REGISTRY", True)
 IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"] = float(os.environ.get("INSTANCE_HEARTBEAT_SECONDS", 5))

@@ -12,7 +12,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("ordering.api.urls")),
-    path("api/v1/", include("idempotency.urls")),
+    path("api/v1/", include("idempotency.web.urls")),
     path("", include("ordering.dashboard.urls")),
 ]
 

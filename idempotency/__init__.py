@@ -1,0 +1,35 @@
+"""An idempotency engine for Django and DRF: a repeated write runs once and replays its answer.
+
+The public surface (everything else is internal and may move)::
+
+    from idempotency import idempotent          # DRF handlers
+    from idempotency import idempotent_form     # plain Django views (forms)
+    from idempotency import business_atomic     # a service's transaction, savepoint-free inside
+    from idempotency import Policy, IdempotencyErrorCode
+
+Names are imported on first use, so importing the package needs no configured Django.
+Layout: ``core/`` (keys, fingerprints, outcomes, the request flow), ``stores/`` (Redis,
+database, local cache, circuit breaker), ``scripts/`` (Lua and its versions), ``web/`` (DRF
+and Django glue, token API), ``admin/``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "idempotent": "idempotency.web.drf",
+    "idempotent_form": "idempotency.web.forms",
+    "business_atomic": "idempotency.core.transactions",
+    "Policy": "idempotency.core.conf",
+    "IdempotencyErrorCode": "idempotency.core.error_codes",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'idempotency' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

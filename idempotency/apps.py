@@ -4,3 +4,4 @@ from django.apps import AppConfig
 class IdempotencyConfig(AppConfig):
     name = "idempotency"
     verbose_name = "Idempotency"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -20,7 +20,7 @@ from datetime import datetime
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from idempotency.conf import engine_setting
+from idempotency.core.conf import engine_setting
 from idempotency.models import DuplicateAudit
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from idempotency.breaker import BreakerState
-
 outcomes = Counter(
     "idempotency_outcomes_total",
     "Idempotency outcomes by tenant, endpoint and outcome",
@@ -28,11 +26,12 @@ breaker_state = Gauge(
     ["node"],
     multiprocess_mode="max",
 )
-_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+# by BreakerState value (idempotency.stores.breaker), which this module sits below
+_STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 
 
-def breaker_changed(node: str, state: BreakerState) -> None:
-    breaker_state.labels(node=node).set(_STATE_VALUE[state])
+def breaker_changed(node: str, state: str) -> None:
+    breaker_state.labels(node=node).set(_STATE_VALUE[str(state)])
 
 
 def count(*, tenant: str, endpoint: str, outcome: str) -> None:

@@ -76,7 +76,7 @@ class LuaScriptVersion(models.Model):
     """One version of one of the engine's Lua scripts (claim, finish, release, backfill…).
 
     Lifecycle: draft → canary (a share of tenants) → stable → retired. At most one canary and
-    one stable version per script name; ``idempotency.script_registry`` decides which version a
+    one stable version per script name; ``idempotency.scripts.registry`` decides which version a
     call uses, and running processes learn about changes through Redis pub/sub.
     """
 

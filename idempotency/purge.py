@@ -12,10 +12,10 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from idempotency.conf import engine_setting
-from idempotency.keys import redis_key_for
+from idempotency.core.conf import engine_setting
+from idempotency.core.keys import redis_key_for
 from idempotency.models import IdempotencyRecord
-from idempotency.stores import node_for
+from idempotency.stores.nodes import node_for
 
 
 def purge_expired(*, batch_size: int = 1000) -> int:

@@ -14,7 +14,7 @@ from django.db.models import Count, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from idempotency.keys import ScopedKey
+from idempotency.core.keys import ScopedKey
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 
 Outcome = DuplicateAudit.Outcome

@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class OrderingConfig(AppConfig):
     name = "ordering"
     verbose_name = "Ordering"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the Celery tasks (they live in ordering.background, where Celery's
+        # autodiscovery, which looks for <app>.tasks, would not find them).
+        from ordering.background import tasks  # noqa: F401

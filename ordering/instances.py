@@ -7,7 +7,7 @@ Two kinds of lease outlive a process that dies without cleaning up:
 - order-ID worker ids (``orderid:worker:<n>`` in Redis, or ``WorkerLease`` rows), which keep
   one of 128 ids out of use until the lease (``ORDER_ID_LEASE_SECONDS``) runs out.
 
-:func:`reclaim_stale_leases` asks the instance registry (:mod:`idempotency.instances`: every
+:func:`reclaim_stale_leases` asks the instance registry (:mod:`idempotency.stores.instances`: every
 process heartbeats ``host:pid:random``) which instances went silent, and frees their leases,
 each with a compare-owner-then-delete so nothing that changed hands meanwhile is touched:
 
@@ -37,8 +37,8 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django_redis import get_redis_connection
 
-from idempotency import instances
-from idempotency.stores import node_name
+from idempotency.stores import instances
+from idempotency.stores.nodes import node_name
 from ordering.models import WorkerLease
 from ordering.worker_ids import KEY_PREFIX, WORKER_IDS
 from tenants.redis_routing import redis_aliases

@@ -118,8 +118,8 @@ def clean_engine_state() -> Any:
     local cache. Other tests' keys (non-numeric tenant tags) are left alone."""
     import redis
 
-    from idempotency import stores
     from idempotency.audit import writer
+    from idempotency.stores import nodes as stores
 
     writer.discard()
     client = redis.Redis.from_url(settings.REDIS_URL or "redis://127.0.0.1:6379/0")
@@ -135,7 +135,7 @@ def clean_engine_state() -> Any:
 @pytest.fixture(params=["redis", "database"])
 def engine_mode(request: pytest.FixtureRequest, settings: Any) -> str:
     """Run a test in both engine modes: Redis + database, and database-only."""
-    from idempotency import stores
+    from idempotency.stores import nodes as stores
 
     if request.param == "database":
         settings.IDEMPOTENCY = {
@@ -172,7 +172,7 @@ def use_topology(
     settings: Any, *, shards: list[str] | None = None, cluster: str | None = None
 ) -> None:
     """Point the app at other Redis nodes for one test (settings fixture restores them)."""
-    from idempotency import stores
+    from idempotency.stores import nodes as stores
 
     base = (
         dict(settings.CACHES["default"]["OPTIONS"])

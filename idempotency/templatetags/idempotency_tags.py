@@ -7,7 +7,7 @@ import secrets
 from django import template
 from django.utils.html import format_html
 
-from idempotency.django_views import FORM_FIELD
+from idempotency.web.forms import FORM_FIELD
 
 register = template.Library()
 

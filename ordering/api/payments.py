@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency.openapi import problems
+from idempotency.web.openapi import problems
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 

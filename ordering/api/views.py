@@ -12,9 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api_errors import ApiError
-from idempotency.drf import idempotent
-from idempotency.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
-from idempotency.ratelimit import TenantRateThrottle
+from idempotency.web.drf import idempotent
+from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
+from idempotency.web.throttle import TenantRateThrottle
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,

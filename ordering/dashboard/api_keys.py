@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from idempotency.django_views import idempotent_form
+from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
 from ordering.dashboard.forms import ApiKeyCreateForm
 from tenants.api_keys import issue_api_key, revoke_api_key

@@ -12,10 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from idempotency.breaker import BreakerState
 from idempotency.models import DuplicateAudit
 from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
-from idempotency.stores import node_for
+from idempotency.stores.breaker import BreakerState
+from idempotency.stores.nodes import node_for
 from ordering.dashboard.access import render_page, tenant_of, tenant_required
 from ordering.dashboard.charts import hit_rate_chart
 

@@ -7,7 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
-from idempotency.django_views import idempotent_form
+from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, render_page, save_posted, tenant_of, tenant_required
 from ordering.dashboard.forms import DishCreateForm, DishUpdateForm
 from ordering.models import Dish

@@ -14,9 +14,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from idempotency import audit
-from idempotency.django_views import idempotent_form
-from idempotency.http import request_meta
 from idempotency.selectors import has_committed_result
+from idempotency.web.forms import idempotent_form
+from idempotency.web.http import request_meta
 from ordering.dashboard.access import actor_of, found, render_page, tenant_of, tenant_required
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode

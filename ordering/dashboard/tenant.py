@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from idempotency.django_views import idempotent_form
+from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import tenant_required
 from tenants.selectors import switch_tenant
 

@@ -7,7 +7,7 @@ idempotency key, so a provider that saw the call before a crash answers with the
 
 A :class:`DeadLetter` is what a message turns into after its last retry failed: the payload to
 send again, the error, how many attempts were made, and when. Staff requeue or discard it
-(``ordering.dead_letters``); while one is open for an order, that order is flagged.
+(``ordering.background.dead_letters``); while one is open for an order, that order is flagged.
 """
 
 from __future__ import annotations

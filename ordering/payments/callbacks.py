@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from idempotency.audit import AuditEvent, writer
+from ordering.background.outbox import emit_event
 from ordering.models import (
     EventType,
     Order,
@@ -36,7 +37,6 @@ from ordering.models import (
     PaymentCallback,
     ProviderConflict,
 )
-from ordering.outbox import emit_event
 from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
 from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets

@@ -20,6 +20,7 @@ from uuid import uuid4
 from django.conf import settings
 from django.db import transaction
 
+from ordering.background import dispatch
 from ordering.models import Compensation, Order, Payment, SimulatedOperation
 from ordering.payments.base import (
     CallbackEvent,
@@ -50,11 +51,9 @@ class SimulatedProvider:
         txn_id = f"sim_{uuid4().hex}"
         delay = settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS
         if delay > 0:
-            from ordering import tasks
-
             transaction.on_commit(
-                lambda: tasks.enqueue(
-                    tasks.complete_simulated_payment, self.name, txn_id, countdown=delay
+                lambda: dispatch.enqueue(
+                    dispatch.COMPLETE_SIMULATED_PAYMENT, self.name, txn_id, countdown=delay
                 ),
                 robust=True,
             )

@@ -6,7 +6,7 @@ the side effects and the log row are written only by the winner. A move that is 
 the current status, or that lost a race, raises 409 ``ORDER_STATUS_CONFLICT`` having changed
 nothing.
 
-Cancelling a paid order is the start of the cancel saga (``ordering.saga``): the move to
+Cancelling a paid order is the start of the cancel saga (``ordering.background.saga``): the move to
 CANCELLING and the ``order.cancel_requested`` outbox event commit together, so the refund
 starts exactly when the cancel committed, and never for a cancel that rolled back.
 """
@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import F
 from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed
 
+from ordering.background.outbox import emit_event
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.metrics import fsm_conflicts
@@ -31,7 +32,6 @@ from ordering.models import (
     OrderTransition,
     Payment,
 )
-from ordering.outbox import emit_event
 from ordering.selectors import access_order
 from tenants.models import Tenant
 

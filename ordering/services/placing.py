@@ -10,7 +10,7 @@ from decimal import Decimal
 from django.db.models import F, Q
 from django.utils import timezone
 
-from idempotency.transactions import business_atomic
+from idempotency.core.transactions import business_atomic
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition

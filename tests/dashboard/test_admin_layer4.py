@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from ordering.dead_letters import record_dead_letter
+from ordering.background.dead_letters import record_dead_letter
 from ordering.models import DeadLetter
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ def staff(client):
 
 def letter(key: str) -> DeadLetter:
     return record_dead_letter(
-        key=key, task="ordering.tasks.noop", payload={}, error="boom", attempts=4
+        key=key, task="ordering.background.tasks.noop", payload={}, error="boom", attempts=4
     )
 
 

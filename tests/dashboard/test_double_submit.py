@@ -13,8 +13,8 @@ from django.db import connection
 from django.test import Client
 
 from idempotency.audit import writer
-from idempotency.django_views import ALREADY_APPLIED
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.web.forms import ALREADY_APPLIED
 from ordering.models import Coupon, Dish, OrderStatus, OrderTransition
 from tenants.models import ApiClient, Membership
 from tests.dashboard.conftest import World, build_world, form_token, make_merchant

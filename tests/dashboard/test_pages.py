@@ -365,7 +365,7 @@ def test_idempotency_page_in_database_only_mode(merchant, mine, settings):
 
 
 def test_idempotency_page_shows_an_open_breaker(merchant, mine):
-    from idempotency.stores import node_for
+    from idempotency.stores.nodes import node_for
 
     node = node_for(str(mine.tenant.pk))
     for _ in range(30):

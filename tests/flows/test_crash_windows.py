@@ -16,9 +16,9 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from idempotency import stores
-from idempotency.keys import ScopedKey
-from idempotency.redis_store import RedisIdempotencyStore
+from idempotency.core.keys import ScopedKey
+from idempotency.stores import nodes as stores
+from idempotency.stores.redis_store import RedisIdempotencyStore
 from ordering.models import Order
 from tests.flows.test_idempotent_orders import post_order
 
@@ -90,8 +90,8 @@ def test_killed_before_commit_executes_once_after_lease(api, menu, tenant, api_p
 
 
 def fingerprints_of_order(menu, quantity=2) -> dict[int, str]:
-    from idempotency.fingerprint import all_fingerprints
-    from idempotency.http import business_payload as _payload
+    from idempotency.core.fingerprint import all_fingerprints
+    from idempotency.web.http import business_payload as _payload
 
     body = {
         "items": [{"dish_id": menu["pizza"].pk, "quantity": quantity}],

@@ -12,10 +12,10 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from idempotency import stores
-from idempotency.local_cache import InvalidationListener, LocalResultCache
 from idempotency.models import IdempotencyRecord
 from idempotency.purge import purge_record
+from idempotency.stores import nodes as stores
+from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
 from ordering.models import Order
 from tenants.redis_routing import alias_for_tenant
 from tests.conftest import api_for, menu_for, use_topology
@@ -77,7 +77,7 @@ def test_sharded_purge_invalidates_other_processes_caches(settings, shard_nodes,
 
 
 def _stored():
-    from idempotency.outcomes import StoredResponse
+    from idempotency.core.outcomes import StoredResponse
 
     return StoredResponse(status=201, body=b"x")
 

@@ -26,7 +26,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from idempotency.redis_store import RedisIdempotencyStore
+from idempotency.stores.redis_store import RedisIdempotencyStore
 
 SHARED_REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from idempotency.breaker import BreakerState, CircuitBreaker
+from idempotency.stores.breaker import BreakerState, CircuitBreaker
 
 
 class Clock:

@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from idempotency import stores
+from idempotency.stores import nodes as stores
 from tenants.redis_routing import client_for_tenant
 from tests.flows.test_idempotent_orders import post_order
 

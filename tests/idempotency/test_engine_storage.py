@@ -11,11 +11,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from idempotency import db_store, stores
-from idempotency.keys import ScopedKey
+from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import StoredResponse
 from idempotency.models import IdempotencyRecord
-from idempotency.outcomes import StoredResponse
 from idempotency.purge import purge_record
+from idempotency.stores import database as db_store
+from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tests.flows.test_idempotent_orders import post_order
 

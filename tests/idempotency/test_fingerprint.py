@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from idempotency.fingerprint import (
+from idempotency.core.fingerprint import (
     FINGERPRINT_VERSION,
     all_fingerprints,
     canonical_payload,

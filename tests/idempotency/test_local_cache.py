@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from idempotency.local_cache import InvalidationListener, LocalResultCache
-from idempotency.outcomes import Outcome, StoredResponse
-from idempotency.redis_store import RedisIdempotencyStore
+from idempotency.core.outcomes import Outcome, StoredResponse
+from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
+from idempotency.stores.redis_store import RedisIdempotencyStore
 from tests.idempotency.conftest import RedisServer
 
 RESPONSE = StoredResponse(status=201, headers=(("Content-Type", "application/json"),), body=b"{}")

@@ -14,14 +14,14 @@ from django.conf import settings as django_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from idempotency import stores
-from idempotency.ratelimit import (
+from idempotency.core.ratelimit import (
     check_write_rate,
     hit,
     limit_per_window,
     rate_key,
     reset_rate_cache,
 )
+from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tenants.models import ApiClient
 from tests.conftest import api_for, free_port

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.cluster import RedisCluster
 
-from idempotency.outcomes import ClaimResult, Outcome, StoredResponse
-from idempotency.redis_store import RedisIdempotencyStore, new_owner_token
+from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
+from idempotency.stores.redis_store import RedisIdempotencyStore, new_owner_token
 from tests.idempotency.conftest import RedisServer
 
 FP1, FP2 = "a" * 64, "b" * 64

@@ -20,12 +20,10 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 from redis.cluster import RedisCluster
 
-from idempotency import stores
-from idempotency.keys import redis_key_for
-from idempotency.outcomes import Outcome, StoredResponse
-from idempotency.ratelimit import reset_rate_cache
-from idempotency.redis_store import RedisIdempotencyStore, TokenRefusal, new_owner_token
-from idempotency.tokens import (
+from idempotency.core.keys import redis_key_for
+from idempotency.core.outcomes import Outcome, StoredResponse
+from idempotency.core.ratelimit import reset_rate_cache
+from idempotency.core.tokens import (
     InvalidToken,
     TokenStatus,
     new_tokens,
@@ -36,6 +34,8 @@ from idempotency.tokens import (
     token_use,
     verify_token,
 )
+from idempotency.stores import nodes as stores
+from idempotency.stores.redis_store import RedisIdempotencyStore, TokenRefusal, new_owner_token
 from ordering.models import Order, Payment
 from tests.conftest import api_for
 

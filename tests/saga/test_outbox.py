@@ -9,9 +9,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from ordering import consumers, tasks
+from ordering.background import consumers, dispatch
+from ordering.background.outbox import emit_event, publish_event, sweep_outbox
 from ordering.models import EventType, OrderStatus, OutboxEvent, ProcessedEvent, SalesDay
-from ordering.outbox import emit_event, publish_event, sweep_outbox
 from ordering.services.lifecycle import cancel_order
 from tests.payments.helpers import paid_order
 
@@ -63,7 +63,7 @@ def test_a_failed_publish_leaves_the_row_for_the_sweeper(tenant, menu, monkeypat
     def broker_down(*args, **kwargs):
         raise ConnectionError("broker unreachable")
 
-    monkeypatch.setattr(tasks, "enqueue", broker_down)
+    monkeypatch.setattr(dispatch, "enqueue", broker_down)
     assert publish_event(event_id=event.pk) is False
     event.refresh_from_db()
     assert (event.published_at, event.publish_attempts) == (None, 1)

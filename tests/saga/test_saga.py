@@ -7,12 +7,19 @@ import threading
 import pytest
 from django.db import connection
 
-from ordering import consumers
-from ordering.dead_letters import (
+from ordering.background import consumers
+from ordering.background.dead_letters import (
     DeadLetterNotOpen,
     discard_dead_letter,
     is_flagged,
     requeue_dead_letter,
+)
+from ordering.background.saga import (
+    STEPS,
+    RetryLater,
+    SagaOutcome,
+    backoff_seconds,
+    run_cancel_saga,
 )
 from ordering.models import (
     Compensation,
@@ -26,7 +33,6 @@ from ordering.models import (
     SimulatedOperation,
 )
 from ordering.payments.registry import get_provider
-from ordering.saga import STEPS, RetryLater, SagaOutcome, backoff_seconds, run_cancel_saga
 from ordering.services.lifecycle import cancel_order
 from ordering.simulation import plan_fault
 from tests.payments.helpers import paid_order

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from idempotency.models import LuaScriptChange, LuaScriptVersion
-from idempotency.script_admin import record_contract_pass, shipped_source, upload_version
+from idempotency.scripts.versions import record_contract_pass, shipped_source, upload_version
 
 pytestmark = pytest.mark.django_db
 ADD = "/admin/idempotency/luascriptversion/add/"

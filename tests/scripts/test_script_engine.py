@@ -9,7 +9,8 @@ import redis
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from idempotency.script_admin import (
+from idempotency.scripts.registry import registry
+from idempotency.scripts.versions import (
     promote,
     record_contract_pass,
     rollback,
@@ -17,7 +18,6 @@ from idempotency.script_admin import (
     start_canary,
     upload_version,
 )
-from idempotency.script_registry import registry
 from ordering.models import Order
 from tenants.api_keys import issue_api_key
 from tests.conftest import api_for, menu_for, use_topology

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from idempotency.models import LuaScriptChange, LuaScriptVersion
-from idempotency.script_admin import (
+from idempotency.scripts.registry import registry, tenant_bucket
+from idempotency.scripts.versions import (
     ScriptRejected,
     promote,
     record_contract_pass,
@@ -22,7 +23,6 @@ from idempotency.script_admin import (
     start_canary,
     upload_version,
 )
-from idempotency.script_registry import registry, tenant_bucket
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +114,7 @@ WATCHER = """
 import os, sys, time, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
-from idempotency.script_registry import registry
+from idempotency.scripts.registry import registry
 last = None
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:

@@ -10,8 +10,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from ordering import tasks
-from ordering.dead_letters import is_flagged, requeue_dead_letter
+from ordering.background import dispatch
+from ordering.background.dead_letters import is_flagged, requeue_dead_letter
 from ordering.models import (
     Compensation,
     DeadLetter,
@@ -55,8 +55,8 @@ def test_the_same_message_delivered_twice_has_one_effect(celery_worker, tenant, 
     paid = OutboxEvent.all_tenants.get(order=order, event_type=EventType.ORDER_PAID)
     wait_for(lambda: processed(paid), timeout=10, worker=celery_worker)
     # when the broker delivers the same message twice more
-    tasks.enqueue(tasks.handle_outbox_event, paid.pk)
-    tasks.enqueue(tasks.handle_outbox_event, paid.pk)
+    dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, paid.pk)
+    dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, paid.pk)
     wait_for(lambda: processed(paid).duplicates == 2, timeout=10, worker=celery_worker)
     # then the sale was counted once
     day = SalesDay.objects.for_tenant(tenant).get()
@@ -66,8 +66,8 @@ def test_the_same_message_delivered_twice_has_one_effect(celery_worker, tenant, 
     # and the same for the cancel saga: run once, then its message delivered twice more
     cancel_event = cancel(tenant, order)
     wait_for(lambda: status_of(order) == S.CANCELLED, timeout=10, worker=celery_worker)
-    tasks.enqueue(tasks.handle_outbox_event, cancel_event.pk)
-    tasks.enqueue(tasks.handle_outbox_event, cancel_event.pk)
+    dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, cancel_event.pk)
+    dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, cancel_event.pk)
     wait_for(lambda: processed(cancel_event).duplicates == 2, timeout=10, worker=celery_worker)
     menu["pizza"].refresh_from_db()
     assert menu["pizza"].stock == 50
@@ -162,7 +162,7 @@ def test_the_sweeper_publishes_an_event_whose_publish_was_lost(celery_worker, te
     )
     assert processed(lost) is None
     # when the periodic sweep runs in the worker
-    tasks.enqueue(tasks.sweep_outbox)
+    dispatch.enqueue(dispatch.SWEEP_OUTBOX)
     # then the row is published and consumed, once
     wait_for(lambda: processed(lost), timeout=10, worker=celery_worker)
     lost.refresh_from_db()

@@ -11,8 +11,8 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from idempotency import instances
-from idempotency.redis_store import RedisIdempotencyStore, new_owner_token
+from idempotency.stores import instances
+from idempotency.stores.redis_store import RedisIdempotencyStore, new_owner_token
 from ordering.instances import reclaim_stale_leases
 from ordering.models import WorkerLease
 from ordering.worker_ids import KEY_PREFIX

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from idempotency.models import LuaScriptVersion
-from idempotency.script_admin import record_contract_pass
+from idempotency.scripts.versions import record_contract_pass
 
 CONTRACT_TESTS = (
     "tests/flows/test_idempotent_orders.py",

@@ -12,7 +12,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ordering.dead_letters import DeadLetterNotOpen, discard_dead_letter, requeue_dead_letter
+from ordering.background.dead_letters import (
+    DeadLetterNotOpen,
+    discard_dead_letter,
+    requeue_dead_letter,
+)
 from ordering.models import DeadLetter
 
 

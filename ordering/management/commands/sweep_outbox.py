@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ordering.outbox import sweep_outbox
+from ordering.background.outbox import sweep_outbox
 
 
 class Command(BaseCommand):

@@ -1,0 +1,155 @@
+"""Staff review of the engine: committed records (read-only) and duplicate-hit audits.
+
+Audit rows are evidence, so they are read-only; the only change staff make is to mark rows
+reviewed with a resolution note (an action with a confirmation page). Rows export as CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+
+MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
+CSV_COLUMNS = [
+    "id",
+    "at",
+    "tenant_key",
+    "outcome",
+    "endpoint",
+    "key",
+    "source",
+    "principal",
+    "resource_ref",
+    "differing_fields",
+    "reviewed",
+    "reviewed_by",
+    "resolution_note",
+]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdmin):
+    list_display = ["key", "tenant_key", "scope", "response_status", "created_at", "expires_at"]
+    list_filter = ["tenant_key", "response_status", "created_at"]
+    search_fields = ["=key", "scope"]
+    date_hierarchy = "created_at"
+    exclude = ["response_body"]
+    readonly_fields = ["body_preview"]
+
+    @admin.display(description="response body (first 2 kB)")
+    def body_preview(self, obj: IdempotencyRecord) -> str:
+        body = bytes(obj.response_body or b"")
+        return body[:2048].decode("utf-8", "replace") or "(empty)"
+
+
+class ResolutionForm(forms.Form):
+    resolution_note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        max_length=2000,
+        help_text="What was found and what, if anything, was done.",
+    )
+
+
+@admin.register(DuplicateAudit)
+class DuplicateAuditAdmin(ReadOnlyAdmin):
+    list_display = [
+        "at",
+        "outcome",
+        "tenant_key",
+        "endpoint",
+        "short_key",
+        "resource_ref",
+        "source",
+        "reviewed",
+    ]
+    list_filter = ["outcome", "tenant_key", "endpoint", "at", "reviewed", "source"]
+    search_fields = ["=key", "resource_ref"]
+    date_hierarchy = "at"
+    actions = ["mark_reviewed", "export_csv"]
+
+    @admin.display(description="key", ordering="key")
+    def short_key(self, obj: DuplicateAudit) -> str:
+        return obj.key if len(obj.key) <= 40 else f"{obj.key[:39]}…"
+
+    def has_review_permission(self, request: HttpRequest) -> bool:
+        """Marking reviewed is the one write on audits: it needs the model's change permission
+        (the rows themselves stay read-only in the form)."""
+        return request.user.has_perm("idempotency.change_duplicateaudit")
+
+    @admin.action(description="Mark reviewed (with a resolution note)", permissions=["review"])
+    def mark_reviewed(
+        self, request: HttpRequest, queryset: QuerySet[DuplicateAudit]
+    ) -> HttpResponse | None:
+        if queryset.count() > MAX_REVIEW_BATCH:
+            self.message_user(
+                request, f"Select at most {MAX_REVIEW_BATCH} audits at a time.", messages.WARNING
+            )
+            return None
+        form = ResolutionForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            updated = queryset.update(
+                reviewed=True,
+                reviewed_by=request.user.get_username(),
+                resolution_note=form.cleaned_data["resolution_note"],
+            )
+            self.message_user(request, f"{updated} audit(s) marked reviewed.", messages.SUCCESS)
+            return None
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": "Mark duplicate-hit audits reviewed",
+            "opts": self.model._meta,
+            "audits": queryset,
+            "form": form,
+            "action_name": "mark_reviewed",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(
+            request, "admin/idempotency/duplicateaudit/mark_reviewed.html", context
+        )
+
+    @admin.action(description="Export selected as CSV")
+    def export_csv(self, request: HttpRequest, queryset: QuerySet[DuplicateAudit]) -> HttpResponse:
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="duplicate-audits-{stamp}.csv"'
+        writer = csv.writer(response)
+        writer.writerow(CSV_COLUMNS)
+        for audit in queryset.order_by("at", "id").iterator():
+            writer.writerow([_csv_cell(_value(audit, column)) for column in CSV_COLUMNS])
+        return response
+
+
+def _value(audit: DuplicateAudit, column: str) -> object:
+    value = getattr(audit, column)
+    if column == "differing_fields":
+        return " ".join(value or [])
+    if column == "at":
+        return value.isoformat()
+    return value
+
+
+def _csv_cell(value: object) -> str:
+    """Keys and endpoints come from clients: keep a spreadsheet from running them as formulas."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -1,0 +1,103 @@
+"""The engine's settings (``settings.IDEMPOTENCY``) and per-endpoint policies.
+
+Defaults follow DESIGN §3: 72 h result retention, a 30 s in-progress lease, a 60 s window for
+automatic keys; 600 writes per principal per minute; pre-issued tokens live 24 h. Redis is used
+when ``REDIS_CLIENT_FOR_TENANT`` (a dotted path) returns a client for the tenant, otherwise the
+engine runs database-only with the same contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+DEFAULTS: dict[str, Any] = {
+    # False switches the engine off entirely (benchmarks compare with and without it)
+    "ENABLED": True,
+    # dotted path: (request) -> (tenant_key, principal) | None; None means "not idempotent here"
+    "SCOPE_RESOLVER": None,
+    # dotted path: (tenant_key) -> redis.Redis | RedisCluster | None (None: database-only)
+    "REDIS_CLIENT_FOR_TENANT": "idempotency.stores.redis_clients.client_for_tenant",
+    "TTL_SECONDS": 72 * 3600,
+    "LEASE_MS": 30_000,
+    "AUTO_KEY_WINDOW_SECONDS": 60,
+    "MAX_STORED_BODY_BYTES": 64 * 1024,
+    "REPLAY_HEADERS": ("Content-Type", "Location", "ETag", "Last-Modified", "Content-Language"),
+    "LOCAL_CACHE_ENTRIES": 10_000,
+    "LOCAL_CACHE_TTL_SECONDS": 60.0,
+    "WAIT_POLL_MS": 50,
+    "AUDIT_FLUSH_SECONDS": 1.0,
+    # False: audits wait in the queue until someone calls audit.writer.flush() (tests)
+    "AUDIT_IN_BACKGROUND": True,
+    "HOT_TENANT_BUCKETS": {},  # tenant_key -> number of sub-buckets
+    # CircuitBreaker keyword arguments (idempotency/stores/breaker.py): window_seconds, min_calls,
+    # p99_threshold_ms, error_rate_threshold, open_seconds, probes_to_close
+    "BREAKER": {},
+    # Lua script versions (idempotency/scripts/registry.py)
+    "SCRIPT_REFRESH_SECONDS": 30.0,
+    "SCRIPT_CHANNEL_CLIENT": None,  # dotted path: () -> client for the idem:scripts channel
+    "ALL_REDIS_CLIENTS": None,  # dotted path: () -> every node's client (SCRIPT LOAD)
+    "SCRIPT_PIN_ALLOWED": None,  # dotted path: (request) -> may X-Lua-Version pin a version?
+    "TENANT_REGION": None,  # dotted path: (tenant_key) -> region | None
+    "FORCE_SCRIPTS": {},  # {"claim": "/path/claim.lua"}: contract tests of a candidate
+    # Write rate limit (seed 2.1, idempotency/core/ratelimit.py): requests per principal per minute
+    # on the endpoints that carry the throttle; None (or 0) means no default limit. Counted in fixed
+    # windows of RATE_LIMIT_WINDOW_SECONDS (the per-minute rate is scaled to the window).
+    "RATE_LIMIT_PER_MINUTE": 600,
+    "RATE_LIMIT_WINDOW_SECONDS": 60,
+    # dotted path: (tenant_key) -> per-minute rate | None (None: RATE_LIMIT_PER_MINUTE)
+    "RATE_LIMIT_FOR_TENANT": None,
+    # how long a process keeps a tenant's looked-up rate before asking again
+    "RATE_LIMIT_CACHE_SECONDS": 30.0,
+    # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)
+    "TOKEN_TTL_SECONDS": 24 * 3600,
+    "TOKEN_MAX_BATCH": 1000,
+}
+
+
+def engine_setting(name: str) -> Any:
+    return getattr(settings, "IDEMPOTENCY", {}).get(name, DEFAULTS[name])
+
+
+def engine_hook(name: str) -> Callable[..., Any] | None:
+    """The function a dotted-path setting names (SCOPE_RESOLVER, REDIS_CLIENT_FOR_TENANT…), or
+    None when the setting is empty. Imports are cached: these run on every request."""
+    path = engine_setting(name)
+    return _imported(path) if path else None
+
+
+@cache
+def _imported(path: str) -> Callable[..., Any]:
+    return import_string(path)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one endpoint takes part in idempotency.
+
+    - ``required``: a request without ``Idempotency-Key`` is refused (400 KEY_MISSING) unless
+      ``auto_key_window`` derives one.
+    - ``fields``: the request-body fields that define the operation (None: the whole body).
+      Path parameters (e.g. the order id) always belong to the fingerprint.
+    - ``ttl_seconds``: how long a finished result replays (default 72 h).
+    - ``auto_key_window``: seconds during which an identical keyless request replays the first.
+    - ``in_flight``: ``"reject"`` answers a duplicate of a running request with 409 +
+      Retry-After; ``"wait"`` holds it up to ``wait_seconds`` and replays the first's result.
+    """
+
+    required: bool = False
+    fields: tuple[str, ...] | None = None
+    ttl_seconds: int | None = None
+    auto_key_window: int | None = None
+    in_flight: Literal["reject", "wait"] = "reject"
+    wait_seconds: float = 2.0
+
+    def effective_ttl(self, *, automatic: bool) -> int:
+        if automatic:
+            return self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
+        return self.ttl_seconds or engine_setting("TTL_SECONDS")

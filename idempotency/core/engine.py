@@ -1,0 +1,343 @@
+"""The protection engine: one request through layers 1-3 (DESIGN §3).
+
+::
+
+    local LRU ──hit──► replay (0 Redis, 0 DB)
+        │miss
+    Redis claim (1 round trip, Lua) ──HIT──► replay      ──REUSED──► 422
+        │MISS                        └─IN_PROGRESS─► committed in DB? replay : 409 / wait
+    transaction { view ; INSERT record ON CONFLICT } ──conflict──► roll back, replay committed
+        │commit
+    Redis finish (compare owner) ──► answer, X-Idempotent-Result: MISS
+
+Without Redis (not configured, or failing) the claim step is a database lookup and the
+database's unique constraint alone arbitrates: the contract stays the same, duplicates still
+execute once. A 5xx answer is rolled back and its key released, so the client may retry.
+
+A pre-issued token used as the key is consumed in the claim's own Lua call; a refused token
+(used by another operation, or expired) is still answered from the database when this very
+operation committed there, so a retry never loses its replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.http import HttpResponse
+from redis.exceptions import RedisError
+
+from idempotency import audit, metrics
+from idempotency.core import responses
+from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.core.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
+from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
+from idempotency.core.transactions import engine_transaction
+from idempotency.scripts.registry import registry
+from idempotency.stores import database as db_store
+from idempotency.stores.local_cache import LocalResultCache
+from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
+from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
+
+logger = logging.getLogger(__name__)
+
+Execute = Callable[[], HttpResponse]
+
+
+@dataclass(frozen=True)
+class IdempotentRequest:
+    """Everything the engine needs to know about one request, already validated."""
+
+    scoped: ScopedKey
+    fingerprints: dict[int, str]
+    field_hashes: dict[str, str]
+    policy: Policy
+    endpoint: str
+    request_meta: dict = field(default_factory=dict)
+    # Renders a resource URL afresh, for replays of bodies stored as a pointer.
+    render_pointer: Callable[[str], HttpResponse] | None = None
+    # Set when the key is a pre-issued token: the claim consumes it (idempotency/core/tokens.py).
+    token: TokenUse | None = None
+    # Which Lua script versions run (idempotency/scripts/registry.py): the tenant's region for
+    # region canaries, and a version pinned by a staff or test client (X-Lua-Version).
+    region: str | None = None
+    script_pin: int | None = None
+
+    def script_source(self, name: str) -> str | None:
+        """The source of the version of ``name`` this request runs; None: the shipped one."""
+        ref = registry.choose(
+            name, tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
+        )
+        return None if ref.version == 0 else ref.source
+
+    @property
+    def fingerprint(self) -> str:
+        return self.fingerprints[FINGERPRINT_VERSION]
+
+    @property
+    def ttl_seconds(self) -> int:
+        return self.policy.effective_ttl(automatic=self.scoped.is_automatic)
+
+
+class _AlreadyCommitted(Exception):
+    """Another transaction committed a live record for this key first."""
+
+
+def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
+    """Answer ``req``: replay, refuse, or run ``execute`` exactly once across duplicates."""
+    cache = local_cache()
+    cached = cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
+    if cached is not None and cached.outcome is Outcome.HIT:
+        return _answer(req, cached, source="local")
+    store = redis_store_for(req.scoped.tenant)
+    if store is not None:
+        owner = new_owner_token()
+        try:
+            claim = _claim(req, store, owner)
+        except RedisError:
+            logger.warning("Redis claim failed; answering from the database", exc_info=True)
+        else:
+            if isinstance(claim, TokenRefusal):
+                return _token_refused(req, claim)
+            if claim.outcome is Outcome.MISS:
+                return _execute(req, execute, store=store, owner=owner)
+            if claim.outcome is Outcome.IN_PROGRESS:
+                return _in_progress(req, claim)
+            return _answer(req, claim, source="redis")
+    committed = db_store.committed_result(req.scoped)
+    if committed is not None:
+        return _answer(req, _as_claim(req, committed), source="database")
+    return _execute(req, execute, store=None, owner=None)
+
+
+def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResult | TokenRefusal:
+    """Claim the key; under the ``wait`` policy keep asking while it is in progress."""
+    deadline = time.monotonic() + (req.policy.wait_seconds if req.policy.in_flight == "wait" else 0)
+    poll = engine_setting("WAIT_POLL_MS") / 1000
+    # Only token claims pass the extra argument, so stores without token support still work.
+    extra: dict[str, Any] = {"token": req.token} if req.token is not None else {}
+    source = req.script_source("claim")
+    while True:
+        claim = store.claim(
+            key=req.scoped.redis_key,
+            fingerprints=req.fingerprints,
+            current_version=FINGERPRINT_VERSION,
+            owner=owner,
+            lease_ms=engine_setting("LEASE_MS"),
+            field_hashes=req.field_hashes,
+            source=source,
+            **extra,
+        )
+        if isinstance(claim, TokenRefusal):
+            return claim
+        if claim.outcome is not Outcome.IN_PROGRESS or time.monotonic() + poll > deadline:
+            return claim
+        time.sleep(poll)
+
+
+def _token_refused(req: IdempotentRequest, refusal: TokenRefusal) -> HttpResponse:
+    """Redis refuses the token. If this very operation committed in the database (Redis lost
+    its claim entry and token mark: eviction, failover, or a run in database-only mode), the
+    record answers as for any key; otherwise the token cannot be used here."""
+    committed = db_store.committed_result(req.scoped)
+    if committed is not None:
+        return _answer(req, _as_claim(req, committed), source="database")
+    if refusal.reason == "used":
+        _audit(req, "REUSED", source="redis", differing=["endpoint"])
+        return responses.problem(
+            409,
+            IdempotencyErrorCode.TOKEN_USED,
+            "This idempotency token was already used on another endpoint; use a new token.",
+        )
+    return responses.problem(
+        422,
+        IdempotencyErrorCode.TOKEN_UNKNOWN,
+        "This idempotency token has expired or was never issued; use a new token.",
+    )
+
+
+def _in_progress(req: IdempotentRequest, claim: ClaimResult) -> HttpResponse:
+    """Redis says running. If the database already has the result (the first request died
+    between commit and finish), replay it; otherwise it really is running: 409."""
+    committed = db_store.committed_result(req.scoped)
+    if committed is not None:
+        return _answer(req, _as_claim(req, committed), source="database")
+    _audit(req, "IN_PROGRESS", source="redis")
+    return responses.in_progress(claim.retry_after_ms)
+
+
+def _execute(
+    req: IdempotentRequest,
+    execute: Execute,
+    *,
+    store: GuardedStore | None,
+    owner: str | None,
+) -> HttpResponse:
+    stored: StoredResponse | None = None
+    doomed = False
+    try:
+        with engine_transaction():
+            response = execute()
+            if response.status_code >= 500:
+                transaction.set_rollback(True)
+            elif transaction.get_rollback():
+                # The view refused after writing (a service raised inside the transaction,
+                # without a savepoint, see idempotency/core/transactions.py): its writes are rolled
+                # back with ours; the refusal is recorded on its own below.
+                stored, doomed = _to_stored(response), True
+            else:
+                stored = _to_stored(response)
+                _record(req, stored)
+        if doomed:
+            with transaction.atomic():
+                _record(req, stored)
+    except (_AlreadyCommitted, IntegrityError):
+        # A duplicate won the race in the database (Redis lost the claim, or database-only
+        # mode). Our transaction is rolled back; the winner's committed result is the answer.
+        committed = db_store.committed_result(req.scoped)
+        if committed is None:
+            _release(store, req, owner)
+            raise
+        _finish(store, req, owner, committed.response)
+        return _answer(req, _as_claim(req, committed), source="database")
+    except BaseException:
+        _release(store, req, owner)
+        raise
+    if stored is None:
+        _release(store, req, owner)
+    else:
+        _finish(store, req, owner, stored)
+        _remember(req, stored)
+    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="MISS")
+    response[responses.RESULT_HEADER] = "MISS"
+    return response
+
+
+def _record(req: IdempotentRequest, stored: StoredResponse) -> None:
+    """Insert the idempotency record in the current transaction, or raise _AlreadyCommitted."""
+    if not db_store.insert_record(
+        scoped=req.scoped,
+        fingerprint=req.fingerprint,
+        fingerprint_version=FINGERPRINT_VERSION,
+        field_hashes=req.field_hashes,
+        response=stored,
+        ttl_seconds=req.ttl_seconds,
+    ):
+        raise _AlreadyCommitted
+
+
+def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> HttpResponse:
+    """A HIT or a MISMATCH, audited."""
+    assert result.response is not None or result.outcome is Outcome.MISMATCH
+    if result.outcome is Outcome.HIT and result.response is not None:
+        if source != "local":
+            _remember(req, result.response)
+        _audit(req, "HIT", source=source, resource=_location(result.response))
+        return responses.replay(result.response, render_pointer=req.render_pointer)
+    differing = diff_field_hashes(result.stored_field_hashes or {}, req.field_hashes)
+    _audit(req, "REUSED", source=source, differing=differing)
+    return responses.key_reused()
+
+
+def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> ClaimResult:
+    """The committed record as a claim answer: HIT if it was the same operation."""
+    same = req.fingerprints.get(committed.fingerprint_version) == committed.fingerprint
+    return ClaimResult(
+        Outcome.HIT if same else Outcome.MISMATCH,
+        response=committed.response,
+        stored_fingerprint=committed.fingerprint,
+        fingerprint_version=committed.fingerprint_version,
+        stored_field_hashes=committed.field_hashes,
+    )
+
+
+def _to_stored(response: HttpResponse) -> StoredResponse:
+    """What a replay will send: the status, allow-listed headers (never ``Set-Cookie``) and the
+    body — or, over ``MAX_STORED_BODY_BYTES``, a pointer to the created resource when the
+    response names one in ``Location`` (the replay then renders the resource afresh)."""
+    allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
+    headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
+    body = response.content
+    location = response.get("Location", "")
+    if len(body) > engine_setting("MAX_STORED_BODY_BYTES") and location:
+        return StoredResponse(status=response.status_code, headers=headers, pointer=location)
+    if len(body) > engine_setting("MAX_STORED_BODY_BYTES"):
+        logger.warning(
+            "storing a %d-byte body: over the cap and no Location to point to", len(body)
+        )
+    return StoredResponse(status=response.status_code, headers=headers, body=body)
+
+
+def _location(response: StoredResponse) -> str:
+    return next((v for k, v in response.headers if k.lower() == "location"), "")
+
+
+def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
+    cache: LocalResultCache = local_cache()
+    cache.put(
+        req.scoped.redis_key,
+        fingerprint=req.fingerprint,
+        fingerprint_version=FINGERPRINT_VERSION,
+        response=stored,
+        ttl_s=req.ttl_seconds,
+    )
+
+
+def _finish(
+    store: GuardedStore | None,
+    req: IdempotentRequest,
+    owner: str | None,
+    stored: StoredResponse,
+) -> None:
+    if store is None or owner is None:
+        return
+    try:
+        if not store.finish(
+            key=req.scoped.redis_key,
+            owner=owner,
+            response=stored,
+            ttl_ms=req.ttl_seconds * 1000,
+            source=req.script_source("finish"),
+        ):
+            logger.warning("idempotency lease lost before finish; the database holds the result")
+    except RedisError:
+        logger.warning("Redis finish failed; the database holds the result", exc_info=True)
+
+
+def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | None) -> None:
+    if store is None or owner is None:
+        return
+    try:
+        store.release(key=req.scoped.redis_key, owner=owner, source=req.script_source("release"))
+    except RedisError:
+        logger.warning("Redis release failed; the lease will expire", exc_info=True)
+
+
+def _audit(
+    req: IdempotentRequest,
+    outcome: str,
+    *,
+    source: str,
+    differing: list[str] | None = None,
+    resource: str = "",
+) -> None:
+    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
+    audit.writer.record(
+        audit.AuditEvent(
+            tenant_key=req.scoped.tenant,
+            endpoint=req.endpoint,
+            key=req.scoped.key,
+            outcome=outcome,
+            source=source,
+            principal=req.scoped.principal,
+            request_meta=req.request_meta,
+            differing_fields=differing or [],
+            resource_ref=resource,
+        )
+    )

@@ -1,0 +1,179 @@
+"""Which version of each engine Lua script a call runs (seed 2.5: hot update, gray release).
+
+The registry keeps, per script name, the stable version and at most one canary with its
+audience: a percentage of tenants (a stable hash of the tenant into 100 buckets), an allow-list
+of tenants, and regions. With no stable version in the database the script shipped in
+``idempotency/scripts/lua/`` is used, so a fresh install needs no setup.
+
+Running processes pick up a change without a restart: every change is published on the Redis
+channel ``idem:scripts`` and a listener thread reloads the table; as a safety net the table is
+also reloaded when older than ``SCRIPT_REFRESH_SECONDS`` (checked on use, no thread needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from idempotency.core.conf import engine_hook, engine_setting
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "idem:scripts"
+BUCKETS = 100
+
+
+@dataclass(frozen=True)
+class ScriptRef:
+    """A script's source as a call should run it; ``version`` 0 is the shipped file."""
+
+    name: str
+    version: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Rollout:
+    stable: ScriptRef | None = None
+    canary: ScriptRef | None = None
+    percent: int = 0
+    tenants: frozenset[str] = field(default_factory=frozenset)
+    regions: frozenset[str] = field(default_factory=frozenset)
+    versions: dict[int, ScriptRef] = field(default_factory=dict)
+
+    def for_tenant(self, tenant_key: str, region: str | None) -> ScriptRef | None:
+        if self.canary is not None and (
+            tenant_key in self.tenants
+            or (region is not None and region in self.regions)
+            or tenant_bucket(tenant_key) < self.percent
+        ):
+            return self.canary
+        return self.stable
+
+
+def tenant_bucket(tenant_key: str) -> int:
+    """0..99, the same for a tenant in every process: who is in a 5 % canary."""
+    digest = hashlib.blake2b(f"lua-canary:{tenant_key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % BUCKETS
+
+
+@cache
+def shipped(name: str) -> ScriptRef:
+    source = (Path(__file__).parent / "lua" / f"{name}.lua").read_text("utf-8")
+    return ScriptRef(name=name, version=0, source=source)
+
+
+class ScriptRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._table: dict[str, Rollout] = {}
+        self._loaded_at = float("-inf")
+        self._listener: threading.Thread | None = None
+
+    def choose(
+        self, name: str, *, tenant_key: str, region: str | None = None, pinned: int | None = None
+    ) -> ScriptRef:
+        """The version of ``name`` this tenant's call runs (a pinned version wins if it exists)."""
+        forced = _forced_script(name)
+        if forced is not None:
+            return forced
+        rollout = self._rollouts().get(name, Rollout())
+        if pinned is not None and pinned in rollout.versions:
+            return rollout.versions[pinned]
+        return rollout.for_tenant(tenant_key, region) or shipped(name)
+
+    def reload(self) -> None:
+        """Read the table from the database now."""
+        from idempotency.models import LuaScriptVersion
+
+        rows = LuaScriptVersion.objects.exclude(state=LuaScriptVersion.State.DRAFT)
+        table: dict[str, dict] = {}
+        for row in rows:
+            ref = ScriptRef(name=row.name, version=row.version, source=row.source)
+            entry = table.setdefault(row.name, {"versions": {}})
+            entry["versions"][row.version] = ref
+            if row.state == LuaScriptVersion.State.STABLE:
+                entry["stable"] = ref
+            elif row.state == LuaScriptVersion.State.CANARY:
+                entry.update(
+                    canary=ref,
+                    percent=row.canary_percent,
+                    tenants=frozenset(map(str, row.canary_tenants)),
+                    regions=frozenset(map(str, row.canary_regions)),
+                )
+        with self._lock:
+            self._table = {name: Rollout(**entry) for name, entry in table.items()}
+            self._loaded_at = time.monotonic()
+
+    def _rollouts(self) -> dict[str, Rollout]:
+        self._ensure_listener()
+        if time.monotonic() - self._loaded_at > engine_setting("SCRIPT_REFRESH_SECONDS"):
+            try:
+                self.reload()
+            except Exception:  # keep serving the last table; the next call tries again
+                logger.exception("could not reload Lua script versions")
+                self._loaded_at = time.monotonic()
+        return self._table
+
+    def _ensure_listener(self) -> None:
+        if self._listener is not None and self._listener.is_alive():
+            return
+        client = _channel_client()
+        if client is None:
+            return
+        with self._lock:
+            if self._listener is None or not self._listener.is_alive():
+                self._listener = threading.Thread(
+                    target=self._listen, args=(client,), name="lua-script-listener", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self, client: object) -> None:
+        """Reload on every announcement; on a broken connection, resubscribe (and reload,
+        since announcements may have been missed)."""
+        backoff = 0.1
+        while True:
+            try:
+                pubsub = client.pubsub(ignore_subscribe_messages=False)
+                pubsub.subscribe(CHANNEL)
+                for message in pubsub.listen():
+                    backoff = 0.1
+                    if message["type"] in ("message", "subscribe"):
+                        self._loaded_at = float("-inf")  # reload on next use
+            except Exception as exc:
+                logger.warning("Lua script channel lost (%s); resubscribing", exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+
+def _channel_client() -> object | None:
+    hook = engine_hook("SCRIPT_CHANNEL_CLIENT")
+    return hook() if hook else None
+
+
+def _forced_script(name: str) -> ScriptRef | None:
+    """``IDEMPOTENCY["FORCE_SCRIPTS"] = {"claim": "/path/claim.lua"}`` runs that file for every
+    tenant: how the contract tests are run against a candidate version."""
+    path = engine_setting("FORCE_SCRIPTS").get(name)
+    if not path:
+        return None
+    return ScriptRef(name=name, version=-1, source=Path(path).read_text("utf-8"))
+
+
+def announce() -> None:
+    """Tell every running process to reload the table (best effort; the refresh covers it)."""
+    client = _channel_client()
+    if client is None:
+        return
+    try:
+        client.publish(CHANNEL, "reload")
+    except Exception:
+        logger.warning("could not announce a Lua script change", exc_info=True)
+
+
+registry = ScriptRegistry()

@@ -1,0 +1,114 @@
+"""The database layer (seed 4.3): the committed record is the truth about a key.
+
+:func:`insert_record` runs inside the caller's business transaction. It is one statement,
+``INSERT ... ON CONFLICT (tenant_key, scope, key) DO UPDATE ... WHERE <old row expired>``:
+a live record of the same key makes it insert nothing (and, if that record is not committed
+yet, PostgreSQL makes it wait for the other transaction), so of two duplicates exactly one
+transaction commits a record — and with it, its business write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import StoredResponse
+from idempotency.models import IdempotencyRecord
+
+_COLUMNS = (
+    "tenant_key",
+    "scope",
+    "key",
+    "fingerprint",
+    "fingerprint_version",
+    "field_hashes",
+    "response_status",
+    "response_headers",
+    "response_body",
+    "resource_location",
+    "created_at",
+    "expires_at",
+)
+
+
+@dataclass(frozen=True)
+class CommittedResult:
+    fingerprint: str
+    fingerprint_version: int
+    field_hashes: dict[str, str]
+    response: StoredResponse
+    expires_at: datetime
+
+
+def insert_record(
+    *,
+    scoped: ScopedKey,
+    fingerprint: str,
+    fingerprint_version: int,
+    field_hashes: dict[str, str],
+    response: StoredResponse,
+    ttl_seconds: int,
+) -> bool:
+    """Record the result in the current transaction; False if a live record already exists."""
+    now = timezone.now()
+    q = connection.ops.quote_name
+    table = q(IdempotencyRecord._meta.db_table)
+    columns = ", ".join(q(c) for c in _COLUMNS)
+    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _COLUMNS[3:])
+    conflict = ", ".join(q(c) for c in _COLUMNS[:3])
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(_COLUMNS))}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
+        f"WHERE {table}.{q('expires_at')} <= EXCLUDED.{q('created_at')} "
+        f"RETURNING 1"
+    )
+    params = [
+        scoped.tenant,
+        scoped.scope,
+        scoped.key,
+        fingerprint,
+        fingerprint_version,
+        json.dumps(field_hashes),
+        response.status,
+        json.dumps([list(h) for h in response.headers]),
+        response.body,
+        response.pointer,
+        now,
+        now + timedelta(seconds=ttl_seconds),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def committed_result(scoped: ScopedKey) -> CommittedResult | None:
+    """The live committed record of this key, if any (one indexed SELECT)."""
+    record = (
+        IdempotencyRecord.objects.filter(
+            tenant_key=scoped.tenant,
+            scope=scoped.scope,
+            key=scoped.key,
+            expires_at__gt=timezone.now(),
+        )
+        .only(*_COLUMNS)
+        .first()
+    )
+    if record is None:
+        return None
+    return CommittedResult(
+        fingerprint=record.fingerprint,
+        fingerprint_version=record.fingerprint_version,
+        field_hashes=record.field_hashes or {},
+        response=StoredResponse(
+            status=record.response_status,
+            headers=tuple(tuple(h) for h in record.response_headers),
+            body=bytes(record.response_body),
+            pointer=record.resource_location,
+        ),
+        expires_at=record.expires_at,
+    )

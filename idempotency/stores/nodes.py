@@ -1,0 +1,141 @@
+"""Process-wide engine state: the local result cache, its invalidation listeners, and one
+guarded :class:`RedisIdempotencyStore` (store + circuit breaker) per Redis node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any, TypeVar
+
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
+
+from idempotency import metrics
+from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.stores.breaker import BreakerState, CircuitBreaker
+from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
+from idempotency.stores.redis_store import RedisIdempotencyStore
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_nodes: dict[str, GuardedStore] = {}
+_listeners: dict[str, InvalidationListener] = {}
+
+
+@cache
+def local_cache() -> LocalResultCache:
+    return LocalResultCache(
+        max_entries=engine_setting("LOCAL_CACHE_ENTRIES"),
+        ttl_s=engine_setting("LOCAL_CACHE_TTL_SECONDS"),
+    )
+
+
+class GuardedStore:
+    """A node's store whose every call is timed and reported to the node's breaker."""
+
+    def __init__(self, name: str, store: RedisIdempotencyStore, breaker: CircuitBreaker) -> None:
+        self.name = name
+        self.store = store
+        self.breaker = breaker
+
+    def claim(self, **kwargs: Any) -> Any:
+        return self.run("claim", lambda: self.store.claim(**kwargs))
+
+    def finish(self, **kwargs: Any) -> bool:
+        return self.run("finish", lambda: self.store.finish(**kwargs))
+
+    def release(self, **kwargs: Any) -> bool:
+        return self.run("release", lambda: self.store.release(**kwargs))
+
+    def purge(self, **kwargs: Any) -> None:
+        return self.run("purge", lambda: self.store.purge(**kwargs))
+
+    def run(self, op: str, call: Callable[[], T]) -> T:
+        """Run one call to this node, timed and reported to its breaker and latency metric."""
+        started = time.perf_counter()
+        try:
+            result = call()
+        except RedisError:
+            self._report(op, started, ok=False)
+            raise
+        self._report(op, started, ok=True)
+        return result
+
+    def _report(self, op: str, started: float, *, ok: bool) -> None:
+        seconds = time.perf_counter() - started
+        self.breaker.record(seconds=seconds, ok=ok)
+        metrics.redis_latency.labels(node=self.name, op=op).observe(seconds)
+
+
+def node_name(client: Any) -> str:
+    if isinstance(client, RedisCluster):
+        return "cluster"
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host', 'unix')}:{kwargs.get('port', '')}/{kwargs.get('db', 0)}"
+
+
+def node_for(tenant_key: str) -> GuardedStore | None:
+    """The guarded store of the tenant's Redis node, whatever its breaker says (None: no
+    Redis configured)."""
+    client = engine_hook("REDIS_CLIENT_FOR_TENANT")(tenant_key)
+    if client is None:
+        return None
+    name = node_name(client)
+    node = _nodes.get(name)
+    if node is None:
+        with _lock:
+            node = _nodes.get(name)
+            if node is None:
+                node = _nodes[name] = _new_node(name, client)
+    _listeners[name].ensure_running()
+    return node
+
+
+def redis_store_for(tenant_key: str) -> GuardedStore | None:
+    """The tenant's store if its node may be used now; None means database-only (no Redis
+    configured, or the node's breaker is open)."""
+    node = node_for(tenant_key)
+    return node if node is not None and node.breaker.allow() else None
+
+
+def _new_node(name: str, client: Any) -> GuardedStore:
+    store = RedisIdempotencyStore(client)
+    breaker = CircuitBreaker(name, on_change=metrics.breaker_changed, **engine_setting("BREAKER"))
+    metrics.breaker_changed(name, breaker.state)
+    listener = _listeners[name] = InvalidationListener(client, local_cache(), channel=store.channel)
+    listener.start()
+    return GuardedStore(name, store, breaker)
+
+
+def breaker_states() -> dict[str, str]:
+    """Every known node's breaker state, for the dashboard and logs."""
+    return {name: node.breaker.state.value for name, node in _nodes.items()}
+
+
+def reset() -> None:
+    """Forget nodes, breakers and cached results (tests, and after settings change)."""
+    with _lock:
+        for listener in _listeners.values():
+            listener.stop()
+        _nodes.clear()
+        _listeners.clear()
+    local_cache().clear()
+
+
+def run_on_node(tenant_key: str, call: Callable[[Any], T], *, op: str = "other") -> T | None:
+    """Run ``call(client)`` on the tenant's Redis node, for the engine's calls outside the
+    claim path (rate limits, token issuing and checking).
+
+    None when the node cannot be used now: no Redis configured, or its breaker is not closed
+    (the caller decides what that means: the rate limiter lets the request through, token
+    issuing answers 503). The call is timed and reported to the node's breaker and latency
+    metric like a claim; a ``RedisError`` is reported, then re-raised. It never takes a
+    half-open probe: probing is left to claims, whose health is what closes the breaker.
+    """
+    node = node_for(tenant_key)
+    if node is None or node.breaker.state is not BreakerState.CLOSED:
+        return None
+    return node.run(op, lambda: call(node.store.client))

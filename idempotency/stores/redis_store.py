@@ -1,0 +1,312 @@
+"""The Redis layer of the idempotency engine (seed 2.1, 2.3, 4.2): claim, finish, release.
+
+Every state change is one Lua script on one key, so it is atomic and needs one round trip
+(``EVALSHA``; redis-py's ``register_script`` loads the script again after ``NOSCRIPT``, e.g.
+after a failover or ``SCRIPT FLUSH``). A script touches only ``KEYS[1]``, which keeps it valid
+on Redis Cluster: the caller's key carries a tenant hash tag, ``idem:{t:42}:...``.
+
+Redis is a fast path, not the truth: a lost lease or a lost result is answered by the
+database layer, so the methods here report what happened and never raise for it.
+
+Entry layout (one HASH per idempotency key):
+
+- ``st``  ``p`` in progress / ``d`` done
+- ``own`` owner token, while in progress
+- ``fp``  fingerprint; ``fpv`` its version
+- ``res`` ``StoredResponse.to_bytes()``, when done
+- ``fh``  optional JSON of per-field hashes, for mismatch forensics
+
+A pre-issued token (:mod:`idempotency.core.tokens`) is consumed by ``claim_token.lua``, which is
+``claim.lua`` behind a token check, on two keys of the same hash tag (so one slot).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+
+from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
+
+__all__ = [
+    "DEFAULT_CHANNEL",
+    "RedisIdempotencyStore",
+    "TokenRefusal",
+    "TokenUse",
+    "new_owner_token",
+]
+
+DEFAULT_CHANNEL = "idem:invalidate"
+"""Pub/sub channel on which purged keys are announced to in-process caches."""
+
+_SCRIPTS = ("claim", "finish", "release", "backfill", "claim_token")
+# Scripts made of several files, run as one: the token check falls through to the plain claim.
+_COMPOSED = {"claim_token": ("claim_token", "claim"), "claim_token_prelude": ("claim_token",)}
+
+
+@dataclass(frozen=True)
+class TokenUse:
+    """The pre-issued token a claim must consume (see ``claim_token.lua``).
+
+    ``unused_value`` is the token key's value while issued and unused, ``used_value`` the mark
+    that names this operation once consumed, kept ``mark_ttl_ms``.
+    """
+
+    key: str
+    unused_value: str
+    used_value: str
+    mark_ttl_ms: int
+
+
+@dataclass(frozen=True)
+class TokenRefusal:
+    """A token claim refused: ``used`` by another operation, or ``unknown`` (expired, or
+    never issued)."""
+
+    reason: Literal["used", "unknown"]
+
+
+def new_owner_token() -> str:
+    """A fresh, unguessable owner token for :meth:`RedisIdempotencyStore.claim`.
+
+    It starts with this process's instance id (``<host>:<pid>:<random>/``), so stale-lease
+    recovery (:mod:`idempotency.stores.instances`) can tell the claims of a dead process apart; the
+    first call also starts the process's heartbeat.
+    """
+    from idempotency.stores.instances import owner_prefix  # lazily: this module needs no Django
+
+    return owner_prefix() + secrets.token_hex(16)
+
+
+@cache
+def _script_source(name: str) -> str:
+    files = _COMPOSED.get(name, (name,))
+    lua = resources.files("idempotency.scripts").joinpath("lua")
+    return "\n".join(lua.joinpath(f"{part}.lua").read_text("utf-8") for part in files)
+
+
+class RedisIdempotencyStore:
+    """Atomic idempotency-key operations against one Redis node or a Redis Cluster.
+
+    The client must return raw bytes (``decode_responses=False``, the redis-py and
+    django-redis default): stored bodies are binary.
+    """
+
+    def __init__(
+        self, client: redis.Redis | RedisCluster, *, channel: str = DEFAULT_CHANNEL
+    ) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise ValueError("the Redis client must not decode responses (bodies are binary)")
+        self._client = client
+        self._channel = channel
+        self._scripts = {name: client.register_script(_script_source(name)) for name in _SCRIPTS}
+        self._versions: dict[str, Script] = {}  # source -> registered script
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The raw client, for the engine's other scripts on the same node (rate limits,
+        token issuing) so they share its connection pool and its breaker."""
+        return self._client
+
+    @property
+    def channel(self) -> str:
+        """The invalidation channel this store publishes on."""
+        return self._channel
+
+    @property
+    def script_shas(self) -> dict[str, str]:
+        """SHA1 of each script as the server knows it, for the script registry and the admin."""
+        return {name: script.sha for name, script in self._scripts.items()}
+
+    def claim(
+        self,
+        *,
+        key: str,
+        fingerprints: Mapping[int, str],
+        current_version: int,
+        owner: str,
+        lease_ms: int,
+        field_hashes: Mapping[str, str] | None = None,
+        token: TokenUse | None = None,
+        source: str | None = None,
+    ) -> ClaimResult | TokenRefusal:
+        """Claim ``key`` for ``owner`` for ``lease_ms``, or report why not.
+
+        ``fingerprints`` holds the request's fingerprint under every version this code can
+        compute (``fingerprint.all_fingerprints``); an entry stored by a process on another
+        version is compared under the stored version, so a rolling change of the canonical
+        form causes no false mismatches. An entry under a version the caller cannot compute
+        is reported as a mismatch (the safe answer).
+
+        With a ``token``, the same call first consumes it (``claim_token.lua``): a token
+        consumed by another operation, or absent, is a :class:`TokenRefusal`.
+
+        ``source`` (every method has it) runs another version of the script than the shipped
+        one (``idempotency.scripts.registry``); EVALSHA with a reload on NOSCRIPT either way.
+        """
+        if current_version not in fingerprints:
+            raise ValueError("fingerprints must include current_version")
+        _check_fingerprints(fingerprints)
+        _check_token("owner", owner)
+        _check_ms("lease_ms", lease_ms)
+        args = [
+            fingerprints[current_version],
+            current_version,
+            owner,
+            lease_ms,
+            _hashes_json(field_hashes),
+            ",".join(f"{version}:{fp}" for version, fp in fingerprints.items()),
+        ]
+        if token is None:
+            return _parse_claim_reply(self._run("claim", key, *args, source=source))
+        _check_token("token value", token.unused_value)
+        _check_token("token mark", token.used_value)
+        _check_ms("mark_ttl_ms", token.mark_ttl_ms)
+        if source is None:
+            script = self._scripts["claim_token"]
+        else:
+            script = self._versioned("\n".join((_script_source("claim_token_prelude"), source)))
+        reply = script(
+            keys=[key, token.key],
+            args=[*args, token.unused_value, token.used_value, token.mark_ttl_ms],
+        )
+        tag = _text(reply[0])
+        if tag == "TOKEN_USED":
+            return TokenRefusal("used")
+        if tag == "TOKEN_UNKNOWN":
+            return TokenRefusal("unknown")
+        return _parse_claim_reply(reply)
+
+    def finish(
+        self,
+        *,
+        key: str,
+        owner: str,
+        response: StoredResponse,
+        ttl_ms: int,
+        source: str | None = None,
+    ) -> bool:
+        """Store the response if ``owner`` still holds the lease; ``False`` if it was lost."""
+        _check_token("owner", owner)
+        _check_ms("ttl_ms", ttl_ms)
+        return self._run("finish", key, owner, response.to_bytes(), ttl_ms, source=source) == 1
+
+    def release(self, *, key: str, owner: str, source: str | None = None) -> bool:
+        """Delete the claim if ``owner`` still holds it, so the client may retry at once."""
+        _check_token("owner", owner)
+        return self._run("release", key, owner, source=source) == 1
+
+    def backfill(
+        self,
+        *,
+        key: str,
+        fingerprint: str,
+        fingerprint_version: int,
+        response: StoredResponse,
+        ttl_ms: int,
+        field_hashes: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Put back a finished result from the database, only if the key is absent."""
+        _check_fingerprints({fingerprint_version: fingerprint})
+        _check_ms("ttl_ms", ttl_ms)
+        reply = self._run(
+            "backfill",
+            key,
+            fingerprint,
+            fingerprint_version,
+            response.to_bytes(),
+            ttl_ms,
+            _hashes_json(field_hashes),
+        )
+        return reply == 1
+
+    def purge(self, *, key: str) -> None:
+        """Delete the entry whatever its state, and tell in-process caches to drop it."""
+        if isinstance(self._client, RedisCluster):
+            # Cluster pipelines refuse PUBLISH; two calls are fine for this rare admin action.
+            self._client.delete(key)
+            self.publish_invalidation(key)
+            return
+        pipe = self._client.pipeline(transaction=False)
+        pipe.delete(key)
+        pipe.publish(self._channel, key)
+        pipe.execute()
+
+    def publish_invalidation(self, key: str) -> None:
+        """Announce that ``key`` changed, so every ``LocalResultCache`` listening drops it."""
+        self._client.publish(self._channel, key)
+
+    def _run(self, script: str, key: str, *args: Any, source: str | None = None) -> Any:
+        runner = self._scripts[script] if source is None else self._versioned(source)
+        return runner(keys=[key], args=list(args))
+
+    def _versioned(self, source: str) -> Script:
+        script = self._versions.get(source)
+        if script is None:
+            script = self._versions[source] = self._client.register_script(source)
+        return script
+
+
+def _parse_claim_reply(reply: Sequence[Any]) -> ClaimResult:
+    tag = _text(reply[0])
+    if tag == "MISS":
+        return ClaimResult(Outcome.MISS)
+    if tag == "HIT":
+        return ClaimResult(
+            Outcome.HIT,
+            response=StoredResponse.from_bytes(reply[1]),
+            fingerprint_version=int(reply[2]),
+            stored_fingerprint=_text(reply[3]),
+        )
+    if tag == "IN_PROGRESS":
+        remaining = int(reply[1])
+        return ClaimResult(
+            Outcome.IN_PROGRESS, retry_after_ms=remaining if remaining >= 0 else None
+        )
+    if tag == "REUSED":
+        stored_fp, stored_fh, stored_fpv = (_text(item) for item in reply[1:4])
+        return ClaimResult(
+            Outcome.MISMATCH,
+            stored_fingerprint=stored_fp or None,
+            stored_field_hashes=json.loads(stored_fh) if stored_fh else None,
+            fingerprint_version=int(stored_fpv) if stored_fpv else None,
+        )
+    raise ValueError(f"unexpected reply from claim.lua: {reply!r}")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _hashes_json(field_hashes: Mapping[str, str] | None) -> str:
+    if not field_hashes:
+        return ""
+    return json.dumps(dict(field_hashes), sort_keys=True, separators=(",", ":"))
+
+
+def _check_fingerprints(fingerprints: Mapping[int, str]) -> None:
+    """Versions are ints and fingerprints contain no separator of claim.lua's ``alt`` list."""
+    for version, fp in fingerprints.items():
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"fingerprint version must be a non-negative int: {version!r}")
+        _check_token("fingerprint", fp)
+        if "," in fp or ":" in fp:
+            raise ValueError("a fingerprint must not contain ',' or ':'")
+
+
+def _check_token(name: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty str")
+
+
+def _check_ms(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int of milliseconds, not {value!r}")

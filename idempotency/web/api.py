@@ -1,0 +1,153 @@
+"""HTTP glue for pre-issued tokens (:mod:`idempotency.core.tokens`): issue a batch, check a batch.
+
+``POST idempotency-tokens/`` ``{"count": n}`` → 201 ``{"tokens": [...], "expires_at": ...,
+"ttl_seconds": ...}``; ``POST idempotency-tokens/check/`` ``{"tokens": [...]}`` → 200
+``{"results": [{"token": ..., "status": "unused" | "used" | "unknown" | "invalid"}]}``.
+Both answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` (with ``Retry-After``) while the tenant's
+Redis node cannot be used. Issuing counts against the caller's write rate limit; checking
+writes nothing and does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from idempotency.core import responses, tokens
+from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.web.openapi import problems
+from idempotency.web.throttle import TenantRateThrottle
+
+UNAVAILABLE_RETRY_AFTER_SECONDS = 5
+
+
+class IssueTokensIn(serializers.Serializer):
+    count = serializers.IntegerField(min_value=1, default=1)
+
+    def validate_count(self, value: int) -> int:
+        limit = engine_setting("TOKEN_MAX_BATCH")
+        if value > limit:
+            raise serializers.ValidationError(
+                f"Ensure this value is less than or equal to {limit}."
+            )
+        return value
+
+
+class IssuedTokensOut(serializers.Serializer):
+    tokens = serializers.ListField(child=serializers.CharField())
+    expires_at = serializers.DateTimeField()
+    ttl_seconds = serializers.IntegerField()
+
+
+class CheckTokensIn(serializers.Serializer):
+    tokens = serializers.ListField(
+        child=serializers.CharField(max_length=255, trim_whitespace=False), min_length=1
+    )
+
+    def validate_tokens(self, value: list[str]) -> list[str]:
+        limit = engine_setting("TOKEN_MAX_BATCH")
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                f"Ensure this field has no more than {limit} elements."
+            )
+        return value
+
+
+@extend_schema_field(
+    {"type": "string", "description": " | ".join(s.value for s in tokens.TokenStatus)}
+)
+class TokenStatusField(serializers.CharField):
+    """A token's status. Described rather than declared as an enum: drf-spectacular would
+    name it ``StatusEnum`` like the orders' ``status`` and warn about the collision."""
+
+
+CheckTokensOut = inline_serializer(
+    "CheckTokensOut",
+    {
+        "results": serializers.ListField(
+            child=inline_serializer(
+                "TokenCheckResult",
+                {
+                    "token": serializers.CharField(),
+                    "status": TokenStatusField(),
+                },
+            )
+        )
+    },
+)
+
+
+def _caller(request: Request) -> tuple[str, str]:
+    """(tenant, principal) as the engine names them; tokens are bound to both."""
+    identity = engine_hook("SCOPE_RESOLVER")(request)
+    if identity is None:
+        raise exceptions.PermissionDenied("Tokens are issued to tenant API clients only")
+    return identity
+
+
+def _unavailable() -> HttpResponse:
+    response = responses.problem(
+        503,
+        IdempotencyErrorCode.TOKENS_UNAVAILABLE,
+        "Idempotency tokens are unavailable right now; retry later or send your own "
+        "Idempotency-Key (e.g. a UUID).",
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER_SECONDS)
+    return response
+
+
+class IssueTokensView(APIView):
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        request=IssueTokensIn,
+        responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
+    )
+    def post(self, request: Request) -> Any:
+        """Issue up to 1,000 one-time tokens, each usable once as an ``Idempotency-Key``."""
+        data = IssueTokensIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant, principal = _caller(request)
+        try:
+            issued = tokens.issue_tokens(
+                tenant=tenant, principal=principal, count=data.validated_data["count"]
+            )
+        except tokens.TokensUnavailable:
+            return _unavailable()
+        body = IssuedTokensOut(
+            {
+                "tokens": issued.tokens,
+                "expires_at": issued.expires_at,
+                "ttl_seconds": issued.ttl_seconds,
+            }
+        ).data
+        return Response(body, status=201)
+
+
+class CheckTokensView(APIView):
+    @extend_schema(
+        request=CheckTokensIn,
+        responses={200: CheckTokensOut, **problems(400, 401, 403, 413, 415, 503)},
+    )
+    def post(self, request: Request) -> Any:
+        """Which of these tokens can still be used (one Redis round trip for all of them)."""
+        data = CheckTokensIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant, principal = _caller(request)
+        given = data.validated_data["tokens"]
+        try:
+            states = tokens.check_tokens(tenant=tenant, principal=principal, tokens=given)
+        except tokens.TokensUnavailable:
+            return _unavailable()
+        results = [
+            {"token": token, "status": state.value}
+            for token, state in zip(given, states, strict=True)
+        ]
+        return Response({"results": results})

@@ -1,0 +1,106 @@
+"""DRF integration: ``@idempotent(...)`` on an APIView handler puts it behind the engine.
+
+::
+
+    class OrderListCreateView(APIView):
+        @idempotent(required=True, fields=("items", "payment_method", "coupon_code", "note"))
+        def post(self, request): ...
+
+The handler runs inside the engine's transaction; ``request.idempotency`` (a
+:class:`~idempotency.core.keys.ScopedKey`, or None when the request is not idempotent) gives it the
+``business_key`` to store under a business table's own unique constraint.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import wraps
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from django.db import IntegrityError
+from django.http import HttpResponse
+from django.urls import resolve
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from idempotency.core import engine
+from idempotency.core.conf import Policy, engine_setting
+from idempotency.web.http import KEY_HEADER, business_payload, prepare
+
+Handler = Callable[..., HttpResponse]
+
+
+def idempotent(
+    *,
+    required: bool = False,
+    fields: Sequence[str] | None = None,
+    ttl_seconds: int | None = None,
+    auto_key_window: int | None = None,
+    in_flight: Literal["reject", "wait"] = "reject",
+    wait_seconds: float = 2.0,
+) -> Callable[[Handler], Handler]:
+    """Make a DRF handler idempotent; see :class:`idempotency.core.conf.Policy` for the options."""
+    policy = Policy(
+        required=required,
+        fields=tuple(fields) if fields is not None else None,
+        ttl_seconds=ttl_seconds,
+        auto_key_window=auto_key_window,
+        in_flight=in_flight,
+        wait_seconds=wait_seconds,
+    )
+
+    def decorate(handler: Handler) -> Handler:
+        @wraps(handler)
+        def wrapper(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
+            request.idempotency = None
+            if not engine_setting("ENABLED"):
+                return handler(view, request, *args, **kwargs)
+            # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
+            payload = business_payload(request.data, policy.fields, kwargs)
+            prepared = prepare(
+                request, policy=policy, payload=payload, raw_key=request.META.get(KEY_HEADER)
+            )
+            if prepared is None:
+                return handler(view, request, *args, **kwargs)
+            if isinstance(prepared, HttpResponse):
+                return prepared
+            request.idempotency = prepared.scoped
+            prepared = replace(prepared, render_pointer=lambda url: _render_get(request, url))
+            return engine.process(prepared, lambda: _run_view(view, request, handler, args, kwargs))
+
+        wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def _run_view(
+    view: APIView, request: Request, handler: Handler, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> HttpResponse:
+    """Run the handler and render its answer (errors included) inside the transaction, so the
+    engine can store the exact bytes. Unexpected exceptions propagate (and become a 500)."""
+    try:
+        response = handler(view, request, *args, **kwargs)
+    except IntegrityError:
+        raise
+    except Exception as exc:
+        response = view.handle_exception(exc)
+    response = view.finalize_response(request, response, *args, **kwargs)
+    if hasattr(response, "render"):
+        response.render()
+    return response
+
+
+def _render_get(request: Request, url: str) -> HttpResponse:
+    """GET ``url`` in-process as the same caller (same credentials), for pointer replays."""
+    get = copy.copy(request._request)
+    get.method = "GET"
+    get.path = get.path_info = urlsplit(url).path
+    match = resolve(get.path_info)
+    response = match.func(get, *match.args, **match.kwargs)
+    if hasattr(response, "render"):
+        response.render()
+    return response

@@ -1,0 +1,78 @@
+"""Plain-Django integration: ``@idempotent_form`` makes a form-handling view apply once.
+
+Each rendered form carries a one-time token in a hidden field (``{% idempotency_field %}``
+renders it). A double click, a re-submit after "back", or the same form in two tabs reach the
+view with the same token: the first submit runs, the others get the first answer (usually a
+redirect) and a notice that the action was already applied. A form without a token still gets
+the automatic key (same user, same fields, within the window), so even a hand-built POST cannot
+apply twice by a double click.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+
+from idempotency.core import engine, responses
+from idempotency.core.conf import Policy, engine_setting
+from idempotency.web.http import KEY_HEADER, business_payload, prepare
+
+FORM_FIELD = "idempotency_key"
+ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
+
+View = Callable[..., HttpResponse]
+
+
+def idempotent_form(
+    *,
+    fields: Sequence[str] | None = None,
+    auto_key_window: int = 60,
+    notice: str = ALREADY_APPLIED,
+) -> Callable[[View], View]:
+    """Decorate a view whose POST changes state. GET (and other safe methods) pass through.
+
+    ``fields``: the POST fields that define the action (None: all but the CSRF token and the
+    idempotency token). Duplicates in flight wait for the first (2 s), as a person would.
+    """
+    policy = Policy(
+        fields=tuple(fields) if fields is not None else None,
+        auto_key_window=auto_key_window,
+        in_flight="wait",
+    )
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request.idempotency = None
+            if request.method != "POST" or not engine_setting("ENABLED"):
+                return view(request, *args, **kwargs)
+            data = {
+                k: request.POST.getlist(k) if len(request.POST.getlist(k)) > 1 else v
+                for k, v in request.POST.items()
+                if k not in {"csrfmiddlewaretoken", FORM_FIELD}
+            }
+            raw_key = request.POST.get(FORM_FIELD) or request.META.get(KEY_HEADER)
+            prepared = prepare(
+                request,
+                policy=policy,
+                payload=business_payload(data, policy.fields, kwargs),
+                raw_key=raw_key,
+            )
+            if prepared is None:
+                return view(request, *args, **kwargs)
+            if isinstance(prepared, HttpResponse):
+                return prepared
+            request.idempotency = prepared.scoped
+            response = engine.process(prepared, lambda: view(request, *args, **kwargs))
+            if response.get(responses.RESULT_HEADER) == "HIT":
+                messages.info(request, notice)
+            return response
+
+        wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

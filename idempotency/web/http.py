@@ -1,0 +1,139 @@
+"""From an HTTP request to an :class:`~idempotency.core.engine.IdempotentRequest`.
+
+Shared by the DRF decorator (:mod:`idempotency.web.drf`) and the plain-Django form decorator
+(:mod:`idempotency.web.forms`): validate the key (or derive the automatic one), scope it,
+fingerprint the business payload. A key that is a pre-issued token (``tok_…``) must carry our
+signature for this tenant and principal; the claim then consumes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from idempotency import metrics
+from idempotency.core import responses, tokens
+from idempotency.core.conf import Policy, engine_hook, engine_setting
+from idempotency.core.engine import IdempotentRequest
+from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.core.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
+from idempotency.core.keys import InvalidKey, ScopedKey, automatic_key, validate_key
+
+KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
+
+
+def business_payload(
+    data: Any, fields: tuple[str, ...] | None, path: dict[str, Any]
+) -> dict[str, Any]:
+    """The declared body fields plus the path parameters (the order id is part of "pay")."""
+    body = dict(data) if hasattr(data, "keys") else {"body": data}
+    if fields is not None:
+        body = {name: body.get(name) for name in fields}
+    body["path"] = {name: str(value) for name, value in path.items()}
+    return body
+
+
+def prepare(
+    request: HttpRequest, *, policy: Policy, payload: dict[str, Any], raw_key: str | None
+) -> IdempotentRequest | HttpResponse | None:
+    """The engine request; a 400 refusal; or None when the request is not idempotent
+    (no tenant identity, or no key on an endpoint that neither requires nor derives one)."""
+    identity = engine_hook("SCOPE_RESOLVER")(request)
+    if identity is None:
+        return None
+    tenant, principal = identity
+    try:
+        fingerprints = all_fingerprints(payload, None)
+        hashes = field_hashes(payload, None)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # e.g. two keys equal after Unicode normalisation: the operation has no canonical form
+        return responses.problem(
+            400, IdempotencyErrorCode.PAYLOAD_INVALID, f"The request body is ambiguous: {exc}"
+        )
+    if raw_key is not None:
+        try:
+            key = validate_key(raw_key)
+        except InvalidKey as exc:
+            metrics.count(tenant=tenant, endpoint=_endpoint(request), outcome="INVALID")
+            return responses.problem(400, IdempotencyErrorCode.KEY_INVALID, str(exc))
+        if tokens.is_token(key):
+            try:
+                tokens.verify_token(key, tenant=tenant, principal=principal)
+            except tokens.InvalidToken as exc:
+                return responses.problem(400, IdempotencyErrorCode.TOKEN_INVALID, str(exc))
+    elif policy.auto_key_window:
+        key = automatic_key(fingerprints[FINGERPRINT_VERSION])
+    elif policy.required:
+        metrics.count(tenant=tenant, endpoint=_endpoint(request), outcome="INVALID")
+        return responses.problem(
+            400, IdempotencyErrorCode.KEY_MISSING, "This endpoint requires an Idempotency-Key"
+        )
+    else:
+        return None
+    route = _route(request)
+    scoped = ScopedKey(
+        tenant=tenant,
+        principal=principal,
+        method=request.method or "POST",
+        route=route,
+        key=key,
+        buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
+    )
+    token = None
+    if tokens.is_token(key):
+        token = tokens.token_use(
+            tenant=tenant,
+            principal=principal,
+            token=key,
+            claim_key=scoped.redis_key,
+            # the "used" mark lives as long as the result it guards
+            mark_ttl_seconds=policy.effective_ttl(automatic=False),
+            buckets=scoped.buckets,
+        )
+    return IdempotentRequest(
+        scoped=scoped,
+        fingerprints=fingerprints,
+        field_hashes=hashes,
+        policy=policy,
+        endpoint=_endpoint(request),
+        request_meta=request_meta(request),
+        token=token,
+        region=_resolve("TENANT_REGION", tenant),
+        script_pin=script_pin(request),
+    )
+
+
+SCRIPT_PIN_HEADER = "HTTP_X_LUA_VERSION"
+
+
+def script_pin(request: HttpRequest) -> int | None:
+    """The Lua script version an ``X-Lua-Version`` header pins, honoured only for the callers
+    ``SCRIPT_PIN_ALLOWED`` approves (staff, test API clients); ignored for everyone else."""
+    raw = request.META.get(SCRIPT_PIN_HEADER, "")
+    if not raw.isdigit() or not _resolve("SCRIPT_PIN_ALLOWED", request):
+        return None
+    return int(raw)
+
+
+def _resolve(setting: str, arg: Any) -> Any:
+    hook = engine_hook(setting)
+    return hook(arg) if hook else None
+
+
+def request_meta(request: HttpRequest) -> dict[str, str]:
+    """What an audit keeps about the caller (no body, no credentials)."""
+    meta = request.META
+    return {
+        "remote_addr": meta.get("REMOTE_ADDR", ""),
+        "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
+        "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
+    }
+
+
+def _route(request: HttpRequest) -> str:
+    return request.resolver_match.route if request.resolver_match else request.path
+
+
+def _endpoint(request: HttpRequest) -> str:
+    return f"{request.method} {_route(request)}"

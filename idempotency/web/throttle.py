@@ -1,0 +1,48 @@
+"""The write rate limit (:mod:`idempotency.core.ratelimit`) as a DRF throttle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.throttling import BaseThrottle
+
+from idempotency.core.conf import engine_hook
+from idempotency.core.ratelimit import RateDecision, check_write_rate
+
+
+class RateLimited(exceptions.Throttled):
+    """429 ``RATE_LIMITED``; ``wait`` is the window's exact remaining time in seconds (DRF's
+    own ``Throttled`` rounds it up first, and the API's handler adds a second on top)."""
+
+    def __init__(self, decision: RateDecision) -> None:
+        super().__init__(
+            detail=(
+                f"Too many writes: the limit is {decision.limit} per window; "
+                f"retry in {decision.retry_after_seconds} s."
+            )
+        )
+        self.wait = decision.reset_ms / 1000
+
+
+class TenantRateThrottle(BaseThrottle):
+    """DRF throttle for write endpoints: unsafe methods count against the caller's limit.
+
+    Runs in DRF's ``initial()``, after authentication and permissions (a refused or
+    unauthenticated request costs nothing) and before the handler and so before the
+    idempotency engine. Raises :class:`RateLimited` itself so that ``Retry-After`` comes from
+    the counter's PTTL.
+    """
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        identity = engine_hook("SCOPE_RESOLVER")(request)
+        if identity is None:
+            return True
+        tenant, principal = identity
+        decision = check_write_rate(tenant=tenant, principal=principal)
+        if decision is None or decision.allowed:
+            return True
+        raise RateLimited(decision)

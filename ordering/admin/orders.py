@@ -1,0 +1,129 @@
+"""Staff admin for orders (moved only through the lifecycle services), menus and coupons.
+
+Staff never edit an order's money or status fields by hand: status changes go through the same
+services as the API and the dashboard (one conditional update each, logged with actor
+``staff:<username>``), and amounts are read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from ordering.errors import OrderingError
+from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition, Payment
+from ordering.services.lifecycle import transition_order
+
+S = OrderStatus
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class OrderLineInline(ReadOnlyInline):
+    model = OrderLine
+    fields = ["dish_name", "unit_price", "quantity", "line_total"]
+
+
+class PaymentInline(ReadOnlyInline):
+    model = Payment
+    fields = ["provider", "provider_txn_id", "method", "amount", "currency", "status", "created_at"]
+
+
+class OrderTransitionInline(ReadOnlyInline):
+    model = OrderTransition
+    fields = ["at", "from_status", "to_status", "actor"]
+    verbose_name_plural = "transition log"
+
+
+def _move_action(target: str, label: str) -> Callable[..., None]:
+    """An admin action moving each selected order to ``target`` through the lifecycle service.
+
+    Orders that do not allow the move (or lost a race) are reported and left as they were.
+    """
+
+    def action(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]) -> None:
+        actor = f"staff:{request.user.get_username()}"
+        moved, refused = 0, []
+        for order in queryset.select_related("tenant").order_by("pk"):
+            try:
+                transition_order(tenant=order.tenant, order_id=order.pk, target=target, actor=actor)
+            except OrderingError as exc:
+                refused.append(f"{order.pk} ({exc.detail})")
+            else:
+                moved += 1
+        if moved:
+            modeladmin.message_user(request, f"{label}: {moved} order(s) moved.", messages.SUCCESS)
+        if refused:
+            modeladmin.message_user(
+                request, f"{label}: not allowed for {'; '.join(refused)}", messages.WARNING
+            )
+
+    action.__name__ = f"move_to_{target.lower()}"
+    return admin.action(description=f"{label} selected orders", permissions=["change"])(action)
+
+
+@admin.register(Order)
+class OrderAdmin(admin.ModelAdmin):
+    list_display = ["id", "tenant", "status", "total", "currency", "payment_method", "created_at"]
+    list_filter = ["status", "tenant", "payment_method", "created_at"]
+    list_select_related = ["tenant"]
+    search_fields = ["=id", "=diner_id", "=idempotency_key"]
+    date_hierarchy = "created_at"
+    inlines = [OrderLineInline, PaymentInline, OrderTransitionInline]
+    actions = [
+        _move_action(S.ACCEPTED, "Accept"),
+        _move_action(S.PREPARING, "Start preparing"),
+        _move_action(S.READY, "Mark ready"),
+        _move_action(S.DELIVERING, "Dispatch"),
+        _move_action(S.COMPLETED, "Complete"),
+        _move_action(S.CANCELLED, "Cancel (refund if paid)"),
+    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [f.name for f in Order._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # orders are placed by diners through the API
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # the transition log and payments must outlive nothing
+
+
+@admin.register(Dish)
+class DishAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "price", "stock", "active"]
+    list_filter = ["active", "tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["name", "tenant__slug"]
+    readonly_fields = ["tenant", "stock"]  # stock moves with orders; merchants edit it safely
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # merchants add dishes in the dashboard
+
+
+@admin.register(Coupon)
+class CouponAdmin(admin.ModelAdmin):
+    list_display = ["code", "tenant", "kind", "value", "used_count", "max_uses", "active"]
+    list_filter = ["active", "kind", "tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["code", "tenant__slug"]
+    readonly_fields = ["tenant", "used_count"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # merchants add coupons in the dashboard

@@ -1,0 +1,100 @@
+"""Dead letters: messages whose last retry failed, kept for staff to requeue or discard.
+
+The admin (``ordering/admin.py``) and ``manage.py dead_letters`` call the service functions
+here; both moves are conditional updates on the letter's state, so a double click (or two staff
+members at once) requeues a letter once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+
+from ordering.background import dispatch
+from ordering.models import Compensation, DeadLetter, Order
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+
+class DeadLetterNotOpen(Exception):
+    """The letter does not exist, or was already requeued or discarded."""
+
+
+def record_dead_letter(
+    *,
+    key: str,
+    task: str,
+    payload: dict[str, Any],
+    error: str,
+    attempts: int,
+    tenant: Tenant | None = None,
+    order: Order | None = None,
+) -> DeadLetter | None:
+    """Write a dead letter; None if one is already open for ``key`` (a duplicate delivery of
+    the failing message must not file it twice)."""
+    try:
+        with transaction.atomic():
+            return DeadLetter.objects.create(
+                key=key,
+                task=task,
+                payload=payload,
+                error=error,
+                attempts=attempts,
+                tenant=tenant,
+                order=order,
+            )
+    except IntegrityError:
+        return None
+
+
+def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
+    """Send the letter's message again, with fresh retries for the step that failed.
+
+    The message is sent after commit, so it never runs before the step was reset.
+    """
+    with transaction.atomic():
+        _close(dead_letter_id, state=DeadLetter.State.REQUEUED, actor=actor)
+        letter = DeadLetter.objects.get(pk=dead_letter_id)
+        Compensation.all_tenants.filter(
+            compensation_id=letter.key, status=Compensation.Status.FAILED
+        ).update(status=Compensation.Status.PENDING, attempts=0, last_error="")
+        args = list(letter.payload.get("args", []))
+        kwargs = dict(letter.payload.get("kwargs", {}))
+        transaction.on_commit(lambda: dispatch.enqueue(letter.task, *args, **kwargs))
+    logger.info("dead letter %s requeued by %s", dead_letter_id, actor)
+    return letter
+
+
+def discard_dead_letter(*, dead_letter_id: int, actor: str, note: str = "") -> DeadLetter:
+    """Close the letter without running it again (staff handled it some other way); the order
+    it names stays where it is."""
+    with transaction.atomic():
+        _close(dead_letter_id, state=DeadLetter.State.DISCARDED, actor=actor, note=note)
+        letter = DeadLetter.objects.get(pk=dead_letter_id)
+    logger.info("dead letter %s discarded by %s", dead_letter_id, actor)
+    return letter
+
+
+def open_dead_letters(*, tenant: Tenant | None = None) -> QuerySet[DeadLetter]:
+    letters = DeadLetter.objects.filter(state=DeadLetter.State.OPEN)
+    return letters.filter(tenant=tenant) if tenant is not None else letters
+
+
+def is_flagged(order: Order) -> bool:
+    """Whether the order waits for staff: an open dead letter names it."""
+    return open_dead_letters().filter(order=order).exists()
+
+
+def _close(dead_letter_id: int, *, state: str, actor: str, note: str = "") -> None:
+    fields: dict[str, Any] = {"state": state, "resolved_at": Now(), "resolved_by": actor[:150]}
+    if note:
+        fields["note"] = note
+    if not DeadLetter.objects.filter(pk=dead_letter_id, state=DeadLetter.State.OPEN).update(
+        **fields
+    ):
+        raise DeadLetterNotOpen(f"dead letter {dead_letter_id} is not open")

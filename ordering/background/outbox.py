@@ -1,0 +1,97 @@
+"""The transactional outbox: write an event with the state change, publish it after commit.
+
+Why not send the Celery message from the service directly: a message sent before the commit can
+be consumed before the row it names is visible (or exist for a change that then rolled back),
+and one sent after the commit is lost if the process dies in between. So the event is a row in
+the same transaction as the change (:func:`emit_event`); ``transaction.on_commit`` publishes it
+right after the commit (:func:`publish_event`), and :func:`sweep_outbox`, run periodically by
+Celery beat (``ordering.sweep_outbox``) or ``manage.py sweep_outbox``, publishes rows whose
+publish was lost. A row can therefore be published twice (sweeper and a slow on-commit publish
+racing); consumers make that harmless (:mod:`ordering.background.consumers`).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ordering.background import dispatch
+from ordering.models import EventType, Order, OrderTransition, OutboxEvent
+
+logger = logging.getLogger(__name__)
+
+
+def emit_event(
+    *, order: Order, event_type: EventType, payload: dict[str, Any] | None = None
+) -> OutboxEvent:
+    """Record ``event_type`` for ``order`` in the caller's transaction; publish after commit.
+
+    Must be called inside ``transaction.atomic()``, after the state change it announces: the
+    event's version is the order's number of transitions, so it identifies the change it
+    announces, and a rolled-back change takes its event with it.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("emit_event must run inside the transaction of the state change")
+    event = OutboxEvent.objects.for_tenant(order.tenant).create(
+        tenant=order.tenant,
+        order=order,
+        event_type=event_type,
+        version=OrderTransition.all_tenants.filter(order=order).count(),
+        payload=payload or {},
+    )
+    transaction.on_commit(partial(publish_event, event_id=event.pk), robust=True)
+    return event
+
+
+def publish_event(*, event_id: int) -> bool:
+    """Send the event to the consumers' queue and mark it published; False if sending failed.
+
+    Never raises: a failed publish leaves the row unpublished for the sweeper.
+    """
+    try:
+        dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, event_id)
+    except Exception as exc:
+        logger.warning("outbox event %s not published (the sweeper retries): %s", event_id, exc)
+        OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
+            publish_attempts=F("publish_attempts") + 1,
+            last_publish_at=Now(),
+            last_error=str(exc)[:2000],
+        )
+        return False
+    OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
+        published_at=Now(), publish_attempts=F("publish_attempts") + 1
+    )
+    return True
+
+
+def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int:
+    """Publish events still unpublished ``grace_seconds`` after they were written (or after
+    the last attempt); returns how many were published.
+
+    The grace period leaves the on-commit publish time to do its job. Each row is claimed with
+    a conditional ``UPDATE`` of ``last_publish_at`` before it is sent, so two sweepers running
+    at once do not both send it (if they did, consumers would absorb the duplicate).
+    """
+    grace = settings.OUTBOX_PUBLISH_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    cutoff = timezone.now() - timedelta(seconds=grace)
+    due = Q(published_at__isnull=True, created_at__lte=cutoff) & (
+        Q(last_publish_at__isnull=True) | Q(last_publish_at__lte=cutoff)
+    )
+    published = 0
+    for event_id in (
+        OutboxEvent.all_tenants.filter(due).order_by("id").values_list("id", flat=True)[:limit]
+    ):
+        claimed = OutboxEvent.all_tenants.filter(due, pk=event_id).update(last_publish_at=Now())
+        if claimed and publish_event(event_id=event_id):
+            published += 1
+    if published:
+        logger.info("outbox sweeper published %d event(s) left behind", published)
+    return published

@@ -1,0 +1,248 @@
+"""The cancel saga (seed 4.4, ch. 5): undo a paid order step by step, each step at most once.
+
+``cancel_order`` moves a paid order to CANCELLING and writes ``order.cancel_requested`` to the
+outbox in the same transaction; the event's consumer runs :func:`run_cancel_saga`:
+
+    restore stock -> return coupon -> cancel delivery -> refund payment -> CANCELLED
+
+Why each step happens at most once, whoever runs the saga how often:
+
+- every step has a ``Compensation`` row keyed by ``compensation_id = cancel:<order>:<step>``
+  (unique); the step's effect is committed together with the conditional
+  ``UPDATE compensation SET status = 'done' WHERE status = 'pending'``, so of two runs (a
+  redelivery racing a retry) exactly one applies it;
+- external steps (delivery, refund) cannot share our transaction, so the call carries the
+  ``compensation_id`` as its idempotency key: a worker killed after the provider acted but
+  before it recorded that calls again on redelivery and gets the first result back, no second
+  refund. External calls are made outside any transaction (no locks held across the network).
+
+Failures: a step that raises is retried with exponential backoff and jitter
+(``SAGA_RETRY_BASE_SECONDS`` x 2^(attempt-1), capped at ``SAGA_RETRY_MAX_SECONDS``), at most
+``SAGA_MAX_RETRIES`` times (3) after the first attempt. Attempts are counted per step in the
+database, so a worker killed mid-step also counts — a message that kills every worker ends up in
+the dead letters too. After the last failure the step is marked failed and a ``DeadLetter`` is
+written; the order stays CANCELLING, flagged by the open dead letter, until staff requeue it
+(``ordering.background.dead_letters.requeue_dead_letter``: fresh retries from the failed
+step) or discard it.
+
+When every step is done, the conditional FSM move ``finish_cancel`` makes the order CANCELLED
+and the event is recorded as processed, in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from enum import StrEnum
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from ordering.background.dead_letters import record_dead_letter
+from ordering.background.inbox import is_processed, record_processed
+from ordering.delivery import delivery_adapter
+from ordering.models import Compensation, Order, OrderStatus, OutboxEvent, Payment
+from ordering.payments.registry import get_provider
+from ordering.services.lifecycle import apply_transition, return_coupon, return_stock
+
+logger = logging.getLogger(__name__)
+
+Step = Compensation.Step
+STEPS: tuple[str, ...] = (
+    Step.RESTORE_STOCK,
+    Step.RETURN_COUPON,
+    Step.CANCEL_DELIVERY,
+    Step.REFUND_PAYMENT,
+)
+SAGA_TASK = "ordering.handle_outbox_event"
+ACTOR = "saga:cancel"
+
+
+class SagaOutcome(StrEnum):
+    COMPLETED = "completed"
+    ALREADY_DONE = "already_done"
+    DEAD_LETTERED = "dead_lettered"
+    NOT_CANCELLING = "not_cancelling"
+
+
+class RetryLater(Exception):
+    """A step failed and has retries left: run the saga again in ``countdown`` seconds."""
+
+    def __init__(self, *, step: str, attempt: int, countdown: float, error: str) -> None:
+        super().__init__(f"{step} failed (attempt {attempt}), retry in {countdown:.2f} s: {error}")
+        self.step = step
+        self.attempt = attempt
+        self.countdown = countdown
+
+
+def compensation_id_for(*, order_id: int, step: str) -> str:
+    return f"cancel:{order_id}:{step}"
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Delay before retry number ``attempt`` (1-based): exponential, capped, "equal jitter"
+    (half fixed, half random), so retries of many sagas failing together spread out."""
+    ceiling = min(
+        settings.SAGA_RETRY_MAX_SECONDS, settings.SAGA_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    )
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def run_cancel_saga(*, event: OutboxEvent) -> SagaOutcome:
+    """Run (or resume) the cancel saga of ``event``'s order; safe to call any number of times.
+
+    Raises :class:`RetryLater` when a step failed with retries left.
+    """
+    if is_processed(event):
+        with transaction.atomic():
+            record_processed(event)  # counts the duplicate
+        return SagaOutcome.ALREADY_DONE
+    order = Order.all_tenants.select_related("tenant").get(pk=event.order_id)
+    if order.status not in (OrderStatus.CANCELLING, OrderStatus.CANCELLED):
+        logger.error("cancel saga for order %s, which is %s: skipped", order.pk, order.status)
+        return SagaOutcome.NOT_CANCELLING
+    for step in STEPS:
+        compensation = _compensation_for(order=order, step=step)
+        if compensation.status == Compensation.Status.DONE:
+            continue
+        if compensation.status == Compensation.Status.FAILED:
+            return SagaOutcome.DEAD_LETTERED  # waits for staff: requeue or discard
+        attempt = _begin_attempt(compensation)
+        try:
+            STEP_RUNNERS[step](order, compensation)
+        except Exception as exc:
+            return _step_failed(event, order, compensation, attempt, exc)
+    _finish(event=event, order=order)
+    return SagaOutcome.COMPLETED
+
+
+def _compensation_for(*, order: Order, step: str) -> Compensation:
+    compensation, _ = Compensation.all_tenants.get_or_create(
+        compensation_id=compensation_id_for(order_id=order.pk, step=step),
+        defaults={"tenant_id": order.tenant_id, "order": order, "step": step},
+    )
+    return compensation
+
+
+def _begin_attempt(compensation: Compensation) -> int:
+    Compensation.all_tenants.filter(pk=compensation.pk, status=Compensation.Status.PENDING).update(
+        attempts=F("attempts") + 1
+    )
+    compensation.refresh_from_db(fields=["attempts"])
+    return compensation.attempts
+
+
+def _mark_done(compensation: Compensation, result: dict | None = None) -> bool:
+    """The step's once-only gate; call it in the transaction that applies the step's effect
+    and apply the effect only if it returns True."""
+    return bool(
+        Compensation.all_tenants.filter(
+            pk=compensation.pk, status=Compensation.Status.PENDING
+        ).update(status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error="")
+    )
+
+
+def _restore_stock(order: Order, compensation: Compensation) -> None:
+    with transaction.atomic():
+        if _mark_done(compensation):
+            return_stock(order)
+
+
+def _return_coupon(order: Order, compensation: Compensation) -> None:
+    with transaction.atomic():
+        if _mark_done(compensation, {"coupon_id": order.coupon_id}):
+            return_coupon(order)
+
+
+def _cancel_delivery(order: Order, compensation: Compensation) -> None:
+    cancellation = delivery_adapter().cancel_delivery(
+        order=order, idempotency_key=compensation.compensation_id
+    )
+    with transaction.atomic():
+        _mark_done(
+            compensation,
+            {"reference": cancellation.reference, "replayed": cancellation.replayed},
+        )
+
+
+def _refund_payment(order: Order, compensation: Compensation) -> None:
+    """Refund a captured payment; void one never captured; nothing if there is none."""
+    P = Payment.Status
+    payment = Payment.all_tenants.filter(order=order).order_by("-created_at").first()
+    if payment is not None and payment.status in (P.SUCCEEDED, P.REFUNDED):
+        refund = get_provider(payment.provider).refund(
+            payment=payment, amount=payment.amount, idempotency_key=compensation.compensation_id
+        )
+        with transaction.atomic():
+            result = {
+                "refund_id": refund.refund_id,
+                "amount": str(refund.amount),
+                "replayed": refund.replayed,
+            }
+            if _mark_done(compensation, result):
+                Payment.all_tenants.filter(pk=payment.pk, status=P.SUCCEEDED).update(
+                    status=P.REFUNDED
+                )
+        return
+    with transaction.atomic():
+        if _mark_done(compensation, {"refund_id": None}) and payment is not None:
+            Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.VOIDED)
+
+
+STEP_RUNNERS: dict[str, Callable[[Order, Compensation], None]] = {
+    Step.RESTORE_STOCK: _restore_stock,
+    Step.RETURN_COUPON: _return_coupon,
+    Step.CANCEL_DELIVERY: _cancel_delivery,
+    Step.REFUND_PAYMENT: _refund_payment,
+}
+
+
+def _step_failed(
+    event: OutboxEvent, order: Order, compensation: Compensation, attempt: int, exc: Exception
+) -> SagaOutcome:
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    if attempt <= settings.SAGA_MAX_RETRIES:
+        Compensation.all_tenants.filter(pk=compensation.pk).update(last_error=error)
+        countdown = backoff_seconds(attempt)
+        logger.warning(
+            "cancel saga of order %s: %s failed (attempt %d), retry in %.2f s: %s",
+            order.pk,
+            compensation.step,
+            attempt,
+            countdown,
+            error,
+        )
+        raise RetryLater(step=compensation.step, attempt=attempt, countdown=countdown, error=error)
+    with transaction.atomic():
+        if Compensation.all_tenants.filter(
+            pk=compensation.pk, status=Compensation.Status.PENDING
+        ).update(status=Compensation.Status.FAILED, last_error=error):
+            record_dead_letter(
+                key=compensation.compensation_id,
+                task=SAGA_TASK,
+                payload={"args": [event.pk], "step": compensation.step, "order_id": str(order.pk)},
+                error=error,
+                attempts=attempt,
+                tenant=order.tenant,
+                order=order,
+            )
+    logger.error(
+        "cancel saga of order %s: %s failed %d times; dead-lettered, order stays CANCELLING",
+        order.pk,
+        compensation.step,
+        attempt,
+    )
+    return SagaOutcome.DEAD_LETTERED
+
+
+def _finish(*, event: OutboxEvent, order: Order) -> None:
+    with transaction.atomic():
+        tenant = order.tenant
+        order = Order.all_tenants.select_for_update(of=("self",)).get(pk=order.pk)
+        order.tenant = tenant
+        if order.status == OrderStatus.CANCELLING:
+            apply_transition(order, order.finish_cancel, actor=ACTOR)
+        record_processed(event)

@@ -1,0 +1,64 @@
+"""Celery entry points of the ordering domain. Each is thin — it calls one service — and safe
+to run twice, because the broker may deliver any message twice (``config/celery.py``)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task, shared_task
+from django.conf import settings
+
+from ordering.background import consumers, dispatch, outbox
+from ordering.background.dead_letters import record_dead_letter
+from ordering.background.saga import RetryLater, backoff_seconds
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, name=dispatch.HANDLE_OUTBOX_EVENT, max_retries=None)
+def handle_outbox_event(self: Task, event_id: int) -> str:
+    """Consume one outbox event (order paid, cancel requested).
+
+    A saga step that failed with retries left comes back as :class:`RetryLater` (the saga
+    counts its attempts). Any other error is retried here with the same backoff and limit, then
+    dead-lettered — so no failure ends with a message silently acknowledged and dropped.
+    """
+    try:
+        return consumers.handle_event(event_id=event_id)
+    except RetryLater as exc:
+        raise self.retry(countdown=exc.countdown, exc=exc) from None
+    except Exception as exc:
+        attempt = self.request.retries + 1
+        if attempt <= settings.SAGA_MAX_RETRIES:
+            raise self.retry(countdown=backoff_seconds(attempt), exc=exc) from None
+        record_dead_letter(
+            key=f"task:{self.name}:{event_id}",
+            task=self.name,
+            payload={"args": [event_id]},
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            attempts=attempt,
+        )
+        logger.exception("outbox event %s dead-lettered after %d attempts", event_id, attempt)
+        return consumers.ConsumeResult.DEAD_LETTERED
+
+
+@shared_task(name=dispatch.SWEEP_OUTBOX)
+def sweep_outbox() -> int:
+    """Publish outbox rows whose on-commit publish was lost (Celery beat runs this)."""
+    return outbox.sweep_outbox()
+
+
+@shared_task(name="ordering.reclaim_stale_leases")
+def reclaim_stale_leases() -> dict[str, int]:
+    """Free leases of processes that stopped heartbeating (beat, and every worker start)."""
+    from ordering.instances import reclaim_stale_leases as reclaim
+
+    return reclaim().as_dict()
+
+
+@shared_task(bind=True, name=dispatch.COMPLETE_SIMULATED_PAYMENT, max_retries=3)
+def complete_simulated_payment(self: Task, provider_name: str, provider_txn_id: str) -> str:
+    """Demo only: the simulated provider confirms a payment through the signed webhook."""
+    from ordering.payments.simulated import complete_payment
+
+    return complete_payment(provider_name=provider_name, provider_txn_id=provider_txn_id).outcome
