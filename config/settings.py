@@ -1,8 +1,10 @@
 """Settings for the ordering platform, driven by environment variables.
 
-Defaults make the embedded demo run on a bare machine (SQLite, no Redis, the idempotency
-engine in database-only mode). Production (``DEBUG=0``) refuses to start without a real
-``SECRET_KEY``.
+Production is the default: with ``DEBUG`` unset the settings refuse to start without a real
+``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS`` and, when the simulated payment provider is on,
+its own secret (README, "Run it in production"). ``make run`` and ``make test`` set
+``DEBUG=1``: the embedded demo (SQLite, no Redis, the idempotency engine database-only) and the
+test suite run with development defaults.
 """
 
 from __future__ import annotations
@@ -24,14 +26,27 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_bool("DEBUG", True)
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+# Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
-SECRET_KEY = os.environ.get("SECRET_KEY", _DEV_SECRET if DEBUG else "")
-if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+_DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+SECRET_KEY = os.environ.get("SECRET_KEY", "") or (_DEV_SECRET if DEBUG else "")
+if not DEBUG and (SECRET_KEY in {"", _DEV_SECRET} or SECRET_KEY.startswith("django-insecure")):
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to a secret of your own when DEBUG is off "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
+elif not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off"
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -51,6 +66,7 @@ MIDDLEWARE = [
     "config.request_context.RequestContextMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -139,21 +155,38 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Static files (the dashboard's, the admin's, the API docs') are served by the app itself through
+# WhiteNoise, from STATIC_ROOT after `manage.py collectstatic` (from the apps' folders with DEBUG).
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 # Request bodies above this answer 413 REQUEST_TOO_LARGE before anything reads them
 # (config/request_limits.py); Django's own check on reading request.body uses the same number.
 MAX_REQUEST_BYTES = int(os.environ.get("MAX_REQUEST_BYTES", 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 
+# --- HTTPS (off DEBUG) --------------------------------------------------------------------
+# Production sits behind a TLS-terminating proxy. SECURE_PROXY_SSL_HEADER tells Django which
+# request header that proxy sets to say the client used HTTPS (default X-Forwarded-Proto); the
+# proxy must overwrite any copy a client sends. Set it empty when no proxy sets such a header.
 if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", 31536000))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", False)
+    # Asking browsers to preload HTTPS-only for the whole domain cannot be undone quickly: the
+    # operator opts in (HSTS_PRELOAD=1); `check --deploy` is not to nag about the default.
+    SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
     SECURE_CONTENT_TYPE_NOSNIFF = True
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    _proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto").strip()
+    if _proxy_ssl_header:
+        SECURE_PROXY_SSL_HEADER = (
+            "HTTP_" + _proxy_ssl_header.upper().replace("-", "_"),
+            "https",
+        )
 
 # --- REST API ---------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -296,11 +329,15 @@ SAGA_RETRY_MAX_SECONDS = float(os.environ.get("SAGA_RETRY_MAX_SECONDS", 300.0))
 PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERANCE", 300))
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):
-    _simulated_secret = os.environ.get(
-        "SIMULATED_PROVIDER_SECRET", "dev-only-simulated-provider-secret" if DEBUG else ""
+    _simulated_secret = os.environ.get("SIMULATED_PROVIDER_SECRET", "") or (
+        _DEV_SIMULATED_PROVIDER_SECRET if DEBUG else ""
     )
+    if not DEBUG and _simulated_secret == _DEV_SIMULATED_PROVIDER_SECRET:
+        _simulated_secret = ""
     if not _simulated_secret:
-        raise ImproperlyConfigured("SIMULATED_PROVIDER_SECRET must be set when DEBUG is off")
+        raise ImproperlyConfigured(
+            "SIMULATED_PROVIDER_SECRET must be set to a secret of your own when DEBUG is off"
+        )
     PAYMENT_PROVIDERS["simulated"] = {
         "ADAPTER": "ordering.payments.simulated.SimulatedProvider",
         "SECRETS": [_simulated_secret],
