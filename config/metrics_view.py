@@ -1,9 +1,9 @@
 """``GET /metrics``: Prometheus exposition of the engine's and the ordering app's metrics.
 
-Not public. Allowed when the caller's address is in ``METRICS_ALLOWED_IPS`` (default loopback)
-or, if ``METRICS_TOKEN`` is set, when it sends ``Authorization: Bearer <token>``. Anyone else
-gets a plain 404, so the endpoint is not advertised. Behind a proxy, prefer the token: the
-proxy's address is what REMOTE_ADDR shows.
+Not public. Allowed when the caller sends ``Authorization: Bearer <METRICS_TOKEN>``, or when its
+address is in ``METRICS_ALLOWED_IPS``, an allow-list that is empty unless configured. No address
+is trusted implicitly, loopback included: behind a reverse proxy on the same host every request
+comes from loopback. Anyone else gets a plain 404, so the endpoint is not advertised.
 """
 
 from __future__ import annotations
@@ -40,4 +40,5 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if token and hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
         return True
-    return request.META.get("REMOTE_ADDR", "") in settings.METRICS_ALLOWED_IPS
+    allowed = settings.METRICS_ALLOWED_IPS
+    return bool(allowed) and request.META.get("REMOTE_ADDR", "") in allowed

@@ -216,11 +216,10 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- metrics ----------------------------------------------------------------------------
-# GET /metrics answers only these addresses, or a caller sending "Authorization: Bearer
-# <METRICS_TOKEN>" (config/metrics_view.py); anyone else gets 404.
-METRICS_ALLOWED_IPS = [
-    ip.strip() for ip in os.environ.get("METRICS_ALLOWED_IPS", "127.0.0.1,::1").split(",") if ip
-]
+# GET /metrics answers a caller sending "Authorization: Bearer <METRICS_TOKEN>", or one whose
+# address is in METRICS_ALLOWED_IPS (comma-separated; empty by default: no address is trusted,
+# loopback included); anyone else gets 404 (config/metrics_view.py).
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # --- order ids --------------------------------------------------------------------------
