@@ -26,9 +26,11 @@ DEFAULTS: dict[str, Any] = {
     "TTL_SECONDS": 72 * 3600,
     "LEASE_MS": 30_000,
     "AUTO_KEY_WINDOW_SECONDS": 60,
-    "MAX_STORED_BODY_BYTES": 64 * 1024,
+    # Largest stored reply, status and headers included (idempotency/core/replies.py)
+    "MAX_STORED_REPLY_BYTES": 64 * 1024,
     "REPLAY_HEADERS": ("Content-Type", "Location", "ETag", "Last-Modified", "Content-Language"),
     "LOCAL_CACHE_ENTRIES": 10_000,
+    "LOCAL_CACHE_BYTES": 64 * 1024 * 1024,  # per process, besides the entry count
     "LOCAL_CACHE_TTL_SECONDS": 60.0,
     "WAIT_POLL_MS": 50,
     "AUDIT_FLUSH_SECONDS": 1.0,

@@ -160,9 +160,7 @@ def test_hsts_and_the_https_redirect_are_configurable() -> None:
 
 
 def test_check_deploy_passes_with_exactly_the_documented_environment() -> None:
-    done = run_manage(
-        "check", "--deploy", "--fail-level", "WARNING", env=production_environment()
-    )
+    done = run_manage("check", "--deploy", "--fail-level", "WARNING", env=production_environment())
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "System check identified no issues" in done.stdout
@@ -280,9 +278,7 @@ class TestTheDocumentedProductionServer:
         server, env = production_server
         with _client(server, env) as client:
             order = paying_order(client, live_world)
-            body, headers = forged_callback(
-                order, secret=env["SIMULATED_PROVIDER_SECRET"] or ""
-            )
+            body, headers = forged_callback(order, secret=env["SIMULATED_PROVIDER_SECRET"] or "")
 
             answer = client.post("/api/v1/payments/callback/", content=body, headers=headers)
 
