@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -41,7 +42,7 @@ from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
 from idempotency.core.transactions import engine_transaction
-from idempotency.scripts.registry import registry
+from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import database as db_store
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
@@ -71,11 +72,17 @@ class IdempotentRequest:
     region: str | None = None
     script_pin: int | None = None
 
+    @cached_property
+    def scripts(self) -> dict[str, ScriptRef]:
+        """The Lua script versions this request runs, resolved once: its claim, finish and
+        release come from one set even when a version changes while it runs."""
+        return registry.resolve(
+            tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
+        )
+
     def script_source(self, name: str) -> str | None:
         """The source of the version of ``name`` this request runs; None: the shipped one."""
-        ref = registry.choose(
-            name, tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
-        )
+        ref = self.scripts[name]
         return None if ref.version == 0 else ref.source
 
     @property

@@ -8,6 +8,12 @@ of tenants, and regions. With no stable version in the database the script shipp
 Running processes pick up a change without a restart: every change is published on the Redis
 channel ``idem:scripts`` and a listener thread reloads the table; as a safety net the table is
 also reloaded when older than ``SCRIPT_REFRESH_SECONDS`` (checked on use, no thread needed).
+
+Every load re-checks each row's source against the SHA-256 recorded (and reviewed) when it was
+uploaded: a row changed behind the workflow's back (a direct database write) is refused and
+logged, and calls run what they would run without it (the stable version, else the shipped
+file). A request resolves its whole set of versions once (:meth:`ScriptRegistry.resolve`), so
+its claim, finish and release never mix versions when a change lands mid-request.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "idem:scripts"
 BUCKETS = 100
+# The scripts the engine calls that a stored version may replace (claim_token.lua is a prelude
+# that always runs in front of the chosen claim).
+VERSIONED_SCRIPTS = ("claim", "finish", "release")
 
 
 @dataclass(frozen=True)
@@ -79,21 +88,36 @@ class ScriptRegistry:
         self, name: str, *, tenant_key: str, region: str | None = None, pinned: int | None = None
     ) -> ScriptRef:
         """The version of ``name`` this tenant's call runs (a pinned version wins if it exists)."""
-        forced = _forced_script(name)
-        if forced is not None:
-            return forced
-        rollout = self._rollouts().get(name, Rollout())
-        if pinned is not None and pinned in rollout.versions:
-            return rollout.versions[pinned]
-        return rollout.for_tenant(tenant_key, region) or shipped(name)
+        return _chosen(self._rollouts(), name, tenant_key=tenant_key, region=region, pinned=pinned)
+
+    def resolve(
+        self, *, tenant_key: str, region: str | None = None, pinned: int | None = None
+    ) -> dict[str, ScriptRef]:
+        """The version of every versioned script for one request, from one table."""
+        table = self._rollouts()
+        return {
+            name: _chosen(table, name, tenant_key=tenant_key, region=region, pinned=pinned)
+            for name in VERSIONED_SCRIPTS
+        }
 
     def reload(self) -> None:
         """Read the table from the database now."""
         from idempotency.models import LuaScriptVersion
 
-        rows = LuaScriptVersion.objects.exclude(state=LuaScriptVersion.State.DRAFT)
+        rows = LuaScriptVersion.objects.exclude(state=LuaScriptVersion.State.DRAFT).filter(
+            name__in=VERSIONED_SCRIPTS
+        )
         table: dict[str, dict] = {}
         for row in rows:
+            if sha256_of(row.source) != row.sha256:
+                logger.error(
+                    "Lua script %s v%s refused: its source does not match the SHA-256 recorded "
+                    "at upload (%s); it was changed outside the review workflow",
+                    row.name,
+                    row.version,
+                    row.sha256,
+                )
+                continue
             ref = ScriptRef(name=row.name, version=row.version, source=row.source)
             entry = table.setdefault(row.name, {"versions": {}})
             entry["versions"][row.version] = ref
@@ -149,6 +173,27 @@ class ScriptRegistry:
                 logger.warning("Lua script channel lost (%s); resubscribing", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+def sha256_of(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _chosen(
+    table: dict[str, Rollout],
+    name: str,
+    *,
+    tenant_key: str,
+    region: str | None,
+    pinned: int | None,
+) -> ScriptRef:
+    forced = _forced_script(name)
+    if forced is not None:
+        return forced
+    rollout = table.get(name, Rollout())
+    if pinned is not None and pinned in rollout.versions:
+        return rollout.versions[pinned]
+    return rollout.for_tenant(tenant_key, region) or shipped(name)
 
 
 def _channel_client() -> object | None:
