@@ -269,6 +269,9 @@ IDEMPOTENCY = {
     "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
     "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
     "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
+    # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
+    "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),
+    "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
 }
 
 # --- celery / payments ------------------------------------------------------------------

@@ -23,6 +23,13 @@ class Tenant(models.Model):
         help_text="API writes per minute per API client and diner; empty: the platform default "
         "(settings.IDEMPOTENCY['RATE_LIMIT_PER_MINUTE']).",
     )
+    token_quota = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Most pre-issued idempotency tokens outstanding (issued, neither used nor "
+        "expired) at once; empty: the platform default (settings.IDEMPOTENCY['TOKEN_QUOTA']).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -42,6 +49,12 @@ def write_rate_per_minute_of(tenant_key: str) -> int | None:
     return (
         Tenant.objects.filter(pk=tenant_key).values_list("write_rate_per_minute", flat=True).first()
     )
+
+
+def token_quota_of(tenant_key: str) -> int | None:
+    """The tenant's own quota of outstanding tokens, or None for the platform default (the
+    engine's ``TOKEN_QUOTA_FOR_TENANT``)."""
+    return Tenant.objects.filter(pk=tenant_key).values_list("token_quota", flat=True).first()
 
 
 class Membership(models.Model):

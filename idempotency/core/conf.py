@@ -59,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)
     "TOKEN_TTL_SECONDS": 24 * 3600,
     "TOKEN_MAX_BATCH": 1000,
+    # most tokens outstanding (issued, neither used nor expired) per tenant
+    "TOKEN_QUOTA": 100_000,
+    # dotted path: (tenant_key) -> the tenant's own quota | None (None: TOKEN_QUOTA)
+    "TOKEN_QUOTA_FOR_TENANT": None,
 }
 
 
