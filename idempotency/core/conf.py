@@ -63,6 +63,10 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_QUOTA": 100_000,
     # dotted path: (tenant_key) -> the tenant's own quota | None (None: TOKEN_QUOTA)
     "TOKEN_QUOTA_FOR_TENANT": None,
+    # Per-tenant usage in /metrics (idempotency/stores/usage.py): how long a process keeps its
+    # count of records, and how many Redis keys its census reads further per scrape
+    "USAGE_CACHE_SECONDS": 60.0,
+    "USAGE_SCAN_KEYS": 10_000,
 }
 
 
