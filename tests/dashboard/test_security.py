@@ -78,3 +78,37 @@ def test_staff_need_model_permissions_superusers_see_everything(url):
     root = Client()
     root.force_login(User.objects.create_superuser("root", password="x-123456789"))
     assert root.get(url).status_code == 200
+
+
+DASHBOARD_PAGES = [
+    "/dashboard/",
+    "/dashboard/board/fragment/",
+    "/dashboard/orders/{order}/",
+    "/dashboard/menu/",
+    "/dashboard/menu/{dish}/",
+    "/dashboard/coupons/",
+    "/dashboard/api-keys/",
+    "/dashboard/idempotency/",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", DASHBOARD_PAGES)
+def test_dashboard_pages_are_never_stored_and_carry_the_policy(mine, page):
+    browser = Client()
+    browser.force_login(mine.user)
+
+    response = browser.get(fill(page, mine))
+
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"] and "private" in response["Cache-Control"]
+    policy = response["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "script-src 'self'" in policy
+    assert "style-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+
+
+@pytest.mark.django_db
+def test_the_login_page_is_never_stored_either(client):
+    response = client.get("/dashboard/login/")
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
