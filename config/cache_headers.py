@@ -1,8 +1,9 @@
 """``Cache-Control: no-store`` on the dashboard's pages.
 
 They show a restaurant's orders, diners and keys: no browser cache or shared proxy may keep a
-copy (the back button after logging out, a shared computer, a caching proxy). The admin's views
-already say so themselves (Django's ``never_cache``); static files and the API are left alone.
+copy (the back button after logging out, a shared computer, a caching proxy). A view that said
+``no-store`` itself is left as it is, and so are the admin's views (Django's ``never_cache``),
+static files and the API.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class NoStoreMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if request.path.startswith(PRIVATE_PREFIXES):
+        cache_control = response.get("Cache-Control", "")
+        if request.path.startswith(PRIVATE_PREFIXES) and "no-store" not in cache_control:
             add_never_cache_headers(response)
         return response

@@ -10,7 +10,6 @@ Django's technical 404 page listed the URL map.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,8 +28,10 @@ from tests.support.production import (
     HTTPS_HEADERS,
     PROJECT_ROOT,
     documented_environment,
+    live_server_environment,
     production_environment,
     run_manage,
+    served_host,
     system_environment,
 )
 
@@ -170,16 +171,7 @@ def test_check_deploy_passes_with_exactly_the_documented_environment() -> None:
 
 
 def live_environment() -> dict[str, str | None]:
-    """The documented environment on this run's database and Redis, DEBUG removed (the suite
-    itself runs with DEBUG=1)."""
-    env: dict[str, str | None] = {
-        **production_environment(
-            database_url=os.environ["DATABASE_URL"],
-            redis_url=settings.REDIS_URL or "redis://127.0.0.1:6379/0",
-        )
-    }
-    env["DEBUG"] = None
-    return env
+    return live_server_environment(redis_url=settings.REDIS_URL or "redis://127.0.0.1:6379/0")
 
 
 @pytest.fixture(scope="module")
@@ -192,19 +184,15 @@ def production_server(
         log_dir=tmp_path_factory.mktemp("production"),
         env=env,
         workers=2,
-        ready_headers={"Host": _host(env), **HTTPS_HEADERS},
+        ready_headers={"Host": served_host(env), **HTTPS_HEADERS},
     ) as server:
         yield server, env
-
-
-def _host(env: dict[str, str | None]) -> str:
-    return (env["ALLOWED_HOSTS"] or "").split(",")[0]
 
 
 def _client(server: LiveServer, env: dict[str, str | None]) -> httpx.Client:
     return httpx.Client(
         base_url=server.url,
-        headers={"Host": _host(env), **HTTPS_HEADERS},
+        headers={"Host": served_host(env), **HTTPS_HEADERS},
         timeout=30,
         follow_redirects=False,
     )
@@ -287,6 +275,24 @@ class TestTheDocumentedProductionServer:
         order.refresh_from_db()
         assert order.status == OrderStatus.PAID
 
+    def test_one_key_cannot_mint_more_than_100000_tokens(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], live_world: World
+    ) -> None:
+        """The reproduced attack minted 600,000 tokens with one key in 10 s."""
+        server, env = production_server
+        headers = live_world.headers()
+        with _client(server, env) as client:
+            issued = [
+                client.post("/api/v1/idempotency-tokens/", json={"count": 1000}, headers=headers)
+                for _ in range(100)
+            ]
+            refused = client.post("/api/v1/idempotency-tokens/", json={"count": 1}, headers=headers)
+
+        assert {answer.status_code for answer in issued} == {201}
+        assert refused.status_code == 429
+        assert refused.json()["code"] == "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED"
+        assert refused.json()["limit"] == 100_000
+
     @pytest.mark.parametrize("path", ["/no-such-page/", "/dashboard/no-such-page/"])
     def test_a_404_is_the_site_page_never_the_technical_one(
         self, production_server: tuple[LiveServer, dict[str, str | None]], path: str
@@ -305,11 +311,11 @@ class TestTheDocumentedProductionServer:
         self, production_server: tuple[LiveServer, dict[str, str | None]]
     ) -> None:
         server, env = production_server
-        with httpx.Client(base_url=server.url, headers={"Host": _host(env)}) as client:
+        with httpx.Client(base_url=server.url, headers={"Host": served_host(env)}) as client:
             answer = client.get("/dashboard/login/")
 
         assert answer.status_code == 301
-        assert answer.headers["Location"] == f"https://{_host(env)}/dashboard/login/"
+        assert answer.headers["Location"] == f"https://{served_host(env)}/dashboard/login/"
 
     def test_https_answers_carry_hsts_and_secure_cookies(
         self, production_server: tuple[LiveServer, dict[str, str | None]]

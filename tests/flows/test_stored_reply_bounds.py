@@ -6,8 +6,8 @@ database and in every gunicorn worker's local cache (bounded by entries, not byt
 105 MB of Redis, 107 MB of table and 135-200 MB of worker memory.
 
 Now the error echoes a short prefix of the input, every stored reply has a byte cap and the local
-cache a byte budget. The server here has a Redis of its own, so its memory figure is this test's
-alone.
+cache a byte budget. The server is started as the README's production instructions say, with a
+Redis of its own, so its memory figure is this test's alone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ from django.db import connection
 from idempotency.models import IdempotencyRecord
 from tests.flows.conftest import Shop
 from tests.support.live_server import LiveServer, live_gunicorn
+from tests.support.production import (
+    HTTPS_HEADERS,
+    documented_environment,
+    live_server_environment,
+)
 from tests.support.redis_nodes import RedisNode
 
 REQUESTS = 200
@@ -35,6 +40,8 @@ WORKERS = 2
 REDIS_GROWTH_LIMIT = 2 * 1024 * 1024
 TABLE_GROWTH_LIMIT = 2 * 1024 * 1024
 RSS_GROWTH_LIMIT = 40 * 1024 * 1024  # both workers together
+# What the proxy in front of a production server sends along.
+HEADERS = {"Host": documented_environment()["ALLOWED_HOSTS"].split(",")[0], **HTTPS_HEADERS}
 
 
 @pytest.fixture
@@ -52,12 +59,11 @@ def flood_server(
         db_name=settings.DATABASES["default"]["NAME"],
         log_dir=tmp_path,
         env={
-            "REDIS_URL": own_redis.url,
-            "REDIS_SHARDS": None,
-            "REDIS_CLUSTER_URL": None,
+            **live_server_environment(redis_url=own_redis.url),
             "API_WRITE_RATE_PER_MINUTE": "0",  # the flood is one diner's; measure, don't limit
         },
         workers=WORKERS,
+        ready_headers=HEADERS,
     ) as server:
         yield server
 
@@ -87,7 +93,9 @@ def send_orders(server: LiveServer, shop: Shop, *, count: int, value_bytes: int,
 
     async def fire() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=8, max_keepalive_connections=8)
-        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, limits=limits, timeout=60, headers=HEADERS
+        ) as client:
             gate = asyncio.Semaphore(8)
 
             async def one(i: int) -> httpx.Response:

@@ -52,6 +52,22 @@ def production_environment(
     return env
 
 
+def live_server_environment(*, redis_url: str) -> dict[str, str | None]:
+    """The documented environment for a live gunicorn of the test suite: this run's database
+    (``APP_DB_NAME`` names the test database) and ``redis_url``, DEBUG removed (the suite itself
+    runs with DEBUG=1 and the server inherits the suite's environment)."""
+    env: dict[str, str | None] = {
+        **production_environment(database_url=os.environ["DATABASE_URL"], redis_url=redis_url)
+    }
+    env["DEBUG"] = None
+    return env
+
+
+def served_host(env: Mapping[str, str | None]) -> str:
+    """The first documented host name: what requests to such a server must name in ``Host``."""
+    return (env["ALLOWED_HOSTS"] or "").split(",")[0]
+
+
 def system_environment() -> dict[str, str]:
     """The few variables of this process a child needs to run, and nothing that configures
     the app (the suite itself runs with ``DEBUG=1``)."""
