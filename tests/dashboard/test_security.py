@@ -8,7 +8,7 @@ from django.test import Client
 
 from ordering.models import Order, OrderStatus
 from tests.dashboard.conftest import form_token
-from tests.dashboard.test_isolation import fill, snapshot
+from tests.dashboard.test_isolation import ALL_URLS, fill, snapshot
 
 FORM_POSTS = [
     ("/dashboard/orders/{order}/", "/dashboard/orders/{order}/transition/", {"to": "ACCEPTED"}),
@@ -80,20 +80,8 @@ def test_staff_need_model_permissions_superusers_see_everything(url):
     assert root.get(url).status_code == 200
 
 
-DASHBOARD_PAGES = [
-    "/dashboard/",
-    "/dashboard/board/fragment/",
-    "/dashboard/orders/{order}/",
-    "/dashboard/menu/",
-    "/dashboard/menu/{dish}/",
-    "/dashboard/coupons/",
-    "/dashboard/api-keys/",
-    "/dashboard/idempotency/",
-]
-
-
 @pytest.mark.django_db
-@pytest.mark.parametrize("page", DASHBOARD_PAGES)
+@pytest.mark.parametrize("page", ALL_URLS)
 def test_dashboard_pages_are_never_stored_and_carry_the_policy(mine, page):
     browser = Client()
     browser.force_login(mine.user)

@@ -10,36 +10,21 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from django.conf import settings as django_settings
 
-from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.core.tokens import QUOTA_BUCKET_MS, new_tokens, quota_key, store_tokens
+from tests.idempotency.test_tokens import REDIS_URL, client, no_rate_limit
 
-REDIS_URL = django_settings.REDIS_URL or "redis://127.0.0.1:6379/0"
+__all__ = ["client", "no_rate_limit"]  # fixtures shared with the token tests
+
 TOKENS = "/api/v1/idempotency-tokens/"
 
 
-@pytest.fixture(autouse=True)
-def no_rate_limit(settings: Any) -> None:
-    """The quota is tested on its own; the write limiter has its own tests."""
-    settings.IDEMPOTENCY = {
-        **settings.IDEMPOTENCY,
-        "RATE_LIMIT_PER_MINUTE": None,
-        "RATE_LIMIT_FOR_TENANT": None,
-    }
-    reset_rate_cache()
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(REDIS_URL)
-    yield c
-    c.close()
+# The quota is tested on its own (the write limiter has its own tests), on the suite's Redis.
+pytestmark = pytest.mark.usefixtures("no_rate_limit")
 
 
 def issue(api: Any, count: int) -> Any:
