@@ -202,8 +202,9 @@ def new_tokens(
     sub_bucket: int | None = None,
 ) -> list[str]:
     """``count`` fresh signed tokens (not stored yet); with ``sub_bucket``, only tokens whose
-    keys fall into that one of the tenant's ``buckets`` (drawn again until they do), so that
-    one script call can store them all in one cluster slot."""
+    keys fall into that one of the tenant's ``buckets`` (drawn again until they do: about
+    ``buckets`` signatures per token), so that one script call can store them all in one
+    cluster slot."""
     tokens: list[str] = []
     while len(tokens) < count:
         token = sign_token(
