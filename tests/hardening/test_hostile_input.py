@@ -385,9 +385,9 @@ BIG = 500_000  # what a 1 MiB body limit lets through in one field
                 .encode()
                 .replace(
                     b'"quantity": 1',
-                    b'"quantity": 1, "\u00e9'
+                    b'"quantity": 1, "\\u00e9'
                     + b"k" * BIG
-                    + b'": 1, "e\u0301'
+                    + b'": 1, "e\\u0301'
                     + b"k" * BIG
                     + b'": 2',
                 )
