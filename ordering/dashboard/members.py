@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import member_required, render_page, tenant_of
+from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import MemberAddForm, MemberRoleForm
 from tenants.members import MemberError, add_member, change_role, members_of, remove_member
 from tenants.models import Membership
@@ -43,6 +43,7 @@ def members(request: HttpRequest) -> HttpResponse:
 @require_POST
 @idempotent_form(fields=("role",))
 def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
+    found(Membership.objects.filter(tenant=tenant_of(request), pk=membership_id).first())
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Unknown role.")
