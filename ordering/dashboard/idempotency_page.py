@@ -61,8 +61,8 @@ def engine_state(tenant_key: str) -> tuple[str, str]:
     return mode, state.value.replace("_", "-")
 
 
-@require_safe
 @member_required(Area.DUPLICATES)
+@require_safe
 def idempotency(request: HttpRequest) -> HttpResponse:
     tenant_key = str(tenant_of(request).pk)
     hours = hourly_hits(tenant_key=tenant_key, hours=HOURS)

@@ -83,8 +83,8 @@ def board_context(request: HttpRequest) -> dict[str, object]:
     return {"columns": columns, "just_now": timezone.now() - timedelta(minutes=1)}
 
 
-@require_safe
 @member_required(Area.ORDERS)
+@require_safe
 def board(request: HttpRequest) -> HttpResponse:
     """The board; a small script swaps in :func:`board_fragment` every few seconds."""
     refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
@@ -96,16 +96,16 @@ def board(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_safe
 @member_required(Area.ORDERS)
+@require_safe
 def board_fragment(request: HttpRequest) -> HttpResponse:
     response = render(request, "dashboard/partials/board_columns.html", board_context(request))
     response["Cache-Control"] = "no-store"
     return response
 
 
-@require_safe
 @member_required(Area.ORDERS)
+@require_safe
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
     order = found(order_for_dashboard(tenant=tenant_of(request), order_id=order_id))
     return render_page(

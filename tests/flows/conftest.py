@@ -50,6 +50,7 @@ class Shop:
     dish: Dish
     api_key: str
     backend: ApiClient
+    backend_key: str
     tokens: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -73,5 +74,7 @@ def shop(transactional_db: None) -> Shop:
         tenant=tenant, name="Pizza", price=Decimal("9.50"), stock=STOCK
     )
     _, api_key = issue_api_key(tenant=tenant, name="storm-app", kind=ApiClient.Kind.PUBLISHABLE)
-    backend, _ = issue_api_key(tenant=tenant, name="storm-pos", kind=ApiClient.Kind.MERCHANT)
-    return Shop(tenant=tenant, dish=dish, api_key=api_key, backend=backend)
+    backend, backend_key = issue_api_key(
+        tenant=tenant, name="storm-pos", kind=ApiClient.Kind.MERCHANT
+    )
+    return Shop(tenant=tenant, dish=dish, api_key=api_key, backend=backend, backend_key=backend_key)
