@@ -37,7 +37,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 class DinerSessionScheme(OpenApiAuthenticationExtension):
     target_class = "tenants.authentication.DinerSessionAuthentication"
-    name = "DinerSession"
+    name = "Bearer"
 
     def get_security_requirement(self, auto_schema: Any) -> dict[str, list] | None:
         return {self.name: []} if _reaches(auto_schema, {CredentialKind.DINER_SESSION}) else None

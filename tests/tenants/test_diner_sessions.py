@@ -3,6 +3,7 @@ and what each credential may do (the capability table)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import timedelta
@@ -465,3 +466,36 @@ def test_a_merchant_sign_in_counts_as_its_write(merchant: Any, settings: Any) ->
         backend.post(SESSIONS, {"diner_id": f"d{i}"}, format="json").status_code for i in range(3)
     ]
     assert statuses == [201, 201, 429]
+
+
+def test_the_schema_lists_for_each_operation_the_credentials_that_reach_it(client: Any) -> None:
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["ApiKey"]["type"] == "apiKey" and schemes["ApiKey"]["name"] == "Authorization"
+    assert (schemes["Bearer"]["type"], schemes["Bearer"]["scheme"]) == ("http", "bearer")
+
+    def security(path: str, method: str) -> list[str]:
+        return sorted(name for req in schema["paths"][path][method]["security"] for name in req)
+
+    assert security("/api/v1/menu/", "get") == ["ApiKey", "Bearer"]
+    assert security("/api/v1/orders/", "post") == ["Bearer"]
+    assert security("/api/v1/orders/", "get") == ["ApiKey", "Bearer"]  # merchant: every order
+    assert security("/api/v1/orders/{order_id}/pay/", "post") == ["Bearer"]
+    assert security("/api/v1/orders/{order_id}/transition/", "post") == ["ApiKey"]
+    assert security("/api/v1/diner-sessions/", "post") == ["ApiKey"]
+    assert security("/api/v1/diner-sessions/refresh/", "post") == ["Bearer"]
+    assert "X-Diner-Id" not in json.dumps(schema)
+
+
+def test_staff_end_sessions_in_the_admin_and_never_see_secret_hashes(
+    admin_client: Any, publishable: Any
+) -> None:
+    token = open_guest(publishable[1]).json()["token"]
+    session = DinerSession.objects.get()
+    page = admin_client.get(f"/admin/tenants/dinersession/{session.pk}/change/")
+    assert page.status_code == 200 and session.secret_hash not in page.content.decode()
+    admin_client.post(
+        "/admin/tenants/dinersession/",
+        {"action": "end", "_selected_action": [str(session.pk)]},
+    )
+    assert_401(as_diner(token), "SESSION_REVOKED")
