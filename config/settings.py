@@ -194,7 +194,7 @@ DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECOND
 # by a revoked key) is refused by every process at most this many seconds after the revocation.
 DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
 # Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
-# behind a proxy, have the server set it to the real client, e.g. gunicorn forwarded_allow_ips).
+# behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
 DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_IP", 20))
 

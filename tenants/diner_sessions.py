@@ -31,7 +31,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core import signing
-from django.db.models import Q
 from django.utils import timezone
 
 from tenants.models import ApiClient, DinerSession, Tenant
@@ -200,7 +199,7 @@ def revoke_diner(*, tenant: Tenant, diner_id: str) -> int:
     refuses them within ``DINER_SESSION_STATE_CACHE_SECONDS``."""
     now = timezone.now()
     live = DinerSession.objects.filter(
-        Q(expires_at__gt=now), tenant=tenant, diner_id=diner_id, revoked_at__isnull=True
+        tenant=tenant, diner_id=diner_id, revoked_at__isnull=True, expires_at__gt=now
     )
     ids = list(live.values_list("pk", flat=True))
     count = DinerSession.objects.filter(pk__in=ids, revoked_at__isnull=True).update(revoked_at=now)

@@ -77,7 +77,8 @@ class SessionOpenThrottle(BaseThrottle):
     allows them, per key, in one Redis call; a merchant key's sign-ins count as its writes.
 
     The address is ``REMOTE_ADDR``: behind a proxy the server must set it to the real client
-    (gunicorn: ``forwarded_allow_ips``), or every diner shares the proxy's budget."""
+    (gunicorn: ``--proxy-protocol``, docs/tenancy.md), or every diner shares the proxy's
+    budget."""
 
     def allow_request(self, request: Any, view: Any) -> bool:
         principal: ApiPrincipal = request.user

@@ -111,10 +111,12 @@ class OrderSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
+    payment_serializer: type[serializers.ModelSerializer] = PaymentSerializer
+
     @extend_schema_field(PaymentSerializer(allow_null=True))
     def get_payment(self, order: Order) -> dict | None:
         payment = order.payments.first()
-        return PaymentSerializer(payment).data if payment else None
+        return self.payment_serializer(payment).data if payment else None
 
 
 class OrderDetailSerializer(OrderSerializer):
@@ -125,9 +127,7 @@ class OrderDetailSerializer(OrderSerializer):
 
 
 class DinerOrderSerializer(OrderSerializer):
-    def get_payment(self, order: Order) -> dict | None:
-        payment = order.payments.first()
-        return DinerPaymentSerializer(payment).data if payment else None
+    payment_serializer = DinerPaymentSerializer
 
 
 class DinerOrderDetailSerializer(DinerOrderSerializer):

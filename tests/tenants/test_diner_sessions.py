@@ -499,3 +499,30 @@ def test_staff_end_sessions_in_the_admin_and_never_see_secret_hashes(
         {"action": "end", "_selected_action": [str(session.pk)]},
     )
     assert_401(as_diner(token), "SESSION_REVOKED")
+
+
+def test_a_diner_sees_no_internal_fields_and_a_merchant_key_sees_them(
+    api: Any, merchant_api: Any, menu: Any
+) -> None:
+    placed = place(api, menu)
+    order_id = placed.json()["id"]
+    paid = api.post(f"/api/v1/orders/{order_id}/pay/").json()
+    moved = merchant_api.post(
+        f"/api/v1/orders/{order_id}/transition/", {"to": "CANCELLED"}, format="json"
+    ).json()
+    diner_views = [
+        placed.json(),
+        paid,
+        api.get(f"/api/v1/orders/{order_id}/").json(),
+        api.get("/api/v1/orders/").json()["results"][0],
+    ]
+    for view in diner_views:
+        assert "provider_txn_id" not in (view["payment"] or {})
+        assert all("actor" not in t for t in view.get("transitions", []))
+        assert "api:" not in json.dumps(view)  # no key prefix anywhere
+    merchant_views = [moved, merchant_api.get(f"/api/v1/orders/{order_id}/").json()]
+    for view in merchant_views:
+        assert view["payment"]["provider_txn_id"].startswith("sim_")
+        assert [t["actor"] for t in view["transitions"]][-1].startswith("api:")
+    listed = merchant_api.get("/api/v1/orders/").json()["results"][0]
+    assert listed["payment"]["provider_txn_id"].startswith("sim_")
