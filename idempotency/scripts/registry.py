@@ -35,6 +35,8 @@ BUCKETS = 100
 # The scripts the engine calls that a stored version may replace (claim_token.lua is a prelude
 # that always runs in front of the chosen claim).
 VERSIONED_SCRIPTS = ("claim", "finish", "release")
+# How long a process's first use of the registry waits for its listener to subscribe.
+SUBSCRIBE_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class ScriptRegistry:
         self._table: dict[str, Rollout] = {}
         self._loaded_at = float("-inf")
         self._listener: threading.Thread | None = None
+        self._subscribed = threading.Event()
 
     def choose(
         self, name: str, *, tenant_key: str, region: str | None = None, pinned: int | None = None
@@ -156,10 +159,14 @@ class ScriptRegistry:
                     target=self._listen, args=(client,), name="lua-script-listener", daemon=True
                 )
                 self._listener.start()
+        # The first table is read once the channel is subscribed, so no change announced in
+        # between is missed and the table needs no second read (waits once per process).
+        self._subscribed.wait(SUBSCRIBE_WAIT_SECONDS)
 
     def _listen(self, client: object) -> None:
         """Reload on every announcement; on a broken connection, resubscribe (and reload,
-        since announcements may have been missed)."""
+        since announcements may have been missed). The first subscription marks the table
+        stale only if it was read before (announcements may have been missed meanwhile)."""
         backoff = 0.1
         while True:
             try:
@@ -167,8 +174,13 @@ class ScriptRegistry:
                 pubsub.subscribe(CHANNEL)
                 for message in pubsub.listen():
                     backoff = 0.1
-                    if message["type"] in ("message", "subscribe"):
+                    if message["type"] == "message" or (
+                        message["type"] == "subscribe"
+                        and (self._subscribed.is_set() or self._loaded_at > float("-inf"))
+                    ):
                         self._loaded_at = float("-inf")  # reload on next use
+                    if message["type"] == "subscribe":
+                        self._subscribed.set()
             except Exception as exc:
                 logger.warning("Lua script channel lost (%s); resubscribing", exc)
                 time.sleep(backoff)

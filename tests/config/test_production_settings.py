@@ -28,6 +28,7 @@ from tests.support.production import (
     HTTPS_HEADERS,
     PROJECT_ROOT,
     documented_environment,
+    guest_session_headers,
     live_server_environment,
     production_environment,
     run_manage,
@@ -204,8 +205,8 @@ def live_world(transactional_db: None) -> World:
 
 
 def paying_order(client: httpx.Client, world: World) -> Order:
-    """An order the diner placed and started paying, through the API."""
-    headers = world.headers()
+    """An order a guest diner placed and started paying, through the API."""
+    headers = guest_session_headers(client, world.publishable_key)
     placed = client.post(
         "/api/v1/orders/",
         json={"items": [{"dish_id": world.dish.pk, "quantity": 1}], "payment_method": "card"},
@@ -280,8 +281,8 @@ class TestTheDocumentedProductionServer:
     ) -> None:
         """The reproduced attack minted 600,000 tokens with one key in 10 s."""
         server, env = production_server
-        headers = live_world.headers()
         with _client(server, env) as client:
+            headers = guest_session_headers(client, live_world.publishable_key)
             issued = [
                 client.post("/api/v1/idempotency-tokens/", json={"count": 1000}, headers=headers)
                 for _ in range(100)

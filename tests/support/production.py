@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 README = PROJECT_ROOT / "README.md"
@@ -66,6 +67,17 @@ def live_server_environment(*, redis_url: str) -> dict[str, str | None]:
 def served_host(env: Mapping[str, str | None]) -> str:
     """The first documented host name: what requests to such a server must name in ``Host``."""
     return (env["ALLOWED_HOSTS"] or "").split(",")[0]
+
+
+def guest_session_headers(client: Any, publishable_key: str) -> dict[str, str]:
+    """Open a guest diner session on a live server as a diner's app does (its publishable key,
+    an empty body), and the ``Authorization`` header that acts as that diner. The token is
+    signed by the server itself, whatever its ``SECRET_KEY``."""
+    opened = client.post(
+        "/api/v1/diner-sessions/", headers={"Authorization": f"Api-Key {publishable_key}"}
+    )
+    assert opened.status_code == 201, opened.text
+    return {"Authorization": f"Bearer {opened.json()['token']}"}
 
 
 def system_environment() -> dict[str, str]:
