@@ -142,7 +142,7 @@ def test_a_quick_pass_is_not_recorded_and_cannot_gate_a_promotion():
 
 
 def test_the_candidate_runs_beside_the_live_versions_of_the_other_scripts():
-    assert TRUNCATING_FINISH != shipped_source("finish")
+    assert shipped_source("finish") != TRUNCATING_FINISH
     # given a live (stable) finish that truncates what it stores
     version("finish", TRUNCATING_FINISH, state=LuaScriptVersion.State.STABLE)
     candidate = version("claim", SOUND_CLAIM)
