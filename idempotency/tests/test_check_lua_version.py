@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import uuid
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -162,9 +163,8 @@ def test_it_refuses_without_a_redis_server_binary():
 @pytest.fixture
 def role_without_createdb() -> Any:
     """A PostgreSQL role that may read this database but not create one."""
-    role = "idem_gate_no_createdb"
+    role = f"idem_gate_no_createdb_{uuid.uuid4().hex[:8]}"  # roles are server-wide
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP ROLE IF EXISTS {role}")
         cursor.execute(f"CREATE ROLE {role} LOGIN NOCREATEDB NOSUPERUSER")
         cursor.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
     yield role
