@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +144,27 @@ def test_the_default_hook_never_reads_the_host_redis_url(settings, tenant):
 
 @pytest.mark.django_db
 def test_pub_sub_channels_carry_the_configured_prefix(settings, tenant):
-    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "CHANNEL_PREFIX": f"site-{tenant}"}
+    # given a process whose local cache holds two finished results, on prefix "site-<tenant>"
+    prefix = f"site-{tenant}"
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "CHANNEL_PREFIX": prefix}
     nodes.reset()
-    post_note(Client(), tenant, key="k")
+    post_note(Client(), tenant, key="k1", text="one")
+    post_note(Client(), tenant, key="k2", text="two")
+    cache = nodes.local_cache()
+    first, second = (k.decode() for k in idem_keys())
+    assert cache.get(first) is not None and cache.get(second) is not None
     client = nodes.node_for(tenant).store.client
-    assert f"site-{tenant}:invalidate".encode() in client.pubsub_channels(f"site-{tenant}:*")
-    assert client.pubsub_channels("idem:invalidate") == []
+    assert client.pubsub_numsub(f"{prefix}:invalidate") == [(f"{prefix}:invalidate".encode(), 1)]
+    # when another site on the same server announces one key on the default channel, then
+    # this site announces the other on its own channel (one connection gets both in order)
+    client.publish("idem:invalidate", first)
+    client.publish(f"{prefix}:invalidate", second)
+    deadline = time.monotonic() + 10
+    while cache.get(second) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # then only this site's announcement reached this process
+    assert cache.get(second) is None
+    assert cache.get(first) is not None
 
 
 def test_every_setting_the_engine_reads_is_in_defaults():
