@@ -148,12 +148,15 @@ def test_pub_sub_channels_carry_the_configured_prefix(settings, tenant):
     prefix = f"site-{tenant}"
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "CHANNEL_PREFIX": prefix}
     nodes.reset()
+    node = nodes.node_for(tenant)
+    # a listener empties the cache when its subscription starts: let that happen first
+    assert nodes._listeners[node.name].wait_subscribed(10)
     post_note(Client(), tenant, key="k1", text="one")
     post_note(Client(), tenant, key="k2", text="two")
     cache = nodes.local_cache()
     first, second = (k.decode() for k in idem_keys())
     assert cache.get(first) is not None and cache.get(second) is not None
-    client = nodes.node_for(tenant).store.client
+    client = node.store.client
     assert client.pubsub_numsub(f"{prefix}:invalidate") == [(f"{prefix}:invalidate".encode(), 1)]
     # when another site on the same server announces one key on the default channel, then
     # this site announces the other on its own channel (one connection gets both in order)
