@@ -74,7 +74,7 @@ def storm(url: str, path: str, *, body: bytes, headers: dict[str, str]) -> list[
 def assert_one_execution(answers: list[Answer]) -> Answer:
     outcomes = Counter(a.result or f"status {a.status}" for a in answers)
     executed = [a for a in answers if a.result == "MISS"]
-    assert len(executed) == 1, outcomes
+    assert len(executed) == 1, [(a.status, a.result, a.body[:120]) for a in answers]
     first = executed[0]
     for answer in answers:
         if answer.result == "HIT":
@@ -84,7 +84,7 @@ def assert_one_execution(answers: list[Answer]) -> Answer:
                 first.location,
             )
         elif answer is not first:
-            assert answer.status == 409, outcomes
+            assert answer.status == 409, (outcomes, answer.body[:300])
             assert json.loads(answer.body)["code"] == "IDEMPOTENCY_REQUEST_IN_PROGRESS"
             assert int(answer.retry_after or 0) >= 1
     return first
