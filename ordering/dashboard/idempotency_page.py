@@ -16,8 +16,9 @@ from idempotency.models import DuplicateAudit
 from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
 from idempotency.stores.breaker import BreakerState
 from idempotency.stores.nodes import node_for
-from ordering.dashboard.access import render_page, tenant_of, tenant_required
+from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.charts import hit_rate_chart
+from tenants.permissions import Area
 
 HOURS = 24
 LATEST = 10
@@ -60,8 +61,8 @@ def engine_state(tenant_key: str) -> tuple[str, str]:
     return mode, state.value.replace("_", "-")
 
 
+@member_required(Area.DUPLICATES)
 @require_safe
-@tenant_required
 def idempotency(request: HttpRequest) -> HttpResponse:
     tenant_key = str(tenant_of(request).pk)
     hours = hourly_hits(tenant_key=tenant_key, hours=HOURS)
