@@ -32,6 +32,7 @@ HOOKS = (
     "SCRIPT_PIN_ALLOWED",
     "TENANT_REGION",
     "RATE_LIMIT_FOR_TENANT",
+    "RATE_LIMIT_CEILING_FOR_TENANT",
 )
 REQUIRED = ("SCOPE_RESOLVER",)
 POSITIVE_INTS = (
@@ -99,7 +100,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
         (("HOT_TENANT_BUCKETS",), _buckets),
         (("BREAKER",), _breaker),
         (("FORCE_SCRIPTS",), _forced_scripts),
-        (("RATE_LIMIT_PER_MINUTE",), _optional_rate),
+        (("RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_TENANT_CEILING_PER_MINUTE"), _optional_rate),
     ]
     for names, check in checks:
         for name in names:
