@@ -13,6 +13,9 @@ Neither count may cost a scrape a full scan of a large table or keyspace:
   (each process walks on its own). A key belongs to the tenant of its hash tag, ``{t:<tenant>}``
   or ``{t:<tenant>:<bucket>}``: idempotency entries, tokens, the token quota ledger and rate-limit
   counters; other keys are not counted.
+
+The gauges need prometheus-client (the engine's ``metrics`` extra), as ``/metrics`` does: the
+host's metrics view imports this module, nothing else does.
 """
 
 from __future__ import annotations
