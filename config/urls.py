@@ -15,6 +15,3 @@ urlpatterns = [
     path("api/v1/", include("idempotency.web.urls")),
     path("", include("ordering.dashboard.urls")),
 ]
-
-handler404 = "config.error_views.handler404"
-handler500 = "config.error_views.handler500"

@@ -25,9 +25,24 @@ class DishSerializer(serializers.ModelSerializer):
         return dish.active and dish.stock > 0
 
 
+@extend_schema_field(
+    {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_QUANTITY_PER_LINE,
+        "description": f"Portions; more than {MAX_QUANTITY_PER_LINE} of one dish per order "
+        "answers 400 QUANTITY_INVALID",
+    }
+)
+class QuantityField(serializers.IntegerField):
+    """No upper bound here: the placing service refuses more than ``MAX_QUANTITY_PER_LINE``
+    portions of a dish (lines of one dish added up) with its own documented code,
+    ``QUANTITY_INVALID``, rather than the generic ``VALIDATION_ERROR`` a field bound gives."""
+
+
 class ItemInSerializer(serializers.Serializer):
     dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    quantity = serializers.IntegerField(min_value=1, max_value=MAX_QUANTITY_PER_LINE)
+    quantity = QuantityField(min_value=1)
 
 
 class PlaceOrderInSerializer(serializers.Serializer):

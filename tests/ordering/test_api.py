@@ -140,9 +140,15 @@ def test_merchant_transition(api, merchant_api, menu):
             id="quantity-negative",
         ),
         pytest.param(
+            {"items": [{"dish_id": "PIZZA", "quantity": 101}], "payment_method": "card"},
+            400,
+            "QUANTITY_INVALID",
+            id="quantity-101",
+        ),
+        pytest.param(
             {"items": [{"dish_id": 1, "quantity": 10**9}], "payment_method": "card"},
             400,
-            "VALIDATION_ERROR",
+            "QUANTITY_INVALID",
             id="quantity-absurd",
         ),
         pytest.param(
