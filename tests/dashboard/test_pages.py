@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.staticfiles import finders
+from django.templatetags.static import static
 from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.dashboard.orders import merchant_moves
+from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient
@@ -92,6 +96,13 @@ def test_order_page_shows_lines_payment_and_log(merchant, mine):
     assert html.count('class="log-entry"') == 3
 
 
+def test_order_page_shows_the_lifecycle_diagram(merchant, mine):
+    html = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
+    src = re.search(r'<img class="lifecycle" src="([^"]+)"', html)
+    assert src and src[1] == static("dashboard/order-lifecycle.png")
+    assert finders.find("dashboard/order-lifecycle.png") == str(PNG_PATH)
+
+
 def test_accept_moves_the_order_once_and_logs_the_merchant(merchant, mine):
     url = f"/dashboard/orders/{mine.order.pk}/"
     r = post_form(merchant, url + "transition/", {"to": S.ACCEPTED}, page_url=url)
@@ -119,7 +130,9 @@ def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, m
     r = merchant.post(url + "transition/", {"to": S.ACCEPTED, "idempotency_key": tab_2})
     assert r.status_code == 302
     assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.ACCEPTED).count() == 1
-    assert "Not applied: Order is ACCEPTED" in merchant.get(url).content.decode()
+    assert "Not applied: accept is not allowed from ACCEPTED. It is ACCEPTED now" in (
+        merchant.get(url).content.decode()
+    )
     from idempotency.audit import writer
 
     writer.flush()
