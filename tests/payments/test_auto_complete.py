@@ -1,0 +1,38 @@
+"""The demo's simulated provider confirms a payment by itself, *after* the configured delay, so
+PAYING is visible: in eager mode (no broker, the bare-machine demo) as with a worker
+(tests/workers/test_celery_worker.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ordering.models import Order, OrderStatus, OrderTransition
+from tests.payments.helpers import paying_order
+
+S = OrderStatus
+DELAY = 1.5
+
+
+def wait_until_paid(order: Order, *, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while Order.all_tenants.values_list("status", flat=True).get(pk=order.pk) != S.PAID:
+        assert time.monotonic() < deadline, "the payment was never confirmed"
+        time.sleep(0.05)
+
+
+def seconds_in_paying(order: Order) -> float:
+    moves = {t.to_status: t.at for t in OrderTransition.all_tenants.filter(order=order)}
+    return (moves[S.PAID] - moves[S.PAYING]).total_seconds()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eager_mode_confirms_after_the_delay_not_at_once(settings, tenant, menu):
+    settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = DELAY
+    order, _ = paying_order(tenant, menu["pizza"])
+    wait_until_paid(order)
+    assert seconds_in_paying(order) >= DELAY
+    [paid] = OrderTransition.all_tenants.filter(order=order, to_status=S.PAID)
+    assert paid.actor == "provider:simulated"
+
