@@ -35,4 +35,3 @@ def test_eager_mode_confirms_after_the_delay_not_at_once(settings, tenant, menu)
     assert seconds_in_paying(order) >= DELAY
     [paid] = OrderTransition.all_tenants.filter(order=order, to_status=S.PAID)
     assert paid.actor == "provider:simulated"
-
