@@ -67,6 +67,11 @@ class Order(ConcurrentTransitionMixin, models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3, default="EUR")
     note = models.CharField(max_length=500, blank=True)
+    # What people say and see ("#0427"): a sequence per tenant and business day (the tenant's
+    # time zone), allocated in the placing transaction (ordering/order_numbers.py). The 64-bit id
+    # stays the reference in URLs and the API. NULL for orders placed before numbering existed.
+    number = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    business_day = models.DateField(null=True, blank=True, editable=False)
     # NULL (not ""): orders placed without a key must not collide in the unique constraint.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -84,10 +89,18 @@ class Order(ConcurrentTransitionMixin, models.Model):
             models.CheckConstraint(
                 condition=models.Q(total__gte=0), name="order_total_not_negative"
             ),
+            models.UniqueConstraint(
+                fields=["tenant", "business_day", "number"], name="uniq_order_number_per_day"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"order {self.id} ({self.status})"
+        return f"order {self.number_label} ({self.status})"
+
+    @property
+    def number_label(self) -> str:
+        """``#0427``; an order placed before numbering existed shows its id."""
+        return f"#{self.number:04d}" if self.number is not None else f"#{self.id}"
 
     @transition(
         field=status,
