@@ -78,6 +78,15 @@ class TransitionSerializer(serializers.ModelSerializer):
 
 class OrderSerializer(serializers.ModelSerializer):
     id = serializers.CharField(read_only=True)
+    number = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Short number for people, per restaurant and business day (1, 2, ...)",
+    )
+    number_label = serializers.CharField(read_only=True, help_text='e.g. "#0427"')
+    business_day = serializers.DateField(
+        read_only=True, allow_null=True, help_text="The restaurant's calendar day of the number"
+    )
     coupon_code = serializers.CharField(
         source="coupon.code", default=None, read_only=True, allow_null=True
     )
@@ -88,6 +97,9 @@ class OrderSerializer(serializers.ModelSerializer):
         model = Order
         fields = [
             "id",
+            "number",
+            "number_label",
+            "business_day",
             "status",
             "diner_id",
             "payment_method",

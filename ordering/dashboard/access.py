@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
@@ -30,7 +31,8 @@ class TenantRequest(HttpRequest):
 
 
 def tenant_required(view: View) -> View:
-    """Log-in required, and a membership: the page gets ``request.membership``.
+    """Log-in required, and a membership: the page gets ``request.membership``, and shows
+    times in the tenant's time zone.
 
     Put it outermost: ``@idempotent_form`` below it reads the membership to scope its keys.
     """
@@ -42,7 +44,8 @@ def tenant_required(view: View) -> View:
         if membership is None:
             return render(request, "dashboard/no_tenant.html", status=403)
         request.membership = membership
-        return view(request, *args, **kwargs)
+        with timezone.override(membership.tenant.zone):
+            return view(request, *args, **kwargs)
 
     return wrapper
 

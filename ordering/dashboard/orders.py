@@ -17,6 +17,7 @@ from idempotency import audit
 from idempotency.selectors import has_committed_result
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta
+from ordering.actors import describe_actors
 from ordering.dashboard.access import actor_of, found, render_page, tenant_of, tenant_required
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
@@ -97,7 +98,10 @@ def board_fragment(request: HttpRequest) -> HttpResponse:
 @require_safe
 @tenant_required
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
-    order = found(order_for_dashboard(tenant=tenant_of(request), order_id=order_id))
+    tenant = tenant_of(request)
+    order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
+    transitions = list(order.transitions.all())
+    who = describe_actors(tenant, (t.actor for t in transitions))
     return render_page(
         request,
         "dashboard/order_detail.html",
@@ -105,7 +109,8 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
             "order": order,
             "moves": merchant_moves(order),
             "payments": list(order.payments.all()),
-            "transitions": list(order.transitions.all()),
+            "transitions": transitions,
+            "log": [(t, who[t.actor]) for t in transitions],
         },
         section="orders",
     )
@@ -140,7 +145,7 @@ def order_transition(request: HttpRequest, order_id: int) -> HttpResponse:
             _audit_conflict(request, order)
         messages.error(request, f"Not applied: {exc.detail}")
         return back
-    messages.success(request, f"Order {moved.pk} is now {moved.status}.")
+    messages.success(request, f"Order {moved.number_label} is now {moved.status}.")
     return back
 
 

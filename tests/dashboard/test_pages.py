@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 from decimal import Decimal
 
 import pytest
@@ -96,6 +97,17 @@ def test_order_page_shows_lines_payment_and_log(merchant, mine):
     assert html.count('class="log-entry"') == 3
 
 
+def test_order_page_shows_the_short_number_and_times_in_the_tenants_zone(merchant, mine):
+    mine.tenant.time_zone = "Asia/Tokyo"
+    mine.tenant.save()
+    html = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
+    assert f'<span class="order-number">{mine.order.number_label}</span>' in html
+    tokyo = timezone.localtime(mine.order.created_at, ZoneInfo("Asia/Tokyo"))
+    assert f"{tokyo:%Y-%m-%d %H:%M:%S} JST" in html
+    board = merchant.get("/dashboard/").content.decode()
+    assert f'<span class="order-number">{mine.order.number_label}</span>' in board
+
+
 def test_order_page_shows_the_lifecycle_diagram(merchant, mine):
     html = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
     src = re.search(r'<img class="lifecycle" src="([^"]+)"', html)
@@ -111,7 +123,9 @@ def test_accept_moves_the_order_once_and_logs_the_merchant(merchant, mine):
     last = OrderTransition.all_tenants.filter(order=mine.order).last()
     assert (last.to_status, last.actor) == (S.ACCEPTED, "merchant:alice")
     page = merchant.get(url)
-    assert f"Order {mine.order.pk} is now ACCEPTED." in page.content.decode()
+    html = page.content.decode()
+    assert f"Order {mine.order.number_label} is now ACCEPTED." in html
+    assert "by alice (dashboard)</span>" in html  # the log says who, in words
     assert [m.target for m in page.context["moves"]] == [S.PREPARING, S.CANCELLED]
 
 
