@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from zoneinfo import ZoneInfo
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.staticfiles import finders
