@@ -23,6 +23,7 @@ from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
+from ordering.payments.conflicts import open_conflicts
 from ordering.selectors import board_orders, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
 
@@ -77,12 +78,19 @@ def board_context(request: HttpRequest) -> dict[str, object]:
 @require_safe
 @tenant_required
 def board(request: HttpRequest) -> HttpResponse:
-    """The board; a small script swaps in :func:`board_fragment` every few seconds."""
+    """The board; a small script swaps in :func:`board_fragment` every few seconds. Above it,
+    the restaurant's payments that platform staff are reviewing (open provider conflicts):
+    staff resolve them in the admin, the merchant should know which orders they concern."""
     refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
+    conflicts = open_conflicts(tenant=tenant_of(request)).select_related("order")
     return render_page(
         request,
         "dashboard/board.html",
-        {**board_context(request), "refresh_ms": int(refresh * 1000)},
+        {
+            **board_context(request),
+            "refresh_ms": int(refresh * 1000),
+            "payments_under_review": list(conflicts.order_by("created_at")),
+        },
         section="orders",
     )
 
@@ -111,6 +119,7 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
             "payments": list(order.payments.all()),
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
+            "payments_under_review": list(open_conflicts(tenant=tenant).filter(order=order)),
         },
         section="orders",
     )
