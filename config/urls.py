@@ -6,6 +6,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.metrics_view import metrics
 
+# The admin's lists need the width more than a second menu beside them (1280 px screens): the
+# home page and the breadcrumbs lead everywhere the sidebar would.
+admin.site.enable_nav_sidebar = False
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),

@@ -91,7 +91,6 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         "endpoint",
         "short_key",
         "resource_ref",
-        "source",
         "reviewed",
     ]
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]

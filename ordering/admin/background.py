@@ -35,8 +35,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         "created_at",
         "tenant",
         "order",
-        "key",
-        "task",
+        "step",
         "attempts",
         "state",
         "resolved_by",
@@ -47,6 +46,12 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return obj is None and request.user.has_perm("ordering.change_deadletter")
+
+    @admin.display(description="step", ordering="key")
+    def step(self, letter: DeadLetter) -> str:
+        """What failed: the key's last part (``cancel:<order>:refund_payment``); the whole key
+        and the task are on the letter's page and in the filters."""
+        return letter.key.rsplit(":", 1)[-1]
 
     @admin.action(description="Requeue (run the failed step again)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
