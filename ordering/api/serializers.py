@@ -35,14 +35,15 @@ class DishSerializer(serializers.ModelSerializer):
     }
 )
 class QuantityField(serializers.IntegerField):
-    """No upper bound here: the placing service refuses more than ``MAX_QUANTITY_PER_LINE``
+    """Bounded here only by what a quantity can be at all (a 32-bit count, else
+    ``VALIDATION_ERROR``): the placing service refuses more than ``MAX_QUANTITY_PER_LINE``
     portions of a dish (lines of one dish added up) with its own documented code,
-    ``QUANTITY_INVALID``, rather than the generic ``VALIDATION_ERROR`` a field bound gives."""
+    ``QUANTITY_INVALID``."""
 
 
 class ItemInSerializer(serializers.Serializer):
     dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    quantity = QuantityField(min_value=1)
+    quantity = QuantityField(min_value=1, max_value=2**31 - 1)
 
 
 class PlaceOrderInSerializer(serializers.Serializer):

@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 HANDLE_OUTBOX_EVENT = "ordering.handle_outbox_event"
 COMPLETE_SIMULATED_PAYMENT = "ordering.complete_simulated_payment"
 SWEEP_OUTBOX = "ordering.sweep_outbox"
+# Names of the timer threads that run delayed tasks in eager mode (tests wait for them).
+DELAYED_THREAD_PREFIX = "delayed-task:"
 
 
 def enqueue(task_name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
@@ -50,5 +52,6 @@ def _run_later(task: Task, delay: float, args: tuple[Any, ...], kwargs: dict[str
             connections.close_all()
 
     timer = threading.Timer(delay, run)
+    timer.name = f"{DELAYED_THREAD_PREFIX}{task.name}"
     timer.daemon = True
     timer.start()

@@ -4,10 +4,11 @@ PAYING is visible: in eager mode (no broker, the bare-machine demo) as with a wo
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
+from ordering.background import dispatch
 from ordering.models import Order, OrderStatus, OrderTransition
 from tests.payments.helpers import paying_order
 
@@ -15,11 +16,13 @@ S = OrderStatus
 DELAY = 1.5
 
 
-def wait_until_paid(order: Order, *, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while Order.all_tenants.values_list("status", flat=True).get(pk=order.pk) != S.PAID:
-        assert time.monotonic() < deadline, "the payment was never confirmed"
-        time.sleep(0.05)
+def wait_for_delayed_tasks(*, timeout: float = 30) -> None:
+    """Join the timer threads that run delayed tasks: the confirmation and everything it
+    triggers after commit have finished (none of it may outlive the test's database)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith(dispatch.DELAYED_THREAD_PREFIX):
+            thread.join(timeout)
+            assert not thread.is_alive(), f"{thread.name} still running after {timeout} s"
 
 
 def seconds_in_paying(order: Order) -> float:
@@ -31,7 +34,8 @@ def seconds_in_paying(order: Order) -> float:
 def test_eager_mode_confirms_after_the_delay_not_at_once(settings, tenant, menu):
     settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = DELAY
     order, _ = paying_order(tenant, menu["pizza"])
-    wait_until_paid(order)
+    wait_for_delayed_tasks()
+    assert Order.all_tenants.get(pk=order.pk).status == S.PAID
     assert seconds_in_paying(order) >= DELAY
     [paid] = OrderTransition.all_tenants.filter(order=order, to_status=S.PAID)
     assert paid.actor == "provider:simulated"
