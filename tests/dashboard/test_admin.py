@@ -247,3 +247,10 @@ def test_tenants_list_counts_members_and_keys_and_can_suspend(staff, mine, their
     run_action(staff, "/admin/tenants/tenant/", "suspend", [theirs.tenant.pk])
     assert Tenant.objects.get(pk=theirs.tenant.pk).status == Tenant.Status.SUSPENDED
     assert staff.get("/admin/tenants/membership/").status_code == 200
+
+
+def test_without_the_tenant_labels_hook_the_admin_shows_tenant_keys(staff, settings, mine):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TENANT_LABELS": None}
+    make_audit(str(mine.tenant.pk), "HIT", "k-plain")
+    page = staff.get("/admin/idempotency/duplicateaudit/")
+    assert [a.tenant_label for a in page.context["cl"].result_list] == [str(mine.tenant.pk)]
