@@ -217,6 +217,7 @@ def server_env(opts: Options, database_url: str, redis_url: str, metrics_dir: Pa
         "SIMULATED_PROVIDER_SECRET": SECRET_KEY,
         "PAYMENT_DEFAULT_PROVIDER": "simulated",
         "API_WRITE_RATE_PER_MINUTE": "0",
+        "API_TENANT_WRITE_CEILING_PER_MINUTE": "0",
         "IDEMPOTENCY_ENABLED": "1",
         "IDEMPOTENCY_LEASE_MS": str(opts.lease_ms),
         "IDEMPOTENCY_BREAKER": json.dumps({"open_seconds": 2}),
@@ -279,7 +280,12 @@ def run(opts: Options) -> dict[str, Any]:
                 django_helper(
                     env,
                     ["-m", "bench.chaos", "_seed"],
-                    {"dishes": opts.dishes, "stock": opts.stock, "run": run_id},
+                    {
+                        "dishes": opts.dishes,
+                        "stock": opts.stock,
+                        "run": run_id,
+                        "diners": opts.diners,
+                    },
                 )
                 .strip()
                 .splitlines()[-1]
@@ -413,7 +419,7 @@ class Load:
         self.opts = opts
         self.rng = rng
         self.url = url
-        self.api_key = seeded["api_key"]
+        self.tokens = seeded["tokens"]  # diner "d<n>" -> its session's Bearer token
         self.dish_ids = [int(d) for d in seeded["dishes"]]
         self.probe_dish = int(seeded["probe_dish"])
         self.run_id = run_id
@@ -455,10 +461,9 @@ class Load:
 
     def headers(self, k: KeyState) -> dict[str, str]:
         return {
-            "Authorization": f"Api-Key {self.api_key}",
+            "Authorization": f"Bearer {self.tokens[k.diner]}",
             "Content-Type": "application/json",
             "Idempotency-Key": k.key,
-            "X-Diner-Id": k.diner,
         }
 
     # one attempt
@@ -1177,6 +1182,7 @@ def _seed_main() -> None:
 
     from ordering.models import Dish
     from tenants.api_keys import issue_api_key
+    from tenants.diner_sessions import open_session
     from tenants.models import ApiClient, Tenant
 
     payload = json.loads(sys.stdin.read() or "{}")
@@ -1194,12 +1200,17 @@ def _seed_main() -> None:
         probe = Dish.objects.for_tenant(tenant).create(
             tenant=tenant, name="Probe dish", price=Decimal("1.00"), stock=PROBE_STOCK
         )
-        _, key = issue_api_key(tenant=tenant, name="chaos", kind=ApiClient.Kind.DINER_APP)
+        # Diners act through sessions, signed in by the restaurant's backend key.
+        backend, _ = issue_api_key(tenant=tenant, name="chaos", kind=ApiClient.Kind.MERCHANT)
+        tokens = {
+            f"d{i}": open_session(client=backend, diner_id=f"d{i}").token
+            for i in range(payload["diners"])
+        }
     print(
         json.dumps(
             {
                 "tenant": tenant.pk,
-                "api_key": key,
+                "tokens": tokens,
                 "dishes": [d.pk for d in dishes],
                 "probe_dish": probe.pk,
                 "stock": {str(d.pk): d.stock for d in [*dishes, probe]},

@@ -23,10 +23,19 @@ PROBLEM_JSON = "application/problem+json"
 class ApiError(exceptions.APIException):
     """An error with a machine-readable code, raised anywhere below a view."""
 
-    def __init__(self, *, status_code: int, code: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        *,
+        status_code: int,
+        code: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail=detail, code=code)
         self.status_code = status_code
         self.error_code = code
+        self.headers = headers or {}
         self.extra = extra
 
 
@@ -86,8 +95,9 @@ _DRF_CODES: list[tuple[type[Exception], str]] = [
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler: map every failure to the shared problem shape."""
     if isinstance(exc, ApiError):
+        headers = {**_auth_header(exc), **exc.headers}
         return problem_response(
-            exc.status_code, exc.error_code, str(exc.detail), headers=_auth_header(exc), **exc.extra
+            exc.status_code, exc.error_code, str(exc.detail), headers=headers, **exc.extra
         )
     if isinstance(exc, RequestDataTooBig):
         return problem_response(
@@ -113,7 +123,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 def _auth_header(exc: Exception) -> dict[str, str]:
     if getattr(exc, "status_code", None) == 401:
-        return {"WWW-Authenticate": "Api-Key"}
+        return {"WWW-Authenticate": "Api-Key, Bearer"}
     return {}
 
 

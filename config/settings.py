@@ -158,8 +158,12 @@ if not DEBUG:
 
 # --- REST API ---------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsTenantClient"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiKeyAuthentication",
+        "tenants.authentication.DinerSessionAuthentication",
+    ],
+    # Every API view declares the capability each method needs (tenants/permissions.py).
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasDeclaredCapability"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": [
         "config.parsers.StrictJSONParser",
@@ -182,6 +186,22 @@ SPECTACULAR_SETTINGS = {
         "OrderStatusEnum": "ordering.models.orders.OrderStatus",
     },
 }
+
+# --- diner sessions (tenants/diner_sessions.py, docs/tenancy.md) ----------------------------
+# A Bearer token lives this long; a refresh moves it on, but never past the session's max age.
+DINER_SESSION_TTL_SECONDS = int(os.environ.get("DINER_SESSION_TTL_SECONDS", 24 * 3600))
+DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECONDS", 30 * 24 * 3600))
+# Each process keeps a session's revocation state this long: a revoked session (or one opened
+# by a revoked key) is refused by every process at most this many seconds after the revocation.
+DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
+# Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
+# behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
+DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
+DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_IP", 20))
+
+# `manage.py seed_demo` keeps the demo's full API keys here (DEBUG only, git-ignored) so that a
+# re-run can print them again; the database has only their hashes.
+DEMO_KEYS_FILE = Path(os.environ.get("DEMO_KEYS_FILE", BASE_DIR / "var" / "demo_keys.json"))
 
 # --- metrics ----------------------------------------------------------------------------
 # GET /metrics answers only these addresses, or a caller sending "Authorization: Bearer
@@ -234,10 +254,17 @@ IDEMPOTENCY = {
     "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
     "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
-    # API writes per API client + diner per minute (Tenant.write_rate_per_minute overrides;
-    # 0: no default limit)
+    # API writes per principal (a diner, or a secret server key) per minute
+    # (Tenant.write_rate_per_minute overrides; 0: no default limit)
     "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
     "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
+    # API writes per minute of a whole tenant, all principals together
+    # (Tenant.write_ceiling_per_minute overrides; 0: no default ceiling)
+    "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": int(
+        os.environ.get("API_TENANT_WRITE_CEILING_PER_MINUTE", 3000)
+    )
+    or None,
+    "RATE_LIMIT_CEILING_FOR_TENANT": "tenants.models.write_ceiling_per_minute_of",
     "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
 }
 

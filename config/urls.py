@@ -5,6 +5,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.metrics_view import metrics
+from idempotency.web import api as tokens_api
+from tenants.permissions import Capability, declare
+
+TOKENS = Capability.USE_IDEMPOTENCY_TOKENS
 
 # The admin's lists need the width more than a second menu beside them (1280 px screens): the
 # home page and the breadcrumbs lead everywhere the sidebar would.
@@ -16,6 +20,18 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("ordering.api.urls")),
-    path("api/v1/", include("idempotency.web.urls")),
+    path("api/v1/", include("tenants.urls")),
+    # The engine's pre-issued tokens, with who may use them declared here (tokens are bound to
+    # the caller's principal: a session's diner, or a merchant key).
+    path(
+        "api/v1/idempotency-tokens/",
+        declare(tokens_api.IssueTokensView, POST=TOKENS).as_view(),
+        name="idempotency-tokens",
+    ),
+    path(
+        "api/v1/idempotency-tokens/check/",
+        declare(tokens_api.CheckTokensView, POST=TOKENS).as_view(),
+        name="idempotency-tokens-check",
+    ),
     path("", include("ordering.dashboard.urls")),
 ]

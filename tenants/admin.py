@@ -11,7 +11,8 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
 from tenants.api_keys import revoke_api_key
-from tenants.models import ApiClient, Membership, Tenant
+from tenants.diner_sessions import end_session
+from tenants.models import ApiClient, DinerSession, Membership, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -88,3 +89,26 @@ class ApiClientAdmin(admin.ModelAdmin):
         for client in clients:
             revoke_api_key(client=client)
         self.message_user(request, f"{len(clients)} key(s) revoked.", messages.SUCCESS)
+
+
+@admin.register(DinerSession)
+class DinerSessionAdmin(admin.ModelAdmin):
+    """Read-only (sessions are opened through the API); staff may end sessions."""
+
+    list_display = ["diner_id", "tenant", "is_guest", "created_at", "expires_at", "revoked_at"]
+    list_filter = ["is_guest", ("revoked_at", admin.EmptyFieldListFilter), "tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["diner_id", "tenant__slug"]
+    exclude = ["secret_hash"]
+    readonly_fields = ["tenant", "diner_id", "client", "is_guest", "created_at", "expires_at"]
+    actions = ["end"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="End selected sessions", permissions=["change"])
+    def end(self, request: HttpRequest, queryset: QuerySet[DinerSession]) -> None:
+        sessions = list(queryset.filter(revoked_at__isnull=True))
+        for session in sessions:
+            end_session(session_id=session.pk)
+        self.message_user(request, f"{len(sessions)} session(s) ended.", messages.SUCCESS)

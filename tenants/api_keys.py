@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from tenants import session_state
 from tenants.models import ApiClient, Tenant
 
 # last_used_at is a hint for merchants, not an audit trail: refresh it at most this often so
@@ -22,7 +23,7 @@ def _hash(secret: str) -> str:
 
 
 def issue_api_key(
-    *, tenant: Tenant, name: str, kind: str = ApiClient.Kind.DINER_APP, is_test: bool = False
+    *, tenant: Tenant, name: str, kind: str = ApiClient.Kind.PUBLISHABLE, is_test: bool = False
 ) -> tuple[ApiClient, str]:
     """Create an API client; return it with the full key, which is shown this one time only."""
     prefix = secrets.token_hex(6)
@@ -59,8 +60,11 @@ def authenticate_api_key(raw_key: str) -> ApiClient | None:
 
 
 def revoke_api_key(*, client: ApiClient) -> None:
-    """Revoke a key; requests with it fail from now on. Revoking twice changes nothing."""
+    """Revoke a key; requests with it fail from now on, and so do the diner sessions it
+    opened (every process within ``DINER_SESSION_STATE_CACHE_SECONDS``). Revoking twice
+    changes nothing."""
     ApiClient.objects.filter(pk=client.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
     client.refresh_from_db(fields=["revoked_at"])
+    session_state.clear()

@@ -1,14 +1,15 @@
-"""Who is calling the API: the tenant's API client and, optionally, one diner.
+"""Who is calling the API: an API key, or a diner's session.
 
-``Authorization: Api-Key <prefix>.<secret>`` names the API client and so the tenant.
-``X-Diner-Id: <opaque id>`` (optional) names the diner on whose behalf a diner app acts; the app
-backend vouches for it. A suspended tenant answers 403 ``TENANT_SUSPENDED``.
+- ``Authorization: Api-Key <prefix>.<secret>``: a publishable key (diner apps; public) or a
+  merchant's secret key. It names its tenant.
+- ``Authorization: Bearer <token>``: a diner session (``tenants.diner_sessions``). It names its
+  tenant and its diner.
+
+``X-Diner-Id`` is not read: a diner is whoever a signed session says, never a header a caller
+sets. A suspended tenant answers 403 ``TENANT_SUSPENDED`` whatever the credential.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
 
 from django.http import HttpRequest
 from rest_framework.authentication import BaseAuthentication
@@ -16,66 +17,90 @@ from rest_framework.authentication import BaseAuthentication
 from config.api_errors import ApiError
 from config.request_context import set_tenant
 from tenants.api_keys import authenticate_api_key
+from tenants.diner_sessions import SessionRefused, authenticate_token
 from tenants.error_codes import TenantErrorCode
 from tenants.models import ApiClient, Tenant
+from tenants.principals import ApiPrincipal, CredentialKind
 
-DINER_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
+API_KEY = "Api-Key"
+BEARER = "Bearer"
 
 
-@dataclass(frozen=True)
-class ApiPrincipal:
-    """``request.user`` of an API request: the tenant, its client and the diner, if any."""
+def _credential(request: HttpRequest) -> tuple[str, str] | None:
+    """(scheme, value) of the Authorization header; None without one. A header of another
+    scheme, or with no value, is refused here so that both authenticators agree on it."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme not in (API_KEY, BEARER) or not value.strip():
+        raise ApiError(
+            status_code=401,
+            code=TenantErrorCode.API_KEY_INVALID,
+            detail="Expected 'Authorization: Api-Key <key>' or 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": API_KEY},
+        )
+    return scheme, value.strip()
 
-    tenant: Tenant
-    client: ApiClient
-    diner_id: str | None
 
-    is_authenticated = True
-
-    @property
-    def principal_id(self) -> str:
-        """Stable identity for idempotency scopes and audits."""
-        return f"client:{self.client.pk}/diner:{self.diner_id or '-'}"
-
-    @property
-    def is_merchant(self) -> bool:
-        return self.client.kind == ApiClient.Kind.MERCHANT
+def _active(tenant: Tenant) -> None:
+    if not tenant.is_active:
+        raise ApiError(
+            status_code=403, code=TenantErrorCode.TENANT_SUSPENDED, detail="Tenant is suspended"
+        )
+    set_tenant(str(tenant.pk))
 
 
 class ApiKeyAuthentication(BaseAuthentication):
-    keyword = "Api-Key"
+    keyword = API_KEY
 
     def authenticate(self, request: HttpRequest) -> tuple[ApiPrincipal, ApiClient] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        if not header:
+        credential = _credential(request)
+        if credential is None or credential[0] != API_KEY:
             return None
-        scheme, _, raw_key = header.partition(" ")
-        if scheme != self.keyword or not raw_key.strip():
-            raise ApiError(
-                status_code=401,
-                code=TenantErrorCode.API_KEY_INVALID,
-                detail="Expected 'Authorization: Api-Key <key>'",
-            )
-        client = authenticate_api_key(raw_key.strip())
+        client = authenticate_api_key(credential[1])
         if client is None:
             raise ApiError(
                 status_code=401,
                 code=TenantErrorCode.API_KEY_INVALID,
                 detail="Unknown or revoked API key",
+                headers={"WWW-Authenticate": API_KEY},
             )
-        if not client.tenant.is_active:
+        _active(client.tenant)
+        principal = ApiPrincipal(
+            tenant=client.tenant, kind=CredentialKind(client.kind), client=client
+        )
+        return principal, client
+
+    def authenticate_header(self, request: HttpRequest) -> str:
+        return self.keyword
+
+
+class DinerSessionAuthentication(BaseAuthentication):
+    keyword = BEARER
+
+    def authenticate(self, request: HttpRequest) -> tuple[ApiPrincipal, str] | None:
+        credential = _credential(request)
+        if credential is None or credential[0] != BEARER:
+            return None
+        try:
+            claims, state = authenticate_token(credential[1])
+        except SessionRefused as refused:
             raise ApiError(
-                status_code=403, code=TenantErrorCode.TENANT_SUSPENDED, detail="Tenant is suspended"
-            )
-        diner_id = request.META.get("HTTP_X_DINER_ID")
-        if diner_id is not None and not DINER_ID_RE.fullmatch(diner_id):
-            raise ApiError(
-                status_code=400,
-                code=TenantErrorCode.DINER_ID_INVALID,
-                detail="X-Diner-Id must be 1-64 characters of letters, digits and _.:@-",
-            )
-        set_tenant(str(client.tenant_id))
-        return ApiPrincipal(tenant=client.tenant, client=client, diner_id=diner_id), client
+                status_code=401,
+                code=refused.code,
+                detail=refused.detail,
+                headers={"WWW-Authenticate": BEARER},
+            ) from None
+        _active(state.tenant)
+        principal = ApiPrincipal(
+            tenant=state.tenant,
+            kind=CredentialKind.DINER_SESSION,
+            client=state.client,
+            diner_id=claims.diner_id,
+            session_id=claims.session_id,
+        )
+        return principal, credential[1]
 
     def authenticate_header(self, request: HttpRequest) -> str:
         return self.keyword

@@ -1,7 +1,8 @@
 """Tells the idempotency engine who is calling: the tenant and the principal within it.
 
-The engine only sees opaque strings, so the same key sent by another tenant, API client or
-diner lands in another scope and can never replay someone else's response.
+The engine only sees opaque strings, so the same key sent by another tenant or principal lands
+in another scope and can never replay someone else's response. The API's principal is the real
+one (``ApiPrincipal.principal_id``): a session's diner, or a merchant's key; never a header.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from functools import lru_cache
 
 from django.http import HttpRequest
 
-from tenants.authentication import ApiPrincipal
 from tenants.models import Tenant
+from tenants.principals import ApiPrincipal
 
 
 def resolve(request: HttpRequest) -> tuple[str, str] | None:

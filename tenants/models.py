@@ -1,7 +1,9 @@
-"""Tenants (merchant organisations), their members, and the API clients of their apps."""
+"""Tenants (merchant organisations), their members, the API clients of their apps, and the
+sessions of their diners."""
 
 from __future__ import annotations
 
+import uuid
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from django.conf import settings
@@ -33,8 +35,15 @@ class Tenant(models.Model):
         null=True,
         blank=True,
         validators=[MinValueValidator(1)],
-        help_text="API writes per minute per API client and diner; empty: the platform default "
-        "(settings.IDEMPOTENCY['RATE_LIMIT_PER_MINUTE']).",
+        help_text="API writes per minute per principal (a diner, or a secret server key); empty: "
+        "the platform default (settings.IDEMPOTENCY['RATE_LIMIT_PER_MINUTE']).",
+    )
+    write_ceiling_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="API writes per minute of the whole tenant, all principals together; empty: the "
+        "platform default (settings.IDEMPOTENCY['RATE_LIMIT_TENANT_CEILING_PER_MINUTE']).",
     )
     time_zone = models.CharField(
         max_length=64,
@@ -73,6 +82,16 @@ def write_rate_per_minute_of(tenant_key: str) -> int | None:
     )
 
 
+def write_ceiling_per_minute_of(tenant_key: str) -> int | None:
+    """The tenant's own write ceiling, or None for the platform default (the engine's
+    ``RATE_LIMIT_CEILING_FOR_TENANT``, cached like the rate)."""
+    return (
+        Tenant.objects.filter(pk=tenant_key)
+        .values_list("write_ceiling_per_minute", flat=True)
+        .first()
+    )
+
+
 class Membership(models.Model):
     class Role(models.TextChoices):
         OWNER = "owner", "Owner"
@@ -96,20 +115,24 @@ class Membership(models.Model):
 
 
 class ApiClient(models.Model):
-    """An API key of one tenant's app. The secret is stored only as a SHA-256 hash.
+    """An API key of one tenant. The secret is stored only as a SHA-256 hash.
 
     A key reads ``<prefix>.<secret>``: the prefix finds the row, the secret is compared against
     its hash in constant time. Secrets are 256-bit random, so a fast hash is enough (there is
     nothing to brute-force as with passwords).
+
+    A **publishable** key ships inside a diner app and is therefore public: it reads the menu
+    and opens guest diner sessions, nothing else. A **merchant** key is a secret server key of
+    the restaurant's own backend. What each may do is written in ``tenants.permissions``.
     """
 
     class Kind(models.TextChoices):
-        DINER_APP = "diner_app", "Diner app"
-        MERCHANT = "merchant", "Merchant integration"
+        PUBLISHABLE = "publishable", "Publishable (diner app)"
+        MERCHANT = "merchant", "Secret (merchant server)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_clients")
     name = models.CharField(max_length=100)
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DINER_APP)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLISHABLE)
     prefix = models.CharField(max_length=16, unique=True)
     secret_hash = models.CharField(max_length=64)
     is_test = models.BooleanField(default=False, help_text="Test clients may pin engine versions.")
@@ -126,3 +149,33 @@ class ApiClient(models.Model):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+class DinerSession(models.Model):
+    """One signed-in diner on one device: what a ``Bearer`` token stands for.
+
+    The token itself is never stored: it is signed (``tenants.diner_sessions``) and carries a
+    random secret of which only the SHA-256 is kept here, so a copy of this table opens no
+    session. ``client`` is the API key that opened it: revoking that key ends the guest
+    sessions it opened. ``expires_at`` is the latest expiry a token of this session was issued
+    with (a refresh moves it); each token also carries its own, signed.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="diner_sessions")
+    diner_id = models.CharField(max_length=64)
+    client = models.ForeignKey(ApiClient, on_delete=models.CASCADE, related_name="diner_sessions")
+    is_guest = models.BooleanField(default=False)
+    secret_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "diner_id"], name="diner_session_tenant_diner"),
+            models.Index(fields=["expires_at"], name="diner_session_expires"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}:{self.diner_id} ({self.pk})"

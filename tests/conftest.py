@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 from ordering.models import Coupon, Dish
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
+from tests.support.auth import diner_token
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,21 +85,28 @@ def coupon(tenant: Tenant) -> Coupon:
 
 
 def api_for(
-    tenant: Tenant, *, kind: str = ApiClient.Kind.DINER_APP, diner: str | None = None
+    tenant: Tenant, *, kind: str = ApiClient.Kind.PUBLISHABLE, diner: str | None = None
 ) -> APIClient:
-    """A DRF test client authenticated with a fresh API key of ``tenant``."""
+    """A DRF test client of ``tenant``: with ``diner``, a diner session's Bearer token (signed
+    in by a fresh merchant key); without, a fresh API key of ``kind``."""
     client = APIClient()
+    if diner is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {diner_token(tenant, diner)}")
+        return client
     _, key = issue_api_key(tenant=tenant, name=f"test-{kind}", kind=kind)
-    headers = {"HTTP_AUTHORIZATION": f"Api-Key {key}"}
-    if diner:
-        headers["HTTP_X_DINER_ID"] = diner
-    client.credentials(**headers)
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
     return client
 
 
 @pytest.fixture
 def api(tenant: Tenant) -> APIClient:
+    """A diner's app: the session of diner ``diner-1``."""
     return api_for(tenant, diner="diner-1")
+
+
+@pytest.fixture
+def publishable_api(tenant: Tenant) -> APIClient:
+    return api_for(tenant)
 
 
 @pytest.fixture
@@ -113,17 +121,23 @@ def no_redis(tenant_key: str) -> None:
 
 @pytest.fixture(autouse=True)
 def clean_engine_state() -> Any:
-    """Each test starts with no idempotency entries of the app's tenants (tenant pks restart
-    with every test database, so leftovers of an earlier run would replay) and an empty
-    local cache. Other tests' keys (non-numeric tenant tags) are left alone."""
+    """Each test starts with no idempotency entries or rate counters of the app's tenants
+    (tenant pks restart with every test database, so leftovers of an earlier run would replay
+    or eat a budget), an empty local cache and no cached session states. Other tests' keys
+    (non-numeric tenant tags) are left alone."""
     import redis
 
     from idempotency.audit import writer
     from idempotency.stores import nodes as stores
+    from tenants import session_state
 
     writer.discard()
+    session_state.clear()
     client = redis.Redis.from_url(settings.REDIS_URL or "redis://127.0.0.1:6379/0")
-    keys = list(client.scan_iter(match="idem:{t:[0-9]*", count=1000))
+    keys = [
+        *client.scan_iter(match="idem:{t:[0-9]*", count=1000),
+        *client.scan_iter(match="rl:{t:[0-9]*", count=1000),  # rate counters, same reason
+    ]
     if keys:
         client.delete(*keys)
     client.close()

@@ -7,7 +7,7 @@
 --        mixed   per 10 requests of a thread: 8 new keys, 1 concurrent duplicate (the key just
 --                sent goes out again at once on the thread's next free connection) and 1 retry
 --                of an earlier key of this thread
--- CONFIG one tenant per line: "<api key> <dish id>,<dish id>,..."
+-- CONFIG one tenant per line: "<dish id>,<dish id>,... <session token of d0> <of d1> ..."
 -- KEYS   one key per line: "<key> <tenant index> <diner> <dish id>" (1-based tenant index)
 -- OUT    done() writes a JSON summary there, and for mixed mode OUT .. ".acks": one line
 --        "<key> <order id> <status> <result>" per 2xx answer the client saw
@@ -41,7 +41,10 @@ function init(args)
    tenants = {}
    for _, line in ipairs(read_lines(config_path)) do
       local f = split(line, " ")
-      table.insert(tenants, { auth = "Api-Key " .. f[1], dishes = split(f[2], ",") })
+      -- "<dish ids> <token of d0> <token of d1> ...": diner dN acts with its own session
+      local tokens = {}
+      for i = 2, #f do table.insert(tokens, f[i]) end
+      table.insert(tenants, { dishes = split(f[1], ","), tokens = tokens })
    end
    replay_keys = {}
    if mode == "replay" then
@@ -68,10 +71,9 @@ local function order(key, tenant_index, diner, dish)
    local body = '{"items":[{"dish_id":' .. dish .. ',"quantity":1}],'
       .. '"payment_method":"card","note":"' .. key .. '"}'
    return wrk.format("POST", "/api/v1/orders/", {
-      ["Authorization"] = t.auth,
+      ["Authorization"] = "Bearer " .. t.tokens[tonumber(diner:sub(2)) + 1],
       ["Content-Type"] = "application/json",
       ["Idempotency-Key"] = key,
-      ["X-Diner-Id"] = diner,
    }, body)
 end
 

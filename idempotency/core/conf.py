@@ -53,6 +53,10 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_WINDOW_SECONDS": 60,
     # dotted path: (tenant_key) -> per-minute rate | None (None: RATE_LIMIT_PER_MINUTE)
     "RATE_LIMIT_FOR_TENANT": None,
+    # All principals of a tenant together, per minute (None: no ceiling), and the dotted path
+    # (tenant_key) -> the tenant's own ceiling | None
+    "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": None,
+    "RATE_LIMIT_CEILING_FOR_TENANT": None,
     # how long a process keeps a tenant's looked-up rate before asking again
     "RATE_LIMIT_CACHE_SECONDS": 30.0,
     # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)

@@ -1,4 +1,5 @@
-"""Write rate limit per tenant + principal (seed 2.1): a fixed window counted by one Lua call.
+"""Write rate limit per tenant + principal under a tenant-wide ceiling (seed 2.1): fixed
+windows counted by one Lua call.
 
 Idempotency absorbs duplicates but every request still costs a claim, a lookup or a replay; a
 runaway client retry loop (or a scripted abuse of one diner's identity) should be stopped
@@ -9,10 +10,19 @@ let exactly L through, whatever the number of app processes.
 What the caller can rely on:
 
 - **Scope**: one counter per tenant · principal (the ``SCOPE_RESOLVER``'s pair: for the API,
-  one API client and one diner) across all endpoints carrying :class:`TenantRateThrottle`.
+  one diner or one secret server key) across all endpoints carrying :class:`TenantRateThrottle`,
+  and one counter per tenant that every principal's allowed writes add to.
 - **Limit**: the tenant's own rate (``RATE_LIMIT_FOR_TENANT``, here
   ``Tenant.write_rate_per_minute``) or ``RATE_LIMIT_PER_MINUTE`` (600), scaled to windows of
   ``RATE_LIMIT_WINDOW_SECONDS`` (60).
+- **Ceiling**: the tenant's own (``RATE_LIMIT_CEILING_FOR_TENANT``) or
+  ``RATE_LIMIT_TENANT_CEILING_PER_MINUTE``: the sum of all principals' writes, so that new
+  principals (fresh sessions, other diners) never multiply a tenant's budget. Counted in the
+  same Lua call as the principal (``ratelimit_ceiling.lua``: both keys share the tenant's hash
+  tag), so it costs no extra round trip; a request its principal's limit refuses is not
+  counted against the tenant. A tenant split into N sub-buckets gets ``ceil(ceiling / N)`` per
+  bucket (a principal's counter and its bucket's tenant counter must share a slot), so its
+  total stays within ``ceiling + N - 1``.
   The window starts with the principal's first request, on Redis's clock (no app-server clock
   is involved), and ``Retry-After`` is the window's remaining time.
 - **Every request counts**, replays included: the throttle runs before the engine, so a
@@ -49,8 +59,11 @@ from idempotency.stores.nodes import run_on_node
 
 __all__ = [
     "RateDecision",
+    "ceiling_key",
+    "check_rate",
     "check_write_rate",
     "hit",
+    "hit_with_ceiling",
     "limit_per_window",
     "rate_key",
     "reset_rate_cache",
@@ -61,12 +74,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RateDecision:
-    """One request counted: allowed or not, and when the window ends."""
+    """One request counted: allowed or not, and when the window ends. ``scope`` names the
+    counter that decided: ``"principal"``, or ``"tenant"`` when the tenant's ceiling refused."""
 
     allowed: bool
     limit: int
     count: int
     reset_ms: int
+    scope: str = "principal"
 
     @property
     def retry_after_seconds(self) -> int:
@@ -75,8 +90,8 @@ class RateDecision:
 
 
 @cache
-def _script() -> Script:
-    source = resources.files("idempotency.scripts").joinpath("lua", "ratelimit.lua").read_bytes()
+def _script(name: str = "ratelimit") -> Script:
+    source = resources.files("idempotency.scripts").joinpath("lua", f"{name}.lua").read_bytes()
     # Registered without a client (bytes need no client's encoder): each call names its
     # node's client; redis-py runs EVALSHA and loads the script again after NOSCRIPT.
     return Script(None, source)  # type: ignore[arg-type]
@@ -93,6 +108,13 @@ def rate_key(*, tenant: str, principal: str, window_seconds: int, buckets: int =
     return f"rl:{{{tag}}}:{digest[:16]}:{window_seconds}s"
 
 
+def ceiling_key(principal_key: str) -> str:
+    """The tenant-wide counter beside a principal's counter, under the same hash tag (and so
+    the same sub-bucket): ``rl:{t:<tenant>}:tenant:<window>s``."""
+    prefix, _, rest = principal_key.rpartition("}:")
+    return f"{prefix}}}:tenant:{rest.rpartition(':')[2]}"
+
+
 def hit(client: Any, *, key: str, limit: int, window_ms: int) -> RateDecision:
     """Count one request on ``key`` (one round trip) and decide against ``limit``."""
     if limit < 1 or window_ms < 1:
@@ -103,31 +125,60 @@ def hit(client: Any, *, key: str, limit: int, window_ms: int) -> RateDecision:
     )
 
 
+def hit_with_ceiling(
+    client: Any,
+    *,
+    key: str,
+    limit: int,
+    ceiling: int,
+    window_ms: int,
+    ceiling_counter: str | None = None,
+) -> RateDecision:
+    """Count one request on ``key`` and, if its ``limit`` allows it, on the ceiling counter
+    (by default the tenant-wide one beside ``key``; it must share ``key``'s hash tag): one
+    round trip, both decided atomically."""
+    if min(limit, ceiling, window_ms) < 1:
+        raise ValueError("limit, ceiling and window_ms must be positive")
+    refused_by, count, remaining = _script("ratelimit_ceiling")(
+        keys=[key, ceiling_counter or ceiling_key(key)],
+        args=[window_ms, limit, ceiling],
+        client=client,
+    )
+    refused_by = int(refused_by)
+    return RateDecision(
+        allowed=refused_by == 0,
+        limit=ceiling if refused_by == 2 else limit,
+        count=int(count),
+        reset_ms=int(remaining),
+        scope="tenant" if refused_by == 2 else "principal",
+    )
+
+
 def limit_per_window(per_minute: int, window_seconds: int) -> int:
     """The per-minute rate scaled to one window, at least 1 (a 1 s window of 600/min is 10)."""
     return max(1, math.ceil(per_minute * window_seconds / 60))
 
 
-_rates: dict[str, tuple[float, int | None]] = {}
+_rates: dict[tuple[str, str], tuple[float, int | None]] = {}
 _rates_lock = threading.Lock()
 
 
-def _rate_per_minute(tenant: str) -> int | None:
-    """The tenant's rate (its own, else the default); None: not limited. Looked up through
-    ``RATE_LIMIT_FOR_TENANT`` at most once per ``RATE_LIMIT_CACHE_SECONDS`` per process,
-    so the limiter adds no database query to a normal request."""
-    default = engine_setting("RATE_LIMIT_PER_MINUTE") or None
-    lookup = engine_hook("RATE_LIMIT_FOR_TENANT")
+def _per_minute(tenant: str, *, hook: str, default_setting: str) -> int | None:
+    """A tenant's rate (its own, else the default); None: not limited. Looked up through the
+    ``hook`` at most once per ``RATE_LIMIT_CACHE_SECONDS`` per process, so the limiter adds
+    no database query to a normal request."""
+    default = engine_setting(default_setting) or None
+    lookup = engine_hook(hook)
     if lookup is None:
         return default
     now = time.monotonic()
-    cached = _rates.get(tenant)
+    cached = _rates.get((hook, tenant))
     if cached is not None and cached[0] > now:
         own = cached[1]
     else:
         own = lookup(tenant)
         with _rates_lock:
-            _rates[tenant] = (now + engine_setting("RATE_LIMIT_CACHE_SECONDS"), own)
+            _rates[(hook, tenant)] = (now + engine_setting("RATE_LIMIT_CACHE_SECONDS"), own)
     return own or default
 
 
@@ -143,23 +194,69 @@ def check_write_rate(*, tenant: str, principal: str) -> RateDecision | None:
     module docstring)."""
     if not engine_setting("ENABLED"):
         return None
-    per_minute = _rate_per_minute(tenant)
-    if per_minute is None:
+    per_minute = _per_minute(
+        tenant, hook="RATE_LIMIT_FOR_TENANT", default_setting="RATE_LIMIT_PER_MINUTE"
+    )
+    ceiling_per_minute = _per_minute(
+        tenant,
+        hook="RATE_LIMIT_CEILING_FOR_TENANT",
+        default_setting="RATE_LIMIT_TENANT_CEILING_PER_MINUTE",
+    )
+    if per_minute is None and ceiling_per_minute is None:
         return None
     window = int(engine_setting("RATE_LIMIT_WINDOW_SECONDS"))
-    key = rate_key(
-        tenant=tenant,
-        principal=principal,
-        window_seconds=window,
-        buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
+    buckets = engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1)
+    key = rate_key(tenant=tenant, principal=principal, window_seconds=window, buckets=buckets)
+    # No per-principal rate: only the ceiling limits (a limit that can never be reached).
+    limit = limit_per_window(per_minute, window) if per_minute else 2**62
+    ceiling = (
+        math.ceil(limit_per_window(ceiling_per_minute, window) / buckets)
+        if ceiling_per_minute
+        else None
     )
-    limit = limit_per_window(per_minute, window)
-    try:
-        return run_on_node(
-            tenant,
-            lambda client: hit(client, key=key, limit=limit, window_ms=window * 1000),
-            op="ratelimit",
+
+    def count(client: Any) -> RateDecision:
+        if ceiling is None:
+            return hit(client, key=key, limit=limit, window_ms=window * 1000)
+        return hit_with_ceiling(
+            client, key=key, limit=limit, ceiling=ceiling, window_ms=window * 1000
         )
+
+    return _fail_open(tenant, count)
+
+
+def check_rate(
+    *, tenant: str, counter: str, per_minute: int, outer: tuple[str, int] | None = None
+) -> RateDecision | None:
+    """Count one request against an ad-hoc limit of ``per_minute`` named ``counter`` within
+    ``tenant`` (e.g. sessions opened per client address) and, when that allows it, against
+    ``outer`` = (counter, per_minute) (e.g. per API key), in one round trip. Same windows, node
+    and fail-open rule as :func:`check_write_rate`; None means "not limited". A refusal by
+    ``outer`` has ``scope == "tenant"``."""
+    if not engine_setting("ENABLED"):
+        return None
+    window = int(engine_setting("RATE_LIMIT_WINDOW_SECONDS"))
+    key = rate_key(tenant=tenant, principal=counter, window_seconds=window)
+    limit = limit_per_window(per_minute, window)
+
+    def count(client: Any) -> RateDecision:
+        if outer is None:
+            return hit(client, key=key, limit=limit, window_ms=window * 1000)
+        return hit_with_ceiling(
+            client,
+            key=key,
+            limit=limit,
+            ceiling=limit_per_window(outer[1], window),
+            ceiling_counter=rate_key(tenant=tenant, principal=outer[0], window_seconds=window),
+            window_ms=window * 1000,
+        )
+
+    return _fail_open(tenant, count)
+
+
+def _fail_open(tenant: str, count: Any) -> RateDecision | None:
+    try:
+        return run_on_node(tenant, count, op="ratelimit")
     except RedisError:
         logger.warning("rate limiter: Redis failed; letting the request through", exc_info=True)
         return None

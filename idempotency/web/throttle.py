@@ -17,9 +17,10 @@ class RateLimited(exceptions.Throttled):
     own ``Throttled`` rounds it up first, and the API's handler adds a second on top)."""
 
     def __init__(self, decision: RateDecision) -> None:
+        whose = "this tenant's ceiling" if decision.scope == "tenant" else "the limit"
         super().__init__(
             detail=(
-                f"Too many writes: the limit is {decision.limit} per window; "
+                f"Too many writes: {whose} is {decision.limit} per window; "
                 f"retry in {decision.retry_after_seconds} s."
             )
         )

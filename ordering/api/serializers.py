@@ -2,6 +2,11 @@
 
 Order ids are 64-bit integers, which JavaScript cannot hold exactly, so responses render them as
 strings; paths accept the digits.
+
+Orders are shown two ways, chosen in one place (:func:`order_serializer`): a merchant's secret
+key sees every field; a diner does not see what belongs to the restaurant's back office (the
+provider's transaction id, who moved the order, API key prefixes). The schema declares those
+fields as optional, so both shapes conform to it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ from rest_framework import serializers
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from ordering.services.placing import MAX_LINES, MAX_QUANTITY_PER_LINE, PAYMENT_METHODS
+from tenants.permissions import Capability, may
+from tenants.principals import ApiPrincipal
+
+MERCHANT_ONLY = "Shown to merchant keys only."
 
 
 class DishSerializer(serializers.ModelSerializer):
@@ -65,15 +74,29 @@ class OrderLineSerializer(serializers.ModelSerializer):
         fields = ["dish_id", "dish_name", "unit_price", "quantity", "line_total"]
 
 
-class PaymentSerializer(serializers.ModelSerializer):
+class DinerPaymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Payment
+        fields = ["provider", "method", "amount", "currency", "status"]
+
+
+class PaymentSerializer(DinerPaymentSerializer):
+    provider_txn_id = serializers.CharField(required=False, help_text=MERCHANT_ONLY)
+
+    class Meta(DinerPaymentSerializer.Meta):
         fields = ["provider", "provider_txn_id", "method", "amount", "currency", "status"]
 
 
-class TransitionSerializer(serializers.ModelSerializer):
+class DinerTransitionSerializer(serializers.ModelSerializer):
     class Meta:
         model = OrderTransition
+        fields = ["from_status", "to_status", "at"]
+
+
+class TransitionSerializer(DinerTransitionSerializer):
+    actor = serializers.CharField(required=False, help_text=MERCHANT_ONLY)
+
+    class Meta(DinerTransitionSerializer.Meta):
         fields = ["from_status", "to_status", "actor", "at"]
 
 
@@ -116,10 +139,12 @@ class OrderSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
+    payment_serializer: type[serializers.ModelSerializer] = PaymentSerializer
+
     @extend_schema_field(PaymentSerializer(allow_null=True))
     def get_payment(self, order: Order) -> dict | None:
         payment = order.payments.first()
-        return PaymentSerializer(payment).data if payment else None
+        return self.payment_serializer(payment).data if payment else None
 
 
 class OrderDetailSerializer(OrderSerializer):
@@ -127,6 +152,24 @@ class OrderDetailSerializer(OrderSerializer):
 
     class Meta(OrderSerializer.Meta):
         fields = [*OrderSerializer.Meta.fields, "transitions"]
+
+
+class DinerOrderSerializer(OrderSerializer):
+    payment_serializer = DinerPaymentSerializer
+
+
+class DinerOrderDetailSerializer(DinerOrderSerializer):
+    transitions = DinerTransitionSerializer(many=True, read_only=True)
+
+    class Meta(OrderSerializer.Meta):
+        fields = [*OrderSerializer.Meta.fields, "transitions"]
+
+
+def order_serializer(principal: ApiPrincipal, *, detail: bool) -> type[OrderSerializer]:
+    """The one place where the caller's role picks what an order shows."""
+    if may(principal, Capability.SEE_INTERNAL_FIELDS):
+        return OrderDetailSerializer if detail else OrderSerializer
+    return DinerOrderDetailSerializer if detail else DinerOrderSerializer
 
 
 class PaginatedOrdersSerializer(serializers.Serializer):

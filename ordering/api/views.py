@@ -1,4 +1,9 @@
-"""HTTP glue of the ordering API: validate, call one service, shape the answer."""
+"""HTTP glue of the ordering API: validate, call one service, shape the answer.
+
+Each view declares the capability its methods need (``tenants.permissions``); the diner whose
+orders a call sees is the session's (``principal.diner_id``; None for a merchant key, which
+sees the tenant's orders).
+"""
 
 from __future__ import annotations
 
@@ -18,18 +23,18 @@ from idempotency.web.throttle import TenantRateThrottle
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
-    OrderSerializer,
     PaginatedOrdersSerializer,
     PlaceOrderInSerializer,
     TransitionInSerializer,
+    order_serializer,
 )
 from ordering.models import OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
-from tenants.authentication import ApiPrincipal
-from tenants.permissions import IsMerchantClient
+from tenants.permissions import Capability
+from tenants.principals import ApiPrincipal
 
 # Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
 AUTO_KEY_WINDOW = 60
@@ -38,26 +43,14 @@ ORDER_ID = OpenApiParameter(
     {"type": "integer", "format": "int64", "minimum": 1},
     OpenApiParameter.PATH,
 )
-DINER_ID = OpenApiParameter(
-    "X-Diner-Id",
-    {"type": "string", "pattern": "^[A-Za-z0-9_.:@-]{1,64}$"},
-    OpenApiParameter.HEADER,
-    description="The diner a diner app acts for (optional for merchant integrations)",
-)
 # Every authenticated call may meet these; writes also the body and rate-limit refusals.
 READ_ERRORS = (400, 401, 403, 404)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 
 
-def actor_of(principal: ApiPrincipal) -> str:
-    return f"api:{principal.client.prefix}" + (
-        f"/diner:{principal.diner_id}" if principal.diner_id else ""
-    )
-
-
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
-    return OrderDetailSerializer(order).data
+    return order_serializer(principal, detail=True)(order).data
 
 
 @extend_schema_view(
@@ -66,6 +59,7 @@ def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
 class MenuView(ListAPIView):
     """The tenant's active dishes."""
 
+    capabilities = {"GET": Capability.READ_MENU}
     serializer_class = DishSerializer
     pagination_class = None
 
@@ -74,6 +68,7 @@ class MenuView(ListAPIView):
 
 
 class OrderListCreateView(APIView):
+    capabilities = {"GET": Capability.READ_ORDERS, "POST": Capability.PLACE_ORDER}
     throttle_classes = [TenantRateThrottle]  # writes only; reads pass
 
     @extend_schema(
@@ -82,12 +77,12 @@ class OrderListCreateView(APIView):
                 "status", str, enum=OrderStatus.values, description="Only orders in this status"
             ),
             OpenApiParameter("page", {"type": "integer", "minimum": 1}),
-            DINER_ID,
         ],
         responses={200: PaginatedOrdersSerializer, **problems(*READ_ERRORS)},
     )
     def get(self, request: Request) -> Response:
-        """The caller's orders, newest first; ``?status=`` filters."""
+        """The caller's orders, newest first (a diner's own; a merchant key's, all of them);
+        ``?status=`` filters."""
         orders = orders_of(tenant=request.user.tenant, diner_id=request.user.diner_id)
         wanted = request.query_params.get("status")
         if wanted is not None:
@@ -103,11 +98,12 @@ class OrderListCreateView(APIView):
         )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(orders, request, view=self)
-        return paginator.get_paginated_response(OrderSerializer(page, many=True).data)
+        serializer = order_serializer(request.user, detail=False)
+        return paginator.get_paginated_response(serializer(page, many=True).data)
 
     @extend_schema(
         request=PlaceOrderInSerializer,
-        parameters=[IDEMPOTENCY_KEY_REQUIRED, DINER_ID],
+        parameters=[IDEMPOTENCY_KEY_REQUIRED],
         responses={201: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
     @idempotent(
@@ -129,7 +125,7 @@ class OrderListCreateView(APIView):
             diner_id=principal.diner_id,
             client=principal.client,
             idempotency_key=request.idempotency.business_key if request.idempotency else None,
-            actor=actor_of(principal),
+            actor=principal.actor,
         )
         return Response(
             order_detail(principal, order.pk),
@@ -139,9 +135,11 @@ class OrderListCreateView(APIView):
 
 
 class OrderDetailView(APIView):
+    capabilities = {"GET": Capability.READ_ORDERS}
+
     @extend_schema(
         operation_id="v1_orders_detail",
-        parameters=[ORDER_ID, DINER_ID],
+        parameters=[ORDER_ID],
         responses={200: OrderDetailSerializer, **problems(*READ_ERRORS)},
     )
     def get(self, request: Request, order_id: int) -> Response:
@@ -149,10 +147,11 @@ class OrderDetailView(APIView):
 
 
 class OrderPayView(APIView):
+    capabilities = {"POST": Capability.PAY_ORDER}
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, DINER_ID],
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -164,16 +163,17 @@ class OrderPayView(APIView):
             tenant=principal.tenant,
             order_id=order_id,
             diner_id=principal.diner_id,
-            actor=actor_of(principal),
+            actor=principal.actor,
         )
         return Response(order_detail(principal, order_id))
 
 
 class OrderCancelView(APIView):
+    capabilities = {"POST": Capability.CANCEL_ORDER}
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, DINER_ID],
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -185,13 +185,13 @@ class OrderCancelView(APIView):
             tenant=principal.tenant,
             order_id=order_id,
             diner_id=principal.diner_id,
-            actor=actor_of(principal),
+            actor=principal.actor,
         )
         return Response(order_detail(principal, order_id))
 
 
 class OrderTransitionView(APIView):
-    permission_classes = [IsMerchantClient]
+    capabilities = {"POST": Capability.MOVE_ORDERS}
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
@@ -209,6 +209,6 @@ class OrderTransitionView(APIView):
             tenant=principal.tenant,
             order_id=order_id,
             target=data.validated_data["to"],
-            actor=actor_of(principal),
+            actor=principal.actor,
         )
         return Response(order_detail(principal, order_id))

@@ -1,8 +1,11 @@
-"""What every dashboard page shares: the tenant gate, the page renderer, the actor name.
+"""What every dashboard page shares: the tenant and role gate, the page renderer, the actor name.
 
 Isolation rule: a page only ever reads through ``request.membership.tenant``. An id of another
 tenant's row is answered exactly like an id that does not exist (404), so a merchant cannot even
 learn that it exists.
+
+Role rule: every view is wrapped in :func:`member_required` with the :class:`Area` it belongs to;
+``tenants.permissions.DASHBOARD_ACCESS`` says which role reaches which area (403 below it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from django.utils import timezone
 
 from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
+from tenants.permissions import DASHBOARD_ACCESS, Area, areas_of, role_reaches
 from tenants.selectors import current_membership, memberships_of
 
 View = Callable[..., HttpResponse]
@@ -30,24 +34,47 @@ class TenantRequest(HttpRequest):
     membership: Membership
 
 
-def tenant_required(view: View) -> View:
-    """Log-in required, and a membership: the page gets ``request.membership``, and shows
-    times in the tenant's time zone.
+def member_required(area: Area) -> Callable[[View], View]:
+    """Log-in required, a membership, and a role that reaches ``area``: the page gets
+    ``request.membership`` and shows times in the tenant's time zone; a lesser role gets 403
+    before anything runs.
 
-    Put it outermost: ``@idempotent_form`` below it reads the membership to scope its keys.
+    Put it outermost: ``@idempotent_form`` below it reads the membership to scope its keys, and
+    a refused request must not reach it.
     """
 
-    @login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        membership = current_membership(request)
-        if membership is None:
-            return render(request, "dashboard/no_tenant.html", status=403)
-        request.membership = membership
-        with timezone.override(membership.tenant.zone):
-            return view(request, *args, **kwargs)
+    def decorate(view: View) -> View:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            membership = current_membership(request)
+            if membership is None:
+                return render(request, "dashboard/no_tenant.html", status=403)
+            request.membership = membership
+            if not role_reaches(membership.role, area):
+                return forbidden(request, area)
+            with timezone.override(membership.tenant.zone):
+                return view(request, *args, **kwargs)
 
-    return wrapper
+        wrapper.dashboard_area = area  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
+def may_reach(request: HttpRequest, area: Area) -> bool:
+    """For an action inside a page whose area is wider (e.g. cancelling from the order page)."""
+    return role_reaches(request.membership.role, area)  # type: ignore[attr-defined]
+
+
+def forbidden(request: HttpRequest, area: Area) -> HttpResponse:
+    return render_page(
+        request,
+        "dashboard/forbidden.html",
+        {"needed": Membership.Role(DASHBOARD_ACCESS[area]).label},
+        section="",
+        status=403,
+    )
 
 
 def tenant_of(request: HttpRequest) -> Tenant:
@@ -75,7 +102,13 @@ def render_page(
     status: int = 200,
 ) -> HttpResponse:
     """Render a dashboard page with what the layout needs (tenant switcher, current section)."""
-    page = {"memberships": memberships_of(request.user), "section": section, **(context or {})}
+    membership = getattr(request, "membership", None)
+    page = {
+        "memberships": memberships_of(request.user),
+        "section": section,
+        "areas": areas_of(membership.role) if membership else frozenset(),
+        **(context or {}),
+    }
     return render(request, template, page, status=status)
 
 

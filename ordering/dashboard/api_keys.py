@@ -14,10 +14,11 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import found, render_page, tenant_of, tenant_required
+from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import ApiKeyCreateForm
 from tenants.api_keys import issue_api_key, revoke_api_key
 from tenants.models import ApiClient, Tenant
+from tenants.permissions import Area
 
 NEW_KEY_SESSION = "dashboard_new_api_key"
 
@@ -26,7 +27,7 @@ def clients_of(tenant: Tenant) -> QuerySet[ApiClient]:
     return ApiClient.objects.filter(tenant=tenant).order_by("revoked_at", "name", "pk")
 
 
-@tenant_required
+@member_required(Area.API_KEYS)
 @require_http_methods(["GET", "HEAD", "POST"])
 @idempotent_form(fields=("name", "kind"))
 def api_keys(request: HttpRequest) -> HttpResponse:
@@ -49,7 +50,7 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     )
 
 
-@tenant_required
+@member_required(Area.API_KEYS)
 @require_POST
 @idempotent_form(fields=())
 def api_key_revoke(request: HttpRequest, client_id: int) -> HttpResponse:

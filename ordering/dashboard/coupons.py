@@ -8,13 +8,14 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import found, render_page, save_posted, tenant_of, tenant_required
+from ordering.dashboard.access import found, member_required, render_page, save_posted, tenant_of
 from ordering.dashboard.forms import CouponCreateForm
 from ordering.selectors import coupon_of, coupons_of
 from ordering.services.menu import MenuError, create_coupon, deactivate_coupon
+from tenants.permissions import Area
 
 
-@tenant_required
+@member_required(Area.COUPONS)
 @require_http_methods(["GET", "HEAD", "POST"])
 @idempotent_form(fields=("code", "kind", "value", "max_uses", "valid_until"))
 def coupons(request: HttpRequest) -> HttpResponse:
@@ -34,7 +35,7 @@ def coupons(request: HttpRequest) -> HttpResponse:
     )
 
 
-@tenant_required
+@member_required(Area.COUPONS)
 @require_POST
 @idempotent_form(fields=())
 def coupon_deactivate(request: HttpRequest, coupon_id: int) -> HttpResponse:

@@ -8,7 +8,7 @@ from django import forms
 
 from ordering.models import Coupon
 from ordering.services.lifecycle import MERCHANT_TARGETS
-from tenants.models import ApiClient
+from tenants.models import ApiClient, Membership
 
 MONEY = {"max_digits": 10, "decimal_places": 2}
 
@@ -72,3 +72,12 @@ class ApiKeyCreateForm(forms.Form):
 
 class TransitionForm(forms.Form):
     to = forms.ChoiceField(choices=[(t, t) for t in MERCHANT_TARGETS])
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.STAFF)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)

@@ -21,10 +21,11 @@ from django.views.decorators.http import require_safe
 
 from idempotency.models import DuplicateAudit
 from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
-from ordering.dashboard.access import render_page, tenant_of, tenant_required
+from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.charts import hit_rate_chart
 from ordering.models import Order
 from tenants.models import Tenant
+from tenants.permissions import Area
 
 HOURS = 24
 LATEST = 10
@@ -101,8 +102,8 @@ def rows(tenant: Tenant, audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
     return result
 
 
+@member_required(Area.DUPLICATES)
 @require_safe
-@tenant_required
 def idempotency(request: HttpRequest) -> HttpResponse:
     tenant = tenant_of(request)
     tenant_key = str(tenant.pk)

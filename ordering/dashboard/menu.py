@@ -8,14 +8,15 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import found, render_page, save_posted, tenant_of, tenant_required
+from ordering.dashboard.access import found, member_required, render_page, save_posted, tenant_of
 from ordering.dashboard.forms import DishCreateForm, DishUpdateForm
 from ordering.models import Dish
 from ordering.selectors import dish_of, dishes_of
 from ordering.services.menu import MenuError, MenuErrorCode, create_dish, update_dish
+from tenants.permissions import Area
 
 
-@tenant_required
+@member_required(Area.MENU)
 @require_http_methods(["GET", "HEAD", "POST"])
 @idempotent_form(fields=("name", "description", "price", "stock", "active"))
 def menu(request: HttpRequest) -> HttpResponse:
@@ -35,7 +36,7 @@ def menu(request: HttpRequest) -> HttpResponse:
     )
 
 
-@tenant_required
+@member_required(Area.MENU)
 @require_http_methods(["GET", "HEAD", "POST"])
 @idempotent_form(fields=("price", "stock", "stock_seen", "active"))
 def dish_edit(request: HttpRequest, dish_id: int) -> HttpResponse:

@@ -18,7 +18,15 @@ from idempotency.selectors import has_committed_result
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta
 from ordering.actors import describe_actors
-from ordering.dashboard.access import actor_of, found, render_page, tenant_of, tenant_required
+from ordering.dashboard.access import (
+    actor_of,
+    forbidden,
+    found,
+    may_reach,
+    member_required,
+    render_page,
+    tenant_of,
+)
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
@@ -26,6 +34,7 @@ from ordering.models import Order, OrderStatus
 from ordering.payments.conflicts import open_conflicts
 from ordering.selectors import board_orders, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
+from tenants.permissions import Area
 
 S = OrderStatus
 # The FSM methods behind "cancel" (cancel_order picks the one that applies); finish_cancel,
@@ -53,9 +62,10 @@ class Move:
         return self.target == S.CANCELLED
 
 
-def merchant_moves(order: Order) -> list[Move]:
+def merchant_moves(order: Order, *, may_cancel: bool = True) -> list[Move]:
     """The merchant moves allowed from the order's status right now, per the FSM itself
-    (sources and conditions), in lifecycle order with cancel last."""
+    (sources and conditions), in lifecycle order with cancel last (left out for a role that
+    may not cancel)."""
     targets: list[str] = []
     for transition in order.get_available_status_transitions():
         move = MERCHANT_MOVES.get(transition.target)
@@ -64,7 +74,7 @@ def merchant_moves(order: Order) -> list[Move]:
         elif transition.name in CANCEL_METHODS and S.CANCELLED not in targets:
             targets.append(S.CANCELLED)
     targets.sort(key=lambda t: t == S.CANCELLED)
-    return [Move(target=t, label=MOVE_LABELS[t]) for t in targets]
+    return [Move(target=t, label=MOVE_LABELS[t]) for t in targets if may_cancel or t != S.CANCELLED]
 
 
 def board_context(request: HttpRequest) -> dict[str, object]:
@@ -75,8 +85,8 @@ def board_context(request: HttpRequest) -> dict[str, object]:
     return {"columns": columns, "just_now": timezone.now() - timedelta(minutes=1)}
 
 
+@member_required(Area.ORDERS)
 @require_safe
-@tenant_required
 def board(request: HttpRequest) -> HttpResponse:
     """The board; a small script swaps in :func:`board_fragment` every few seconds. Above it,
     the restaurant's payments that platform staff are reviewing (open provider conflicts):
@@ -95,16 +105,16 @@ def board(request: HttpRequest) -> HttpResponse:
     )
 
 
+@member_required(Area.ORDERS)
 @require_safe
-@tenant_required
 def board_fragment(request: HttpRequest) -> HttpResponse:
     response = render(request, "dashboard/partials/board_columns.html", board_context(request))
     response["Cache-Control"] = "no-store"
     return response
 
 
+@member_required(Area.ORDERS)
 @require_safe
-@tenant_required
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
     tenant = tenant_of(request)
     order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
@@ -115,7 +125,7 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
         "dashboard/order_detail.html",
         {
             "order": order,
-            "moves": merchant_moves(order),
+            "moves": merchant_moves(order, may_cancel=may_reach(request, Area.CANCEL_ORDERS)),
             "payments": list(order.payments.all()),
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
@@ -125,13 +135,21 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
     )
 
 
-@tenant_required
+@member_required(Area.ORDERS)
 @require_POST
-@idempotent_form(fields=("to",))
 def order_transition(request: HttpRequest, order_id: int) -> HttpResponse:
-    """One merchant move. A double click replays the first answer (a redirect) with a notice;
-    a move the order no longer allows (another tab, a colleague) is refused with a message and
-    recorded as a CONFLICT audit."""
+    """One merchant move; cancelling (which refunds a paid order) needs a role that reaches
+    ``Area.CANCEL_ORDERS``, checked before the move's idempotency key is claimed."""
+    if request.POST.get("to") == S.CANCELLED and not may_reach(request, Area.CANCEL_ORDERS):
+        return forbidden(request, Area.CANCEL_ORDERS)
+    return _apply_move(request, order_id)
+
+
+@idempotent_form(fields=("to",))
+def _apply_move(request: HttpRequest, order_id: int) -> HttpResponse:
+    """A double click replays the first answer (a redirect) with a notice; a move the order
+    no longer allows (another tab, a colleague) is refused with a message and recorded as a
+    CONFLICT audit."""
     tenant = tenant_of(request)
     order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
     back = redirect("dash-order", order_id=order.pk)

@@ -8,11 +8,12 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import tenant_required
+from ordering.dashboard.access import member_required
+from tenants.permissions import Area
 from tenants.selectors import switch_tenant
 
 
-@tenant_required
+@member_required(Area.ACCOUNT)
 @require_POST
 @idempotent_form(fields=("tenant_id",))
 def switch_tenant_view(request: HttpRequest) -> HttpResponse:

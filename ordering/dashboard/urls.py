@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from ordering.dashboard import api_keys, coupons, idempotency_page, menu, orders, tenant
+from ordering.dashboard import api_keys, coupons, idempotency_page, members, menu, orders, tenant
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/dashboard/", permanent=False)),
@@ -31,6 +31,17 @@ urlpatterns = [
         "dashboard/api-keys/<int:client_id>/revoke/",
         api_keys.api_key_revoke,
         name="dash-api-key-revoke",
+    ),
+    path("dashboard/members/", members.members, name="dash-members"),
+    path(
+        "dashboard/members/<int:membership_id>/role/",
+        members.member_role,
+        name="dash-member-role",
+    ),
+    path(
+        "dashboard/members/<int:membership_id>/remove/",
+        members.member_remove,
+        name="dash-member-remove",
     ),
     path("dashboard/idempotency/", idempotency_page.idempotency, name="dash-idempotency"),
     path("dashboard/switch-tenant/", tenant.switch_tenant_view, name="switch-tenant"),

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('ordering', '0003_layer4_outbox_saga_payments'),
-        ('tenants', '0003_tenant_time_zone'),
+        ('tenants', '0004_tenant_time_zone'),
     ]
 
     operations = [

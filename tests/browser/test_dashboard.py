@@ -16,10 +16,10 @@ from django.utils import timezone
 from idempotency.audit import writer
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Dish, OrderStatus, OrderTransition
-from tenants.api_keys import issue_api_key
 from tenants.models import Tenant
 from tests.browser.conftest import screenshot
 from tests.dashboard.factories import PASSWORD, make_merchant, make_order
+from tests.support.auth import diner_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 S = OrderStatus
@@ -51,15 +51,12 @@ def log_in(page, base_url: str, username: str, next_url: str = "/dashboard/") ->
     page.wait_for_url(f"{base_url}{next_url}")
 
 
-def place_via_api(base_url: str, key: str, items: list[dict], api_key: str) -> httpx.Response:
+def place_via_api(base_url: str, key: str, items: list[dict], token: str) -> httpx.Response:
+    """Place an order as diner ``diner-42`` (its session's Bearer ``token``)."""
     return httpx.post(
         f"{base_url}/api/v1/orders/",
         json={"items": items, "payment_method": "card"},
-        headers={
-            "Authorization": f"Api-Key {api_key}",
-            "Idempotency-Key": key,
-            "X-Diner-Id": "diner-42",
-        },
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": key},
         timeout=10,
     )
 
@@ -78,7 +75,7 @@ def test_log_in_and_an_order_placed_through_the_api_appears_on_the_board(page, l
         (d["Carbonara"], S.CANCELLED),
     ]:
         make_order(shop.tenant, dish, status, quantity=2)
-    _, api_key = issue_api_key(tenant=shop.tenant, name="Diner app")
+    api_key = diner_token(shop.tenant, "diner-42")
 
     page.goto(f"{live_server.url}/dashboard/")
     assert "/dashboard/login/" in page.url  # anonymous: sent to log in
@@ -192,7 +189,7 @@ def seed_history(tenant: Tenant) -> None:
 def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_server):
     shop = open_shop()
     seed_history(shop.tenant)
-    _, api_key = issue_api_key(tenant=shop.tenant, name="Diner app")
+    api_key = diner_token(shop.tenant, "diner-42")
     margherita = [{"dish_id": shop.dishes["Margherita"].pk, "quantity": 1}]
     first = place_via_api(live_server.url, "retry-after-timeout", margherita, api_key)
     replay = place_via_api(live_server.url, "retry-after-timeout", margherita, api_key)

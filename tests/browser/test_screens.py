@@ -169,6 +169,7 @@ def test_every_dashboard_page_fits_1280px(wide_tab, live_server):
         ("dish", f"/dashboard/menu/{shop['dish'].pk}/"),
         ("coupons", "/dashboard/coupons/"),
         ("api-keys", "/dashboard/api-keys/"),
+        ("members", "/dashboard/members/"),
         ("idempotency", "/dashboard/idempotency/"),
     ]
     overflowing = visit_all(
@@ -196,6 +197,7 @@ def test_the_main_admin_pages_fit_1280px(wide_tab, live_server):
         ("admin-tenants", "/admin/tenants/tenant/"),
         ("admin-api-clients", "/admin/tenants/apiclient/"),
         ("admin-memberships", "/admin/tenants/membership/"),
+        ("admin-diner-sessions", "/admin/tenants/dinersession/"),
         ("admin-dishes", "/admin/ordering/dish/"),
         ("admin-coupons", "/admin/ordering/coupon/"),
         ("admin-duplicate-audits", "/admin/idempotency/duplicateaudit/"),

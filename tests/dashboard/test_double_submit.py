@@ -208,6 +208,6 @@ def test_other_member_of_the_same_tenant_cannot_replay_my_token(merchant, mine):
     token = token_for(merchant, case, mine)
     merchant.post(case.action(mine), {**case.data(mine), "idempotency_key": token})
     colleague = Client()
-    colleague.force_login(make_merchant(mine.tenant, "dave", role="staff"))
+    colleague.force_login(make_merchant(mine.tenant, "dave", role="manager"))
     r = colleague.post(case.action(mine), {**case.data(mine), "idempotency_key": token})
     assert r.status_code == 400 and "A dish with this name exists." in r.content.decode()

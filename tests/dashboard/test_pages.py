@@ -319,7 +319,7 @@ def test_api_key_revoke(merchant, mine):
 def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, theirs):
     from tenants.models import Membership
 
-    Membership.objects.create(user=mine.user, tenant=theirs.tenant)
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
     client.force_login(mine.user)
     post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
     post_form(client, "/dashboard/switch-tenant/", {"tenant_id": theirs.tenant.pk}, "/dashboard/")

@@ -19,8 +19,8 @@ from django.conf import settings
 
 from idempotency.models import IdempotencyRecord
 from ordering.models import Dish, Order
-from tenants.api_keys import issue_api_key
 from tenants.models import Tenant
+from tests.support.auth import diner_token
 from tests.support.live_server import LiveServer, live_gunicorn
 from tests.support.redis_nodes import RedisNode
 from tests.support.slow_proxy import SlowProxy
@@ -43,7 +43,7 @@ def shop(transactional_db: None) -> tuple[Tenant, Dish, str]:
     dish = Dish.objects.for_tenant(tenant).create(
         tenant=tenant, name="Pizza", price=Decimal("9.50"), stock=10_000
     )
-    return tenant, dish, issue_api_key(tenant=tenant, name="app")[1]
+    return tenant, dish, diner_token(tenant, "d1")
 
 
 def serve(redis_url: str, tmp_path) -> object:
@@ -55,8 +55,8 @@ def serve(redis_url: str, tmp_path) -> object:
 
 
 async def _post_orders(server: LiveServer, shop, keys: list[str], concurrency: int):
-    _, dish, api_key = shop
-    headers = {"Authorization": f"Api-Key {api_key}", "X-Diner-Id": "d1"}
+    _, dish, token = shop
+    headers = {"Authorization": f"Bearer {token}"}
     body = {"items": [{"dish_id": dish.pk, "quantity": 1}], "payment_method": "card"}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     gate = asyncio.Semaphore(concurrency)

@@ -7,7 +7,7 @@ no cluster: the engine runs on the database alone). ``live_gunicorn`` runs a tes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pytest
@@ -16,6 +16,7 @@ from django.conf import settings
 from ordering.models import Dish
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
+from tests.support.auth import diner_token
 from tests.support.live_server import LiveServer, gunicorn_fixture
 
 STOCK = 100
@@ -40,21 +41,30 @@ def live_gunicorn(request: pytest.FixtureRequest) -> LiveServer:
     return request.getfixturevalue(f"live_gunicorn_{request.param}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Shop:
-    """A tenant with one dish and a diner-app API key, committed for the live server to see."""
+    """A tenant with one dish, a publishable key and its backend's merchant key, committed for
+    the live server to see. Diners act through session tokens (one session per diner)."""
 
     tenant: Tenant
     dish: Dish
     api_key: str
+    backend: ApiClient
+    backend_key: str
+    tokens: dict[str, str] = field(default_factory=dict)
 
     @property
     def tenant_key(self) -> str:
         """The tenant as the idempotency engine names it (records, audits, Redis keys)."""
         return str(self.tenant.pk)
 
+    def token(self, diner: str = "d1") -> str:
+        if diner not in self.tokens:
+            self.tokens[diner] = diner_token(self.tenant, diner, client=self.backend)
+        return self.tokens[diner]
+
     def headers(self, *, diner: str = "d1") -> dict[str, str]:
-        return {"Authorization": f"Api-Key {self.api_key}", "X-Diner-Id": diner}
+        return {"Authorization": f"Bearer {self.token(diner)}"}
 
 
 @pytest.fixture
@@ -63,5 +73,8 @@ def shop(transactional_db: None) -> Shop:
     dish = Dish.objects.for_tenant(tenant).create(
         tenant=tenant, name="Pizza", price=Decimal("9.50"), stock=STOCK
     )
-    _, api_key = issue_api_key(tenant=tenant, name="storm-app", kind=ApiClient.Kind.DINER_APP)
-    return Shop(tenant=tenant, dish=dish, api_key=api_key)
+    _, api_key = issue_api_key(tenant=tenant, name="storm-app", kind=ApiClient.Kind.PUBLISHABLE)
+    backend, backend_key = issue_api_key(
+        tenant=tenant, name="storm-pos", kind=ApiClient.Kind.MERCHANT
+    )
+    return Shop(tenant=tenant, dish=dish, api_key=api_key, backend=backend, backend_key=backend_key)

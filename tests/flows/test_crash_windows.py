@@ -104,14 +104,12 @@ def fingerprints_of_order(menu, quantity=2) -> dict[int, str]:
 
 @pytest.fixture
 def api_principal_scope(api, tenant):
-    from tenants.models import ApiClient
-
-    client = ApiClient.objects.filter(tenant=tenant).latest("id")
+    """The scope of ``api``'s requests: its session's diner (``diner-1``)."""
 
     def make(key: str) -> ScopedKey:
         return ScopedKey(
             tenant=str(tenant.pk),
-            principal=f"client:{client.pk}/diner:diner-1",
+            principal="diner:diner-1",
             method="POST",
             route="api/v1/orders/",
             key=key,

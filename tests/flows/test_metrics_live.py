@@ -14,6 +14,8 @@ from tests.observability.test_metrics import value
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_metrics_of_all_gunicorn_workers_are_merged(live_gunicorn_redis, shop: Shop):
+    headers = shop.headers()  # the session is opened here, not inside the event loop
+
     async def fire() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=8, max_keepalive_connections=0)
         async with httpx.AsyncClient(base_url=live_gunicorn_redis.url, limits=limits) as c:
@@ -23,7 +25,7 @@ def test_metrics_of_all_gunicorn_workers_are_merged(live_gunicorn_redis, shop: S
                     c.post(
                         "/api/v1/orders/",
                         json=body,
-                        headers={**shop.headers(), "Idempotency-Key": f"mp-{i}"},
+                        headers={**headers, "Idempotency-Key": f"mp-{i}"},
                     )
                     for i in range(24)
                 )

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.http import HttpResponse
-from django.test import Client
+from django.test import Client, override_settings
 
 from idempotency.models import IdempotencyRecord
 from ordering.models import (
@@ -32,7 +32,8 @@ from ordering.services.lifecycle import apply_transition, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key
-from tenants.models import ApiClient, Membership, Tenant
+from tenants.diner_sessions import open_session
+from tenants.models import ApiClient, DinerSession, Membership, Tenant
 from tests.support.live_server import gunicorn_fixture
 
 PROBLEM_JSON = "application/problem+json"
@@ -48,6 +49,7 @@ PRODUCTION_LIKE_ENV: dict[str, str | None] = {
     "REDIS_SHARDS": None,
     "REDIS_CLUSTER_URL": None,
     "API_WRITE_RATE_PER_MINUTE": "0",
+    "API_TENANT_WRITE_CEILING_PER_MINUTE": "0",
     "SIMULATED_PROVIDER": "1",
     "SIMULATED_PROVIDER_SECRET": SIMULATED_PROVIDER_SECRET,
 }
@@ -75,24 +77,40 @@ def assert_problem(response: HttpResponse | Any, status: int, code: str) -> dict
 
 @dataclass
 class World:
-    """One tenant with everything a foreign request could aim at."""
+    """One tenant with everything a foreign request could aim at: its publishable key (the
+    diner app's), its merchant key, and a session per diner signed in by that merchant key."""
 
     tenant: Tenant
     dish: Dish
     coupon: Coupon
-    diner_key: str
+    publishable_key: str
     merchant_key: str
     diner_client: ApiClient
+    merchant_client: ApiClient
     orders: dict[str, Order] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    live: bool = False  # sessions for the production-like live server (its own SECRET_KEY)
 
-    def headers(self, *, merchant: bool = False, diner: str | None = "d1") -> dict[str, str]:
-        headers = {"Authorization": f"Api-Key {self.merchant_key if merchant else self.diner_key}"}
-        if diner is not None:
-            headers["X-Diner-Id"] = diner
-        return headers
+    def token(self, diner: str = "d1") -> str:
+        if diner not in self.tokens:
+            secret = PRODUCTION_LIKE_ENV["SECRET_KEY"] if self.live else settings.SECRET_KEY
+            with override_settings(SECRET_KEY=secret):
+                issued = open_session(client=self.merchant_client, diner_id=diner)
+            self.tokens[diner] = issued.token
+        return self.tokens[diner]
+
+    def auth(self, kind: str = "diner", *, diner: str = "d1") -> str:
+        """The ``Authorization`` value of a ``kind`` credential: "diner" (a session),
+        "publishable" or "merchant"."""
+        if kind == "diner":
+            return f"Bearer {self.token(diner)}"
+        return f"Api-Key {self.publishable_key if kind == 'publishable' else self.merchant_key}"
+
+    def headers(self, kind: str = "diner", *, diner: str = "d1") -> dict[str, str]:
+        return {"Authorization": self.auth(kind, diner=diner)}
 
 
-def build_world(slug: str, *, stock: int = 1000) -> World:
+def build_world(slug: str, *, stock: int = 1000, live: bool = False) -> World:
     tenant = Tenant.objects.create(slug=slug, name=slug.title())
     dish = Dish.objects.for_tenant(tenant).create(
         tenant=tenant, name=f"{slug} secret pizza", price=Decimal("9.50"), stock=stock
@@ -100,15 +118,19 @@ def build_world(slug: str, *, stock: int = 1000) -> World:
     coupon = Coupon.objects.for_tenant(tenant).create(
         tenant=tenant, code=f"{slug.upper()}10", kind=Coupon.Kind.PERCENT, value=Decimal("10")
     )
-    diner_client, diner_key = issue_api_key(tenant=tenant, name=f"{slug} app")
-    _, merchant_key = issue_api_key(tenant=tenant, name=f"{slug} pos", kind=ApiClient.Kind.MERCHANT)
+    diner_client, publishable_key = issue_api_key(tenant=tenant, name=f"{slug} app")
+    merchant_client, merchant_key = issue_api_key(
+        tenant=tenant, name=f"{slug} pos", kind=ApiClient.Kind.MERCHANT
+    )
     return World(
         tenant=tenant,
         dish=dish,
         coupon=coupon,
-        diner_key=diner_key,
+        publishable_key=publishable_key,
         merchant_key=merchant_key,
         diner_client=diner_client,
+        merchant_client=merchant_client,
+        live=live,
     )
 
 
@@ -190,8 +212,16 @@ def snapshot(tenant: Tenant) -> dict[str, Any]:
                 "pk", "active", "used_count", "valid_until"
             )
         ),
+        "memberships": sorted(
+            Membership.objects.filter(tenant=tenant).values_list("pk", "user_id", "role")
+        ),
         "api_clients": sorted(
             ApiClient.objects.filter(tenant=tenant).values_list("pk", "revoked_at")
+        ),
+        "diner_sessions": sorted(
+            DinerSession.objects.filter(tenant=tenant).values_list(
+                "pk", "diner_id", "revoked_at", "expires_at"
+            )
         ),
         "idempotency_records": sorted(
             IdempotencyRecord.objects.filter(tenant_key=tenant_key).values_list(

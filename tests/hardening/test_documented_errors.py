@@ -41,9 +41,11 @@ from ordering.payments.simulated import signed_callback
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key
+from tenants.diner_sessions import end_session, open_session
 from tenants.error_codes import TenantErrorCode
 from tenants.models import ApiClient, Tenant
 from tests.hardening.conftest import PROBLEM_JSON
+from tests.support.auth import diner_token
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.hardening.error_urls")]
 
@@ -60,6 +62,7 @@ NOT_ANSWERED_BY_THE_API = {
     # dashboard-side: a user without a membership sees a page, not an API error
     TenantErrorCode.NOT_A_MEMBER,
 }
+DINER = "d1"
 ORDERS = "/api/v1/orders/"
 TOKENS = "/api/v1/idempotency-tokens/"
 CALLBACK = "/api/v1/payments/callback/"
@@ -85,11 +88,12 @@ def documented_rows() -> list[tuple[str, int, str]]:
 
 @dataclass
 class App:
-    """One tenant with a menu, a coupon and its API clients (diner app, merchant)."""
+    """One tenant with a menu, a coupon, a diner's session and a merchant's secret key."""
 
     tenant: Tenant
     dish: Dish
     coupon: Coupon
+    backend: ApiClient
     diner: APIClient
     merchant: APIClient
     anonymous: APIClient
@@ -109,24 +113,20 @@ class App:
             tenant=self.tenant,
             items=[ItemRequest(dish_id=self.dish.pk, quantity=1)],
             payment_method="card",
-            diner_id="d1",
+            diner_id=DINER,
             actor="test",
         )
 
-    def principal(self, client: APIClient) -> str:
-        """The engine's name of the diner client (tokens and scopes are bound to it)."""
-        prefix = client._credentials["HTTP_AUTHORIZATION"].split()[1].split(".")[0]
-        return f"client:{ApiClient.objects.get(prefix=prefix).pk}/diner:d1"
+    # The engine's name of the diner (tokens and scopes are bound to it).
+    principal = f"diner:{DINER}"
+
+    def bearer(self, token: str) -> APIClient:
+        return quiet(APIClient(), HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
-def api_client(tenant: Tenant, *, kind: str, diner: str | None) -> APIClient:
-    client = APIClient()
+def quiet(client: APIClient, **credentials: str) -> APIClient:
     client.raise_request_exception = False  # a crash is an answer here, not a test error
-    _, key = issue_api_key(tenant=tenant, name=f"walker-{kind}", kind=kind)
-    headers = {"HTTP_AUTHORIZATION": f"Api-Key {key}"}
-    if diner:
-        headers["HTTP_X_DINER_ID"] = diner
-    client.credentials(**headers)
+    client.credentials(**credentials)
     return client
 
 
@@ -140,15 +140,17 @@ def app(request: pytest.FixtureRequest, settings: Any, db: None) -> App:
     coupon = Coupon.objects.for_tenant(tenant).create(
         tenant=tenant, code="ONCE", kind=Coupon.Kind.PERCENT, value=Decimal("10"), max_uses=1
     )
-    anonymous = APIClient()
-    anonymous.raise_request_exception = False
+    backend, merchant_key = issue_api_key(
+        tenant=tenant, name="walker backend", kind=ApiClient.Kind.MERCHANT
+    )
     return App(
         tenant=tenant,
         dish=dish,
         coupon=coupon,
-        diner=api_client(tenant, kind=ApiClient.Kind.DINER_APP, diner="d1"),
-        merchant=api_client(tenant, kind=ApiClient.Kind.MERCHANT, diner=None),
-        anonymous=anonymous,
+        backend=backend,
+        diner=quiet(APIClient(), HTTP_AUTHORIZATION=f"Bearer {diner_token(tenant, DINER)}"),
+        merchant=quiet(APIClient(), HTTP_AUTHORIZATION=f"Api-Key {merchant_key}"),
+        anonymous=quiet(APIClient()),
         settings=settings,
     )
 
@@ -161,7 +163,7 @@ def _key_in_progress(app: App) -> Any:
     order = app.order()
     held = ScopedKey(
         tenant=str(app.tenant.pk),
-        principal=app.principal(app.diner),
+        principal=app.principal,
         method="POST",
         route="api/v1/orders/<int:order_id>/pay/",
         key="held-by-another-request",
@@ -185,7 +187,7 @@ def _token_used(app: App) -> Any:
 
 def _token_unknown(app: App) -> Any:
     never_issued = sign_token(
-        tenant=str(app.tenant.pk), principal=app.principal(app.diner), token_id="A" * 22
+        tenant=str(app.tenant.pk), principal=app.principal, token_id="A" * 22
     )
     return app.place(app.order_body(), key=never_issued)
 
@@ -213,6 +215,17 @@ def _rate_limited(app: App) -> Any:
         r.delete(*stale)
     assert app.diner.post(TOKENS, {"count": 1}, format="json").status_code == 201
     return app.diner.post(TOKENS, {"count": 1}, format="json")
+
+
+def _session_expired(app: App) -> Any:
+    app.settings.DINER_SESSION_TTL_SECONDS = -60  # issued already past its expiry
+    return app.bearer(open_session(client=app.backend, diner_id="late").token).get(ORDERS)
+
+
+def _session_revoked(app: App) -> Any:
+    issued = open_session(client=app.backend, diner_id="signed-out")
+    end_session(session_id=issued.session_id)
+    return app.bearer(issued.token).get(ORDERS)
 
 
 def _coupon_exhausted(app: App) -> Any:
@@ -290,9 +303,9 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     "QUANTITY_INVALID": lambda app: app.place(
         app.order_body(items=[{"dish_id": app.dish.pk, "quantity": 101}])
     ),
-    TenantErrorCode.DINER_ID_INVALID: lambda app: app.merchant.get(
-        ORDERS, HTTP_X_DINER_ID="not an id!"
-    ),
+    TenantErrorCode.SESSION_INVALID: lambda app: app.bearer("not-a-token").get(ORDERS),
+    TenantErrorCode.SESSION_EXPIRED: _session_expired,
+    TenantErrorCode.SESSION_REVOKED: _session_revoked,
     IdempotencyErrorCode.KEY_INVALID: lambda app: app.place(app.order_body(), key="k" * 256),
     IdempotencyErrorCode.KEY_MISSING: lambda app: app.place(app.order_body(), key=None),
     IdempotencyErrorCode.PAYLOAD_INVALID: _normalisation_collision,

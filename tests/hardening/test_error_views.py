@@ -48,7 +48,7 @@ def test_an_unknown_page_is_the_html_404(browser: Client) -> None:
 def test_a_wrong_method_on_the_api_is_a_problem_json_405(
     api_caller: Client, world_a: World
 ) -> None:
-    response = api_caller.delete("/api/v1/menu/", HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}")
+    response = api_caller.delete("/api/v1/menu/", HTTP_AUTHORIZATION=world_a.auth())
     assert_problem(response, 405, "METHOD_NOT_ALLOWED")
 
 

@@ -24,6 +24,7 @@ from rest_framework.test import APIClient
 
 from idempotency.models import IdempotencyRecord
 from ordering.models import Order, OrderStatus, Payment
+from tenants.models import DinerSession
 from tests.hardening.conftest import (
     World,
     assert_problem,
@@ -62,8 +63,7 @@ def post_order(
 ) -> Any:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {
-        "HTTP_AUTHORIZATION": f"Api-Key {world.diner_key}",
-        "HTTP_X_DINER_ID": "d1",
+        "HTTP_AUTHORIZATION": world.auth(),
         "HTTP_IDEMPOTENCY_KEY": key,
         **meta,
     }
@@ -426,15 +426,23 @@ def test_sql_in_a_body_field_is_refused(
     assert order_table_exists()
 
 
-def test_sql_in_the_diner_header_is_refused(http: APIClient, world_a: World, subtests: Any) -> None:
-    before = business_rows()
+def test_sql_in_a_diner_id_is_refused(http: APIClient, world_a: World, subtests: Any) -> None:
+    """Diner ids come from signed sessions only; a merchant backend naming one is validated."""
     for name, sql in SQLI.items():
         with subtests.test(msg=name):
-            response = post_order(
-                http, world_a, valid(world_a.dish.pk), key=name, HTTP_X_DINER_ID=sql
+            response = http.post(
+                "/api/v1/diner-sessions/",
+                {"diner_id": sql},
+                format="json",
+                HTTP_AUTHORIZATION=world_a.auth("merchant"),
             )
-            assert_problem(response, 400, "DINER_ID_INVALID")
-            assert business_rows() == before
+            assert_problem(response, 400, "VALIDATION_ERROR")
+            revoke = http.post(
+                f"/api/v1/diners/{quote(sql, safe='')}/revoke-sessions/",
+                HTTP_AUTHORIZATION=world_a.auth("merchant"),
+            )
+            assert revoke.status_code == 404 or revoke.json() == {"revoked": 0}
+    assert DinerSession.objects.count() == 0
     assert order_table_exists()
 
 
@@ -576,9 +584,7 @@ def test_sql_in_the_status_filter_is_a_validation_error(
 ) -> None:
     for name, sql in SQLI.items():
         with subtests.test(msg=name):
-            response = http.get(
-                ORDERS, {"status": sql}, HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}"
-            )
+            response = http.get(ORDERS, {"status": sql}, HTTP_AUTHORIZATION=world_a.auth())
             assert_problem(response, 400, "VALIDATION_ERROR")
     assert order_table_exists()
 
@@ -590,7 +596,7 @@ def test_sql_in_a_token_check_is_an_invalid_token(
         "/api/v1/idempotency-tokens/check/",
         {"tokens": list(SQLI.values())},
         format="json",
-        HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}",
+        HTTP_AUTHORIZATION=world_a.auth(),
     )
     assert response.status_code == 200
     assert response.json()["results"] == [
@@ -602,9 +608,7 @@ def test_sql_in_a_token_check_is_an_invalid_token(
 def test_hostile_page_numbers_are_not_found(http: APIClient, world_a: World, subtests: Any) -> None:
     for page in ("abc", "0", "-1", "99999999999999999999", "' OR 1=1 --", "1e3"):
         with subtests.test(msg=page):
-            response = http.get(
-                ORDERS, {"page": page}, HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}"
-            )
+            response = http.get(ORDERS, {"page": page}, HTTP_AUTHORIZATION=world_a.auth())
             assert_problem(response, 404, "NOT_FOUND")
 
 
@@ -617,8 +621,7 @@ def test_out_of_range_order_ids_are_not_found(
                 response = http.generic(
                     method,
                     f"/api/v1/orders/{order_id}/{action}",
-                    HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}",
-                    HTTP_X_DINER_ID="d1",
+                    HTTP_AUTHORIZATION=world_a.auth(),
                 )
                 assert_problem(response, 404, "ORDER_NOT_FOUND")
 

@@ -36,20 +36,21 @@ def order_body(dish_id: int, *, size: int) -> bytes:
     return empty[:-2] + b"x" * (size - len(empty)) + b'"}'
 
 
-def post_raw(world: World, body: bytes, **meta: str) -> object:
+def post_raw(world: World, body: bytes, kind: str = "diner", **meta: str) -> object:
     return APIClient(raise_request_exception=False).generic(
         "POST",
         ORDERS,
         body,
         content_type="application/json",
-        HTTP_AUTHORIZATION=f"Api-Key {world.diner_key}",
+        HTTP_AUTHORIZATION=world.auth(kind),
         HTTP_IDEMPOTENCY_KEY="big-order",
         **meta,
     )
 
 
 def never_authenticated(world: World) -> bool:
-    """Authentication stamps ``last_used_at``: still empty means DRF never saw the request."""
+    """Authentication with a publishable key stamps its ``last_used_at``: still empty means
+    DRF never saw the request (the requests checked this way carry that key)."""
     return ApiClient.objects.get(pk=world.diner_client.pk).last_used_at is None
 
 
@@ -58,7 +59,7 @@ class TestInProcess:
     def test_a_10_mb_order_is_413_before_drf_reads_it(
         self, world_a: World, nothing_written: Callable[[], None]
     ) -> None:
-        response = post_raw(world_a, order_body(world_a.dish.pk, size=TEN_MB))
+        response = post_raw(world_a, order_body(world_a.dish.pk, size=TEN_MB), "publishable")
 
         body = assert_problem(response, 413, "REQUEST_TOO_LARGE")
         assert body["limit"] == settings.MAX_REQUEST_BYTES == 1024 * 1024
@@ -70,7 +71,7 @@ class TestInProcess:
     def test_a_declared_length_above_the_limit_is_413_whatever_follows(
         self, world_a: World, nothing_written: Callable[[], None]
     ) -> None:
-        response = post_raw(world_a, b"{}", CONTENT_LENGTH=str(TEN_MB))
+        response = post_raw(world_a, b"{}", "publishable", CONTENT_LENGTH=str(TEN_MB))
         assert_problem(response, 413, "REQUEST_TOO_LARGE")
         assert never_authenticated(world_a)
         nothing_written()
@@ -120,13 +121,14 @@ def send_raw(
         return response.status, dict(response.getheaders()), response.read()
 
 
-def request_head(world: World, *, length: int | None = None, chunked: bool = False) -> str:
+def request_head(
+    world: World, *, length: int | None = None, chunked: bool = False, kind: str = "publishable"
+) -> str:
     lines = [
         f"POST {ORDERS} HTTP/1.1",
         "Host: 127.0.0.1",
         "Content-Type: application/json",
-        f"Authorization: Api-Key {world.diner_key}",
-        "X-Diner-Id: d1",
+        f"Authorization: {world.auth(kind)}",
         "Idempotency-Key: live-big-order",
     ]
     if length is not None:
@@ -145,7 +147,7 @@ def chunks(payload: bytes, size: int = 64 * 1024) -> Iterable[bytes]:
 
 @pytest.fixture
 def live_world(transactional_db: None) -> World:
-    return build_world("livesize")
+    return build_world("livesize", live=True)
 
 
 def problem_code(headers: dict[str, str], raw: bytes) -> str:
@@ -209,7 +211,9 @@ class TestThroughGunicorn:
             {"items": [{"dish_id": live_world.dish.pk, "quantity": 1}], "payment_method": "card"}
         ).encode()
         status, _, raw = send_raw(
-            hardening_server, request_head(live_world, chunked=True), chunks(payload, size=16)
+            hardening_server,
+            request_head(live_world, chunked=True, kind="diner"),
+            chunks(payload, size=16),
         )
 
         assert status == 201, raw

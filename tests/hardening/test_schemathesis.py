@@ -48,7 +48,7 @@ SEED = 20_240_601
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance")
 CONFORMANCE_CHECKS = ("status_code_conformance", "response_schema_conformance")
 CALLBACK_PATH = "/api/v1/payments/callback/"
-TRANSITION_REGEX = r"/transition/$"
+SIGN_OUT_REGEX = r"/diner-sessions/end/$"
 RUN_TIMEOUT_SECONDS = 120
 
 
@@ -106,6 +106,7 @@ def run_schemathesis(
     world: World,
     order_ids: list[int],
     include_path_regex: str | None = None,
+    exclude_path_regex: str | None = None,
 ) -> Run:
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [
@@ -141,6 +142,8 @@ def run_schemathesis(
         command += ["--header", f"{header}: {value}"]
     if include_path_regex:
         command += ["--include-path-regex", include_path_regex]
+    if exclude_path_regex:
+        command += ["--exclude-path-regex", exclude_path_regex]
     env = {
         **os.environ,
         "PYTHONPATH": str(PROJECT_ROOT),
@@ -158,9 +161,7 @@ def run_schemathesis(
         timeout=RUN_TIMEOUT_SECONDS,
     )
     statuses = statuses_since(server.access_log_path, log_offset)
-    shown = [
-        c if not c.startswith("Authorization") else "Authorization: Api-Key …" for c in command
-    ]
+    shown = [c if not c.startswith("Authorization") else "Authorization: …" for c in command]
     return Run(
         name=name,
         command=shown,
@@ -247,29 +248,54 @@ def sweep(
     ``transaction=True`` test, but shared by this module's tests)."""
     out = tmp_path_factory.mktemp("schemathesis")
     with django_db_blocker.unblock():
-        world = build_world("schema")
+        world = build_world("schema", live=True)
         orders = [
             make_order(world.tenant, world.dish, status).pk
             for status in (OrderStatus.CREATED, OrderStatus.PAID, OrderStatus.ACCEPTED)
         ]
+        # every credential of the runs, made while the database is reachable from here
+        headers = {
+            "diner": world.headers(diner=ORDER_DINER),
+            "merchant": world.headers("merchant"),
+            "publishable": world.headers("publishable"),
+            "sign-out": world.headers(diner="signs-out"),
+        }
     try:
         runs = {
             "diner": run_schemathesis(
                 hardening_server,
-                name="diner-app key, every operation",
-                headers=world.headers(diner=ORDER_DINER),
+                name="diner session, every operation but sign-out",
+                headers=headers["diner"],
                 out_dir=out / "diner",
                 world=world,
                 order_ids=orders,
+                exclude_path_regex=SIGN_OUT_REGEX,
             ),
             "merchant": run_schemathesis(
                 hardening_server,
-                name="merchant key, transition",
-                headers=world.headers(merchant=True, diner=None),
+                name="merchant key, every operation",
+                headers=headers["merchant"],
                 out_dir=out / "merchant",
                 world=world,
                 order_ids=orders,
-                include_path_regex=TRANSITION_REGEX,
+            ),
+            "publishable": run_schemathesis(
+                hardening_server,
+                name="publishable key, every operation",
+                headers=headers["publishable"],
+                out_dir=out / "publishable",
+                world=world,
+                order_ids=orders,
+            ),
+            # signing out ends the session: its own run, with a session of its own
+            "sign-out": run_schemathesis(
+                hardening_server,
+                name="diner session, sign-out",
+                headers=headers["sign-out"],
+                out_dir=out / "sign-out",
+                world=world,
+                order_ids=orders,
+                include_path_regex=SIGN_OUT_REGEX,
             ),
         }
         yield Sweep(operations=schema_operations(hardening_server), runs=runs)
@@ -278,7 +304,10 @@ def sweep(
             call_command("flush", interactive=False, verbosity=0)
 
 
-@pytest.mark.parametrize("run", ["diner", "merchant"])
+RUNS = ["diner", "merchant", "publishable", "sign-out"]
+
+
+@pytest.mark.parametrize("run", RUNS)
 def test_no_operation_answers_5xx(sweep: Sweep, run: str) -> None:
     result = sweep.runs[run]
     assert "Traceback" not in result.output, result.output[-3000:]
@@ -287,14 +316,35 @@ def test_no_operation_answers_5xx(sweep: Sweep, run: str) -> None:
     assert not any(s >= 500 for c in result.statuses.values() for s in c), result.statuses
 
 
-def test_every_schema_operation_was_exercised(sweep: Sweep) -> None:
-    called = {op for op in sweep.operations if _matching_requests(sweep.runs["diner"].statuses, op)}
-    assert called == sweep.operations, sorted(sweep.operations - called)
-    transition = [op for op in sweep.operations if op.endswith("/transition/")]
-    assert _matching_requests(sweep.runs["merchant"].statuses, transition[0])
+@pytest.mark.parametrize("run", ["diner", "merchant", "publishable"])
+def test_every_schema_operation_was_exercised(sweep: Sweep, run: str) -> None:
+    expected = {op for op in sweep.operations if not re.search(SIGN_OUT_REGEX, op)}
+    statuses = sweep.runs[run].statuses
+    called = {op for op in expected if _matching_requests(statuses, op)}
+    assert called == expected, sorted(expected - called)
+    sign_out = [op for op in sweep.operations if re.search(SIGN_OUT_REGEX, op)]
+    assert _matching_requests(sweep.runs["sign-out"].statuses, sign_out[0])
 
 
-@pytest.mark.parametrize("run", ["diner", "merchant"])
+def test_each_credential_reached_the_operations_its_capabilities_allow(sweep: Sweep) -> None:
+    """A 2xx only where the credential may act: a publishable key never reaches order data."""
+    successes = {
+        run: {
+            seen
+            for seen, c in sweep.runs[run].statuses.items()
+            if any(s < 300 for s in c) and not seen.startswith(("OPTIONS ", "GET /api/schema/"))
+        }
+        for run in ("publishable", "diner", "merchant")
+    }
+    assert successes["publishable"] == {"GET /api/v1/menu/", "POST /api/v1/diner-sessions/"}
+    assert any(seen.startswith("POST /api/v1/orders/") for seen in successes["diner"]), successes
+    merchant_only = ("POST /api/v1/diner-sessions/", "/revoke-sessions/")
+    assert any(
+        seen == merchant_only[0] or merchant_only[1] in seen for seen in successes["merchant"]
+    ), successes
+
+
+@pytest.mark.parametrize("run", RUNS)
 def test_answers_conform_to_the_schema(sweep: Sweep, run: str) -> None:
     result = sweep.runs[run]
     mismatches = result.failures(*CONFORMANCE_CHECKS)

@@ -1,9 +1,10 @@
 """Tenant isolation, swept over every endpoint the URL resolver knows.
 
-Tenant B's credentials (diner-app key, merchant key, dashboard owner) are pointed at tenant A's
-ids. Whatever the endpoint, the answer is "not found" (or "forbidden" where the endpoint is
-permission-gated), exactly as for an id that does not exist, and none of A's rows change:
-orders, lines, transitions, payments, dishes, coupons, API keys and idempotency records are
+Tenant B's credentials (publishable key, diner session, merchant key, dashboard owner) are
+pointed at tenant A's ids. Whatever the endpoint, the answer is "forbidden" where the
+credential's capabilities do not reach it (``tenants.permissions``), and otherwise exactly the
+answer for an id that does not exist; none of A's rows change: orders, lines, transitions,
+payments, dishes, coupons, API keys, diner sessions, members and idempotency records are
 compared before and after. Endpoints are enumerated from the resolver, so a new endpoint is
 swept the day it is added; one with a path parameter the sweep cannot fill fails loudly.
 
@@ -14,19 +15,23 @@ of A's answer.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
 from ordering.dashboard import urls as dashboard_urls
 from ordering.models import Order, OrderStatus
-from tenants.permissions import IsMerchantClient
+from tenants.models import Membership
+from tenants.permissions import declared_capabilities, kinds_holding
+from tenants.principals import CredentialKind
 from tests.hardening.conftest import (
     ORDER_DINER,
     World,
@@ -42,12 +47,20 @@ pytestmark = pytest.mark.django_db
 
 API_PREFIX = "/api/v1/"
 NONEXISTENT_ID = 2**62 + 12345
-# What each path parameter names, as an attribute path on World (A's rows to aim at).
+NONEXISTENT_DINER = "nobody-at-all"
+# What each path parameter names (A's rows to aim at; see foreign_ids).
 FOREIGN_IDS: dict[str, str] = {
     "order_id": "orders",
     "dish_id": "dish",
     "coupon_id": "coupon",
     "client_id": "diner_client",
+    "diner_id": "the diner of A's orders",
+    "membership_id": "a member of A",
+}
+KINDS = {
+    "publishable": CredentialKind.PUBLISHABLE,
+    "diner": CredentialKind.DINER_SESSION,
+    "merchant": CredentialKind.MERCHANT,
 }
 
 
@@ -71,16 +84,15 @@ class Endpoint:
             if m not in {"options", "head"} and hasattr(cls, m)
         ]
 
-    def merchant_only(self) -> bool:
-        cls = self.view_class
-        return cls is not None and any(
-            issubclass(p, IsMerchantClient) for p in getattr(cls, "permission_classes", [])
-        )
+    def allows(self, kind: str, method: str) -> bool:
+        """Do the capabilities of a ``kind`` credential reach this endpoint's ``method``?"""
+        needed = declared_capabilities(self.view_class, method)
+        return KINDS[kind] in kinds_holding(needed)
 
-    def path(self, **ids: int) -> str:
+    def path(self, **ids: int | str) -> str:
         path = "/" + self.route
         for name in self.kwargs:
-            path = path.replace(f"<int:{name}>", str(ids[name]))
+            path = re.sub(rf"<\w+:{name}>", str(ids[name]), path)
         assert "<" not in path, f"{self.route}: unsupported path parameter"
         return path
 
@@ -136,23 +148,35 @@ def test_the_sweep_finds_the_api_and_dashboard() -> None:
 
 @pytest.fixture
 def a_with_orders(world_a: World) -> World:
-    """A with an order in every status a foreign pay / cancel / move could still act on."""
+    """A with an order in every status a foreign pay / cancel / move could still act on, a
+    live session of the diner of those orders, and a member."""
     for status in (OrderStatus.CREATED, OrderStatus.PAYING, OrderStatus.PAID, OrderStatus.READY):
         world_a.orders[status] = make_order(world_a.tenant, world_a.dish, status)
+    world_a.token(ORDER_DINER)
+    Membership.objects.create(
+        user=User.objects.create_user("a-member"), tenant=world_a.tenant, role="staff"
+    )
     return world_a
 
 
-def foreign_ids(world: World) -> list[dict[str, int]]:
+def foreign_ids(world: World) -> list[dict[str, int | str]]:
     """Every combination of A's ids to put into a path (one per A order)."""
+    member = Membership.objects.filter(tenant=world.tenant).order_by("pk").first()
     return [
         {
             "order_id": order.pk,
             "dish_id": world.dish.pk,
             "coupon_id": world.coupon.pk,
             "client_id": world.diner_client.pk,
+            "diner_id": ORDER_DINER,
+            "membership_id": member.pk if member else NONEXISTENT_ID,
         }
         for order in world.orders.values()
     ]
+
+
+def nonexistent(ids: dict[str, int | str]) -> dict[str, int | str]:
+    return {k: NONEXISTENT_DINER if k == "diner_id" else NONEXISTENT_ID for k in ids}
 
 
 def secrets_of(world: World) -> list[str]:
@@ -161,8 +185,9 @@ def secrets_of(world: World) -> list[str]:
         world.dish.name,
         world.coupon.code,
         *(str(o.pk) for o in world.orders.values()),
-        world.diner_key.split(".")[0],
+        world.publishable_key.split(".")[0],
         world.merchant_key.split(".")[0],
+        *world.tokens.values(),
     ]
 
 
@@ -177,23 +202,25 @@ def foreign_body(world: World) -> bytes:
             "to": OrderStatus.CANCELLED,
             "count": 1,
             "tokens": ["tok_foreign"],
+            "diner_id": ORDER_DINER,
             "order_id": str(next(iter(world.orders.values())).pk),
         }
     ).encode()
 
 
-@pytest.mark.parametrize("key_kind", ["diner", "merchant"])
+@pytest.mark.parametrize("key_kind", list(KINDS))
 @pytest.mark.parametrize("endpoint, method", API_CASES)
 def test_api_with_b_credentials_and_a_ids_is_not_found_and_changes_nothing(
     a_with_orders: World, world_b: World, endpoint: Endpoint, method: str, key_kind: str
 ) -> None:
     world_a = a_with_orders
-    merchant = key_kind == "merchant"
     http = APIClient(raise_request_exception=False)
     meta = {
-        "HTTP_AUTHORIZATION": f"Api-Key {world_b.merchant_key if merchant else world_b.diner_key}",
-        "HTTP_X_DINER_ID": ORDER_DINER,  # even the same diner id as A's orders' diner
+        # a session of B's diner with the very id of A's orders' diner, and the header naming it
+        "HTTP_AUTHORIZATION": world_b.auth(key_kind, diner=ORDER_DINER),
+        "HTTP_X_DINER_ID": ORDER_DINER,
     }
+    callback = endpoint.route.endswith("payments/callback/")
     before = snapshot(world_a.tenant)
 
     def send(ids: dict[str, int], with_key: bool) -> Any:
@@ -211,19 +238,21 @@ def test_api_with_b_credentials_and_a_ids_is_not_found_and_changes_nothing(
         for ids in foreign_ids(world_a) if endpoint.kwargs else [{}]:
             response = send(ids, with_key)
             assert response.status_code < 500, response.content[:300]
-            if endpoint.kwargs and endpoint.merchant_only() and not merchant:
+            if not callback and not endpoint.allows(key_kind, method):
                 assert_problem(response, 403, "PERMISSION_DENIED")
             elif endpoint.kwargs:
                 # exactly the answer for an id that does not exist
-                nonexistent = send(dict.fromkeys(ids, NONEXISTENT_ID), with_key)
-                code = problem_of(nonexistent)["code"]
+                missing = send(nonexistent(ids), with_key)
+                if missing.status_code == 200:  # e.g. "revoked 0 sessions of that diner"
+                    assert (response.status_code, response.json()) == (200, missing.json())
+                    continue
+                code = problem_of(missing)["code"]
                 assert code.endswith("NOT_FOUND"), code
                 assert_problem(response, 404, code)
-                if method == "GET":  # the control: A's own key does see the row
+                if method == "GET":  # the control: A's own diner does see the row
                     own = http.get(
                         endpoint.path(**ids),
-                        HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}",
-                        HTTP_X_DINER_ID=ORDER_DINER,
+                        HTTP_AUTHORIZATION=world_a.auth("diner", diner=ORDER_DINER),
                     )
                     assert own.status_code == 200, own.content[:300]
             text = response.content.decode("utf-8", "replace")
@@ -240,7 +269,7 @@ def test_ordering_a_dish_of_another_tenant_is_dish_not_found(
         "/api/v1/orders/",
         {"items": [{"dish_id": a_with_orders.dish.pk, "quantity": 1}], "payment_method": "card"},
         format="json",
-        HTTP_AUTHORIZATION=f"Api-Key {world_b.diner_key}",
+        HTTP_AUTHORIZATION=world_b.auth(),
         HTTP_IDEMPOTENCY_KEY="b-orders-a-dish",
     )
     assert_problem(response, 422, "DISH_NOT_FOUND")
@@ -259,7 +288,7 @@ def test_another_tenants_coupon_is_invalid_and_its_use_count_unchanged(
             "coupon_code": world_a.coupon.code,
         },
         format="json",
-        HTTP_AUTHORIZATION=f"Api-Key {world_b.diner_key}",
+        HTTP_AUTHORIZATION=world_b.auth(),
         HTTP_IDEMPOTENCY_KEY="b-uses-a-coupon",
     )
     assert_problem(response, 422, "COUPON_INVALID")
@@ -272,11 +301,11 @@ def test_another_tenants_idempotency_token_is_invalid_for_b(world_a: World, worl
         "/api/v1/idempotency-tokens/",
         {"count": 1},
         format="json",
-        HTTP_AUTHORIZATION=f"Api-Key {world_a.diner_key}",
+        HTTP_AUTHORIZATION=world_a.auth(),
     )
     assert issued.status_code == 201, issued.content
     token = issued.json()["tokens"][0]
-    b = {"HTTP_AUTHORIZATION": f"Api-Key {world_b.diner_key}"}
+    b = {"HTTP_AUTHORIZATION": world_b.auth()}  # the same diner id ("d1"), another tenant
 
     checked = APIClient().post(
         "/api/v1/idempotency-tokens/check/", {"tokens": [token]}, format="json", **b
@@ -299,7 +328,7 @@ def test_another_tenants_idempotency_token_is_invalid_for_b(world_a: World, worl
 
 
 def place(world: World, *, key: str | None, dish_id: int) -> Any:
-    headers = {"HTTP_AUTHORIZATION": f"Api-Key {world.diner_key}", "HTTP_X_DINER_ID": "d1"}
+    headers = {"HTTP_AUTHORIZATION": world.auth(diner="d1")}
     if key is not None:
         headers["HTTP_IDEMPOTENCY_KEY"] = key
     return APIClient().generic(
@@ -355,12 +384,12 @@ def test_a_pay_answer_is_never_replayed_to_b(
     engine_mode: str, a_with_orders: World, world_b: World, with_key: bool
 ) -> None:
     order = a_with_orders.orders[OrderStatus.CREATED]
-    headers = {"HTTP_X_DINER_ID": ORDER_DINER}
+    headers = {}
     if with_key:
         headers["HTTP_IDEMPOTENCY_KEY"] = "pay-once"
     paid = APIClient().post(
         f"/api/v1/orders/{order.pk}/pay/",
-        HTTP_AUTHORIZATION=f"Api-Key {a_with_orders.diner_key}",
+        HTTP_AUTHORIZATION=a_with_orders.auth(diner=ORDER_DINER),
         **headers,
     )
     assert paid.status_code == 200, paid.content
@@ -368,7 +397,7 @@ def test_a_pay_answer_is_never_replayed_to_b(
 
     foreign = APIClient().post(
         f"/api/v1/orders/{order.pk}/pay/",
-        HTTP_AUTHORIZATION=f"Api-Key {world_b.diner_key}",
+        HTTP_AUTHORIZATION=world_b.auth(diner=ORDER_DINER),  # the same diner id, in B
         **headers,
     )
 
@@ -417,9 +446,9 @@ def test_dashboard_with_b_owner_and_a_ids_is_not_found_and_changes_nothing(
 
     for ids in foreign_ids(world_a):
         foreign = send(ids)
-        nonexistent = send(dict.fromkeys(ids, NONEXISTENT_ID))
+        missing = send(nonexistent(ids))
         # indistinguishable from an id that does not exist: 404 (or 405 for a POST-only page)
-        assert foreign.status_code == nonexistent.status_code, (foreign, nonexistent)
+        assert foreign.status_code == missing.status_code, (foreign, missing)
         assert foreign.status_code in {403, 404, 405}, foreign
         leaked = [s for s in secrets_of(world_a) if s in foreign.content.decode()]
         assert not leaked, leaked

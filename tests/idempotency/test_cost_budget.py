@@ -4,9 +4,9 @@
   and exactly one database round trip (the record insert, in the business transaction);
 - a replay answered from Redis makes 0 database queries of the engine's and 1 Redis round trip;
 - a replay answered from the local cache makes neither.
-API-key authentication (a SELECT of the client) happens before the engine and is not its cost;
-the write rate limiter (one more Redis round trip when enabled) is switched off here, as it is
-a separate feature (docs/idempotency.md).
+Authentication (a session's cached state, or an API key's SELECT) happens before the engine and
+is not its cost; the write rate limiter (one more Redis round trip when enabled) is switched off
+here, as it is a separate feature (docs/idempotency.md).
 """
 
 from __future__ import annotations
@@ -46,12 +46,20 @@ def redis_calls(tenant, monkeypatch) -> Iterator[RedisCounter]:
 
 @pytest.fixture(autouse=True)
 def no_rate_limit(settings):
-    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "RATE_LIMIT_PER_MINUTE": None}
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "RATE_LIMIT_PER_MINUTE": None,
+        "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": None,
+    }
 
 
 def engine_queries(captured: CaptureQueriesContext) -> list[str]:
-    """The captured SQL minus API-key authentication, which runs before the engine."""
-    return [q["sql"] for q in captured.captured_queries if "tenants_apiclient" not in q["sql"]]
+    """The captured SQL minus authentication, which runs before the engine."""
+    return [
+        q["sql"]
+        for q in captured.captured_queries
+        if "tenants_apiclient" not in q["sql"] and "tenants_dinersession" not in q["sql"]
+    ]
 
 
 def measure(api, menu, key):

@@ -15,8 +15,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from idempotency.core.ratelimit import (
+    ceiling_key,
     check_write_rate,
     hit,
+    hit_with_ceiling,
     limit_per_window,
     rate_key,
     reset_rate_cache,
@@ -66,10 +68,18 @@ def counter_key(client: redis.Redis) -> Iterator[str]:
     client.delete(key)
 
 
-def limit(settings: Any, per_minute: int | None, *, window: int = 60, **extra: Any) -> None:
+def limit(
+    settings: Any,
+    per_minute: int | None,
+    *,
+    window: int = 60,
+    ceiling: int | None = None,
+    **extra: Any,
+) -> None:
     settings.IDEMPOTENCY = {
         **settings.IDEMPOTENCY,
         "RATE_LIMIT_PER_MINUTE": per_minute,
+        "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": ceiling,
         "RATE_LIMIT_WINDOW_SECONDS": window,
         **extra,
     }
@@ -190,7 +200,91 @@ def test_rate_is_scaled_to_the_window(per_minute: int, window: int, expected: in
     assert limit_per_window(per_minute, window) == expected
 
 
+def test_ceiling_counts_only_what_the_principal_limit_allowed(client: redis.Redis) -> None:
+    """One principal in a loop spends its own budget, never its neighbours' share."""
+    tenant = f"rl-test-{uuid.uuid4().hex}"
+    counter_key, *neighbours = [
+        rate_key(tenant=tenant, principal=f"p{i}", window_seconds=60) for i in range(6)
+    ]
+    tenant_counter = ceiling_key(counter_key)
+    try:
+        loop = [
+            hit_with_ceiling(client, key=counter_key, limit=2, ceiling=5, window_ms=60_000)
+            for _ in range(10)
+        ]
+        assert [d.allowed for d in loop] == [True, True] + [False] * 8
+        assert {d.scope for d in loop[2:]} == {"principal"}
+        assert int(client.get(tenant_counter)) == 2
+        others = [
+            hit_with_ceiling(client, key=key, limit=2, ceiling=5, window_ms=60_000)
+            for key in neighbours
+        ]
+        assert [d.allowed for d in others] == [True, True, True, False, False]
+        assert [d.scope for d in others[3:]] == ["tenant", "tenant"]
+        assert others[3].limit == 5 and others[3].count == 6
+        assert 0 < client.pttl(tenant_counter) <= 60_000
+    finally:
+        client.delete(tenant_counter, counter_key, *neighbours)
+
+
+def test_ceiling_key_shares_the_principal_counters_hash_tag() -> None:
+    key = rate_key(tenant="42", principal="diner:d", window_seconds=60)
+    assert ceiling_key(key) == "rl:{t:42}:tenant:60s"
+    bucketed = rate_key(tenant="42", principal="diner:d", window_seconds=10, buckets=4)
+    tag = bucketed.split("}")[0]
+    assert ceiling_key(bucketed) == f"{tag}}}:tenant:10s"
+
+
+def test_ceiling_runs_on_a_redis_cluster_in_one_slot(cluster_client: Any) -> None:
+    key = rate_key(tenant=f"rl-cluster-{uuid.uuid4().hex}", principal="p", window_seconds=60)
+    try:
+        decisions = [
+            hit_with_ceiling(cluster_client, key=key, limit=5, ceiling=2, window_ms=60_000)
+            for _ in range(3)
+        ]
+        assert [(d.allowed, d.scope) for d in decisions] == [
+            (True, "principal"),
+            (True, "principal"),
+            (False, "tenant"),
+        ]
+    finally:
+        cluster_client.delete(key)
+        cluster_client.delete(ceiling_key(key))
+
+
 # --- through the API --------------------------------------------------------------------
+
+
+def test_the_tenant_ceiling_caps_all_diners_together(
+    settings: Any, tenant: Any, other_tenant: Any
+) -> None:
+    limit(settings, 600, ceiling=3)
+    diners = [api_for(tenant, diner=f"d{i}") for i in range(5)]
+    statuses = [issue(api).status_code for api in diners]
+    assert statuses == [201, 201, 201, 429, 429]
+    refused = issue(diners[0])
+    assert refused.json()["code"] == "RATE_LIMITED" and "ceiling" in refused.json()["detail"]
+    assert issue(api_for(other_tenant, diner="d0")).status_code == 201  # its own ceiling
+
+
+def test_a_tenant_ceiling_override_beats_the_default(settings: Any, tenant: Any) -> None:
+    tenant.write_ceiling_per_minute = 2
+    tenant.save(update_fields=["write_ceiling_per_minute"])
+    limit(settings, 600, ceiling=100)
+    assert [issue(api_for(tenant, diner=f"d{i}")).status_code for i in range(3)] == [
+        201,
+        201,
+        429,
+    ]
+
+
+def test_a_bucketed_tenant_keeps_the_ceiling_over_all_its_buckets(
+    settings: Any, tenant: Any
+) -> None:
+    limit(settings, 600, ceiling=8, HOT_TENANT_BUCKETS={str(tenant.pk): 4})
+    statuses = [issue(api_for(tenant, diner=f"d{i}")).status_code for i in range(40)]
+    # 4 buckets of ceil(8 / 4) = 2 each (40 diners fill every bucket): the ceiling in total
+    assert statuses.count(201) == 8
 
 
 def test_the_request_after_the_limit_is_429_with_retry_after(settings: Any, tenant: Any) -> None:
@@ -222,8 +316,9 @@ def test_other_principals_and_tenants_keep_their_own_budget(
     me = api_for(tenant, diner="d1")
     assert [issue(me).status_code for _ in range(3)] == [201, 201, 429]
     assert issue(api_for(tenant, diner="d2")).status_code == 201  # another diner
-    assert issue(api_for(tenant, diner="d1")).status_code == 201  # another API client
     assert issue(api_for(other_tenant, diner="d1")).status_code == 201  # another tenant
+    # a new session of the same diner (signed in by another key, too) is the same principal
+    assert issue(api_for(tenant, diner="d1")).status_code == 429
 
 
 def test_a_tenant_override_beats_the_default(settings: Any, tenant: Any, other_tenant: Any) -> None:
@@ -260,8 +355,7 @@ def test_every_write_endpoint_shares_the_budget(
     settings: Any, tenant: Any, menu: Any, path: str, merchant: bool
 ) -> None:
     limit(settings, 1)
-    kind = ApiClient.Kind.MERCHANT if merchant else ApiClient.Kind.DINER_APP
-    api = api_for(tenant, kind=kind, diner=None if merchant else "d1")
+    api = api_for(tenant, kind=ApiClient.Kind.MERCHANT) if merchant else api_for(tenant, diner="d1")
     assert issue(api).status_code == 201  # the budget is spent on another endpoint
     body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
     r = api.post(path.format(order=999), body, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)

@@ -7,6 +7,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from ordering.models import Coupon, Dish
@@ -15,13 +16,26 @@ from tenants.models import ApiClient, Membership, Tenant
 pytestmark = pytest.mark.django_db
 
 
-def seed() -> dict:
+def seed(*args: str) -> dict:
     out = StringIO()
-    call_command("seed_demo", "--json", stdout=out)
+    call_command("seed_demo", "--json", *args, stdout=out)
     return json.loads(out.getvalue())
 
 
-def test_seed_demo_json_and_rerun_creates_nothing_new(client):
+@pytest.fixture
+def key_file(settings, tmp_path):
+    settings.DEBUG = True  # the demo: keys are kept in a local file
+    settings.DEMO_KEYS_FILE = tmp_path / "demo_keys.json"
+    return settings.DEMO_KEYS_FILE
+
+
+def menu_status(key: str) -> int:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    return api.get("/api/v1/menu/").status_code
+
+
+def test_seed_demo_json_and_rerun_creates_nothing_new_and_keeps_the_keys(client, key_file):
     first = seed()
     counts = (
         Tenant.objects.count(),
@@ -38,13 +52,52 @@ def test_seed_demo_json_and_rerun_creates_nothing_new(client):
         Membership.objects.count(),
     ) == counts
     assert [t["dish_ids"] for t in first["tenants"]] == [t["dish_ids"] for t in second["tenants"]]
-    # fresh keys each run; the old ones are revoked, the new ones work
     for old, new in zip(first["tenants"], second["tenants"], strict=True):
-        assert set(new) >= {"slug", "api_key", "dish_ids", "owner_username", "owner_password"}
+        assert set(new) >= {"slug", "publishable_key", "api_key", "merchant_api_key", "dish_ids"}
+        assert new["api_key"] == new["publishable_key"]
+        assert (new["publishable_key"], new["merchant_api_key"]) == (
+            old["publishable_key"],
+            old["merchant_api_key"],
+        )
         api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Api-Key {old['api_key']}")
-        assert api.get("/api/v1/menu/").status_code == 401
-        api.credentials(HTTP_AUTHORIZATION=f"Api-Key {new['api_key']}")
+        api.credentials(HTTP_AUTHORIZATION=f"Api-Key {new['publishable_key']}")
         assert {d["id"] for d in api.get("/api/v1/menu/").json()} == set(new["dish_ids"])
+        assert api.get("/api/v1/orders/").status_code == 403  # publishable: menu and sessions
+        merchant = APIClient()
+        merchant.credentials(HTTP_AUTHORIZATION=f"Api-Key {new['merchant_api_key']}")
+        assert merchant.get("/api/v1/orders/").status_code == 200
         assert client.login(username=new["owner_username"], password=new["owner_password"])
     assert ApiClient.objects.filter(revoked_at__isnull=True).count() == 4
+    kinds = ApiClient.objects.filter(revoked_at__isnull=True).values_list("kind", flat=True)
+    assert sorted(kinds) == ["merchant", "merchant", "publishable", "publishable"]
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_rotate_keys_revokes_the_old_ones(key_file):
+    first = seed()
+    second = seed("--rotate-keys")
+    for old, new in zip(first["tenants"], second["tenants"], strict=True):
+        assert new["publishable_key"] != old["publishable_key"]
+        assert (menu_status(old["publishable_key"]), menu_status(new["publishable_key"])) == (
+            401,
+            200,
+        )
+    assert ApiClient.objects.filter(revoked_at__isnull=True).count() == 4
+
+
+def test_without_debug_no_key_file_is_written_and_a_rerun_issues_new_keys(settings, tmp_path):
+    settings.DEBUG = False
+    settings.DEMO_KEYS_FILE = tmp_path / "demo_keys.json"
+    first = seed()
+    second = seed()
+    assert not settings.DEMO_KEYS_FILE.exists()
+    old, new = first["tenants"][0], second["tenants"][0]
+    assert (menu_status(old["api_key"]), menu_status(new["api_key"])) == (401, 200)
+
+
+def test_a_key_file_that_no_longer_matches_is_replaced(key_file):
+    first = seed()
+    ApiClient.objects.update(revoked_at=timezone.now())  # e.g. revoked in the dashboard
+    second = seed()
+    assert menu_status(second["tenants"][0]["publishable_key"]) == 200
+    assert second["tenants"][0]["publishable_key"] != first["tenants"][0]["publishable_key"]

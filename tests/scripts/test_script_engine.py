@@ -22,6 +22,7 @@ from ordering.models import Order
 from tenants.api_keys import issue_api_key
 from tests.conftest import api_for, menu_for, use_topology
 from tests.flows.test_idempotent_orders import post_order
+from tests.support.auth import diner_token
 from tests.support.redis_nodes import RedisNode
 
 pytestmark = pytest.mark.django_db
@@ -62,9 +63,9 @@ def test_x_lua_version_is_honoured_only_for_test_clients(tenant):
     registry.reload()
     menu = menu_for(tenant)
     normal = api_for(tenant, diner="d1")
-    _, key = issue_api_key(tenant=tenant, name="qa", kind="diner_app", is_test=True)
-    tester = api_for(tenant, diner="d2")
-    tester.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}", HTTP_X_DINER_ID="d2")
+    qa_backend, _ = issue_api_key(tenant=tenant, name="qa", kind="merchant", is_test=True)
+    tester = api_for(tenant, diner="d2")  # a session signed in by the test key
+    tester.credentials(HTTP_AUTHORIZATION=f"Bearer {diner_token(tenant, 'd2', client=qa_backend)}")
     post_order(normal, menu, key="plain", HTTP_X_LUA_VERSION=str(script.version))
     post_order(tester, menu, key="pinned", HTTP_X_LUA_VERSION=str(script.version))
     assert sorted(marks(tenant), key=str) == [None, b"2"]

@@ -1,8 +1,12 @@
-"""``manage.py seed_demo [--json]``: two demo restaurants with owners, API keys, menu and coupon.
+"""``manage.py seed_demo [--json] [--rotate-keys]``: two demo restaurants with owners, API keys
+(a publishable key for the diner app, a secret merchant key), menu and coupon.
 
 Safe to run again: tenants, users, dishes and coupons are found by their natural keys and not
-duplicated. Each run issues fresh demo API keys (revoking the previous demo keys, since secrets are
-only stored hashed and cannot be shown again) and sets fresh owner passwords, all printed.
+duplicated, and the demo API keys are kept. The database holds only hashes of keys, so to print
+them again a run in DEBUG keeps the demo's full keys in a local, git-ignored file
+(``DEMO_KEYS_FILE``, default ``var/demo_keys.json``). When that file is missing, does not match
+the active keys, or DEBUG is off (the file is never written then), or with ``--rotate-keys``,
+the demo keys are revoked and fresh ones issued. Owner passwords are new on every run.
 """
 
 from __future__ import annotations
@@ -10,15 +14,17 @@ from __future__ import annotations
 import json
 import secrets
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
 from ordering.models import Coupon, Dish
-from tenants.api_keys import issue_api_key
+from tenants.api_keys import authenticate_api_key, issue_api_key
 from tenants.models import ApiClient, Membership, Tenant
 
 DEMO_TENANTS = [
@@ -37,7 +43,7 @@ DEMO_TENANTS = [
         "coupon": ("FIVEOFF", Coupon.Kind.AMOUNT, "5.00", 50),
     },
 ]
-DEMO_KEY_NAMES = {ApiClient.Kind.DINER_APP: "Demo diner app", ApiClient.Kind.MERCHANT: "Demo POS"}
+DEMO_KEY_NAMES = {ApiClient.Kind.PUBLISHABLE: "Demo diner app", ApiClient.Kind.MERCHANT: "Demo POS"}
 
 
 class Command(BaseCommand):
@@ -45,28 +51,42 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--json", action="store_true", help="Print only machine-readable JSON")
+        parser.add_argument(
+            "--rotate-keys", action="store_true", help="Revoke the demo API keys and issue new ones"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        stored = {} if options["rotate_keys"] else _read_key_file()
         with transaction.atomic():
-            result = {"tenants": [seed_tenant(spec) for spec in DEMO_TENANTS]}
+            result = {"tenants": [seed_tenant(spec, stored) for spec in DEMO_TENANTS]}
             staff_password = _ensure_user("staff", is_staff=True)
+        _write_key_file(result["tenants"])
         if options["json"]:
             self.stdout.write(json.dumps(result))
             return
         for t in result["tenants"]:
             self.stdout.write(
                 f"{t['slug']}: owner {t['owner_username']} / {t['owner_password']}\n"
-                f"  diner-app API key: {t['api_key']}\n"
-                f"  merchant API key:  {t['merchant_api_key']}\n"
+                f"  publishable key (ships in the diner app): {t['publishable_key']}\n"
+                f"  merchant secret key (server only):        {t['merchant_api_key']}\n"
                 f"  dishes: {t['dish_ids']}"
             )
         self.stdout.write(f"staff (Django admin): staff / {staff_password}")
+        first = result["tenants"][0]
         self.stdout.write(
-            "API keys and passwords are new on every run; earlier demo keys are revoked."
+            f"\nTry the API as a diner of {first['slug']} (README, 'Try the API'):\n"
+            f"  KEY={first['publishable_key']}\n"
+            "  TOKEN=$(curl -s -X POST http://127.0.0.1:8000/api/v1/diner-sessions/ "
+            '-H "Authorization: Api-Key $KEY" | sed -E \'s/.*"token":"([^"]+)".*/\\1/\')\n'
+            '  curl -s http://127.0.0.1:8000/api/v1/orders/ -H "Authorization: Bearer $TOKEN" '
+            "-H 'Idempotency-Key: first-order' -H 'Content-Type: application/json' "
+            f'-d \'{{"items":[{{"dish_id":{first["dish_ids"][0]},"quantity":2}}],'
+            '"payment_method":"card"}\'\n'
+            "Owner passwords are new on every run; API keys are kept (--rotate-keys for new ones)."
         )
 
 
-def seed_tenant(spec: dict[str, Any]) -> dict[str, Any]:
+def seed_tenant(spec: dict[str, Any], stored: dict[str, dict[str, str]]) -> dict[str, Any]:
     tenant, _ = Tenant.objects.get_or_create(
         slug=spec["slug"], defaults={"name": spec["name"], "region": spec["region"]}
     )
@@ -86,15 +106,14 @@ def seed_tenant(spec: dict[str, Any]) -> dict[str, Any]:
         code=code,
         defaults={"kind": kind, "value": Decimal(value), "max_uses": max_uses},
     )
-    keys = {}
-    for kind, name in DEMO_KEY_NAMES.items():
-        ApiClient.objects.filter(tenant=tenant, name=name, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
-        keys[kind] = issue_api_key(tenant=tenant, name=name, kind=kind)[1]
+    keys = {
+        kind: _demo_key(tenant, kind, name, stored.get(tenant.slug, {}).get(kind))
+        for kind, name in DEMO_KEY_NAMES.items()
+    }
     return {
         "slug": tenant.slug,
-        "api_key": keys[ApiClient.Kind.DINER_APP],
+        "publishable_key": keys[ApiClient.Kind.PUBLISHABLE],
+        "api_key": keys[ApiClient.Kind.PUBLISHABLE],
         "merchant_api_key": keys[ApiClient.Kind.MERCHANT],
         "dish_ids": dish_ids,
         "owner_username": owner_username,
@@ -111,3 +130,46 @@ def _ensure_user(username: str, *, is_staff: bool = False) -> str:
     user.set_password(password)
     user.save(update_fields=["password"])
     return password
+
+
+def _demo_key(tenant: Tenant, kind: str, name: str, known: str | None) -> str:
+    """The stored demo key if it still opens this tenant's active demo client of ``kind``;
+    else a fresh one (revoking any other active demo key of that name)."""
+    client = authenticate_api_key(known) if known else None
+    if client is not None and client.tenant_id == tenant.pk and client.kind == kind:
+        return known
+    ApiClient.objects.filter(tenant=tenant, name=name, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    return issue_api_key(tenant=tenant, name=name, kind=kind)[1]
+
+
+def _key_file() -> Path:
+    return Path(settings.DEMO_KEYS_FILE)
+
+
+def _read_key_file() -> dict[str, dict[str, str]]:
+    path = _key_file()
+    if not settings.DEBUG or not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_key_file(tenants: list[dict[str, Any]]) -> None:
+    """Only in DEBUG (the demo): production keys are shown once and kept nowhere in clear."""
+    if not settings.DEBUG:
+        return
+    path = _key_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = {
+        t["slug"]: {
+            ApiClient.Kind.PUBLISHABLE: t["publishable_key"],
+            ApiClient.Kind.MERCHANT: t["merchant_api_key"],
+        }
+        for t in tenants
+    }
+    path.write_text(json.dumps(keys))
+    path.chmod(0o600)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0002_tenant_write_rate_per_minute'),
+        ('tenants', '0003_publishable_keys_diner_sessions_write_ceiling'),
     ]
 
     operations = [

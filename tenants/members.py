@@ -1,0 +1,82 @@
+"""Who works in a restaurant's dashboard: adding an existing user, changing a role, removing.
+
+Every restaurant keeps at least one owner: a change that would leave none is refused, decided
+under a lock on the tenant's owner memberships so two owners demoting each other at once cannot
+both succeed.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+from tenants.models import Membership, Tenant
+
+Role = Membership.Role
+
+
+class MemberError(Exception):
+    """A refused change, with a message for the person who asked."""
+
+
+def members_of(tenant: Tenant) -> list[Membership]:
+    return list(
+        Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+    )
+
+
+def add_member(*, tenant: Tenant, username: str, role: str) -> Membership:
+    """Give an existing user a role in ``tenant`` (accounts are created by platform staff)."""
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise MemberError(f"No active user named {username!r}.")
+    try:
+        with transaction.atomic():
+            return Membership.objects.create(tenant=tenant, user=user, role=role)
+    except IntegrityError:
+        raise MemberError(f"{username} is already a member.") from None
+
+
+@transaction.atomic
+def change_role(*, tenant: Tenant, membership_id: int, role: str) -> Membership:
+    membership = _locked(tenant, membership_id)
+    if membership.role == Role.OWNER and role != Role.OWNER:
+        _keep_an_owner(tenant, leaving=membership)
+    Membership.objects.filter(pk=membership.pk).update(role=role)
+    membership.role = role
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, tenant: Tenant, membership_id: int) -> Membership:
+    membership = _locked(tenant, membership_id)
+    if membership.role == Role.OWNER:
+        _keep_an_owner(tenant, leaving=membership)
+    membership.delete()
+    return membership
+
+
+def _locked(tenant: Tenant, membership_id: int) -> Membership:
+    # Lock the tenant's owners first, always in primary-key order: no deadlock between two
+    # concurrent changes, and the owner count below cannot move under us.
+    list(
+        Membership.objects.select_for_update()
+        .filter(tenant=tenant, role=Role.OWNER)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    membership = (
+        Membership.objects.select_for_update()
+        .select_related("user")
+        .filter(tenant=tenant, pk=membership_id)
+        .first()
+    )
+    if membership is None:
+        raise Membership.DoesNotExist
+    return membership
+
+
+def _keep_an_owner(tenant: Tenant, *, leaving: Membership) -> None:
+    others = Membership.objects.filter(tenant=tenant, role=Role.OWNER).exclude(pk=leaving.pk)
+    if not others.exists():
+        raise MemberError("A restaurant needs at least one owner.")

@@ -1,0 +1,195 @@
+"""HTTP glue of diner sessions: open one, refresh or end one's own, end all of a diner's.
+
+``POST diner-sessions/``: a publishable key and an empty body open a guest session; a merchant
+key and ``{"diner_id": ...}`` sign that diner in. 201 ``{"token", "diner_id", "expires_at"}``.
+``POST diner-sessions/refresh/`` and ``POST diner-sessions/end/`` act on the Bearer token's own
+session; ``POST diners/<diner_id>/revoke-sessions/`` (merchant) ends all of a diner's sessions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from config.api_errors import ApiError
+from idempotency.core.ratelimit import check_rate
+from idempotency.web.openapi import problems
+from idempotency.web.throttle import RateLimited, TenantRateThrottle
+from tenants.diner_sessions import (
+    DINER_ID_RE,
+    IssuedSession,
+    SessionRefused,
+    end_session,
+    is_reserved_diner_id,
+    open_session,
+    read_token,
+    refresh_session,
+    revoke_diner,
+)
+from tenants.error_codes import TenantErrorCode
+from tenants.permissions import Capability, may
+from tenants.principals import ApiPrincipal
+
+DINER_ID_PATTERN = DINER_ID_RE.pattern
+
+
+class OpenSessionIn(serializers.Serializer):
+    diner_id = serializers.RegexField(
+        DINER_ID_PATTERN,
+        required=False,
+        help_text="Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; "
+        "not starting with 'guest_').",
+    )
+
+    def validate_diner_id(self, value: str) -> str:
+        if is_reserved_diner_id(value):
+            raise serializers.ValidationError("Diner ids starting with 'guest_' are reserved.")
+        return value
+
+
+SessionOut = inline_serializer(
+    "DinerSessionOut",
+    {
+        "token": serializers.CharField(help_text="Send as 'Authorization: Bearer <token>'"),
+        "diner_id": serializers.CharField(),
+        "expires_at": serializers.DateTimeField(),
+    },
+)
+
+
+def _session_body(issued: IssuedSession) -> dict[str, Any]:
+    return {
+        "token": issued.token,
+        "diner_id": issued.diner_id,
+        "expires_at": serializers.DateTimeField().to_representation(issued.expires_at),
+    }
+
+
+class SessionOpenThrottle(BaseThrottle):
+    """Guest sessions (a publishable key) are counted per client address and, when that
+    allows them, per key, in one Redis call; a merchant key's sign-ins count as its writes.
+
+    The address is ``REMOTE_ADDR``: behind a proxy the server must set it to the real client
+    (gunicorn: ``--proxy-protocol``, docs/tenancy.md), or every diner shares the proxy's
+    budget."""
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        principal: ApiPrincipal = request.user
+        if may(principal, Capability.SIGN_IN_DINER):
+            return TenantRateThrottle().allow_request(request, view)
+        tenant = str(principal.tenant.pk)
+        decision = check_rate(
+            tenant=tenant,
+            counter=f"open-session:ip:{request.META.get('REMOTE_ADDR', '')}",
+            per_minute=settings.DINER_SESSION_OPEN_RATE_PER_IP,
+            outer=(
+                f"open-session:client:{principal.client.pk}",
+                settings.DINER_SESSION_OPEN_RATE_PER_KEY,
+            ),
+        )
+        if decision is None or decision.allowed:
+            return True
+        raise RateLimited(decision)
+
+
+class DinerSessionsView(APIView):
+    capabilities = {"POST": (Capability.OPEN_GUEST_SESSION, Capability.SIGN_IN_DINER)}
+    throttle_classes = [SessionOpenThrottle]
+
+    @extend_schema(
+        operation_id="diner_sessions_open",
+        request=OpenSessionIn,
+        responses={201: SessionOut, **problems(400, 401, 403, 413, 415, 429)},
+    )
+    def post(self, request: Request) -> Response:
+        """Open a diner session. A publishable key sends an empty body and gets a guest diner;
+        a merchant key names the diner its backend signed in."""
+        data = OpenSessionIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal: ApiPrincipal = request.user
+        diner_id = data.validated_data.get("diner_id")
+        if may(principal, Capability.SIGN_IN_DINER):
+            if diner_id is None:
+                raise ApiError(
+                    status_code=400,
+                    code="VALIDATION_ERROR",
+                    detail="Invalid input",
+                    errors={"diner_id": ["This field is required with a merchant key."]},
+                )
+        elif diner_id is not None:
+            raise ApiError(
+                status_code=403,
+                code=TenantErrorCode.PERMISSION_DENIED,
+                detail="A publishable key opens guest sessions only; send an empty body",
+            )
+        issued = open_session(client=principal.client, diner_id=diner_id)
+        return Response(_session_body(issued), status=201)
+
+
+class RefreshSessionView(APIView):
+    capabilities = {"POST": Capability.KEEP_OWN_SESSION}
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        operation_id="diner_sessions_refresh",
+        request=None,
+        responses={200: SessionOut, **problems(401, 403, 429)},
+    )
+    def post(self, request: Request) -> Response:
+        """A token of the same session with a later expiry (the old one stays valid until its
+        own expiry, so a lost answer can be refreshed again)."""
+        try:
+            issued = refresh_session(claims=read_token(request.auth))
+        except SessionRefused as refused:
+            raise ApiError(
+                status_code=401,
+                code=refused.code,
+                detail=refused.detail,
+                headers={"WWW-Authenticate": "Bearer"},
+            ) from None
+        return Response(_session_body(issued))
+
+
+class EndSessionView(APIView):
+    capabilities = {"POST": Capability.KEEP_OWN_SESSION}
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        operation_id="diner_sessions_end",
+        request=None,
+        responses={204: None, **problems(401, 403, 429)},
+    )
+    def post(self, request: Request) -> Response:
+        """Sign out: this session's tokens are refused from now on."""
+        end_session(session_id=request.user.session_id)
+        return Response(status=204)
+
+
+class RevokeDinerSessionsView(APIView):
+    capabilities = {"POST": Capability.REVOKE_DINER_SESSIONS}
+    throttle_classes = [TenantRateThrottle]
+
+    @extend_schema(
+        operation_id="diner_sessions_revoke_diner",
+        parameters=[
+            OpenApiParameter(
+                "diner_id", {"type": "string", "pattern": DINER_ID_PATTERN}, OpenApiParameter.PATH
+            )
+        ],
+        request=None,
+        responses={
+            200: inline_serializer("RevokedSessions", {"revoked": serializers.IntegerField()}),
+            **problems(401, 403, 404, 429),
+        },
+    )
+    def post(self, request: Request, diner_id: str) -> Response:
+        """End every session of one diner (e.g. the diner's account was closed or stolen)."""
+        revoked = revoke_diner(tenant=request.user.tenant, diner_id=diner_id)
+        return Response({"revoked": revoked})
