@@ -186,9 +186,7 @@ def _token_used(app: App) -> Any:
 
 
 def _token_unknown(app: App) -> Any:
-    never_issued = sign_token(
-        tenant=str(app.tenant.pk), principal=app.principal, token_id="A" * 22
-    )
+    never_issued = sign_token(tenant=str(app.tenant.pk), principal=app.principal, token_id="A" * 22)
     return app.place(app.order_body(), key=never_issued)
 
 
