@@ -12,11 +12,12 @@ few hundred bytes to answer, and to keep as the idempotency key's stored reply.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -44,11 +45,44 @@ class ApiError(exceptions.APIException):
         self.extra = extra
 
 
+# The code of an error that has no more specific one: what Django itself answers before (or
+# after) any API view ran, and an APIException nobody mapped.
+CODE_FOR_STATUS: dict[int, tuple[str, str]] = {
+    400: ("BAD_REQUEST", "Bad request"),
+    403: ("PERMISSION_DENIED", "Permission denied"),
+    404: ("NOT_FOUND", "Not found"),
+    405: ("METHOD_NOT_ALLOWED", "Method not allowed"),
+    406: ("NOT_ACCEPTABLE", "Cannot answer in the requested media type"),
+    413: ("REQUEST_TOO_LARGE", "Request body too large"),
+    415: ("UNSUPPORTED_MEDIA_TYPE", "Unsupported media type"),
+    500: ("SERVER_ERROR", "Internal server error; retry later"),
+}
+
+
+def code_for_status(status_code: int) -> tuple[str, str]:
+    """(code, detail) for a bare HTTP status: its own entry, else that of its class (4xx: 400,
+    5xx: 500)."""
+    fallback = 500 if status_code >= 500 else 400
+    return CODE_FOR_STATUS.get(status_code, CODE_FOR_STATUS[fallback])
+
+
+def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    """The one error shape: ``code``, ``detail``, ``status`` and optional extension members."""
+    return _encodable({"code": code, "detail": detail, "status": status_code, **extra})
+
+
 def problem_response(
     status_code: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
-    body = _encodable({"code": code, "detail": detail, "status": status_code, **extra})
+    """The problem as a DRF response (inside API views)."""
+    body = problem_body(status_code, code, detail, **extra)
     return Response(body, status=status_code, headers=headers, content_type=PROBLEM_JSON)
+
+
+def problem_http_response(status_code: int, code: str, detail: str, **extra: Any) -> HttpResponse:
+    """The problem as a plain Django response (middleware, outside DRF)."""
+    body = problem_body(status_code, code, detail, **extra)
+    return HttpResponse(json.dumps(body), status=status_code, content_type=PROBLEM_JSON)
 
 
 _DRF_CODES: list[tuple[type[Exception], str]] = [
@@ -88,7 +122,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
                 headers["Retry-After"] = str(int(exc.wait) + 1)
             return problem_response(exc.status_code, code, str(exc.detail), headers=headers)
     if isinstance(exc, exceptions.APIException):
-        return problem_response(exc.status_code, "ERROR", str(exc.detail))
+        code, _ = code_for_status(exc.status_code)
+        return problem_response(exc.status_code, code, str(exc.detail))
     return None
 
 

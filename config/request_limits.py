@@ -16,7 +16,6 @@ API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from io import BytesIO
 
@@ -24,7 +23,7 @@ from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
 
-from config.api_errors import PROBLEM_JSON
+from config.api_errors import problem_http_response
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
@@ -38,8 +37,7 @@ def max_request_bytes() -> int:
 def too_large_response(request: HttpRequest, limit: int) -> HttpResponse:
     detail = f"Request body larger than {limit} bytes"
     if request.path.startswith("/api/"):
-        body = {"code": REQUEST_TOO_LARGE, "detail": detail, "status": 413, "limit": limit}
-        return HttpResponse(json.dumps(body), status=413, content_type=PROBLEM_JSON)
+        return problem_http_response(413, REQUEST_TOO_LARGE, detail, limit=limit)
     return HttpResponse(detail, status=413, content_type="text/plain; charset=utf-8")
 
 

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.request_context.RequestContextMiddleware",
+    "config.api_error_pages.ApiErrorPagesMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -322,6 +323,7 @@ IDEMPOTENCY = {
     "ALL_REDIS_CLIENTS": "tenants.redis_routing.all_clients",
     "SCRIPT_PIN_ALLOWED": "tenants.idempotency_scope.may_pin_script_version",
     "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
+    "TENANT_LABELS": "tenants.idempotency_scope.tenant_labels",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
     "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
     "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),

@@ -34,6 +34,15 @@ if [ -n "${REDIS_URL:-}${CELERY_BROKER_URL:-}${REDIS_SHARDS:-}" ]; then
 else
   echo "[demo] no broker configured: Celery tasks run eagerly in the web process"
 fi
+if [ "$SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS" != "0" ]; then
+  echo "[demo] the simulated provider confirms each payment ${SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS} s after it starts (PAYING, then PAID)"
+fi
+if [ -z "${REDIS_URL:-}${REDIS_SHARDS:-}${REDIS_CLUSTER_URL:-}" ]; then
+  echo "[demo] no Redis: pre-issued idempotency tokens (POST /api/v1/idempotency-tokens/) answer"
+  echo "[demo]   503 IDEMPOTENCY_TOKENS_UNAVAILABLE, because they live in Redis. Send your own"
+  echo "[demo]   Idempotency-Key instead (a fresh UUID v4 per operation, reused on retries),"
+  echo "[demo]   or start Redis and set REDIS_URL=redis://127.0.0.1:6379/0 to use tokens."
+fi
 
 "$PY" manage.py runserver "127.0.0.1:$PORT" &
 pids+=("$!")

@@ -38,3 +38,11 @@ def tenant_region(tenant_key: str) -> str | None:
     """A tenant's region, for region-targeted canaries (regions rarely change; a process
     restart or the cache's size bound refreshes it)."""
     return Tenant.objects.filter(pk=tenant_key).values_list("region", flat=True).first()
+
+
+def tenant_labels(tenant_keys: list[str]) -> dict[str, str]:
+    """Tenant names by the engine's tenant keys, for the staff admin's lists."""
+    pks = [int(key) for key in tenant_keys if key.isdigit()]
+    return {
+        str(pk): name for pk, name in Tenant.objects.filter(pk__in=pks).values_list("pk", "name")
+    }

@@ -17,8 +17,15 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores.nodes import breaker_states
 
+BREAKER_MODES = {
+    "closed": "Redis + database",
+    "open": "the database alone (breaker open)",
+    "half_open": "the database alone, probing Redis",
+}
 MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
 CSV_COLUMNS = [
     "id",
@@ -49,13 +56,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(ReadOnlyAdmin):
-    list_display = ["key", "tenant_key", "scope", "response_status", "created_at", "expires_at"]
-    list_filter = ["tenant_key", "response_status", "created_at"]
+class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
+    list_display = ["short_key", "tenant", "scope", "response_status", "created_at"]
+    list_filter = [TenantFilter, "response_status", "created_at"]
     search_fields = ["=key", "scope"]
     date_hierarchy = "created_at"
     exclude = ["response_body"]
     readonly_fields = ["body_preview"]
+
+    @admin.display(description="key", ordering="key")
+    def short_key(self, obj: IdempotencyRecord) -> str:
+        return _shortened(obj.key)
 
     @admin.display(description="response body (first 2 kB)")
     def body_preview(self, obj: IdempotencyRecord) -> str:
@@ -72,25 +83,35 @@ class ResolutionForm(forms.Form):
 
 
 @admin.register(DuplicateAudit)
-class DuplicateAuditAdmin(ReadOnlyAdmin):
+class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     list_display = [
         "at",
         "outcome",
-        "tenant_key",
+        "tenant",
         "endpoint",
         "short_key",
         "resource_ref",
-        "source",
         "reviewed",
     ]
-    list_filter = ["outcome", "tenant_key", "endpoint", "at", "reviewed", "source"]
+    list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
     search_fields = ["=key", "resource_ref"]
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, headed by each Redis node's circuit breaker: staff's view of why audits
+        say "database" (merchants' pages leave the engine's internals out)."""
+        nodes = [
+            {"name": name, "state": state.replace("_", "-"), "mode": BREAKER_MODES.get(state)}
+            for name, state in sorted(breaker_states().items())
+        ]
+        return super().changelist_view(request, {**(extra_context or {}), "engine_nodes": nodes})
+
     @admin.display(description="key", ordering="key")
     def short_key(self, obj: DuplicateAudit) -> str:
-        return obj.key if len(obj.key) <= 40 else f"{obj.key[:39]}…"
+        return _shortened(obj.key)
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         """Marking reviewed is the one write on audits: it needs the model's change permission
@@ -138,6 +159,11 @@ class DuplicateAuditAdmin(ReadOnlyAdmin):
         for audit in queryset.order_by("at", "id").iterator():
             writer.writerow([_csv_cell(_value(audit, column)) for column in CSV_COLUMNS])
         return response
+
+
+def _shortened(key: str, limit: int = 24) -> str:
+    """Keys can be 255 characters: the lists show their start (search finds the whole)."""
+    return key if len(key) <= limit else f"{key[: limit - 1]}…"
 
 
 def _value(audit: DuplicateAudit, column: str) -> object:

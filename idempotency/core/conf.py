@@ -61,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "ALL_REDIS_CLIENTS": "idempotency.stores.redis_clients.all_clients",
     "SCRIPT_PIN_ALLOWED": None,  # dotted path: (request) -> may X-Lua-Version pin a version?
     "TENANT_REGION": None,  # dotted path: (tenant_key) -> region | None
+    "TENANT_LABELS": None,  # dotted path: (tenant_keys) -> {tenant_key: name} (admin lists)
     "FORCE_SCRIPTS": {},  # {"claim": "/path/claim.lua"}: contract tests of a candidate
     # Write rate limit (seed 2.1, idempotency/core/ratelimit.py): requests per principal per minute
     # on the endpoints that carry the throttle; None (or 0) means no default limit. Counted in fixed

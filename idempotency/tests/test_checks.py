@@ -45,6 +45,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "ALL_REDIS_CLIENTS": ("idempotency.nothing.here", "cannot be imported"),
     "SCRIPT_PIN_ALLOWED": ("idempotency.core.conf.NOPE", "cannot be imported"),
     "TENANT_REGION": (["a", "b"], "must be a dotted path to a function"),
+    "TENANT_LABELS": ("idempotency.no_such_module.labels", "cannot be imported"),
     "FORCE_SCRIPTS": ({"claim": "/nowhere/claim.lua"}, "names files that do not exist"),
     "RATE_LIMIT_PER_MINUTE": (-1, "must be None or a whole number"),
     "RATE_LIMIT_WINDOW_SECONDS": (0, "must be a positive integer"),

@@ -1,4 +1,5 @@
-"""Staff admin for layer 4: dead letters (requeue / discard), provider conflicts, the outbox.
+"""Staff admin for layer 4: dead letters (requeue / discard), provider conflicts (resolve with an
+outcome and a note), the outbox.
 
 Dead letters are the saga steps that failed past their retries; the order they belong to stays
 CANCELLING and flagged until staff requeue (run the step again: at most once, thanks to its
@@ -8,9 +9,14 @@ click requeues once.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from idempotency.admin import ReadOnlyAdmin
 from ordering.background.dead_letters import (
@@ -19,6 +25,7 @@ from ordering.background.dead_letters import (
     requeue_dead_letter,
 )
 from ordering.models import DeadLetter, OutboxEvent, ProviderConflict
+from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
 
 
 @admin.register(DeadLetter)
@@ -28,8 +35,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         "created_at",
         "tenant",
         "order",
-        "key",
-        "task",
+        "step",
         "attempts",
         "state",
         "resolved_by",
@@ -40,6 +46,12 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return obj is None and request.user.has_perm("ordering.change_deadletter")
+
+    @admin.display(description="step", ordering="key")
+    def step(self, letter: DeadLetter) -> str:
+        """What failed: the key's last part (``cancel:<order>:refund_payment``); the whole key
+        and the task are on the letter's page and in the filters."""
+        return letter.key.rsplit(":", 1)[-1]
 
     @admin.action(description="Requeue (run the failed step again)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
@@ -78,10 +90,105 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             self.message_user(request, f"{skipped} were not open any more.", messages.WARNING)
 
 
+class ConflictStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("open", "Open"), ("resolved", "Resolved")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("open", "resolved"):
+            return queryset.filter(resolved=self.value() == "resolved")
+        return queryset
+
+
+class ResolveConflictForm(forms.Form):
+    outcome = forms.ChoiceField(
+        choices=ProviderConflict.Outcome.choices,
+        widget=forms.RadioSelect,
+        help_text="What was done at the provider; nothing is moved from here.",
+    )
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        max_length=MAX_NOTE_CHARS,
+        help_text="What was found and done (kept with your name and the time).",
+    )
+
+
 @admin.register(ProviderConflict)
 class ProviderConflictAdmin(ReadOnlyAdmin):
-    list_display = [f.name for f in ProviderConflict._meta.fields][:8]
-    list_filter = ["tenant"]
+    """Open conflicts first; staff resolve them with an outcome and a note (the one write)."""
+
+    list_display = [
+        "created_at",
+        "tenant",
+        "order_number",
+        "kind",
+        "amounts",
+        "state",
+        "resolved_by",
+    ]
+    list_filter = [ConflictStateFilter, "kind", "outcome", "tenant"]
+    list_select_related = ["tenant", "order"]
+    search_fields = ["=order__id", "=provider_txn_id", "=event_id"]
+    ordering = ["resolved", "-created_at"]
+    actions = ["resolve"]
+
+    def has_resolve_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("ordering.change_providerconflict")
+
+    @admin.display(description="order", ordering="order__number")
+    def order_number(self, conflict: ProviderConflict) -> str:
+        return f"{conflict.order.number_label} ({conflict.order_id})"
+
+    @admin.display(description="expected → reported")
+    def amounts(self, conflict: ProviderConflict) -> str:
+        return (
+            f"{conflict.expected_amount} {conflict.expected_currency} → "
+            f"{conflict.reported_amount} {conflict.reported_currency}"
+        )
+
+    @admin.display(description="state", ordering="resolved")
+    def state(self, conflict: ProviderConflict) -> str:
+        return conflict.get_outcome_display() if conflict.resolved else "Open"
+
+    @admin.action(description="Resolve (with an outcome and a note)", permissions=["resolve"])
+    def resolve(
+        self, request: HttpRequest, queryset: QuerySet[ProviderConflict]
+    ) -> HttpResponse | None:
+        form = ResolveConflictForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done = skipped = 0
+            for pk in queryset.order_by("pk").values_list("pk", flat=True):
+                try:
+                    resolve_conflict(
+                        conflict_id=pk,
+                        outcome=form.cleaned_data["outcome"],
+                        note=form.cleaned_data["note"],
+                        actor=f"staff:{request.user.get_username()}",
+                    )
+                    done += 1
+                except ConflictNotOpen:
+                    skipped += 1
+            self.message_user(request, f"{done} conflict(s) resolved.", messages.SUCCESS)
+            if skipped:
+                self.message_user(
+                    request,
+                    f"{skipped} were resolved already; left as they were.",
+                    messages.WARNING,
+                )
+            return None
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": "Resolve payment provider conflicts",
+            "opts": self.model._meta,
+            "conflicts": queryset.select_related("tenant", "order"),
+            "form": form,
+            "action_name": "resolve",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/ordering/providerconflict/resolve.html", context)
 
 
 @admin.register(OutboxEvent)

@@ -2,7 +2,8 @@
 
 Staff never edit an order's money or status fields by hand: status changes go through the same
 services as the API and the dashboard (one conditional update each, logged with actor
-``staff:<username>``), and amounts are read-only.
+``staff:<username>``), and amounts are read-only: an order's page is a view, its moves are the
+list's actions.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ordering.actors import describe_actors
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition, Payment
 from ordering.services.lifecycle import transition_order
@@ -47,8 +49,15 @@ class PaymentInline(ReadOnlyInline):
 
 class OrderTransitionInline(ReadOnlyInline):
     model = OrderTransition
-    fields = ["at", "from_status", "to_status", "actor"]
+    fields = ["at", "from_status", "to_status", "who", "actor"]
     verbose_name_plural = "transition log"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), "who"]
+
+    @admin.display(description="who")
+    def who(self, transition: OrderTransition) -> str:
+        return describe_actors(transition.tenant, [transition.actor])[transition.actor]
 
 
 def _move_action(target: str, label: str) -> Callable[..., None]:
@@ -80,7 +89,7 @@ def _move_action(target: str, label: str) -> Callable[..., None]:
 
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
-    list_display = ["id", "tenant", "status", "total", "currency", "payment_method", "created_at"]
+    list_display = ["number", "id", "tenant", "status", "amount", "created_at"]
     list_filter = ["status", "tenant", "payment_method", "created_at"]
     list_select_related = ["tenant"]
     search_fields = ["=id", "=diner_id", "=idempotency_key"]
@@ -98,8 +107,21 @@ class OrderAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
         return [f.name for f in Order._meta.fields]
 
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        """The list's actions (the lifecycle moves) need "change"; an order's own page changes
+        nothing, so it opens as "View order", without Save buttons."""
+        return obj is None and super().has_change_permission(request, obj)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # orders are placed by diners through the API
+
+    @admin.display(description="number", ordering="number")
+    def number(self, order: Order) -> str:
+        return order.number_label
+
+    @admin.display(description="total", ordering="total")
+    def amount(self, order: Order) -> str:
+        return f"{order.total} {order.currency}"
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False  # the transition log and payments must outlive nothing

@@ -34,9 +34,25 @@ class DishSerializer(serializers.ModelSerializer):
         return dish.active and dish.stock > 0
 
 
+@extend_schema_field(
+    {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_QUANTITY_PER_LINE,
+        "description": f"Portions; more than {MAX_QUANTITY_PER_LINE} of one dish per order "
+        "answers 400 QUANTITY_INVALID",
+    }
+)
+class QuantityField(serializers.IntegerField):
+    """Bounded here only by what a quantity can be at all (a 32-bit count, else
+    ``VALIDATION_ERROR``): the placing service refuses more than ``MAX_QUANTITY_PER_LINE``
+    portions of a dish (lines of one dish added up) with its own documented code,
+    ``QUANTITY_INVALID``."""
+
+
 class ItemInSerializer(serializers.Serializer):
     dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
-    quantity = serializers.IntegerField(min_value=1, max_value=MAX_QUANTITY_PER_LINE)
+    quantity = QuantityField(min_value=1, max_value=2**31 - 1)
 
 
 class PlaceOrderInSerializer(serializers.Serializer):
@@ -86,6 +102,15 @@ class TransitionSerializer(DinerTransitionSerializer):
 
 class OrderSerializer(serializers.ModelSerializer):
     id = serializers.CharField(read_only=True)
+    number = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Short number for people, per restaurant and business day (1, 2, ...)",
+    )
+    number_label = serializers.CharField(read_only=True, help_text='e.g. "#0427"')
+    business_day = serializers.DateField(
+        read_only=True, allow_null=True, help_text="The restaurant's calendar day of the number"
+    )
     coupon_code = serializers.CharField(
         source="coupon.code", default=None, read_only=True, allow_null=True
     )
@@ -96,6 +121,9 @@ class OrderSerializer(serializers.ModelSerializer):
         model = Order
         fields = [
             "id",
+            "number",
+            "number_label",
+            "business_day",
             "status",
             "diner_id",
             "payment_method",

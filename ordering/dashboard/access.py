@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
@@ -35,7 +36,8 @@ class TenantRequest(HttpRequest):
 
 def member_required(area: Area) -> Callable[[View], View]:
     """Log-in required, a membership, and a role that reaches ``area``: the page gets
-    ``request.membership``; a lesser role gets 403 before anything runs.
+    ``request.membership`` and shows times in the tenant's time zone; a lesser role gets 403
+    before anything runs.
 
     Put it outermost: ``@idempotent_form`` below it reads the membership to scope its keys, and
     a refused request must not reach it.
@@ -51,7 +53,8 @@ def member_required(area: Area) -> Callable[[View], View]:
             request.membership = membership
             if not role_reaches(membership.role, area):
                 return forbidden(request, area)
-            return view(request, *args, **kwargs)
+            with timezone.override(membership.tenant.zone):
+                return view(request, *args, **kwargs)
 
         wrapper.dashboard_area = area  # type: ignore[attr-defined]
         return wrapper

@@ -1,13 +1,16 @@
 """Server-side SVG bar geometry for the hit-rate chart (no JavaScript, nothing external).
 
 Each hour is a stacked bar: first executions at the bottom, replayed duplicates on top, the
-hour's hit rate written above it. Geometry is computed here so the template only draws.
+hour's hit rate written above it; hours are labelled in the current (the tenant's) time zone.
+Geometry is computed here so the template only draws.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from django.utils import timezone
 
 from idempotency.selectors import HourlyHits
 
@@ -56,7 +59,7 @@ def hit_rate_chart(hours: Sequence[HourlyHits]) -> Chart:
         hit_height = h.hits * scale
         first_y = PLOT_BOTTOM - first_height
         rate = h.hit_rate
-        label = h.hour.strftime("%H:00")
+        label = timezone.localtime(h.hour).strftime("%H:%M")  # the tenant's zone
         bars.append(
             Bar(
                 x=round(LEFT + i * slot + GAP / 2, 2),
@@ -70,8 +73,8 @@ def hit_rate_chart(hours: Sequence[HourlyHits]) -> Chart:
                 show_label=i % 3 == 0 or i == len(hours) - 1,
                 rate_text="" if rate is None else f"{rate:.0%}",
                 title=(
-                    f"{label} UTC: {h.hits} replayed, {h.first_executions} first executions"
-                    + ("" if rate is None else f", hit rate {rate:.0%}")
+                    f"{label}: {h.hits} repeats, {h.first_executions} carried out"
+                    + ("" if rate is None else f", {rate:.0%} repeats")
                 ),
             )
         )

@@ -1,4 +1,11 @@
-"""How many duplicate submissions were absorbed for this restaurant, and what was refused."""
+"""The Duplicates page: what repeated requests this restaurant's apps and staff sent, and that
+each was answered once.
+
+Written for a restaurant owner, not an engineer: requests are named for what they did ("Place
+an order (diner app)"), outcomes say what happened in plain words, orders appear by their short
+number. How the engine works (Redis, the circuit breaker, where an answer came from) is for
+platform staff and lives in the admin (``idempotency.admin.audits``).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +21,10 @@ from django.views.decorators.http import require_safe
 
 from idempotency.models import DuplicateAudit
 from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
-from idempotency.stores.breaker import BreakerState
-from idempotency.stores.nodes import node_for
 from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.charts import hit_rate_chart
+from ordering.models import Order
+from tenants.models import Tenant
 from tenants.permissions import Area
 
 HOURS = 24
@@ -25,50 +32,85 @@ LATEST = 10
 PROBLEM_OUTCOMES = ("REUSED", "CONFLICT", "IN_PROGRESS")
 # Audits name the resource by the URL the first answer pointed at (API or dashboard).
 ORDER_REF = re.compile(r"^/(?:api/v1|dashboard)/orders/(?P<order_id>\d+)/$")
+# What a request did, by its method and route (audits record "POST api/v1/orders/").
+REQUEST_NAMES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(p), name)
+    for p, name in [
+        (r"^POST /?api/v1/orders/$", "Place an order (diner app)"),
+        (r"^POST /?api/v1/orders/[^/]+/pay/$", "Pay for an order (diner app)"),
+        (r"^POST /?api/v1/orders/[^/]+/cancel/$", "Cancel an order (app)"),
+        (r"^POST /?api/v1/orders/[^/]+/transition/$", "Move an order (your own system)"),
+        (r"^POST /?api/v1/idempotency-tokens/", "Get request keys (app)"),
+        (r"^POST /?api/v1/payments/callback/$", "Payment confirmation (payment provider)"),
+        (r"^POST /?dashboard/orders/[^/]+/transition/$", "Move an order (dashboard)"),
+        (r"^POST /?dashboard/menu/", "Change the menu (dashboard)"),
+        (r"^POST /?dashboard/coupons/", "Change coupons (dashboard)"),
+        (r"^POST /?dashboard/api-keys/", "Change API keys (dashboard)"),
+        (r"^POST /?dashboard/switch-tenant/$", "Switch restaurant (dashboard)"),
+    ]
+]
+OUTCOME_WORDS = {
+    "HIT": "Answered with the first result",
+    "REUSED": "Refused: same request key, different contents",
+    "CONFLICT": "Not done again: already done elsewhere",
+    "IN_PROGRESS": "Asked to wait: the first was still running",
+}
+
+
+def request_name(endpoint: str) -> str:
+    for pattern, name in REQUEST_NAMES:
+        if pattern.match(endpoint):
+            return name
+    return "Other request"
 
 
 @dataclass(frozen=True)
 class AuditRow:
     audit: DuplicateAudit
-    order_id: str | None
+    request: str
+    outcome: str
+    order_label: str | None
     order_url: str | None
 
 
-def rows(audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
-    """Audits with a link to the order page when the resource is one of this tenant's orders
-    (the audits are already the tenant's, and the order page 404s anything else)."""
-    result = []
+def rows(tenant: Tenant, audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
+    """Audits in words, with a link to the order page when the resource is one of this
+    tenant's orders (the audits are already the tenant's, and the order page 404s anything
+    else). Orders are named by their short number, looked up in one query."""
+    audits = list(audits)
+    order_ids = {}
     for audit in audits:
         match = ORDER_REF.match(audit.resource_ref)
-        order_id = match["order_id"] if match else None
-        url = reverse("dash-order", kwargs={"order_id": order_id}) if order_id else None
-        result.append(AuditRow(audit=audit, order_id=order_id, order_url=url))
+        order_ids[audit.pk] = int(match["order_id"]) if match else None
+    orders = (
+        Order.objects.for_tenant(tenant)
+        .only("id", "number")
+        .in_bulk([i for i in order_ids.values() if i is not None])
+    )
+    result = []
+    for audit in audits:
+        order = orders.get(order_ids[audit.pk])
+        result.append(
+            AuditRow(
+                audit=audit,
+                request=request_name(audit.endpoint),
+                outcome=OUTCOME_WORDS.get(audit.outcome, audit.get_outcome_display()),
+                order_label=order.number_label if order else None,
+                order_url=reverse("dash-order", kwargs={"order_id": order.pk}) if order else None,
+            )
+        )
     return result
-
-
-def engine_state(tenant_key: str) -> tuple[str, str]:
-    """(mode, breaker state) of the tenant's Redis node as this process sees it. Reads the
-    breaker without asking it for permission, so viewing the page never uses up a probe."""
-    node = node_for(tenant_key)
-    if node is None:
-        return "Database only (no Redis configured)", "—"
-    state = node.breaker.state
-    mode = {
-        BreakerState.CLOSED: "Redis + database",
-        BreakerState.OPEN: "Database only (Redis breaker open)",
-        BreakerState.HALF_OPEN: "Database only, probing Redis",
-    }[state]
-    return mode, state.value.replace("_", "-")
 
 
 @member_required(Area.DUPLICATES)
 @require_safe
 def idempotency(request: HttpRequest) -> HttpResponse:
-    tenant_key = str(tenant_of(request).pk)
+    tenant = tenant_of(request)
+    tenant_key = str(tenant.pk)
     hours = hourly_hits(tenant_key=tenant_key, hours=HOURS)
     hits = sum(h.hits for h in hours)
     firsts = sum(h.first_executions for h in hours)
-    mode, breaker_state = engine_state(tenant_key)
+    totals = outcome_totals(tenant_key=tenant_key, since=timezone.now() - timedelta(hours=HOURS))
     return render_page(
         request,
         "dashboard/idempotency.html",
@@ -78,17 +120,16 @@ def idempotency(request: HttpRequest) -> HttpResponse:
             "hits": hits,
             "first_executions": firsts,
             "hit_rate": f"{hits / (hits + firsts):.0%}" if hits + firsts else "—",
-            "totals": outcome_totals(
-                tenant_key=tenant_key, since=timezone.now() - timedelta(hours=HOURS)
-            ),
+            "refused": totals["REUSED"],
+            "stopped": totals["CONFLICT"] + totals["IN_PROGRESS"],
+            "time_zone": tenant.time_zone,
             "duplicate_hits": rows(
-                latest_audits(tenant_key=tenant_key, outcomes=["HIT"], limit=LATEST)
+                tenant, latest_audits(tenant_key=tenant_key, outcomes=["HIT"], limit=LATEST)
             ),
             "problems": rows(
-                latest_audits(tenant_key=tenant_key, outcomes=PROBLEM_OUTCOMES, limit=LATEST)
+                tenant,
+                latest_audits(tenant_key=tenant_key, outcomes=PROBLEM_OUTCOMES, limit=LATEST),
             ),
-            "engine_mode": mode,
-            "breaker_state": breaker_state,
         },
         section="idempotency",
     )

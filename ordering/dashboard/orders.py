@@ -17,6 +17,7 @@ from idempotency import audit
 from idempotency.selectors import has_committed_result
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta
+from ordering.actors import describe_actors
 from ordering.dashboard.access import (
     actor_of,
     forbidden,
@@ -30,6 +31,7 @@ from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
+from ordering.payments.conflicts import open_conflicts
 from ordering.selectors import board_orders, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
 from tenants.permissions import Area
@@ -86,12 +88,19 @@ def board_context(request: HttpRequest) -> dict[str, object]:
 @member_required(Area.ORDERS)
 @require_safe
 def board(request: HttpRequest) -> HttpResponse:
-    """The board; a small script swaps in :func:`board_fragment` every few seconds."""
+    """The board; a small script swaps in :func:`board_fragment` every few seconds. Above it,
+    the restaurant's payments that platform staff are reviewing (open provider conflicts):
+    staff resolve them in the admin, the merchant should know which orders they concern."""
     refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
+    conflicts = open_conflicts(tenant=tenant_of(request)).select_related("order")
     return render_page(
         request,
         "dashboard/board.html",
-        {**board_context(request), "refresh_ms": int(refresh * 1000)},
+        {
+            **board_context(request),
+            "refresh_ms": int(refresh * 1000),
+            "payments_under_review": list(conflicts.order_by("created_at")),
+        },
         section="orders",
     )
 
@@ -107,7 +116,10 @@ def board_fragment(request: HttpRequest) -> HttpResponse:
 @member_required(Area.ORDERS)
 @require_safe
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
-    order = found(order_for_dashboard(tenant=tenant_of(request), order_id=order_id))
+    tenant = tenant_of(request)
+    order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
+    transitions = list(order.transitions.all())
+    who = describe_actors(tenant, (t.actor for t in transitions))
     return render_page(
         request,
         "dashboard/order_detail.html",
@@ -115,7 +127,9 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
             "order": order,
             "moves": merchant_moves(order, may_cancel=may_reach(request, Area.CANCEL_ORDERS)),
             "payments": list(order.payments.all()),
-            "transitions": list(order.transitions.all()),
+            "transitions": transitions,
+            "log": [(t, who[t.actor]) for t in transitions],
+            "payments_under_review": list(open_conflicts(tenant=tenant).filter(order=order)),
         },
         section="orders",
     )
@@ -158,7 +172,7 @@ def _apply_move(request: HttpRequest, order_id: int) -> HttpResponse:
             _audit_conflict(request, order)
         messages.error(request, f"Not applied: {exc.detail}")
         return back
-    messages.success(request, f"Order {moved.pk} is now {moved.status}.")
+    messages.success(request, f"Order {moved.number_label} is now {moved.status}.")
     return back
 
 

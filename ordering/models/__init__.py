@@ -4,6 +4,7 @@ outbox, the saga's compensations and dead letters, provider callbacks)."""
 from ordering.models.callbacks import PaymentCallback, ProviderConflict
 from ordering.models.compensation import Compensation, DeadLetter
 from ordering.models.menu import Coupon, Dish
+from ordering.models.order_numbers import OrderNumberCounter
 from ordering.models.orders import Order, OrderLine, OrderStatus, OrderTransition
 from ordering.models.outbox import EventType, OutboxEvent, ProcessedEvent
 from ordering.models.payments import Payment
@@ -20,6 +21,7 @@ __all__ = [
     "FaultPlan",
     "Order",
     "OrderLine",
+    "OrderNumberCounter",
     "OrderStatus",
     "OrderTransition",
     "OutboxEvent",

@@ -52,10 +52,26 @@ class PaymentCallback(models.Model):
 
 
 class ProviderConflict(models.Model):
+    """A callback that contradicts what we know, open until staff resolve it with an outcome
+    (what they did at the provider) and a note; ``resolved_by``/``resolved_at`` say who, when.
+    ``ordering.payments.conflicts`` is the one writer of the resolution."""
+
+    class Outcome(models.TextChoices):
+        REFUNDED = "refunded", "Refunded at the provider"
+        ACCEPTED = "accepted", "Accepted as paid"
+        IGNORED = "ignored", "Ignored (no money to move)"
+
     class Kind(models.TextChoices):
         AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency differs from the order"
         PAID_AFTER_CANCEL = "paid_after_cancel", "Captured after the order was cancelled"
         UNEXPECTED_STATE = "unexpected_state", "Success for an order not awaiting payment"
+
+    # How each kind reads for the restaurant (the dashboard); staff read the labels above.
+    MERCHANT_WORDS = {
+        Kind.AMOUNT_MISMATCH: "the payment provider reported a different amount",
+        Kind.PAID_AFTER_CANCEL: "money was taken after the order was cancelled",
+        Kind.UNEXPECTED_STATE: "a payment was confirmed for an order no longer waiting for one",
+    }
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     order = models.ForeignKey(
@@ -73,8 +89,10 @@ class ProviderConflict(models.Model):
     reported_amount = models.DecimalField(max_digits=12, decimal_places=2)
     reported_currency = models.CharField(max_length=3)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    resolved = models.BooleanField(default=False)
+    resolved = models.BooleanField(default=False, db_index=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
     resolution_note = models.TextField(blank=True)
 
     all_tenants = models.Manager()
@@ -85,3 +103,7 @@ class ProviderConflict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on order {self.order_id} ({self.provider}:{self.provider_txn_id})"
+
+    @property
+    def for_merchant(self) -> str:
+        return self.MERCHANT_WORDS.get(self.kind, self.get_kind_display())

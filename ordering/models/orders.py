@@ -6,6 +6,11 @@ Lifecycle::
     CREATED | PAYING                      -> CANCELLED     (nothing paid: undone on the spot)
     PAID | ACCEPTED | PREPARING | READY   -> CANCELLING -> CANCELLED   (refund through the saga)
 
+Each transition says who may make it (``custom={"by": ...}``): the diner (through a diner app),
+the merchant (dashboard, merchant API key, staff in the admin), the payment provider (its signed
+callback) or the cancel saga. The 409 answer of a refused move and the lifecycle diagram
+(``ordering/order_moves.py``, ``manage.py draw_order_lifecycle``) read it from here.
+
 Transitions only change the status in memory; services save them inside a transaction, where
 :class:`~django_fsm.ConcurrentTransitionMixin` turns the save into
 ``UPDATE ... WHERE id = %s AND status = <status it was loaded with>``. Of two concurrent
@@ -35,6 +40,8 @@ class OrderStatus(models.TextChoices):
 
 
 S = OrderStatus
+# Who may make a move (the ``by`` of each transition below).
+DINER, MERCHANT, PROVIDER, SAGA = "diner", "merchant", "provider", "saga"
 REFUNDABLE = [S.PAID, S.ACCEPTED, S.PREPARING, S.READY]
 
 
@@ -60,6 +67,11 @@ class Order(ConcurrentTransitionMixin, models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3, default="EUR")
     note = models.CharField(max_length=500, blank=True)
+    # What people say and see ("#0427"): a sequence per tenant and business day (the tenant's
+    # time zone), allocated in the placing transaction (ordering/order_numbers.py). The 64-bit id
+    # stays the reference in URLs and the API. NULL for orders placed before numbering existed.
+    number = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    business_day = models.DateField(null=True, blank=True, editable=False)
     # NULL (not ""): orders placed without a key must not collide in the unique constraint.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -77,48 +89,69 @@ class Order(ConcurrentTransitionMixin, models.Model):
             models.CheckConstraint(
                 condition=models.Q(total__gte=0), name="order_total_not_negative"
             ),
+            models.UniqueConstraint(
+                fields=["tenant", "business_day", "number"], name="uniq_order_number_per_day"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"order {self.id} ({self.status})"
+        return f"order {self.number_label} ({self.status})"
 
-    @transition(field=status, source=S.CREATED, target=S.PAYING, conditions=[has_no_payment])
+    @property
+    def number_label(self) -> str:
+        """``#0427``; an order placed before numbering existed shows its id."""
+        return f"#{self.number:04d}" if self.number is not None else f"#{self.id}"
+
+    @transition(
+        field=status,
+        source=S.CREATED,
+        target=S.PAYING,
+        conditions=[has_no_payment],
+        custom={"by": (DINER,)},
+    )
     def start_payment(self) -> None:
         """The diner started paying; the Payment is created in the same transaction."""
 
-    @transition(field=status, source=S.PAYING, target=S.PAID)
+    @transition(field=status, source=S.PAYING, target=S.PAID, custom={"by": (PROVIDER,)})
     def mark_paid(self) -> None:
         """The provider confirmed the payment."""
 
-    @transition(field=status, source=S.PAID, target=S.ACCEPTED)
+    @transition(field=status, source=S.PAID, target=S.ACCEPTED, custom={"by": (MERCHANT,)})
     def accept(self) -> None:
         """The restaurant took the order."""
 
-    @transition(field=status, source=S.ACCEPTED, target=S.PREPARING)
+    @transition(field=status, source=S.ACCEPTED, target=S.PREPARING, custom={"by": (MERCHANT,)})
     def start_preparing(self) -> None:
         """The kitchen started cooking."""
 
-    @transition(field=status, source=S.PREPARING, target=S.READY)
+    @transition(field=status, source=S.PREPARING, target=S.READY, custom={"by": (MERCHANT,)})
     def mark_ready(self) -> None:
         """Food is ready for pick-up by the courier."""
 
-    @transition(field=status, source=S.READY, target=S.DELIVERING)
+    @transition(field=status, source=S.READY, target=S.DELIVERING, custom={"by": (MERCHANT,)})
     def dispatch(self) -> None:
         """A courier is on the way."""
 
-    @transition(field=status, source=S.DELIVERING, target=S.COMPLETED)
+    @transition(field=status, source=S.DELIVERING, target=S.COMPLETED, custom={"by": (MERCHANT,)})
     def complete(self) -> None:
         """Delivered."""
 
-    @transition(field=status, source=[S.CREATED, S.PAYING], target=S.CANCELLED)
+    @transition(
+        field=status,
+        source=[S.CREATED, S.PAYING],
+        target=S.CANCELLED,
+        custom={"by": (DINER, MERCHANT)},
+    )
     def cancel_unpaid(self) -> None:
         """Nothing was paid: stock and coupon are returned in the same transaction."""
 
-    @transition(field=status, source=REFUNDABLE, target=S.CANCELLING)
+    @transition(
+        field=status, source=REFUNDABLE, target=S.CANCELLING, custom={"by": (DINER, MERCHANT)}
+    )
     def request_cancel(self) -> None:
         """Paid: the cancel saga (restock, coupon, delivery, refund) completes it later."""
 
-    @transition(field=status, source=S.CANCELLING, target=S.CANCELLED)
+    @transition(field=status, source=S.CANCELLING, target=S.CANCELLED, custom={"by": (SAGA,)})
     def finish_cancel(self) -> None:
         """Every compensation step of the saga succeeded."""
 

@@ -4,7 +4,8 @@ Every move runs in a transaction: the FSM method checks the source state (and co
 save is ``UPDATE ... WHERE status = <loaded status>`` (django-fsm's ConcurrentTransitionMixin), and
 the side effects and the log row are written only by the winner. A move that is not allowed from
 the current status, or that lost a race, raises 409 ``ORDER_STATUS_CONFLICT`` having changed
-nothing.
+nothing; the answer names the status the order is in now and the moves it allows from there
+(``allowed_moves``, read from the FSM by ``ordering.order_moves``).
 
 Cancelling a paid order is the start of the cancel saga (``ordering.background.saga``): the move to
 CANCELLING and the ``order.cancel_requested`` outbox event commit together, so the refund
@@ -13,7 +14,8 @@ starts exactly when the cancel committed, and never for a cancel that rolled bac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from django.db import transaction
 from django.db.models import F
@@ -32,6 +34,7 @@ from ordering.models import (
     OrderTransition,
     Payment,
 )
+from ordering.order_moves import allowed_moves, conflict_hint
 from ordering.selectors import access_order
 from tenants.models import Tenant
 
@@ -58,11 +61,11 @@ def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> O
     try:
         move()
     except TransitionNotAllowed:
-        raise _conflict(order, f"Order is {from_status}; {move.__name__} is not allowed") from None
+        raise _conflict(order, f"{move.__name__} is not allowed from {from_status}.") from None
     try:
         order.save(update_fields=["status", "updated_at"])
     except ConcurrentTransition:
-        raise _conflict(order, "Order changed concurrently; reload and retry") from None
+        raise _conflict(order, "The order changed concurrently.") from None
     return OrderTransition.objects.for_tenant(order.tenant).create(
         tenant=order.tenant,
         order=order,
@@ -81,7 +84,7 @@ def transition_order(*, tenant: Tenant, order_id: int, target: str, actor: str) 
             OrderingErrorCode.INVALID_TRANSITION_TARGET,
             f"'to' must be one of {', '.join(MERCHANT_TARGETS)}",
         )
-    with transaction.atomic():
+    with described_conflicts(), transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id)
         apply_transition(order, MERCHANT_MOVES[target](order), actor=actor)
     return order
@@ -93,7 +96,7 @@ def cancel_order(
     """Cancel: unpaid orders end CANCELLED now (stock, coupon and pending payment returned in
     the same transaction); paid ones go to CANCELLING, with the ``order.cancel_requested``
     outbox event that runs the refund saga, in the same transaction."""
-    with transaction.atomic():
+    with described_conflicts(), transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
         if can_proceed(order.cancel_unpaid):
             apply_transition(order, order.cancel_unpaid, actor=actor)
@@ -129,11 +132,37 @@ def return_coupon(order: Order) -> None:
         )
 
 
-def _conflict(order: Order, detail: str) -> OrderingError:
+class StatusConflict(OrderingError):
+    """409 ``ORDER_STATUS_CONFLICT``: the move is not allowed from the order's status, or lost
+    a race. :func:`described_conflicts` adds the status the order is in now and the moves it
+    allows from there, once the refused transaction has ended."""
+
+    def __init__(self, order: Order, reason: str) -> None:
+        super().__init__(OrderingErrorCode.ORDER_STATUS_CONFLICT, reason, order_id=str(order.pk))
+        self.order_id = order.pk
+
+    def describe_current(self) -> None:
+        current = Order.all_tenants.get(pk=self.order_id)
+        moves = allowed_moves(current)
+        self.detail = f"{self.detail} {conflict_hint(current.status, moves)}"
+        self.extra.update(
+            order_status=current.status, allowed_moves=[move.as_hint() for move in moves]
+        )
+
+
+@contextmanager
+def described_conflicts() -> Iterator[None]:
+    """Wrap a service's transaction: a :class:`StatusConflict` leaving it is described with the
+    order's committed status. It must be read after the transaction ended: a lost race leaves
+    the transaction unusable (the failed conditional update aborts it), and the instance holds
+    the status it failed to save."""
+    try:
+        yield
+    except StatusConflict as conflict:
+        conflict.describe_current()
+        raise
+
+
+def _conflict(order: Order, reason: str) -> StatusConflict:
     fsm_conflicts.labels(tenant=str(order.tenant_id)).inc()
-    return OrderingError(
-        OrderingErrorCode.ORDER_STATUS_CONFLICT,
-        detail,
-        order_id=str(order.pk),
-        order_status=order.status,
-    )
+    return StatusConflict(order, reason)

@@ -11,7 +11,7 @@ from django.db import transaction
 from ordering.models import Order, Payment
 from ordering.payments.registry import default_provider
 from ordering.selectors import access_order
-from ordering.services.lifecycle import apply_transition
+from ordering.services.lifecycle import apply_transition, described_conflicts
 from tenants.models import Tenant
 
 
@@ -24,7 +24,7 @@ def pay_order(
     second concurrent pay of the same order a 409, never a second Payment.
     """
     provider = default_provider()
-    with transaction.atomic():
+    with described_conflicts(), transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
         apply_transition(order, order.start_payment, actor=actor)
         intent = provider.start_payment(order=order, amount=order.total, currency=order.currency)

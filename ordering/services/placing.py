@@ -15,6 +15,7 @@ from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
 from ordering.order_ids import dish_bucket, next_order_id
+from ordering.order_numbers import business_day, next_order_number
 from tenants.models import ApiClient, Tenant
 from tenants.routing import tenant_shard
 
@@ -45,7 +46,8 @@ def place_order(
 
     Stock is taken with ``UPDATE ... SET stock = stock - q WHERE stock >= q`` per dish in primary
     key order (no overselling, no deadlock between two orders of the same dishes), the coupon with
-    a conditional increment of its use count. Any refusal rolls the whole transaction back.
+    a conditional increment of its use count, then the day's short order number. Any refusal
+    rolls the whole transaction back.
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
     """
     quantities = _merge_lines(items)
@@ -57,11 +59,14 @@ def place_order(
         coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
         discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
         primary_dish_id = next(iter(quantities))
+        day = business_day(tenant)
         order = Order.objects.for_tenant(tenant).create(
             id=next_order_id(
                 shard=tenant_shard(tenant.pk), dish_bucket=dish_bucket(primary_dish_id)
             ),
             tenant=tenant,
+            number=next_order_number(tenant=tenant, day=day),  # last: see order_numbers.py
+            business_day=day,
             diner_id=diner_id or "",
             placed_by_client=client,
             payment_method=payment_method,

@@ -100,7 +100,7 @@ def test_log_in_and_an_order_placed_through_the_api_appears_on_the_board(page, l
     assert page.evaluate("window.__sameDocument") is True
     assert "2\u00d7 Tiramisu" in card.inner_text()
     assert page.locator("#board-updated").inner_text().startswith("Updated")
-    screenshot(page, "board.png", readme=True)
+    screenshot(page, "board-live.png")
 
 
 def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate(page, live_server):
@@ -142,7 +142,7 @@ def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate
     assert rows.count() == 1
     row = rows.first.inner_text()
     assert "Replayed" in row and f"/dashboard/orders/{order.pk}/" in row
-    assert hits.get().key in row
+    assert hits.get().key[:23] in row  # the list shows the key's start
     screenshot(page, "admin-duplicate-audits.png")
 
 
@@ -202,9 +202,8 @@ def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_ser
     log_in(page, live_server.url, "roma-owner", "/dashboard/idempotency/")
 
     assert page.locator("svg rect.bar-hit").count() >= 15
-    assert page.locator("#breaker-state").inner_text() == "closed"
     hits = page.locator("#duplicate-hits tbody tr")
     assert hits.first.get_by_role("link", name="Order ").count() == 1  # links the order page
     problem = page.locator("#problems tbody tr").first.inner_text()
-    assert "Key reused with another payload" in problem and "items" in problem
-    screenshot(page, "idempotency.png", readme=True)
+    assert "Refused: same request key, different contents" in problem and "items" in problem
+    screenshot(page, "idempotency-live.png")

@@ -47,6 +47,15 @@ def test_order_page_shows_the_log_inline_and_money_read_only(staff, mine):
     assert staff.get("/admin/ordering/order/add/").status_code == 403
 
 
+def test_an_order_page_is_a_view_without_save_buttons_and_names_who_moved_it(staff, mine):
+    html = staff.get(f"/admin/ordering/order/{mine.order.pk}/change/").content.decode()
+    assert "<h1>View order</h1>" in html
+    assert 'name="_save"' not in html and 'name="_continue"' not in html
+    assert "Payment provider (test)" in html  # the log's actor, in words
+    listing = staff.get("/admin/ordering/order/").content.decode()
+    assert mine.order.number_label in listing and mine.tenant.name in listing
+
+
 def test_admin_action_moves_orders_through_the_lifecycle_as_staff(staff, mine, theirs, order_in):
     created = order_in(mine.tenant, mine.dishes["pasta"], S.CREATED)
     r = run_action(
@@ -123,6 +132,21 @@ def test_audit_list_filters_and_search(staff, audits):
     assert listed(staff, at__gte=since) == {"k-hit", "k-reused"}
     assert listed(staff, q="k-reused") == {"k-reused"}
     assert listed(staff, q="777") == {"k-hit"}  # by order, through resource_ref
+
+
+def test_audit_lists_name_tenants_and_show_the_breakers_to_staff(staff, mine, theirs):
+    from idempotency.stores.nodes import node_for
+
+    node_for(str(mine.tenant.pk))  # this process has used the tenant's Redis node
+    make_audit(str(mine.tenant.pk), "HIT", "k-mine")
+    make_audit(str(theirs.tenant.pk), "HIT", "k-theirs")
+    page = staff.get("/admin/idempotency/duplicateaudit/")
+    html = page.content.decode()
+    rows = {a.key: a.tenant_label for a in page.context["cl"].result_list}
+    assert rows == {"k-mine": mine.tenant.name, "k-theirs": theirs.tenant.name}
+    assert f'?tenant_key={theirs.tenant.pk}"' in html and f">{theirs.tenant.name}</a>" in html
+    assert page.context["engine_nodes"][0]["state"] == "closed"
+    assert 'class="breaker-state">closed<' in html
 
 
 def test_audit_rows_are_read_only(staff, audits):
@@ -223,3 +247,10 @@ def test_tenants_list_counts_members_and_keys_and_can_suspend(staff, mine, their
     run_action(staff, "/admin/tenants/tenant/", "suspend", [theirs.tenant.pk])
     assert Tenant.objects.get(pk=theirs.tenant.pk).status == Tenant.Status.SUSPENDED
     assert staff.get("/admin/tenants/membership/").status_code == 200
+
+
+def test_without_the_tenant_labels_hook_the_admin_shows_tenant_keys(staff, settings, mine):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TENANT_LABELS": None}
+    make_audit(str(mine.tenant.pk), "HIT", "k-plain")
+    page = staff.get("/admin/idempotency/duplicateaudit/")
+    assert [a.tenant_label for a in page.context["cl"].result_list] == [str(mine.tenant.pk)]

@@ -72,7 +72,7 @@ def test_chart_scales_bars_to_the_busiest_hour():
     assert busy.first_height + busy.hit_height == PLOT_BOTTOM - PLOT_TOP  # the full height
     assert busy.hit_y == PLOT_TOP and busy.rate_text == "25%"
     assert replays.hit_height == (PLOT_BOTTOM - PLOT_TOP) / 2 and replays.rate_text == "100%"
-    assert "1 replayed, 3 first executions, hit rate 25%" in busy.title
+    assert busy.title == "01:00: 1 repeats, 3 carried out, 25% repeats"
     assert idle.x < busy.x < replays.x
 
 

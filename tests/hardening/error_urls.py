@@ -1,12 +1,11 @@
-"""The project's URLs plus two views that crash, to see the 500 handler answer (tests only)."""
+"""The project's URLs plus two views that crash, to see the 500 answers (tests only)."""
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from config.urls import handler404, handler500
 from config.urls import urlpatterns as project_urlpatterns
 
-__all__ = ["handler404", "handler500", "urlpatterns"]
+__all__ = ["urlpatterns"]
 
 
 def boom(request: HttpRequest) -> HttpResponse:

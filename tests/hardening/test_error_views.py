@@ -1,5 +1,6 @@
 """Errors that never reach a DRF view still answer in the API's problem+json shape on /api/
-paths (``config/error_views.py``), and with the HTML pages elsewhere."""
+paths (``config/api_error_pages.py``), with DEBUG on (the demo) as off, and with the HTML pages
+elsewhere."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def browser() -> Client:
+    """Production: Django's error handlers answer pages (DEBUG shows its technical pages)."""
+    return Client(raise_request_exception=False)
+
+
+@pytest.fixture(params=[True, False], ids=["debug", "production"])
+def api_caller(request: pytest.FixtureRequest, settings: object) -> Client:
+    """API paths answer alike with DEBUG on and off."""
+    settings.DEBUG = request.param
     return Client(raise_request_exception=False)
 
 
@@ -25,8 +34,8 @@ def browser() -> Client:
         pytest.param("/api/v2/orders/", id="unknown-version"),
     ],
 )
-def test_an_unknown_api_path_is_a_problem_json_404(browser: Client, path: str) -> None:
-    assert_problem(browser.get(path), 404, "NOT_FOUND")
+def test_an_unknown_api_path_is_a_problem_json_404(api_caller: Client, path: str) -> None:
+    assert_problem(api_caller.get(path), 404, "NOT_FOUND")
 
 
 def test_an_unknown_page_is_the_html_404(browser: Client) -> None:
@@ -36,14 +45,16 @@ def test_an_unknown_page_is_the_html_404(browser: Client) -> None:
     assert b"Not found" in response.content
 
 
-def test_a_wrong_method_on_the_api_is_a_problem_json_405(browser: Client, world_a: World) -> None:
-    response = browser.delete("/api/v1/menu/", HTTP_AUTHORIZATION=world_a.auth())
+def test_a_wrong_method_on_the_api_is_a_problem_json_405(
+    api_caller: Client, world_a: World
+) -> None:
+    response = api_caller.delete("/api/v1/menu/", HTTP_AUTHORIZATION=world_a.auth())
     assert_problem(response, 405, "METHOD_NOT_ALLOWED")
 
 
 @pytest.mark.urls("tests.hardening.error_urls")
-def test_a_crash_under_api_is_a_problem_json_500(browser: Client) -> None:
-    body = assert_problem(browser.get("/api/v1/boom/"), 500, "SERVER_ERROR")
+def test_a_crash_under_api_is_a_problem_json_500(api_caller: Client) -> None:
+    body = assert_problem(api_caller.get("/api/v1/boom/"), 500, "SERVER_ERROR")
     assert "bug nobody caught" not in body["detail"]  # no internals leak
 
 

@@ -51,6 +51,8 @@ def test_place_order_201_with_location_and_string_id(api, menu):
         "diner-1",
     )
     assert [t["to_status"] for t in body["transitions"]] == ["CREATED"]
+    assert (body["number"], body["number_label"]) == (1, "#0001")  # the day's first order
+    assert body["business_day"] == str(Order.all_tenants.get(pk=body["id"]).business_day)
 
 
 def test_get_list_filter_and_paginate(api, menu):
@@ -142,9 +144,15 @@ def test_merchant_transition(api, merchant_api, menu):
             id="quantity-negative",
         ),
         pytest.param(
+            {"items": [{"dish_id": "PIZZA", "quantity": 101}], "payment_method": "card"},
+            400,
+            "QUANTITY_INVALID",
+            id="quantity-101",
+        ),
+        pytest.param(
             {"items": [{"dish_id": 1, "quantity": 10**9}], "payment_method": "card"},
             400,
-            "VALIDATION_ERROR",
+            "QUANTITY_INVALID",
             id="quantity-absurd",
         ),
         pytest.param(

@@ -161,6 +161,8 @@ def test_concurrent_same_transition_exactly_one_wins(tenant, menu, target):
     conflicts = [r for r in results if isinstance(r, OrderingError)]
     assert len(wins) == 1 and len(conflicts) == 7, results
     assert {c.error_code for c in conflicts} == {"ORDER_STATUS_CONFLICT"}
+    # and each loser is told the status the winner left, not the one it failed to save
+    assert {c.extra["order_status"] for c in conflicts} == {wins[0].status}
     assert (
         OrderTransition.objects.for_tenant(tenant)
         .filter(order_id=order.pk)

@@ -18,6 +18,7 @@ from ordering.models import (
     EventType,
     Order,
     OrderStatus,
+    OrderTransition,
     OutboxEvent,
     Payment,
     ProcessedEvent,
@@ -168,3 +169,15 @@ def test_the_sweeper_publishes_an_event_whose_publish_was_lost(celery_worker, te
     lost.refresh_from_db()
     assert lost.published_at is not None and lost.publish_attempts == 1
     assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
+
+
+def test_the_simulated_provider_confirms_after_its_delay(celery_worker, settings, tenant, menu):
+    # given the demo's auto-confirming provider (the delay stays under the 5 s visibility
+    # timeout: the worker holds the countdown message unacknowledged until it is due)
+    settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = DELAY = 2.0
+    # when a payment starts
+    order, _ = paying_order(tenant, menu["pizza"])
+    # then the worker confirms it, no sooner than the delay after PAYING
+    wait_for(lambda: status_of(order) == S.PAID, timeout=30, worker=celery_worker)
+    moves = {t.to_status: t.at for t in OrderTransition.all_tenants.filter(order=order)}
+    assert (moves[S.PAID] - moves[S.PAYING]).total_seconds() >= DELAY

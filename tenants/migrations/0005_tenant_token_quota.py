@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0003_publishable_keys_diner_sessions_write_ceiling'),
+        ('tenants', '0004_tenant_time_zone'),
     ]
 
     operations = [

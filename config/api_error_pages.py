@@ -1,0 +1,48 @@
+"""Every error answer on an ``/api/`` path is problem+json, whatever produced it, DEBUG or not.
+
+DRF answers the errors raised inside API views itself (``config/api_errors.py``). What never
+reaches a DRF view is answered by Django: a URL that matches no route (``/api/v1/orders/abc/``),
+a Host header it refuses (400), an exception that escaped everything (500). Django renders those
+as HTML pages, and with ``DEBUG`` on as its technical pages, bypassing the error handlers: so
+the demo (which runs in DEBUG) would show API clients HTML where the docs promise a ``code``.
+
+This middleware sits outside everything that can answer such a page and replaces any error
+answer on an API path that is not JSON already by the problem for its status
+(:data:`config.api_errors.CODE_FOR_STATUS`). JSON error bodies (the views' own problems, the
+engine's, replays of stored answers) pass untouched. Other paths keep Django's HTML pages.
+The exception itself was already logged by Django (``django.request``) before this runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from config.api_errors import code_for_status, problem_http_response
+
+API_PREFIX = "/api/"
+# Headers of the replaced answer that still mean something to the client.
+KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+
+
+def is_api_path(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+class ApiErrorPagesMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code < 400 or not is_api_path(request):
+            return response
+        if "json" in response.get("Content-Type", ""):
+            return response
+        code, detail = code_for_status(response.status_code)
+        problem = problem_http_response(response.status_code, code, detail)
+        for name in KEPT_HEADERS:
+            if name in response:
+                problem[name] = response[name]
+        return problem

@@ -1,0 +1,50 @@
+"""Status-log actors read as words: key names, diners, dashboard users, the provider, the saga;
+strings of an unknown shape still read as something, and other tenants' key names never show."""
+
+from __future__ import annotations
+
+import pytest
+
+from ordering.actors import describe_actors
+from tenants.api_keys import issue_api_key
+
+pytestmark = pytest.mark.django_db
+
+
+def test_each_known_actor_reads_as_words(tenant):
+    app, _ = issue_api_key(tenant=tenant, name="Demo diner app")
+    actors = {
+        f"api:{app.prefix}/diner:d-4": "Diner d-4 (via Demo diner app)",
+        f"api:{app.prefix}": "Demo diner app",
+        "merchant:alice": "alice (dashboard)",
+        "staff:bob": "bob (platform staff)",
+        "provider:simulated": "Payment provider (simulated)",
+        "saga:cancel": "Automatic refund",
+    }
+    assert describe_actors(tenant, actors) == actors
+
+
+def test_another_tenants_key_name_is_never_shown(tenant, other_tenant):
+    theirs, _ = issue_api_key(tenant=other_tenant, name="Their secret integration")
+    actor = f"api:{theirs.prefix}/diner:d-1"
+    assert describe_actors(tenant, [actor]) == {actor: f"Diner d-1 (via API key {theirs.prefix})"}
+
+
+@pytest.mark.parametrize(
+    ("actor", "reads"),
+    [
+        pytest.param("session:s-9/diner:d-1", "Diner d-1 (via session s-9)", id="unknown-part"),
+        pytest.param("test", "test", id="bare-word"),
+        pytest.param("diner:d-2", "Diner d-2", id="diner-alone"),
+    ],
+)
+def test_an_actor_of_an_unknown_shape_still_reads(tenant, actor, reads):
+    assert describe_actors(tenant, [actor]) == {actor: reads}
+
+
+def test_a_whole_log_costs_one_query(tenant, django_assert_num_queries):
+    keys = [issue_api_key(tenant=tenant, name=f"app {i}")[0] for i in range(5)]
+    actors = [f"api:{k.prefix}/diner:d-{i}" for i, k in enumerate(keys)] + ["merchant:alice"]
+    with django_assert_num_queries(1):
+        described = describe_actors(tenant, actors)
+    assert described[actors[3]] == "Diner d-3 (via app 3)"

@@ -1,0 +1,42 @@
+"""What ``make run`` tells a new user (``scripts/run_demo.sh``), with the Python it would start
+replaced by a stub that exits at once: the script's own decisions and printout, no server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REDIS_VARIABLES = ("REDIS_URL", "REDIS_SHARDS", "REDIS_CLUSTER_URL", "CELERY_BROKER_URL")
+
+
+def run_demo(tmp_path: Path, **env: str) -> str:
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if k not in REDIS_VARIABLES}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run_demo.sh")],
+        env={**base, "PY": str(stub), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_without_redis_the_printout_says_tokens_need_it_and_what_to_send_instead(tmp_path):
+    out = run_demo(tmp_path)
+    assert "503 IDEMPOTENCY_TOKENS_UNAVAILABLE" in out
+    assert "Send your own" in out and "UUID v4" in out and "REDIS_URL=" in out
+    assert "confirms each payment 2 s after it starts" in out
+
+
+@pytest.mark.parametrize("variable", ["REDIS_URL", "REDIS_SHARDS", "REDIS_CLUSTER_URL"])
+def test_with_redis_there_is_no_token_warning(tmp_path, variable):
+    out = run_demo(tmp_path, **{variable: "redis://127.0.0.1:6379/15"})
+    assert "IDEMPOTENCY_TOKENS_UNAVAILABLE" not in out
