@@ -18,6 +18,8 @@ install: $(STAMP)
 
 ## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set), with
 ## a Celery worker in the background when REDIS_URL is set (else tasks run eagerly in-process).
+## The demo and the tests run with DEBUG=1 (development secrets); anything else is production.
+run: export DEBUG = 1
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
@@ -28,7 +30,7 @@ run: install
 test: install
 	bash scripts/ensure_services.sh
 	PY=$(PY) bash scripts/test_engine.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 ## The engine alone: its wheel in a virtualenv of its own, no product code (ENGINE_PYTEST_ARGS).
 test-engine: install
@@ -38,7 +40,7 @@ test-engine: install
 ## The product's suite alone (PYTEST_ARGS).
 test-product: install
 	bash scripts/ensure_services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

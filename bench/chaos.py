@@ -212,6 +212,7 @@ def server_env(opts: Options, database_url: str, redis_url: str, metrics_dir: Pa
         "DEBUG": "0",
         "SECRET_KEY": SECRET_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         # off DEBUG a payment provider must be configured; orders never reach it here
         "SIMULATED_PROVIDER": "1",
         "SIMULATED_PROVIDER_SECRET": SECRET_KEY,

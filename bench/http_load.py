@@ -388,6 +388,7 @@ def base_env(opts: Options) -> dict[str, str | None]:
         "DEBUG": "0",
         "SECRET_KEY": SECRET_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         "CELERY_BROKER_URL": opts.broker_url,
         "API_WRITE_RATE_PER_MINUTE": "0",
         "API_TENANT_WRITE_CEILING_PER_MINUTE": "0",

@@ -4,6 +4,10 @@ Every error body looks like ``{"code": "ORDER_STATUS_CONFLICT", "detail": "...",
 plus optional members (``errors`` for field validation). Services raise :class:`ApiError` (or a
 subclass carrying its own code); DRF's own exceptions are mapped to codes here so that clients
 never have to parse English text.
+
+Messages may echo client input (DRF's ``'"<value>" is not a valid choice.'``): every string of an
+error body is cut to its first :data:`ECHO_LIMIT` characters, so a 500 KB field costs a
+few hundred bytes to answer, and to keep as the idempotency key's stored reply.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 PROBLEM_JSON = "application/problem+json"
+# Longest string an error body carries (messages, field names): a short prefix of any input.
+ECHO_LIMIT = 200
 
 
 class ApiError(exceptions.APIException):
@@ -127,11 +133,17 @@ def _auth_header(exc: Exception) -> dict[str, str]:
     return {}
 
 
+def clip(text: str) -> str:
+    """``text``, or its first :data:`ECHO_LIMIT` characters and an ellipsis."""
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + "…"
+
+
 def _encodable(value: Any) -> Any:
-    """Error bodies may echo client input (a field's value in a validation message); a lone
-    surrogate there could not be encoded as UTF-8: it is shown escaped instead."""
+    """Error bodies may echo client input (a field's value in a validation message): each
+    string is clipped, and a lone surrogate, which could not be encoded as UTF-8, is shown
+    escaped instead."""
     if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return clip(value).encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, dict):
         return {_encodable(k): _encodable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

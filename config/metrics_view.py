@@ -1,9 +1,12 @@
 """``GET /metrics``: Prometheus exposition of the engine's and the ordering app's metrics.
 
-Not public. Allowed when the caller's address is in ``METRICS_ALLOWED_IPS`` (default loopback)
-or, if ``METRICS_TOKEN`` is set, when it sends ``Authorization: Bearer <token>``. Anyone else
-gets a plain 404, so the endpoint is not advertised. Behind a proxy, prefer the token: the
-proxy's address is what REMOTE_ADDR shows.
+Not public. Allowed when the caller sends ``Authorization: Bearer <METRICS_TOKEN>``, or when its
+address is in ``METRICS_ALLOWED_IPS``, an allow-list that is empty unless configured. No address
+is trusted implicitly, loopback included: behind a reverse proxy on the same host every request
+comes from loopback. Anyone else gets a plain 404, so the endpoint is not advertised.
+
+Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
+Redis keys (``idempotency/stores/usage.py`` says how fresh those are).
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
     if not _allowed(request):
         raise Http404
-    body = generate_latest(_process_registry()) + generate_latest(database_registry())
+    body = b"".join(
+        generate_latest(registry)
+        for registry in (_process_registry(), database_registry(), usage_registry())
+    )
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
@@ -40,4 +47,5 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if token and hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
         return True
-    return request.META.get("REMOTE_ADDR", "") in settings.METRICS_ALLOWED_IPS
+    allowed = settings.METRICS_ALLOWED_IPS
+    return bool(allowed) and request.META.get("REMOTE_ADDR", "") in allowed

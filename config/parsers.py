@@ -16,6 +16,8 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from config.api_errors import clip
+
 MAX_DEPTH = 32
 
 
@@ -27,13 +29,11 @@ class StrictJSONParser(JSONParser):
                 raise LookupError(f"{encoding} is not a text encoding")
             text = stream.read().decode(encoding)
         except (LookupError, UnicodeDecodeError) as exc:
-            raise ParseError(f"Cannot decode the body: {str(exc)[:200]}") from None
+            raise ParseError(clip(f"Cannot decode the body: {exc}")) from None
         try:
             data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
-            raise ParseError(
-                f"JSON parse error - {exc.__class__.__name__}: {str(exc)[:200]}"
-            ) from None
+            raise ParseError(clip(f"JSON parse error - {exc.__class__.__name__}: {exc}")) from None
         if _depth(data) > MAX_DEPTH:
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels")
         return data
@@ -46,7 +46,7 @@ def _refuse_constant(name: str) -> float:
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"number out of range: {text[:30]}")
+        raise ValueError(f"number out of range: {clip(text)}")
     return value
 
 

@@ -1,17 +1,21 @@
 """Settings for the ordering platform, driven by environment variables.
 
-Defaults make the embedded demo run on a bare machine (SQLite, no Redis, the idempotency
-engine in database-only mode). Production (``DEBUG=0``) refuses to start without a real
-``SECRET_KEY``.
+Production is the default: with ``DEBUG`` unset the settings refuse to start without a real
+``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS`` and, when the simulated payment provider is on,
+its own secret (README, "Run it in production"). ``make run`` and ``make test`` set
+``DEBUG=1``: the embedded demo (SQLite, no Redis, the idempotency engine database-only) and the
+test suite run with development defaults.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -24,14 +28,27 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_bool("DEBUG", True)
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+# Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
-SECRET_KEY = os.environ.get("SECRET_KEY", _DEV_SECRET if DEBUG else "")
-if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+_DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+SECRET_KEY = os.environ.get("SECRET_KEY", "") or (_DEV_SECRET if DEBUG else "")
+if not DEBUG and (SECRET_KEY in {"", _DEV_SECRET} or SECRET_KEY.startswith("django-insecure")):
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to a secret of your own when DEBUG is off "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
+elif not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off"
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -42,6 +59,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "tenants",
     "idempotency",
     "ordering",
@@ -52,12 +72,16 @@ MIDDLEWARE = [
     "config.api_error_pages.ApiErrorPagesMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "config.cache_headers.NoStoreMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -134,27 +158,77 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Login throttling (django-axes) on the dashboard's and the admin's login: after
+# LOGIN_FAILURE_LIMIT failures of one account from one address, that pair is locked out for
+# LOGIN_LOCKOUT_MINUTES (429). Per account *and* address, so nobody can lock a merchant out
+# from elsewhere; the address is REMOTE_ADDR (behind a proxy on the same host every failure
+# shares it, and the lockout becomes per account).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 5))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("LOGIN_LOCKOUT_MINUTES", 15)))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Static files (the dashboard's, the admin's, the API docs') are served by the app itself through
+# WhiteNoise, from STATIC_ROOT after `manage.py collectstatic` (from the apps' folders with DEBUG).
+# Every page may load scripts, styles, images and fonts from this site only: no inline script or
+# style, no third-party origin (the API docs' Swagger UI is served from here too,
+# drf-spectacular-sidecar), no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 # Request bodies above this answer 413 REQUEST_TOO_LARGE before anything reads them
 # (config/request_limits.py); Django's own check on reading request.body uses the same number.
 MAX_REQUEST_BYTES = int(os.environ.get("MAX_REQUEST_BYTES", 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 
+# --- HTTPS (off DEBUG) --------------------------------------------------------------------
+# Production sits behind a TLS-terminating proxy. SECURE_PROXY_SSL_HEADER tells Django which
+# request header that proxy sets to say the client used HTTPS (default X-Forwarded-Proto); the
+# proxy must overwrite any copy a client sends. Set it empty when no proxy sets such a header.
 if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", 31536000))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", False)
+    # Asking browsers to preload HTTPS-only for the whole domain cannot be undone quickly: the
+    # operator opts in (HSTS_PRELOAD=1); `check --deploy` is not to nag about the default.
+    SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
     SECURE_CONTENT_TYPE_NOSNIFF = True
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    _proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto").strip()
+    if _proxy_ssl_header:
+        SECURE_PROXY_SSL_HEADER = (
+            "HTTP_" + _proxy_ssl_header.upper().replace("-", "_"),
+            "https",
+        )
 
 # --- REST API ---------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -180,6 +254,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Place, pay, cancel and track orders; every write is safe to retry.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI's files come from this site (drf-spectacular-sidecar), never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "ENUM_NAME_OVERRIDES": {
@@ -204,11 +282,10 @@ DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER
 DEMO_KEYS_FILE = Path(os.environ.get("DEMO_KEYS_FILE", BASE_DIR / "var" / "demo_keys.json"))
 
 # --- metrics ----------------------------------------------------------------------------
-# GET /metrics answers only these addresses, or a caller sending "Authorization: Bearer
-# <METRICS_TOKEN>" (config/metrics_view.py); anyone else gets 404.
-METRICS_ALLOWED_IPS = [
-    ip.strip() for ip in os.environ.get("METRICS_ALLOWED_IPS", "127.0.0.1,::1").split(",") if ip
-]
+# GET /metrics answers a caller sending "Authorization: Bearer <METRICS_TOKEN>", or one whose
+# address is in METRICS_ALLOWED_IPS (comma-separated; empty by default: no address is trusted,
+# loopback included); anyone else gets 404 (config/metrics_view.py).
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 
 # --- order ids --------------------------------------------------------------------------
@@ -266,6 +343,9 @@ IDEMPOTENCY = {
     or None,
     "RATE_LIMIT_CEILING_FOR_TENANT": "tenants.models.write_ceiling_per_minute_of",
     "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
+    # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
+    "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),
+    "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
 }
 
 # --- celery / payments ------------------------------------------------------------------
@@ -325,11 +405,15 @@ SAGA_RETRY_MAX_SECONDS = float(os.environ.get("SAGA_RETRY_MAX_SECONDS", 300.0))
 PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERANCE", 300))
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):
-    _simulated_secret = os.environ.get(
-        "SIMULATED_PROVIDER_SECRET", "dev-only-simulated-provider-secret" if DEBUG else ""
+    _simulated_secret = os.environ.get("SIMULATED_PROVIDER_SECRET", "") or (
+        _DEV_SIMULATED_PROVIDER_SECRET if DEBUG else ""
     )
+    if not DEBUG and _simulated_secret == _DEV_SIMULATED_PROVIDER_SECRET:
+        _simulated_secret = ""
     if not _simulated_secret:
-        raise ImproperlyConfigured("SIMULATED_PROVIDER_SECRET must be set when DEBUG is off")
+        raise ImproperlyConfigured(
+            "SIMULATED_PROVIDER_SECRET must be set to a secret of your own when DEBUG is off"
+        )
     PAYMENT_PROVIDERS["simulated"] = {
         "ADAPTER": "ordering.payments.simulated.SimulatedProvider",
         "SECRETS": [_simulated_secret],

@@ -73,7 +73,7 @@ class DuplicateAudit(models.Model):
 
 
 class LuaScriptVersion(models.Model):
-    """One version of one of the engine's Lua scripts (claim, finish, release, backfill…).
+    """One version of one of the engine's Lua scripts (claim, finish or release).
 
     Lifecycle: draft → canary (a share of tenants) → stable → retired. At most one canary and
     one stable version per script name; ``idempotency.scripts.registry`` decides which version a

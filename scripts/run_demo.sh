@@ -10,6 +10,8 @@ set -m  # every background job gets its own process group, stopped as a whole be
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8000}
+# The demo runs with development settings (production is the default: config/settings.py).
+export DEBUG=1
 # The simulated provider confirms each payment by itself after this many seconds (0: never;
 # then use `manage.py simulate_payment ORDER_ID`).
 export SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS=${SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS:-2}

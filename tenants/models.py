@@ -45,6 +45,13 @@ class Tenant(models.Model):
         help_text="API writes per minute of the whole tenant, all principals together; empty: the "
         "platform default (settings.IDEMPOTENCY['RATE_LIMIT_TENANT_CEILING_PER_MINUTE']).",
     )
+    token_quota = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Most pre-issued idempotency tokens outstanding (issued, neither used nor "
+        "expired) at once; empty: the platform default (settings.IDEMPOTENCY['TOKEN_QUOTA']).",
+    )
     time_zone = models.CharField(
         max_length=64,
         default=platform_time_zone,
@@ -90,6 +97,12 @@ def write_ceiling_per_minute_of(tenant_key: str) -> int | None:
         .values_list("write_ceiling_per_minute", flat=True)
         .first()
     )
+
+
+def token_quota_of(tenant_key: str) -> int | None:
+    """The tenant's own quota of outstanding tokens, or None for the platform default (the
+    engine's ``TOKEN_QUOTA_FOR_TENANT``)."""
+    return Tenant.objects.filter(pk=tenant_key).values_list("token_quota", flat=True).first()
 
 
 class Membership(models.Model):

@@ -1,9 +1,12 @@
 """Staff workflow for the engine's Lua scripts: upload, canary, promote, roll back.
 
-Uploading compiles the script in Redis first (and checks the SHA-256 the reviewer states); a
-version moves on only after ``manage.py check_lua_version`` ran the contract tests against it.
-Every step is written to ``LuaScriptChange`` with the staff user's name, and running processes
-pick it up within seconds (pub/sub), with no restart.
+What Redis runs for every tenant is a superuser's decision: uploading and the three actions are
+superuser-only (the ``manage_scripts`` action permission, :meth:`has_manage_scripts_permission`);
+other staff with the model's view permission can read versions and their history. Each step asks
+for the SHA-256 of the source it makes live, as reviewed. Uploading compiles the script in Redis
+first; a version moves on only after ``manage.py check_lua_version`` ran the contract tests
+against it. Every step is written to ``LuaScriptChange`` with the user's name, and running
+processes pick it up within seconds (pub/sub), with no restart.
 """
 
 from __future__ import annotations
@@ -23,19 +26,30 @@ from idempotency.scripts.versions import (
     ScriptRejected,
     promote,
     rollback,
+    rollback_target,
     start_canary,
     upload_version,
 )
+
+CONFIRM_TEMPLATE = "admin/idempotency/luascriptversion/confirm_change.html"
+
+
+def reviewed_sha256_field() -> forms.CharField:
+    return forms.CharField(
+        label="Reviewed SHA-256",
+        min_length=64,
+        max_length=64,
+        help_text="The SHA-256 of the source you reviewed; the change is refused if it differs.",
+    )
 
 
 class UploadForm(forms.ModelForm):
     author = ""
     name = forms.ChoiceField(choices=[(n, n) for n in KNOWN_SCRIPTS])
-    expected_sha256 = forms.CharField(
-        required=False,
-        max_length=64,
-        help_text="The SHA-256 of the source you reviewed; the upload is refused if it differs.",
-    )
+    # Kept byte for byte (no stripping) but for the CRLF line ends browsers send from a
+    # textarea, so the SHA-256 is the one of the file as reviewed.
+    source = forms.CharField(widget=forms.Textarea, strip=False)
+    reviewed_sha256 = reviewed_sha256_field()
 
     class Meta:
         model = LuaScriptVersion
@@ -48,16 +62,22 @@ class UploadForm(forms.ModelForm):
         try:
             self.instance = upload_version(
                 name=data["name"],
-                source=data["source"],
+                source=data["source"].replace("\r\n", "\n"),
                 author=self.author,
-                expected_sha256=data.get("expected_sha256") or None,
+                reviewed_sha256=data["reviewed_sha256"],
             )
         except ScriptRejected as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data
 
 
-class CanaryForm(forms.Form):
+class ReviewForm(forms.Form):
+    """The confirmation every change asks for."""
+
+    reviewed_sha256 = reviewed_sha256_field()
+
+
+class CanaryForm(ReviewForm):
     percent = forms.IntegerField(min_value=0, max_value=100, initial=5)
     tenants = forms.CharField(required=False, help_text="Tenant ids, comma-separated")
     regions = forms.CharField(required=False, help_text="Regions, comma-separated")
@@ -103,6 +123,13 @@ class LuaScriptVersionAdmin(admin.ModelAdmin):
         "check_command",
     ]
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_manage_scripts_permission(self, request: HttpRequest) -> bool:
+        """Who may change what runs: canary, promote, roll back (the actions declare it)."""
+        return request.user.is_superuser
+
     def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         if obj is not None:
             return super().get_form(request, obj, **kwargs)
@@ -126,12 +153,13 @@ class LuaScriptVersionAdmin(admin.ModelAdmin):
     def check_command(self, obj: LuaScriptVersion) -> str:
         return f"python manage.py check_lua_version {obj.name} {obj.version}"
 
-    @admin.action(description="Start canary (percent, tenants, regions)")
+    @admin.action(
+        description="Start canary (percent, tenants, regions)", permissions=["manage_scripts"]
+    )
     def canary(self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]) -> Any:
-        if queryset.count() != 1:
-            self.message_user(request, "Select exactly one version.", messages.WARNING)
+        script = self._one(request, queryset)
+        if script is None:
             return None
-        script = queryset.get()
         form = CanaryForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
             return self._apply(
@@ -139,39 +167,120 @@ class LuaScriptVersionAdmin(admin.ModelAdmin):
                 lambda: start_canary(
                     script,
                     author=request.user.get_username(),
+                    reviewed_sha256=form.cleaned_data["reviewed_sha256"],
                     percent=form.cleaned_data["percent"],
                     tenants=_split(form.cleaned_data["tenants"]),
                     regions=_split(form.cleaned_data["regions"]),
                 ),
                 f"{script} is the canary now.",
             )
+        return self._confirm(
+            request,
+            script,
+            form,
+            action="canary",
+            title=f"Canary audience of {script}",
+            explain=(
+                f"Tenants in the audience run {script}; everyone else keeps the stable version. "
+                "A percentage selects tenants by a stable hash of their id into 100 buckets."
+            ),
+            submit="Start canary",
+        )
+
+    @admin.action(description="Promote to stable", permissions=["manage_scripts"])
+    def promote_to_stable(self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]) -> Any:
+        script = self._one(request, queryset)
+        if script is None:
+            return None
+        form = ReviewForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            return self._apply(
+                request,
+                lambda: promote(
+                    script,
+                    author=request.user.get_username(),
+                    reviewed_sha256=form.cleaned_data["reviewed_sha256"],
+                ),
+                f"{script.name} v{script.version} is stable now.",
+            )
+        return self._confirm(
+            request,
+            script,
+            form,
+            action="promote_to_stable",
+            title=f"Promote {script}",
+            explain=f"Every tenant will run {script}; the current stable version is retired.",
+            submit="Promote",
+        )
+
+    @admin.action(
+        description="Roll back (drop the canary, else restore the previous stable)",
+        permissions=["manage_scripts"],
+    )
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]) -> Any:
+        names = sorted(set(queryset.values_list("name", flat=True)))
+        if len(names) != 1:
+            self.message_user(request, "Select versions of one script.", messages.WARNING)
+            return None
+        name = names[0]
+        try:
+            target = rollback_target(name)
+        except ScriptRejected as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return None
+        form = ReviewForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            return self._apply(
+                request,
+                lambda: rollback(
+                    name=name,
+                    author=request.user.get_username(),
+                    reviewed_sha256=form.cleaned_data["reviewed_sha256"],
+                ),
+                f"{name} rolled back.",
+            )
+        runs = f"v{target.version}" if target.version else "the shipped script"
+        return self._confirm(
+            request,
+            queryset.first(),
+            form,
+            action="roll_back",
+            title=f"Roll back {name}",
+            explain=f"After the rollback, {name} runs {runs}: give the SHA-256 of that source.",
+            submit="Roll back",
+        )
+
+    def _one(
+        self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]
+    ) -> LuaScriptVersion | None:
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one version.", messages.WARNING)
+            return None
+        return queryset.get()
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        script: LuaScriptVersion | None,
+        form: forms.Form,
+        *,
+        action: str,
+        title: str,
+        explain: str,
+        submit: str,
+    ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Canary audience of {script}",
+            "title": title,
             "opts": self.model._meta,
             "script": script,
             "form": form,
+            "action": action,
+            "explain": explain,
+            "submit": submit,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
-        return TemplateResponse(request, "admin/idempotency/luascriptversion/canary.html", context)
-
-    @admin.action(description="Promote to stable")
-    def promote_to_stable(self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]) -> None:
-        for script in queryset:
-            self._apply(
-                request,
-                lambda script=script: promote(script, author=request.user.get_username()),
-                f"{script.name} v{script.version} is stable now.",
-            )
-
-    @admin.action(description="Roll back (drop the canary, else restore the previous stable)")
-    def roll_back(self, request: HttpRequest, queryset: QuerySet[LuaScriptVersion]) -> None:
-        for name in sorted(set(queryset.values_list("name", flat=True))):
-            self._apply(
-                request,
-                lambda name=name: rollback(name=name, author=request.user.get_username()),
-                f"{name} rolled back.",
-            )
+        return TemplateResponse(request, CONFIRM_TEMPLATE, context)
 
     def _apply(self, request: HttpRequest, step: Any, done: str) -> HttpResponse | None:
         try:

@@ -39,9 +39,11 @@ DEFAULTS: dict[str, Any] = {
     "TTL_SECONDS": 72 * 3600,
     "LEASE_MS": 30_000,
     "AUTO_KEY_WINDOW_SECONDS": 60,
-    "MAX_STORED_BODY_BYTES": 64 * 1024,
+    # Largest stored reply, status and headers included (idempotency/core/replies.py)
+    "MAX_STORED_REPLY_BYTES": 64 * 1024,
     "REPLAY_HEADERS": ("Content-Type", "Location", "ETag", "Last-Modified", "Content-Language"),
     "LOCAL_CACHE_ENTRIES": 10_000,
+    "LOCAL_CACHE_BYTES": 64 * 1024 * 1024,  # per process, besides the entry count
     "LOCAL_CACHE_TTL_SECONDS": 60.0,
     "WAIT_POLL_MS": 50,
     "AUDIT_FLUSH_SECONDS": 1.0,
@@ -77,6 +79,14 @@ DEFAULTS: dict[str, Any] = {
     # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)
     "TOKEN_TTL_SECONDS": 24 * 3600,
     "TOKEN_MAX_BATCH": 1000,
+    # most tokens outstanding (issued, neither used nor expired) per tenant
+    "TOKEN_QUOTA": 100_000,
+    # dotted path: (tenant_key) -> the tenant's own quota | None (None: TOKEN_QUOTA)
+    "TOKEN_QUOTA_FOR_TENANT": None,
+    # Per-tenant usage in /metrics (idempotency/stores/usage.py): how long a process keeps its
+    # count of records, and how many Redis keys its census reads further per scrape
+    "USAGE_CACHE_SECONDS": 60.0,
+    "USAGE_SCAN_KEYS": 10_000,
     # Instance registry (idempotency/stores/instances.py): every process that claims keys
     # heartbeats its id, so the claims of a dead one can be released before their lease ends.
     # False: claims carry no instance id and only their lease frees them.

@@ -12,7 +12,8 @@
 
 Without Redis (not configured, or failing) the claim step is a database lookup and the
 database's unique constraint alone arbitrates: the contract stays the same, duplicates still
-execute once. A 5xx answer is rolled back and its key released, so the client may retry.
+execute once. A 5xx answer is rolled back and its key released, so the client may retry; so is
+a refusal too large to keep (``idempotency/core/replies.py`` bounds every stored reply).
 
 A pre-issued token used as the key is consumed in the claim's own Lua call; a refused token
 (used by another operation, or expired) is still answered from the database when this very
@@ -25,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -38,8 +40,9 @@ from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
 from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
+from idempotency.core.replies import to_stored
 from idempotency.core.transactions import engine_transaction
-from idempotency.scripts.registry import registry
+from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import database as db_store
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
@@ -69,11 +72,17 @@ class IdempotentRequest:
     region: str | None = None
     script_pin: int | None = None
 
+    @cached_property
+    def scripts(self) -> dict[str, ScriptRef]:
+        """The Lua script versions this request runs, resolved once: its claim, finish and
+        release come from one set even when a version changes while it runs."""
+        return registry.resolve(
+            tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
+        )
+
     def script_source(self, name: str) -> str | None:
         """The source of the version of ``name`` this request runs; None: the shipped one."""
-        ref = registry.choose(
-            name, tenant_key=self.scoped.tenant, region=self.region, pinned=self.script_pin
-        )
+        ref = self.scripts[name]
         return None if ref.version == 0 else ref.source
 
     @property
@@ -184,15 +193,18 @@ def _execute(
     try:
         with engine_transaction():
             response = execute()
-            if response.status_code >= 500:
+            kept = to_stored(response) if response.status_code < 500 else None
+            if kept is None:
+                # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing
+                # of it is written, and the key is released below for a retry.
                 transaction.set_rollback(True)
             elif transaction.get_rollback():
                 # The view refused after writing (a service raised inside the transaction,
                 # without a savepoint, see idempotency/core/transactions.py): its writes are rolled
                 # back with ours; the refusal is recorded on its own below.
-                stored, doomed = _to_stored(response), True
+                stored, doomed = kept, True
             else:
-                stored = _to_stored(response)
+                stored = kept
                 _record(req, stored)
         if doomed:
             with transaction.atomic():
@@ -255,23 +267,6 @@ def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> Cl
         fingerprint_version=committed.fingerprint_version,
         stored_field_hashes=committed.field_hashes,
     )
-
-
-def _to_stored(response: HttpResponse) -> StoredResponse:
-    """What a replay will send: the status, allow-listed headers (never ``Set-Cookie``) and the
-    body — or, over ``MAX_STORED_BODY_BYTES``, a pointer to the created resource when the
-    response names one in ``Location`` (the replay then renders the resource afresh)."""
-    allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
-    headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
-    body = response.content
-    location = response.get("Location", "")
-    if len(body) > engine_setting("MAX_STORED_BODY_BYTES") and location:
-        return StoredResponse(status=response.status_code, headers=headers, pointer=location)
-    if len(body) > engine_setting("MAX_STORED_BODY_BYTES"):
-        logger.warning(
-            "storing a %d-byte body: over the cap and no Location to point to", len(body)
-        )
-    return StoredResponse(status=response.status_code, headers=headers, body=body)
 
 
 def _location(response: StoredResponse) -> str:

@@ -14,5 +14,7 @@ class IdempotencyErrorCode(StrEnum):
     TOKEN_USED = "IDEMPOTENCY_TOKEN_USED"  # 409: already consumed on another endpoint
     TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN"  # 422: expired (or never stored)
     TOKENS_UNAVAILABLE = "IDEMPOTENCY_TOKENS_UNAVAILABLE"  # 503 + Retry-After: Redis is down
+    # 429 + Retry-After: the tenant's quota of outstanding tokens is reached
+    TOKEN_QUOTA_EXCEEDED = "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED"
     # Write rate limit (idempotency/core/ratelimit.py); the same code DRF's Throttled maps to.
     RATE_LIMITED = "RATE_LIMITED"  # 429 + Retry-After

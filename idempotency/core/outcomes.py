@@ -76,6 +76,11 @@ class StoredResponse:
         ).encode("ascii")
         return b"".join((_MAGIC, _LEN.pack(len(header)), header, self.body))
 
+    @property
+    def size(self) -> int:
+        """Bytes of the serialised form: what Redis, the database and the local cache keep."""
+        return len(self.to_bytes())
+
     @classmethod
     def from_bytes(cls, raw: bytes) -> StoredResponse:
         """Parse what :meth:`to_bytes` wrote; ``ValueError`` on anything else (never guess)."""

@@ -13,9 +13,13 @@ from idempotency.core.outcomes import StoredResponse
 
 RESULT_HEADER = "X-Idempotent-Result"
 REPLAYED_HEADER = "Idempotent-Replayed"
+# Longest ``detail`` the engine sends: it may quote client input (a colliding field name).
+DETAIL_LIMIT = 200
 
 
 def problem(status: int, code: IdempotencyErrorCode, detail: str, **extra: object) -> HttpResponse:
+    if len(detail) > DETAIL_LIMIT:
+        detail = detail[:DETAIL_LIMIT] + "…"
     body = {"code": code.value, "detail": detail, "status": status, **extra}
     return HttpResponse(json.dumps(body), status=status, content_type="application/problem+json")
 

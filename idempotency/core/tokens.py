@@ -20,6 +20,17 @@ per token); ``SECRET_KEY_FALLBACKS`` still verify during a key rotation. So:
 
 Keys that start with ``tok_`` are therefore reserved for tokens.
 
+**Quota.** A tenant has at most ``TOKEN_QUOTA`` tokens outstanding (issued, neither consumed
+nor expired; 100,000 by default, ``TOKEN_QUOTA_FOR_TENANT`` gives a tenant its own); an issue
+that would pass it is refused whole (429 ``IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED``). The count is a
+ledger next to the tokens, ``idem:{t:<tenant>}:tokq``: tokens per expiry bucket of
+:data:`QUOTA_BUCKET_MS`. Issuing checks and adds to it in the same Lua call that stores the
+tokens (``issue_tokens.lua``, one round trip), consuming a token takes it off
+(``claim_token.lua``), and a bucket is dropped once its tokens have all expired; so the count
+follows expiry and use, and is never low (at most one bucket's worth of expired tokens high).
+A hot tenant split into sub-buckets (``HOT_TENANT_BUCKETS``) gets one ledger per sub-bucket with
+an even share of its quota; a batch of tokens is issued into one of them.
+
 **Database-only mode** (no Redis, breaker open, Redis error during the claim): a validly
 signed token is accepted as a plain key. The idempotency record still makes the operation run
 once and replay for retries; what is lost for that time is only "one token, one operation"
@@ -33,22 +44,25 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import lru_cache
+from functools import cache, lru_cache
+from importlib import resources
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.encoding import force_bytes
+from redis.commands.core import Script
 from redis.exceptions import RedisError
 
-from idempotency.core.conf import engine_setting
+from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.core.keys import redis_key_for
 from idempotency.stores.redis_store import TokenUse
 
@@ -56,6 +70,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "InvalidToken",
     "IssuedTokens",
+    "QuotaExceeded",
     "TokenStatus",
     "TokensUnavailable",
     "check_tokens",
@@ -80,6 +95,7 @@ _TOKEN_RE = re.compile(
 )
 _UNUSED = "p:"
 _USED = "u:"
+QUOTA_BUCKET_MS = 60_000  # width of the quota ledger's expiry buckets
 
 
 class InvalidToken(ValueError):
@@ -88,6 +104,24 @@ class InvalidToken(ValueError):
 
 class TokensUnavailable(Exception):
     """The tenant's Redis node cannot be used now (not configured, breaker open, error)."""
+
+
+class QuotaExceeded(Exception):
+    """Issuing would pass the tenant's quota of outstanding tokens; nothing was issued."""
+
+    def __init__(self, *, limit: int, retry_after_seconds: int) -> None:
+        super().__init__(f"the quota of {limit} outstanding tokens is reached")
+        self.limit = limit
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    """What ``issue_tokens.lua`` answered: stored, or refused by the quota."""
+
+    stored: bool
+    outstanding: int
+    retry_after_ms: int = 0
 
 
 class TokenStatus(StrEnum):
@@ -159,30 +193,50 @@ def verify_token(
 
 
 def new_tokens(
-    *, tenant: str, principal: str, count: int, secret: str | bytes | None = None
+    *,
+    tenant: str,
+    principal: str,
+    count: int,
+    secret: str | bytes | None = None,
+    buckets: int = 1,
+    sub_bucket: int | None = None,
 ) -> list[str]:
-    """``count`` fresh signed tokens (not stored yet)."""
-    return [
-        sign_token(
+    """``count`` fresh signed tokens (not stored yet); with ``sub_bucket``, only tokens whose
+    keys fall into that one of the tenant's ``buckets`` (drawn again until they do: about
+    ``buckets`` signatures per token), so that one script call can store them all in one
+    cluster slot."""
+    tokens: list[str] = []
+    while len(tokens) < count:
+        token = sign_token(
             tenant=tenant,
             principal=principal,
             token_id=_b64(secrets.token_bytes(_ID_BYTES)),
             secret=secret,
         )
-        for _ in range(count)
-    ]
+        if sub_bucket is None or _tag(tenant, token, buckets) == f"{{t:{tenant}:{sub_bucket}}}":
+            tokens.append(token)
+    return tokens
+
+
+def _tag(tenant: str, token: str, buckets: int) -> str:
+    """The hash tag of every claim key made from ``token`` (sub-bucket included)."""
+    if buckets > 1:
+        claim_key = redis_key_for(tenant=tenant, scope="", key=token, buckets=buckets)
+        return claim_key[claim_key.index("{") : claim_key.index("}") + 1]
+    return f"{{t:{tenant}}}"  # what redis_key_for gives without buckets, minus two hashes
 
 
 def token_key(*, tenant: str, token: str, buckets: int = 1, namespace: str = "idem") -> str:
     """``<namespace>:{t:<tenant>}:tok:<id>``, under the very hash tag of every claim key made
     from this token (sub-bucket included), so ``claim_token.lua`` touches one slot."""
-    if buckets > 1:
-        claim_key = redis_key_for(tenant=tenant, scope="", key=token, buckets=buckets)
-        tag = claim_key[claim_key.index("{") : claim_key.index("}") + 1]
-    else:
-        tag = f"{{t:{tenant}}}"  # what redis_key_for gives without buckets, minus two hashes
     token_id = token[len(TOKEN_PREFIX) :].split(".", 1)[0]
-    return f"{namespace}:{tag}:tok:{token_id}"
+    return f"{namespace}:{_tag(tenant, token, buckets)}:tok:{token_id}"
+
+
+def quota_key(*, tenant: str, token: str, buckets: int = 1, namespace: str = "idem") -> str:
+    """The quota ledger that counts ``token``: ``<namespace>:{t:<tenant>}:tokq``, one per
+    sub-bucket of a hot tenant, beside the tokens it counts."""
+    return f"{namespace}:{_tag(tenant, token, buckets)}:tokq"
 
 
 def token_use(
@@ -194,7 +248,15 @@ def token_use(
         unused_value=_UNUSED + principal,
         used_value=_USED + claim_key,
         mark_ttl_ms=mark_ttl_seconds * 1000,
+        quota_key=quota_key(tenant=tenant, token=token, buckets=buckets),
+        quota_bucket_ms=QUOTA_BUCKET_MS,
     )
+
+
+@cache
+def _issue_script() -> Script:
+    source = resources.files("idempotency.scripts").joinpath("lua", "issue_tokens.lua")
+    return Script(None, source.read_bytes())  # type: ignore[arg-type]
 
 
 def store_tokens(
@@ -206,15 +268,34 @@ def store_tokens(
     ttl_seconds: int,
     buckets: int = 1,
     namespace: str = "idem",
-) -> None:
-    """Store ``tokens`` as unused, each under its own key with a TTL: one pipeline, one round
-    trip (on a Redis Cluster, one per node holding the tenant's slots)."""
-    pipe = client.pipeline(transaction=False)
-    value = _UNUSED + principal
+    limit: int | None = None,
+    bucket_ms: int = QUOTA_BUCKET_MS,
+) -> StoreResult:
+    """Store ``tokens`` as unused, each under its own key with a TTL, and count them in the
+    quota ledger of their hash tag: one Lua call per tag (tokens from :func:`new_tokens` with a
+    ``sub_bucket`` share one tag: one round trip). With ``limit``, tokens that would bring the
+    ledger's outstanding count above it are refused together and nothing is stored.
+    ``bucket_ms`` is the ledger's bucket width (what ``claim_token.lua`` is told on use)."""
+    groups: dict[str, list[str]] = {}
     for token in tokens:
-        key = token_key(tenant=tenant, token=token, buckets=buckets, namespace=namespace)
-        pipe.set(key, value, ex=ttl_seconds)
-    pipe.execute()
+        groups.setdefault(_tag(tenant, token, buckets), []).append(token)
+    if limit is not None and len(groups) > 1:
+        raise ValueError("tokens under a limit must share one hash tag (new_tokens(sub_bucket=))")
+    result = StoreResult(stored=True, outstanding=0)
+    for group in groups.values():
+        keys = [quota_key(tenant=tenant, token=group[0], buckets=buckets, namespace=namespace)]
+        keys += [
+            token_key(tenant=tenant, token=token, buckets=buckets, namespace=namespace)
+            for token in group
+        ]
+        args = [-1 if limit is None else limit, ttl_seconds * 1000, _UNUSED + principal]
+        stored, outstanding, third = _issue_script()(
+            keys=keys, args=[*args, bucket_ms], client=client
+        )
+        if not stored:
+            return StoreResult(stored=False, outstanding=int(outstanding), retry_after_ms=third)
+        result = StoreResult(stored=True, outstanding=int(outstanding))
+    return result
 
 
 def read_token_states(
@@ -258,29 +339,46 @@ def _status_of(value: bytes | None, unused: bytes) -> TokenStatus:
 
 def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
     """Issue ``count`` tokens to ``principal`` on the tenant's node, or raise
-    :class:`TokensUnavailable`. ``expires_at`` is taken before storing, so it is never later
-    than the keys' real expiry."""
+    :class:`QuotaExceeded` or :class:`TokensUnavailable`. ``expires_at`` is taken before
+    storing, so it is never later than the keys' real expiry."""
     if not 1 <= count <= engine_setting("TOKEN_MAX_BATCH"):
         raise ValueError(f"count must be 1..{engine_setting('TOKEN_MAX_BATCH')}")
     ttl = int(engine_setting("TOKEN_TTL_SECONDS"))
     expires_at = timezone.now() + timedelta(seconds=ttl)
-    tokens = new_tokens(tenant=tenant, principal=principal, count=count)
     buckets = engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1)
+    sub_bucket = secrets.randbelow(buckets) if buckets > 1 else None
+    tokens = new_tokens(
+        tenant=tenant, principal=principal, count=count, buckets=buckets, sub_bucket=sub_bucket
+    )
+    quota = token_quota(tenant)
 
-    def store(client: Any) -> bool:
-        store_tokens(
+    def store(client: Any) -> StoreResult:
+        return store_tokens(
             client,
             tenant=tenant,
             principal=principal,
             tokens=tokens,
             ttl_seconds=ttl,
             buckets=buckets,
+            limit=math.ceil(quota / buckets),
         )
-        return True
 
-    if not _on_node(tenant, store):
+    result = _on_node(tenant, store)
+    if result is None:
         raise TokensUnavailable
+    if not result.stored:
+        raise QuotaExceeded(
+            limit=quota, retry_after_seconds=max(1, math.ceil(result.retry_after_ms / 1000))
+        )
     return IssuedTokens(tokens=tokens, expires_at=expires_at, ttl_seconds=ttl)
+
+
+def token_quota(tenant: str) -> int:
+    """The tenant's quota of outstanding tokens: its own (``TOKEN_QUOTA_FOR_TENANT``), else
+    ``TOKEN_QUOTA``."""
+    lookup = engine_hook("TOKEN_QUOTA_FOR_TENANT")
+    own = lookup(tenant) if lookup is not None else None
+    return int(own or engine_setting("TOKEN_QUOTA"))
 
 
 def check_tokens(*, tenant: str, principal: str, tokens: Sequence[str]) -> list[TokenStatus]:

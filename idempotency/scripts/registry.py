@@ -9,6 +9,12 @@ Running processes pick up a change without a restart: every change is published 
 channel ``<CHANNEL_PREFIX>:scripts`` and a listener thread reloads the table; as a safety net
 the table is also reloaded when older than ``SCRIPT_REFRESH_SECONDS`` (checked on use, no
 thread needed).
+
+Every load re-checks each row's source against the SHA-256 recorded (and reviewed) when it was
+uploaded: a row changed behind the workflow's back (a direct database write) is refused and
+logged, and calls run what they would run without it (the stable version, else the shipped
+file). A request resolves its whole set of versions once (:meth:`ScriptRegistry.resolve`), so
+its claim, finish and release never mix versions when a change lands mid-request.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ from idempotency.core.conf import channel_name, engine_hook, engine_setting
 logger = logging.getLogger(__name__)
 
 BUCKETS = 100
+# The scripts the engine calls that a stored version may replace (claim_token.lua is a prelude
+# that always runs in front of the chosen claim).
+VERSIONED_SCRIPTS = ("claim", "finish", "release")
+# How long a process's first use of the registry waits for its listener to subscribe.
+SUBSCRIBE_WAIT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,26 +85,42 @@ class ScriptRegistry:
         self._table: dict[str, Rollout] = {}
         self._loaded_at = float("-inf")
         self._listener: threading.Thread | None = None
+        self._subscribed = threading.Event()
 
     def choose(
         self, name: str, *, tenant_key: str, region: str | None = None, pinned: int | None = None
     ) -> ScriptRef:
         """The version of ``name`` this tenant's call runs (a pinned version wins if it exists)."""
-        forced = _forced_script(name)
-        if forced is not None:
-            return forced
-        rollout = self._rollouts().get(name, Rollout())
-        if pinned is not None and pinned in rollout.versions:
-            return rollout.versions[pinned]
-        return rollout.for_tenant(tenant_key, region) or shipped(name)
+        return _chosen(self._rollouts(), name, tenant_key=tenant_key, region=region, pinned=pinned)
+
+    def resolve(
+        self, *, tenant_key: str, region: str | None = None, pinned: int | None = None
+    ) -> dict[str, ScriptRef]:
+        """The version of every versioned script for one request, from one table."""
+        table = self._rollouts()
+        return {
+            name: _chosen(table, name, tenant_key=tenant_key, region=region, pinned=pinned)
+            for name in VERSIONED_SCRIPTS
+        }
 
     def reload(self) -> None:
         """Read the table from the database now."""
         from idempotency.models import LuaScriptVersion
 
-        rows = LuaScriptVersion.objects.exclude(state=LuaScriptVersion.State.DRAFT)
+        rows = LuaScriptVersion.objects.exclude(state=LuaScriptVersion.State.DRAFT).filter(
+            name__in=VERSIONED_SCRIPTS
+        )
         table: dict[str, dict] = {}
         for row in rows:
+            if sha256_of(row.source) != row.sha256:
+                logger.error(
+                    "Lua script %s v%s refused: its source does not match the SHA-256 recorded "
+                    "at upload (%s); it was changed outside the review workflow",
+                    row.name,
+                    row.version,
+                    row.sha256,
+                )
+                continue
             ref = ScriptRef(name=row.name, version=row.version, source=row.source)
             entry = table.setdefault(row.name, {"versions": {}})
             entry["versions"][row.version] = ref
@@ -132,10 +159,14 @@ class ScriptRegistry:
                     target=self._listen, args=(client,), name="lua-script-listener", daemon=True
                 )
                 self._listener.start()
+        # The first table is read once the channel is subscribed, so no change announced in
+        # between is missed and the table needs no second read (waits once per process).
+        self._subscribed.wait(SUBSCRIBE_WAIT_SECONDS)
 
     def _listen(self, client: object) -> None:
         """Reload on every announcement; on a broken connection, resubscribe (and reload,
-        since announcements may have been missed)."""
+        since announcements may have been missed). The first subscription marks the table
+        stale only if it was read before (announcements may have been missed meanwhile)."""
         backoff = 0.1
         while True:
             try:
@@ -143,12 +174,38 @@ class ScriptRegistry:
                 pubsub.subscribe(channel_name("scripts"))
                 for message in pubsub.listen():
                     backoff = 0.1
-                    if message["type"] in ("message", "subscribe"):
+                    if message["type"] == "message" or (
+                        message["type"] == "subscribe"
+                        and (self._subscribed.is_set() or self._loaded_at > float("-inf"))
+                    ):
                         self._loaded_at = float("-inf")  # reload on next use
+                    if message["type"] == "subscribe":
+                        self._subscribed.set()
             except Exception as exc:
                 logger.warning("Lua script channel lost (%s); resubscribing", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+def sha256_of(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _chosen(
+    table: dict[str, Rollout],
+    name: str,
+    *,
+    tenant_key: str,
+    region: str | None,
+    pinned: int | None,
+) -> ScriptRef:
+    forced = _forced_script(name)
+    if forced is not None:
+        return forced
+    rollout = table.get(name, Rollout())
+    if pinned is not None and pinned in rollout.versions:
+        return rollout.versions[pinned]
+    return rollout.for_tenant(tenant_key, region) or shipped(name)
 
 
 def _channel_client() -> object | None:

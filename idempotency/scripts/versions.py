@@ -1,9 +1,12 @@
 """Changing the engine's Lua scripts: upload, canary, promote, roll back — each audited.
 
 Safety rails:
+- only the scripts the engine calls can be versioned (``VERSIONED_SCRIPTS``);
 - a version is compiled by Redis (``SCRIPT LOAD`` on a connection of its own) before it is
   saved, and refused with Redis's own error message if it does not compile;
-- the uploader may state the SHA-256 they reviewed; a mismatch refuses the upload;
+- every change names the SHA-256 of the source it makes live, as the person making it reviewed
+  it: the upload (the new source), canary and promote (the version's source, re-hashed from the
+  row), roll back (what runs after it). A missing or different SHA-256 refuses the change;
 - a version must have passed the engine's contract tests (``manage.py check_lua_version``)
   before it can become canary or stable;
 - promoting loads the script on every Redis node, so the first EVALSHA finds it (and NOSCRIPT
@@ -12,7 +15,7 @@ Safety rails:
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 from typing import Any
 
 import redis
@@ -22,9 +25,16 @@ from django.utils import timezone
 
 from idempotency.core.conf import engine_hook
 from idempotency.models import LuaScriptChange, LuaScriptVersion
-from idempotency.scripts.registry import announce, registry, shipped
+from idempotency.scripts.registry import (
+    VERSIONED_SCRIPTS,
+    ScriptRef,
+    announce,
+    registry,
+    sha256_of,
+    shipped,
+)
 
-KNOWN_SCRIPTS = ("claim", "finish", "release", "backfill")
+KNOWN_SCRIPTS = VERSIONED_SCRIPTS
 State = LuaScriptVersion.State
 
 
@@ -33,13 +43,12 @@ class ScriptRejected(ValueError):
 
 
 def upload_version(
-    *, name: str, source: str, author: str, expected_sha256: str | None = None
+    *, name: str, source: str, author: str, reviewed_sha256: str
 ) -> LuaScriptVersion:
     if name not in KNOWN_SCRIPTS:
         raise ScriptRejected(f"unknown script {name!r}; one of {', '.join(KNOWN_SCRIPTS)}")
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    if expected_sha256 and expected_sha256.strip().lower() != digest:
-        raise ScriptRejected(f"SHA-256 mismatch: the source hashes to {digest}")
+    digest = sha256_of(source)
+    check_reviewed(reviewed_sha256, digest, what="the uploaded source")
     redis_sha1 = compile_script(source)
     for _ in range(3):  # two uploads at once: the unique (name, version) decides, retry
         try:
@@ -80,15 +89,26 @@ def record_contract_pass(script: LuaScriptVersion, *, author: str) -> None:
     _audit(script, "contract_passed", author)
 
 
+def check_reviewed(reviewed_sha256: str, actual: str, *, what: str) -> None:
+    """Refuse a change unless its author named the SHA-256 of what it makes live."""
+    given = (reviewed_sha256 or "").strip().lower()
+    if not given:
+        raise ScriptRejected(f"the SHA-256 you reviewed of {what} is required")
+    if not hmac.compare_digest(given, actual):
+        raise ScriptRejected(f"SHA-256 mismatch: {what} hashes to {actual}")
+
+
 def start_canary(
     script: LuaScriptVersion,
     *,
     author: str,
+    reviewed_sha256: str,
     percent: int = 0,
     tenants: list[str] | None = None,
     regions: list[str] | None = None,
 ) -> None:
     """Make ``script`` the canary of its name for the given audience (replacing any canary)."""
+    _require_reviewed_version(script, reviewed_sha256)
     _require_contract_pass(script)
     if not 0 <= percent <= 100:
         raise ScriptRejected("percent must be 0..100")
@@ -107,8 +127,9 @@ def start_canary(
         transaction.on_commit(_changed)
 
 
-def promote(script: LuaScriptVersion, *, author: str) -> None:
+def promote(script: LuaScriptVersion, *, author: str, reviewed_sha256: str) -> None:
     """Make ``script`` the stable version of its name; the previous stable is retired."""
+    _require_reviewed_version(script, reviewed_sha256)
     _require_contract_pass(script)
     _load_everywhere(script.source)
     with transaction.atomic():
@@ -120,11 +141,37 @@ def promote(script: LuaScriptVersion, *, author: str) -> None:
         transaction.on_commit(_changed)
 
 
-def rollback(*, name: str, author: str) -> LuaScriptVersion | None:
+def rollback_target(name: str) -> ScriptRef:
+    """What runs after :func:`rollback` of ``name``: with a canary, the stable version (the
+    canary's tenants go back to it); otherwise the highest retired version older than the
+    stable one, or the shipped file (version 0)."""
+    canary = LuaScriptVersion.objects.filter(name=name, state=State.CANARY).first()
+    stable = LuaScriptVersion.objects.filter(name=name, state=State.STABLE).first()
+    if canary is not None:
+        target = stable
+    elif stable is not None:
+        target = (
+            LuaScriptVersion.objects.filter(
+                name=name, state=State.RETIRED, version__lt=stable.version
+            )
+            .order_by("-version")
+            .first()
+        )
+    else:
+        raise ScriptRejected(f"{name} runs the shipped script: there is nothing to roll back")
+    if target is None:
+        return shipped(name)
+    return ScriptRef(name=name, version=target.version, source=target.source)
+
+
+def rollback(*, name: str, author: str, reviewed_sha256: str) -> LuaScriptVersion | None:
     """Undo the last step of ``name``: drop the canary if there is one; otherwise retire the
     stable version and bring back the highest older retired one (or the shipped script). Returns the
-    version that stable calls use now (None: the shipped file)."""
+    version that stable calls use now (None: the shipped file). ``reviewed_sha256`` names what
+    runs afterwards (:func:`rollback_target`)."""
     with transaction.atomic():
+        target = rollback_target(name)
+        check_reviewed(reviewed_sha256, sha256_of(target.source), what=_label(target))
         canary = LuaScriptVersion.objects.filter(name=name, state=State.CANARY).first()
         stable = LuaScriptVersion.objects.filter(name=name, state=State.STABLE).first()
         if canary is not None:
@@ -147,6 +194,20 @@ def rollback(*, name: str, author: str) -> LuaScriptVersion | None:
             stable = previous
         transaction.on_commit(_changed)
     return stable
+
+
+def _label(ref: ScriptRef) -> str:
+    return f"{ref.name} v{ref.version}" if ref.version else f"the shipped {ref.name}.lua"
+
+
+def _require_reviewed_version(script: LuaScriptVersion, reviewed_sha256: str) -> None:
+    """The row's source, hashed now (not the stored digest alone: a row changed outside this
+    workflow must not go live), is the one its author reviewed."""
+    script.refresh_from_db(fields=["source", "sha256"])
+    actual = sha256_of(script.source)
+    if actual != script.sha256:
+        raise ScriptRejected(f"{script} was changed after its upload; upload it again")
+    check_reviewed(reviewed_sha256, actual, what=str(script))
 
 
 def _require_contract_pass(script: LuaScriptVersion) -> None:

@@ -63,8 +63,21 @@ class CachedResult:
         )
 
 
+# What an entry costs beside its key and reply bytes: the tuple, dataclasses and dict slot.
+ENTRY_OVERHEAD_BYTES = 400
+
+
+def entry_bytes(key: str, response: StoredResponse) -> int:
+    """What one entry is charged against the byte budget: a close upper estimate of the
+    memory it holds (key, body, pointer, headers, fixed overhead)."""
+    headers = sum(len(name) + len(value) for name, value in response.headers)
+    return len(key) + len(response.body) + len(response.pointer) + headers + ENTRY_OVERHEAD_BYTES
+
+
 class LocalResultCache:
-    """Thread-safe bounded LRU of finished results with a per-entry TTL.
+    """Thread-safe LRU of finished results with a per-entry TTL, bounded twice: at most
+    ``max_entries`` entries and at most ``max_bytes`` bytes (:func:`entry_bytes` each), so a
+    process's memory for it is bounded whatever the size of the replies.
 
     ``clock`` is injectable so the TTL can be tested without sleeping.
     """
@@ -74,17 +87,22 @@ class LocalResultCache:
         max_entries: int = 10_000,
         ttl_s: float = 60.0,
         *,
+        max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_entries <= 0:
             raise ValueError("max_entries must be positive")
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
         self._ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[CachedResult, float]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[CachedResult, float, int]] = OrderedDict()
+        self._bytes = 0
         _FORK_HOOKS.add(self)
 
     def get(self, key: str) -> CachedResult | None:
@@ -95,7 +113,7 @@ class LocalResultCache:
             if item is None:
                 return None
             if item[1] <= now:
-                del self._entries[key]
+                self._drop(key)
                 return None
             self._entries.move_to_end(key)
             return item[0]
@@ -114,42 +132,63 @@ class LocalResultCache:
         response: StoredResponse,
         ttl_s: float | None = None,
     ) -> None:
-        """Cache a finished result; evicts the least recently used entry when full.
+        """Cache a finished result; evicts the least recently used entries while either bound
+        is exceeded. An entry larger than the whole byte budget is not cached.
 
         ``ttl_s`` may shorten the default, e.g. to the remaining Redis TTL of the entry.
         """
         ttl = self._ttl_s if ttl_s is None else min(ttl_s, self._ttl_s)
         entry = CachedResult(fingerprint, fingerprint_version, response)
+        cost = entry_bytes(key, response)
         expires_at = self._clock() + ttl
         with self._lock:
-            self._entries[key] = (entry, expires_at)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            self._drop(key)
+            if cost > self._max_bytes:
+                return
+            self._entries[key] = (entry, expires_at, cost)
+            self._bytes += cost
+            while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+                self._drop(next(iter(self._entries)))
 
     def invalidate(self, key: str) -> bool:
         """Drop ``key``; ``True`` if it was cached."""
         with self._lock:
-            return self._entries.pop(key, None) is not None
+            return self._drop(key)
 
     def clear(self) -> None:
         """Drop everything (after missed invalidations, or in a freshly forked child)."""
         with self._lock:
             self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def bytes_used(self) -> int:
+        """Bytes charged for the entries held now (expired ones included until pruned)."""
+        with self._lock:
+            return self._bytes
 
     def __len__(self) -> int:
         """Number of live entries (expired ones are pruned first)."""
         now = self._clock()
         with self._lock:
-            for key in [k for k, (_, expires_at) in self._entries.items() if expires_at <= now]:
-                del self._entries[key]
+            for key in [k for k, item in self._entries.items() if item[1] <= now]:
+                self._drop(key)
             return len(self._entries)
+
+    def _drop(self, key: str) -> bool:
+        """Remove ``key`` and its charge; the caller holds the lock."""
+        item = self._entries.pop(key, None)
+        if item is None:
+            return False
+        self._bytes -= item[2]
+        return True
 
     def _after_fork_in_child(self) -> None:
         # Another thread may have held the lock at fork time; in the child it would never be
         # released. The child's listener has not subscribed yet, so drop the entries too.
         self._lock = threading.Lock()
         self._entries = OrderedDict()
+        self._bytes = 0
 
 
 class InvalidationListener:

@@ -29,6 +29,7 @@ _listeners: dict[str, InvalidationListener] = {}
 def local_cache() -> LocalResultCache:
     return LocalResultCache(
         max_entries=engine_setting("LOCAL_CACHE_ENTRIES"),
+        max_bytes=engine_setting("LOCAL_CACHE_BYTES"),
         ttl_s=engine_setting("LOCAL_CACHE_TTL_SECONDS"),
     )
 

@@ -57,13 +57,17 @@ class TokenUse:
     """The pre-issued token a claim must consume (see ``claim_token.lua``).
 
     ``unused_value`` is the token key's value while issued and unused, ``used_value`` the mark
-    that names this operation once consumed, kept ``mark_ttl_ms``.
+    that names this operation once consumed, kept ``mark_ttl_ms``. Consuming it also takes it
+    off the tenant's count of outstanding tokens (``quota_key``, buckets of
+    ``quota_bucket_ms``; ``issue_tokens.lua``).
     """
 
     key: str
     unused_value: str
     used_value: str
     mark_ttl_ms: int
+    quota_key: str
+    quota_bucket_ms: int
 
 
 @dataclass(frozen=True)
@@ -175,8 +179,14 @@ class RedisIdempotencyStore:
         else:
             script = self._versioned("\n".join((_script_source("claim_token_prelude"), source)))
         reply = script(
-            keys=[key, token.key],
-            args=[*args, token.unused_value, token.used_value, token.mark_ttl_ms],
+            keys=[key, token.key, token.quota_key],
+            args=[
+                *args,
+                token.unused_value,
+                token.used_value,
+                token.mark_ttl_ms,
+                token.quota_bucket_ms,
+            ],
         )
         tag = _text(reply[0])
         if tag == "TOKEN_USED":

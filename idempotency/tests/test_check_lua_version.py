@@ -154,7 +154,7 @@ def test_a_quick_pass_is_not_recorded_and_cannot_gate_a_promotion():
     candidate.refresh_from_db()
     assert candidate.contract_passed_at is None
     with pytest.raises(ScriptRejected, match="has not passed the contract tests"):
-        promote(candidate, author="alice")
+        promote(candidate, author="alice", reviewed_sha256=candidate.sha256)
 
 
 def test_the_candidate_runs_beside_the_live_versions_of_the_other_scripts():

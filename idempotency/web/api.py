@@ -4,8 +4,10 @@
 "ttl_seconds": ...}``; ``POST idempotency-tokens/check/`` ``{"tokens": [...]}`` → 200
 ``{"results": [{"token": ..., "status": "unused" | "used" | "unknown" | "invalid"}]}``.
 Both answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` (with ``Retry-After``) while the tenant's
-Redis node cannot be used. Issuing counts against the caller's write rate limit; checking
-writes nothing and does not.
+Redis node cannot be used. Issuing counts against the caller's write rate limit, and answers 429
+``IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED`` (``limit``; ``Retry-After``: until the oldest outstanding
+tokens expire) when the tenant would pass its quota of outstanding tokens; checking writes
+nothing and does not.
 
 Their OpenAPI description needs drf-spectacular (the engine's ``openapi`` extra); without it
 the views work the same and are simply left undescribed.
@@ -85,6 +87,19 @@ def _unavailable() -> HttpResponse:
     return response
 
 
+def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
+    response = responses.problem(
+        429,
+        IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED,
+        f"This tenant may have at most {exc.limit} idempotency tokens outstanding (issued, "
+        "neither used nor expired); use or let expire the ones it holds, or send your own "
+        "Idempotency-Key.",
+        limit=exc.limit,
+    )
+    response["Retry-After"] = str(exc.retry_after_seconds)
+    return response
+
+
 class IssueTokensView(APIView):
     throttle_classes = [TenantRateThrottle]
 
@@ -99,6 +114,8 @@ class IssueTokensView(APIView):
             )
         except tokens.TokensUnavailable:
             return _unavailable()
+        except tokens.QuotaExceeded as exc:
+            return _quota_exceeded(exc)
         body = IssuedTokensOut(
             {
                 "tokens": issued.tokens,
@@ -152,6 +169,8 @@ def _describe_for_openapi() -> None:
     extend_schema(
         request=IssueTokensIn,
         responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
+        description="Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the tenant would have "
+        "more tokens outstanding (issued, neither used nor expired) than its quota.",
     )(IssueTokensView.post)
     extend_schema(
         request=CheckTokensIn,

@@ -24,10 +24,12 @@ STOCK = 100
 REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:6379/0"
 # Server environments per engine mode. Every variable that configures Redis (config/settings.py)
 # is set, so a mode means the same whatever topology the caller's environment names.
+METRICS_TOKEN = "flows-metrics-token"
 DATABASE_ONLY_ENV: dict[str, str | None] = {
     "REDIS_URL": "",
     "REDIS_SHARDS": None,
     "REDIS_CLUSTER_URL": None,
+    "METRICS_TOKEN": METRICS_TOKEN,
 }
 ONE_REDIS_ENV: dict[str, str | None] = {**DATABASE_ONLY_ENV, "REDIS_URL": REDIS_URL}
 

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from tests.flows.conftest import Shop
+from tests.flows.conftest import METRICS_TOKEN, Shop
 from tests.observability.test_metrics import value
 
 
@@ -39,5 +39,7 @@ def test_metrics_of_all_gunicorn_workers_are_merged(live_gunicorn_redis, shop: S
         if line.key and line.key.startswith("mp-")
     }
     assert len(served_by) >= 2
-    body = httpx.get(f"{live_gunicorn_redis.url}/metrics").text
+    body = httpx.get(
+        f"{live_gunicorn_redis.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    ).text
     assert value(body, "idempotency_outcomes_total", tenant=shop.tenant_key, outcome="MISS") == 24

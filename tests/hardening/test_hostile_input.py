@@ -356,6 +356,68 @@ def test_odd_text_in_the_payment_method_is_a_validation_error(
     nothing_written()
 
 
+BIG = 500_000  # what a 1 MiB body limit lets through in one field
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        pytest.param(
+            lambda d: json.dumps(valid(d, payment_method="p" * BIG)).encode(),
+            "VALIDATION_ERROR",
+            id="payment-method",
+        ),
+        pytest.param(
+            lambda d: json.dumps(
+                {**valid(d), "payment_method": "card", "items": [{"dish_id": "d" * BIG}]}
+            ).encode(),
+            "VALIDATION_ERROR",
+            id="dish-id",
+        ),
+        pytest.param(
+            lambda d: json.dumps(valid(d)).encode()[:-1] + b', "x": 1e' + b"9" * BIG + b"}",
+            "INVALID_JSON",
+            id="number-out-of-range",
+        ),
+        pytest.param(
+            lambda d: (
+                json.dumps({"items": [{"dish_id": d, "quantity": 1}], "payment_method": "card"})
+                .encode()
+                .replace(
+                    b'"quantity": 1',
+                    b'"quantity": 1, "\\u00e9'
+                    + b"k" * BIG
+                    + b'": 1, "e\\u0301'
+                    + b"k" * BIG
+                    + b'": 2',
+                )
+            ),
+            "IDEMPOTENCY_PAYLOAD_INVALID",
+            id="colliding-field-names",
+        ),
+    ],
+)
+def test_an_error_echoes_at_most_a_short_prefix_of_the_input(
+    http: APIClient,
+    world_a: World,
+    nothing_written: Callable[[], None],
+    body: Body,
+    code: str,
+) -> None:
+    response = post_order(http, world_a, body(world_a.dish.pk))
+
+    assert_problem(response, 400, code)
+    assert len(response.content) < 1_000
+    nothing_written()
+
+
+def test_a_clipped_echo_keeps_the_start_of_the_value(http: APIClient, world_a: World) -> None:
+    response = post_order(http, world_a, valid(world_a.dish.pk, payment_method="q" * BIG))
+
+    (message,) = assert_problem(response, 400, "VALIDATION_ERROR")["errors"]["payment_method"]
+    assert message == '"' + "q" * 199 + "…"
+
+
 def test_odd_but_valid_unicode_in_the_note_is_stored_verbatim(
     http: APIClient, world_a: World, subtests: Any
 ) -> None:

@@ -8,16 +8,18 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+import redis
+from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from idempotency.core.keys import ScopedKey
+from idempotency.core.keys import ScopedKey, redis_key_for
 from idempotency.core.outcomes import StoredResponse
 from idempotency.models import IdempotencyRecord
 from idempotency.purge import purge_record
 from idempotency.stores import database as db_store
 from idempotency.stores import nodes as stores
-from ordering.models import Order
+from ordering.models import Order, Payment
 from tests.flows.test_idempotent_orders import post_order
 
 pytestmark = pytest.mark.django_db
@@ -73,9 +75,79 @@ def test_replay_never_carries_set_cookie(api, menu, monkeypatch):
     assert again["Content-Type"] == first["Content-Type"] and again.content == first.content
 
 
+# A cap below an order's body (about 600 bytes) and above its pointer form (about 150).
+CAP = 300
+
+
+def stored_sizes(key: str) -> dict[str, int]:
+    """The stored reply's bytes in the database record, in Redis and in the local cache."""
+    record = IdempotencyRecord.objects.get(key=key)
+    sizes = {
+        "database": StoredResponse(
+            status=record.response_status,
+            headers=tuple(tuple(h) for h in record.response_headers),
+            body=bytes(record.response_body),
+            pointer=record.resource_location,
+        ).size
+    }
+    redis_key = redis_key_for(tenant=record.tenant_key, scope=record.scope, key=key)
+    sizes["local"] = stores.local_cache().get(redis_key).response.size
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    stored = client.hget(redis_key, "res")
+    if stored is not None:
+        sizes["redis"] = len(stored)
+    return sizes
+
+
+def test_a_refusal_over_the_cap_is_not_kept_and_a_retry_runs_it_again(
+    api, menu, tenant, settings, engine_mode
+):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": CAP}
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "x" * 900}
+
+    first = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="too-big")
+    again = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="too-big")
+
+    assert first.status_code == again.status_code == 400 and len(first.content) > CAP
+    assert again.content == first.content
+    assert first["X-Idempotent-Result"] == again["X-Idempotent-Result"] == "MISS"
+    assert IdempotencyRecord.objects.count() == 0 and len(stores.local_cache()) == 0
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    assert list(client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*")) == []
+
+
+def test_a_refusal_under_the_cap_is_kept_and_replayed(api, menu, settings, engine_mode):
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "x" * 900}
+
+    first = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="small")
+    again = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="small")
+
+    assert first.status_code == 400 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    assert IdempotencyRecord.objects.get().response_status == 400
+
+
+def test_a_success_over_the_cap_without_location_is_kept_as_a_marker(
+    api, menu, settings, engine_mode
+):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": CAP}
+    order_id = post_order(api, menu, key="order").json()["id"]
+
+    first = api.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY="pay")
+    again = api.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY="pay")
+
+    assert first.status_code == 200 and len(first.content) > CAP and "Location" not in first
+    assert again.status_code == 200 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == b"" and "Content-Type" not in again
+    assert again["Idempotent-Body-Omitted"] == str(len(first.content))
+    assert Payment.all_tenants.filter(order_id=order_id).count() == 1
+    assert all(size <= CAP for size in stored_sizes("pay").values())
+
+
 def test_body_over_the_cap_is_stored_as_a_pointer_and_rerendered(api, menu, settings, engine_mode):
-    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_BODY_BYTES": 100}
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": CAP}
     first = post_order(api, menu, key="big-body")
+    assert len(first.content) > CAP
     record = IdempotencyRecord.objects.get()
     assert bytes(record.response_body) == b"" and record.resource_location == first["Location"]
     stores.local_cache().clear()
@@ -84,6 +156,7 @@ def test_body_over_the_cap_is_stored_as_a_pointer_and_rerendered(api, menu, sett
     assert again["Location"] == first["Location"]
     assert again.json() == api.get(first["Location"]).json()
     assert again.json()["id"] == first.json()["id"] and Order.all_tenants.count() == 1
+    assert all(size <= CAP for size in stored_sizes("big-body").values())
 
 
 def test_purge_command_deletes_only_expired(api, menu):

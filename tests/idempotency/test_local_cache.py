@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from idempotency.core.outcomes import Outcome, StoredResponse
-from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
+from idempotency.stores.local_cache import InvalidationListener, LocalResultCache, entry_bytes
 from idempotency.stores.redis_store import RedisIdempotencyStore
 from tests.idempotency.conftest import RedisServer
 
@@ -93,6 +93,57 @@ def test_lru_bound_evicts_the_least_recently_used() -> None:
     assert len(cache) == 3
     assert cache.get("b") is None
     assert all(cache.get(key) is not None for key in "acd")
+
+
+def sized(body_bytes: int) -> StoredResponse:
+    return StoredResponse(status=400, body=b"x" * body_bytes)
+
+
+def test_byte_budget_evicts_the_least_recently_used() -> None:
+    one = entry_bytes("k0", sized(10_000))
+    cache = LocalResultCache(max_entries=100, max_bytes=3 * one)
+    for i in range(3):
+        cache.put(f"k{i}", fingerprint="fp", fingerprint_version=1, response=sized(10_000))
+    assert cache.bytes_used == 3 * one
+    assert cache.get("k0") is not None  # k0 is now the most recently used
+
+    cache.put("k3", fingerprint="fp", fingerprint_version=1, response=sized(10_000))
+
+    assert cache.get("k1") is None
+    assert [cache.get(k) is not None for k in ("k0", "k2", "k3")] == [True, True, True]
+    assert cache.bytes_used == 3 * one
+
+
+def test_an_entry_larger_than_the_budget_is_not_cached() -> None:
+    cache = LocalResultCache(max_bytes=50_000)
+    put(cache, "small")
+
+    cache.put("huge", fingerprint="fp", fingerprint_version=1, response=sized(60_000))
+
+    assert cache.get("huge") is None and cache.get("small") is not None
+
+
+def test_replacing_invalidating_and_clearing_give_the_bytes_back() -> None:
+    cache = LocalResultCache(max_bytes=1_000_000)
+    cache.put("a", fingerprint="fp", fingerprint_version=1, response=sized(5_000))
+    cache.put("a", fingerprint="fp", fingerprint_version=1, response=sized(1_000))
+    assert cache.bytes_used == entry_bytes("a", sized(1_000))
+    put(cache, "b")
+    cache.invalidate("a")
+    assert cache.bytes_used == entry_bytes("b", RESPONSE)
+    cache.clear()
+    assert cache.bytes_used == 0 and len(cache) == 0
+
+
+def test_a_process_cache_holds_at_most_64_mib_of_replies_by_default() -> None:
+    from idempotency.stores import nodes
+
+    cache = nodes.local_cache()
+    for i in range(1_500):  # 1,500 replies of 64 KiB: 94 MiB offered
+        cache.put(f"r{i}", fingerprint="fp", fingerprint_version=1, response=sized(64 * 1024))
+
+    assert cache.bytes_used <= 64 * 1024 * 1024
+    assert 0 < len(cache) < 1_500
 
 
 def test_entries_expire_after_their_ttl() -> None:

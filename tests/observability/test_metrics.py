@@ -27,22 +27,51 @@ def value(body: str, name: str, **labels: str) -> float:
     )
 
 
-def test_metrics_are_not_public(client, settings):
-    settings.METRICS_TOKEN = "s3cret-token"
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings):
+    settings.METRICS_TOKEN = TOKEN
+
+
+def scrape(client, **extra: str):
+    return client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}", **extra)
+
+
+def test_metrics_are_not_public(client):
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 404
     assert (
         client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer nope").status_code
         == 404
     )
-    ok = client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION="Bearer s3cret-token")
+    ok = scrape(client, REMOTE_ADDR="10.1.2.3")
     assert ok.status_code == 200 and ok["Content-Type"].startswith("text/plain")
-    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
+def test_loopback_is_not_trusted_without_an_allow_list(client, address):
+    """Behind a reverse proxy on the same host every request comes from loopback (the
+    default settings trusted it)."""
+    assert client.get("/metrics", REMOTE_ADDR=address).status_code == 404
+
+
+def test_without_a_token_nothing_is_served_by_default(client, settings):
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 404
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 404
+
+
+def test_an_explicit_allow_list_admits_its_addresses_only(client, settings):
+    settings.METRICS_ALLOWED_IPS = ["10.9.8.7"]
+    assert client.get("/metrics", REMOTE_ADDR="10.9.8.7").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 404
 
 
 def test_outcomes_breaker_outbox_and_conflicts_are_exported(
     client, api, merchant_api, menu, tenant
 ):
-    before = client.get("/metrics").content.decode()
+    before = scrape(client).content.decode()
     endpoint = "POST api/v1/orders/"
     first = post_order(api, menu, key="m1")
     post_order(api, menu, key="m1")
@@ -50,7 +79,7 @@ def test_outcomes_breaker_outbox_and_conflicts_are_exported(
     post_order(api, menu, key="ключ")
     order_id = first.json()["id"]
     merchant_api.post(f"/api/v1/orders/{order_id}/transition/", {"to": "READY"}, format="json")
-    body = client.get("/metrics").content.decode()
+    body = scrape(client).content.decode()
     t = str(tenant.pk)
     for outcome, n in (("MISS", 1), ("HIT", 1), ("REUSED", 1), ("INVALID", 1)):
         delta = value(

@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from idempotency.scripts.registry import registry
+from idempotency.scripts.registry import registry, sha256_of
 from idempotency.scripts.versions import (
     promote,
     record_contract_pass,
@@ -34,9 +34,14 @@ MARKED_CLAIM = shipped_source("claim").replace(
 )
 
 
+SHIPPED_CLAIM_SHA256 = sha256_of(shipped_source("claim"))
+
+
 def claim_v2():
     assert MISS_RETURN in shipped_source("claim")
-    script = upload_version(name="claim", source=MARKED_CLAIM, author="alice")
+    script = upload_version(
+        name="claim", source=MARKED_CLAIM, author="alice", reviewed_sha256=sha256_of(MARKED_CLAIM)
+    )
     record_contract_pass(script, author="ci")
     return script
 
@@ -48,7 +53,10 @@ def marks(tenant) -> list[bytes | None]:
 
 def test_an_allow_listed_tenant_runs_the_canary_others_the_stable(make_tenant):
     canary_tenant, other = make_tenant(), make_tenant()
-    start_canary(claim_v2(), author="alice", tenants=[str(canary_tenant.pk)])
+    script = claim_v2()
+    start_canary(
+        script, author="alice", reviewed_sha256=script.sha256, tenants=[str(canary_tenant.pk)]
+    )
     registry.reload()
     for tenant in (canary_tenant, other):
         assert post_order(api_for(tenant, diner="d"), menu_for(tenant), key="k").status_code == 201
@@ -58,8 +66,11 @@ def test_an_allow_listed_tenant_runs_the_canary_others_the_stable(make_tenant):
 
 def test_x_lua_version_is_honoured_only_for_test_clients(tenant):
     script = claim_v2()
-    promote(script, author="alice")  # make the version known to the registry
-    rollback(name="claim", author="alice")  # stable is the shipped script again; v2 retired
+    promote(
+        script, author="alice", reviewed_sha256=script.sha256
+    )  # make the version known to the registry
+    # stable is the shipped script again; v2 retired
+    rollback(name="claim", author="alice", reviewed_sha256=SHIPPED_CLAIM_SHA256)
     registry.reload()
     menu = menu_for(tenant)
     normal = api_for(tenant, diner="d1")
@@ -76,7 +87,8 @@ def test_noscript_after_script_flush_is_recovered(settings, tenant):
     try:
         use_topology(settings, shards=[node.url])
         api, menu = api_for(tenant, diner="d1"), menu_for(tenant)
-        promote(claim_v2(), author="alice")
+        script = claim_v2()
+        promote(script, author="alice", reviewed_sha256=script.sha256)
         registry.reload()
         assert post_order(api, menu, key="before").status_code == 201
         node.client().script_flush()
@@ -94,7 +106,9 @@ def test_noscript_after_script_flush_is_recovered(settings, tenant):
 def test_check_command_runs_from_the_product_and_refuses_a_broken_version():
     """The gate from the product's settings: the engine's contract suite in its sandbox. A
     quick pass is reported but not recorded (a promotion needs a full pass)."""
-    sound = upload_version(name="claim", source=MARKED_CLAIM, author="alice")
+    sound = upload_version(
+        name="claim", source=MARKED_CLAIM, author="alice", reviewed_sha256=sha256_of(MARKED_CLAIM)
+    )
     out = StringIO()
     call_command("check_lua_version", "claim", str(sound.version), "--quick", stdout=out)
     assert "passed the quick contract run; not recorded" in out.getvalue()
@@ -102,7 +116,9 @@ def test_check_command_runs_from_the_product_and_refuses_a_broken_version():
     assert sound.contract_passed_at is None
     # compiles, but answers MISS for everything: duplicates would run twice
     always_miss = "return {'MISS'}"
-    broken = upload_version(name="claim", source=always_miss, author="mallory")
+    broken = upload_version(
+        name="claim", source=always_miss, author="mallory", reviewed_sha256=sha256_of(always_miss)
+    )
     with pytest.raises(CommandError, match="fails the contract tests"):
         call_command(
             "check_lua_version", "claim", str(broken.version), "--quick", stdout=StringIO()

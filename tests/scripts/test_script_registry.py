@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from idempotency.models import LuaScriptChange, LuaScriptVersion
-from idempotency.scripts.registry import registry, tenant_bucket
+from idempotency.scripts.registry import registry, sha256_of, tenant_bucket
 from idempotency.scripts.versions import (
     ScriptRejected,
     promote,
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.django_db
 
 # A new claim version: the shipped one plus a comment, so behaviour is unchanged.
 CLAIM_V2 = "-- v2: same contract, reviewed\n" + shipped_source("claim")
+SHIPPED_CLAIM_SHA256 = sha256_of(shipped_source("claim"))
 
 
 def passed(script: LuaScriptVersion) -> LuaScriptVersion:
@@ -37,10 +39,20 @@ def passed(script: LuaScriptVersion) -> LuaScriptVersion:
 
 
 def test_upload_compiles_hashes_and_audits():
-    script = upload_version(name="claim", source=CLAIM_V2, author="alice")
+    script = upload_version(
+        name="claim", source=CLAIM_V2, author="alice", reviewed_sha256=sha256_of(CLAIM_V2)
+    )
     assert (script.version, script.state, script.author) == (1, "draft", "alice")
     assert len(script.sha256) == 64 and len(script.redis_sha1) == 40
-    assert upload_version(name="claim", source=CLAIM_V2 + "\n", author="bob").version == 2
+    assert (
+        upload_version(
+            name="claim",
+            source=CLAIM_V2 + "\n",
+            author="bob",
+            reviewed_sha256=sha256_of(CLAIM_V2 + "\n"),
+        ).version
+        == 2
+    )
     assert list(LuaScriptChange.objects.values_list("action", "author")) == [
         ("upload", "bob"),
         ("upload", "alice"),
@@ -49,28 +61,41 @@ def test_upload_compiles_hashes_and_audits():
 
 def test_a_broken_script_is_refused_with_the_redis_error():
     with pytest.raises(ScriptRejected, match=r"Redis refused the script: .*Error compiling"):
-        upload_version(name="claim", source="return redis.call('GET', KEYS[1]", author="mallory")
+        upload_version(
+            name="claim",
+            source="return redis.call('GET', KEYS[1]",
+            author="mallory",
+            reviewed_sha256=sha256_of("return redis.call('GET', KEYS[1]"),
+        )
     assert LuaScriptVersion.objects.count() == 0
 
 
 def test_sha256_mismatch_and_unknown_names_are_refused():
     with pytest.raises(ScriptRejected, match="SHA-256 mismatch"):
-        upload_version(name="claim", source=CLAIM_V2, author="a", expected_sha256="0" * 64)
+        upload_version(name="claim", source=CLAIM_V2, author="a", reviewed_sha256="0" * 64)
     with pytest.raises(ScriptRejected, match="unknown script"):
-        upload_version(name="evil", source="return 1", author="a")
+        upload_version(
+            name="evil", source="return 1", author="a", reviewed_sha256=sha256_of("return 1")
+        )
 
 
 def test_promotion_needs_the_contract_tests():
-    script = upload_version(name="claim", source=CLAIM_V2, author="a")
+    script = upload_version(
+        name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+    )
     with pytest.raises(ScriptRejected, match="contract tests"):
-        promote(script, author="a")
+        promote(script, author="a", reviewed_sha256=script.sha256)
     with pytest.raises(ScriptRejected, match="contract tests"):
-        start_canary(script, author="a", percent=5)
+        start_canary(script, author="a", reviewed_sha256=script.sha256, percent=5)
 
 
 def test_a_five_percent_canary_reaches_about_five_percent_of_2000_tenants():
-    script = passed(upload_version(name="claim", source=CLAIM_V2, author="a"))
-    start_canary(script, author="a", percent=5)
+    script = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    start_canary(script, author="a", reviewed_sha256=script.sha256, percent=5)
     registry.reload()
     chosen = [registry.choose("claim", tenant_key=str(t)).version for t in range(1, 2001)]
     share = chosen.count(script.version) / len(chosen)
@@ -83,8 +108,19 @@ def test_a_five_percent_canary_reaches_about_five_percent_of_2000_tenants():
 
 
 def test_allow_list_region_and_pinning():
-    script = passed(upload_version(name="claim", source=CLAIM_V2, author="a"))
-    start_canary(script, author="a", percent=0, tenants=["7"], regions=["eu-north"])
+    script = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    start_canary(
+        script,
+        author="a",
+        reviewed_sha256=script.sha256,
+        percent=0,
+        tenants=["7"],
+        regions=["eu-north"],
+    )
     registry.reload()
     assert registry.choose("claim", tenant_key="7").version == script.version
     assert registry.choose("claim", tenant_key="8", region="eu-north").version == script.version
@@ -94,16 +130,27 @@ def test_allow_list_region_and_pinning():
 
 
 def test_promote_then_roll_back_step_by_step():
-    v1 = passed(upload_version(name="claim", source=CLAIM_V2, author="a"))
-    v2 = passed(upload_version(name="claim", source=CLAIM_V2 + "-- v3\n", author="a"))
-    promote(v1, author="a")
-    promote(v2, author="b")
+    v1 = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    v2 = passed(
+        upload_version(
+            name="claim",
+            source=CLAIM_V2 + "-- v3\n",
+            author="a",
+            reviewed_sha256=sha256_of(CLAIM_V2 + "-- v3\n"),
+        )
+    )
+    promote(v1, author="a", reviewed_sha256=v1.sha256)
+    promote(v2, author="b", reviewed_sha256=v2.sha256)
     registry.reload()
     assert registry.choose("claim", tenant_key="1").version == v2.version
-    assert rollback(name="claim", author="c").version == v1.version
+    assert rollback(name="claim", author="c", reviewed_sha256=v1.sha256).version == v1.version
     registry.reload()
     assert registry.choose("claim", tenant_key="1").version == v1.version
-    assert rollback(name="claim", author="c") is None
+    assert rollback(name="claim", author="c", reviewed_sha256=SHIPPED_CLAIM_SHA256) is None
     registry.reload()
     assert registry.choose("claim", tenant_key="1").version == 0  # the shipped script
     actions = list(LuaScriptChange.objects.order_by("id").values_list("action", flat=True))
@@ -130,8 +177,12 @@ while time.monotonic() < deadline:
 @pytest.mark.slow
 def test_a_rollback_reaches_two_running_processes_within_two_seconds(tmp_path: Path):
     # given a stable version and two running processes using it
-    stable = passed(upload_version(name="claim", source=CLAIM_V2, author="a"))
-    promote(stable, author="a")
+    stable = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    promote(stable, author="a", reviewed_sha256=stable.sha256)
     env = {
         **__import__("os").environ,
         "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
@@ -149,7 +200,7 @@ def test_a_rollback_reaches_two_running_processes_within_two_seconds(tmp_path: P
         time.sleep(0.5)  # both listeners subscribed
         # when staff roll back
         rolled_back_at = time.time()
-        rollback(name="claim", author="staff")
+        rollback(name="claim", author="staff", reviewed_sha256=SHIPPED_CLAIM_SHA256)
         # then each process runs the shipped script within 2 s, without a restart
         for w in watchers:
             seen_at, version = w.stdout.readline().split()
@@ -162,9 +213,103 @@ def test_a_rollback_reaches_two_running_processes_within_two_seconds(tmp_path: P
 
 
 def test_contract_pass_is_recorded():
-    script = upload_version(name="finish", source=shipped_source("finish"), author="a")
+    script = upload_version(
+        name="finish",
+        source=shipped_source("finish"),
+        author="a",
+        reviewed_sha256=sha256_of(shipped_source("finish")),
+    )
     before = timezone.now()
     record_contract_pass(script, author="ci")
     script.refresh_from_db()
     assert script.contract_passed_at >= before
     assert json.dumps(LuaScriptChange.objects.first().detail) == "{}"
+
+
+def test_only_the_scripts_the_engine_calls_are_versioned():
+    with pytest.raises(ScriptRejected, match="unknown script 'backfill'"):
+        upload_version(
+            name="backfill",
+            source=shipped_source("release"),
+            author="a",
+            reviewed_sha256=sha256_of(shipped_source("release")),
+        )
+
+
+def test_without_the_reviewed_sha256_nothing_changes():
+    script = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    with pytest.raises(ScriptRejected, match="is required"):
+        upload_version(name="claim", source=CLAIM_V2, author="a", reviewed_sha256="")
+    with pytest.raises(ScriptRejected, match="SHA-256 mismatch"):
+        start_canary(script, author="a", reviewed_sha256=sha256_of("other"), percent=100)
+    with pytest.raises(ScriptRejected, match="SHA-256 mismatch"):
+        promote(script, author="a", reviewed_sha256=SHIPPED_CLAIM_SHA256)
+    promote(script, author="a", reviewed_sha256=script.sha256)
+    with pytest.raises(ScriptRejected, match="SHA-256 mismatch"):
+        rollback(name="claim", author="a", reviewed_sha256=script.sha256)  # not what runs next
+    script.refresh_from_db()
+    assert script.state == "stable" and script.canary_percent == 0
+
+
+def test_a_row_changed_outside_the_workflow_is_refused_and_logged(caplog):
+    script = passed(
+        upload_version(
+            name="claim", source=CLAIM_V2, author="a", reviewed_sha256=sha256_of(CLAIM_V2)
+        )
+    )
+    promote(script, author="a", reviewed_sha256=script.sha256)
+    registry.reload()
+    assert registry.choose("claim", tenant_key="1").version == script.version
+    # someone with database access swaps the source of the live version
+    LuaScriptVersion.objects.filter(pk=script.pk).update(source="return {'MISS'}")
+
+    with caplog.at_level("ERROR", logger="idempotency.scripts.registry"):
+        registry.reload()
+
+    assert registry.choose("claim", tenant_key="1").version == 0  # the shipped script runs
+    assert "claim v1 refused" in caplog.text
+    with pytest.raises(ScriptRejected, match="changed after its upload"):
+        promote(script, author="a", reviewed_sha256=sha256_of("return {'MISS'}"))
+
+
+def test_one_request_runs_every_script_from_the_version_set_it_started_with():
+    from idempotency.core.conf import Policy
+    from idempotency.core.engine import IdempotentRequest
+    from idempotency.core.fingerprint import FINGERPRINT_VERSION
+    from idempotency.core.keys import ScopedKey
+
+    finish = passed(
+        upload_version(
+            name="finish",
+            source="-- v2\n" + shipped_source("finish"),
+            author="a",
+            reviewed_sha256=sha256_of("-- v2\n" + shipped_source("finish")),
+        )
+    )
+    registry.reload()
+    request = IdempotentRequest(
+        scoped=ScopedKey(tenant="1", principal="p", method="POST", route="r", key="k"),
+        fingerprints={FINGERPRINT_VERSION: "f" * 64},
+        field_hashes={},
+        policy=Policy(),
+        endpoint="POST r",
+    )
+    assert request.script_source("claim") is None  # the claim ran the shipped set
+
+    # the new finish becomes stable while the request runs
+    promote(finish, author="a", reviewed_sha256=finish.sha256)
+    registry.reload()
+
+    assert request.script_source("finish") is None
+    assert request.script_source("release") is None
+    later = dataclasses.replace(request)  # the next request resolves afresh
+    assert later.script_source("finish") == finish.source
+
+
+def test_there_is_nothing_to_roll_back_on_the_shipped_script():
+    with pytest.raises(ScriptRejected, match="nothing to roll back"):
+        rollback(name="claim", author="a", reviewed_sha256=SHIPPED_CLAIM_SHA256)

@@ -128,6 +128,7 @@ def live_gunicorn(
     workers: int = 4,
     ready_timeout: float = 20.0,
     extra_args: Sequence[str] = (),
+    ready_headers: Mapping[str, str] | None = None,
 ) -> Iterator[LiveServer]:
     """Serve the app with ``workers`` sync workers on ``db_name`` until the block ends.
 
@@ -135,6 +136,8 @@ def live_gunicorn(
     ``{"REDIS_URL": ""}`` runs the idempotency engine database-only. The block starts once
     every worker has loaded the app and ``GET /api/schema/`` answered 200; it ends with SIGTERM
     to the process group (workers run their ``worker_exit`` hook) and SIGKILL after 10 s.
+    ``ready_headers`` go with the readiness request: a server off DEBUG answers only its
+    ``ALLOWED_HOSTS`` and, behind its TLS proxy, only requests marked as HTTPS.
     """
     server = _start(
         db_name=db_name,
@@ -143,6 +146,7 @@ def live_gunicorn(
         workers=workers,
         ready_timeout=ready_timeout,
         extra_args=extra_args,
+        ready_headers=ready_headers or {},
     )
     try:
         yield server
@@ -194,6 +198,7 @@ def _start(
     workers: int,
     ready_timeout: float,
     extra_args: Sequence[str],
+    ready_headers: Mapping[str, str],
 ) -> LiveServer:
     port = free_port()
     log_path = log_dir / "gunicorn.log"
@@ -244,7 +249,12 @@ def _start(
     url = f"http://127.0.0.1:{port}"
     try:
         pids = _wait_until_ready(
-            process, url=url, log_path=log_path, workers=workers, timeout=ready_timeout
+            process,
+            url=url,
+            log_path=log_path,
+            workers=workers,
+            timeout=ready_timeout,
+            headers=ready_headers,
         )
     except BaseException:
         _stop_process_group(process, timeout=STOP_TIMEOUT_SECONDS)
@@ -259,12 +269,18 @@ def _start(
 
 
 def _wait_until_ready(
-    process: subprocess.Popen[bytes], *, url: str, log_path: Path, workers: int, timeout: float
+    process: subprocess.Popen[bytes],
+    *,
+    url: str,
+    log_path: Path,
+    workers: int,
+    timeout: float,
+    headers: Mapping[str, str],
 ) -> frozenset[int]:
     """Wait for every worker's "ready" line and a 200 from the schema; the worker pids."""
     deadline = time.monotonic() + timeout
     schema_ok = False
-    with httpx.Client(base_url=url, timeout=2.0) as client:
+    with httpx.Client(base_url=url, timeout=2.0, headers=dict(headers)) as client:
         while True:
             if process.poll() is not None:
                 raise GunicornFailed(

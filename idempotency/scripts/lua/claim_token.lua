@@ -6,10 +6,12 @@
 --
 -- KEYS[1]          the idempotency key (the claim entry of claim.lua)
 -- KEYS[2]          the token's key, idem:{<same hash tag>}:tok:<id>: same slot as KEYS[1]
--- ARGV[1..n-3]     claim.lua's arguments
--- ARGV[n-2]        the token's value while unused: "p:<principal>"
--- ARGV[n-1]        its value once consumed by this operation: "u:<KEYS[1]>"
--- ARGV[n]          how long (ms) that mark lives: the result's retention
+-- KEYS[3]          the quota ledger of outstanding tokens (issue_tokens.lua), same slot
+-- ARGV[1..n-4]     claim.lua's arguments
+-- ARGV[n-3]        the token's value while unused: "p:<principal>"
+-- ARGV[n-2]        its value once consumed by this operation: "u:<KEYS[1]>"
+-- ARGV[n-1]        how long (ms) that mark lives: the result's retention
+-- ARGV[n]          the width (ms) of the ledger's expiry buckets
 --
 -- A token key goes: absent (expired, or never issued) -> "p:<principal>" (issued, unused) ->
 -- "u:<claim key>" (consumed by the operation that claim key names). Consuming marks the
@@ -21,9 +23,17 @@
 -- falls through to claim.lua.
 
 local n = #ARGV
-local token_key, unused, used, mark_ms = KEYS[2], ARGV[n - 2], ARGV[n - 1], ARGV[n]
+local token_key, unused, used, mark_ms = KEYS[2], ARGV[n - 3], ARGV[n - 2], ARGV[n - 1]
 local token = redis.call('GET', token_key)
 if token == unused then
+  -- consumed: no longer outstanding, so it leaves its expiry bucket of the quota ledger
+  local expires_at = redis.call('PEXPIRETIME', token_key)
+  if expires_at > 0 then
+    local bucket = math.floor(expires_at / tonumber(ARGV[n]))
+    if tonumber(redis.call('HGET', KEYS[3], bucket) or '0') > 0 then
+      redis.call('HINCRBY', KEYS[3], bucket, -1)
+    end
+  end
   redis.call('SET', token_key, used, 'PX', mark_ms)
 elseif token ~= used and redis.call('EXISTS', KEYS[1]) == 0 then
   if token then

@@ -1,0 +1,28 @@
+"""``Cache-Control: no-store`` on the dashboard's pages.
+
+They show a restaurant's orders, diners and keys: no browser cache or shared proxy may keep a
+copy (the back button after logging out, a shared computer, a caching proxy). A view that said
+``no-store`` itself is left as it is, and so are the admin's views (Django's ``never_cache``),
+static files and the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
+
+PRIVATE_PREFIXES = ("/dashboard/",)
+
+
+class NoStoreMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        cache_control = response.get("Cache-Control", "")
+        if request.path.startswith(PRIVATE_PREFIXES) and "no-store" not in cache_control:
+            add_never_cache_headers(response)
+        return response

@@ -1,0 +1,56 @@
+"""What a finished response becomes when it is kept for replays, under one byte cap.
+
+Every stored reply (the Redis entry, the database record and the in-process cache all hold
+the :class:`StoredResponse` built here) serialises to at most ``MAX_STORED_REPLY_BYTES``
+(64 KiB by default), status and headers included. A response that would be larger:
+
+- names the resource it created in ``Location``: kept as a *pointer*; a replay renders that
+  resource afresh (its current state) with the original status and headers;
+- is a refusal (status 4xx) with no ``Location``: *not kept at all* (:func:`to_stored` returns
+  None). The engine then rolls the request's transaction back and releases the key, as it does
+  for a 5xx, so the refusal wrote nothing and a retry with the same key runs the request again:
+  the same input gets the same refusal, byte for byte;
+- is a success with no ``Location``: kept as a *marker*, the status and headers (less
+  ``Content-Type``) with an empty body and ``Idempotent-Body-Omitted: <size in bytes>``. The
+  operation happened once and a retry must not run it again, so the replay says so without the
+  body.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+
+from idempotency.core.conf import engine_setting
+from idempotency.core.outcomes import StoredResponse
+
+OMITTED_HEADER = "Idempotent-Body-Omitted"
+
+
+class ReplyTooLarge(Exception):
+    """Even the pointer or marker form is over the cap (headers larger than the cap): the
+    result cannot be kept, so the request must not take effect."""
+
+
+def to_stored(response: HttpResponse) -> StoredResponse | None:
+    """The reply a retry will get (status, allow-listed headers, never ``Set-Cookie``, body),
+    cut to the cap as the module docstring says; None for a refusal over the cap."""
+    cap = engine_setting("MAX_STORED_REPLY_BYTES")
+    allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
+    headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
+    whole = StoredResponse(status=response.status_code, headers=headers, body=response.content)
+    if whole.size <= cap:
+        return whole
+    location = response.get("Location", "")
+    if location:
+        kept = StoredResponse(status=response.status_code, headers=headers, pointer=location)
+    elif response.status_code >= 400:
+        return None
+    else:
+        marker = (OMITTED_HEADER, str(len(response.content)))
+        kept = StoredResponse(
+            status=response.status_code,
+            headers=(*((k, v) for k, v in headers if k.lower() != "content-type"), marker),
+        )
+    if kept.size > cap:
+        raise ReplyTooLarge(f"{kept.size} bytes of status and headers; the cap is {cap}")
+    return kept

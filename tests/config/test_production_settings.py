@@ -1,0 +1,356 @@
+"""Production is the default (``config/settings.py``): what the app refuses to start with, what
+it turns on, and a server started exactly as the README's production instructions say.
+
+The attack these guard against: a server started with no ``DEBUG`` in its environment ran in
+debug mode, with the repository's own ``SECRET_KEY`` and simulated-provider secret; a diner
+signed a payment callback with that public secret and turned an unpaid order PAID, and
+Django's technical 404 page listed the URL map.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+
+from ordering.models import Order, OrderStatus, Payment
+from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.hardening.conftest import World, build_world
+from tests.support.live_server import GunicornFailed, LiveServer, live_gunicorn
+from tests.support.production import (
+    HTTPS_HEADERS,
+    PROJECT_ROOT,
+    documented_environment,
+    guest_session_headers,
+    live_server_environment,
+    production_environment,
+    run_manage,
+    served_host,
+    system_environment,
+)
+
+# Secrets that ship in the repository (config/settings.py): public, hence never valid in
+# production.
+DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
+DEV_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+
+SHOW_SETTINGS = (
+    "import json, django; django.setup(); from django.conf import settings as s; "
+    "print(json.dumps({'debug': s.DEBUG, 'secret': s.SECRET_KEY, "
+    "'session': s.SESSION_COOKIE_SECURE, 'csrf': s.CSRF_COOKIE_SECURE, "
+    "'httponly': s.SESSION_COOKIE_HTTPONLY, 'hsts': s.SECURE_HSTS_SECONDS, "
+    "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
+    "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}}))"
+)
+
+
+def settings_with(env: dict[str, str]) -> tuple[int, dict[str, Any] | None, str]:
+    """Load the settings in a child with exactly ``env``: exit code, values, stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", SHOW_SETTINGS],
+        cwd=PROJECT_ROOT,
+        env={**system_environment(), "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    values = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    return done.returncode, values, done.stderr
+
+
+def without(env: dict[str, str], *names: str) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name not in names}
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def test_the_documented_environment_never_mentions_debug() -> None:
+    assert "DEBUG" not in documented_environment()
+
+
+def test_without_debug_in_the_environment_the_app_runs_as_production() -> None:
+    code, values, stderr = settings_with(production_environment())
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["debug"] is False
+    assert values["session"] is True and values["csrf"] is True and values["httponly"] is True
+    assert values["hsts"] == 365 * 24 * 3600
+    assert values["redirect"] is True
+    assert values["proxy"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        pytest.param({"SECRET_KEY": None}, "SECRET_KEY must be set", id="no-secret-key"),
+        pytest.param({"SECRET_KEY": ""}, "SECRET_KEY must be set", id="empty-secret-key"),
+        pytest.param(
+            {"SECRET_KEY": DEV_SECRET_KEY}, "SECRET_KEY must be set", id="the-repository-key"
+        ),
+        pytest.param(
+            {"SECRET_KEY": "django-insecure-" + "k" * 50},
+            "SECRET_KEY must be set",
+            id="a-startproject-key",
+        ),
+        pytest.param({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name", id="no-allowed-hosts"),
+        pytest.param({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name", id="blank-hosts"),
+        pytest.param(
+            {"SIMULATED_PROVIDER_SECRET": None},
+            "SIMULATED_PROVIDER_SECRET must be set",
+            id="simulated-provider-without-secret",
+        ),
+        pytest.param(
+            {"SIMULATED_PROVIDER_SECRET": DEV_PROVIDER_SECRET},
+            "SIMULATED_PROVIDER_SECRET must be set",
+            id="simulated-provider-with-the-repository-secret",
+        ),
+        pytest.param(
+            {"SIMULATED_PROVIDER": "0"},
+            "PAYMENT_DEFAULT_PROVIDER='simulated' is not configured",
+            id="no-payment-provider",
+        ),
+    ],
+)
+def test_production_refuses_to_start_with_a_public_or_missing_secret(
+    change: dict[str, str | None], message: str
+) -> None:
+    env = production_environment()
+    for name, value in change.items():
+        if value is None:
+            env.pop(name)
+        else:
+            env[name] = value
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
+def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
+    code, values, stderr = settings_with({"DEBUG": "1"})
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["debug"] is True
+    assert values["secret"] == DEV_SECRET_KEY
+    assert values["providers"] == {"simulated": [DEV_PROVIDER_SECRET]}
+
+
+def test_hsts_and_the_https_redirect_are_configurable() -> None:
+    env = {
+        **production_environment(),
+        "HSTS_SECONDS": "600",
+        "SECURE_SSL_REDIRECT": "0",
+        "SECURE_PROXY_SSL_HEADER": "",
+    }
+
+    code, values, stderr = settings_with(env)
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["hsts"] == 600 and values["redirect"] is False and values["proxy"] is None
+
+
+def test_check_deploy_passes_with_exactly_the_documented_environment() -> None:
+    done = run_manage("check", "--deploy", "--fail-level", "WARNING", env=production_environment())
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues" in done.stdout
+
+
+# --- a server started as the README says -------------------------------------------------
+
+
+def live_environment() -> dict[str, str | None]:
+    return live_server_environment(redis_url=settings.REDIS_URL or "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="module")
+def production_server(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, dict[str, str | None]]]:
+    env = live_environment()
+    with live_gunicorn(
+        db_name=settings.DATABASES["default"]["NAME"],
+        log_dir=tmp_path_factory.mktemp("production"),
+        env=env,
+        workers=2,
+        ready_headers={"Host": served_host(env), **HTTPS_HEADERS},
+    ) as server:
+        yield server, env
+
+
+def _client(server: LiveServer, env: dict[str, str | None]) -> httpx.Client:
+    return httpx.Client(
+        base_url=server.url,
+        headers={"Host": served_host(env), **HTTPS_HEADERS},
+        timeout=30,
+        follow_redirects=False,
+    )
+
+
+@pytest.fixture
+def live_world(transactional_db: None) -> World:
+    return build_world("prod")
+
+
+def paying_order(client: httpx.Client, world: World) -> Order:
+    """An order a guest diner placed and started paying, through the API."""
+    headers = guest_session_headers(client, world.publishable_key)
+    placed = client.post(
+        "/api/v1/orders/",
+        json={"items": [{"dish_id": world.dish.pk, "quantity": 1}], "payment_method": "card"},
+        headers={**headers, "Idempotency-Key": "prod-order-1"},
+    )
+    assert placed.status_code == 201, placed.text
+    order_id = placed.json()["id"]
+    paid = client.post(
+        f"/api/v1/orders/{order_id}/pay/", headers={**headers, "Idempotency-Key": "prod-pay-1"}
+    )
+    assert paid.status_code == 200, paid.text
+    return Order.all_tenants.get(pk=order_id)
+
+
+def forged_callback(order: Order, *, secret: str) -> tuple[bytes, dict[str, str]]:
+    """What a diner who knows ``secret`` sends to declare their own order paid."""
+    payment = Payment.all_tenants.get(order_id=order.pk)
+    body = json.dumps(
+        {
+            "event_id": "evt_forged",
+            "provider_txn_id": payment.provider_txn_id,
+            "order_id": str(order.pk),
+            "status": "succeeded",
+            "amount": str(payment.amount),
+            "currency": payment.currency,
+        }
+    ).encode()
+    now = int(time.time())
+    return body, {
+        PROVIDER_HEADER: "simulated",
+        TIMESTAMP_HEADER: str(now),
+        SIGNATURE_HEADER: sign(secret=secret, timestamp=now, body=body),
+        "Content-Type": "application/json",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+class TestTheDocumentedProductionServer:
+    def test_a_callback_signed_with_the_repository_secret_is_refused(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], live_world: World
+    ) -> None:
+        server, env = production_server
+        with _client(server, env) as client:
+            order = paying_order(client, live_world)
+            body, headers = forged_callback(order, secret=DEV_PROVIDER_SECRET)
+
+            answer = client.post("/api/v1/payments/callback/", content=body, headers=headers)
+
+        assert answer.status_code == 401
+        assert answer.json()["code"] == "PAYMENT_SIGNATURE_INVALID"
+        order.refresh_from_db()
+        assert order.status == OrderStatus.PAYING
+
+    def test_a_callback_signed_with_the_configured_secret_is_applied(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], live_world: World
+    ) -> None:
+        server, env = production_server
+        with _client(server, env) as client:
+            order = paying_order(client, live_world)
+            body, headers = forged_callback(order, secret=env["SIMULATED_PROVIDER_SECRET"] or "")
+
+            answer = client.post("/api/v1/payments/callback/", content=body, headers=headers)
+
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["result"] == "applied"
+        order.refresh_from_db()
+        assert order.status == OrderStatus.PAID
+
+    def test_one_key_cannot_mint_more_than_100000_tokens(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], live_world: World
+    ) -> None:
+        """The reproduced attack minted 600,000 tokens with one key in 10 s."""
+        server, env = production_server
+        with _client(server, env) as client:
+            headers = guest_session_headers(client, live_world.publishable_key)
+            issued = [
+                client.post("/api/v1/idempotency-tokens/", json={"count": 1000}, headers=headers)
+                for _ in range(100)
+            ]
+            refused = client.post("/api/v1/idempotency-tokens/", json={"count": 1}, headers=headers)
+
+        assert {answer.status_code for answer in issued} == {201}
+        assert refused.status_code == 429
+        assert refused.json()["code"] == "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED"
+        assert refused.json()["limit"] == 100_000
+
+    @pytest.mark.parametrize("path", ["/no-such-page/", "/dashboard/no-such-page/"])
+    def test_a_404_is_the_site_page_never_the_technical_one(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], path: str
+    ) -> None:
+        server, env = production_server
+        with _client(server, env) as client:
+            answer = client.get(path)
+
+        assert answer.status_code == 404
+        assert answer.headers["Content-Type"].startswith("text/html")
+        assert "URLconf" not in answer.text and "DEBUG = True" not in answer.text
+        assert "api/v1/" not in answer.text  # the URL map is not listed
+        assert "Not found" in answer.text
+
+    def test_plain_http_is_redirected_to_https(
+        self, production_server: tuple[LiveServer, dict[str, str | None]]
+    ) -> None:
+        server, env = production_server
+        with httpx.Client(base_url=server.url, headers={"Host": served_host(env)}) as client:
+            answer = client.get("/dashboard/login/")
+
+        assert answer.status_code == 301
+        assert answer.headers["Location"] == f"https://{served_host(env)}/dashboard/login/"
+
+    def test_https_answers_carry_hsts_and_secure_cookies(
+        self, production_server: tuple[LiveServer, dict[str, str | None]]
+    ) -> None:
+        server, env = production_server
+        with _client(server, env) as client:
+            answer = client.get("/dashboard/login/")
+
+        assert answer.status_code == 200
+        assert answer.headers["Strict-Transport-Security"] == (
+            "max-age=31536000; includeSubDomains"
+        )
+        cookie = answer.headers["Set-Cookie"]
+        assert cookie.startswith("csrftoken=") and "Secure" in cookie
+
+
+@pytest.mark.slow
+def test_a_server_without_debug_or_a_provider_secret_does_not_start(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The reproduced attack's server: the operator forgot DEBUG and the provider secret. It
+    used to start in debug mode and accept callbacks signed with the repository's secret."""
+    env = live_environment()
+    env.pop("SIMULATED_PROVIDER_SECRET")
+    env["SIMULATED_PROVIDER_SECRET"] = None
+
+    with (
+        pytest.raises(GunicornFailed, match="SIMULATED_PROVIDER_SECRET must be set"),
+        live_gunicorn(
+            db_name=settings.DATABASES["default"]["NAME"],
+            log_dir=tmp_path_factory.mktemp("forgetful"),
+            env=env,
+            workers=1,
+            ready_timeout=30,
+        ),
+    ):
+        pass

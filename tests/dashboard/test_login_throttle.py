@@ -1,0 +1,97 @@
+"""Login throttling on the dashboard's and the admin's login (django-axes): five failures of one
+account from one address lock that pair out for 15 minutes.
+
+The reproduced attack: nothing limited password guesses; any number of wrong passwords could
+be tried against a merchant's or a staff account.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from axes.models import AccessAttempt
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests.dashboard.factories import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+LOGINS = [
+    pytest.param("/dashboard/login/", False, id="dashboard"),
+    pytest.param("/admin/login/", True, id="admin"),
+]
+
+
+def account(staff: bool) -> User:
+    if staff:
+        return User.objects.create_superuser("root", password=PASSWORD)
+    return User.objects.create_user("owner", password=PASSWORD)
+
+
+def attempt(url: str, username: str, password: str, address: str = "198.51.100.7") -> int:
+    browser = Client(REMOTE_ADDR=address)
+    response = browser.post(url, {"username": username, "password": password})
+    logged_in = "_auth_user_id" in browser.session
+    return 302 if logged_in else response.status_code
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_the_sixth_try_after_five_failures_is_refused_even_with_the_password(
+    url: str, staff: bool
+) -> None:
+    user = account(staff)
+    failures = [attempt(url, user.username, "wrong") for _ in range(5)]
+
+    locked = attempt(url, user.username, PASSWORD)
+
+    assert failures == [200] * 4 + [429]  # the form with its error; the fifth locks the pair
+    assert locked == 429
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_the_lockout_is_per_account_and_address(url: str, staff: bool) -> None:
+    user = account(staff)
+    for _ in range(5):
+        attempt(url, user.username, "wrong", address="198.51.100.7")
+
+    assert attempt(url, user.username, PASSWORD, address="203.0.113.9") == 302
+    assert attempt(url, "someone-else", "wrong", address="198.51.100.7") == 200
+
+
+def test_the_lockout_ends_after_15_minutes() -> None:
+    user = account(staff=False)
+    for _ in range(5):
+        attempt("/dashboard/login/", user.username, "wrong")
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 429
+
+    AccessAttempt.objects.update(
+        attempt_time=AccessAttempt.objects.get().attempt_time - timedelta(minutes=15, seconds=1)
+    )
+
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 302
+
+
+def test_four_failures_then_the_password_logs_in_and_starts_over() -> None:
+    user = account(staff=False)
+    for _ in range(4):
+        attempt("/dashboard/login/", user.username, "wrong")
+
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 302
+    assert [attempt("/dashboard/login/", user.username, "wrong") for _ in range(4)] == [200] * 4
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 302
+
+
+def test_the_lockout_page_says_what_happened() -> None:
+    user = account(staff=False)
+    for _ in range(5):
+        attempt("/dashboard/login/", user.username, "wrong")
+
+    response = Client(REMOTE_ADDR="198.51.100.7").post(
+        "/dashboard/login/", {"username": user.username, "password": PASSWORD}
+    )
+
+    assert response.status_code == 429
+    assert b"Too many failed logins" in response.content
+    assert response["Cache-Control"].startswith("max-age=0, no-cache, no-store")

@@ -1,0 +1,178 @@
+"""The quota of outstanding pre-issued tokens per tenant (``idempotency/core/tokens.py``).
+
+The reproduced attack: one API key minted 600,000 tokens in 10 s (about 182 bytes of Redis
+each, kept 24 h). Now a tenant has at most ``TOKEN_QUOTA`` tokens outstanding, and the count
+follows tokens as they are used or expire.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from idempotency.core.tokens import QUOTA_BUCKET_MS, new_tokens, quota_key, store_tokens
+from tests.idempotency.test_tokens import REDIS_URL, client, no_rate_limit
+
+__all__ = ["client", "no_rate_limit"]  # fixtures shared with the token tests
+
+TOKENS = "/api/v1/idempotency-tokens/"
+
+
+# The quota is tested on its own (the write limiter has its own tests), on the suite's Redis.
+pytestmark = pytest.mark.usefixtures("no_rate_limit")
+
+
+def issue(api: Any, count: int) -> Any:
+    return api.post(TOKENS, {"count": count}, format="json")
+
+
+def outstanding(client: redis.Redis, tenant: Any, token: str) -> int:
+    ledger = client.hgetall(quota_key(tenant=str(tenant.pk), token=token))
+    return sum(int(count) for count in ledger.values())
+
+
+@pytest.mark.django_db
+def test_one_key_cannot_mint_tokens_past_the_default_quota(settings: Any, api: Any) -> None:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 2500}
+    assert [issue(api, n).status_code for n in (1000, 1000, 500)] == [201, 201, 201]
+
+    refused = issue(api, 1)
+
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED"
+    assert refused.json()["limit"] == 2500
+    retry_after = int(refused["Retry-After"])
+    assert 24 * 3600 - 5 <= retry_after <= 24 * 3600 + QUOTA_BUCKET_MS // 1000
+
+
+@pytest.mark.django_db
+def test_a_refused_batch_stores_nothing(
+    settings: Any, api: Any, tenant: Any, client: redis.Redis
+) -> None:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 1500}
+    first = issue(api, 1000).json()["tokens"]
+    before = client.dbsize()
+
+    assert issue(api, 600).status_code == 429
+
+    assert client.dbsize() == before
+    assert outstanding(client, tenant, first[0]) == 1000
+    assert issue(api, 500).status_code == 201  # exactly up to the quota
+
+
+@pytest.mark.django_db
+def test_a_tenant_of_its_own_quota(settings: Any, api: Any, tenant: Any) -> None:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 10}
+    tenant.token_quota = 1200
+    tenant.save(update_fields=["token_quota"])
+
+    assert issue(api, 1000).status_code == 201
+    assert issue(api, 200).status_code == 201
+    assert issue(api, 1).status_code == 429
+
+
+@pytest.mark.django_db
+def test_a_used_token_is_no_longer_outstanding(
+    settings: Any, api: Any, menu: Any, tenant: Any, client: redis.Redis
+) -> None:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 3}
+    tokens = issue(api, 3).json()["tokens"]
+    assert issue(api, 1).status_code == 429
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+
+    placed = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=tokens[0])
+    replayed = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=tokens[0])
+
+    assert placed.status_code == 201 and replayed["X-Idempotent-Result"] == "HIT"
+    assert outstanding(client, tenant, tokens[0]) == 2  # the replay took nothing off again
+    assert issue(api, 1).status_code == 201
+    assert issue(api, 1).status_code == 429
+
+
+def test_expired_tokens_leave_the_count(client: redis.Redis) -> None:
+    tenant, width = f"quota-{uuid.uuid4().hex}", 200  # 200 ms buckets: a short test
+
+    def store(tokens: list[str]) -> Any:
+        return store_tokens(
+            client,
+            tenant=tenant,
+            principal="p",
+            tokens=tokens,
+            ttl_seconds=1,
+            limit=3,
+            bucket_ms=width,
+        )
+
+    first = new_tokens(tenant=tenant, principal="p", count=3)
+    assert store(first).stored
+    late = new_tokens(tenant=tenant, principal="p", count=1)
+    assert not store(late).stored
+
+    # the first tokens expire, and then the ledger bucket they were counted in ends
+    ledger = quota_key(tenant=tenant, token=first[0])
+    (bucket,) = (int(b) for b in client.hkeys(ledger))
+    while client.keys(f"idem:{{t:{tenant}}}:tok:*"):
+        time.sleep(0.05)
+    time.sleep(max(0.0, (bucket + 1) * width / 1000 - time.time()) + 0.05)
+
+    again = store(late)
+    assert again.stored and again.outstanding == 1
+    assert [int(b) for b in client.hkeys(ledger)] != [bucket]  # the old bucket was dropped
+
+
+def test_concurrent_issuers_never_pass_the_quota(client: redis.Redis) -> None:
+    tenant = f"quota-race-{uuid.uuid4().hex}"
+    batches = [new_tokens(tenant=tenant, principal="p", count=100) for _ in range(12)]
+    barrier = threading.Barrier(len(batches))
+    stored: list[bool] = []
+
+    def issue_batch(tokens: list[str]) -> None:
+        own = redis.Redis.from_url(REDIS_URL)
+        try:
+            barrier.wait()
+            result = store_tokens(
+                own, tenant=tenant, principal="p", tokens=tokens, ttl_seconds=60, limit=500
+            )
+            stored.append(result.stored)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=issue_batch, args=(b,)) for b in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(stored) == [False] * 7 + [True] * 5
+    ledger = client.hgetall(quota_key(tenant=tenant, token=batches[0][0]))
+    assert sum(int(v) for v in ledger.values()) == 500
+    keys = client.keys(f"idem:{{t:{tenant}}}:tok:*")
+    assert len(keys) == 500
+
+
+@pytest.mark.django_db
+def test_a_hot_tenant_issues_each_batch_into_one_sub_bucket_with_its_share(
+    settings: Any, api: Any, menu: Any, tenant: Any, client: redis.Redis
+) -> None:
+    buckets = 4
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "TOKEN_QUOTA": 400,
+        "HOT_TENANT_BUCKETS": {str(tenant.pk): buckets},
+    }
+    tokens = issue(api, 100).json()["tokens"]
+    ledgers = {quota_key(tenant=str(tenant.pk), token=t, buckets=buckets) for t in tokens}
+    assert len(ledgers) == 1  # one hash tag: one Lua call, one cluster slot
+    (ledger,) = ledgers
+    assert sum(int(v) for v in client.hgetall(ledger).values()) == 100
+
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+    placed = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=tokens[0])
+
+    assert placed.status_code == 201
+    assert sum(int(v) for v in client.hgetall(ledger).values()) == 99
