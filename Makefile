@@ -8,10 +8,10 @@ export TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: install run test lint
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 install: $(STAMP)
