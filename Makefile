@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ordering
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
+NODE_CLIENT := clients/typescript
+NODE_STAMP := $(NODE_CLIENT)/node_modules/.installed
+
 .PHONY: install run test lint
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -15,6 +18,11 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The TypeScript client's dev dependencies, exactly as locked (its tests run in `make test`).
+$(NODE_STAMP): $(NODE_CLIENT)/package-lock.json
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
 
 ## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set), with
 ## a Celery worker in the background when REDIS_URL is set (else tasks run eagerly in-process).
@@ -26,6 +34,7 @@ run: install
 ## Set up and run the whole test suite against PostgreSQL and Redis.
 test: install
 	bash scripts/ensure_services.sh
+	$(MAKE) --no-print-directory $(NODE_STAMP)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
