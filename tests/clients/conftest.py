@@ -59,7 +59,10 @@ class Shop:
         return Order.objects.for_tenant(self.tenant).filter(diner_id=diner_id).count()
 
     def order_body(self, quantity: int = 1) -> dict:
-        return {"items": [{"dish_id": self.dish.pk, "quantity": quantity}], "payment_method": "card"}
+        return {
+            "items": [{"dish_id": self.dish.pk, "quantity": quantity}],
+            "payment_method": "card",
+        }
 
 
 @pytest.fixture
@@ -86,7 +89,10 @@ class RowLock:
     def __init__(self) -> None:
         db = settings.DATABASES["default"]
         self._conn = psycopg.connect(
-            dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"] or 5432,
+            dbname=db["NAME"],
+            user=db["USER"],
+            host=db["HOST"],
+            port=db["PORT"] or 5432,
             password=db["PASSWORD"] or None,
         )
 

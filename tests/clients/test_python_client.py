@@ -268,15 +268,18 @@ def test_without_tokens_on_the_server_the_client_falls_back_to_uuid_keys(
 
 
 def test_retries_are_bounded_by_attempts_and_by_total_time(shop: Shop, make_client) -> None:
-    closed = make_client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(
-        max_attempts=3, base_delay=0.01))
+    closed = make_client(
+        f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(max_attempts=3, base_delay=0.01)
+    )
     with pytest.raises(RetriesExhaustedError) as raised:
         closed.menu()
     assert raised.value.attempts == 3
     assert isinstance(raised.value.last_error, NetworkError)
 
-    impatient = make_client(f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(
-        max_attempts=100, base_delay=10, max_elapsed=1))
+    impatient = make_client(
+        f"http://127.0.0.1:{free_port()}",
+        retry=RetryPolicy(max_attempts=100, base_delay=10, max_elapsed=1),
+    )
     with pytest.raises(RetriesExhaustedError) as raised:
         impatient.menu()
     assert raised.value.attempts < 100

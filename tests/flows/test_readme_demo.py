@@ -109,7 +109,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         yield Demo(url, port, key, home / "db.sqlite3", log_path.read_text())
     finally:
         _stop(process)
-    assert _untouched(developer_files) == before, "make run in the test touched the developer's files"
+    assert _untouched(developer_files) == before, (
+        "make run in the test touched the developer's files"
+    )
 
 
 def _wait_until_serving(process: subprocess.Popen[bytes], url: str, log_path: Path) -> str:
@@ -208,8 +210,9 @@ def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
 
     def send() -> None:
         start.wait()
-        answers.append(httpx.post(f"{demo.url}/api/v1/orders/", headers=headers, json=body,
-                                  timeout=60))
+        answers.append(
+            httpx.post(f"{demo.url}/api/v1/orders/", headers=headers, json=body, timeout=60)
+        )
 
     threads = [threading.Thread(target=send) for _ in range(STORM_THREADS)]
     for thread in threads:

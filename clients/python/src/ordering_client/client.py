@@ -143,28 +143,50 @@ class OrderingClient:
     # --- writes ------------------------------------------------------------------------
 
     def place_order(
-        self, order: PlaceOrder, *, operation_id: str | None = None,
+        self,
+        order: PlaceOrder,
+        *,
+        operation_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> ApiResult:
-        return self.write("/api/v1/orders/", order, operation_id=operation_id,
-                          idempotency_key=idempotency_key)
+        return self.write(
+            "/api/v1/orders/", order, operation_id=operation_id, idempotency_key=idempotency_key
+        )
 
     def pay_order(
-        self, order_id: int | str, *, operation_id: str | None = None,
+        self,
+        order_id: int | str,
+        *,
+        operation_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> ApiResult:
-        return self.write(f"/api/v1/orders/{order_id}/pay/", None, operation_id=operation_id,
-                          idempotency_key=idempotency_key)
+        return self.write(
+            f"/api/v1/orders/{order_id}/pay/",
+            None,
+            operation_id=operation_id,
+            idempotency_key=idempotency_key,
+        )
 
     def cancel_order(
-        self, order_id: int | str, *, operation_id: str | None = None,
+        self,
+        order_id: int | str,
+        *,
+        operation_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> ApiResult:
-        return self.write(f"/api/v1/orders/{order_id}/cancel/", None, operation_id=operation_id,
-                          idempotency_key=idempotency_key)
+        return self.write(
+            f"/api/v1/orders/{order_id}/cancel/",
+            None,
+            operation_id=operation_id,
+            idempotency_key=idempotency_key,
+        )
 
     def write(
-        self, path: str, body: Mapping[str, Any] | None, *, operation_id: str | None = None,
+        self,
+        path: str,
+        body: Mapping[str, Any] | None,
+        *,
+        operation_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> ApiResult:
         """POST ``body`` to ``path`` as one operation (see the module docstring).
@@ -176,8 +198,7 @@ class OrderingClient:
         """
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         if idempotency_key is not None:
-            return self._send("POST", path, content=content, key=idempotency_key,
-                              auth=self._bearer)
+            return self._send("POST", path, content=content, key=idempotency_key, auth=self._bearer)
         entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, content))
         key = self._operation_key(entry)
         try:
@@ -209,8 +230,12 @@ class OrderingClient:
             if session.expires_at - now <= self.refresh_margin:
                 try:
                     return self._save_session(
-                        self._send("POST", "/api/v1/diner-sessions/refresh/", content=b"",
-                                   auth=lambda: _bearer_header(session.token)).json()
+                        self._send(
+                            "POST",
+                            "/api/v1/diner-sessions/refresh/",
+                            content=b"",
+                            auth=lambda: _bearer_header(session.token),
+                        ).json()
                     )
                 except ApiError as error:
                     if error.status != 401:
@@ -255,8 +280,10 @@ class OrderingClient:
         to a UUID when this fails)."""
         diner_id = self.session().diner_id
         answer = self._send(
-            "POST", "/api/v1/idempotency-tokens/",
-            content=json.dumps({"count": count}).encode(), auth=self._bearer,
+            "POST",
+            "/api/v1/idempotency-tokens/",
+            content=json.dumps({"count": count}).encode(),
+            auth=self._bearer,
             retry=RetryPolicy(max_attempts=1),
         ).json()
         expires = datetime.fromisoformat(str(answer["expires_at"])).timestamp()
@@ -299,8 +326,7 @@ class OrderingClient:
                 error.__cause__ = exc
             else:
                 if response.status_code < 400:
-                    return ApiResult(response.status_code, response.content, response.headers,
-                                     key)
+                    return ApiResult(response.status_code, response.content, response.headers, key)
                 error = _api_error(response)
                 if error.status == 401 and headers["Authorization"].startswith("Bearer "):
                     # Revoked or expired under our feet: the next call opens a new session.
@@ -314,15 +340,18 @@ class OrderingClient:
             if attempt >= policy.max_attempts or (
                 time.monotonic() - started + delay > policy.max_elapsed
             ):
-                raise RetriesExhaustedError(attempts=attempt, last_error=error,
-                                            idempotency_key=key)
+                raise RetriesExhaustedError(attempts=attempt, last_error=error, idempotency_key=key)
             if self.on_retry is not None:
-                self.on_retry(RetryEvent(
-                    attempt=attempt, delay=delay,
-                    status=error.status if isinstance(error, ApiError) else None,
-                    code=error.code if isinstance(error, ApiError) else None,
-                    retry_after=retry_after, error=error,
-                ))
+                self.on_retry(
+                    RetryEvent(
+                        attempt=attempt,
+                        delay=delay,
+                        status=error.status if isinstance(error, ApiError) else None,
+                        code=error.code if isinstance(error, ApiError) else None,
+                        retry_after=retry_after,
+                        error=error,
+                    )
+                )
             time.sleep(delay)
 
     # --- lifetime ----------------------------------------------------------------------
@@ -333,8 +362,12 @@ class OrderingClient:
     def __enter__(self) -> OrderingClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 

@@ -19,8 +19,16 @@ class ApiError(OrderingError):
     none); ``problem`` is the whole parsed body.
     """
 
-    def __init__(self, *, status: int, code: str | None, detail: str, problem: dict[str, Any],
-                 headers: dict[str, str], body: bytes) -> None:
+    def __init__(
+        self,
+        *,
+        status: int,
+        code: str | None,
+        detail: str,
+        problem: dict[str, Any],
+        headers: dict[str, str],
+        body: bytes,
+    ) -> None:
         super().__init__(f"{status} {code or ''}: {detail}".strip())
         self.status = status
         self.code = code
@@ -53,8 +61,9 @@ class RetriesExhaustedError(OrderingError):
     restart too — replays the result if the server did execute it.
     """
 
-    def __init__(self, *, attempts: int, last_error: ApiError | NetworkError,
-                 idempotency_key: str | None) -> None:
+    def __init__(
+        self, *, attempts: int, last_error: ApiError | NetworkError, idempotency_key: str | None
+    ) -> None:
         super().__init__(f"gave up after {attempts} attempts: {last_error}")
         self.attempts = attempts
         self.last_error = last_error

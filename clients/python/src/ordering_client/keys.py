@@ -64,7 +64,9 @@ class TokenKeys:
 
     def next_key(self, issue: TokenIssuer, diner_id: str) -> str:
         with self._lock:
-            usable = self._diner_id == diner_id and time.time() < self._expires_at - self.expiry_margin
+            usable = (
+                self._diner_id == diner_id and time.time() < self._expires_at - self.expiry_margin
+            )
             if not usable or not self._tokens:
                 try:
                     batch = issue(self.batch_size)

@@ -32,8 +32,9 @@ class RetryPolicy:
         cap = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
         return rng() * cap
 
-    def delay(self, retry: int, retry_after: float | None,
-              rng: Callable[[], float] = random.random) -> float:
+    def delay(
+        self, retry: int, retry_after: float | None, rng: Callable[[], float] = random.random
+    ) -> float:
         """The wait before retry ``retry``: the jittered backoff, never less than
         ``retry_after``."""
         return max(retry_after or 0.0, self.backoff(retry, rng))

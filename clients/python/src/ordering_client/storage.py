@@ -50,7 +50,7 @@ class JsonFileStorage:
     For one process at a time (an app's own data directory)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:
