@@ -29,7 +29,7 @@ from tenants.models import ApiClient, Tenant
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, gunicorn_fixture
 
-LEASE_SECONDS = 6
+LEASE_SECONDS = 8
 REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:6379/0"
 _SERVER_ENV: dict[str, str | None] = {
     "REDIS_SHARDS": None,
