@@ -9,12 +9,12 @@ export TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 NODE_CLIENT := clients/typescript
 NODE_STAMP := $(NODE_CLIENT)/node_modules/.installed
 
-.PHONY: install run test lint
+.PHONY: install run test test-engine test-product lint
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml idempotency/pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev]' -e clients/python
+	$(PY) -m pip install -q -e ./idempotency -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,8 +31,21 @@ run: install
 	$(PY) manage.py seed_demo
 	PY=$(PY) bash scripts/run_demo.sh
 
-## Set up and run the whole test suite against PostgreSQL and Redis.
+## Set up and run every test against PostgreSQL and Redis: the engine's own suite from its
+## wheel, then the product's suite (the client libraries' tests included).
 test: install
+	bash scripts/ensure_services.sh
+	PY=$(PY) bash scripts/test_engine.sh
+	$(MAKE) --no-print-directory $(NODE_STAMP)
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+## The engine alone: its wheel in a virtualenv of its own, no product code (ENGINE_PYTEST_ARGS).
+test-engine: install
+	bash scripts/ensure_services.sh
+	PY=$(PY) bash scripts/test_engine.sh
+
+## The product's suite alone (PYTEST_ARGS).
+test-product: install
 	bash scripts/ensure_services.sh
 	$(MAKE) --no-print-directory $(NODE_STAMP)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)

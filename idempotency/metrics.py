@@ -1,26 +1,60 @@
 """Prometheus metrics of the engine (exposed by the host app's /metrics view).
 
+prometheus-client is optional (the engine's ``metrics`` extra): without it every metric below
+is a stand-in that records nothing, so the engine runs the same and simply reports nothing.
+
 Under gunicorn the metrics of all workers are merged through prometheus-client's multiprocess
-mode (``PROMETHEUS_MULTIPROC_DIR``, set by ``config/gunicorn.py``). The hit rate is derived in
-Prometheus (``docs/observability/``): HIT / all outcomes.
+mode (``PROMETHEUS_MULTIPROC_DIR``, set by the host's gunicorn configuration). The hit rate is
+derived in Prometheus: HIT / all outcomes.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from typing import Any
 
-outcomes = Counter(
+try:
+    import prometheus_client
+except ImportError:  # the "metrics" extra is not installed
+    prometheus_client = None
+
+
+class _Unrecorded:
+    """What a metric is without prometheus-client: accepts every call, keeps nothing."""
+
+    def labels(self, **_labels: str) -> _Unrecorded:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
+def _metric(kind: str, *args: Any, **kwargs: Any) -> Any:
+    if prometheus_client is None:
+        return _Unrecorded()
+    return getattr(prometheus_client, kind)(*args, **kwargs)
+
+
+outcomes = _metric(
+    "Counter",
     "idempotency_outcomes_total",
     "Idempotency outcomes by tenant, endpoint and outcome",
     ["tenant", "endpoint", "outcome"],
 )
-redis_latency = Histogram(
+redis_latency = _metric(
+    "Histogram",
     "idempotency_redis_seconds",
     "Round-trip time of engine calls to Redis (claim, finish, release…), per node",
     ["node", "op"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5),
 )
-breaker_state = Gauge(
+breaker_state = _metric(
+    "Gauge",
     "idempotency_breaker_state",
     "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open (worst process)",
     ["node"],

@@ -1,9 +1,12 @@
 """The engine's settings (``settings.IDEMPOTENCY``) and per-endpoint policies.
 
-Defaults follow DESIGN §3: 72 h result retention, a 30 s in-progress lease, a 60 s window for
-automatic keys; 600 writes per principal per minute; pre-issued tokens live 24 h. Redis is used
-when ``REDIS_CLIENT_FOR_TENANT`` (a dotted path) returns a client for the tenant, otherwise the
-engine runs database-only with the same contract.
+Every setting the engine reads is a key of :data:`DEFAULTS` (the README's settings table lists
+them, and a test keeps the two equal); ``manage.py check`` refuses unknown, missing or malformed
+ones (:mod:`idempotency.checks`). Defaults follow the design: 72 h result retention, a 30 s
+in-progress lease, a 60 s window for automatic keys; 600 writes per principal per minute;
+pre-issued tokens live 24 h. Redis is used when ``REDIS_URL`` names a server (or a
+``REDIS_CLIENT_FOR_TENANT`` hook returns a client for the tenant); otherwise the engine runs
+database-only with the same contract.
 """
 
 from __future__ import annotations
@@ -14,15 +17,25 @@ from functools import cache
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 DEFAULTS: dict[str, Any] = {
     # False switches the engine off entirely (benchmarks compare with and without it)
     "ENABLED": True,
-    # dotted path: (request) -> (tenant_key, principal) | None; None means "not idempotent here"
+    # required. dotted path: (request) -> (tenant_key, principal) | None; the function's None
+    # means "not idempotent here" (e.g. an anonymous caller)
     "SCOPE_RESOLVER": None,
-    # dotted path: (tenant_key) -> redis.Redis | RedisCluster | None (None: database-only)
+    # the one Redis server of the default hooks below, e.g. "redis://127.0.0.1:6379/0";
+    # None: no Redis, the engine runs database-only
+    "REDIS_URL": None,
+    # dotted path: (tenant_key) -> redis.Redis | RedisCluster | None (None: database-only for
+    # that tenant); the default serves every tenant from REDIS_URL. None: database-only.
     "REDIS_CLIENT_FOR_TENANT": "idempotency.stores.redis_clients.client_for_tenant",
+    # first part of the engine's pub/sub channel names (<prefix>:invalidate, <prefix>:scripts):
+    # channels are shared by every database of a Redis server, so two sites on one server
+    # need two prefixes
+    "CHANNEL_PREFIX": "idem",
     "TTL_SECONDS": 72 * 3600,
     "LEASE_MS": 30_000,
     "AUTO_KEY_WINDOW_SECONDS": 60,
@@ -40,8 +53,10 @@ DEFAULTS: dict[str, Any] = {
     "BREAKER": {},
     # Lua script versions (idempotency/scripts/registry.py)
     "SCRIPT_REFRESH_SECONDS": 30.0,
-    "SCRIPT_CHANNEL_CLIENT": None,  # dotted path: () -> client for the idem:scripts channel
-    "ALL_REDIS_CLIENTS": None,  # dotted path: () -> every node's client (SCRIPT LOAD)
+    # dotted path: () -> client for the <prefix>:scripts channel (None: no live reload)
+    "SCRIPT_CHANNEL_CLIENT": "idempotency.stores.redis_clients.script_channel_client",
+    # dotted path: () -> every node's client (SCRIPT LOAD when a version is promoted)
+    "ALL_REDIS_CLIENTS": "idempotency.stores.redis_clients.all_clients",
     "SCRIPT_PIN_ALLOWED": None,  # dotted path: (request) -> may X-Lua-Version pin a version?
     "TENANT_REGION": None,  # dotted path: (tenant_key) -> region | None
     "FORCE_SCRIPTS": {},  # {"claim": "/path/claim.lua"}: contract tests of a candidate
@@ -61,6 +76,12 @@ DEFAULTS: dict[str, Any] = {
     # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)
     "TOKEN_TTL_SECONDS": 24 * 3600,
     "TOKEN_MAX_BATCH": 1000,
+    # Instance registry (idempotency/stores/instances.py): every process that claims keys
+    # heartbeats its id, so the claims of a dead one can be released before their lease ends.
+    # False: claims carry no instance id and only their lease frees them.
+    "INSTANCE_REGISTRY": True,
+    "INSTANCE_HEARTBEAT_SECONDS": 5.0,
+    "INSTANCE_DEAD_AFTER_SECONDS": 15.0,
 }
 
 
@@ -69,10 +90,27 @@ def engine_setting(name: str) -> Any:
 
 
 def engine_hook(name: str) -> Callable[..., Any] | None:
-    """The function a dotted-path setting names (SCOPE_RESOLVER, REDIS_CLIENT_FOR_TENANT…), or
+    """The function a dotted-path setting names (REDIS_CLIENT_FOR_TENANT, TENANT_REGION…), or
     None when the setting is empty. Imports are cached: these run on every request."""
     path = engine_setting(name)
     return _imported(path) if path else None
+
+
+def required_hook(name: str) -> Callable[..., Any]:
+    """Like :func:`engine_hook` for a setting the engine cannot work without (SCOPE_RESOLVER):
+    unset, it is a configuration error that names the setting (``manage.py check`` reports
+    it before the first request)."""
+    hook = engine_hook(name)
+    if hook is None:
+        raise ImproperlyConfigured(
+            f'IDEMPOTENCY["{name}"] is not set: see the settings table in idempotency/README.md'
+        )
+    return hook
+
+
+def channel_name(purpose: str) -> str:
+    """A pub/sub channel of the engine: ``<CHANNEL_PREFIX>:<purpose>``."""
+    return f"{engine_setting('CHANNEL_PREFIX')}:{purpose}"
 
 
 @cache

@@ -6,8 +6,9 @@ of tenants, and regions. With no stable version in the database the script shipp
 ``idempotency/scripts/lua/`` is used, so a fresh install needs no setup.
 
 Running processes pick up a change without a restart: every change is published on the Redis
-channel ``idem:scripts`` and a listener thread reloads the table; as a safety net the table is
-also reloaded when older than ``SCRIPT_REFRESH_SECONDS`` (checked on use, no thread needed).
+channel ``<CHANNEL_PREFIX>:scripts`` and a listener thread reloads the table; as a safety net
+the table is also reloaded when older than ``SCRIPT_REFRESH_SECONDS`` (checked on use, no
+thread needed).
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.conf import channel_name, engine_hook, engine_setting
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "idem:scripts"
 BUCKETS = 100
 
 
@@ -140,7 +140,7 @@ class ScriptRegistry:
         while True:
             try:
                 pubsub = client.pubsub(ignore_subscribe_messages=False)
-                pubsub.subscribe(CHANNEL)
+                pubsub.subscribe(channel_name("scripts"))
                 for message in pubsub.listen():
                     backoff = 0.1
                     if message["type"] in ("message", "subscribe"):
@@ -171,7 +171,7 @@ def announce() -> None:
     if client is None:
         return
     try:
-        client.publish(CHANNEL, "reload")
+        client.publish(channel_name("scripts"), "reload")
     except Exception:
         logger.warning("could not announce a Lua script change", exc_info=True)
 

@@ -39,10 +39,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from redis.exceptions import RedisError
 
-from idempotency.core.conf import engine_hook
+from idempotency.core.conf import engine_hook, engine_setting
 
 logger = logging.getLogger(__name__)
 
@@ -66,21 +65,18 @@ return 0
 """
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, "IDEMPOTENCY", {}).get(name, default))
-
-
 def heartbeat_seconds() -> float:
-    return _setting("INSTANCE_HEARTBEAT_SECONDS", 5.0)
+    return float(engine_setting("INSTANCE_HEARTBEAT_SECONDS"))
 
 
 def dead_after_seconds() -> float:
-    return _setting("INSTANCE_DEAD_AFTER_SECONDS", 15.0)
+    return float(engine_setting("INSTANCE_DEAD_AFTER_SECONDS"))
 
 
 def registry_client() -> Any:
     """The Redis client holding the registry, or None (no Redis configured)."""
-    return engine_hook("REDIS_CLIENT_FOR_TENANT")(REGISTRY_TENANT)
+    hook = engine_hook("REDIS_CLIENT_FOR_TENANT")
+    return hook(REGISTRY_TENANT) if hook else None
 
 
 class _Instance:
@@ -149,7 +145,7 @@ def instance_id() -> str:
 
 
 def registry_enabled() -> bool:
-    return bool(getattr(settings, "IDEMPOTENCY", {}).get("INSTANCE_REGISTRY", True))
+    return bool(engine_setting("INSTANCE_REGISTRY"))
 
 
 def owner_prefix() -> str:

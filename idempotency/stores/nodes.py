@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from idempotency import metrics
-from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.stores.breaker import BreakerState, CircuitBreaker
 from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
 from idempotency.stores.redis_store import RedisIdempotencyStore
@@ -80,7 +80,8 @@ def node_name(client: Any) -> str:
 def node_for(tenant_key: str) -> GuardedStore | None:
     """The guarded store of the tenant's Redis node, whatever its breaker says (None: no
     Redis configured)."""
-    client = engine_hook("REDIS_CLIENT_FOR_TENANT")(tenant_key)
+    hook = engine_hook("REDIS_CLIENT_FOR_TENANT")
+    client = hook(tenant_key) if hook else None
     if client is None:
         return None
     name = node_name(client)
@@ -102,7 +103,7 @@ def redis_store_for(tenant_key: str) -> GuardedStore | None:
 
 
 def _new_node(name: str, client: Any) -> GuardedStore:
-    store = RedisIdempotencyStore(client)
+    store = RedisIdempotencyStore(client, channel=channel_name("invalidate"))
     breaker = CircuitBreaker(name, on_change=metrics.breaker_changed, **engine_setting("BREAKER"))
     metrics.breaker_changed(name, breaker.state)
     listener = _listeners[name] = InvalidationListener(client, local_cache(), channel=store.channel)

@@ -6,6 +6,9 @@
 Both answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` (with ``Retry-After``) while the tenant's
 Redis node cannot be used. Issuing counts against the caller's write rate limit; checking
 writes nothing and does not.
+
+Their OpenAPI description needs drf-spectacular (the engine's ``openapi`` extra); without it
+the views work the same and are simply left undescribed.
 """
 
 from __future__ import annotations
@@ -13,16 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency.core import responses, tokens
-from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.conf import engine_setting, required_hook
 from idempotency.core.error_codes import IdempotencyErrorCode
-from idempotency.web.openapi import problems
 from idempotency.web.throttle import TenantRateThrottle
 
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
@@ -60,33 +61,14 @@ class CheckTokensIn(serializers.Serializer):
         return value
 
 
-@extend_schema_field(
-    {"type": "string", "description": " | ".join(s.value for s in tokens.TokenStatus)}
-)
 class TokenStatusField(serializers.CharField):
     """A token's status. Described rather than declared as an enum: drf-spectacular would
     name it ``StatusEnum`` like the orders' ``status`` and warn about the collision."""
 
 
-CheckTokensOut = inline_serializer(
-    "CheckTokensOut",
-    {
-        "results": serializers.ListField(
-            child=inline_serializer(
-                "TokenCheckResult",
-                {
-                    "token": serializers.CharField(),
-                    "status": TokenStatusField(),
-                },
-            )
-        )
-    },
-)
-
-
 def _caller(request: Request) -> tuple[str, str]:
     """(tenant, principal) as the engine names them; tokens are bound to both."""
-    identity = engine_hook("SCOPE_RESOLVER")(request)
+    identity = required_hook("SCOPE_RESOLVER")(request)
     if identity is None:
         raise exceptions.PermissionDenied("Tokens are issued to tenant API clients only")
     return identity
@@ -106,10 +88,6 @@ def _unavailable() -> HttpResponse:
 class IssueTokensView(APIView):
     throttle_classes = [TenantRateThrottle]
 
-    @extend_schema(
-        request=IssueTokensIn,
-        responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
-    )
     def post(self, request: Request) -> Any:
         """Issue up to 1,000 one-time tokens, each usable once as an ``Idempotency-Key``."""
         data = IssueTokensIn(data=request.data)
@@ -132,10 +110,6 @@ class IssueTokensView(APIView):
 
 
 class CheckTokensView(APIView):
-    @extend_schema(
-        request=CheckTokensIn,
-        responses={200: CheckTokensOut, **problems(400, 401, 403, 413, 415, 503)},
-    )
     def post(self, request: Request) -> Any:
         """Which of these tokens can still be used (one Redis round trip for all of them)."""
         data = CheckTokensIn(data=request.data)
@@ -151,3 +125,38 @@ class CheckTokensView(APIView):
             for token, state in zip(given, states, strict=True)
         ]
         return Response({"results": results})
+
+
+def _describe_for_openapi() -> None:
+    """Attach the views' OpenAPI description when drf-spectacular is installed."""
+    try:
+        from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
+    except ImportError:  # the "openapi" extra is not installed
+        return
+    from idempotency.web.openapi import problems
+
+    extend_schema_field(
+        {"type": "string", "description": " | ".join(s.value for s in tokens.TokenStatus)}
+    )(TokenStatusField)
+    check_out = inline_serializer(
+        "CheckTokensOut",
+        {
+            "results": serializers.ListField(
+                child=inline_serializer(
+                    "TokenCheckResult",
+                    {"token": serializers.CharField(), "status": TokenStatusField()},
+                )
+            )
+        },
+    )
+    extend_schema(
+        request=IssueTokensIn,
+        responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
+    )(IssueTokensView.post)
+    extend_schema(
+        request=CheckTokensIn,
+        responses={200: check_out, **problems(400, 401, 403, 413, 415, 503)},
+    )(CheckTokensView.post)
+
+
+_describe_for_openapi()

@@ -69,7 +69,8 @@ def idempotent_form(
             request.idempotency = prepared.scoped
             response = engine.process(prepared, lambda: view(request, *args, **kwargs))
             if response.get(responses.RESULT_HEADER) == "HIT":
-                messages.info(request, notice)
+                # a notice when the host uses the messages framework; the replay either way
+                messages.info(request, notice, fail_silently=True)
             return response
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]

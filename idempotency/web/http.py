@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 
 from idempotency import metrics
 from idempotency.core import responses, tokens
-from idempotency.core.conf import Policy, engine_hook, engine_setting
+from idempotency.core.conf import Policy, engine_hook, engine_setting, required_hook
 from idempotency.core.engine import IdempotentRequest
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
@@ -39,7 +39,7 @@ def prepare(
 ) -> IdempotentRequest | HttpResponse | None:
     """The engine request; a 400 refusal; or None when the request is not idempotent
     (no tenant identity, or no key on an endpoint that neither requires nor derives one)."""
-    identity = engine_hook("SCOPE_RESOLVER")(request)
+    identity = required_hook("SCOPE_RESOLVER")(request)
     if identity is None:
         return None
     tenant, principal = identity

@@ -1,0 +1,233 @@
+"""System checks of ``settings.IDEMPOTENCY`` (``manage.py check``, and every command that runs
+checks: ``migrate``, ``runserver``…).
+
+A wrong setting should stop a deploy, not the first request that needs it: an unset
+``SCOPE_RESOLVER`` would otherwise surface as an error inside a customer's write, a typo in a
+key (``"REDIS"`` for ``"REDIS_URL"``) would silently fall back to a default, and a negative TTL
+would store results that expire at once. Every message names the setting.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.utils.module_loading import import_string
+from redis.connection import parse_url
+
+from idempotency.core.conf import DEFAULTS
+from idempotency.stores.breaker import CircuitBreaker
+
+Problem = str  # what is wrong, as a sentence that follows the setting's name
+
+HOOKS = (
+    "SCOPE_RESOLVER",
+    "REDIS_CLIENT_FOR_TENANT",
+    "SCRIPT_CHANNEL_CLIENT",
+    "ALL_REDIS_CLIENTS",
+    "SCRIPT_PIN_ALLOWED",
+    "TENANT_REGION",
+    "RATE_LIMIT_FOR_TENANT",
+    "RATE_LIMIT_CEILING_FOR_TENANT",
+)
+REQUIRED = ("SCOPE_RESOLVER",)
+POSITIVE_INTS = (
+    "TTL_SECONDS",
+    "LEASE_MS",
+    "AUTO_KEY_WINDOW_SECONDS",
+    "MAX_STORED_BODY_BYTES",
+    "LOCAL_CACHE_ENTRIES",
+    "WAIT_POLL_MS",
+    "RATE_LIMIT_WINDOW_SECONDS",
+    "TOKEN_TTL_SECONDS",
+    "TOKEN_MAX_BATCH",
+)
+POSITIVE_NUMBERS = (
+    "AUDIT_FLUSH_SECONDS",
+    "SCRIPT_REFRESH_SECONDS",
+    "INSTANCE_HEARTBEAT_SECONDS",
+    "INSTANCE_DEAD_AFTER_SECONDS",
+)
+NON_NEGATIVE_NUMBERS = ("LOCAL_CACHE_TTL_SECONDS", "RATE_LIMIT_CACHE_SECONDS")
+BOOLEANS = ("ENABLED", "AUDIT_IN_BACKGROUND", "INSTANCE_REGISTRY")
+
+
+@register(Tags.compatibility)
+def check_engine_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    configured = getattr(settings, "IDEMPOTENCY", {})
+    if not isinstance(configured, Mapping):
+        return [_error("", "must be a dict of engine settings", code="E001")]
+    messages: list[CheckMessage] = [
+        _error(name, f"is not an engine setting{_did_you_mean(name)}", code="E002")
+        for name in configured
+        if name not in DEFAULTS
+    ]
+    values = {**DEFAULTS, **configured}
+    for name, problem in _problems(values):
+        messages.append(_error(name, problem, code="E003"))
+    if (
+        configured.get("REDIS_URL")
+        and values["REDIS_CLIENT_FOR_TENANT"] != DEFAULTS["REDIS_CLIENT_FOR_TENANT"]
+    ):
+        messages.append(
+            Warning(
+                'IDEMPOTENCY["REDIS_URL"] is set but REDIS_CLIENT_FOR_TENANT is not the default '
+                "hook, which alone reads it: the engine ignores REDIS_URL.",
+                id="idempotency.W001",
+            )
+        )
+    return messages
+
+
+def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
+    found: list[tuple[str, Problem]] = []
+    for name in HOOKS:
+        problem = _hook_problem(values[name], required=name in REQUIRED)
+        if problem:
+            found.append((name, problem))
+    checks: list[tuple[tuple[str, ...], Callable[[Any], Problem | None]]] = [
+        (POSITIVE_INTS, _positive_int),
+        (POSITIVE_NUMBERS, lambda v: _number(v, minimum_exclusive=0)),
+        (NON_NEGATIVE_NUMBERS, lambda v: _number(v, minimum=0)),
+        (BOOLEANS, lambda v: None if isinstance(v, bool) else "must be True or False"),
+        (("REDIS_URL",), _redis_url),
+        (("CHANNEL_PREFIX",), _channel_prefix),
+        (("REPLAY_HEADERS",), _header_names),
+        (("HOT_TENANT_BUCKETS",), _buckets),
+        (("BREAKER",), _breaker),
+        (("FORCE_SCRIPTS",), _forced_scripts),
+        (("RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_TENANT_CEILING_PER_MINUTE"), _optional_rate),
+    ]
+    for names, check in checks:
+        for name in names:
+            problem = check(values[name])
+            if problem:
+                found.append((name, problem))
+    heartbeat, dead_after = (
+        values["INSTANCE_HEARTBEAT_SECONDS"],
+        values["INSTANCE_DEAD_AFTER_SECONDS"],
+    )
+    if (
+        _number(heartbeat, minimum_exclusive=0) is None
+        and _number(dead_after, minimum_exclusive=0) is None
+        and dead_after <= heartbeat
+    ):
+        found.append(
+            (
+                "INSTANCE_DEAD_AFTER_SECONDS",
+                f"({dead_after}) must be longer than INSTANCE_HEARTBEAT_SECONDS ({heartbeat}): "
+                "every live process would look dead",
+            )
+        )
+    return found
+
+
+def _error(name: str, problem: str, *, code: str) -> Error:
+    where = f'IDEMPOTENCY["{name}"]' if name else "IDEMPOTENCY"
+    return Error(
+        f"{where} {problem}",
+        hint="The engine's settings are listed in idempotency/README.md.",
+        id=f"idempotency.{code}",
+    )
+
+
+def _did_you_mean(name: str) -> str:
+    close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def _hook_problem(value: Any, *, required: bool) -> Problem | None:
+    if value in (None, ""):
+        return "is not set: the engine cannot scope a key without it" if required else None
+    if not isinstance(value, str):
+        return f"must be a dotted path to a function, not {value!r}"
+    try:
+        hook = import_string(value)
+    except ImportError as exc:
+        return f"cannot be imported ({value!r}): {exc}"
+    if not callable(hook):
+        return f"names {value!r}, which is not callable"
+    return None
+
+
+def _positive_int(value: Any) -> Problem | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return f"must be a positive integer, not {value!r}"
+    return None
+
+
+def _number(
+    value: Any, *, minimum: float | None = None, minimum_exclusive: float | None = None
+) -> Problem | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number, not {value!r}"
+    if minimum is not None and value < minimum:
+        return f"must be {minimum} or more, not {value!r}"
+    if minimum_exclusive is not None and value <= minimum_exclusive:
+        return f"must be more than {minimum_exclusive}, not {value!r}"
+    return None
+
+
+def _optional_rate(value: Any) -> Problem | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"must be None or a whole number of requests per minute, not {value!r}"
+    return None
+
+
+def _redis_url(value: Any) -> Problem | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        return f"must be a redis:// URL or None (database-only), not {value!r}"
+    try:
+        parse_url(value)
+    except ValueError as exc:
+        return f"is not a Redis URL ({value!r}): {exc}"
+    return None
+
+
+def _channel_prefix(value: Any) -> Problem | None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        return f"must be a non-empty string without spaces, not {value!r}"
+    return None
+
+
+def _header_names(value: Any) -> Problem | None:
+    if isinstance(value, str) or not all(isinstance(h, str) and h for h in value):
+        return f"must be a list of header names, not {value!r}"
+    return None
+
+
+def _buckets(value: Any) -> Problem | None:
+    if not isinstance(value, Mapping):
+        return f"must be a dict of tenant -> number of buckets, not {value!r}"
+    for tenant, buckets in value.items():
+        if _positive_int(buckets):
+            return f"gives tenant {tenant!r} {buckets!r} buckets; it must be a positive integer"
+    return None
+
+
+def _breaker(value: Any) -> Problem | None:
+    if not isinstance(value, Mapping):
+        return f"must be a dict of circuit-breaker options, not {value!r}"
+    try:
+        CircuitBreaker("settings-check", **value)
+    except TypeError as exc:
+        return f"has an unknown option: {exc}"
+    for option, number in value.items():
+        if _number(number, minimum_exclusive=0):
+            return f"option {option!r} must be a positive number, not {number!r}"
+    return None
+
+
+def _forced_scripts(value: Any) -> Problem | None:
+    if not isinstance(value, Mapping):
+        return f"must be a dict of script name -> file, not {value!r}"
+    missing = [path for path in value.values() if not Path(str(path)).is_file()]
+    return f"names files that do not exist: {missing}" if missing else None

@@ -1,0 +1,86 @@
+"""Replay, mismatch, scopes and 5xx: the HTTP contract, with Redis and database-only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from idempotency.stores import nodes
+from idempotency.tests.conftest import post_form, post_note
+from idempotency.tests.testapp.models import Note
+from idempotency.tests.testapp.views import behaviour
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_retry_replays_the_first_answer_byte_for_byte(engine_mode, client, tenant):
+    first = post_note(client, tenant, key="k-1")
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    again = post_note(Client(), tenant, key="k-1")
+    assert again.status_code == 201
+    assert again["X-Idempotent-Result"] == "HIT" and again["Idempotent-Replayed"] == "true"
+    assert again.content == first.content  # the same bytes, "run" nonce included
+    assert again["Location"] == first["Location"]
+    # and so does a process that has not cached it (another worker): from Redis or the database
+    nodes.local_cache().clear()
+    elsewhere = post_note(Client(), tenant, key="k-1")
+    assert elsewhere["X-Idempotent-Result"] == "HIT" and elsewhere.content == first.content
+    assert Note.objects.count() == 1
+
+
+def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant):
+    first = post_form(client, tenant, token="form-abc")
+    assert first.status_code == 302 and first["X-Idempotent-Result"] == "MISS"
+    again = post_form(client, tenant, token="form-abc")
+    assert again.status_code == 302 and again["X-Idempotent-Result"] == "HIT"
+    assert again["Location"] == first["Location"]
+    assert Note.objects.count() == 1
+
+
+def test_a_reused_key_with_another_payload_is_refused(engine_mode, client, tenant):
+    post_note(client, tenant, key="k-2", text="two pizzas")
+    reused = post_note(client, tenant, key="k-2", text="three pizzas")
+    assert reused.status_code == 422
+    assert reused["Content-Type"] == "application/problem+json"
+    assert json.loads(reused.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert list(Note.objects.values_list("text", flat=True)) == ["two pizzas"]
+
+
+@pytest.mark.parametrize("other", ["principal", "tenant"])
+def test_another_principal_or_tenant_is_another_key(engine_mode, client, tenant, other):
+    mine = post_note(client, tenant, key="shared-key")
+    theirs = (
+        post_note(client, tenant, key="shared-key", principal="bob")
+        if other == "principal"
+        else post_note(client, f"{tenant}-other", key="shared-key")
+    )
+    assert theirs.status_code == 201 and theirs["X-Idempotent-Result"] == "MISS"
+    assert theirs.content != mine.content
+    assert Note.objects.count() == 2
+    # and each one's retry replays its own answer, never the other's
+    assert post_note(client, tenant, key="shared-key").content == mine.content
+
+
+def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant):
+    behaviour["fail_once"] = {"flaky"}
+    failed = post_note(client, tenant, key="k-5xx", text="flaky")
+    assert failed.status_code == 500 and Note.objects.count() == 0
+    retried = post_note(client, tenant, key="k-5xx", text="flaky")
+    assert retried.status_code == 201 and retried["X-Idempotent-Result"] == "MISS"
+    assert Note.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [(None, "IDEMPOTENCY_KEY_MISSING"), ("", "IDEMPOTENCY_KEY_INVALID"), ("x" * 256, None)],
+    ids=["missing", "empty", "too-long"],
+)
+def test_a_missing_or_malformed_key_is_refused_before_anything_runs(
+    engine_mode, client, tenant, key, code
+):
+    refused = post_note(client, tenant, key=key)
+    assert refused.status_code == 400
+    assert json.loads(refused.content)["code"] == (code or "IDEMPOTENCY_KEY_INVALID")
+    assert Note.objects.count() == 0

@@ -1,0 +1,74 @@
+"""Pre-issued tokens: one token, one operation; bound to its tenant and principal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from idempotency.tests.conftest import caller, idem_keys, post_form, post_note
+from idempotency.tests.testapp.models import Note
+
+pytestmark = pytest.mark.django_db
+
+
+def issue(client: Client, tenant: str, count: int, principal: str = "alice") -> list[str]:
+    response = client.post(
+        "/api/idempotency-tokens/",
+        {"count": count},
+        content_type="application/json",
+        **caller(tenant, principal),
+    )
+    assert response.status_code == 201, response.content
+    return json.loads(response.content)["tokens"]
+
+
+def statuses(client: Client, tenant: str, tokens: list[str]) -> list[str]:
+    response = client.post(
+        "/api/idempotency-tokens/check/",
+        {"tokens": tokens},
+        content_type="application/json",
+        **caller(tenant),
+    )
+    assert response.status_code == 200, response.content
+    return [r["status"] for r in json.loads(response.content)["results"]]
+
+
+def test_a_token_serves_one_operation_and_its_retries(client, tenant):
+    token, spare = issue(client, tenant, 2)
+    assert statuses(client, tenant, [token, spare]) == ["unused", "unused"]
+    first = post_note(client, tenant, key=token)
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    retry = post_note(Client(), tenant, key=token)
+    assert retry["X-Idempotent-Result"] == "HIT" and retry.content == first.content
+    assert statuses(client, tenant, [token, spare]) == ["used", "unused"]
+    # the same token on another endpoint is refused, and runs nothing there
+    elsewhere = post_form(client, tenant, token=token)
+    assert elsewhere.status_code == 409
+    assert json.loads(elsewhere.content)["code"] == "IDEMPOTENCY_TOKEN_USED"
+    assert Note.objects.count() == 1
+
+
+def test_a_token_is_refused_for_another_principal_or_tenant_or_when_forged(client, tenant):
+    [token] = issue(client, tenant, 1)
+    forged = token[:-4] + ("aaaa" if not token.endswith("aaaa") else "bbbb")
+    for response in (
+        post_note(client, tenant, key=token, principal="bob"),
+        post_note(client, f"{tenant}-other", key=token),
+        post_note(client, tenant, key=forged),
+    ):
+        assert response.status_code == 400
+        assert json.loads(response.content)["code"] == "IDEMPOTENCY_TOKEN_INVALID"
+    assert Note.objects.count() == 0
+    assert statuses(client, tenant, [token]) == ["unused"]
+
+
+def test_without_redis_tokens_cannot_be_issued(settings, client, tenant):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": None}
+    response = client.post(
+        "/api/idempotency-tokens/", {"count": 1}, content_type="application/json", **caller(tenant)
+    )
+    assert response.status_code == 503 and response["Retry-After"] == "5"
+    assert json.loads(response.content)["code"] == "IDEMPOTENCY_TOKENS_UNAVAILABLE"
+    assert idem_keys() == []

@@ -1,0 +1,190 @@
+"""``manage.py check`` names every missing or malformed engine setting, before any request."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+
+import idempotency
+from idempotency.core.conf import DEFAULTS
+from idempotency.stores import nodes
+from idempotency.tests.conftest import idem_keys, post_note
+
+# One malformed value per setting: a new setting without a check fails the test below.
+MALFORMED: dict[str, tuple[Any, str]] = {
+    "ENABLED": ("yes", "must be True or False"),
+    "SCOPE_RESOLVER": ("no.such.module.resolve", "cannot be imported"),
+    "REDIS_URL": ("127.0.0.1:6379", "is not a Redis URL"),
+    "REDIS_CLIENT_FOR_TENANT": ("idempotency.core.conf.DEFAULTS", "is not callable"),
+    "CHANNEL_PREFIX": ("", "must be a non-empty string"),
+    "TTL_SECONDS": (-1, "must be a positive integer"),
+    "LEASE_MS": (0, "must be a positive integer"),
+    "AUTO_KEY_WINDOW_SECONDS": (-60, "must be a positive integer"),
+    "MAX_STORED_BODY_BYTES": ("64k", "must be a positive integer"),
+    "REPLAY_HEADERS": ("Location", "must be a list of header names"),
+    "LOCAL_CACHE_ENTRIES": (-5, "must be a positive integer"),
+    "LOCAL_CACHE_TTL_SECONDS": (-1.0, "must be 0 or more"),
+    "WAIT_POLL_MS": (0, "must be a positive integer"),
+    "AUDIT_FLUSH_SECONDS": (0, "must be more than 0"),
+    "AUDIT_IN_BACKGROUND": (1, "must be True or False"),
+    "HOT_TENANT_BUCKETS": ({"t1": 0}, "gives tenant 't1' 0 buckets"),
+    "BREAKER": ({"p99_ms": 200}, "has an unknown option"),
+    "SCRIPT_REFRESH_SECONDS": (-30, "must be more than 0"),
+    "SCRIPT_CHANNEL_CLIENT": (42, "must be a dotted path to a function"),
+    "ALL_REDIS_CLIENTS": ("idempotency.nothing.here", "cannot be imported"),
+    "SCRIPT_PIN_ALLOWED": ("idempotency.core.conf.NOPE", "cannot be imported"),
+    "TENANT_REGION": (["a", "b"], "must be a dotted path to a function"),
+    "FORCE_SCRIPTS": ({"claim": "/nowhere/claim.lua"}, "names files that do not exist"),
+    "RATE_LIMIT_PER_MINUTE": (-1, "must be None or a whole number"),
+    "RATE_LIMIT_WINDOW_SECONDS": (0, "must be a positive integer"),
+    "RATE_LIMIT_FOR_TENANT": ("builtins.nonexistent", "cannot be imported"),
+    "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": (2.5, "must be None or a whole number"),
+    "RATE_LIMIT_CEILING_FOR_TENANT": (True, "must be a dotted path to a function"),
+    "RATE_LIMIT_CACHE_SECONDS": ("30", "must be a number"),
+    "TOKEN_TTL_SECONDS": (-86400, "must be a positive integer"),
+    "TOKEN_MAX_BATCH": (0, "must be a positive integer"),
+    "INSTANCE_REGISTRY": ("true", "must be True or False"),
+    "INSTANCE_HEARTBEAT_SECONDS": (0, "must be more than 0"),
+    "INSTANCE_DEAD_AFTER_SECONDS": (-15, "must be more than 0"),
+}
+
+
+def errors_with(settings: Any, **changes: Any) -> list[str]:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, **changes}
+    return [m.msg for m in run_checks() if m.id.startswith("idempotency.") and m.is_serious()]
+
+
+def test_every_setting_has_a_malformed_case():
+    assert set(MALFORMED) == set(DEFAULTS)
+
+
+def test_the_test_project_is_well_configured(settings):
+    assert errors_with(settings) == []
+
+
+def test_a_redis_url_that_a_custom_hook_ignores_is_a_warning(settings):
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "idempotency.tests.testapp.scope.from_headers",
+    }
+    assert [m.id for m in run_checks() if m.id.startswith("idempotency.")] == ["idempotency.W001"]
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_setting_is_named(settings, name):
+    value, problem = MALFORMED[name]
+    [message] = errors_with(settings, **{name: value})
+    assert message.startswith(f'IDEMPOTENCY["{name}"] ') and problem in message
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"SCOPE_RESOLVER": None}, 'IDEMPOTENCY["SCOPE_RESOLVER"] is not set'),
+        (
+            {"REDIS": None},
+            'IDEMPOTENCY["REDIS"] is not an engine setting (did you mean "REDIS_URL"?)',
+        ),
+        ({"BREAKER": {"open_seconds": -1}}, "option 'open_seconds' must be a positive number"),
+        (
+            {"INSTANCE_HEARTBEAT_SECONDS": 20.0, "INSTANCE_DEAD_AFTER_SECONDS": 15.0},
+            "must be longer than INSTANCE_HEARTBEAT_SECONDS",
+        ),
+    ],
+    ids=["missing-resolver", "unknown-key", "breaker-value", "dead-before-heartbeat"],
+)
+def test_missing_unknown_and_inconsistent_settings_are_named(settings, changes, expected):
+    [message] = errors_with(settings, **changes)
+    assert expected in message
+
+
+def test_a_missing_scope_resolver_stops_manage_py_check(tmp_path: Path):
+    (tmp_path / "host_settings.py").write_text(
+        "from idempotency.tests.settings import *\n"
+        'IDEMPOTENCY = {k: v for k, v in IDEMPOTENCY.items() if k != "SCOPE_RESOLVER"}\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--settings", "host_settings"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1
+    assert re.search(r'idempotency\.E003\) IDEMPOTENCY\["SCOPE_RESOLVER"\] is not set', run.stderr)
+
+
+@pytest.mark.django_db
+def test_without_scope_resolver_a_request_fails_with_the_setting_named(settings, tenant):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "SCOPE_RESOLVER": None}
+    with pytest.raises(ImproperlyConfigured, match=r'IDEMPOTENCY\["SCOPE_RESOLVER"\] is not set'):
+        post_note(Client(), tenant, key="k")
+
+
+@pytest.mark.django_db
+def test_the_default_hook_never_reads_the_host_redis_url(settings, tenant):
+    # the host has a REDIS_URL of its own (the test project does: it is the suite's Redis);
+    # the engine, told nothing, runs database-only instead of borrowing it
+    assert settings.REDIS_URL
+    settings.IDEMPOTENCY = {k: v for k, v in settings.IDEMPOTENCY.items() if k != "REDIS_URL"}
+    nodes.reset()
+    assert post_note(Client(), tenant, key="k").status_code == 201
+    assert post_note(Client(), tenant, key="k")["X-Idempotent-Result"] == "HIT"
+    assert idem_keys() == []
+
+
+@pytest.mark.django_db
+def test_pub_sub_channels_carry_the_configured_prefix(settings, tenant):
+    # given a process whose local cache holds two finished results, on prefix "site-<tenant>"
+    prefix = f"site-{tenant}"
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "CHANNEL_PREFIX": prefix}
+    nodes.reset()
+    node = nodes.node_for(tenant)
+    # a listener empties the cache when its subscription starts: let that happen first
+    assert nodes._listeners[node.name].wait_subscribed(10)
+    post_note(Client(), tenant, key="k1", text="one")
+    post_note(Client(), tenant, key="k2", text="two")
+    cache = nodes.local_cache()
+    first, second = (k.decode() for k in idem_keys())
+    assert cache.get(first) is not None and cache.get(second) is not None
+    client = node.store.client
+    assert client.pubsub_numsub(f"{prefix}:invalidate") == [(f"{prefix}:invalidate".encode(), 1)]
+    # when another site on the same server announces one key on the default channel, then
+    # this site announces the other on its own channel (one connection gets both in order)
+    client.publish("idem:invalidate", first)
+    client.publish(f"{prefix}:invalidate", second)
+    deadline = time.monotonic() + 10
+    while cache.get(second) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # then only this site's announcement reached this process
+    assert cache.get(second) is None
+    assert cache.get(first) is not None
+
+
+def test_every_setting_the_engine_reads_is_in_defaults():
+    package = Path(idempotency.__file__).parent
+    read: set[str] = set()
+    for source in package.rglob("*.py"):
+        if "tests" in source.relative_to(package).parts:
+            continue
+        text = source.read_text("utf-8")
+        read |= set(re.findall(r'(?:engine_setting|engine_hook|required_hook)\("(\w+)"\)', text))
+        if source.name not in ("conf.py", "checks.py"):
+            assert 'getattr(settings, "IDEMPOTENCY"' not in text, source
+            # Django's own settings only: the tokens' signing keys
+            assert set(re.findall(r"settings\.([A-Z_]+)", text)) <= {
+                "SECRET_KEY",
+                "SECRET_KEY_FALLBACKS",
+            }, source
+    assert read <= set(DEFAULTS), read - set(DEFAULTS)

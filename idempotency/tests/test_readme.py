@@ -1,0 +1,119 @@
+"""The engine's README says what the engine does: its quick start runs, its settings table is
+the engine's defaults, its contract table names every error code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+import idempotency
+from idempotency.core.conf import DEFAULTS
+from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.tests.testapp import quickstart
+from idempotency.tests.testapp.models import Note
+
+README = (Path(idempotency.__file__).parent / "README.md").read_text("utf-8")
+
+
+def section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else None]
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_the_settings_table_is_the_engines_defaults():
+    rows = re.findall(r"^\| `(\w+)` \| `(.*?)` \|", section("Settings"), flags=re.MULTILINE)
+    assert [name for name, _ in rows] == list(DEFAULTS)
+    assert {name: default for name, default in rows} == {
+        name: repr(value) for name, value in DEFAULTS.items()
+    }
+
+
+def test_the_contract_table_names_every_error_code():
+    contract = section("The HTTP contract")
+    assert [c.value for c in IdempotencyErrorCode if f"`{c.value}`" not in contract] == []
+
+
+def test_the_quick_start_is_the_module_the_suite_runs():
+    settings_block, *code_blocks = python_blocks(section("Quick start"))
+    namespace: dict = {}
+    exec(settings_block, namespace)
+    assert set(namespace["IDEMPOTENCY"]) <= set(DEFAULTS)
+    source = Path(quickstart.__file__).read_text("utf-8")
+    assert len(code_blocks) == 3
+    for block in code_blocks:
+        assert block in source
+
+
+@pytest.fixture
+def quickstart_settings(settings):
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "SCOPE_RESOLVER": "idempotency.tests.testapp.quickstart.scope",
+    }
+
+
+@pytest.fixture
+def signed_in(db) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_user("ada"))
+    return client
+
+
+def test_the_quick_start_drf_view_runs_once_per_key(quickstart_settings, signed_in):
+    post = lambda **headers: signed_in.post(  # noqa: E731
+        "/quickstart/notes/", {"text": "hi"}, content_type="application/json", **headers
+    )
+    first = post(HTTP_IDEMPOTENCY_KEY="q-1")
+    again = post(HTTP_IDEMPOTENCY_KEY="q-1")
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    missing = post()
+    assert missing.status_code == 400
+    assert json.loads(missing.content)["code"] == "IDEMPOTENCY_KEY_MISSING"
+    assert Note.objects.count() == 1
+
+
+def test_the_quick_start_form_view_applies_a_resubmit_once(quickstart_settings, signed_in):
+    page = signed_in.get("/quickstart/add/").content.decode()
+    token = re.search(r'name="idempotency_key" value="([^"]+)"', page).group(1)
+    form = {"text": "hi", "idempotency_key": token}
+    first = signed_in.post("/quickstart/add/", form)
+    again = signed_in.post("/quickstart/add/", form)
+    assert first.status_code == again.status_code == 302
+    assert again["X-Idempotent-Result"] == "HIT" and again["Location"] == first["Location"]
+    assert Note.objects.count() == 1
+    # a fresh render is a fresh key: a second note on purpose is a second note
+    other = re.search(r'value="([^"]+)"', signed_in.get("/quickstart/add/").content.decode())
+    assert other.group(1) != token
+
+
+def test_a_form_resubmit_replays_without_the_messages_framework(
+    quickstart_settings, signed_in, settings
+):
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if "messages" not in m]
+    form = {"text": "hi", "idempotency_key": "form-no-messages"}
+    signed_in.post("/quickstart/add/", form)
+    again = signed_in.post("/quickstart/add/", form)
+    assert again.status_code == 302 and again["X-Idempotent-Result"] == "HIT"
+
+
+def test_anonymous_callers_are_not_idempotent_under_the_quick_start_resolver(
+    quickstart_settings, db
+):
+    answer = Client().post(
+        "/quickstart/notes/",
+        {"text": "hi"},
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="q-anon",
+    )
+    assert answer.status_code == 201 and "X-Idempotent-Result" not in answer

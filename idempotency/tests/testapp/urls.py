@@ -1,0 +1,18 @@
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path
+
+from idempotency.tests.testapp import quickstart, views
+
+
+def show_note(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse(f"note {pk}")
+
+
+urlpatterns = [
+    path("notes/", views.NoteListCreate.as_view(), name="notes"),
+    path("notes/form/", views.note_form, name="note-form"),
+    path("notes/<int:pk>/", show_note, name="note"),
+    path("quickstart/notes/", quickstart.CreateNote.as_view(), name="quickstart-notes"),
+    path("quickstart/add/", quickstart.add_note, name="quickstart-add"),
+    path("api/", include("idempotency.web.urls")),
+]

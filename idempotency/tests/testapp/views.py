@@ -1,0 +1,57 @@
+"""The contract suite's views: one DRF create view and one plain Django form view, each
+behind the engine's decorator.
+
+Two switches let a test shape an execution: :data:`behaviour` ``delay_seconds`` holds every
+execution (so duplicates overlap), and a text listed in ``fail_once`` answers 500 the first
+time it is written (a 5xx must not be stored).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from idempotency import idempotent, idempotent_form
+from idempotency.tests.testapp.models import Note
+from idempotency.tests.testapp.scope import from_headers
+from idempotency.web.throttle import TenantRateThrottle
+
+behaviour: dict[str, Any] = {"delay_seconds": 0.0, "fail_once": set()}
+
+
+def _write(request: HttpRequest, text: str) -> Note | None:
+    time.sleep(behaviour["delay_seconds"])
+    if text in behaviour["fail_once"]:
+        behaviour["fail_once"].discard(text)
+        return None
+    tenant, principal = from_headers(request) or ("", "")
+    return Note.objects.create(tenant=tenant, principal=principal, text=text)
+
+
+class NoteListCreate(APIView):
+    throttle_classes = [TenantRateThrottle]
+
+    @idempotent(required=True, fields=("text",))
+    def post(self, request: Request) -> Response:
+        note = _write(request, str(request.data.get("text", "")))
+        if note is None:
+            return Response({"detail": "failed"}, status=500)
+        body = {"id": note.pk, "text": note.text, "run": uuid.uuid4().hex}
+        return Response(body, status=201, headers={"Location": f"/notes/{note.pk}/"})
+
+
+@idempotent_form(fields=("text",))
+def note_form(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        note = _write(request, request.POST.get("text", ""))
+        if note is None:
+            return HttpResponse("failed", status=500)
+        return redirect(f"/notes/{note.pk}/")
+    return render(request, "testapp/note_form.html")
