@@ -198,6 +198,23 @@ def test_a_400_is_final_not_retried_and_its_key_forgotten(
     assert [k for k in storage._items if ":op:" in k] == []
 
 
+def test_cancel_is_an_operation_and_a_conflict_is_final(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server.url)
+    order_id = client.place_order(shop.order_body()).json()["id"]
+
+    cancelled = client.cancel_order(order_id)
+    with pytest.raises(ApiError) as raised:
+        client.cancel_order(order_id, operation_id="cancel-again")
+
+    assert cancelled.json()["status"] == "CANCELLED"
+    assert (raised.value.status, raised.value.code) == (409, "ORDER_STATUS_CONFLICT")
+    cancels = wire.posts(f"{ORDERS}{order_id}/cancel/")
+    assert [e.status for e in cancels] == [200, 409]
+    assert cancels[0].key != cancels[1].key
+
+
 def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
 ) -> None:

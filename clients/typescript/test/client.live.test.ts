@@ -133,6 +133,21 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.notEqual(posts[0]!.key, posts[1]!.key); // the same request later is a new operation
   });
 
+  test("cancel is an operation, and a conflict is final", async () => {
+    const { client, wire } = clientOf(live!.api);
+    const orderId = (await client.placeOrder(orderBody())).data.id;
+
+    const cancelled = await client.cancelOrder(orderId);
+    const again = await client.cancelOrder(orderId, { operationId: "cancel-again" }).catch((e: unknown) => e);
+
+    assert.equal(cancelled.data.status, "CANCELLED");
+    assert.ok(again instanceof ApiError);
+    assert.deepEqual([again.status, again.code], [409, "ORDER_STATUS_CONFLICT"]);
+    const cancels = wire.posts(`${ORDERS}${orderId}/cancel/`);
+    assert.deepEqual(cancels.map((e) => e.status), [200, 409]);
+    assert.notEqual(cancels[0]!.key, cancels[1]!.key);
+  });
+
   test("a restarted app resends with the stored key and session and gets the replay", async () => {
     const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
     const crashed = clientOf(live!.proxy, { storage: fileAsyncStorage(path), retry: { maxAttempts: 1 } }).client;
