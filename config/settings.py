@@ -109,6 +109,13 @@ DATABASES = {
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", conn_max_age=0
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Concurrent writers on the embedded demo: a transaction takes SQLite's write lock when it
+    # begins (a deferred one that reads first fails with "database is locked" at once, without
+    # waiting, when it later needs to write), and waits up to 20 s for it.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    )
 # A live test server (gunicorn started by the test suite) shares pytest's test database.
 if os.environ.get("APP_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["APP_DB_NAME"]

@@ -8,6 +8,7 @@ say() { echo "[services] $*"; }
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v pg_ctlcluster >/dev/null || need_apt+=(postgresql)
+command -v npm >/dev/null || need_apt+=(nodejs npm)  # the TypeScript client's tests (clients/)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing ${need_apt[*]}"

@@ -1,0 +1,399 @@
+"""The client: a diner session, one idempotency key per operation, and safe retries.
+
+Every write is an *operation* with one ``Idempotency-Key``. The key is made when the operation
+starts, written to storage before the first byte is sent, reused by every retry, and forgotten
+only when the server has given a final answer. So an answer lost on the way (a dropped
+connection after the server committed) or an app killed mid-request ends the same way: the
+next attempt — in this call, or after a restart with the same storage — carries the same key
+and the server replays its first answer instead of doing the work twice.
+
+Which stored key an operation takes is decided by ``operation_id``: by default the request
+itself (method, path, body), so calling ``place_order`` again with the same order after a
+crash resumes it; pass your own (e.g. the cart's id) to decide what "the same operation" means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, NotRequired, TypedDict
+
+import httpx
+
+from ordering_client.errors import (
+    ApiError,
+    IdempotencyKeyReusedError,
+    NetworkError,
+    RetriesExhaustedError,
+)
+from ordering_client.keys import IssuedTokens, KeySource, UuidKeys
+from ordering_client.retry import (
+    RetryEvent,
+    RetryPolicy,
+    is_retryable_status,
+    parse_retry_after,
+)
+from ordering_client.storage import MemoryStorage, Storage
+
+KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+
+
+class OrderItem(TypedDict):
+    dish_id: int
+    quantity: int
+
+
+class PlaceOrder(TypedDict):
+    items: list[OrderItem]
+    payment_method: str
+    coupon_code: NotRequired[str]
+    note: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class Session:
+    """A diner session (``POST /api/v1/diner-sessions/``); ``expires_at`` in epoch seconds."""
+
+    token: str
+    diner_id: str
+    expires_at: float
+
+    @classmethod
+    def from_answer(cls, data: Mapping[str, Any]) -> Session:
+        expires = datetime.fromisoformat(str(data["expires_at"])).timestamp()
+        return cls(token=str(data["token"]), diner_id=str(data["diner_id"]), expires_at=expires)
+
+
+@dataclass(frozen=True)
+class ApiResult:
+    """A successful answer, exactly as the server sent it."""
+
+    status: int
+    body: bytes
+    headers: httpx.Headers
+    idempotency_key: str | None
+
+    @property
+    def replayed(self) -> bool:
+        """True when the server replayed the first answer to this key (``X-Idempotent-Result:
+        HIT``) instead of executing again."""
+        return self.headers.get("x-idempotent-result") == "HIT"
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class OrderingClient:
+    """A diner's client of one restaurant, identified by its publishable key.
+
+    ``storage`` keeps the session and the keys of unfinished operations (default: in memory;
+    :class:`~ordering_client.storage.JsonFileStorage` survives restarts). ``keys`` makes new
+    keys (default UUID v4; :class:`~ordering_client.keys.TokenKeys` for pre-issued tokens).
+    ``retry`` bounds the retries; ``timeout`` applies to each attempt. ``on_retry`` is called
+    with a :class:`~ordering_client.retry.RetryEvent` before each wait. The session is
+    refreshed when less than ``refresh_margin`` seconds of it are left, and a new guest
+    session opened once it has expired. A stored key older than ``operation_ttl`` seconds is
+    not resumed: an identical request that much later is a new operation.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        publishable_key: str,
+        *,
+        storage: Storage | None = None,
+        keys: KeySource | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 10.0,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        refresh_margin: float = 300.0,
+        operation_ttl: float = 3600.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.storage: Storage = storage if storage is not None else MemoryStorage()
+        self.keys: KeySource = keys if keys is not None else UuidKeys()
+        self.retry = retry or RetryPolicy()
+        self.on_retry = on_retry
+        self.refresh_margin = refresh_margin
+        self.operation_ttl = operation_ttl
+        self._publishable_key = publishable_key
+        # Stored entries are per restaurant: an app may hold clients of several.
+        self._prefix = f"ordering-client:{publishable_key.partition('.')[0]}:"
+        self._session_lock = threading.RLock()
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def menu(self) -> Any:
+        return self._send("GET", "/api/v1/menu/", auth=self._key_auth).json()
+
+    def orders(self, **params: str) -> Any:
+        """This diner's orders (one page: ``{"count", "next", "previous", "results"}``)."""
+        return self._send("GET", "/api/v1/orders/", auth=self._bearer, params=params).json()
+
+    def order(self, order_id: int | str) -> Any:
+        return self._send("GET", f"/api/v1/orders/{order_id}/", auth=self._bearer).json()
+
+    # --- writes ------------------------------------------------------------------------
+
+    def place_order(
+        self,
+        order: PlaceOrder,
+        *,
+        operation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ApiResult:
+        return self.write(
+            "/api/v1/orders/", order, operation_id=operation_id, idempotency_key=idempotency_key
+        )
+
+    def pay_order(
+        self,
+        order_id: int | str,
+        *,
+        operation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ApiResult:
+        return self.write(
+            f"/api/v1/orders/{order_id}/pay/",
+            None,
+            operation_id=operation_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def cancel_order(
+        self,
+        order_id: int | str,
+        *,
+        operation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ApiResult:
+        return self.write(
+            f"/api/v1/orders/{order_id}/cancel/",
+            None,
+            operation_id=operation_id,
+            idempotency_key=idempotency_key,
+        )
+
+    def write(
+        self,
+        path: str,
+        body: Mapping[str, Any] | None,
+        *,
+        operation_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ApiResult:
+        """POST ``body`` to ``path`` as one operation (see the module docstring).
+
+        ``idempotency_key`` overrides the stored key (it is then not stored). Raises
+        :class:`ApiError` for a final error answer (the operation is over: its key is
+        forgotten), :class:`IdempotencyKeyReusedError` for a key reused with another payload,
+        and :class:`RetriesExhaustedError` when the outcome is unknown (the key is kept).
+        """
+        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if idempotency_key is not None:
+            return self._send("POST", path, content=content, key=idempotency_key, auth=self._bearer)
+        entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, content))
+        key = self._operation_key(entry)
+        try:
+            result = self._send("POST", path, content=content, key=key, auth=self._bearer)
+        except ApiError:
+            self.storage.delete(entry)
+            raise
+        self.storage.delete(entry)
+        return result
+
+    def end_session(self) -> None:
+        """Sign the diner out (``POST /api/v1/diner-sessions/end/``) and forget the session."""
+        with self._session_lock:
+            if self._stored_session() is not None:
+                self._send("POST", "/api/v1/diner-sessions/end/", content=b"", auth=self._bearer)
+            self.storage.delete(self._prefix + "session")
+
+    # --- the session -------------------------------------------------------------------
+
+    def session(self) -> Session:
+        """The current session: the stored one, refreshed when close to expiry, or a new
+        guest session when there is none or it expired (an expired token cannot be
+        refreshed)."""
+        with self._session_lock:
+            session = self._stored_session()
+            now = time.time()
+            if session is None or session.expires_at <= now:
+                return self._open_guest_session()
+            if session.expires_at - now <= self.refresh_margin:
+                try:
+                    return self._save_session(
+                        self._send(
+                            "POST",
+                            "/api/v1/diner-sessions/refresh/",
+                            content=b"",
+                            auth=lambda: _bearer_header(session.token),
+                        ).json()
+                    )
+                except ApiError as error:
+                    if error.status != 401:
+                        raise
+                    return self._open_guest_session()
+            return session
+
+    def _open_guest_session(self) -> Session:
+        answer = self._send("POST", "/api/v1/diner-sessions/", content=b"", auth=self._key_auth)
+        return self._save_session(answer.json())
+
+    def _stored_session(self) -> Session | None:
+        raw = self.storage.get(self._prefix + "session")
+        return Session(**json.loads(raw)) if raw else None
+
+    def _save_session(self, data: Mapping[str, Any]) -> Session:
+        session = Session.from_answer(data)
+        self.storage.set(self._prefix + "session", json.dumps(session.__dict__))
+        return session
+
+    def _key_auth(self) -> dict[str, str]:
+        return {"Authorization": f"Api-Key {self._publishable_key}"}
+
+    def _bearer(self) -> dict[str, str]:
+        return _bearer_header(self.session().token)
+
+    # --- keys --------------------------------------------------------------------------
+
+    def _operation_key(self, entry: str) -> str:
+        """The stored key of this operation, or a new one, stored before it is ever sent."""
+        raw = self.storage.get(entry)
+        if raw:
+            stored = json.loads(raw)
+            if time.time() - stored["created_at"] < self.operation_ttl:
+                return str(stored["key"])
+        key = self.keys.next_key(self._issue_tokens, self.session().diner_id)
+        self.storage.set(entry, json.dumps({"key": key, "created_at": time.time()}))
+        return key
+
+    def _issue_tokens(self, count: int) -> IssuedTokens:
+        """One request for ``count`` pre-issued tokens; no retries (the key source falls back
+        to a UUID when this fails)."""
+        diner_id = self.session().diner_id
+        answer = self._send(
+            "POST",
+            "/api/v1/idempotency-tokens/",
+            content=json.dumps({"count": count}).encode(),
+            auth=self._bearer,
+            retry=RetryPolicy(max_attempts=1),
+        ).json()
+        expires = datetime.fromisoformat(str(answer["expires_at"])).timestamp()
+        return IssuedTokens(tokens=list(answer["tokens"]), expires_at=expires, diner_id=diner_id)
+
+    # --- one request, retried ----------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        auth: Callable[[], dict[str, str]],
+        content: bytes | None = None,
+        key: str | None = None,
+        params: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> ApiResult:
+        """Send until a final answer: retries network errors, 5xx, 409 in progress and 429
+        (waiting at least ``Retry-After``) within the policy's bounds; raises any other error
+        answer at once."""
+        policy = retry or self.retry
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            headers = {"Accept": "application/json", **auth()}
+            if key is not None:
+                headers["Idempotency-Key"] = key
+            if content is not None:
+                headers["Content-Type"] = "application/json"
+            error: ApiError | NetworkError
+            retry_after: float | None = None
+            try:
+                response = self._http.request(
+                    method, path, content=content, headers=headers, params=params
+                )
+            except httpx.TransportError as exc:
+                error = NetworkError(f"{type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+            else:
+                if response.status_code < 400:
+                    return ApiResult(response.status_code, response.content, response.headers, key)
+                error = _api_error(response)
+                if error.status == 401 and headers["Authorization"].startswith("Bearer "):
+                    # Revoked or expired under our feet: the next call opens a new session.
+                    self.storage.delete(self._prefix + "session")
+                if isinstance(error, IdempotencyKeyReusedError) or not is_retryable_status(
+                    error.status, error.code
+                ):
+                    raise error
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+            delay = policy.delay(attempt, retry_after)
+            if attempt >= policy.max_attempts or (
+                time.monotonic() - started + delay > policy.max_elapsed
+            ):
+                raise RetriesExhaustedError(attempts=attempt, last_error=error, idempotency_key=key)
+            if self.on_retry is not None:
+                self.on_retry(
+                    RetryEvent(
+                        attempt=attempt,
+                        delay=delay,
+                        status=error.status if isinstance(error, ApiError) else None,
+                        code=error.code if isinstance(error, ApiError) else None,
+                        retry_after=retry_after,
+                        error=error,
+                    )
+                )
+            time.sleep(delay)
+
+    # --- lifetime ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> OrderingClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _bearer_header(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _request_id(method: str, path: str, content: bytes) -> str:
+    """The default operation id: the request itself, hashed to a short storage key."""
+    return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + content).hexdigest()
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    if not isinstance(problem, dict):
+        problem = {}
+    code = problem.get("code")
+    cls = IdempotencyKeyReusedError if code == KEY_REUSED else ApiError
+    return cls(
+        status=response.status_code,
+        code=code if isinstance(code, str) else None,
+        detail=str(problem.get("detail", response.reason_phrase)),
+        problem=problem,
+        headers=dict(response.headers),
+        body=response.content,
+    )

@@ -1,0 +1,73 @@
+"""When to retry and how long to wait: exponential backoff with full jitter, ``Retry-After``
+as a floor, bounded by attempts and by total time.
+
+Full jitter (a uniformly random delay between 0 and the exponential cap) spreads the retries of
+many clients that failed together, so they do not come back in one wave; ``Retry-After`` is the
+server saying when trying again is worth it, so the client never comes back sooner.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+IN_PROGRESS = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` counts the first try; ``max_elapsed`` (seconds) bounds the whole call:
+    a wait that would end after it is not started."""
+
+    max_attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    max_elapsed: float = 60.0
+
+    def backoff(self, retry: int, rng: Callable[[], float] = random.random) -> float:
+        """Full-jitter delay before retry number ``retry`` (1 for the first retry)."""
+        cap = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
+        return rng() * cap
+
+    def delay(
+        self, retry: int, retry_after: float | None, rng: Callable[[], float] = random.random
+    ) -> float:
+        """The wait before retry ``retry``: the jittered backoff, never less than
+        ``retry_after``."""
+        return max(retry_after or 0.0, self.backoff(retry, rng))
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """Passed to ``on_retry`` before each wait: what failed and how long the client waits."""
+
+    attempt: int  # the attempt that failed (1 for the first)
+    delay: float  # seconds the client now waits
+    status: int | None  # None for a network error
+    code: str | None
+    retry_after: float | None
+    error: Exception | None
+
+
+def is_retryable_status(status: int, code: str | None) -> bool:
+    """409 in progress, 429 and every 5xx; nothing else (another 4xx is a final answer,
+    stored under the key, that a retry would only replay)."""
+    return status >= 500 or status == 429 or (status == 409 and code == IN_PROGRESS)
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent
+    or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

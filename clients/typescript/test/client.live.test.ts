@@ -1,0 +1,216 @@
+// The TypeScript client against a live gunicorn, with real failures injected: answers lost after
+// the server committed, a request still running, a full rate-limit window. Run by
+// tests/clients/test_typescript_client.py, which starts the server, the proxy and the control
+// endpoint and passes their addresses in the environment.
+import assert from "node:assert/strict";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+
+import {
+  ApiError,
+  IdempotencyKeyReusedError,
+  memoryStorage,
+  NetworkError,
+  OrderingClient,
+  RetriesExhaustedError,
+  type ClientOptions,
+  type RetryEvent,
+  tokenKeys,
+} from "../src/index.js";
+import { control, type Dropped, fileAsyncStorage, live, orderBody, recordingFetch } from "./support.js";
+
+const ORDERS = "/api/v1/orders/";
+const FAST = { baseDelayMs: 50, maxDelayMs: 500 };
+
+function clientOf(baseUrl: string, options: Partial<ClientOptions> = {}) {
+  const wire = recordingFetch();
+  const client = new OrderingClient({
+    baseUrl,
+    publishableKey: live!.publishableKey,
+    retry: FAST,
+    fetch: wire.fetch,
+    ...options,
+  });
+  return { client, wire };
+}
+
+async function ordersOf(dinerId: string): Promise<number> {
+  return (await control<{ count: number }>("orders-of", { diner_id: dinerId })).count;
+}
+
+describe("live server", { skip: live ? false : "run by tests/clients/test_typescript_client.py" }, () => {
+  test("an answer lost after commit is replayed byte for byte and orders once", async () => {
+    const events: RetryEvent[] = [];
+    const { client, wire } = clientOf(live!.proxy, { onRetry: (e) => void events.push(e) });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const result = await client.placeOrder(orderBody(2));
+
+    const lost = (await control<Dropped[]>("dropped")).at(-1);
+    assert.deepEqual([lost!.status, lost!.result], [201, "MISS"]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [null, 201]);
+    assert.equal(new Set(wire.posts(ORDERS).map((e) => e.key)).size, 1);
+    assert.ok(events[0]!.error instanceof NetworkError);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    assert.equal(result.body, lost!.body);
+    const { dinerId } = await client.session();
+    assert.equal(await ordersOf(dinerId), 1);
+    assert.equal((await client.orders()).count, 1);
+  });
+
+  test("a request still running answers 409, then the client gets its replay", async () => {
+    const events: RetryEvent[] = [];
+    const storage = memoryStorage(); // one diner: the order's, then the impatient payer's
+    const orderId = (await clientOf(live!.api, { storage }).client.placeOrder(orderBody())).data.id;
+    const { client, wire } = clientOf(live!.api, {
+      storage,
+      timeoutMs: 1500,
+      onRetry: (event) => {
+        events.push(event);
+        if (event.status === 409) void control("release"); // the first attempt may now finish
+      },
+    });
+    await control("hold-order", { order_id: orderId });
+
+    const result = await client.payOrder(orderId);
+
+    const pays = wire.posts(`${ORDERS}${orderId}/pay/`);
+    const statuses = pays.map((e) => e.status);
+    assert.deepEqual([statuses[0], statuses.at(-1)], [null, 200]); // timed out first, the replay last
+    assert.ok(events[0]!.error instanceof NetworkError);
+    const inProgress = events.find((e) => e.status === 409)!;
+    assert.equal(inProgress.code, "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+    const retryAfterMs = inProgress.retryAfterMs!;
+    assert.ok(retryAfterMs >= 1000 && retryAfterMs <= live!.leaseSeconds * 1000, `${retryAfterMs}`);
+    const [refused, replayed] = pays.slice(statuses.indexOf(409));
+    assert.ok(replayed!.sent - refused!.answered >= retryAfterMs);
+    assert.deepEqual([result.status, result.replayed], [200, true]);
+    assert.equal((await control<{ count: number }>("payments-of", { order_id: orderId })).count, 1);
+  });
+
+  test("429 waits at least Retry-After, then succeeds", async () => {
+    const { client, wire } = clientOf(live!.api);
+    await control("exhaust-write-rate", { diner_id: (await client.session()).dinerId, for_ms: 4000 });
+
+    const result = await client.placeOrder(orderBody());
+
+    const [limited, placed] = wire.posts(ORDERS);
+    assert.deepEqual([limited!.status, placed!.status], [429, 201]);
+    const retryAfterMs = Number(limited!.retryAfter) * 1000;
+    assert.ok(retryAfterMs >= 2000, `Retry-After ${limited!.retryAfter}`);
+    assert.ok(placed!.sent - limited!.answered >= retryAfterMs);
+    assert.equal(placed!.key, limited!.key);
+    assert.equal(result.replayed, false);
+  });
+
+  test("a key reused for another payload is a programming error, never retried", async () => {
+    const { client, wire } = clientOf(live!.api);
+    await client.placeOrder(orderBody(1), { idempotencyKey: "cart-7" });
+
+    const reused = await client.placeOrder(orderBody(3), { idempotencyKey: "cart-7" }).catch((e: unknown) => e);
+
+    assert.ok(reused instanceof IdempotencyKeyReusedError);
+    assert.deepEqual([reused.status, reused.code], [422, "IDEMPOTENCY_KEY_REUSED"]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [201, 422]);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
+  test("a 400 is final: not retried, and its key forgotten", async () => {
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.api, { storage });
+    const bad = { items: [{ dish_id: live!.dishId, quantity: 0 }], payment_method: "card" as const };
+
+    const refused = await client.placeOrder(bad).catch((e: unknown) => e);
+    const again = await client.placeOrder(bad).catch((e: unknown) => e);
+
+    assert.ok(refused instanceof ApiError && !(refused instanceof IdempotencyKeyReusedError));
+    assert.deepEqual([refused.status, refused.code], [400, "VALIDATION_ERROR"]);
+    assert.ok(again instanceof ApiError);
+    const posts = wire.posts(ORDERS);
+    assert.deepEqual(posts.map((e) => e.status), [400, 400]);
+    assert.notEqual(posts[0]!.key, posts[1]!.key); // the same request later is a new operation
+  });
+
+  test("cancel is an operation, and a conflict is final", async () => {
+    const { client, wire } = clientOf(live!.api);
+    const orderId = (await client.placeOrder(orderBody())).data.id;
+
+    const cancelled = await client.cancelOrder(orderId);
+    const again = await client.cancelOrder(orderId, { operationId: "cancel-again" }).catch((e: unknown) => e);
+
+    assert.equal(cancelled.data.status, "CANCELLED");
+    assert.ok(again instanceof ApiError);
+    assert.deepEqual([again.status, again.code], [409, "ORDER_STATUS_CONFLICT"]);
+    const cancels = wire.posts(`${ORDERS}${orderId}/cancel/`);
+    assert.deepEqual(cancels.map((e) => e.status), [200, 409]);
+    assert.notEqual(cancels[0]!.key, cancels[1]!.key);
+  });
+
+  test("a restarted app resends with the stored key and session and gets the replay", async () => {
+    const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
+    const crashed = clientOf(live!.proxy, { storage: fileAsyncStorage(path), retry: { maxAttempts: 1 } }).client;
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const failure = await crashed.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    const { dinerId } = await crashed.session();
+
+    const storage = fileAsyncStorage(path);
+    const restarted = clientOf(live!.api, { storage }).client;
+    const result = await restarted.placeOrder(orderBody(2));
+
+    assert.ok(failure instanceof RetriesExhaustedError && failure.lastError instanceof NetworkError);
+    assert.equal(result.idempotencyKey, failure.idempotencyKey);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    const lost = (await control<Dropped[]>("dropped")).at(-1);
+    assert.equal(result.body, lost!.body);
+    assert.equal((await restarted.session()).dinerId, dinerId);
+    assert.equal(await ordersOf(dinerId), 1);
+    assert.deepEqual(Object.keys(await storage.entries()).filter((k) => k.includes(":op:")), []);
+  });
+
+  test("the session is refreshed near expiry and reopened once expired", async () => {
+    const storage = memoryStorage();
+    const first = await clientOf(live!.api, { storage }).client.session();
+    const refreshing = clientOf(live!.api, { storage, refreshMarginMs: 1e12 });
+
+    const refreshed = await refreshing.client.session();
+    assert.equal(refreshed.dinerId, first.dinerId);
+    assert.ok(refreshed.expiresAt >= Math.floor(first.expiresAt / 1000) * 1000);
+    assert.equal(refreshing.wire.posts("/api/v1/diner-sessions/refresh/").length, 1);
+
+    const entry = `ordering-client:${live!.publishableKey.split(".")[0]}:session`;
+    storage.setItem(entry, JSON.stringify({ ...first, expiresAt: Date.now() - 1000 }));
+    const reopening = clientOf(live!.api, { storage });
+    await reopening.client.placeOrder(orderBody());
+    assert.notEqual((await reopening.client.session()).dinerId, first.dinerId);
+    assert.equal(reopening.wire.posts("/api/v1/diner-sessions/").length, 1);
+    assert.equal(reopening.wire.posts("/api/v1/diner-sessions/refresh/").length, 0);
+  });
+
+  test("pre-issued tokens come in batches, one per operation, and replay after a lost answer", async () => {
+    const { client, wire } = clientOf(live!.proxy, { keys: tokenKeys({ batchSize: 2 }) });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const results = [];
+    for (const quantity of [1, 2, 3]) results.push(await client.placeOrder(orderBody(quantity)));
+
+    assert.equal(wire.posts("/api/v1/idempotency-tokens/").length, 2);
+    const keys = results.map((r) => r.idempotencyKey!);
+    assert.ok(keys.every((k) => k.startsWith("tok_")) && new Set(keys).size === 3, keys.join());
+    const lost = (await control<Dropped[]>("dropped")).at(-1);
+    assert.ok(results[0]!.replayed);
+    assert.equal(results[0]!.body, lost!.body);
+    assert.equal(await ordersOf((await client.session()).dinerId), 3);
+  });
+
+  test("without tokens on the server the client falls back to UUID v4 keys", async () => {
+    const { client, wire } = clientOf(live!.databaseOnly, { keys: tokenKeys() });
+
+    const result = await client.placeOrder(orderBody());
+
+    assert.deepEqual(wire.posts("/api/v1/idempotency-tokens/").map((e) => e.status), [503]);
+    assert.equal(result.status, 201);
+    assert.match(result.idempotencyKey!, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+});

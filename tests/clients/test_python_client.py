@@ -1,0 +1,331 @@
+"""The Python client (clients/python) against a live gunicorn, with real failures injected:
+answers lost after the server committed, a request still running, a full rate-limit window."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from ordering_client import (
+    ApiError,
+    IdempotencyKeyReusedError,
+    JsonFileStorage,
+    MemoryStorage,
+    NetworkError,
+    OrderingClient,
+    RetriesExhaustedError,
+    RetryEvent,
+    RetryPolicy,
+    TokenKeys,
+)
+from ordering_client.retry import parse_retry_after
+
+from ordering.models import Payment
+from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
+from tests.support.fault_proxy import DroppingProxy
+from tests.support.live_server import LiveServer, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+ORDERS = "/api/v1/orders/"
+FAST = RetryPolicy(base_delay=0.05, max_delay=0.5)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request the client sent, as the wire saw it."""
+
+    method: str
+    path: str
+    key: str | None
+    sent: float  # monotonic
+    answered: float
+    status: int | None  # None: no answer (network error)
+    retry_after: str | None
+
+
+class RecordingTransport(httpx.HTTPTransport):
+    """httpx's real transport, noting every request and its answer (or its failure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[Exchange] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        sent = time.monotonic()
+        status = retry_after = None
+        try:
+            response = super().handle_request(request)
+            status, retry_after = response.status_code, response.headers.get("retry-after")
+            return response
+        finally:
+            self.log.append(
+                Exchange(
+                    request.method,
+                    request.url.path,
+                    request.headers.get("idempotency-key"),
+                    sent,
+                    time.monotonic(),
+                    status,
+                    retry_after,
+                )
+            )
+
+    def posts(self, path: str = ORDERS) -> list[Exchange]:
+        return [e for e in self.log if e.method == "POST" and e.path == path]
+
+
+@pytest.fixture
+def wire() -> RecordingTransport:
+    return RecordingTransport()
+
+
+@pytest.fixture
+def make_client(shop: Shop, wire: RecordingTransport) -> Iterator:
+    made: list[OrderingClient] = []
+
+    def make(base_url: str, **options) -> OrderingClient:
+        options.setdefault("retry", FAST)
+        options.setdefault("transport", wire)
+        client = OrderingClient(base_url, shop.publishable_key, **options)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def test_an_answer_lost_after_commit_is_replayed_byte_for_byte_and_orders_once(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    events: list[RetryEvent] = []
+    client = make_client(proxy.url, on_retry=events.append)
+    proxy.drop_responses(1, path=ORDERS)
+
+    result = client.place_order(shop.order_body(2))
+
+    [lost] = proxy.dropped
+    assert (lost.status, lost.headers["x-idempotent-result"]) == (201, "MISS")
+    assert [e.status for e in wire.posts()] == [None, 201]
+    assert len({e.key for e in wire.posts()}) == 1
+    assert isinstance(events[0].error, NetworkError)
+    assert (result.status, result.replayed) == (201, True)
+    assert result.body == lost.body
+    diner = client.session().diner_id
+    assert shop.orders_of(diner) == 1
+    assert client.orders()["count"] == 1
+
+
+def test_a_request_still_running_answers_409_then_the_client_gets_its_replay(
+    client_server: LiveServer, shop: Shop, row_lock: RowLock, make_client, wire
+) -> None:
+    events: list[RetryEvent] = []
+
+    def on_retry(event: RetryEvent) -> None:
+        events.append(event)
+        if event.status == 409:
+            row_lock.release()  # the first attempt may now finish
+
+    storage = MemoryStorage()  # one diner: the order's, then the impatient payer's
+    order_id = make_client(client_server.url, storage=storage).place_order(shop.order_body())
+    order_id = order_id.json()["id"]
+    impatient = make_client(client_server.url, storage=storage, timeout=1.5, on_retry=on_retry)
+    row_lock.hold(int(order_id))
+
+    result = impatient.pay_order(order_id)
+
+    statuses = [e.status for e in wire.posts(f"{ORDERS}{order_id}/pay/")]
+    assert (statuses[0], statuses[-1]) == (None, 200)  # timed out first, the replay last
+    assert isinstance(events[0].error, NetworkError)
+    in_progress = next(e for e in events if e.status == 409)
+    assert in_progress.code == "IDEMPOTENCY_REQUEST_IN_PROGRESS"
+    assert 1 <= in_progress.retry_after <= LEASE_SECONDS
+    refused, replayed = wire.posts(f"{ORDERS}{order_id}/pay/")[statuses.index(409) :][:2]
+    assert replayed.sent - refused.answered >= in_progress.retry_after
+    assert (result.status, result.replayed) == (200, True)
+    assert Payment.objects.for_tenant(shop.tenant).filter(order_id=order_id).count() == 1
+
+
+def test_429_waits_at_least_retry_after_then_succeeds(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server.url)
+    exhaust_write_rate(shop, client.session().diner_id, for_ms=4000)
+
+    result = client.place_order(shop.order_body())
+
+    limited, placed = wire.posts()
+    assert (limited.status, placed.status) == (429, 201)
+    retry_after = int(limited.retry_after or 0)
+    assert retry_after >= 2
+    assert placed.sent - limited.answered >= retry_after
+    assert limited.key == placed.key == result.idempotency_key
+    assert not result.replayed
+
+
+def test_a_key_reused_for_another_payload_is_a_programming_error_never_retried(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server.url)
+    client.place_order(shop.order_body(1), idempotency_key="cart-7")
+
+    with pytest.raises(IdempotencyKeyReusedError) as raised:
+        client.place_order(shop.order_body(3), idempotency_key="cart-7")
+
+    assert (raised.value.status, raised.value.code) == (422, "IDEMPOTENCY_KEY_REUSED")
+    assert [e.status for e in wire.posts()] == [201, 422]
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
+def test_a_400_is_final_not_retried_and_its_key_forgotten(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    storage = MemoryStorage()
+    client = make_client(client_server.url, storage=storage)
+    bad = {"items": [{"dish_id": shop.dish.pk, "quantity": 0}], "payment_method": "card"}
+
+    with pytest.raises(ApiError) as raised:
+        client.place_order(bad)
+    client.place_order(bad | {"items": [{"dish_id": shop.dish.pk, "quantity": 1}]})
+
+    assert (raised.value.status, raised.value.code) == (400, "VALIDATION_ERROR")
+    assert [e.status for e in wire.posts()] == [400, 201]
+    assert [k for k in storage._items if ":op:" in k] == []
+
+
+def test_cancel_is_an_operation_and_a_conflict_is_final(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server.url)
+    order_id = client.place_order(shop.order_body()).json()["id"]
+
+    cancelled = client.cancel_order(order_id)
+    with pytest.raises(ApiError) as raised:
+        client.cancel_order(order_id, operation_id="cancel-again")
+
+    assert cancelled.json()["status"] == "CANCELLED"
+    assert (raised.value.status, raised.value.code) == (409, "ORDER_STATUS_CONFLICT")
+    cancels = wire.posts(f"{ORDERS}{order_id}/cancel/")
+    assert [e.status for e in cancels] == [200, 409]
+    assert cancels[0].key != cancels[1].key
+
+
+def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
+) -> None:
+    path = tmp_path / "ordering-client.json"
+    crashed = make_client(
+        proxy.url, storage=JsonFileStorage(path), retry=RetryPolicy(max_attempts=1)
+    )
+    proxy.drop_responses(1, path=ORDERS)
+    with pytest.raises(RetriesExhaustedError) as raised:
+        crashed.place_order(shop.order_body(2))
+    diner = crashed.session().diner_id
+    crashed.close()
+
+    restarted = make_client(client_server.url, storage=JsonFileStorage(path))
+    result = restarted.place_order(shop.order_body(2))
+
+    assert isinstance(raised.value.last_error, NetworkError)
+    assert result.idempotency_key == raised.value.idempotency_key
+    assert (result.status, result.replayed) == (201, True)
+    assert result.body == proxy.dropped[0].body
+    assert restarted.session().diner_id == diner
+    assert shop.orders_of(diner) == 1
+    assert [k for k in json.loads(path.read_text()) if ":op:" in k] == []
+
+
+def test_the_session_is_refreshed_near_expiry_and_reopened_once_expired(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    storage = MemoryStorage()
+    first = make_client(client_server.url, storage=storage).session()
+
+    refreshed = make_client(client_server.url, storage=storage, refresh_margin=10**9).session()
+    assert refreshed.diner_id == first.diner_id
+    assert refreshed.expires_at >= int(first.expires_at)  # whole seconds
+    assert len(wire.posts("/api/v1/diner-sessions/refresh/")) == 1
+
+    [entry] = [k for k in storage._items if k.endswith(":session")]
+    storage.set(entry, json.dumps(first.__dict__ | {"expires_at": time.time() - 1}))
+    reopened = make_client(client_server.url, storage=storage)
+    reopened.place_order(shop.order_body())
+    assert reopened.session().diner_id != first.diner_id
+    assert len(wire.posts("/api/v1/diner-sessions/")) == 2
+    assert len(wire.posts("/api/v1/diner-sessions/refresh/")) == 1
+
+
+def test_pre_issued_tokens_come_in_batches_one_per_operation_and_replay_after_a_lost_answer(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(proxy.url, keys=TokenKeys(batch_size=2))
+    proxy.drop_responses(1, path=ORDERS)
+
+    results = [client.place_order(shop.order_body(n)) for n in (1, 2, 3)]
+
+    assert len(wire.posts("/api/v1/idempotency-tokens/")) == 2
+    keys = [r.idempotency_key for r in results]
+    assert all(k.startswith("tok_") for k in keys) and len(set(keys)) == 3
+    assert results[0].replayed and results[0].body == proxy.dropped[0].body
+    assert shop.orders_of(client.session().diner_id) == 3
+
+
+def test_without_tokens_on_the_server_the_client_falls_back_to_uuid_keys(
+    client_server_database: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server_database.url, keys=TokenKeys())
+
+    result = client.place_order(shop.order_body())
+
+    [refused] = wire.posts("/api/v1/idempotency-tokens/")
+    assert refused.status == 503
+    assert result.status == 201 and not result.idempotency_key.startswith("tok_")
+    assert len(result.idempotency_key) == 36
+
+
+def test_retries_are_bounded_by_attempts_and_by_total_time(shop: Shop, make_client) -> None:
+    closed = make_client(
+        f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(max_attempts=3, base_delay=0.01)
+    )
+    with pytest.raises(RetriesExhaustedError) as raised:
+        closed.menu()
+    assert raised.value.attempts == 3
+    assert isinstance(raised.value.last_error, NetworkError)
+
+    impatient = make_client(
+        f"http://127.0.0.1:{free_port()}",
+        retry=RetryPolicy(max_attempts=100, base_delay=10, max_elapsed=1),
+    )
+    with pytest.raises(RetriesExhaustedError) as raised:
+        impatient.menu()
+    assert raised.value.attempts < 100
+
+
+@pytest.mark.parametrize(
+    ("retry", "rng", "retry_after", "expected"),
+    [
+        pytest.param(1, 1.0, None, 0.5, id="first-retry-cap"),
+        pytest.param(4, 1.0, None, 4.0, id="doubles"),
+        pytest.param(20, 1.0, None, 30.0, id="capped"),
+        pytest.param(3, 0.25, None, 0.5, id="jittered"),
+        pytest.param(1, 0.0, 7.0, 7.0, id="retry-after-floor"),
+    ],
+)
+def test_backoff_is_exponential_with_full_jitter_and_retry_after_as_a_floor(
+    retry: int, rng: float, retry_after: float | None, expected: float
+) -> None:
+    assert RetryPolicy().delay(retry, retry_after, rng=lambda: rng) == expected
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after("Thu, 01 Jan 2026 12:00:05 GMT", now=now) == 5.0
+    assert parse_retry_after("soon") is None

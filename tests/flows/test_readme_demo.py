@@ -1,0 +1,237 @@
+"""The README's demo, run as a new user runs it: ``make run`` on SQLite with no Redis, then the
+"Try the API" walkthrough exactly as the README prints it, then 16 threads sending one order
+with one key.
+
+The walkthrough is read from README.md (the fenced block after the ``walkthrough`` marker) and
+run with bash; the only substitution is the port, because the demo here listens on a free port
+instead of 8000. ``KEY`` is set from the printout of ``make run``, as the README tells the
+reader to do. ``make run`` works in the repository with its database, demo-keys file and port
+moved into a temporary directory, so a developer's ``db.sqlite3`` and ``var/`` stay untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ordering.models import Order
+from tests.support.live_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+MARKER = "<!-- walkthrough:"
+DEMO_PORT = "127.0.0.1:8000"
+STORM_THREADS = 16
+
+pytestmark = pytest.mark.slow
+
+# Variables a developer's shell or `make test` may set that would point the demo elsewhere.
+_NOT_INHERITED = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "REDIS_SHARDS",
+    "REDIS_CLUSTER_URL",
+    "CELERY_BROKER_URL",
+    "APP_DB_NAME",
+    "DEMO_KEYS_FILE",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKELEVEL",
+)
+
+
+def readme_walkthrough() -> str:
+    """The fenced block that follows the walkthrough marker in README.md."""
+    text = README.read_text()
+    assert MARKER in text, f"README.md lost its walkthrough marker ({MARKER} ...)"
+    after = text[text.index(MARKER) :]
+    match = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
+    assert match is not None, "no ```sh block after the walkthrough marker"
+    return match.group(1)
+
+
+@dataclass(frozen=True)
+class Demo:
+    url: str
+    port: int
+    key: str
+    database: Path
+    printout: str
+
+
+def _untouched(paths: list[Path]) -> dict[Path, float | None]:
+    return {p: (p.stat().st_mtime if p.exists() else None) for p in paths}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """``make run`` (migrate, seed_demo, serve) with DEBUG on, SQLite in a temporary
+    directory and no Redis, until the module's tests are done."""
+    home = tmp_path_factory.mktemp("demo")
+    developer_files = [ROOT / "db.sqlite3", ROOT / "var" / "demo_keys.json"]
+    before = _untouched(developer_files)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    env |= {
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{home / 'db.sqlite3'}",
+        "DEMO_KEYS_FILE": str(home / "demo_keys.json"),
+        "PORT": str(port),
+    }
+    log_path = home / "make-run.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            ["make", "--no-print-directory", "run", f"VENV={sys.prefix}"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        key = _wait_until_serving(process, url, log_path)
+        yield Demo(url, port, key, home / "db.sqlite3", log_path.read_text())
+    finally:
+        _stop(process)
+    assert _untouched(developer_files) == before, (
+        "make run in the test touched the developer's files"
+    )
+
+
+def _wait_until_serving(process: subprocess.Popen[bytes], url: str, log_path: Path) -> str:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        printout = log_path.read_text(errors="replace")
+        assert process.poll() is None, f"make run exited {process.returncode}:\n{printout}"
+        key = re.search(r"^\s*KEY=(\S+)\s*$", printout, re.MULTILINE)
+        if key:
+            with suppress(httpx.TransportError):
+                if httpx.get(f"{url}/api/schema/", timeout=2).status_code == 200:
+                    return key.group(1)
+        time.sleep(0.2)
+    raise AssertionError(f"make run not serving after 180 s:\n{log_path.read_text()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM make's process group: scripts/run_demo.sh stops the server it started."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
+
+
+def json_documents(text: str) -> list[str]:
+    """The JSON documents printed one after another (``curl -s`` adds no newline), as text."""
+    decoder = json.JSONDecoder()
+    text = text.strip()
+    documents, position = [], 0
+    while position < len(text):
+        _, end = decoder.raw_decode(text, position)
+        documents.append(text[position:end])
+        position = end
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return documents
+
+
+def order_command(walkthrough: str) -> str:
+    """The walkthrough's order command (the one carrying an Idempotency-Key), continuation
+    lines included; empty if there is none."""
+    command = re.search(r"^curl [^\n]*Idempotency-Key[^\n]*\\\n[^\n]*$", walkthrough, re.MULTILINE)
+    return command.group(0) if command else ""
+
+
+def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -> None:
+    walkthrough = readme_walkthrough().replace(DEMO_PORT, f"127.0.0.1:{demo.port}")
+    # After the README's commands, in the same shell (same $TOKEN), check what the README says
+    # of them: the order sent again replays; the publishable key alone cannot list orders.
+    again = order_command(walkthrough).replace("curl -s ", "curl -si ", 1)
+    script = (
+        f"{walkthrough}\nprintf '\\n@@replay\\n'\n{again}\nprintf '\\n@@key-alone\\n'\n"
+        f"curl -s -o /dev/null -w '%{{http_code}}' {demo.url}/api/v1/orders/ "
+        '-H "Authorization: Api-Key $KEY"\n'
+    )
+
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env={"PATH": os.environ["PATH"], "KEY": demo.key},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    walked, _, rest = run.stdout.partition("@@replay")
+    replay, _, key_alone = rest.partition("@@key-alone")
+    menu, order, listing = map(json.loads, raw := json_documents(walked))
+    assert {dish["name"] for dish in menu} >= {"Margherita", "Carbonara"}, menu
+    assert order.get("status") == "CREATED" and order["lines"][0]["quantity"] == 2, order
+    assert listing["count"] == 1 and listing["results"][0]["id"] == order["id"], listing
+    assert again, f"no order command with an Idempotency-Key in:\n{walkthrough}"
+    head, _, body = replay.strip().partition("\n\n")  # text mode: CRLF read as LF
+    assert head.startswith("HTTP/1.1 201"), replay
+    assert "X-Idempotent-Result: HIT" in head, head
+    assert body == raw[1]  # byte for byte
+    assert key_alone.strip() == "403"
+
+
+def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
+    session = httpx.post(
+        f"{demo.url}/api/v1/diner-sessions/", headers={"Authorization": f"Api-Key {demo.key}"}
+    ).json()
+    token = session["token"]
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "storm-1"}
+    dish_id = httpx.get(
+        f"{demo.url}/api/v1/menu/", headers={"Authorization": f"Api-Key {demo.key}"}
+    ).json()[0]["id"]
+    body = {"items": [{"dish_id": dish_id, "quantity": 1}], "payment_method": "card"}
+    start = threading.Barrier(STORM_THREADS)
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        start.wait()
+        answers.append(
+            httpx.post(f"{demo.url}/api/v1/orders/", headers=headers, json=body, timeout=60)
+        )
+
+    threads = [threading.Thread(target=send) for _ in range(STORM_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(90)
+
+    assert len(answers) == STORM_THREADS
+    assert sorted(a.status_code for a in answers) == [201] * STORM_THREADS, [
+        (a.status_code, a.text[:200]) for a in answers
+    ]
+    assert len({a.content for a in answers}) == 1
+    results = sorted(a.headers["X-Idempotent-Result"] for a in answers)
+    assert results == ["HIT"] * (STORM_THREADS - 1) + ["MISS"]
+    listing = httpx.get(f"{demo.url}/api/v1/orders/", headers={"Authorization": f"Bearer {token}"})
+    assert listing.json()["count"] == 1
+    with sqlite3.connect(demo.database) as db:
+        [(orders,)] = db.execute(
+            f"SELECT count(*) FROM {Order._meta.db_table} WHERE diner_id = ?",
+            (session["diner_id"],),
+        ).fetchall()
+    assert orders == 1
