@@ -215,6 +215,13 @@ def _rate_limited(app: App) -> Any:
     return app.diner.post(TOKENS, {"count": 1}, format="json")
 
 
+def _token_quota_exceeded(app: App) -> Any:
+    app.tenant.token_quota = 2
+    app.tenant.save()
+    assert app.diner.post(TOKENS, {"count": 2}, format="json").status_code == 201
+    return app.diner.post(TOKENS, {"count": 1}, format="json")
+
+
 def _session_expired(app: App) -> Any:
     app.settings.DINER_SESSION_TTL_SECONDS = -60  # issued already past its expiry
     return app.bearer(open_session(client=app.backend, diner_id="late").token).get(ORDERS)
@@ -342,6 +349,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     IdempotencyErrorCode.RATE_LIMITED: _rate_limited,
     "SERVER_ERROR": lambda app: app.diner.get("/api/v1/boom/"),
     IdempotencyErrorCode.TOKENS_UNAVAILABLE: _tokens_unavailable,
+    IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED: _token_quota_exceeded,
     PaymentErrorCode.PAYMENT_SIGNATURE_INVALID: lambda app: _callback(
         app, lambda p: (signed_callback(payment=p)[0], {})
     ),

@@ -84,7 +84,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Issue up to 1,000 one-time tokens, each usable once as an ``Idempotency-Key``. */
+        /** @description Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the tenant would have more tokens outstanding (issued, neither used nor expired) than its quota. */
         post: operations["v1_idempotency_tokens_create"];
         delete?: never;
         options?: never;
@@ -277,6 +277,7 @@ export interface components {
         ItemIn: {
             /** Format: int64 */
             dish_id: number;
+            /** @description Portions; more than 100 of one dish per order answers 400 QUANTITY_INVALID */
             quantity: number;
         };
         OpenSessionIn: {
@@ -285,6 +286,15 @@ export interface components {
         };
         Order: {
             readonly id: string;
+            /** @description Short number for people, per restaurant and business day (1, 2, ...) */
+            readonly number: number | null;
+            /** @description e.g. "#0427" */
+            readonly number_label: string;
+            /**
+             * Format: date
+             * @description The restaurant's calendar day of the number
+             */
+            readonly business_day: string | null;
             status?: components["schemas"]["OrderStatusEnum"];
             diner_id?: string;
             payment_method: string;
@@ -306,6 +316,15 @@ export interface components {
         };
         OrderDetail: {
             readonly id: string;
+            /** @description Short number for people, per restaurant and business day (1, 2, ...) */
+            readonly number: number | null;
+            /** @description e.g. "#0427" */
+            readonly number_label: string;
+            /**
+             * Format: date
+             * @description The restaurant's calendar day of the number
+             */
+            readonly business_day: string | null;
             status?: components["schemas"]["OrderStatusEnum"];
             diner_id?: string;
             payment_method: string;
