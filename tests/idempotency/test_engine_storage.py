@@ -55,24 +55,39 @@ def test_expired_record_is_replaced_live_one_is_not():
     assert db_store.committed_result(scoped).response.body == b"second"
 
 
-def test_replay_never_carries_set_cookie(api, menu, monkeypatch):
+def test_replay_never_carries_set_cookie(api, menu, engine_mode, monkeypatch):
+    """The replay header allow-list (``REPLAY_HEADERS``) keeps a cookie and an internal header
+    the first answer carried out of every stored reply (Redis, database, local cache)."""
+    from rest_framework.response import Response
+
     from ordering.api import views
 
-    real = views.OrderListCreateView.post.__wrapped__
+    class LeakyResponse(Response):
+        """What the view would answer if something on its path set a cookie."""
 
-    def with_cookie(self, request):
-        response = real(self, request)
-        response.set_cookie("session-ish", "secret")
-        response["X-Debug-Internal"] = "1"
-        return response
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.set_cookie("session-ish", "secret")  # kept in ``cookies``
+            self["Set-Cookie"] = "raw=secret; Path=/"  # a header like any other
+            self["X-Debug-Internal"] = "1"
 
-    # the decorator wraps the handler; patch what it calls
-    monkeypatch.setattr(views.OrderListCreateView.post, "__wrapped__", with_cookie)
+    # The handler builds its answer with the module's ``Response``: the engine sees this one.
+    monkeypatch.setattr(views, "Response", LeakyResponse)
     first = post_order(api, menu, key="cookie")
-    again = post_order(api, menu, key="cookie")
-    assert "Set-Cookie" not in again.serialize_headers().decode()
-    assert "X-Debug-Internal" not in again
-    assert again["Content-Type"] == first["Content-Type"] and again.content == first.content
+    # Given the first answer really carried both (the patch is on the handler's path) ...
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    assert first.cookies["session-ish"].value == "secret" and first["X-Debug-Internal"] == "1"
+    assert first["Set-Cookie"] == "raw=secret; Path=/"
+    stores.local_cache().clear()
+    # ... when it is replayed from Redis or the database, and then from the local cache ...
+    for again in (post_order(api, menu, key="cookie"), post_order(api, menu, key="cookie")):
+        # ... then neither comes back, and the allow-listed headers and the body do.
+        assert again["X-Idempotent-Result"] == "HIT"
+        assert "secret" not in again.serialize_headers().decode()
+        assert "Set-Cookie" not in again and not again.cookies
+        assert "X-Debug-Internal" not in again
+        assert again["Content-Type"] == first["Content-Type"]
+        assert again["Location"] == first["Location"] and again.content == first.content
 
 
 # A cap below an order's body (about 600 bytes) and above its pointer form (about 150).
