@@ -47,7 +47,7 @@ __all__ = [
 DEFAULT_CHANNEL = "idem:invalidate"
 """Pub/sub channel on which purged keys are announced to in-process caches."""
 
-_SCRIPTS = ("claim", "finish", "release", "backfill", "claim_token")
+_SCRIPTS = ("claim", "finish", "release", "claim_token")
 # Scripts made of several files, run as one: the token check falls through to the plain claim.
 _COMPOSED = {"claim_token": ("claim_token", "claim"), "claim_token_prelude": ("claim_token",)}
 
@@ -213,30 +213,6 @@ class RedisIdempotencyStore:
         """Delete the claim if ``owner`` still holds it, so the client may retry at once."""
         _check_token("owner", owner)
         return self._run("release", key, owner, source=source) == 1
-
-    def backfill(
-        self,
-        *,
-        key: str,
-        fingerprint: str,
-        fingerprint_version: int,
-        response: StoredResponse,
-        ttl_ms: int,
-        field_hashes: Mapping[str, str] | None = None,
-    ) -> bool:
-        """Put back a finished result from the database, only if the key is absent."""
-        _check_fingerprints({fingerprint_version: fingerprint})
-        _check_ms("ttl_ms", ttl_ms)
-        reply = self._run(
-            "backfill",
-            key,
-            fingerprint,
-            fingerprint_version,
-            response.to_bytes(),
-            ttl_ms,
-            _hashes_json(field_hashes),
-        )
-        return reply == 1
 
     def purge(self, *, key: str) -> None:
         """Delete the entry whatever its state, and tell in-process caches to drop it."""

@@ -199,28 +199,7 @@ def test_lease_expiry_frees_the_key(store: RedisIdempotencyStore, key_prefix: st
     assert claim(store, key, owner="owner-2").outcome is Outcome.MISS
 
 
-# --- backfill, purge ----------------------------------------------------------------------
-
-
-def test_backfill_only_when_absent(
-    store: RedisIdempotencyStore, redis_client: redis.Redis, key_prefix: str
-) -> None:
-    key, busy = key_prefix + "k", key_prefix + "busy"
-
-    def backfill(target: str) -> bool:
-        return store.backfill(
-            key=target, fingerprint=FP1, fingerprint_version=1, response=RESPONSE, ttl_ms=TTL_MS
-        )
-
-    assert backfill(key) is True
-    assert TTL_MS - 2_000 < redis_client.pttl(key) <= TTL_MS
-    hit = claim(store, key)
-    assert hit.outcome is Outcome.HIT and hit.response == RESPONSE
-    assert backfill(key) is False  # a result is never overwritten
-
-    claim(store, busy)
-    assert backfill(busy) is False  # nor is a live claim
-    assert claim(store, busy, owner="owner-2").outcome is Outcome.IN_PROGRESS
+# --- purge ----------------------------------------------------------------------------------
 
 
 def test_purge_deletes_and_announces(
@@ -347,8 +326,5 @@ def test_works_on_redis_cluster(cluster_client: RedisCluster) -> None:
     cluster_client.script_flush()
     assert claim(store, key).outcome is Outcome.HIT
     store.purge(key=key)
-    assert store.backfill(
-        key=key, fingerprint=FP1, fingerprint_version=1, response=RESPONSE, ttl_ms=TTL_MS
-    )
+    assert not cluster_client.exists(key)
     assert store.release(key=key, owner="owner-1") is False
-    cluster_client.delete(key)

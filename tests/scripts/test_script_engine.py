@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from idempotency.scripts.registry import registry, sha256_of
+from idempotency.scripts.registry import VERSIONED_SCRIPTS, registry, sha256_of
 from idempotency.scripts.versions import (
     promote,
     record_contract_pass,
@@ -18,6 +18,7 @@ from idempotency.scripts.versions import (
     start_canary,
     upload_version,
 )
+from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tenants.api_keys import issue_api_key
 from tests.conftest import api_for, menu_for, use_topology
@@ -125,3 +126,55 @@ def test_check_command_runs_from_the_product_and_refuses_a_broken_version():
         )
     broken.refresh_from_db()
     assert broken.contract_passed_at is None
+
+
+def test_the_versionable_scripts_are_exactly_the_ones_requests_run(
+    api, menu, settings, monkeypatch
+):
+    """Only a script the engine calls may be versioned, and every script the store ships is
+    called: a versionable script nothing runs (as ``backfill`` was) could be promoted with no
+    effect, and a script the engine runs but cannot version could not be fixed live."""
+    from redis.commands.core import Script
+
+    from idempotency.stores.redis_store import _SCRIPTS, _script_source
+    from ordering.api import views
+    from tests.idempotency.test_tokens import issue, place
+
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "RATE_LIMIT_PER_MINUTE": None,
+        "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": None,
+    }
+    registry.reload()  # the shipped versions (an earlier test's promotion was rolled back)
+    names = {_script_source(name): name for name in _SCRIPTS}
+    token = issue(api, 1).json()["tokens"][0]  # issuing is not the claim path
+    ran: list[str] = []
+    real_call = Script.__call__
+
+    def recording(script, *args, **kwargs):
+        ran.append(names.get(script.script, "other"))
+        return real_call(script, *args, **kwargs)
+
+    monkeypatch.setattr(Script, "__call__", recording)
+    # given every kind of request the engine answers: a first execution, a replay from Redis,
+    # a 5xx (its key released), and a pre-issued token as the key
+    assert post_order(api, menu, key="first")["X-Idempotent-Result"] == "MISS"
+    stores.local_cache().clear()
+    assert post_order(api, menu, key="first")["X-Idempotent-Result"] == "HIT"
+    real_place = views.place_order
+
+    def crashing(**kwargs):
+        real_place(**kwargs)
+        raise RuntimeError("the process dies after writing")
+
+    monkeypatch.setattr(views, "place_order", crashing)
+    api.raise_request_exception = False
+    assert post_order(api, menu, key="crash").status_code == 500
+    monkeypatch.setattr(views, "place_order", real_place)
+    assert place(api, menu, token)["X-Idempotent-Result"] == "MISS"
+    # then the store's scripts are exactly the ones these requests ran ...
+    assert set(ran) == set(_SCRIPTS), ran
+    # ... and the versionable ones are those, less the token prelude, which runs in front of
+    # whichever claim version the request resolved
+    assert _script_source("claim_token").endswith(_script_source("claim"))
+    assert set(VERSIONED_SCRIPTS) == set(ran) - {"claim_token"}
