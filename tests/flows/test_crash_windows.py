@@ -9,7 +9,6 @@ case) or execute once after the lease (second case).
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import redis
@@ -17,10 +16,12 @@ from django.conf import settings
 from django.db import connection
 
 from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import Outcome
 from idempotency.stores import nodes as stores
 from idempotency.stores.redis_store import RedisIdempotencyStore
 from ordering.models import Order
 from tests.flows.test_idempotent_orders import post_order
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +66,7 @@ def test_redis_flushed_after_finish_replays_from_database(api, menu, tenant):
 
 
 def test_killed_before_commit_executes_once_after_lease(api, menu, tenant, api_principal_scope):
-    # given a claim held by a process that died before committing (lease 3.5 s, longer than
+    # given a claim held by a process that died before committing (lease 6 s, well over
     # the 2 s that create-order's "wait" policy holds a duplicate)
     store = RedisIdempotencyStore(redis.Redis.from_url(settings.REDIS_URL))
     scoped = api_principal_scope("crash-before-commit")
@@ -74,16 +75,16 @@ def test_killed_before_commit_executes_once_after_lease(api, menu, tenant, api_p
         fingerprints=fingerprints_of_order(menu),
         current_version=1,
         owner="dead-process",
-        lease_ms=3500,
+        lease_ms=6000,
     )
     # when the client retries within the lease, then (after waiting) 409 with Retry-After,
     # nothing written
     early = post_order(api, menu, key="crash-before-commit")
     assert early.status_code == 409 and early.json()["code"] == "IDEMPOTENCY_REQUEST_IN_PROGRESS"
-    assert int(early["Retry-After"]) in (1, 2) and Order.all_tenants.count() == 0
+    assert 1 <= int(early["Retry-After"]) <= 6 and Order.all_tenants.count() == 0
     # when it retries after the lease ran out, then it executes, once
-    remaining_ms = redis.Redis.from_url(settings.REDIS_URL).pttl(scoped.redis_key)
-    time.sleep(max(remaining_ms, 0) / 1000 + 0.05)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    wait_until(lambda: not client.exists(scoped.redis_key), what="the dead claim's lease expired")
     late = post_order(api, menu, key="crash-before-commit")
     assert late.status_code == 201 and late["X-Idempotent-Result"] == "MISS"
     assert Order.all_tenants.count() == 1
@@ -118,43 +119,75 @@ def api_principal_scope(api, tenant):
     return make
 
 
-def run_with_duplicate(first_call, duplicate_call, delay=0.2):
-    """Start ``first_call`` in a thread, send ``duplicate_call`` while it runs."""
-    results = {}
+class InBackground:
+    """``call()`` in a thread of its own (its own database connection), its answer kept."""
 
-    def first():
-        results["first"] = first_call()
-        connection.close()
+    def __init__(self, call):
+        self._answer = {}
 
-    thread = threading.Thread(target=first)
-    thread.start()
-    time.sleep(delay)
-    results["dup"] = duplicate_call()
-    thread.join(10)
-    return results["first"], results["dup"]
+        def run():
+            try:
+                self._answer["value"] = call()
+            finally:
+                connection.close()
+
+        self._thread = threading.Thread(target=run)
+        self._thread.start()
+
+    def answer(self):
+        self._thread.join(DEADLINE_SECONDS)
+        return self._answer["value"]
 
 
-def slowed(monkeypatch, name, seconds=0.6):
-    from ordering.api import views
+class HeldService:
+    """The view's service ``name``, held inside the first request (which has claimed its
+    key by then) until the test releases it: ``entered`` tells that it got there."""
 
-    real = getattr(views, name)
+    def __init__(self, monkeypatch, name):
+        from ordering.api import views
 
-    def slow(**kwargs):
-        time.sleep(seconds)
-        return real(**kwargs)
+        real = getattr(views, name)
+        self.entered, self.release = threading.Event(), threading.Event()
 
-    monkeypatch.setattr(views, name, slow)
+        def held(**kwargs):
+            self.entered.set()
+            assert self.release.wait(DEADLINE_SECONDS)
+            return real(**kwargs)
+
+        monkeypatch.setattr(views, name, held)
+
+    def wait_entered(self):
+        wait_until(self.entered.is_set, what="the first request inside the view")
+
+
+def told_in_progress(monkeypatch) -> threading.Event:
+    """Set once a Redis claim answers IN_PROGRESS (a duplicate met the running first)."""
+    real = RedisIdempotencyStore.claim
+    seen = threading.Event()
+
+    def claim(self, **kwargs):
+        result = real(self, **kwargs)
+        if getattr(result, "outcome", None) is Outcome.IN_PROGRESS:
+            seen.set()
+        return result
+
+    monkeypatch.setattr(RedisIdempotencyStore, "claim", claim)
+    return seen
 
 
 @pytest.mark.django_db(transaction=True)
 def test_wait_policy_holds_the_duplicate_and_replays(api, menu, monkeypatch):
-    # given a create-order request (policy "wait") that takes 0.6 s
-    slowed(monkeypatch, "place_order")
-    # when a duplicate arrives while it runs
-    first, dup = run_with_duplicate(
-        lambda: post_order(api, menu, key="slow"), lambda: post_order(api, menu, key="slow")
-    )
+    # given a create-order request (policy "wait") held inside its view
+    held = HeldService(monkeypatch, "place_order")
+    in_progress = told_in_progress(monkeypatch)
+    first = InBackground(lambda: post_order(api, menu, key="slow"))
+    held.wait_entered()
+    # when a duplicate arrives, and is told the first is still running
+    dup = InBackground(lambda: post_order(api, menu, key="slow"))
+    wait_until(in_progress.is_set, what="the duplicate waiting on the first")
+    held.release.set()
     # then the duplicate waited and replays the first's answer
+    first, dup = first.answer(), dup.answer()
     assert first.status_code == dup.status_code == 201
     assert dup["X-Idempotent-Result"] == "HIT" and dup.content == first.content
     assert Order.all_tenants.count() == 1
@@ -162,12 +195,16 @@ def test_wait_policy_holds_the_duplicate_and_replays(api, menu, monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_reject_policy_answers_409_with_retry_after(api, menu, monkeypatch):
-    # given a pay request (policy "reject") that takes 0.6 s
+    # given a pay request (policy "reject") held inside its view
     order_id = post_order(api, menu, key="o").json()["id"]
-    slowed(monkeypatch, "pay_order")
+    held = HeldService(monkeypatch, "pay_order")
     pay = lambda: api.post(f"/api/v1/orders/{order_id}/pay/")  # noqa: E731
-    first, dup = run_with_duplicate(pay, pay)
-    assert first.status_code == 200
+    first = InBackground(pay)
+    held.wait_entered()
+    # when a duplicate arrives while it runs, then it is told to retry later
+    dup = pay()
+    held.release.set()
+    assert first.answer().status_code == 200
     assert dup.status_code == 409 and dup.json()["code"] == "IDEMPOTENCY_REQUEST_IN_PROGRESS"
     assert int(dup["Retry-After"]) >= 1
     assert Order.all_tenants.get(pk=order_id).payments.count() == 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,13 +28,12 @@ from ordering.models import Dish, Order, OrderStatus, Payment, WorkerLease
 from ordering.worker_ids import KEY_PREFIX
 from tests.flows.conftest import DATABASE_ONLY_ENV, ONE_REDIS_ENV, REDIS_URL, STOCK, Shop
 from tests.support.live_server import AccessLogLine, LiveServer, live_gunicorn
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ORDERS = "/api/v1/orders/"
 QUANTITY = 3
-# Absorbed duplicates are audited by a background thread in each worker, within ~1 s.
-SETTLE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -106,26 +104,24 @@ def executed_once(
     return miss, counted
 
 
-def wait_for(condition: Callable[[], bool], *, timeout: float = SETTLE_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def access_lines(
     server: LiveServer, *, expected: int, match: Callable[[AccessLogLine], bool]
 ) -> list[AccessLogLine]:
     """The access-log lines of this storm; gunicorn writes them just after the response."""
-    wait_for(lambda: sum(map(match, server.access_log())) >= expected)
+    wait_until(
+        lambda: sum(map(match, server.access_log())) >= expected,
+        what=f"{expected} access-log lines of this storm",
+    )
     return [line for line in server.access_log() if match(line)]
 
 
 def settled_audits(shop: Shop, *, expected: int) -> Counter[str]:
-    """The duplicate audits the workers wrote, once ``expected`` arrived (or time ran out).
+    """The duplicate audits the workers wrote (a background thread in each worker writes
+    them, within about a second), once ``expected`` arrived.
 
     Waiting also keeps a late audit from landing after this test's database flush."""
     audits = DuplicateAudit.objects.filter(tenant_key=shop.tenant_key)
-    wait_for(lambda: audits.count() >= expected)
+    wait_until(lambda: audits.count() >= expected, what=f"{expected} duplicate audits")
     return Counter(audits.values_list("outcome", flat=True))
 
 

@@ -42,6 +42,7 @@ import httpx
 import pytest
 
 from config.gunicorn import WORKER_READY_MESSAGE
+from tests.support.waiting import DEADLINE_SECONDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GUNICORN_CONFIG = PROJECT_ROOT / "config" / "gunicorn.py"
@@ -126,7 +127,7 @@ def live_gunicorn(
     log_dir: Path,
     env: Mapping[str, str | None] | None = None,
     workers: int = 4,
-    ready_timeout: float = 20.0,
+    ready_timeout: float = DEADLINE_SECONDS,
     extra_args: Sequence[str] = (),
     ready_headers: Mapping[str, str] | None = None,
 ) -> Iterator[LiveServer]:

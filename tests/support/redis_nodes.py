@@ -10,11 +10,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis
+
+from tests.support import waiting
 
 
 def free_port() -> int:
@@ -83,17 +84,14 @@ class RedisNode:
         return redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
 
 
-def wait_until(ready: Callable[[], object], *, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if ready():
-                return
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not get ready in {timeout} s")
-        time.sleep(0.05)
+def wait_until(ready: Callable[[], object], *, what: str, timeout: float | None = None) -> None:
+    """Wait for a Redis node or cluster to answer (connection errors mean "not yet")."""
+    waiting.wait_until(
+        ready,
+        what=f"{what} ready",
+        timeout=timeout,
+        ignoring=(redis.ConnectionError, redis.TimeoutError, OSError),
+    )
 
 
 def start_cluster(masters: int = 3) -> list[RedisNode]:

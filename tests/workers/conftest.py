@@ -6,9 +6,12 @@ runs sharing a Redis never take each other's messages); this process publishes t
 queue while the fixture lives. It is module-scoped so that no other module's test runs while it
 consumes: their after-commit messages must not be acted on behind their backs.
 
-Broker settings are shortened for tests and apply to producer and worker alike: a 5 s
-visibility timeout with a restore sweep every second (kombu 5.7 throttles it to every 100 s
-otherwise), and saga retries after 0.1-1 s. Tasks in these tests stay well under 5 s.
+Broker settings are shortened for the worker: a 10 s visibility timeout with a restore sweep
+every second (kombu 5.7 throttles it to every 100 s otherwise), and saga retries after 0.2-1 s.
+The longest task here (a refund held 3 s) stays well under the timeout even on a busy machine;
+a task running past it would be restored and run a second time beside the first (RECIPES §4).
+Waits are for committed rows (``wait_for``), bounded by ``tests/support/waiting.py``'s
+generous deadline.
 
 Tests using it need ``@pytest.mark.django_db(transaction=True)``: the worker sees only
 committed rows.
@@ -20,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -30,10 +32,11 @@ import pytest
 import redis
 from django.conf import settings
 
+from tests.support.waiting import wait_until
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT = 30.0
 TEST_ENV = {
-    "CELERY_VISIBILITY_TIMEOUT": "5",
+    "CELERY_VISIBILITY_TIMEOUT": "10",
     "CELERY_RESTORE_INTERVAL": "1",
     "SAGA_RETRY_BASE_SECONDS": "0.2",
     "SAGA_RETRY_MAX_SECONDS": "1",
@@ -78,11 +81,14 @@ class CeleryWorker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        deadline = time.monotonic() + READY_TIMEOUT
-        while " ready." not in self.log():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Celery worker did not start:\n{self.log()[-4000:]}")
-            time.sleep(0.1)
+        process = self.process
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"Celery worker exited:\n{self.log()[-4000:]}")
+            return " ready." in self.log()
+
+        wait_until(ready, what="Celery worker ready", detail=lambda: self.log()[-4000:])
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool children at once: no clean-up, no acks."""
@@ -130,10 +136,6 @@ def celery_worker(
         broker.close()
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float, worker: CeleryWorker) -> None:
-    """Poll ``condition`` (reading committed rows) until it holds; fail with the worker log."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met in {timeout} s; worker log:\n{worker.log()[-6000:]}")
-        time.sleep(0.05)
+def wait_for(condition: Callable[[], object], *, worker: CeleryWorker) -> None:
+    """Wait until ``condition`` (reading committed rows) holds; fail with the worker log."""
+    wait_until(condition, what="worker outcome", detail=lambda: worker.log()[-6000:])

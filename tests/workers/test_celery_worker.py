@@ -54,11 +54,11 @@ def test_the_same_message_delivered_twice_has_one_effect(celery_worker, tenant, 
     # given a paid order whose order.paid event the worker consumed once (published at commit)
     order, _ = paid_order(tenant, menu["pizza"], quantity=2)
     paid = OutboxEvent.all_tenants.get(order=order, event_type=EventType.ORDER_PAID)
-    wait_for(lambda: processed(paid), timeout=10, worker=celery_worker)
+    wait_for(lambda: processed(paid), worker=celery_worker)
     # when the broker delivers the same message twice more
     dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, paid.pk)
     dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, paid.pk)
-    wait_for(lambda: processed(paid).duplicates == 2, timeout=10, worker=celery_worker)
+    wait_for(lambda: processed(paid).duplicates == 2, worker=celery_worker)
     # then the sale was counted once
     day = SalesDay.objects.for_tenant(tenant).get()
     assert (day.paid_orders, day.revenue) == (1, Decimal("19.00"))
@@ -66,10 +66,10 @@ def test_the_same_message_delivered_twice_has_one_effect(celery_worker, tenant, 
 
     # and the same for the cancel saga: run once, then its message delivered twice more
     cancel_event = cancel(tenant, order)
-    wait_for(lambda: status_of(order) == S.CANCELLED, timeout=10, worker=celery_worker)
+    wait_for(lambda: status_of(order) == S.CANCELLED, worker=celery_worker)
     dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, cancel_event.pk)
     dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, cancel_event.pk)
-    wait_for(lambda: processed(cancel_event).duplicates == 2, timeout=10, worker=celery_worker)
+    wait_for(lambda: processed(cancel_event).duplicates == 2, worker=celery_worker)
     menu["pizza"].refresh_from_db()
     assert menu["pizza"].stock == 50
     refund = SimulatedOperation.objects.get(kind="refund")
@@ -86,7 +86,6 @@ def test_a_worker_killed_mid_step_is_redelivered_and_the_step_happens_once(
     cancel(tenant, order)
     wait_for(
         lambda: SimulatedOperation.objects.filter(kind="refund").exists(),
-        timeout=10,
         worker=celery_worker,
     )
     celery_worker.kill()
@@ -95,7 +94,7 @@ def test_a_worker_killed_mid_step_is_redelivered_and_the_step_happens_once(
     celery_worker.start()
     # then the unacknowledged message is redelivered (after the visibility timeout) and the
     # saga completes without a second refund, restock or coupon return
-    wait_for(lambda: status_of(order) == S.CANCELLED, timeout=20, worker=celery_worker)
+    wait_for(lambda: status_of(order) == S.CANCELLED, worker=celery_worker)
     refund = SimulatedOperation.objects.get(kind="refund")
     assert refund.calls == 2  # the provider was asked again, with the same key
     refund_step = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT)
@@ -119,7 +118,7 @@ def test_a_step_failing_twice_then_succeeding_ends_cancelled(celery_worker, tena
     order, _ = paid_order(tenant, menu["pizza"])
     plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=2)
     cancel(tenant, order)
-    wait_for(lambda: status_of(order) == S.CANCELLED, timeout=15, worker=celery_worker)
+    wait_for(lambda: status_of(order) == S.CANCELLED, worker=celery_worker)
     refund_step = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT)
     assert (refund_step.attempts, refund_step.status, refund_step.last_error) == (3, "done", "")
     assert SimulatedOperation.objects.get(kind="refund").calls == 1
@@ -133,7 +132,7 @@ def test_failing_past_the_limit_dead_letters_and_requeue_completes_it(celery_wor
     plan_fault(order=order, step=Step.CANCEL_DELIVERY, fail_times=4)
     event = cancel(tenant, order)
     # then the saga ends in a dead letter and the order stays CANCELLING, flagged
-    wait_for(lambda: DeadLetter.objects.exists(), timeout=15, worker=celery_worker)
+    wait_for(lambda: DeadLetter.objects.exists(), worker=celery_worker)
     letter = DeadLetter.objects.get()
     assert (letter.attempts, letter.state, letter.payload["args"]) == (4, "open", [event.pk])
     assert "simulated failure of cancel_delivery" in letter.error
@@ -141,7 +140,7 @@ def test_failing_past_the_limit_dead_letters_and_requeue_completes_it(celery_wor
     assert not SimulatedOperation.objects.filter(kind="refund").exists()
     # when staff requeue it, then the worker completes the saga
     requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:test")
-    wait_for(lambda: status_of(order) == S.CANCELLED, timeout=15, worker=celery_worker)
+    wait_for(lambda: status_of(order) == S.CANCELLED, worker=celery_worker)
     assert DeadLetter.objects.get().state == "requeued" and not is_flagged(order)
     assert SimulatedOperation.objects.get(kind="refund").calls == 1
     delivery = Compensation.objects.for_tenant(tenant).get(step=Step.CANCEL_DELIVERY)
@@ -165,19 +164,19 @@ def test_the_sweeper_publishes_an_event_whose_publish_was_lost(celery_worker, te
     # when the periodic sweep runs in the worker
     dispatch.enqueue(dispatch.SWEEP_OUTBOX)
     # then the row is published and consumed, once
-    wait_for(lambda: processed(lost), timeout=10, worker=celery_worker)
+    wait_for(lambda: processed(lost), worker=celery_worker)
     lost.refresh_from_db()
     assert lost.published_at is not None and lost.publish_attempts == 1
     assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
 
 
 def test_the_simulated_provider_confirms_after_its_delay(celery_worker, settings, tenant, menu):
-    # given the demo's auto-confirming provider (the delay stays under the 5 s visibility
+    # given the demo's auto-confirming provider (the delay stays under the 10 s visibility
     # timeout: the worker holds the countdown message unacknowledged until it is due)
     settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = DELAY = 2.0
     # when a payment starts
     order, _ = paying_order(tenant, menu["pizza"])
     # then the worker confirms it, no sooner than the delay after PAYING
-    wait_for(lambda: status_of(order) == S.PAID, timeout=30, worker=celery_worker)
+    wait_for(lambda: status_of(order) == S.PAID, worker=celery_worker)
     moves = {t.to_status: t.at for t in OrderTransition.all_tenants.filter(order=order)}
     assert (moves[S.PAID] - moves[S.PAYING]).total_seconds() >= DELAY
