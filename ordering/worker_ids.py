@@ -112,6 +112,15 @@ end
 return 0
 """
 
+# Delete KEYS[1] if it still names the (dead) owner ARGV[1] and was not renewed lately: at most
+# ARGV[2] ms of the lease are left.
+_RELEASE_ABANDONED_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[2]) then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 T = TypeVar("T")
 
 
@@ -174,6 +183,17 @@ class LeaseStore(Protocol):
         """Free the id if ``owner`` still holds it."""
         ...
 
+    def holders(self) -> dict[int, str]:
+        """The owner of every id of this store's range that is leased now."""
+        ...
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        """Free the id if ``owner`` still holds it and has not renewed it for ``idle_seconds``
+        (stale-lease recovery, :mod:`ordering.instances`); whether it was freed."""
+        ...
+
 
 def _redis_client() -> redis.Redis:
     """The Redis node holding worker-id leases, picked by the same routing as tenants' keys
@@ -200,6 +220,7 @@ class RedisLeaseStore:
         self._key_prefix = key_prefix
         self._renew = self._client.register_script(_RENEW_LUA)
         self._release = self._client.register_script(_RELEASE_LUA)
+        self._release_abandoned = self._client.register_script(_RELEASE_ABANDONED_LUA)
 
     def key(self, worker_id: int) -> str:
         """The Redis key of ``worker_id``'s lease."""
@@ -219,6 +240,28 @@ class RedisLeaseStore:
     def release(self, *, worker_id: int, owner: str) -> None:
         with _redis_reachable():
             self._release(keys=[self.key(worker_id)], args=[owner])
+
+    def holders(self) -> dict[int, str]:
+        """One pipelined read of every key; on a Redis Cluster the keys (no hash tag) live on
+        several masters and the pipeline asks each master for its own."""
+        with _redis_reachable():
+            pipe = self._client.pipeline(transaction=False)
+            for worker_id in self.ids:
+                pipe.get(self.key(worker_id))
+            owners = pipe.execute()
+        return {
+            worker_id: owner.decode() if isinstance(owner, bytes) else owner
+            for worker_id, owner in zip(self.ids, owners, strict=True)
+            if owner is not None
+        }
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        # A lease not renewed for `idle_seconds` has at most this much of its TTL left.
+        ttl_ms = int((lease_seconds - idle_seconds) * 1000)
+        with _redis_reachable():
+            return bool(self._release_abandoned(keys=[self.key(worker_id)], args=[owner, ttl_ms]))
 
 
 class DatabaseLeaseStore:
@@ -256,6 +299,20 @@ class DatabaseLeaseStore:
         _outside_caller_transaction(
             lambda: WorkerLease.objects.filter(worker_id=worker_id, owner=owner).delete()
         )
+
+    def holders(self) -> dict[int, str]:
+        live = WorkerLease.objects.filter(worker_id__in=self.ids, expires_at__gte=Now())
+        return _database_reachable(lambda: dict(live.values_list("worker_id", "owner")))
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        idle = WorkerLease.objects.filter(
+            worker_id=worker_id,
+            owner=owner,
+            heartbeat_at__lt=Now() - timedelta(seconds=idle_seconds),
+        )
+        return bool(_database_reachable(lambda: idle.delete()[0]))
 
 
 def _take_row(*, worker_id: int, owner: str, lease_seconds: int, takeable: Q) -> bool:
