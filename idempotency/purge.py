@@ -38,11 +38,10 @@ def purge_expired(*, batch_size: int = 1000) -> int:
 def purge_record(record: IdempotencyRecord) -> None:
     """Forget one key everywhere: database, Redis, and every process's local cache."""
     record.delete()
-    store = node_for(record.tenant_key)
+    buckets = engine_setting("HOT_TENANT_BUCKETS").get(record.tenant_key, 1)
+    key = redis_key_for(
+        tenant=record.tenant_key, scope=record.scope, key=record.key, buckets=buckets
+    )
+    store = node_for(record.tenant_key, key=key)
     if store is not None:
-        buckets = engine_setting("HOT_TENANT_BUCKETS").get(record.tenant_key, 1)
-        store.purge(
-            key=redis_key_for(
-                tenant=record.tenant_key, scope=record.scope, key=record.key, buckets=buckets
-            )
-        )
+        store.purge(key=key)

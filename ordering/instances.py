@@ -20,6 +20,11 @@ each with a compare-owner-then-delete so nothing that changed hands meanwhile is
   length (checked atomically with the owner). Order IDs are uniqueness-critical; these rules make
   an early reclaim impossible to tell apart from the lease having lapsed on its own.
 
+Where it looks, on every topology: claims on every Redis node (each of ``REDIS_SHARDS``; on a
+cluster every master, through the cluster client), worker ids on the node the routing assigns
+them (``client_for_service("order-id-workers")``, the one the leasing processes use; on a cluster
+each key on the master its slot belongs to) and in the database.
+
 It runs when a Celery worker starts (``config/celery.py``), every ``STALE_LEASE_SWEEP_SECONDS``
 from Celery beat (``ordering.reclaim_stale_leases``), and on demand with
 ``manage.py reclaim_stale_leases`` (e.g. from cron where no beat runs).
@@ -29,29 +34,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import Any
 
-import redis
 from django.conf import settings
-from django.db.models.functions import Now
 from django_redis import get_redis_connection
 
 from idempotency.stores import instances
 from idempotency.stores.nodes import node_name
-from ordering.models import WorkerLease
-from ordering.worker_ids import KEY_PREFIX, WORKER_IDS
+from ordering.worker_ids import (
+    WORKER_IDS,
+    DatabaseLeaseStore,
+    LeaseStore,
+    LeaseStoreUnavailable,
+    RedisLeaseStore,
+)
 from tenants.redis_routing import redis_aliases
 
 logger = logging.getLogger(__name__)
-
-# Delete the worker-id lease if it still names the dead owner and was not renewed lately.
-_RELEASE_ABANDONED_LUA = """
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[2]) then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 
 @dataclass(frozen=True)
@@ -109,35 +108,32 @@ def _claim_nodes() -> list[Any]:
 
 
 def _release_worker_leases(dead_host_pids: set[str]) -> int:
+    """Free the worker ids of dead processes in every store that may hold them: the Redis node
+    (or cluster) the routing assigns the leases to, and the database."""
     if not dead_host_pids:
         return 0
-    abandoned_for = settings.ORDER_ID_LEASE_SECONDS * 2 / 3
+    lease_seconds = settings.ORDER_ID_LEASE_SECONDS
     released = 0
-    if settings.REDIS_URL:
-        released += _release_redis_leases(dead_host_pids, abandoned_for=abandoned_for)
-    for lease in WorkerLease.objects.all():
-        if _host_pid(lease.owner) in dead_host_pids:
-            released += WorkerLease.objects.filter(
-                worker_id=lease.worker_id,
-                owner=lease.owner,
-                heartbeat_at__lt=Now() - timedelta(seconds=abandoned_for),
-            ).delete()[0]
+    for store in _lease_stores():
+        try:
+            for worker_id, owner in store.holders().items():
+                if _host_pid(owner) in dead_host_pids and store.release_abandoned(
+                    worker_id=worker_id,
+                    owner=owner,
+                    idle_seconds=lease_seconds * 2 / 3,
+                    lease_seconds=lease_seconds,
+                ):
+                    released += 1
+                    logger.info("released order-ID worker id %d of dead %s", worker_id, owner)
+        except LeaseStoreUnavailable as exc:
+            logger.warning("stale-lease recovery: %s lease store skipped (%s)", store.name, exc)
     return released
 
 
-def _release_redis_leases(dead_host_pids: set[str], *, abandoned_for: float) -> int:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        keys = [f"{KEY_PREFIX}{worker_id}" for worker_id in range(WORKER_IDS)]
-        # Remaining TTL of a lease not renewed for `abandoned_for` seconds.
-        ttl_ms = int((settings.ORDER_ID_LEASE_SECONDS - abandoned_for) * 1000)
-        released = 0
-        for key, owner in zip(keys, client.mget(keys), strict=True):
-            if owner is None or _host_pid(owner.decode()) not in dead_host_pids:
-                continue
-            if client.eval(_RELEASE_ABANDONED_LUA, 1, key, owner, ttl_ms):
-                released += 1
-                logger.info("released order-ID worker lease %s of dead %s", key, owner.decode())
-        return released
-    finally:
-        client.close()
+def _lease_stores() -> list[LeaseStore]:
+    """Every place a worker id may be leased, over all 128 ids (a process started with
+    ``ORDER_ID_LEASE_STORE=database`` leases any id from the database)."""
+    stores: list[LeaseStore] = [DatabaseLeaseStore(ids=range(WORKER_IDS))]
+    if redis_aliases():
+        stores.insert(0, RedisLeaseStore(ids=range(WORKER_IDS)))
+    return stores

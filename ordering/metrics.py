@@ -1,6 +1,7 @@
-"""Metrics of the ordering app: FSM conflicts (counted in-process) and, read from the database
-at scrape time, the outbox lag and the dead letters (they must be true across all processes,
-so they are not counters kept by any one of them)."""
+"""Metrics of the ordering app: FSM conflicts and clock steps back (counted in-process) and,
+read at scrape time, the outbox lag and the dead letters (from the database) and the free
+order-ID worker ids (from the lease stores): these must be true across all processes, so they
+are not numbers kept by any one of them."""
 
 from __future__ import annotations
 
@@ -14,11 +15,19 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ordering.models import DeadLetter, OutboxEvent
+from ordering.worker_ids import free_worker_ids
 
 fsm_conflicts = Counter(
     "ordering_fsm_conflicts_total",
     "Order moves refused with ORDER_STATUS_CONFLICT (not allowed now, or lost a race)",
     ["tenant"],
+)
+
+clock_backsteps = Counter(
+    "ordering_order_id_clock_backsteps_total",
+    "Times the order-ID generator found the wall clock behind its latest reading: waited (a "
+    "step up to ORDER_ID_MAX_CLOCK_BACKSTEP_MS) or refused (a larger one: no ID issued)",
+    ["outcome"],
 )
 
 
@@ -40,8 +49,30 @@ class DatabaseCollector(Collector):
         )
 
 
+class WorkerIdCollector(Collector):
+    """How many of the 128 order-ID worker ids a new process could still lease, per store."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        free = GaugeMetricFamily(
+            "ordering_order_id_worker_ids_free",
+            "Order-ID worker ids free to lease now, per lease store (none in an unreachable one)",
+            labels=["store"],
+        )
+        capacity = GaugeMetricFamily(
+            "ordering_order_id_worker_ids_capacity",
+            "Order-ID worker ids each lease store hands out (128 in all)",
+            labels=["store"],
+        )
+        for store, (n_free, n_all) in free_worker_ids().items():
+            free.add_metric([store], n_free)
+            capacity.add_metric([store], n_all)
+        yield free
+        yield capacity
+
+
 @cache
 def database_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector())
+    registry.register(WorkerIdCollector())
     return registry

@@ -30,7 +30,8 @@ fields, not by the order they were issued in.
 Clock steps: the wall clock can step back (NTP correction, VM migration). A step of up to
 ``max_backstep_ms`` is waited out, holding the generator's lock, until the clock passes the last
 tick used; a larger step raises :class:`ClockMovedBackwards` rather than stall order placement
-for that long or reuse ticks.
+for that long or reuse ticks. Both are counted (``ordering_order_id_clock_backsteps_total``,
+by outcome) and alerted on (``docs/observability/alerts.yml``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 
+from ordering.metrics import clock_backsteps
 from ordering.worker_ids import (
     WORKER_IDS,
     ForkSafeLock,
@@ -211,6 +213,7 @@ class OrderIdGenerator:
         if backstep_ms <= 0:
             return
         if backstep_ms > self._max_backstep_ms:
+            clock_backsteps.labels(outcome="refused").inc()
             logger.error(
                 "clock moved backwards by %.0f ms (limit %d ms); refusing to issue order IDs",
                 backstep_ms,
@@ -220,6 +223,7 @@ class OrderIdGenerator:
                 f"clock moved backwards by {backstep_ms:.0f} ms, more than the "
                 f"{self._max_backstep_ms} ms the order-ID generator waits out"
             )
+        clock_backsteps.labels(outcome="waited").inc()
         logger.warning(
             "clock moved backwards by %.0f ms (limit %d ms); order IDs wait until it catches up",
             backstep_ms,

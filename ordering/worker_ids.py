@@ -6,16 +6,17 @@ each one, and no two live processes may use the same id. A process leases one fo
 
 Where leases live:
 
-- Redis, when ``REDIS_URL`` is set: key ``orderid:worker:{n}`` holds the owner token, claimed with
-  ``SET NX EX``; renewal and release are Lua scripts that first compare the owner.
-- The ``WorkerLease`` table otherwise, or when Redis is unreachable at lease time: claimed with a
-  conditional ``UPDATE ... WHERE expires_at < now()`` or an ``INSERT`` that the primary key
-  refuses to a second claimer, so the database, not a prior read, decides every race.
+- Redis, when Redis is configured (on the node the routing assigns, :func:`_redis_client`):
+  key ``orderid:worker:{n}`` holds the owner token, claimed with ``SET NX EX``; renewal and
+  release are Lua scripts that first compare the owner.
+- The ``WorkerLease`` table otherwise, or when Redis is unreachable or its ids are all held at
+  lease time: claimed with a conditional ``UPDATE ... WHERE expires_at < now()`` or an
+  ``INSERT`` that the primary key refuses to a second claimer, so the database, not a prior
+  read, decides every race.
 
-The two stores do not know about each other: a process that fell back to the database can be
-handed an id that another process still holds in Redis. The fallback is safe when Redis is down
-for every process at once (their Redis leases can no longer be renewed and lapse), not when it is
-unreachable from some processes only.
+The two stores do not know about each other, so with both they lease disjoint ids (Redis 0..63,
+the database 64..127, :func:`default_stores`): a process that fell back to the database can never
+be handed an id that another process holds in Redis.
 
 Timing: a handle vouches for its id until 2L/3 after the last successful claim or renewal,
 measured on the monotonic clock from before the request went out, so it can only err early. One
@@ -77,6 +78,7 @@ __all__ = [
     "WorkerLeaseHandle",
     "WorkerLeaseLost",
     "default_stores",
+    "free_worker_ids",
     "lease_worker_id",
 ]
 
@@ -107,6 +109,15 @@ return 0
 # Delete KEYS[1] only while it holds our token: a lease already taken over is not ours to free.
 _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# Delete KEYS[1] if it still names the (dead) owner ARGV[1] and was not renewed lately: at most
+# ARGV[2] ms of the lease are left.
+_RELEASE_ABANDONED_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[2]) then
     return redis.call('DEL', KEYS[1])
 end
 return 0
@@ -174,6 +185,17 @@ class LeaseStore(Protocol):
         """Free the id if ``owner`` still holds it."""
         ...
 
+    def holders(self) -> dict[int, str]:
+        """The owner of every id of this store's range that is leased now."""
+        ...
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        """Free the id if ``owner`` still holds it and has not renewed it for ``idle_seconds``
+        (stale-lease recovery, :mod:`ordering.instances`); whether it was freed."""
+        ...
+
 
 def _redis_client() -> redis.Redis:
     """The Redis node holding worker-id leases, picked by the same routing as tenants' keys
@@ -200,6 +222,7 @@ class RedisLeaseStore:
         self._key_prefix = key_prefix
         self._renew = self._client.register_script(_RENEW_LUA)
         self._release = self._client.register_script(_RELEASE_LUA)
+        self._release_abandoned = self._client.register_script(_RELEASE_ABANDONED_LUA)
 
     def key(self, worker_id: int) -> str:
         """The Redis key of ``worker_id``'s lease."""
@@ -219,6 +242,28 @@ class RedisLeaseStore:
     def release(self, *, worker_id: int, owner: str) -> None:
         with _redis_reachable():
             self._release(keys=[self.key(worker_id)], args=[owner])
+
+    def holders(self) -> dict[int, str]:
+        """One pipelined read of every key; on a Redis Cluster the keys (no hash tag) live on
+        several masters and the pipeline asks each master for its own."""
+        with _redis_reachable():
+            pipe = self._client.pipeline(transaction=False)
+            for worker_id in self.ids:
+                pipe.get(self.key(worker_id))
+            owners = pipe.execute()
+        return {
+            worker_id: owner.decode() if isinstance(owner, bytes) else owner
+            for worker_id, owner in zip(self.ids, owners, strict=True)
+            if owner is not None
+        }
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        # A lease not renewed for `idle_seconds` has at most this much of its TTL left.
+        ttl_ms = int((lease_seconds - idle_seconds) * 1000)
+        with _redis_reachable():
+            return bool(self._release_abandoned(keys=[self.key(worker_id)], args=[owner, ttl_ms]))
 
 
 class DatabaseLeaseStore:
@@ -256,6 +301,20 @@ class DatabaseLeaseStore:
         _outside_caller_transaction(
             lambda: WorkerLease.objects.filter(worker_id=worker_id, owner=owner).delete()
         )
+
+    def holders(self) -> dict[int, str]:
+        live = WorkerLease.objects.filter(worker_id__in=self.ids, expires_at__gte=Now())
+        return _database_reachable(lambda: dict(live.values_list("worker_id", "owner")))
+
+    def release_abandoned(
+        self, *, worker_id: int, owner: str, idle_seconds: float, lease_seconds: int
+    ) -> bool:
+        idle = WorkerLease.objects.filter(
+            worker_id=worker_id,
+            owner=owner,
+            heartbeat_at__lt=Now() - timedelta(seconds=idle_seconds),
+        )
+        return bool(_database_reachable(lambda: idle.delete()[0]))
 
 
 def _take_row(*, worker_id: int, owner: str, lease_seconds: int, takeable: Q) -> bool:
@@ -315,8 +374,9 @@ def default_stores() -> tuple[LeaseStore, ...]:
 
     With both, the ids are split: Redis leases 0..63, the database 64..127. The two stores
     cannot see each other's leases, so this is what makes falling back (and coming back) safe:
-    a process that leased in the database while a Redis node was down can never hold an id that
-    another process holds in Redis, whatever the timing.
+    a process that leased in the database while a Redis node was down, or while Redis's 64 ids
+    were all held, can never hold an id that another process holds in Redis, whatever the
+    timing.
 
     Every process writing to one database must lease from the same place: two processes whose
     Redis settings differ (a rolling change of topology) could lease the same id on two nodes.
@@ -332,12 +392,25 @@ def default_stores() -> tuple[LeaseStore, ...]:
     return (DatabaseLeaseStore(),)
 
 
+def free_worker_ids() -> dict[str, tuple[int, int]]:
+    """(free, capacity) of every lease store this process would lease from, by store name: the
+    ids a process starting now could lease. An unreachable store has none free."""
+    counts: dict[str, tuple[int, int]] = {}
+    for store in default_stores():
+        try:
+            free = len(store.ids) - len(store.holders())
+        except LeaseStoreUnavailable:
+            free = 0
+        counts[store.name] = (free, len(store.ids))
+    return counts
+
+
 def lease_worker_id(
     *, stores: Sequence[LeaseStore] | None = None, lease_seconds: int | None = None
 ) -> WorkerLeaseHandle:
     """Lease a free worker id for this process, kept alive by a heartbeat thread until released.
 
-    ``stores`` are tried in order, moving on only when one is unreachable (not when it is full).
+    ``stores`` are tried in order, moving on when one is unreachable or has no free id.
     Raises :class:`NoWorkerIdAvailable` when all 128 ids are held.
     """
     return WorkerLeaseHandle(
@@ -353,14 +426,18 @@ def _new_owner_token() -> str:
 def _claim_any(
     *, stores: Sequence[LeaseStore], owner: str, lease_seconds: int
 ) -> tuple[LeaseStore, int]:
-    """Claim an id from the first reachable store, scanning all ids from a random one.
+    """Claim an id from the first store that has one free, scanning all ids from a random one.
 
-    The random start spreads processes that start together over different ids, so they rarely
-    contend for the same key.
+    A store that is full or unreachable is passed over for the next: the stores lease disjoint
+    ids (:func:`default_stores`), so a process that finds Redis's 64 ids all held takes one of
+    the database's 64, and every process gets an id while any of the 128 is free. The random
+    start spreads processes that start together over different ids, so they rarely contend for
+    the same key.
     """
     start = random.randrange(WORKER_IDS)
     rotated = [(start + offset) % WORKER_IDS for offset in range(WORKER_IDS)]
     unreachable: list[LeaseStoreUnavailable] = []
+    full: list[LeaseStore] = []
     for store in stores:
         candidates = [i for i in rotated if i in store.ids]
         try:
@@ -370,13 +447,24 @@ def _claim_any(
             unreachable.append(exc)
             continue
         if worker_id is None:
-            raise NoWorkerIdAvailable(
-                f"all {WORKER_IDS} order-ID worker ids are leased in the {store.name} store: more "
-                f"processes issue order IDs than the ID layout allows"
+            full.append(store)
+            continue
+        if full:
+            logger.warning(
+                "order-ID worker ids of the %s store are all leased; leased %d from the %s store",
+                " and ".join(s.name for s in full),
+                worker_id,
+                store.name,
             )
         return store, worker_id
-    raise LeaseStoreUnavailable(
-        "no lease store reachable: " + "; ".join(str(exc) for exc in unreachable)
+    if unreachable:
+        raise LeaseStoreUnavailable(
+            "no lease store with a free id reachable: " + "; ".join(str(exc) for exc in unreachable)
+        )
+    raise NoWorkerIdAvailable(
+        f"all {sum(len(s.ids) for s in full)} order-ID worker ids are leased in the "
+        f"{' and '.join(s.name for s in full)} store: more processes issue order IDs than the ID "
+        f"layout allows ({WORKER_IDS}, docs/scaling.md)"
     )
 
 

@@ -59,6 +59,18 @@ if ! command -v dot >/dev/null; then
   fi
 fi
 
+# promtool (Debian's prometheus package): checks and unit-tests the alerting rules
+# (tests/observability/test_alert_rules.py). Without it those tests skip and say why.
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing prometheus (promtool, alert rules)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+      || say "could not install prometheus: the alert rule tests will be skipped"
+  else
+    say "promtool is missing (apt-get install prometheus): the alert rule tests will be skipped"
+  fi
+fi
+
 # wrk: the load generator of bench/http_load.py and of its smoke test (tests/bench/).
 if ! command -v wrk >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -104,7 +104,7 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     cached = cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
     if cached is not None and cached.outcome is Outcome.HIT:
         return _answer(req, cached, source="local")
-    store = redis_store_for(req.scoped.tenant)
+    store = redis_store_for(req.scoped.tenant, key=req.scoped.redis_key)
     if store is not None:
         owner = new_owner_token()
         try:

@@ -66,6 +66,11 @@ class ScopedKey:
         )
 
 
+def tenant_hash_tag(tenant: str) -> str:
+    """``{t:<tenant>}``: the hash tag of the tenant's keys, so its cluster slot."""
+    return f"{{t:{tenant}}}"
+
+
 def redis_key_for(*, tenant: str, scope: str, key: str, buckets: int = 1) -> str:
     """``idem:{t:<tenant>}:<scope>:<key>``; a hot tenant split into ``buckets`` sub-buckets
     gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""

@@ -55,6 +55,12 @@ local now = redis.call('TIME')
 redis.call('ZADD', KEYS[1], now[1], ARGV[1])
 return now[1]
 """
+# The registry and the clock of the node that holds it, read together (on a cluster ``TIME``
+# alone would be answered by any node).
+_CENSUS_LUA = """
+local now = redis.call('TIME')
+return {now[1], now[2], redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
+"""
 # Forget an instance only if it did not heartbeat since we judged it dead.
 _FORGET_LUA = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -193,11 +199,10 @@ def census(client: Any | None = None) -> Census | None:
     client = client if client is not None else registry_client()
     if client is None:
         return None
-    seconds, micros = client.time()
-    entries = client.zrange(REGISTRY_KEY, 0, -1, withscores=True)
+    seconds, micros, flat = client.eval(_CENSUS_LUA, 1, REGISTRY_KEY)
     return Census(
-        now=seconds + micros / 1e6,
-        last_seen={_text(member): float(score) for member, score in entries},
+        now=int(seconds) + int(micros) / 1e6,
+        last_seen={_text(flat[i]): float(flat[i + 1]) for i in range(0, len(flat), 2)},
     )
 
 

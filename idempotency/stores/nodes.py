@@ -1,5 +1,11 @@
 """Process-wide engine state: the local result cache, its invalidation listeners, and one
-guarded :class:`RedisIdempotencyStore` (store + circuit breaker) per Redis node."""
+guarded :class:`RedisIdempotencyStore` (store + circuit breaker) per Redis node.
+
+A node is a standalone server, or one master of a Redis Cluster: on a cluster each master that
+serves a tenant's slot (its ``{t:<tenant>}`` hash tag, or a hot tenant's sub-bucket) gets a
+breaker of its own, named ``cluster:<host>:<port>`` like the usage census names it, so a slow or
+dead master sends only the tenants whose slots it serves to database-only. The masters of one
+cluster share its client, store and invalidation listener (one per client)."""
 
 from __future__ import annotations
 
@@ -10,10 +16,11 @@ from functools import cache
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency import metrics
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
+from idempotency.core.keys import tenant_hash_tag
 from idempotency.stores.breaker import BreakerState, CircuitBreaker
 from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
 from idempotency.stores.redis_store import RedisIdempotencyStore
@@ -21,8 +28,9 @@ from idempotency.stores.redis_store import RedisIdempotencyStore
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_nodes: dict[str, GuardedStore] = {}
-_listeners: dict[str, InvalidationListener] = {}
+_nodes: dict[str, GuardedStore] = {}  # by node: a standalone server or a cluster master
+_stores: dict[str, RedisIdempotencyStore] = {}  # by client: a standalone server or a cluster
+_listeners: dict[str, InvalidationListener] = {}  # by client
 
 
 @cache
@@ -72,43 +80,62 @@ class GuardedStore:
 
 
 def node_name(client: Any) -> str:
+    """The client's name: a standalone server's ``host:port/db``, or ``cluster``."""
     if isinstance(client, RedisCluster):
         return "cluster"
     kwargs = client.connection_pool.connection_kwargs
     return f"{kwargs.get('host', 'unix')}:{kwargs.get('port', '')}/{kwargs.get('db', 0)}"
 
 
-def node_for(tenant_key: str) -> GuardedStore | None:
-    """The guarded store of the tenant's Redis node, whatever its breaker says (None: no
-    Redis configured)."""
+def serving_node_name(client: Any, slot_key: str) -> str:
+    """The node that serves ``slot_key``: the client's own server, or on a cluster the master of
+    the key's slot (``cluster:<host>:<port>``, from the client's slot map, no round trip)."""
+    if not isinstance(client, RedisCluster):
+        return node_name(client)
+    try:
+        master = client.nodes_manager.get_node_from_slot(client.keyslot(slot_key))
+    except RedisClusterException:  # the slot map is not known yet: one breaker for the unknown
+        return "cluster"
+    return f"cluster:{master.name}"
+
+
+def node_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
+    """The guarded store of the node serving the tenant (on a cluster: ``key``'s slot, by
+    default the tenant's hash tag), whatever its breaker says (None: no Redis configured)."""
     hook = engine_hook("REDIS_CLIENT_FOR_TENANT")
     client = hook(tenant_key) if hook else None
     if client is None:
         return None
-    name = node_name(client)
+    name = serving_node_name(client, key or tenant_hash_tag(tenant_key))
     node = _nodes.get(name)
     if node is None:
         with _lock:
             node = _nodes.get(name)
             if node is None:
                 node = _nodes[name] = _new_node(name, client)
-    _listeners[name].ensure_running()
+    _listeners[node_name(client)].ensure_running()
     return node
 
 
-def redis_store_for(tenant_key: str) -> GuardedStore | None:
+def redis_store_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
     """The tenant's store if its node may be used now; None means database-only (no Redis
     configured, or the node's breaker is open)."""
-    node = node_for(tenant_key)
+    node = node_for(tenant_key, key=key)
     return node if node is not None and node.breaker.allow() else None
 
 
 def _new_node(name: str, client: Any) -> GuardedStore:
-    store = RedisIdempotencyStore(client, channel=channel_name("invalidate"))
+    client_name = node_name(client)
+    store = _stores.get(client_name)
+    if store is None:
+        store = _stores[client_name] = RedisIdempotencyStore(
+            client, channel=channel_name("invalidate")
+        )
+        listener = InvalidationListener(client, local_cache(), channel=store.channel)
+        _listeners[client_name] = listener
+        listener.start()
     breaker = CircuitBreaker(name, on_change=metrics.breaker_changed, **engine_setting("BREAKER"))
     metrics.breaker_changed(name, breaker.state)
-    listener = _listeners[name] = InvalidationListener(client, local_cache(), channel=store.channel)
-    listener.start()
     return GuardedStore(name, store, breaker)
 
 
@@ -123,6 +150,7 @@ def reset() -> None:
         for listener in _listeners.values():
             listener.stop()
         _nodes.clear()
+        _stores.clear()
         _listeners.clear()
     local_cache().clear()
 

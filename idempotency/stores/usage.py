@@ -20,6 +20,7 @@ host's metrics view imports this module, nothing else does.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -35,10 +36,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.nodes import node_name
+
+logger = logging.getLogger(__name__)
 
 _TENANT_TAG = re.compile(rb"\{t:([^}:]+)(?::\d+)?\}")
 _SCAN_BATCH = 1000  # keys asked of one SCAN call
@@ -86,11 +90,16 @@ class TenantUsage:
             return dict(self._records)
 
     def census(self) -> dict[str, KeyCensus]:
-        """Every node's census, each advanced by one bounded step."""
+        """Every node's census, each advanced by one bounded step. An unreachable node keeps
+        its last complete pass (its age grows): a scrape during an outage still answers."""
         budget = engine_setting("USAGE_SCAN_KEYS")
         with self._lock:
             for name, client in _node_clients():
-                self._census.setdefault(name, KeyCensus()).advance(client, budget)
+                census = self._census.setdefault(name, KeyCensus())
+                try:
+                    census.advance(client, budget)
+                except RedisError as exc:
+                    logger.warning("key census of %s skipped: %s", name, exc)
             return dict(self._census)
 
     def reset(self) -> None:

@@ -8,6 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ordering.models import Order
+from ordering.worker_ids import lease_worker_id
+from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
 
 pytestmark = pytest.mark.django_db
@@ -97,3 +99,38 @@ def test_outcomes_breaker_outbox_and_conflicts_are_exported(
     assert re.search(r"^idempotency_breaker_state\{node=\"[^\"]+\"\} 0\.0$", body, re.M)
     assert "ordering_outbox_lag_seconds" in body and "ordering_dead_letters" in body
     assert Order.all_tenants.count() == 1
+
+
+def free_ids(body: str) -> dict[str, float]:
+    return {
+        store: value(body, "ordering_order_id_worker_ids_free", store=store)
+        for store in ("redis", "database")
+    }
+
+
+def test_free_order_id_worker_ids_follow_the_leases(client):
+    # given Redis configured: Redis leases ids 0..63 and the database 64..127
+    body = scrape(client).content.decode()
+    for store in ("redis", "database"):
+        assert value(body, "ordering_order_id_worker_ids_capacity", store=store) == 64
+    before = free_ids(body)
+    # when three more processes lease an id
+    handles = [lease_worker_id(lease_seconds=30) for _ in range(3)]
+    try:
+        # then three fewer are free in Redis
+        held = free_ids(scrape(client).content.decode())
+        assert held == {"redis": before["redis"] - 3, "database": before["database"]}
+    finally:
+        for handle in handles:
+            handle.release()
+    assert free_ids(scrape(client).content.decode()) == before
+
+
+def test_an_unreachable_redis_has_no_free_worker_ids(client, transactional_db, settings):
+    use_topology(settings, shards=["redis://127.0.0.1:1/0"])  # nothing listens on port 1
+    assert free_ids(scrape(client).content.decode()) == {"redis": 0, "database": 64}
+    handle = lease_worker_id(lease_seconds=30)  # a process starting now: the database's range
+    try:
+        assert free_ids(scrape(client).content.decode()) == {"redis": 0, "database": 63}
+    finally:
+        handle.release()

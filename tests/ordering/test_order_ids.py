@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+from prometheus_client import REGISTRY
 
 from ordering import order_ids
 from ordering.order_ids import (
@@ -191,16 +192,29 @@ def test_used_up_tick_waits_for_the_next(lease: LeaseFactory) -> None:
     assert sum(clock.sleeps) == pytest.approx(0.0065, abs=1e-5)  # the rest of the tick
 
 
+def backsteps() -> dict[str, float]:
+    """``ordering_order_id_clock_backsteps_total`` by outcome, as /metrics exports it."""
+    return {
+        outcome: REGISTRY.get_sample_value(
+            "ordering_order_id_clock_backsteps_total", {"outcome": outcome}
+        )
+        or 0.0
+        for outcome in ("waited", "refused")
+    }
+
+
 def test_small_clock_step_back_is_waited_out(
     lease: LeaseFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = FakeClock(at=MID_TICK)
     generator = OrderIdGenerator(worker_lease=lease(), clock=clock, sleep=clock.sleep)
     before = generator.next_id(shard=2, dish_bucket=2)
+    counted = backsteps()
 
     clock.step(ms=-50)
     after = generator.next_id(shard=2, dish_bucket=2)
 
+    assert backsteps() == {"waited": counted["waited"] + 1, "refused": counted["refused"]}
     assert after > before
     assert decode_order_id(after).issued_at == EPOCH + timedelta(milliseconds=(SOME_TICK + 1) * 10)
     assert sum(clock.sleeps) == pytest.approx(0.0565, abs=1e-5)  # 50 ms + the rest of the tick
@@ -213,6 +227,7 @@ def test_large_clock_step_back_is_refused_and_issues_nothing(
     clock = FakeClock(at=MID_TICK)
     generator = OrderIdGenerator(worker_lease=lease(), clock=clock, sleep=clock.sleep)
     before = generator.next_id(shard=2, dish_bucket=2)
+    counted = backsteps()
 
     clock.step(ms=-5000)
     with (
@@ -221,6 +236,7 @@ def test_large_clock_step_back_is_refused_and_issues_nothing(
     ):
         generator.next_id(shard=2, dish_bucket=2)
     assert clock.sleeps == []
+    assert backsteps() == {"waited": counted["waited"], "refused": counted["refused"] + 1}
     assert [r.levelname for r in caplog.records if r.name == "ordering.order_ids"] == ["ERROR"]
 
     clock.step(ms=5000)  # back where it was: the refused call used no sequence number

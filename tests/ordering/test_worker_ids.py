@@ -309,3 +309,42 @@ def test_lease_store_can_be_forced_to_the_database(transactional_db: None, setti
     settings.ORDER_ID_LEASE_STORE = "database"
     [store] = default_stores()
     assert isinstance(store, DatabaseLeaseStore) and store.ids == range(WORKER_IDS)
+
+
+def test_a_full_redis_range_falls_back_to_the_database_range(
+    transactional_db: None, lease: LeaseFactory, redis_client: redis.Redis
+) -> None:
+    # given the two stores as configured with Redis (Redis 0..63, the database 64..127)
+    prefix = f"test:{uuid.uuid4().hex[:12]}:orderid:worker:"
+    redis_half, db_half = (
+        RedisLeaseStore(key_prefix=prefix, ids=range(64)),
+        DatabaseLeaseStore(ids=range(64, WORKER_IDS)),
+    )
+    assert [s.ids for s in default_stores()] == [redis_half.ids, db_half.ids]
+    stores: list[LeaseStore] = [redis_half, db_half]
+    try:
+        # when 64 processes hold every Redis id
+        in_redis = [lease(stores=stores) for _ in range(64)]
+        assert sorted(h.worker_id for h in in_redis) == list(range(64))
+        assert not WorkerLease.objects.exists()
+        # then the next one gets an id of the database's range
+        fallback = lease(stores=stores)
+        assert fallback.worker_id >= 64 and fallback.is_valid()
+        assert WorkerLease.objects.get(worker_id=fallback.worker_id).owner == fallback.owner
+        assert all(h.is_valid() for h in in_redis)
+        # and only when the database's are all held too is a process refused
+        held_until = timezone.now() + timedelta(minutes=5)
+        WorkerLease.objects.bulk_create(
+            WorkerLease(worker_id=n, owner="other", expires_at=held_until, heartbeat_at=held_until)
+            for n in range(64, WORKER_IDS)
+            if n != fallback.worker_id
+        )
+        with pytest.raises(NoWorkerIdAvailable, match=r"all 128 .* redis and database"):
+            lease(stores=stores)
+        # and an id given back in Redis is the next one leased
+        in_redis[7].release()
+        assert lease(stores=stores).worker_id == in_redis[7].worker_id
+    finally:
+        keys = list(redis_client.scan_iter(match=f"{prefix}*"))
+        if keys:
+            redis_client.delete(*keys)

@@ -112,13 +112,14 @@ def test_worker_id_leases_of_long_dead_instances_are_released(client):
     client.set(f"{KEY_PREFIX}{renewed}", "deadhost:4343:9e9e9e9e", ex=LEASE)
     client.set(f"{KEY_PREFIX}{live}", "livehost:77:9d9d9d9d", ex=LEASE // 3 - 1)
     client.set(f"{KEY_PREFIX}{reused}", "samehost:99:9c9c9c9c", ex=LEASE // 3 - 1)
-    # and a database lease (Redis was down when it was taken) of the dead instance
-    old = timezone.now() - timedelta(seconds=LEASE)
+    # and a database lease (Redis was down when it was taken) of the dead instance, not lapsed
+    # yet but not renewed for 2/3 of the lease
+    last_renewed = timezone.now() - timedelta(seconds=LEASE * 2 / 3 + 1)
     WorkerLease.objects.create(
         worker_id=abandoned,
         owner="deadhost:4242:9f9f9f9f",
-        expires_at=timezone.now(),
-        heartbeat_at=old,
+        expires_at=last_renewed + timedelta(seconds=LEASE),
+        heartbeat_at=last_renewed,
     )
 
     report = reclaim_stale_leases()

@@ -1,0 +1,195 @@
+"""One breaker per cluster master: a slow master degrades only the tenants whose slots it serves.
+
+A three-master cluster of this module's own, with the delaying proxy (``tests/support/
+slow_proxy.py``) in front of one master: that master announces the proxy's port
+(``cluster-announce-port``), so every cluster client reaches it through the proxy only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+from redis.cluster import RedisCluster
+
+from idempotency.stores import nodes as stores
+from idempotency.stores.breaker import BreakerState
+from tenants.models import Tenant
+from tests.conftest import api_for, menu_for, use_topology
+from tests.flows.test_idempotent_orders import post_order
+from tests.support.redis_nodes import RedisNode, start_cluster
+from tests.support.slow_proxy import SlowProxy
+
+pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db]
+
+BREAKER = {"min_calls": 5, "open_seconds": 3, "p99_threshold_ms": 200, "window_seconds": 60}
+DELAY = 0.3
+
+
+@dataclass
+class ProxiedCluster:
+    nodes: list[RedisNode]
+    proxy: SlowProxy
+    slow: RedisNode  # the master behind the proxy
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def slow_name(self) -> str:
+        """The breaker (and metric) name of the slow master: the address clients reach it by."""
+        return f"cluster:127.0.0.1:{self.proxy.port}"
+
+
+@pytest.fixture(scope="module")
+def proxied_cluster() -> Iterator[ProxiedCluster]:
+    nodes = start_cluster(3)
+    slow = nodes[1]
+    proxy = SlowProxy(slow.port)
+    try:
+        slow.client().config_set("cluster-announce-port", proxy.port)
+        _wait_for(
+            lambda: all(any(s[2][1] == proxy.port for s in _slots(n)) for n in nodes),
+            what="every node to announce the proxy",
+        )
+        yield ProxiedCluster(nodes=nodes, proxy=proxy, slow=slow)
+    finally:
+        proxy.close()
+        for node in nodes:
+            node.remove()
+
+
+def _slots(node: RedisNode) -> list[Any]:
+    return node.client().execute_command("CLUSTER SLOTS")
+
+
+def _wait_for(condition: Callable[[], object], *, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Shop:
+    tenant: Tenant
+    api: Any
+    menu: Any
+    home: RedisNode  # the master serving the tenant's slot, reached directly (not proxied)
+
+    def order(self, key: str) -> Any:
+        stores.local_cache().clear()
+        return post_order(self.api, self.menu, key=key)
+
+    def in_redis(self) -> int:
+        """How many of the tenant's idempotency keys its master holds."""
+        return len(list(self.home.client().scan_iter(match=f"idem:{{t:{self.tenant.pk}}}:*")))
+
+
+@pytest.fixture
+def shops(
+    settings: Any, proxied_cluster: ProxiedCluster, make_tenant: Callable[..., Tenant]
+) -> dict[str, list[Shop]]:
+    """Two tenants served by the slow master and two served by the others."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "BREAKER": BREAKER}
+    use_topology(settings, cluster=proxied_cluster.url)
+    proxied_cluster.proxy.delay = 0.0
+    client = RedisCluster(host="127.0.0.1", port=proxied_cluster.nodes[0].port)
+    by_port = {n.port: n for n in proxied_cluster.nodes}
+    by_port[proxied_cluster.proxy.port] = proxied_cluster.slow
+    groups: dict[str, list[Shop]] = {"slow": [], "healthy": []}
+    while min(len(g) for g in groups.values()) < 2:
+        tenant = make_tenant()
+        port = client.get_node_from_key(f"{{t:{tenant.pk}}}").port
+        group = groups["slow" if port == proxied_cluster.proxy.port else "healthy"]
+        if len(group) < 2:
+            group.append(
+                Shop(tenant, api_for(tenant, diner="d1"), menu_for(tenant, 1000), by_port[port])
+            )
+    client.close()
+    for node in proxied_cluster.nodes:
+        node.client().flushall()
+    return groups
+
+
+def breaker_of(name: str) -> BreakerState:
+    return BreakerState(stores.breaker_states()[name])
+
+
+def gauge(name: str) -> float | None:
+    return REGISTRY.get_sample_value("idempotency_breaker_state", {"node": name})
+
+
+def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, shops):
+    slow, healthy = shops["slow"], shops["healthy"]
+    # given every tenant on the Redis path: each first execution leaves its key in Redis
+    for shop in slow + healthy:
+        assert shop.order("warm")["X-Idempotent-Result"] == "MISS"
+        assert shop.in_redis() == 1
+    names = set(stores.breaker_states())
+    assert proxied_cluster.slow_name in names and len(names) == 3  # one breaker per master
+
+    # when the master behind the proxy turns slow (every command +300 ms)
+    proxied_cluster.proxy.delay = DELAY
+    for i in range(10):
+        assert slow[i % 2].order(f"slowing-{i}").status_code == 201
+        if breaker_of(proxied_cluster.slow_name) is BreakerState.OPEN:
+            break
+    # then its breaker opens, and only its breaker
+    assert breaker_of(proxied_cluster.slow_name) is BreakerState.OPEN
+    assert gauge(proxied_cluster.slow_name) == 2
+    for name in names - {proxied_cluster.slow_name}:
+        assert breaker_of(name) is BreakerState.CLOSED and gauge(name) == 0
+
+    # and while it is open its tenants run database-only: first executions and replays work,
+    # and no new key reaches Redis; the other masters' tenants keep the Redis path
+    breaker = stores.node_for(str(slow[0].tenant.pk)).breaker
+    for i in range(4):
+        for shop in slow:
+            before = shop.in_redis()
+            if breaker.state is not BreakerState.OPEN:
+                break  # open_seconds passed on a busy machine: probing starts
+            first = shop.order(f"degraded-{i}")
+            assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+            replay = shop.order(f"degraded-{i}")
+            assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
+            assert shop.in_redis() == before
+        for shop in healthy:
+            before = shop.in_redis()
+            assert shop.order(f"healthy-{i}")["X-Idempotent-Result"] == "MISS"
+            assert shop.in_redis() == before + 1
+    assert breaker_of(proxied_cluster.slow_name) is not BreakerState.CLOSED
+
+    # when the master is fast again, probes close its breaker and its tenants return to Redis
+    proxied_cluster.proxy.delay = 0.0
+    _wait_for(lambda: breaker.state is not BreakerState.OPEN, what="half-open")
+    deadline = time.monotonic() + 60
+    i = 0
+    while breaker.state is not BreakerState.CLOSED and time.monotonic() < deadline:
+        assert slow[i % 2].order(f"recovering-{i}").status_code == 201
+        i += 1
+    assert breaker.state is BreakerState.CLOSED and gauge(proxied_cluster.slow_name) == 0
+    for shop in slow:
+        before = shop.in_redis()
+        assert shop.order("back")["X-Idempotent-Result"] == "MISS"
+        assert shop.in_redis() == before + 1
+
+
+def test_the_breaker_follows_the_slot_not_the_cluster(proxied_cluster, shops):
+    # a hot tenant's sub-bucket keys are judged by the master of their own slot
+    client = RedisCluster(host="127.0.0.1", port=proxied_cluster.nodes[0].port)
+    tenant = shops["healthy"][0].tenant
+    names = {
+        stores.node_for(str(tenant.pk), key=f"idem:{{t:{tenant.pk}:{b}}}:x").name for b in range(16)
+    }
+    masters = {
+        f"cluster:{client.get_node_from_key(f'{{t:{tenant.pk}:{b}}}').name}" for b in range(16)
+    }
+    client.close()
+    assert names == masters and len(names) >= 2
