@@ -62,6 +62,8 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "INSTANCE_REGISTRY": ("true", "must be True or False"),
     "INSTANCE_HEARTBEAT_SECONDS": (0, "must be more than 0"),
     "INSTANCE_DEAD_AFTER_SECONDS": (-15, "must be more than 0"),
+    "DATABASE_CLAIM_UNDER_REDIS": ("on", "must be True or False"),
+    "VIEW_EXECUTED_HOOK": ("idempotency.tests.no_such_counter.count", "cannot be imported"),
 }
 
 
