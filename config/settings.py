@@ -116,6 +116,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"transaction_mode": "IMMEDIATE", "timeout": 20}
     )
+# Behind PgBouncer in transaction mode (docs/scaling.md, "Fleet setup"): a server-side cursor
+# lives in one server connection's session, which the pooler may hand to another client between
+# transactions, so set DATABASE_DISABLE_SERVER_SIDE_CURSORS=1 there.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool(
+    "DATABASE_DISABLE_SERVER_SIDE_CURSORS", False
+)
 # A live test server (gunicorn started by the test suite) shares pytest's test database.
 if os.environ.get("APP_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["APP_DB_NAME"]
@@ -353,6 +359,11 @@ IDEMPOTENCY = {
     # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
     "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
+    # Also take the database claim under a Redis claim (ADR 0005): a duplicate that falls back
+    # to the database because Redis died mid-run then waits for that run (one more statement)
+    "DATABASE_CLAIM_UNDER_REDIS": env_bool("IDEMPOTENCY_DATABASE_CLAIM_UNDER_REDIS", False),
+    # Tests only: called each time a view body runs (tests/support/view_executions.py)
+    "VIEW_EXECUTED_HOOK": os.environ.get("IDEMPOTENCY_VIEW_EXECUTED_HOOK") or None,
 }
 
 # --- celery / payments ------------------------------------------------------------------

@@ -35,6 +35,7 @@ HOOKS = (
     "RATE_LIMIT_FOR_TENANT",
     "RATE_LIMIT_CEILING_FOR_TENANT",
     "TOKEN_QUOTA_FOR_TENANT",
+    "VIEW_EXECUTED_HOOK",
 )
 REQUIRED = ("SCOPE_RESOLVER",)
 POSITIVE_INTS = (
@@ -62,7 +63,7 @@ NON_NEGATIVE_NUMBERS = (
     "RATE_LIMIT_CACHE_SECONDS",
     "USAGE_CACHE_SECONDS",
 )
-BOOLEANS = ("ENABLED", "AUDIT_IN_BACKGROUND", "INSTANCE_REGISTRY")
+BOOLEANS = ("ENABLED", "AUDIT_IN_BACKGROUND", "INSTANCE_REGISTRY", "DATABASE_CLAIM_UNDER_REDIS")
 
 
 @register(Tags.compatibility)
@@ -89,7 +90,27 @@ def check_engine_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 id="idempotency.W001",
             )
         )
+    messages.extend(_database_claim_warnings())
     return messages
+
+
+def _database_claim_warnings() -> list[CheckMessage]:
+    """The database claim on SQLite is the writer lock a transaction takes when it begins
+    (ADR 0005); a deferred transaction takes it only at its first write, after the view ran."""
+    database = settings.DATABASES.get("default", {})
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return []
+    if str(database.get("OPTIONS", {}).get("transaction_mode", "")).upper() == "IMMEDIATE":
+        return []
+    return [
+        Warning(
+            'DATABASES["default"] is SQLite without OPTIONS["transaction_mode"] = "IMMEDIATE": '
+            "without Redis, concurrent duplicates may each run the view before the record's "
+            "unique index rolls all but one back.",
+            hint='Set DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
+            id="idempotency.W002",
+        )
+    ]
 
 
 def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:

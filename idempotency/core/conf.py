@@ -93,6 +93,14 @@ DEFAULTS: dict[str, Any] = {
     "INSTANCE_REGISTRY": True,
     "INSTANCE_HEARTBEAT_SECONDS": 5.0,
     "INSTANCE_DEAD_AFTER_SECONDS": 15.0,
+    # The database claim (ADR 0005) is taken whenever Redis did not claim the key. True: also
+    # under a Redis claim (one more statement per first execution), so that a duplicate that
+    # falls back to the database because Redis died mid-run waits for the run instead of
+    # repeating it.
+    "DATABASE_CLAIM_UNDER_REDIS": False,
+    # Tests and diagnostics only: dotted path called as hook(tenant=, endpoint=, key=) each time
+    # the engine runs a view body (before it runs; a run rolled back later still counts)
+    "VIEW_EXECUTED_HOOK": None,
 }
 
 

@@ -10,9 +10,11 @@
         │commit
     Redis finish (compare owner) ──► answer, X-Idempotent-Result: MISS
 
-Without Redis (not configured, or failing) the claim step is a database lookup and the
-database's unique constraint alone arbitrates: the contract stays the same, duplicates still
-execute once. A 5xx answer is rolled back and its key released, so the client may retry; so is
+Without a Redis claim (not configured, the node's breaker open, a Redis error) the claim is
+taken in the database instead (``stores/database_claim.py``, ADR 0005): inside the business
+transaction, before the committed-record check, so a duplicate waits for the first to commit
+(``wait``) or is refused with 409 (``reject``) and never runs the view. The contract stays the
+same. A 5xx answer is rolled back and its key released, so the client may retry; so is
 a refusal too large to keep (``idempotency/core/replies.py`` bounds every stored reply).
 
 A pre-issued token used as the key is consumed in the claim's own Lua call; a refused token
@@ -35,7 +37,7 @@ from redis.exceptions import RedisError
 
 from idempotency import audit, metrics
 from idempotency.core import responses
-from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.conf import Policy, engine_hook, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
 from idempotency.core.keys import ScopedKey
@@ -44,6 +46,7 @@ from idempotency.core.replies import to_stored
 from idempotency.core.transactions import engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import database as db_store
+from idempotency.stores import database_claim
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
@@ -192,23 +195,21 @@ def _execute(
     doomed = False
     try:
         with engine_transaction():
-            response = execute()
-            kept = to_stored(response) if response.status_code < 500 else None
-            if kept is None:
-                # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing
-                # of it is written, and the key is released below for a retry.
-                transaction.set_rollback(True)
-            elif transaction.get_rollback():
-                # The view refused after writing (a service raised inside the transaction,
-                # without a savepoint, see idempotency/core/transactions.py): its writes are rolled
-                # back with ours; the refusal is recorded on its own below.
-                stored, doomed = kept, True
-            else:
-                stored = kept
-                _record(req, stored)
+            committed = _claim_in_database(req, redis_claimed=store is not None)
+            if committed is None:
+                response, stored, doomed = _run_view(req, execute)
+        if committed is not None:
+            # A duplicate committed while we waited for the claim: replay it, run nothing.
+            _finish(store, req, owner, committed.response)
+            return _answer(req, _as_claim(req, committed), source="database")
         if doomed:
             with transaction.atomic():
                 _record(req, stored)
+    except database_claim.ClaimBusy:
+        # A duplicate holds the database claim (reject policy, or the wait budget ran out).
+        _release(store, req, owner)
+        _audit(req, "IN_PROGRESS", source="database")
+        return responses.in_progress(None)
     except (_AlreadyCommitted, IntegrityError):
         # A duplicate won the race in the database (Redis lost the claim, or database-only
         # mode). Our transaction is rolled back; the winner's committed result is the answer.
@@ -229,6 +230,49 @@ def _execute(
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="MISS")
     response[responses.RESULT_HEADER] = "MISS"
     return response
+
+
+def _claim_in_database(
+    req: IdempotentRequest, *, redis_claimed: bool
+) -> db_store.CommittedResult | None:
+    """Take the key's database claim in the current transaction (ADR 0005); the record a
+    duplicate committed first, if any, which is then the answer.
+
+    Without a Redis claim this is what keeps duplicates from running the view; under a Redis
+    claim it is taken only with ``DATABASE_CLAIM_UNDER_REDIS`` (one statement), so that a
+    duplicate that falls back to the database while Redis dies mid-run waits for this one."""
+    if redis_claimed and not engine_setting("DATABASE_CLAIM_UNDER_REDIS"):
+        return None
+    wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
+    claimed = database_claim.claim_key(req.scoped, wait_seconds=wait)
+    if redis_claimed and claimed is not database_claim.Claimed.WAITED:
+        return None  # Redis said MISS and nobody held the key: nothing can have committed since
+    return db_store.committed_result(req.scoped)
+
+
+def _run_view(
+    req: IdempotentRequest, execute: Execute
+) -> tuple[HttpResponse, StoredResponse | None, bool]:
+    """Run the view in the engine's transaction and record its answer there: the response,
+    what is kept of it (None: nothing, the key is released), and whether the view's own
+    refusal doomed the transaction (its answer is then recorded after the rollback)."""
+    hook = engine_hook("VIEW_EXECUTED_HOOK")
+    if hook is not None:
+        hook(tenant=req.scoped.tenant, endpoint=req.endpoint, key=req.scoped.key)
+    response = execute()
+    kept = to_stored(response) if response.status_code < 500 else None
+    if kept is None:
+        # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing of it
+        # is written, and the key is released for a retry.
+        transaction.set_rollback(True)
+        return response, None, False
+    if transaction.get_rollback():
+        # The view refused after writing (a service raised inside the transaction, without a
+        # savepoint, see idempotency/core/transactions.py): its writes are rolled back with
+        # ours; the refusal is recorded on its own after the rollback.
+        return response, kept, True
+    _record(req, kept)
+    return response, kept, False
 
 
 def _record(req: IdempotentRequest, stored: StoredResponse) -> None:

@@ -90,4 +90,6 @@ IDEMPOTENCY = {
     "AUDIT_IN_BACKGROUND": False,
     # no heartbeat thread writing to Redis behind the tests' backs
     "INSTANCE_REGISTRY": False,
+    # counts view executions in memory (the live server runs in the test's process)
+    "VIEW_EXECUTED_HOOK": "idempotency.tests.testapp.executions.count",
 }

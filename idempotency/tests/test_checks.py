@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 import idempotency
+from idempotency.checks import check_engine_settings
 from idempotency.core.conf import DEFAULTS
 from idempotency.stores import nodes
 from idempotency.tests.conftest import idem_keys, post_note
@@ -62,6 +63,8 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "INSTANCE_REGISTRY": ("true", "must be True or False"),
     "INSTANCE_HEARTBEAT_SECONDS": (0, "must be more than 0"),
     "INSTANCE_DEAD_AFTER_SECONDS": (-15, "must be more than 0"),
+    "DATABASE_CLAIM_UNDER_REDIS": ("on", "must be True or False"),
+    "VIEW_EXECUTED_HOOK": ("idempotency.tests.no_such_counter.count", "cannot be imported"),
 }
 
 
@@ -194,3 +197,22 @@ def test_every_setting_the_engine_reads_is_in_defaults():
                 "SECRET_KEY_FALLBACKS",
             }, source
     assert read <= set(DEFAULTS), read - set(DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({}, True),
+        ({"transaction_mode": "DEFERRED"}, True),
+        ({"transaction_mode": "IMMEDIATE"}, False),
+    ],
+    ids=["default", "deferred", "immediate"],
+)
+def test_sqlite_without_immediate_transactions_is_a_warning(settings, options, warned):
+    # the database claim on SQLite is the writer lock BEGIN IMMEDIATE takes (ADR 0005)
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:", "OPTIONS": options},
+    }
+    ids = [m.id for m in check_engine_settings()]
+    assert ("idempotency.W002" in ids) is warned

@@ -1,6 +1,7 @@
 """The README's demo, run as a new user runs it: ``make run`` on SQLite with no Redis, then the
 "Try the API" walkthrough exactly as the README prints it, then 16 threads sending one order
-with one key.
+with one key (counted by view executions, ``tests/support/view_executions.py``: on SQLite the
+writer lock is the engine's database claim).
 
 The walkthrough is read from README.md (the fenced block after the ``walkthrough`` marker) and
 run with bash; the only substitution is the port, because the demo here listens on a free port
@@ -30,6 +31,7 @@ import pytest
 
 from ordering.models import Order
 from tests.support.live_server import free_port
+from tests.support.view_executions import executions, server_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -71,6 +73,7 @@ class Demo:
     key: str
     database: Path
     printout: str
+    executions: Path
 
 
 def _untouched(paths: list[Path]) -> dict[Path, float | None]:
@@ -91,6 +94,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         "DATABASE_URL": f"sqlite:///{home / 'db.sqlite3'}",
         "DEMO_KEYS_FILE": str(home / "demo_keys.json"),
         "PORT": str(port),
+        # counts view executions (each held 0.3 s, so the storm's duplicates overlap the first)
+        **server_env(home / "executions.log", hold_seconds=0.3),
     }
     log_path = home / "make-run.log"
     with log_path.open("wb") as log:
@@ -106,7 +111,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     url = f"http://127.0.0.1:{port}"
     try:
         key = _wait_until_serving(process, url, log_path)
-        yield Demo(url, port, key, home / "db.sqlite3", log_path.read_text())
+        yield Demo(
+            url, port, key, home / "db.sqlite3", log_path.read_text(), home / "executions.log"
+        )
     finally:
         _stop(process)
     assert _untouched(developer_files) == before, (
@@ -235,3 +242,6 @@ def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
             (session["diner_id"],),
         ).fetchall()
     assert orders == 1
+    # and the view ran once: SQLite's writer lock (BEGIN IMMEDIATE) is the database claim
+    # there, so the duplicates waited for the first to commit and replayed it (ADR 0005)
+    assert len(executions(demo.executions, key="storm-1")) == 1

@@ -17,6 +17,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
+from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.models import Note
 from idempotency.tests.testapp.views import behaviour
 
@@ -34,9 +35,11 @@ class Answer:
     body: bytes
 
 
-def storm(url: str, path: str, *, body: bytes, headers: dict[str, str]) -> list[Answer]:
+def storm(
+    url: str, path: str, *, body: bytes, headers: dict[str, str], requests: int = REQUESTS
+) -> list[Answer]:
     parts = urlsplit(url)
-    barrier = threading.Barrier(REQUESTS)
+    barrier = threading.Barrier(requests)
     answers: list[Answer | BaseException] = []
     lock = threading.Lock()
 
@@ -61,13 +64,13 @@ def storm(url: str, path: str, *, body: bytes, headers: dict[str, str]) -> list[
         with lock:
             answers.append(answer)
 
-    threads = [threading.Thread(target=send) for _ in range(REQUESTS)]
+    threads = [threading.Thread(target=send) for _ in range(requests)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(90)
     failures = [a for a in answers if isinstance(a, BaseException)]
-    assert not failures and len(answers) == REQUESTS, failures
+    assert not failures and len(answers) == requests, failures
     return answers  # type: ignore[return-value]
 
 
@@ -106,6 +109,7 @@ def test_a_storm_on_the_drf_view_executes_once(engine_mode, live_server, tenant)
     first = assert_one_execution(answers)
     assert first.status == 201
     assert Note.objects.count() == 1
+    assert executions.runs(tenant, "storm-1") == 1  # the view body too, not only the row
     if engine_mode == "redis":  # the duplicates really arrived while the first one ran
         assert any(a.status == 409 for a in answers)
 
@@ -125,3 +129,4 @@ def test_a_storm_on_the_form_view_executes_once(engine_mode, live_server, tenant
     first = assert_one_execution(answers)
     assert first.status == 302
     assert Note.objects.count() == 1
+    assert executions.runs(tenant, "form-storm") == 1

@@ -40,11 +40,23 @@ class NoteListCreate(APIView):
 
     @idempotent(required=True, fields=("text",))
     def post(self, request: Request) -> Response:
-        note = _write(request, str(request.data.get("text", "")))
-        if note is None:
-            return Response({"detail": "failed"}, status=500)
-        body = {"id": note.pk, "text": note.text, "run": uuid.uuid4().hex}
-        return Response(body, status=201, headers={"Location": f"/notes/{note.pk}/"})
+        return _create(request)
+
+
+class WaitingNoteCreate(APIView):
+    """The same create under the ``wait`` policy: a duplicate waits (up to 5 s) and replays."""
+
+    @idempotent(required=True, fields=("text",), in_flight="wait", wait_seconds=5.0)
+    def post(self, request: Request) -> Response:
+        return _create(request)
+
+
+def _create(request: Request) -> Response:
+    note = _write(request, str(request.data.get("text", "")))
+    if note is None:
+        return Response({"detail": "failed"}, status=500)
+    body = {"id": note.pk, "text": note.text, "run": uuid.uuid4().hex}
+    return Response(body, status=201, headers={"Location": f"/notes/{note.pk}/"})
 
 
 @idempotent_form(fields=("text",))

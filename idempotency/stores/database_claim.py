@@ -1,0 +1,89 @@
+"""The database claim (ADR 0005): who may run the view when Redis did not decide.
+
+Without a Redis claim (database-only by configuration, the node's breaker open, a Redis error)
+the record's unique index alone would keep the *effects* single, but every concurrent duplicate
+would run the view before being rolled back. So the engine first takes a claim on the key in
+the database, inside the business transaction, before it looks for a committed record:
+
+- PostgreSQL: a transaction-scoped advisory lock on a 64-bit hash of the scoped key. It is
+  released by the commit (or rollback) that also publishes the record, so whoever gets it next
+  and then reads sees the winner's record. Transaction-scoped locks work through PgBouncer in
+  transaction mode (session locks would not: the next transaction may run on another server
+  connection). A key waits for nothing but its own duplicates.
+- SQLite (the embedded demo): the transaction's ``BEGIN IMMEDIATE`` (``transaction_mode``
+  in the settings) already holds the database's one writer lock, so a duplicate's transaction
+  starts only after the first committed; nothing more to take.
+- Other databases: no claim; the unique index arbitrates (a duplicate may run the view, and is
+  rolled back).
+
+The in-flight policy is the same as in Redis mode: ``reject`` answers at once when the key is
+held, ``wait`` blocks up to the endpoint's wait budget (``lock_timeout``, set for this one
+statement and restored in the same round trip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import Enum
+
+from django.db import OperationalError, connection
+
+from idempotency.core.keys import ScopedKey
+
+# PostgreSQL's lock_not_available: the wait budget ran out before the lock was free.
+_LOCK_NOT_AVAILABLE = "55P03"
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
+# One round trip: remember lock_timeout, set the budget, wait for the lock, restore it (the
+# target list is evaluated left to right; OFFSET 0 keeps the subquery, and its volatile
+# columns, from being flattened away).
+_WAIT_LOCK = (
+    "SELECT set_config('lock_timeout', claim.previous, true) FROM ("
+    "SELECT current_setting('lock_timeout') AS previous, "
+    "set_config('lock_timeout', %s, true) AS budget, "
+    "pg_advisory_xact_lock(%s) AS held OFFSET 0) AS claim"
+)
+
+
+class ClaimBusy(Exception):
+    """Another transaction holds the key: under ``reject`` at once, under ``wait`` for longer
+    than the wait budget."""
+
+
+class Claimed(Enum):
+    FREE = "free"  # nobody held the key: a duplicate before us, if any, finished earlier
+    WAITED = "waited"  # we waited for a holder, which has committed or rolled back since
+    NONE = "none"  # this database has no claim of its own (see the module docstring)
+
+
+def lock_id(scoped: ScopedKey) -> int:
+    """The advisory lock id of a scoped key: a signed 64-bit hash of tenant, scope and key
+    (the record's unique columns). A collision only makes two keys wait for each other."""
+    digest = hashlib.sha256(f"{scoped.tenant}\x1f{scoped.scope}\x1f{scoped.key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def claim_key(scoped: ScopedKey, *, wait_seconds: float) -> Claimed:
+    """Claim ``scoped`` for the current transaction (call it inside one, before reading the
+    record). ``wait_seconds`` 0 is the ``reject`` policy. Raises :class:`ClaimBusy`; the
+    transaction is then unusable (a timed-out wait aborts it) and must be rolled back."""
+    if connection.vendor != "postgresql":
+        return Claimed.NONE
+    lock = lock_id(scoped)
+    with connection.cursor() as cursor:
+        cursor.execute(_TRY_LOCK, [lock])
+        if cursor.fetchone()[0]:
+            return Claimed.FREE
+        if wait_seconds <= 0:
+            raise ClaimBusy
+        try:
+            cursor.execute(_WAIT_LOCK, [f"{max(1, round(wait_seconds * 1000))}ms", lock])
+        except OperationalError as exc:
+            if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+                raise ClaimBusy from exc
+            raise
+    return Claimed.WAITED
+
+
+def _sqlstate(exc: OperationalError) -> str | None:
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)

@@ -1,0 +1,143 @@
+"""The database claim (ADR 0005): without a Redis claim, duplicates never run the view.
+
+Counted by the engine's ``VIEW_EXECUTED_HOOK`` (``testapp/executions.py``), not by rows: the
+record's unique index alone already keeps one row, but only the claim keeps one *execution*.
+The requests are real HTTP requests to the live server, a thread and a database connection
+each, released together by a barrier while the first execution is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+
+from idempotency.core.keys import ScopedKey
+from idempotency.management.sandbox import ephemeral_redis
+from idempotency.stores import database_claim, nodes
+from idempotency.tests.contract.test_storm import Answer, assert_one_execution, storm
+from idempotency.tests.testapp import executions
+from idempotency.tests.testapp.models import Note
+from idempotency.tests.testapp.views import behaviour
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def note_headers(tenant: str, key: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "Idempotency-Key": key,
+        "X-Tenant": tenant,
+        "X-Principal": "alice",
+    }
+
+
+def post_storm(url: str, path: str, tenant: str, key: str, *, requests: int = 24) -> list[Answer]:
+    body = json.dumps({"text": key}).encode()
+    return storm(url, path, body=body, headers=note_headers(tenant, key), requests=requests)
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def database_only(settings) -> None:
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": None}
+    nodes.reset()
+
+
+@pytest.mark.parametrize(
+    ("path", "duplicates_answer"),
+    [("/notes/wait/", {"HIT"}), ("/notes/", {"IN_PROGRESS"})],
+    ids=["wait", "reject"],
+)
+def test_a_database_only_storm_runs_the_view_once(
+    database_only, live_server, tenant, path, duplicates_answer
+):
+    # given no Redis at all, and a view that takes a while
+    behaviour["delay_seconds"] = 1.0
+    # when 24 identical requests arrive together
+    answers = post_storm(live_server.url, path, tenant, "db-storm")
+    # then the view body ran once: under "wait" every duplicate replayed it, under "reject"
+    # every duplicate was told to retry (409 + Retry-After, the same answer as in Redis mode)
+    first = assert_one_execution(answers)
+    assert first.status == 201
+    assert executions.runs(tenant, "db-storm") == 1
+    assert set(Counter(a.result for a in answers if a is not first)) == duplicates_answer
+    assert Note.objects.count() == 1
+
+
+@pytest.mark.parametrize(("under_redis", "runs"), [(True, 1), (False, 2)], ids=["on", "off"])
+def test_redis_dying_mid_run_sends_duplicates_to_wait_for_the_run(
+    settings, live_server, tenant, under_redis, runs
+):
+    """A request that claimed in Redis runs its view; Redis dies; the duplicates fall back to
+    the database. With ``DATABASE_CLAIM_UNDER_REDIS`` the run holds the database claim too,
+    so they wait for it and replay; without it (the default: no statement added to the Redis
+    path) that one run is repeated once, and rolled back by the record's unique index."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "DATABASE_CLAIM_UNDER_REDIS": under_redis}
+    behaviour["delay_seconds"] = 1.5
+    firsts: list[Answer] = []
+    with ephemeral_redis() as node:
+        settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": node.url}
+        nodes.reset()
+        # given a request that claimed its key in Redis and is running its view
+        runner = threading.Thread(
+            target=lambda: firsts.extend(
+                post_storm(live_server.url, "/notes/wait/", tenant, "dies", requests=1)
+            )
+        )
+        runner.start()
+        wait_until(lambda: executions.runs(tenant, "dies") == 1)
+    # when Redis is gone and 24 duplicates arrive while that view still runs
+    duplicates = post_storm(live_server.url, "/notes/wait/", tenant, "dies")
+    runner.join(30)
+    # then every duplicate replays the first run's answer
+    [first] = firsts
+    assert first.result == "MISS" and first.status == 201
+    assert {(a.result, a.body) for a in duplicates} == {("HIT", first.body)}
+    assert executions.runs(tenant, "dies") == runs
+    assert Note.objects.count() == 1
+
+
+def test_the_claim_waits_within_its_budget_then_gives_up(tenant):
+    # given another session holding the key's claim in an open transaction
+    scoped = ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/", key="k")
+    settings_dict = connection.settings_dict
+    holder = psycopg.connect(
+        host=settings_dict["HOST"],
+        port=settings_dict["PORT"] or 5432,
+        user=settings_dict["USER"],
+        password=settings_dict["PASSWORD"],
+        dbname=settings_dict["NAME"],
+    )
+    try:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [database_claim.lock_id(scoped)])
+        # when a duplicate asks for it under "reject", and under "wait" with a short budget
+        for wait_seconds in (0.0, 0.3):
+            with pytest.raises(database_claim.ClaimBusy), transaction.atomic():
+                database_claim.claim_key(scoped, wait_seconds=wait_seconds)
+        # then it is refused both times; once the holder commits, a waiter gets the claim
+        release = threading.Timer(0.3, holder.commit)
+        release.start()
+        with transaction.atomic():
+            assert database_claim.claim_key(scoped, wait_seconds=10) is (
+                database_claim.Claimed.WAITED
+            )
+            # and the view then runs with the connection's own lock_timeout, not the budget
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW lock_timeout")
+                assert cursor.fetchone() == ("0",)
+        release.join()
+    finally:
+        holder.close()
