@@ -22,6 +22,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db.models import Model
+from django.test import Client
 from rest_framework.test import APIClient
 
 from idempotency.audit import writer
@@ -33,6 +34,7 @@ from ordering.privacy.tenant_tables import engine_tables, rows_of, tenant_tables
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 from tests.conftest import api_for, menu_for
+from tests.dashboard.factories import make_merchant
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_erase_diner import place
 
@@ -170,6 +172,9 @@ def test_suspension_comes_first(make_tenant, settings, tmp_path):
     assert diner.get("/api/v1/orders/").status_code == 401
     assert not ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True).exists()
     assert not Path(job.export_path).exists()
+    owner = Client()
+    owner.force_login(make_merchant(tenant, "owner-user"))
+    assert owner.get("/dashboard/").status_code == 403
 
 
 def test_rerun_after_the_end_changes_nothing(make_tenant, tmp_path):
