@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from idempotency.admin.audits import ReadOnlyAdmin
 from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
 from ordering.models import DinerErasure, Order, TenantOffboarding
@@ -82,17 +83,6 @@ class TenantAdmin(BaseTenantAdmin):
             self.message_user(
                 request, f"Offboarding {job.pk} of {tenant.slug} started.", messages.SUCCESS
             )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(DinerErasure)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.db import transaction
+from django.db.models import Model, Q
 from django.utils import timezone
 
 from idempotency import erasure
@@ -122,14 +123,20 @@ def _engine(job: TenantOffboarding) -> None:
     n = erasure.forget_records(records, batch=job.batch_size, max_batches=1)
     if n:
         _count(job, IdempotencyRecord._meta.label, n)
-        return
-    for model in engine_tables():
-        rows = model._base_manager.filter(tenant_key=tenant_key)
-        n = erasure.delete_in_batches(rows, batch=job.batch_size, max_batches=1)
+    elif not _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()]):
+        job.phase = Phase.REDIS
+
+
+def _one_batch(job: TenantOffboarding, tables: list[tuple[type[Model], Q]]) -> bool:
+    """Delete one batch from the first of ``tables`` that still has rows; False if none has."""
+    for model, rows in tables:
+        n = erasure.delete_in_batches(
+            model._base_manager.filter(rows), batch=job.batch_size, max_batches=1
+        )
         if n:
             _count(job, model._meta.label, n)
-            return
-    job.phase = Phase.REDIS
+            return True
+    return False
 
 
 def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
@@ -142,13 +149,9 @@ def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
 
 
 def _tables(job: TenantOffboarding) -> None:
-    for model in deletion_order():
-        rows = model._base_manager.filter(rows_of(model, job.tenant_ref))
-        n = erasure.delete_in_batches(rows, batch=job.batch_size, max_batches=1)
-        if n:
-            _count(job, model._meta.label, n)
-            return
-    job.phase = Phase.TENANT
+    tables = [(model, rows_of(model, job.tenant_ref)) for model in deletion_order()]
+    if not _one_batch(job, tables):
+        job.phase = Phase.TENANT
 
 
 def _tenant(job: TenantOffboarding) -> None:

@@ -3,11 +3,16 @@ what it holds, whatever the topology."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from idempotency import erasure
+from idempotency.core.outcomes import StoredResponse
+from idempotency.stores import nodes as stores
+from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
 from tests.conftest import use_topology
 
 
@@ -43,3 +48,23 @@ def topology(request: pytest.FixtureRequest, settings: Any) -> str:
         for client in erasure.node_clients():
             client.flushall()
     return request.param
+
+
+def dropped_by_another_process(tenant_key: str, key: str, action: Callable[[], Any]) -> bool:
+    """Whether a second process's local cache, holding ``key`` and listening on the tenant's
+    node for invalidations, drops it when ``action`` runs (waited for up to 10 s)."""
+    node = stores.node_for(tenant_key)
+    cache = LocalResultCache()
+    listener = InvalidationListener(node.store.client, cache, channel=node.store.channel)
+    listener.start()
+    try:
+        assert listener.wait_subscribed(5)
+        stored = StoredResponse(status=201, body=b"x")
+        cache.put(key, fingerprint="f", fingerprint_version=1, response=stored)
+        action()
+        deadline = time.monotonic() + 10
+        while cache.get(key) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return cache.get(key) is None
+    finally:
+        listener.stop()
