@@ -285,6 +285,10 @@ DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECOND
 # Each process keeps a session's revocation state this long: a revoked session (or one opened
 # by a revoked key) is refused by every process at most this many seconds after the revocation.
 DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
+# Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
+OFFBOARDING_EXPORT_DIR = Path(
+    os.environ.get("OFFBOARDING_EXPORT_DIR", BASE_DIR / "var" / "offboarding")
+)
 # Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
 # behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))

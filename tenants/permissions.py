@@ -131,6 +131,7 @@ class Area(StrEnum):
     DUPLICATES = "duplicates"  # the idempotency report
     API_KEYS = "api_keys"
     MEMBERS = "members"
+    PRIVACY = "privacy"  # erasing a diner's data
     ACCOUNT = "account"  # switching restaurant: every member
 
 
@@ -143,6 +144,7 @@ DASHBOARD_ACCESS: Mapping[Area, str] = {
     Area.DUPLICATES: Role.MANAGER,
     Area.API_KEYS: Role.OWNER,
     Area.MEMBERS: Role.OWNER,
+    Area.PRIVACY: Role.OWNER,
 }
 
 

@@ -1,6 +1,7 @@
 """Staff admin of the ordering domain: orders, menu and coupons (:mod:`.orders`); the outbox,
-dead letters and provider conflicts (:mod:`.background`). Importing the package registers both."""
+dead letters and provider conflicts (:mod:`.background`); data-protection requests
+(:mod:`.privacy`). Importing the package registers them all."""
 
-from ordering.admin import background, orders
+from ordering.admin import background, orders, privacy
 
-__all__ = ["background", "orders"]
+__all__ = ["background", "orders", "privacy"]

@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 HANDLE_OUTBOX_EVENT = "ordering.handle_outbox_event"
 COMPLETE_SIMULATED_PAYMENT = "ordering.complete_simulated_payment"
 SWEEP_OUTBOX = "ordering.sweep_outbox"
+OFFBOARD_TENANT = "ordering.offboard_tenant"
 # Names of the timer threads that run delayed tasks in eager mode (tests wait for them).
 DELAYED_THREAD_PREFIX = "delayed-task:"
 

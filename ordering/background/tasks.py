@@ -42,6 +42,24 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         return consumers.ConsumeResult.DEAD_LETTERED
 
 
+# Steps of an offboarding job one message runs before it sends the next: each message stays
+# far shorter than the broker's visibility timeout, so it is never delivered twice for being slow.
+OFFBOARDING_STEPS_PER_TASK = 20
+
+
+@shared_task(name=dispatch.OFFBOARD_TENANT)
+def offboard_tenant(job_id: int) -> str:
+    """Advance an offboarding job by a few bounded steps, then send itself again until the
+    job is done. A duplicate delivery is harmless: runners take turns on the job's row lock and
+    every step deletes only what is still there."""
+    from ordering.privacy.offboarding import run_offboarding
+
+    job = run_offboarding(job_id, max_steps=OFFBOARDING_STEPS_PER_TASK)
+    if not job.is_done:
+        dispatch.enqueue(dispatch.OFFBOARD_TENANT, job_id)
+    return job.phase
+
+
 @shared_task(name=dispatch.SWEEP_OUTBOX)
 def sweep_outbox() -> int:
     """Publish outbox rows whose on-commit publish was lost (Celery beat runs this)."""

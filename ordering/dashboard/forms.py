@@ -8,6 +8,7 @@ from django import forms
 
 from ordering.models import Coupon
 from ordering.services.lifecycle import MERCHANT_TARGETS
+from tenants.diner_sessions import DINER_ID_RE
 from tenants.models import ApiClient, Membership
 
 MONEY = {"max_digits": 10, "decimal_places": 2}
@@ -81,3 +82,17 @@ class MemberAddForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class EraseDinerForm(forms.Form):
+    """The owner names the diner (the id their app or backend uses) and confirms."""
+
+    diner_id = forms.RegexField(
+        regex=DINER_ID_RE,
+        max_length=64,
+        label="Diner id",
+        error_messages={"invalid": "1-64 letters, digits or . _ : @ -"},
+    )
+    confirm = forms.BooleanField(
+        label="I understand this cannot be undone: their orders stay, anonymised"
+    )

@@ -4,7 +4,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from ordering.dashboard import api_keys, coupons, idempotency_page, members, menu, orders, tenant
+from ordering.dashboard import (
+    api_keys,
+    coupons,
+    idempotency_page,
+    members,
+    menu,
+    orders,
+    privacy,
+    tenant,
+)
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/dashboard/", permanent=False)),
@@ -43,6 +52,7 @@ urlpatterns = [
         members.member_remove,
         name="dash-member-remove",
     ),
+    path("dashboard/privacy/", privacy.privacy, name="dash-privacy"),
     path("dashboard/idempotency/", idempotency_page.idempotency, name="dash-idempotency"),
     path("dashboard/switch-tenant/", tenant.switch_tenant_view, name="switch-tenant"),
 ]

@@ -8,6 +8,7 @@ from ordering.models.order_numbers import OrderNumberCounter
 from ordering.models.orders import Order, OrderLine, OrderStatus, OrderTransition
 from ordering.models.outbox import EventType, OutboxEvent, ProcessedEvent
 from ordering.models.payments import Payment
+from ordering.models.privacy import DinerErasure, TenantOffboarding
 from ordering.models.sales import SalesDay
 from ordering.models.simulated import FaultPlan, SimulatedOperation
 from ordering.models.worker_lease import WorkerLease
@@ -16,6 +17,7 @@ __all__ = [
     "Compensation",
     "Coupon",
     "DeadLetter",
+    "DinerErasure",
     "Dish",
     "EventType",
     "FaultPlan",
@@ -31,5 +33,6 @@ __all__ = [
     "ProviderConflict",
     "SalesDay",
     "SimulatedOperation",
+    "TenantOffboarding",
     "WorkerLease",
 ]

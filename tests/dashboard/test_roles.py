@@ -42,6 +42,7 @@ MATRIX: dict[str, str] = {
     "dash-members": Role.OWNER,
     "dash-member-role": Role.OWNER,
     "dash-member-remove": Role.OWNER,
+    "dash-privacy": Role.OWNER,
 }
 PUBLIC = {"login", "logout", None}  # None: "/" redirects to the board
 

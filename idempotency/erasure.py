@@ -1,0 +1,306 @@
+"""Forgetting what the engine keeps about one principal, or about a whole tenant.
+
+The engine stores, per tenant (an opaque key) and principal (an opaque string): idempotency
+records with their reply bodies (PostgreSQL), duplicate-hit audits (PostgreSQL), and in Redis,
+under the tenant's hash tag ``{t:<tenant>}`` or ``{t:<tenant>:<bucket>}``, claim entries
+(``idem:{…}:<scope hash>:<key hash>``), pre-issued tokens (``idem:{…}:tok:<id>``, worth
+``p:<principal>`` unused or ``u:<claim key>`` once consumed), token quota ledgers
+(``idem:{…}:tokq``) and rate counters (``rl:{…}:<principal hash>:<window>s``). Finished results
+are also held in every process's local cache, which drops a key when it is announced on the
+invalidation channel.
+
+Everything here deletes what exists and reports how much; nothing depends on state kept
+between calls, so running a call twice, or again after a crash half-way, is safe and the second
+run finds only what the first left. Redis is walked with ``SCAN`` on every standalone node and
+on every primary of a cluster (a hot tenant's sub-buckets spread over several slots), one page
+of at most ``batch`` keys at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.urls import URLPattern, URLResolver, get_resolver
+from redis.cluster import RedisCluster
+
+from idempotency.core.conf import channel_name, engine_hook, engine_setting
+from idempotency.core.keys import redis_key_for
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_TOKEN_UNUSED = b"p:"
+_TOKEN_USED = b"u:"
+
+
+@dataclass
+class Forgotten:
+    """How much one call removed."""
+
+    records: int = 0
+    audits: int = 0
+    redis_keys: int = 0
+
+    def add(self, other: Forgotten) -> Forgotten:
+        self.records += other.records
+        self.audits += other.audits
+        self.redis_keys += other.redis_keys
+        return self
+
+    def as_dict(self) -> dict[str, int]:
+        return {"records": self.records, "audits": self.audits, "redis_keys": self.redis_keys}
+
+
+# --- Redis: every node, every primary ---------------------------------------------------------
+
+
+def node_clients() -> Iterator[Any]:
+    """A client per standalone node and per cluster primary (``ALL_REDIS_CLIENTS``): SCAN and
+    the deletes go to the node that holds the keys."""
+    hook = engine_hook("ALL_REDIS_CLIENTS")
+    for client in hook() if hook else []:
+        if isinstance(client, RedisCluster):
+            for node in client.get_primaries():
+                yield client.get_redis_connection(node)
+        else:
+            yield client
+
+
+def tenant_key_patterns(tenant_key: str) -> tuple[str, ...]:
+    """SCAN patterns of every key under the tenant's hash tag, sub-buckets included; the
+    closing brace or colon keeps tenant ``1`` from matching tenant ``12``."""
+    tag = _glob_escape(f"t:{tenant_key}")
+    return (f"*{{{tag}}}*", f"*{{{tag}:*}}*")
+
+
+def scan_pages(client: Any, patterns: Iterable[str], *, batch: int) -> Iterator[list[bytes]]:
+    """Pages of at most ``batch`` keys matching ``patterns`` on one node (a full pass each)."""
+    for pattern in patterns:
+        page: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=max(batch, 100)):
+            page.append(key)
+            if len(page) >= batch:
+                yield page
+                page = []
+        if page:
+            yield page
+
+
+def delete_keys(client: Any, keys: list[bytes]) -> int:
+    """Delete ``keys`` on the node that holds them and announce each on the invalidation
+    channel, so every process's local cache drops it (one key per command: keys of several
+    cluster slots may share a node)."""
+    if not keys:
+        return 0
+    channel = channel_name("invalidate")
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+    deleted = sum(int(n) for n in pipe.execute())
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.publish(channel, key)
+    pipe.execute()
+    return deleted
+
+
+def announce(keys: Iterable[str]) -> None:
+    """Tell every process's local cache to drop ``keys`` (results it may hold although their
+    Redis entry is gone). PUBLISH reaches a cluster's every node; shards each have their own
+    listeners, so each standalone node hears it."""
+    keys = list(keys)
+    if not keys:
+        return
+    channel = channel_name("invalidate")
+    hook = engine_hook("ALL_REDIS_CLIENTS")
+    for client in hook() if hook else []:
+        if isinstance(client, RedisCluster):
+            for key in keys:
+                client.publish(channel, key)
+            continue
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.publish(channel, key)
+        pipe.execute()
+
+
+def forget_tenant_keys(tenant_key: str, *, batch: int = 500) -> Iterator[int]:
+    """Delete every Redis key of the tenant, node by node; yields the count of each page, so
+    a caller can record progress between pages."""
+    for client in node_clients():
+        for page in scan_pages(client, tenant_key_patterns(tenant_key), batch=batch):
+            yield delete_keys(client, page)
+
+
+# --- one principal ----------------------------------------------------------------------------
+
+
+def write_routes() -> set[str]:
+    """Every route of the URLconf, spelt as ``request.resolver_match.route`` spells it: what
+    the route part of a scope can be."""
+    routes: set[str] = set()
+
+    def walk(patterns: Iterable[URLPattern | URLResolver], prefix: str) -> None:
+        for item in patterns:
+            route = _join_route(prefix, str(item.pattern))
+            if isinstance(item, URLResolver):
+                walk(item.url_patterns, route)
+            else:
+                routes.add(route)
+
+    walk(get_resolver().url_patterns, "")
+    return routes
+
+
+def principal_scopes(principal: str, routes: Iterable[str]) -> set[str]:
+    """Every scope ``principal`` can have had: its write methods on the given routes."""
+    return {f"{principal}|{method}|{route}"[:255] for route in routes for method in WRITE_METHODS}
+
+
+def forget_principal(
+    *,
+    tenant_key: str,
+    principal: str,
+    also_records_containing: bytes | None = None,
+    batch: int = 500,
+) -> Forgotten:
+    """Remove the principal's records (and, with ``also_records_containing``, every record of
+    the tenant whose stored reply contains those bytes, e.g. another principal's answer that
+    shows this one's id), its audits, and its Redis keys: claim entries of its scopes, its
+    tokens, its rate counters. Local caches are told about every key removed."""
+    records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
+    done = Forgotten(
+        records=forget_records(records.filter(scope__startswith=f"{principal}|"), batch=batch)
+    )
+    if also_records_containing:
+        done.records += forget_records(
+            records, batch=batch, matching=lambda body: also_records_containing in body
+        )
+    done.audits = delete_in_batches(
+        DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal), batch=batch
+    )
+    done.redis_keys = _forget_principal_keys(tenant_key, principal, batch=batch)
+    return done
+
+
+def scope_hash(scope: str) -> str:
+    """The scope's part of a claim key (``idem:{…}:<scope hash>:<key hash>``)."""
+    return redis_key_for(tenant="", scope=scope, key="").partition("}:")[2].split(":")[0]
+
+
+def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> int:
+    scopes = principal_scopes(principal, write_routes())
+    scope_hashes = {scope_hash(scope) for scope in scopes}
+    rate_hash = hashlib.sha256(principal.encode()).hexdigest()[:16]
+    unused_token = _TOKEN_UNUSED + principal.encode()
+    removed = 0
+    for client in node_clients():
+        for page in scan_pages(client, tenant_key_patterns(tenant_key), batch=batch):
+            tokens = [k for k in page if k.split(b"}:", 1)[-1].startswith(b"tok:")]
+            values = _values(client, tokens)
+            doomed = []
+            for key in page:
+                kind, _, rest = key.partition(b"}:")
+                head = rest.split(b":", 1)[0]
+                if kind.startswith(b"rl:"):
+                    if head.decode() == rate_hash:
+                        doomed.append(key)
+                elif head == b"tok":
+                    value = values.get(key) or b""
+                    used_by = value[len(_TOKEN_USED) :].split(b"}:", 1)[-1].split(b":", 1)[0]
+                    if value == unused_token or (
+                        value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes
+                    ):
+                        doomed.append(key)
+                elif head.decode("utf-8", "replace") in scope_hashes:
+                    doomed.append(key)
+            removed += delete_keys(client, doomed)
+    return removed
+
+
+def _values(client: Any, keys: list[bytes]) -> dict[bytes, bytes | None]:
+    if not keys:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    return dict(zip(keys, pipe.execute(), strict=True))
+
+
+# --- database rows ----------------------------------------------------------------------------
+
+
+def forget_records(
+    queryset: QuerySet[IdempotencyRecord],
+    *,
+    batch: int = 500,
+    matching: Callable[[bytes], bool] | None = None,
+    max_batches: int | None = None,
+) -> int:
+    """Delete the records of ``queryset`` (only those whose body ``matching`` accepts, if
+    given) in batches, each batch's Redis entries with them, and announce their keys to local
+    caches; at most ``max_batches`` batches if given. Returns how many records were deleted."""
+    deleted = 0
+    last_id = 0
+    buckets_of = engine_setting("HOT_TENANT_BUCKETS")
+    for _ in count() if max_batches is None else range(max_batches):
+        rows = list(
+            queryset.filter(id__gt=last_id)
+            .order_by("id")
+            .values_list("id", "tenant_key", "scope", "key", "response_body")[:batch]
+        )
+        if not rows:
+            return deleted
+        last_id = rows[-1][0]
+        chosen = [r for r in rows if matching is None or matching(bytes(r[4]))]
+        if not chosen:
+            continue
+        deleted += IdempotencyRecord.objects.filter(id__in=[r[0] for r in chosen]).delete()[0]
+        keys = [
+            redis_key_for(tenant=t, scope=s, key=k, buckets=buckets_of.get(t, 1))
+            for _, t, s, k, _ in chosen
+        ]
+        _delete_entries(keys, tenant_key=chosen[0][1])
+        announce(keys)
+    return deleted
+
+
+def _delete_entries(keys: list[str], *, tenant_key: str) -> None:
+    hook = engine_hook("REDIS_CLIENT_FOR_TENANT")
+    client = hook(tenant_key) if hook else None
+    if client is None:
+        return
+    for key in keys:  # one key per command: a hot tenant's keys span cluster slots
+        client.unlink(key)
+
+
+def delete_in_batches(
+    queryset: QuerySet[Any], *, batch: int = 500, max_batches: int | None = None
+) -> int:
+    """Delete ``queryset``'s rows ``batch`` at a time (at most ``max_batches`` batches if
+    given), each batch its own transaction, so a large delete neither holds locks long nor
+    loses what it did when interrupted."""
+    deleted = 0
+    for _ in count() if max_batches is None else range(max_batches):
+        with transaction.atomic():
+            ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch])
+            if not ids:
+                return deleted
+            deleted += queryset.model._base_manager.filter(pk__in=ids).delete()[0]
+    return deleted
+
+
+def _join_route(prefix: str, route: str) -> str:
+    """How Django joins nested routes into ``ResolverMatch.route``."""
+    if not prefix:
+        return route
+    return prefix + route.removeprefix("^")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,56 @@
+"""Forgetting one principal, or a whole tenant (``idempotency.erasure``): records, audits,
+Redis entries and every process's cached copy go; other principals and tenants still replay."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from idempotency import erasure
+from idempotency.audit import writer
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores import nodes
+from idempotency.tests.conftest import idem_keys, post_note, suite_redis
+
+pytestmark = pytest.mark.django_db
+
+
+def test_forgetting_a_principal_leaves_the_others(tenant: str) -> None:
+    client = Client()
+    first = {who: post_note(client, tenant, key="k1", principal=who) for who in ("alice", "bob")}
+    post_note(client, tenant, key="k1", principal="alice")  # a replay: one audit of alice
+    writer.flush()
+    keys_before = len(idem_keys())
+    done = erasure.forget_principal(tenant_key=tenant, principal="alice")
+    assert (done.records, done.audits) == (1, 1)  # redis_keys: alice's rate counter, if any
+    assert len(idem_keys()) == keys_before - 1  # the record's entry went with it
+    assert not IdempotencyRecord.objects.filter(scope__startswith="alice|").exists()
+    assert not DuplicateAudit.objects.filter(principal="alice").exists()
+    nodes.local_cache().clear()
+    again = post_note(client, tenant, key="k1", principal="bob")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first["bob"].content
+    fresh = post_note(client, tenant, key="k1", principal="alice")
+    assert fresh["X-Idempotent-Result"] == "MISS"
+
+
+def test_forgetting_a_tenant_keys_and_records(tenant: str) -> None:
+    client = Client()
+    post_note(client, tenant, key="k1")
+    other = post_note(client, f"{tenant}x", key="k1")
+    assert erasure.forget_records(IdempotencyRecord.objects.filter(tenant_key=tenant)) == 1
+    assert not [k for k in idem_keys() if f"{{t:{tenant}}}".encode() in k]  # went with it
+    list(erasure.forget_tenant_keys(tenant))  # what is left: its rate counter
+    left = [p for p in erasure.tenant_key_patterns(tenant) for _ in suite_redis().scan_iter(p)]
+    assert left == []
+    nodes.local_cache().clear()
+    again = post_note(client, f"{tenant}x", key="k1")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == other.content
+
+
+def test_tenant_patterns_do_not_reach_a_longer_tenant_id() -> None:
+    import fnmatch
+
+    patterns = erasure.tenant_key_patterns("1")
+    assert any(fnmatch.fnmatchcase("idem:{t:1}:a:b", p) for p in patterns)
+    assert any(fnmatch.fnmatchcase("rl:{t:1:3}:a:60s", p) for p in patterns)
+    assert not any(fnmatch.fnmatchcase("idem:{t:12}:a:b", p) for p in patterns)

@@ -1,0 +1,47 @@
+"""The owner's privacy page: erase one diner of this restaurant, and the log of erasures.
+
+Not wrapped in ``@idempotent_form``: the erasure is idempotent by itself (a second run finds
+nothing left and logs that), and a stored reply of this form would keep a fingerprint of the
+very id being erased.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_http_methods
+
+from ordering.dashboard.access import member_required, render_page, tenant_of
+from ordering.dashboard.forms import EraseDinerForm
+from ordering.models import DinerErasure
+from ordering.privacy.diners import erase_diner
+from tenants.permissions import Area
+
+
+@member_required(Area.PRIVACY)
+@require_http_methods(["GET", "HEAD", "POST"])
+def privacy(request: HttpRequest) -> HttpResponse:
+    """GET: the form and the erasures of this restaurant. POST: erase a diner."""
+    tenant = tenant_of(request)
+    form = EraseDinerForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        log = erase_diner(
+            tenant=tenant,
+            diner_id=form.cleaned_data["diner_id"],
+            requested_by=f"owner:{request.user.get_username()}",
+        )
+        messages.success(
+            request,
+            f"Diner erased: {log.counts['orders']} order(s) now show {log.pseudonym}; "
+            f"{log.counts['records']} stored replies and {log.counts['sessions']} session(s) "
+            "removed.",
+        )
+        return redirect("dash-privacy")
+    return render_page(
+        request,
+        "dashboard/privacy.html",
+        {"form": form, "erasures": DinerErasure.objects.filter(tenant=tenant)[:50]},
+        section="privacy",
+        status=400 if form.is_bound else 200,
+    )

@@ -1,0 +1,58 @@
+"""``manage.py offboard_tenant TENANT --export PATH [--batch-size N] [--by NAME]``
+
+Offboard a tenant (``TENANT`` is its slug): suspend it, write its archive to ``PATH`` (a zip
+of JSON files), then delete its rows, Redis keys and cached results in bounded batches
+(:mod:`ordering.privacy.offboarding`). Interrupted, it continues where it stopped when run
+again with the same arguments; run after the tenant is gone, it says so and changes nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ordering.models import TenantOffboarding
+from ordering.privacy.offboarding import OffboardingRefused, run_offboarding, start_offboarding
+from tenants.models import Tenant
+
+
+class Command(BaseCommand):
+    help = "Offboard a tenant: suspend, export its archive, then erase everything of it."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("tenant", help="The tenant's slug")
+        parser.add_argument("--export", required=True, type=Path, help="Where to write the zip")
+        parser.add_argument("--batch-size", type=int, default=500, help="Rows or keys per step")
+        parser.add_argument("--by", help="Who asked (kept on the job); default: you")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
+        if tenant is None:
+            done = TenantOffboarding.objects.filter(
+                tenant_slug=options["tenant"], phase=TenantOffboarding.Phase.DONE
+            ).first()
+            if done is None:
+                raise CommandError(f"no tenant with slug {options['tenant']!r}")
+            self.stdout.write(f"{done.tenant_slug} was offboarded by job {done.pk}; nothing to do")
+            return
+        try:
+            job = start_offboarding(
+                tenant=tenant,
+                export_path=options["export"].resolve(),
+                requested_by=options["by"] or f"cli:{getpass.getuser()}",
+                batch_size=options["batch_size"],
+            )
+        except OffboardingRefused as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"offboarding {job.pk} of {tenant.slug}: {job.phase}")
+        job = run_offboarding(job.pk)
+        self.stdout.write(
+            f"done: archive {job.export_path} (sha256 {job.export_sha256}); "
+            f"removed {json.dumps(job.counts, sort_keys=True)} in {job.batches} batches"
+        )

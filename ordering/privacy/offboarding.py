@@ -1,0 +1,169 @@
+"""Offboarding a tenant: suspend it, hand it its archive, then remove every trace of it.
+
+A :class:`~ordering.models.TenantOffboarding` job walks these phases, persisting its progress
+after every bounded step, so it can be stopped anywhere (a crash, a deploy, a killed worker)
+and started again to finish:
+
+1. **suspend**: the tenant is suspended (its API answers 403 ``TENANT_SUSPENDED``, its
+   dashboard is closed), its API keys revoked and its diner sessions ended (401 once
+   revoked), all in one transaction, so nothing new is written while the rest runs;
+2. **export**: the archive (:mod:`ordering.privacy.archive`) is written to the job's path;
+3. **engine**: the idempotency records (each with its Redis entry, announced to every
+   process's local cache) and audits, and any other engine table keyed by the tenant, one
+   batch per step;
+4. **redis**: every key left under the tenant's hash tag, ``SCAN``-ned page by page on every
+   node or cluster primary (tokens, quota ledgers, rate counters, claims in flight);
+5. **tables**: the tenant's rows, table by table in :func:`~ordering.privacy.tenant_tables.
+   deletion_order`, one batch per step;
+6. **tenant**: the tenant row itself (its memberships go with it), and the job is done.
+
+Each database step runs in one transaction with the job's row locked (``SELECT … FOR
+UPDATE``): what it deleted and the progress it recorded commit together, and two runners of
+the same job (a Celery message delivered twice) take turns instead of racing. Every step
+deletes what is still there, so repeating one after a crash is harmless.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.db import transaction
+from django.db.models import Model, Q
+from django.utils import timezone
+
+from idempotency import erasure
+from idempotency.models import IdempotencyRecord
+from ordering.models import TenantOffboarding
+from ordering.privacy.archive import export_tenant
+from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
+from tenants import session_state
+from tenants.models import ApiClient, DinerSession, Tenant
+
+Phase = TenantOffboarding.Phase
+
+
+class OffboardingRefused(Exception):
+    """The request cannot start (e.g. another job of the tenant writes elsewhere)."""
+
+
+def start_offboarding(
+    *, tenant: Tenant, export_path: Path, requested_by: str, batch_size: int = 500
+) -> TenantOffboarding:
+    """The tenant's open job, or a new one. An open job continues with its own archive path;
+    asking for another path is refused rather than silently ignored."""
+    job = TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exclude(phase=Phase.DONE).first()
+    if job is not None:
+        if Path(job.export_path) != export_path:
+            raise OffboardingRefused(
+                f"offboarding {job.pk} of {tenant.slug} is under way, exporting to "
+                f"{job.export_path}; run it again with that path"
+            )
+        return job
+    return TenantOffboarding.objects.create(
+        tenant_ref=tenant.pk,
+        tenant_slug=tenant.slug,
+        export_path=str(export_path),
+        batch_size=batch_size,
+        requested_by=requested_by[:200],
+    )
+
+
+def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffboarding:
+    """Run the job's steps until it is done (or ``max_steps`` steps have run)."""
+    steps = 0
+    while max_steps is None or steps < max_steps:
+        job = step(job_id)
+        steps += 1
+        if job.is_done:
+            return job
+    return TenantOffboarding.objects.get(pk=job_id)
+
+
+def step(job_id: int) -> TenantOffboarding:
+    """One bounded unit of work of the job, committed with the progress it made."""
+    job = TenantOffboarding.objects.get(pk=job_id)
+    if job.phase == Phase.REDIS:
+        return _redis_keys(job)  # not a database transaction: it records progress per page
+    with transaction.atomic():
+        job = TenantOffboarding.objects.select_for_update().get(pk=job_id)
+        if job.is_done:
+            return job
+        _PHASES[job.phase](job)
+        job.save()
+    return job
+
+
+def _count(job: TenantOffboarding, what: str, n: int) -> None:
+    job.counts[what] = job.counts.get(what, 0) + n
+    job.batches += 1
+
+
+def _suspend(job: TenantOffboarding) -> None:
+    now = timezone.now()
+    Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.SUSPENDED)
+    ApiClient.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
+        revoked_at=now
+    )
+    DinerSession.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
+        revoked_at=now
+    )
+    transaction.on_commit(session_state.clear)
+    job.phase = Phase.EXPORT
+
+
+def _export(job: TenantOffboarding) -> None:
+    tenant = Tenant.objects.get(pk=job.tenant_ref)
+    job.export_sha256 = export_tenant(tenant=tenant, path=Path(job.export_path))
+    job.phase = Phase.ENGINE
+
+
+def _engine(job: TenantOffboarding) -> None:
+    tenant_key = str(job.tenant_ref)
+    records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
+    n = erasure.forget_records(records, batch=job.batch_size, max_batches=1)
+    if n:
+        _count(job, IdempotencyRecord._meta.label, n)
+    elif not _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()]):
+        job.phase = Phase.REDIS
+
+
+def _one_batch(job: TenantOffboarding, tables: list[tuple[type[Model], Q]]) -> bool:
+    """Delete one batch from the first of ``tables`` that still has rows; False if none has."""
+    for model, rows in tables:
+        n = erasure.delete_in_batches(
+            model._base_manager.filter(rows), batch=job.batch_size, max_batches=1
+        )
+        if n:
+            _count(job, model._meta.label, n)
+            return True
+    return False
+
+
+def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
+    for deleted in erasure.forget_tenant_keys(str(job.tenant_ref), batch=job.batch_size):
+        _count(job, "redis_keys", deleted)
+        job.save(update_fields=["counts", "batches", "updated_at"])
+    job.phase = Phase.TABLES
+    job.save(update_fields=["phase", "updated_at"])
+    return job
+
+
+def _tables(job: TenantOffboarding) -> None:
+    tables = [(model, rows_of(model, job.tenant_ref)) for model in deletion_order()]
+    if not _one_batch(job, tables):
+        job.phase = Phase.TENANT
+
+
+def _tenant(job: TenantOffboarding) -> None:
+    Tenant.objects.filter(pk=job.tenant_ref).delete()
+    job.phase = Phase.DONE
+    job.finished_at = timezone.now()
+
+
+_PHASES = {
+    Phase.SUSPEND: _suspend,
+    Phase.EXPORT: _export,
+    Phase.ENGINE: _engine,
+    Phase.TABLES: _tables,
+    Phase.TENANT: _tenant,
+}

@@ -1,0 +1,89 @@
+"""Staff start data-protection requests from the admin: erase the diners of selected orders,
+offboard selected tenants (a Celery task, run eagerly here), and read the logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from ordering.models import DinerErasure, Order, TenantOffboarding
+from tenants.models import Tenant
+from tests.conftest import api_for, menu_for
+from tests.privacy.test_erase_diner import place
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x-123456789"))
+    return client
+
+
+@pytest.fixture
+def celery_eager() -> Iterator[None]:
+    from config.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+def run_action(client: Client, changelist: str, action: str, pks: list[object]):
+    return client.post(changelist, {"action": action, ACTION_CHECKBOX_NAME: [str(p) for p in pks]})
+
+
+def test_staff_erase_the_diners_of_selected_orders(staff, tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1", note="call me")
+    place(api_for(tenant, diner="zoe"), menu, "k2")
+    place(api_for(tenant, diner="yan"), menu, "k1")
+    zoe = list(Order.all_tenants.filter(diner_id="zoe").values_list("pk", flat=True))
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe)
+    assert r.status_code == 302
+    log = DinerErasure.objects.get()
+    assert log.requested_by == "staff:root" and log.counts["orders"] == 2
+    assert Order.all_tenants.filter(diner_id=log.pseudonym).count() == 2
+    assert Order.all_tenants.filter(diner_id="yan").count() == 1
+    # the log is found by the diner id, which it does not keep
+    found = staff.get("/admin/ordering/dinererasure/", {"q": "zoe"}).content.decode()
+    assert log.pseudonym in found
+    other = staff.get("/admin/ordering/dinererasure/", {"q": "yan"}).content.decode()
+    assert log.pseudonym not in other
+
+
+def test_staff_offboard_a_tenant_as_a_task(staff, make_tenant, settings, tmp_path, celery_eager):
+    settings.OFFBOARDING_EXPORT_DIR = tmp_path
+    leaving, staying = make_tenant(slug="leaving"), make_tenant(slug="staying")
+    menu = menu_for(leaving)
+    place(api_for(leaving, diner="zoe"), menu, "k1")
+    r = run_action(staff, "/admin/tenants/tenant/", "offboard", [leaving.pk])
+    assert r.status_code == 302
+    job = TenantOffboarding.objects.get()
+    assert job.is_done and job.requested_by == "staff:root"
+    assert not Tenant.objects.filter(pk=leaving.pk).exists()
+    assert Tenant.objects.filter(pk=staying.pk).exists()
+    [archive] = tmp_path.glob("leaving-*.zip")
+    assert Path(job.export_path) == archive
+    assert staff.get(f"/admin/ordering/tenantoffboarding/{job.pk}/change/").status_code == 200
+
+
+def test_offboarding_needs_the_permission_to_delete_tenants(tenant):
+    manager = User.objects.create_user("bob", password="x-123456789", is_staff=True)
+    manager.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_tenant", "change_tenant"])
+    )
+    client = Client()
+    client.force_login(manager)
+    assert 'value="offboard"' not in client.get("/admin/tenants/tenant/").content.decode()
+    run_action(client, "/admin/tenants/tenant/", "offboard", [tenant.pk])
+    assert not TenantOffboarding.objects.exists()
+    assert Tenant.objects.get(pk=tenant.pk).is_active

@@ -1,0 +1,171 @@
+"""Erasing a diner (issue 15 item 4) on one Redis node, three shards and a Redis Cluster.
+
+A diner places orders with a note, replays one, cancels one, spends a pre-issued token and
+holds an unused one; the restaurant's backend cancels another of the diner's orders (its stored
+reply shows the diner id). After ``erase_diner`` nothing in PostgreSQL or Redis names the
+diner, the orders are still there under a pseudonym, and another diner's and another tenant's
+replays are byte-identical to their first answers.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from idempotency.audit import writer
+from idempotency.core.keys import redis_key_for
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores import nodes as stores
+from ordering.models import DinerErasure, Order, OrderTransition
+from ordering.privacy.diners import diner_hash, erase_diner
+from tenants.models import ApiClient, DinerSession
+from tests.conftest import api_for, menu_for
+from tests.privacy.conftest import dropped_by_another_process, tenant_keys
+
+pytestmark = pytest.mark.django_db
+
+
+def place(api: Any, menu: Any, key: str, note: str = "") -> Any:
+    body = {
+        "items": [{"dish_id": menu["pizza"].pk, "quantity": 1}],
+        "payment_method": "card",
+        "note": note,
+    }
+    return api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def diner_activity(tenant: Any, menu: Any, diner: str) -> dict[str, Any]:
+    """What a busy diner leaves behind; returns the diner's API client and its answers."""
+    api = api_for(tenant, diner=diner)
+    first = place(api, menu, "k1", note=f"ring twice, ask for {diner}")
+    second = place(api, menu, "k2", note="leave at the door")
+    assert first.status_code == second.status_code == 201
+    stores.local_cache().clear()
+    assert place(api, menu, "k1", note=f"ring twice, ask for {diner}").content == first.content
+    assert api.post(f"/api/v1/orders/{first.json()['id']}/cancel/").status_code == 200
+    issued = api.post("/api/v1/idempotency-tokens/", {"count": 2}, format="json")
+    assert issued.status_code == 201, issued.content
+    token, _unused = issued.json()["tokens"]
+    assert place(api, menu, token).status_code == 201
+    return {"api": api, "first": first, "second": second}
+
+
+def replay_is_identical(api: Any, menu: Any, key: str, first: Any, note: str = "") -> bool:
+    stores.local_cache().clear()
+    again = place(api, menu, key, note=note)
+    return again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+
+
+def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    # given diner zoe's activity, diner yan's order, and another tenant's diner zoe
+    menu = menu_for(tenant)
+    zoe = diner_activity(tenant, menu, "zoe")
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    moved = merchant.post(
+        f"/api/v1/orders/{zoe['second'].json()['id']}/transition/",
+        {"to": "CANCELLED"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="m1",
+    )
+    assert moved.status_code == 200 and b'"zoe"' in moved.content
+    d2_api = api_for(tenant, diner="yan")
+    d2_first = place(d2_api, menu, "k1")
+    other = make_tenant()
+    other_menu = menu_for(other)
+    other_api = api_for(other, diner="zoe")
+    other_first = place(other_api, other_menu, "k1")
+    writer.flush()
+    tenant_key = str(tenant.pk)
+    assert any(b"zoe" in content for content in tenant_keys(tenant_key).values())
+    assert DuplicateAudit.objects.filter(tenant_key=tenant_key, principal="diner:zoe").exists()
+    zoe_orders = set(Order.all_tenants.filter(tenant=tenant, diner_id="zoe").values_list("pk"))
+    assert len(zoe_orders) == 3
+
+    # when staff erase zoe of the first tenant
+    log = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+
+    # then the orders are kept, anonymised under one pseudonym, note and key gone
+    orders = Order.all_tenants.filter(pk__in=[pk for (pk,) in zoe_orders])
+    assert orders.count() == 3
+    assert {(o.diner_id, o.note, o.idempotency_key) for o in orders} == {(log.pseudonym, "", None)}
+    assert log.pseudonym.startswith("erased-")
+    assert not OrderTransition.all_tenants.filter(tenant=tenant, actor__contains="diner:zoe")
+    assert OrderTransition.all_tenants.filter(actor__endswith=f"diner:{log.pseudonym}").exists()
+    # no record, audit or session of zoe, and no reply that shows zoe, in PostgreSQL
+    records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
+    assert not records.filter(scope__startswith="diner:zoe|").exists()
+    assert not [r for r in records if b'"zoe"' in bytes(r.response_body)]
+    assert not DuplicateAudit.objects.filter(tenant_key=tenant_key, principal="diner:zoe")
+    assert not DinerSession.objects.filter(tenant=tenant, diner_id="zoe").exists()
+    # nothing in Redis names zoe: no reply body, no token of zoe, no claim key of zoe
+    left = tenant_keys(tenant_key)
+    assert not [k for k, content in left.items() if b"zoe" in content]
+    assert not [k for k, content in left.items() if content.startswith(b"p:diner:zoe")]
+    zoe_claims = {
+        redis_key_for(tenant=tenant_key, scope="diner:zoe|POST|api/v1/orders/", key=k).encode()
+        for k in ("k1", "k2")
+    }
+    assert not zoe_claims & set(left)
+    # zoe's token is refused: the session is gone
+    assert zoe["api"].get("/api/v1/orders/").status_code == 401
+    # the log names who and when, never the id
+    assert log.requested_by == "staff:alice" and log.diner_hash == diner_hash("zoe")
+    assert log.counts["orders"] == 3 and log.counts["sessions"] == 1
+    assert log.counts["records"] >= 5 and log.counts["audits"] >= 1
+    assert "zoe" not in repr(DinerErasure.objects.values().get(pk=log.pk)).replace(
+        log.diner_hash, ""
+    )
+    # yan and the other tenant's zoe still replay byte for byte
+    assert replay_is_identical(d2_api, menu, "k1", d2_first)
+    assert replay_is_identical(other_api, other_menu, "k1", other_first)
+    assert Order.all_tenants.filter(tenant=other, diner_id="zoe").count() == 1
+
+
+def test_erasing_twice_is_safe(tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    diner_activity(tenant, menu, "zoe")
+    first = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    again = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    assert first.counts["orders"] == 3
+    assert again.counts == dict.fromkeys(
+        ("sessions", "orders", "records", "audits", "redis_keys"), 0
+    )
+    assert Order.all_tenants.filter(diner_id=first.pseudonym).count() == 3
+    assert DinerErasure.objects.filter(diner_hash=diner_hash("zoe")).count() == 2
+
+
+def test_other_processes_drop_the_erased_replies(tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    # given another process's local cache holding the diner's reply, listening for purges
+    assert place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1").status_code == 201
+    key = redis_key_for(tenant=str(tenant.pk), scope="diner:zoe|POST|api/v1/orders/", key="k1")
+    # when the diner is erased, then that process drops it
+    assert dropped_by_another_process(
+        str(tenant.pk),
+        key,
+        lambda: erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice"),
+    )
+
+
+def test_command_erases_and_reports(tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1", note="call me")
+    out = io.StringIO()
+    call_command("erase_diner", tenant.slug, "zoe", "--by", "dpo:carol", stdout=out)
+    log = DinerErasure.objects.get()
+    assert out.getvalue().startswith(f"erasure {log.pk}: diner now {log.pseudonym}")
+    assert log.requested_by == "dpo:carol" and log.counts["orders"] == 1
+    assert not Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+def test_command_refuses_an_unknown_tenant(db):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no tenant with slug 'nope'"):
+        call_command("erase_diner", "nope", "zoe")

@@ -1,0 +1,219 @@
+"""Offboarding a tenant (issue 15 item 5) on one Redis node, three shards and a Redis Cluster.
+
+Two tenants with the same kind of activity (orders with a coupon and a note, replays, a
+merchant's move, tokens, rate counters, a payment, a dead letter without a tenant column, a
+diner erasure log); the first is offboarded in batches of three. Afterwards no table the tenant
+owned (found from the schema, not listed) and no Redis key under its hash tag on any node holds
+anything of it, its archive holds its data, and the second tenant's rows, keys and replays are
+exactly what they were.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db.models import Model
+from django.test import Client
+from rest_framework.test import APIClient
+
+from idempotency.audit import writer
+from idempotency.stores import nodes as stores
+from ordering.models import DeadLetter, Order, Payment, TenantOffboarding
+from ordering.privacy.diners import erase_diner
+from ordering.privacy.offboarding import run_offboarding, start_offboarding
+from ordering.privacy.tenant_tables import engine_tables, rows_of, tenant_tables
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient, Tenant
+from tests.conftest import api_for, menu_for
+from tests.dashboard.factories import make_merchant
+from tests.privacy.conftest import dropped_by_another_process, tenant_keys
+from tests.privacy.test_erase_diner import place
+
+pytestmark = pytest.mark.django_db
+
+
+def busy_tenant(tenant: Tenant) -> dict[str, Any]:
+    """A tenant with a bit of everything; returns a diner's client and a first answer."""
+    from ordering.models import Coupon
+
+    menu = menu_for(tenant)
+    Coupon.objects.for_tenant(tenant).create(
+        tenant=tenant, code="TEN", kind=Coupon.Kind.PERCENT, value=Decimal("10")
+    )
+    api = api_for(tenant, diner="zoe")
+    first = place(api, menu, "k1", note="call me")
+    assert first.status_code == 201
+    coupon_order = api.post(
+        "/api/v1/orders/",
+        {
+            "items": [{"dish_id": menu["pasta"].pk, "quantity": 2}],
+            "payment_method": "card",
+            "coupon_code": "TEN",
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k2",
+    )
+    assert coupon_order.status_code == 201
+    stores.local_cache().clear()
+    assert place(api, menu, "k1", note="call me").content == first.content
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    order_id = coupon_order.json()["id"]
+    moved = merchant.post(
+        f"/api/v1/orders/{order_id}/transition/", {"to": "CANCELLED"}, format="json"
+    )
+    assert moved.status_code == 200
+    assert api.post("/api/v1/idempotency-tokens/", {"count": 3}, format="json").status_code == 201
+    order = Order.all_tenants.get(pk=first.json()["id"])
+    Payment.objects.for_tenant(tenant).create(
+        tenant=tenant,
+        order=order,
+        provider="simulated",
+        provider_txn_id=f"tx-{order.pk}",
+        method="card",
+        amount=order.total,
+    )
+    DeadLetter.objects.create(
+        tenant=None, order=order, key=f"dl-{order.pk}", task="t", payload={}, error="e", attempts=3
+    )
+    guest = api_for(tenant, diner="yan")
+    assert place(guest, menu, "k1").status_code == 201
+    erase_diner(tenant=tenant, diner_id="yan", requested_by="staff:alice")
+    writer.flush()
+    return {"api": api, "menu": menu, "first": first}
+
+
+def rows_of_tenant(tenant_id: int) -> dict[str, list[tuple]]:
+    """Every row the tenant owns, table by table, as tuples of all column values."""
+    found: dict[str, list[tuple]] = {}
+    models: list[type[Model]] = [*tenant_tables(), *engine_tables(), Tenant]
+    for model in models:
+        if model is Tenant:
+            rows = Tenant.objects.filter(pk=tenant_id)
+        elif model in engine_tables():
+            rows = model._base_manager.filter(tenant_key=str(tenant_id))
+        else:
+            rows = model._base_manager.filter(rows_of(model, tenant_id))
+        found[model._meta.label] = sorted(map(repr, rows.order_by("pk").values_list()))
+    return found
+
+
+def replay_keys(tenant_id: int) -> dict[bytes, bytes]:
+    """The tenant's idempotency entries and tokens (rate counters expire within a minute)."""
+    return {k: v for k, v in tenant_keys(str(tenant_id)).items() if k.startswith(b"idem:")}
+
+
+def test_offboarding_leaves_nothing_and_touches_no_one_else(
+    topology, make_tenant, settings, tmp_path
+):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    # given two busy tenants
+    leaving, staying = make_tenant(), make_tenant()
+    busy_tenant(leaving)
+    kept = busy_tenant(staying)
+    leaving_id, key = leaving.pk, issue_api_key(tenant=leaving, name="app")[1]
+    staying_rows, staying_keys = rows_of_tenant(staying.pk), replay_keys(staying.pk)
+    assert sum(map(len, rows_of_tenant(leaving_id).values())) > 20
+    assert len(tenant_keys(str(leaving_id))) > 5
+    # when the first is offboarded, three rows or keys per step
+    archive = tmp_path / "leaving.zip"
+    out = io.StringIO()
+    call_command(
+        "offboard_tenant", leaving.slug, "--export", str(archive), "--batch-size", "3", stdout=out
+    )
+    # then nothing of it is left in any table or on any Redis node
+    assert {label: rows for label, rows in rows_of_tenant(leaving_id).items() if rows} == {}
+    assert tenant_keys(str(leaving_id)) == {}
+    # its archive holds its orders, menu, coupons and payments
+    with zipfile.ZipFile(archive) as zipped:
+        manifest = json.loads(zipped.read("manifest.json"))
+        orders = json.loads(zipped.read("orders.json"))
+        assert manifest["files"]["orders.json"] == len(orders) == 3
+        assert {o["fields"]["tenant"] for o in orders} == {leaving_id}
+        assert len(json.loads(zipped.read("menu.json"))) == 2
+        assert [c["fields"]["code"] for c in json.loads(zipped.read("coupons.json"))] == ["TEN"]
+        assert len(json.loads(zipped.read("payments.json"))) == 1
+    job = TenantOffboarding.objects.get(tenant_ref=leaving_id)
+    assert job.is_done and job.batches > 10 and job.counts["redis_keys"] > 5
+    assert f"removed {json.dumps(job.counts, sort_keys=True)}" in out.getvalue()
+    # the other tenant is exactly as it was and replays byte for byte; the key opens nothing
+    assert rows_of_tenant(staying.pk) == staying_rows
+    assert replay_keys(staying.pk) == staying_keys
+    gone = APIClient()
+    gone.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    assert gone.get("/api/v1/menu/").status_code == 401
+    stores.local_cache().clear()
+    again = place(kept["api"], kept["menu"], "k1", note="call me")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == kept["first"].content
+
+
+def test_suspension_comes_first(make_tenant, settings, tmp_path):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    tenant = make_tenant()
+    menu = menu_for(tenant)
+    diner = api_for(tenant, diner="zoe")
+    app = api_for(tenant)
+    assert place(diner, menu, "k1").status_code == 201
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    # when only the first step has run
+    job = run_offboarding(job.pk, max_steps=1)
+    # then the tenant is suspended, its keys revoked, its sessions ended, nothing exported yet
+    assert job.phase == TenantOffboarding.Phase.EXPORT
+    assert Tenant.objects.get(pk=tenant.pk).status == Tenant.Status.SUSPENDED
+    assert app.get("/api/v1/menu/").status_code == 401
+    assert diner.get("/api/v1/orders/").status_code == 401
+    assert not ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True).exists()
+    assert not Path(job.export_path).exists()
+    owner = Client()
+    owner.force_login(make_merchant(tenant, "owner-user"))
+    assert owner.get("/dashboard/").status_code == 403
+
+
+def test_rerun_after_the_end_changes_nothing(make_tenant, tmp_path):
+    tenant = make_tenant(slug="gone")
+    call_command(
+        "offboard_tenant", "gone", "--export", str(tmp_path / "g.zip"), stdout=io.StringIO()
+    )
+    out = io.StringIO()
+    call_command("offboard_tenant", "gone", "--export", str(tmp_path / "g.zip"), stdout=out)
+    assert "gone was offboarded by job" in out.getvalue()
+    assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
+
+
+def test_an_open_job_keeps_its_archive_path(make_tenant, tmp_path):
+    tenant = make_tenant(slug="busy")
+    start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    with pytest.raises(CommandError, match="run it again with that path"):
+        call_command("offboard_tenant", "busy", "--export", str(tmp_path / "b.zip"))
+
+
+def test_bad_arguments_are_refused(db, tmp_path):
+    with pytest.raises(CommandError, match="no tenant with slug 'nope'"):
+        call_command("offboard_tenant", "nope", "--export", str(tmp_path / "x.zip"))
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("offboard_tenant", "nope", "--export", "x.zip", "--batch-size", "0")
+
+
+def test_other_processes_drop_the_tenants_cached_results(make_tenant, tmp_path):
+    from idempotency.core.keys import redis_key_for
+
+    # given another process's local cache holding one of the tenant's results
+    tenant = make_tenant(slug="leaving")
+    assert place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1").status_code == 201
+    key = redis_key_for(tenant=str(tenant.pk), scope="diner:zoe|POST|api/v1/orders/", key="k1")
+    archive = str(tmp_path / "a.zip")
+    # when the tenant is offboarded, then that process drops it
+    assert dropped_by_another_process(
+        str(tenant.pk),
+        key,
+        lambda: call_command(
+            "offboard_tenant", "leaving", "--export", archive, stdout=io.StringIO()
+        ),
+    )

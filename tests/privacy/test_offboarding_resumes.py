@@ -1,0 +1,83 @@
+"""An offboarding killed half-way finishes when run again (issue 15 item 5).
+
+The command runs in a process of its own, one row per step. The test holds a row lock on the
+tenant's orders, so the process commits the steps before the orders (order lines, transitions,
+payments, …) and then waits on that lock: a known point half-way, found by asking PostgreSQL
+who waits, not by timing. It is killed there with SIGKILL, the lock is released, and the
+command is run again.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+
+from ordering.models import Order, OrderLine, TenantOffboarding
+from tests.privacy.conftest import tenant_keys
+from tests.privacy.test_offboard_tenant import busy_tenant, rows_of_tenant
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def waiting_on_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # statistics are cached per transaction
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_offboarding_finishes_when_run_again(make_tenant, tmp_path, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    tenant = make_tenant(slug="leaving")
+    busy_tenant(tenant)
+    lines_before = OrderLine.all_tenants.filter(tenant=tenant).count()
+    archive = tmp_path / "leaving.zip"
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
+        "DINER_SESSION_STATE_CACHE_SECONDS": "0.05",
+    }
+    command = [sys.executable, "manage.py", "offboard_tenant", "leaving"]
+    command += ["--export", str(archive), "--batch-size", "1"]
+    # given the command half-way, waiting for the orders we hold locked
+    with transaction.atomic():
+        list(Order.all_tenants.select_for_update().filter(tenant=tenant))
+        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while waiting_on_a_lock() == 0:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "the command never reached the orders"
+                time.sleep(0.05)
+        finally:
+            # when it is killed there
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+    job = TenantOffboarding.objects.get(tenant_ref=tenant.pk)
+    assert job.phase == TenantOffboarding.Phase.TABLES and not job.is_done
+    assert OrderLine.all_tenants.filter(tenant=tenant).count() < lines_before
+    assert Order.all_tenants.filter(tenant=tenant).count() == 3
+    batches_before = job.batches
+    # then running it again finishes the same job, and nothing of the tenant is left
+    out = io.StringIO()
+    call_command("offboard_tenant", "leaving", "--export", str(archive), stdout=out)
+    job.refresh_from_db()
+    assert job.is_done and job.batches > batches_before
+    assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
+    assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
+    assert tenant_keys(str(tenant.pk)) == {}
+    assert archive.exists() and job.export_sha256
