@@ -451,3 +451,12 @@ IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = float(
     os.environ.get("INSTANCE_DEAD_AFTER_SECONDS", 15)
 )
 # --- end celery / payments --------------------------------------------------------------
+
+# --- data protection (docs/data-protection.md) -------------------------------------------
+# Redaction: each order endpoint declares the personal paths of its answer; a tenant adds its
+# own (Tenant.redacted_paths). Looked up at most every TENANT_POLICY_CACHE_SECONDS per process.
+IDEMPOTENCY["REDACT_FOR_TENANT"] = "tenants.models.redacted_paths_of"
+IDEMPOTENCY["TENANT_POLICY_CACHE_SECONDS"] = float(
+    os.environ.get("TENANT_POLICY_CACHE_SECONDS", 30)
+)
+# --- end data protection ------------------------------------------------------------------

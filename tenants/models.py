@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from tenants.data_protection import validate_redaction_paths
+
 
 def platform_time_zone() -> str:
     """A new tenant's time zone: the platform's (``settings.TIME_ZONE``)."""
@@ -59,6 +61,13 @@ class Tenant(models.Model):
         help_text="IANA name, e.g. Europe/Rome: the dashboard shows times, and order numbers "
         "restart each day, in this zone.",
     )
+    redacted_paths = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_redaction_paths],
+        help_text="JSON paths never kept in a stored reply, besides each endpoint's own, e.g. "
+        '["note"]: replays answer null there, with an Idempotency-Redacted header.',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -103,6 +112,14 @@ def token_quota_of(tenant_key: str) -> int | None:
     """The tenant's own quota of outstanding tokens, or None for the platform default (the
     engine's ``TOKEN_QUOTA_FOR_TENANT``)."""
     return Tenant.objects.filter(pk=tenant_key).values_list("token_quota", flat=True).first()
+
+
+def redacted_paths_of(tenant_key: str) -> list[str]:
+    """The JSON paths the tenant redacts on every endpoint (the engine's
+    ``REDACT_FOR_TENANT``, cached per process for ``TENANT_POLICY_CACHE_SECONDS``)."""
+    return (
+        Tenant.objects.filter(pk=tenant_key).values_list("redacted_paths", flat=True).first() or []
+    )
 
 
 class Membership(models.Model):

@@ -15,6 +15,7 @@ from django.test import Client
 from idempotency.audit import writer
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.stores import nodes
+from idempotency.tests.testapp.scope import tenant_redaction
 from idempotency.tests.testapp.views import behaviour
 
 
@@ -48,6 +49,7 @@ def clean_engine() -> Iterator[None]:
     nodes.reset()
     reset_rate_cache()
     behaviour.update(delay_seconds=0.0, fail_once=set())
+    tenant_redaction.clear()
     yield
     nodes.reset()
     writer.discard()

@@ -90,4 +90,7 @@ IDEMPOTENCY = {
     "AUDIT_IN_BACKGROUND": False,
     # no heartbeat thread writing to Redis behind the tests' backs
     "INSTANCE_REGISTRY": False,
+    # a tenant's own redaction paths, looked up afresh on every write
+    "REDACT_FOR_TENANT": "idempotency.tests.testapp.scope.redaction_for",
+    "TENANT_POLICY_CACHE_SECONDS": 0,
 }
