@@ -13,8 +13,8 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="tenants.purge_expired_data", ignore_result=True)
 def purge_expired_data() -> dict[str, int]:
-    """Scheduled by Celery beat (``CELERY_BEAT_SCHEDULE["purge-expired-data"]``). Safe to run
-    twice at once: each batch deletes only rows still expired, and tallies what it deleted."""
+    """Scheduled by Celery beat (``CELERY_BEAT_SCHEDULE["purge-expired-data"]``); each batch
+    deletes only rows still expired when it runs, and tallies what it deleted."""
     purged = purge()
     logger.info("retention purge", extra={"purged": purged})
     return purged
