@@ -1,10 +1,16 @@
-"""One JSON object per log line, with the request context (``config/request_context.py``)."""
+"""One JSON object per log line, with the request context (``config/request_context.py``).
+
+A line logged while a tenant's request runs drops the fields of
+``settings.LOG_FIELDS_TENANT_MAY_KEEP`` that the tenant does not keep (``Tenant.log_fields``).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 from datetime import UTC, datetime
+
+from django.conf import settings
 
 from config.request_context import current
 
@@ -32,4 +38,7 @@ class JsonFormatter(logging.Formatter):
         )
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
+        if context.log_fields is not None:
+            for name in set(settings.LOG_FIELDS_TENANT_MAY_KEEP) - context.log_fields:
+                line.pop(name, None)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)

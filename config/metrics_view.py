@@ -6,7 +6,8 @@ is trusted implicitly, loopback included: behind a reverse proxy on the same hos
 comes from loopback. Anyone else gets a plain 404, so the endpoint is not advertised.
 
 Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
-Redis keys (``idempotency/stores/usage.py`` says how fresh those are).
+Redis keys (``idempotency/stores/usage.py`` says how fresh those are), and the retention
+purge's rows purged and rows overdue (``tenants/retention_metrics.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
+from tenants.retention_metrics import retention_registry
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
@@ -28,7 +30,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         raise Http404
     body = b"".join(
         generate_latest(registry)
-        for registry in (_process_registry(), database_registry(), usage_registry())
+        for registry in (
+            _process_registry(),
+            database_registry(),
+            usage_registry(),
+            retention_registry(),
+        )
     )
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 

@@ -4,7 +4,8 @@ The middleware takes ``X-Request-ID`` from the caller when it is a sane token (o
 echoes it in the response, and keeps it in a context variable together with the tenant (set by
 authentication) and a short SHA-256 of the ``Idempotency-Key`` (never the key itself: keys may
 be guessable and they are the client's secret handle on its operations). The JSON log
-formatter (``config/logging.py``) adds them to every line logged while the request runs.
+formatter (``config/logging.py``) adds them to every line logged while the request runs, less
+the optional fields the tenant chose not to keep.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class RequestContext:
     request_id: str = ""
     tenant: str = ""
     idempotency_key_hash: str = ""
+    # The tenant's choice among settings.LOG_FIELDS_TENANT_MAY_KEEP (Tenant.log_fields);
+    # None: keep them all.
+    log_fields: frozenset[str] | None = None
 
 
 # RequestContext is frozen, so sharing the default instance is safe.
@@ -36,8 +40,11 @@ def current() -> RequestContext:
     return _context.get()
 
 
-def set_tenant(tenant: str) -> None:
-    _context.set(replace(_context.get(), tenant=tenant))
+def set_tenant(tenant: str, *, log_fields: list[str] | None = None) -> None:
+    """The request acts for ``tenant``; its log lines keep only the optional fields the tenant
+    keeps (``log_fields``; None: all of them)."""
+    kept = frozenset(log_fields) if log_fields is not None else None
+    _context.set(replace(_context.get(), tenant=tenant, log_fields=kept))
 
 
 def key_hash(key: str) -> str:

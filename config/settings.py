@@ -466,3 +466,32 @@ IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = float(
     os.environ.get("INSTANCE_DEAD_AFTER_SECONDS", 15)
 )
 # --- end celery / payments --------------------------------------------------------------
+
+# --- data protection (docs/data-protection.md) -------------------------------------------
+# Redaction: each order endpoint declares the personal paths of its answer; a tenant adds its
+# own (Tenant.redacted_paths). Looked up at most every TENANT_POLICY_CACHE_SECONDS per process.
+IDEMPOTENCY["REDACT_FOR_TENANT"] = "tenants.models.redacted_paths_of"
+IDEMPOTENCY["TENANT_POLICY_CACHE_SECONDS"] = float(
+    os.environ.get("TENANT_POLICY_CACHE_SECONDS", 30)
+)
+# Retention: a tenant's own values (Tenant.record_ttl_hours, .audit_retention_days) must lie
+# within these platform bounds; the admin refuses others.
+RETENTION_RECORD_TTL_HOURS_MIN = int(os.environ.get("RETENTION_RECORD_TTL_HOURS_MIN", 1))
+RETENTION_RECORD_TTL_HOURS_MAX = int(os.environ.get("RETENTION_RECORD_TTL_HOURS_MAX", 30 * 24))
+RETENTION_AUDIT_DAYS_MIN = int(os.environ.get("RETENTION_AUDIT_DAYS_MIN", 1))
+RETENTION_AUDIT_DAYS_MAX = int(os.environ.get("RETENTION_AUDIT_DAYS_MAX", 365))
+IDEMPOTENCY["AUDIT_RETENTION_DAYS"] = int(os.environ.get("RETENTION_AUDIT_DAYS", 30))
+IDEMPOTENCY["RECORD_TTL_FOR_TENANT"] = "tenants.models.record_ttl_seconds_of"
+IDEMPOTENCY["AUDIT_RETENTION_OVERRIDES"] = "tenants.models.audit_retention_overrides"
+# The purge (tenants/retention.py) runs on Celery beat: rows per DELETE, and DELETEs per kind
+# and run (what is left is reported as overdue and purged by the next run).
+IDEMPOTENCY["PURGE_BATCH_SIZE"] = int(os.environ.get("RETENTION_PURGE_BATCH_SIZE", 1000))
+RETENTION_PURGE_MAX_BATCHES = int(os.environ.get("RETENTION_PURGE_MAX_BATCHES", 100))
+RETENTION_PURGE_SECONDS = float(os.environ.get("RETENTION_PURGE_SECONDS", 3600))
+CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
+    "task": "tenants.purge_expired_data",
+    "schedule": RETENTION_PURGE_SECONDS,
+}
+# Log fields a tenant may drop from the lines logged while its requests run (Tenant.log_fields)
+LOG_FIELDS_TENANT_MAY_KEEP = ("request_id", "idempotency_key_sha256", "order_id", "diner_id")
+# --- end data protection ------------------------------------------------------------------

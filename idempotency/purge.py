@@ -1,38 +1,113 @@
-"""Removing idempotency records: expired ones in bulk, single ones on staff request.
+"""Removing idempotency data: expired records and audits in bounded batches, single records on
+staff request.
 
-Safe to run at any time: only rows whose ``expires_at`` has passed are deleted, in small
-batches, and a request that replaces an expired record concurrently is arbitrated by the
-unique constraint either way. Expired Redis entries have already expired by their own TTL.
+Safe to run at any time and from several processes: each batch picks at most
+``PURGE_BATCH_SIZE`` ids of rows past their retention, then deletes those ids still past it,
+in a transaction of its own — never one statement over the whole table, so a purge holds few
+locks, writes a small WAL burst per batch and can stop between batches (``max_batches``). A
+request that replaces an expired record concurrently is arbitrated by the unique constraint
+either way. Expired Redis entries have already expired by their own TTL.
+
+Retention: a record lives until its ``expires_at`` (set at write time from the tenant's
+``RECORD_TTL_FOR_TENANT``, the endpoint's TTL or ``TTL_SECONDS``); an audit for its tenant's
+number of days (``AUDIT_RETENTION_OVERRIDES``), else ``AUDIT_RETENTION_DAYS``.
+
 Purging a live record (staff, after a bad deploy stored a wrong answer) also deletes its Redis
 entry and announces the key on pub/sub so every process drops it from its local cache.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from idempotency.core.conf import engine_setting
+from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.core.keys import redis_key_for
-from idempotency.models import IdempotencyRecord
+from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.nodes import node_for
 
+# Called inside each batch's transaction with the number of rows it deleted, so a tally kept
+# by the caller commits (or rolls back) with the deletion itself.
+OnBatch = Callable[[int], None]
 
-def purge_expired(*, batch_size: int = 1000) -> int:
-    """Delete every expired record; returns how many."""
-    total = 0
-    while True:
+
+def delete_in_batches(
+    model: type[models.Model],
+    expired: Callable[[datetime], Q],
+    *,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Delete the rows of ``model`` matching ``expired(now)``, at most ``batch_size`` per
+    ``DELETE`` and ``max_batches`` batches (None: until none is left); returns how many."""
+    size = batch_size or engine_setting("PURGE_BATCH_SIZE")
+    total = batches = 0
+    manager = model._default_manager
+    while max_batches is None or batches < max_batches:
         with transaction.atomic():
-            ids = list(
-                IdempotencyRecord.objects.filter(expires_at__lte=timezone.now())
-                .order_by("id")
-                .values_list("id", flat=True)[:batch_size]
-            )
+            condition = expired(timezone.now())
+            ids = list(manager.filter(condition).order_by("pk").values_list("pk", flat=True)[:size])
             if not ids:
-                return total
-            total += IdempotencyRecord.objects.filter(
-                id__in=ids, expires_at__lte=timezone.now()
-            ).delete()[0]
+                break
+            deleted = manager.filter(condition, pk__in=ids).delete()[0]
+            if on_batch is not None:
+                on_batch(deleted)
+        total += deleted
+        batches += 1
+    return total
+
+
+def expired_records(now: datetime) -> Q:
+    return Q(expires_at__lte=now)
+
+
+def expired_audits(now: datetime) -> Q:
+    """Audits older than their tenant's retention: the default cut-off for every tenant
+    without its own, each override's cut-off for its tenant."""
+    overrides_hook = engine_hook("AUDIT_RETENTION_OVERRIDES")
+    overrides: dict[str, int] = overrides_hook() if overrides_hook else {}
+    default = now - timedelta(days=engine_setting("AUDIT_RETENTION_DAYS"))
+    condition = Q(at__lt=default) & ~Q(tenant_key__in=list(overrides))
+    for tenant_key, days in overrides.items():
+        condition |= Q(tenant_key=tenant_key, at__lt=now - timedelta(days=days))
+    return condition
+
+
+def purge_expired(
+    *,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Delete expired idempotency records; returns how many."""
+    return delete_in_batches(
+        IdempotencyRecord,
+        expired_records,
+        batch_size=batch_size,
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
+
+
+def purge_expired_audits(
+    *,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Delete duplicate-hit audits past their tenant's retention; returns how many."""
+    return delete_in_batches(
+        DuplicateAudit,
+        expired_audits,
+        batch_size=batch_size,
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
 
 
 def purge_record(record: IdempotencyRecord) -> None:

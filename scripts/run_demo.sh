@@ -31,8 +31,16 @@ if [ -n "${REDIS_URL:-}${CELERY_BROKER_URL:-}${REDIS_SHARDS:-}" ]; then
     --loglevel INFO &
   pids+=("$!")
   echo "[demo] Celery worker with beat started (pid $!)"
+  echo "[demo] beat purges expired data every ${RETENTION_PURGE_SECONDS:-3600} s (docs/data-protection.md)"
 else
   echo "[demo] no broker configured: Celery tasks run eagerly in the web process"
+  # No beat without a broker: a loop here runs the same retention purge on the same schedule.
+  (while true; do
+    "$PY" manage.py purge_expired_data >/dev/null || true
+    sleep "${RETENTION_PURGE_SECONDS:-3600}"
+  done) &
+  pids+=("$!")
+  echo "[demo] expired data is purged at start and every ${RETENTION_PURGE_SECONDS:-3600} s (docs/data-protection.md)"
 fi
 if [ "$SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS" != "0" ]; then
   echo "[demo] the simulated provider confirms each payment ${SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS} s after it starts (PAYING, then PAID)"

@@ -48,7 +48,7 @@ def _active(tenant: Tenant) -> None:
         raise ApiError(
             status_code=403, code=TenantErrorCode.TENANT_SUSPENDED, detail="Tenant is suspended"
         )
-    set_tenant(str(tenant.pk))
+    set_tenant(str(tenant.pk), log_fields=tenant.log_fields)
 
 
 class ApiKeyAuthentication(BaseAuthentication):

@@ -11,6 +11,13 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from tenants.data_protection import (
+    validate_audit_retention_days,
+    validate_log_fields,
+    validate_record_ttl_hours,
+    validate_redaction_paths,
+)
+
 
 def platform_time_zone() -> str:
     """A new tenant's time zone: the platform's (``settings.TIME_ZONE``)."""
@@ -59,6 +66,34 @@ class Tenant(models.Model):
         help_text="IANA name, e.g. Europe/Rome: the dashboard shows times, and order numbers "
         "restart each day, in this zone.",
     )
+    redacted_paths = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_redaction_paths],
+        help_text="JSON paths never kept in a stored reply, besides each endpoint's own, e.g. "
+        '["note"]: replays answer null there, with an Idempotency-Redacted header.',
+    )
+    record_ttl_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[validate_record_ttl_hours],
+        help_text="Hours a finished write replays (and its stored reply is kept) for retries; "
+        "empty: the platform default (72). Applies to writes made after the change.",
+    )
+    audit_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[validate_audit_retention_days],
+        help_text="Days duplicate-hit audits are kept; empty: the platform default "
+        "(settings.IDEMPOTENCY['AUDIT_RETENTION_DAYS'], 30).",
+    )
+    log_fields = models.JSONField(
+        null=True,
+        blank=True,
+        validators=[validate_log_fields],
+        help_text="Which optional fields the logs of this tenant's requests keep, e.g. "
+        '["request_id"]; empty (null): all of settings.LOG_FIELDS_TENANT_MAY_KEEP.',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -103,6 +138,41 @@ def token_quota_of(tenant_key: str) -> int | None:
     """The tenant's own quota of outstanding tokens, or None for the platform default (the
     engine's ``TOKEN_QUOTA_FOR_TENANT``)."""
     return Tenant.objects.filter(pk=tenant_key).values_list("token_quota", flat=True).first()
+
+
+def redacted_paths_of(tenant_key: str) -> list[str]:
+    """The JSON paths the tenant redacts on every endpoint (the engine's
+    ``REDACT_FOR_TENANT``, cached per process for ``TENANT_POLICY_CACHE_SECONDS``)."""
+    return (
+        Tenant.objects.filter(pk=tenant_key).values_list("redacted_paths", flat=True).first() or []
+    )
+
+
+def record_ttl_seconds_of(tenant_key: str) -> int | None:
+    """The tenant's replay retention in seconds, or None for the default (the engine's
+    ``RECORD_TTL_FOR_TENANT``)."""
+    hours = Tenant.objects.filter(pk=tenant_key).values_list("record_ttl_hours", flat=True).first()
+    return hours * 3600 if hours else None
+
+
+def audit_retention_overrides() -> dict[str, int]:
+    """``{tenant_key: days}`` of the tenants with their own audit retention (the engine's
+    ``AUDIT_RETENTION_OVERRIDES``, read once per purge)."""
+    rows = Tenant.objects.filter(audit_retention_days__isnull=False)
+    return {str(pk): days for pk, days in rows.values_list("pk", "audit_retention_days")}
+
+
+class RetentionTally(models.Model):
+    """Rows the retention purge deleted, per kind, since the beginning: the counter
+    ``retention_purged_rows_total`` of /metrics, true whichever process purged (it is
+    incremented in each batch's own transaction)."""
+
+    kind = models.CharField(max_length=32, primary_key=True)
+    rows_purged = models.BigIntegerField(default=0)
+    last_purge_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.rows_purged}"
 
 
 class Membership(models.Model):

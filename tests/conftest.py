@@ -128,11 +128,13 @@ def clean_engine_state() -> Any:
     import redis
 
     from idempotency.audit import writer
+    from idempotency.core.tenant_policy import reset_tenant_policy_cache
     from idempotency.stores import nodes as stores
     from tenants import session_state
 
     writer.discard()
     session_state.clear()
+    reset_tenant_policy_cache()  # tenant pks restart: no policy of an earlier test's tenant
     client = redis.Redis.from_url(settings.REDIS_URL or "redis://127.0.0.1:6379/0")
     keys = [
         *client.scan_iter(match="idem:{t:[0-9]*", count=1000),

@@ -40,3 +40,10 @@ def test_without_redis_the_printout_says_tokens_need_it_and_what_to_send_instead
 def test_with_redis_there_is_no_token_warning(tmp_path, variable):
     out = run_demo(tmp_path, **{variable: "redis://127.0.0.1:6379/15"})
     assert "IDEMPOTENCY_TOKENS_UNAVAILABLE" not in out
+
+
+def test_the_retention_purge_is_scheduled_with_or_without_a_broker(tmp_path):
+    without = run_demo(tmp_path, RETENTION_PURGE_SECONDS="600")
+    assert "expired data is purged at start and every 600 s" in without
+    with_broker = run_demo(tmp_path, REDIS_URL="redis://127.0.0.1:6379/15")
+    assert "beat purges expired data every 3600 s" in with_broker

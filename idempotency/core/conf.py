@@ -101,6 +101,21 @@ DEFAULTS: dict[str, Any] = {
     # Tests and diagnostics only: dotted path called as hook(tenant=, endpoint=, key=) each time
     # the engine runs a view body (before it runs; a run rolled back later still counts)
     "VIEW_EXECUTED_HOOK": None,
+    # Data protection (idempotency/core/redaction.py, idempotency/core/tenant_policy.py,
+    # idempotency/purge.py). dotted path: (tenant_key) -> JSON paths the tenant redacts from
+    # stored replies on every endpoint, besides the endpoint's own ``redact``
+    "REDACT_FOR_TENANT": None,
+    # dotted path: (tenant_key) -> seconds a finished result replays | None (None: the
+    # endpoint's ttl_seconds, else TTL_SECONDS)
+    "RECORD_TTL_FOR_TENANT": None,
+    # how long a process keeps a tenant's looked-up redaction paths and record TTL
+    "TENANT_POLICY_CACHE_SECONDS": 30.0,
+    # days a duplicate-hit audit is kept, and the dotted path () -> {tenant_key: days} of the
+    # tenants that keep theirs for another number of days
+    "AUDIT_RETENTION_DAYS": 30,
+    "AUDIT_RETENTION_OVERRIDES": None,
+    # rows one DELETE removes when purging expired records and audits
+    "PURGE_BATCH_SIZE": 1000,
 }
 
 
@@ -147,6 +162,8 @@ class Policy:
       Path parameters (e.g. the order id) always belong to the fingerprint.
     - ``ttl_seconds``: how long a finished result replays (default 72 h).
     - ``auto_key_window``: seconds during which an identical keyless request replays the first.
+    - ``redact``: JSON paths (``"diner.phone"``) whose values are blanked in the stored reply
+      (:mod:`idempotency.core.redaction`); the tenant's own (``REDACT_FOR_TENANT``) are added.
     - ``in_flight``: ``"reject"`` answers a duplicate of a running request with 409 +
       Retry-After; ``"wait"`` holds it up to ``wait_seconds`` and replays the first's result.
     """
@@ -157,8 +174,11 @@ class Policy:
     auto_key_window: int | None = None
     in_flight: Literal["reject", "wait"] = "reject"
     wait_seconds: float = 2.0
+    redact: tuple[str, ...] = ()
 
-    def effective_ttl(self, *, automatic: bool) -> int:
+    def effective_ttl(self, *, automatic: bool, tenant_ttl: int | None = None) -> int:
+        """An automatic key's window; else the tenant's record TTL (its data, its retention),
+        the endpoint's, or ``TTL_SECONDS``."""
         if automatic:
             return self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
-        return self.ttl_seconds or engine_setting("TTL_SECONDS")
+        return tenant_ttl or self.ttl_seconds or engine_setting("TTL_SECONDS")

@@ -43,6 +43,7 @@ from idempotency.core.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
 from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
+from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
 from idempotency.core.transactions import engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import database as db_store
@@ -92,9 +93,17 @@ class IdempotentRequest:
     def fingerprint(self) -> str:
         return self.fingerprints[FINGERPRINT_VERSION]
 
-    @property
+    @cached_property
     def ttl_seconds(self) -> int:
-        return self.policy.effective_ttl(automatic=self.scoped.is_automatic)
+        """How long the result replays: the tenant's record TTL, the endpoint's, the default."""
+        return self.policy.effective_ttl(
+            automatic=self.scoped.is_automatic, tenant_ttl=tenant_record_ttl(self.scoped.tenant)
+        )
+
+    @cached_property
+    def redact(self) -> tuple[str, ...]:
+        """The JSON paths blanked in the stored reply: the endpoint's, then the tenant's."""
+        return tuple(dict.fromkeys((*self.policy.redact, *tenant_redaction(self.scoped.tenant))))
 
 
 class _AlreadyCommitted(Exception):
@@ -193,6 +202,10 @@ def _execute(
 ) -> HttpResponse:
     stored: StoredResponse | None = None
     doomed = False
+    # The tenant's policy is read before the view runs: a refused write leaves the transaction
+    # unusable for queries until it is rolled back, and its refusal is stored all the same
+    # (both are cached on the request).
+    _ = req.redact, req.ttl_seconds
     try:
         with engine_transaction():
             committed = _claim_in_database(req, redis_claimed=store is not None)
@@ -260,7 +273,7 @@ def _run_view(
     if hook is not None:
         hook(tenant=req.scoped.tenant, endpoint=req.endpoint, key=req.scoped.key)
     response = execute()
-    kept = to_stored(response) if response.status_code < 500 else None
+    kept = to_stored(response, redact=req.redact) if response.status_code < 500 else None
     if kept is None:
         # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing of it
         # is written, and the key is released for a retry.

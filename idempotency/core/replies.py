@@ -14,6 +14,10 @@ the :class:`StoredResponse` built here) serialises to at most ``MAX_STORED_REPLY
   ``Content-Type``) with an empty body and ``Idempotent-Body-Omitted: <size in bytes>``. The
   operation happened once and a retry must not run it again, so the replay says so without the
   body.
+
+Redaction (``redact``, :mod:`idempotency.core.redaction`) runs first, so the cap counts the
+redacted body. A body redaction applies to but cannot search (not JSON) is kept in the same
+pointer / marker / not-at-all form as an oversized one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from django.http import HttpResponse
 
 from idempotency.core.conf import engine_setting
 from idempotency.core.outcomes import StoredResponse
+from idempotency.core.redaction import REDACTED_HEADER, NotJson, redact_body
 
 OMITTED_HEADER = "Idempotent-Body-Omitted"
 
@@ -31,15 +36,32 @@ class ReplyTooLarge(Exception):
     result cannot be kept, so the request must not take effect."""
 
 
-def to_stored(response: HttpResponse) -> StoredResponse | None:
+def to_stored(response: HttpResponse, *, redact: tuple[str, ...] = ()) -> StoredResponse | None:
     """The reply a retry will get (status, allow-listed headers, never ``Set-Cookie``, body),
-    cut to the cap as the module docstring says; None for a refusal over the cap."""
+    with the values at the ``redact`` paths blanked (:mod:`idempotency.core.redaction`), cut
+    to the cap as the module docstring says; None for a refusal that cannot be kept."""
     cap = engine_setting("MAX_STORED_REPLY_BYTES")
     allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
     headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
-    whole = StoredResponse(status=response.status_code, headers=headers, body=response.content)
+    body = response.content
+    if redact and body:
+        try:
+            body, blanked = redact_body(body, response.get("Content-Type", ""), redact)
+        except NotJson:
+            # the values could be anywhere in it: keep no body at all
+            return _without_body(response, headers, cap)
+        if blanked:
+            headers = (*headers, (REDACTED_HEADER, ", ".join(blanked)))
+    whole = StoredResponse(status=response.status_code, headers=headers, body=body)
     if whole.size <= cap:
         return whole
+    return _without_body(response, headers, cap)
+
+
+def _without_body(
+    response: HttpResponse, headers: tuple[tuple[str, str], ...], cap: int
+) -> StoredResponse | None:
+    """A pointer to the resource, a marker of the omitted body, or None for a refusal."""
     location = response.get("Location", "")
     if location:
         kept = StoredResponse(status=response.status_code, headers=headers, pointer=location)

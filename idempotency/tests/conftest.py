@@ -16,6 +16,7 @@ from idempotency.audit import writer
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.stores import nodes
 from idempotency.tests.testapp import executions
+from idempotency.tests.testapp.scope import tenant_redaction
 from idempotency.tests.testapp.views import behaviour
 
 
@@ -50,6 +51,7 @@ def clean_engine() -> Iterator[None]:
     reset_rate_cache()
     behaviour.update(delay_seconds=0.0, fail_once=set())
     executions.reset()
+    tenant_redaction.clear()
     yield
     nodes.reset()
     writer.discard()

@@ -92,4 +92,7 @@ IDEMPOTENCY = {
     "INSTANCE_REGISTRY": False,
     # counts view executions in memory (the live server runs in the test's process)
     "VIEW_EXECUTED_HOOK": "idempotency.tests.testapp.executions.count",
+    # a tenant's own redaction paths, looked up afresh on every write
+    "REDACT_FOR_TENANT": "idempotency.tests.testapp.scope.redaction_for",
+    "TENANT_POLICY_CACHE_SECONDS": 0,
 }

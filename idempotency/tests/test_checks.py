@@ -65,6 +65,12 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "INSTANCE_DEAD_AFTER_SECONDS": (-15, "must be more than 0"),
     "DATABASE_CLAIM_UNDER_REDIS": ("on", "must be True or False"),
     "VIEW_EXECUTED_HOOK": ("idempotency.tests.no_such_counter.count", "cannot be imported"),
+    "REDACT_FOR_TENANT": ("builtins.nonexistent", "cannot be imported"),
+    "RECORD_TTL_FOR_TENANT": (3600, "must be a dotted path to a function"),
+    "TENANT_POLICY_CACHE_SECONDS": (-1, "must be 0 or more"),
+    "AUDIT_RETENTION_DAYS": (0, "must be a positive integer"),
+    "AUDIT_RETENTION_OVERRIDES": ("idempotency.core.conf.NOPE", "cannot be imported"),
+    "PURGE_BATCH_SIZE": (-1000, "must be a positive integer"),
 }
 
 

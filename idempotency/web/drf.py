@@ -3,7 +3,8 @@
 ::
 
     class OrderListCreateView(APIView):
-        @idempotent(required=True, fields=("items", "payment_method", "coupon_code", "note"))
+        @idempotent(required=True, fields=("items", "payment_method", "note"),
+                    redact=("contact.phone",))
         def post(self, request): ...
 
 The handler runs inside the engine's transaction; ``request.idempotency`` (a
@@ -28,6 +29,7 @@ from rest_framework.views import APIView
 
 from idempotency.core import engine
 from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.redaction import check_paths
 from idempotency.web.http import KEY_HEADER, business_payload, prepare
 
 Handler = Callable[..., HttpResponse]
@@ -41,8 +43,10 @@ def idempotent(
     auto_key_window: int | None = None,
     in_flight: Literal["reject", "wait"] = "reject",
     wait_seconds: float = 2.0,
+    redact: Sequence[str] = (),
 ) -> Callable[[Handler], Handler]:
-    """Make a DRF handler idempotent; see :class:`idempotency.core.conf.Policy` for the options."""
+    """Make a DRF handler idempotent; see :class:`idempotency.core.conf.Policy` for the options.
+    A malformed ``redact`` path is a ``ValueError`` at import time, not at the first request."""
     policy = Policy(
         required=required,
         fields=tuple(fields) if fields is not None else None,
@@ -50,6 +54,7 @@ def idempotent(
         auto_key_window=auto_key_window,
         in_flight=in_flight,
         wait_seconds=wait_seconds,
+        redact=check_paths(redact),
     )
 
     def decorate(handler: Handler) -> Handler:

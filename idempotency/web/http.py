@@ -19,6 +19,7 @@ from idempotency.core.engine import IdempotentRequest
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
 from idempotency.core.keys import InvalidKey, ScopedKey, automatic_key, validate_key
+from idempotency.core.tenant_policy import tenant_record_ttl
 
 KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
@@ -88,7 +89,9 @@ def prepare(
             token=key,
             claim_key=scoped.redis_key,
             # the "used" mark lives as long as the result it guards
-            mark_ttl_seconds=policy.effective_ttl(automatic=False),
+            mark_ttl_seconds=policy.effective_ttl(
+                automatic=False, tenant_ttl=tenant_record_ttl(tenant)
+            ),
             buckets=scoped.buckets,
         )
     return IdempotentRequest(

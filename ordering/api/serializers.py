@@ -55,6 +55,30 @@ class ItemInSerializer(serializers.Serializer):
     quantity = QuantityField(min_value=1, max_value=2**31 - 1)
 
 
+class ContactInSerializer(serializers.Serializer):
+    """How to reach the diner: kept on the order, never in a stored reply (redacted)."""
+
+    phone = serializers.RegexField(
+        r"^\+?[0-9 ().-]{3,32}$", required=False, allow_blank=True, max_length=32, default=""
+    )
+    address = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
+
+
+REDACTED_IN_REPLAYS = (
+    "Personal data: null in a replay whose Idempotency-Redacted header names it "
+    "(GET the order for the value)."
+)
+
+
+class ContactSerializer(serializers.Serializer):
+    phone = serializers.CharField(
+        source="contact_phone", allow_null=True, help_text=REDACTED_IN_REPLAYS
+    )
+    address = serializers.CharField(
+        source="delivery_address", allow_null=True, help_text=REDACTED_IN_REPLAYS
+    )
+
+
 class PlaceOrderInSerializer(serializers.Serializer):
     items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
     payment_method = serializers.ChoiceField(choices=PAYMENT_METHODS)
@@ -62,6 +86,7 @@ class PlaceOrderInSerializer(serializers.Serializer):
         required=False, allow_null=True, allow_blank=True, max_length=40, trim_whitespace=True
     )
     note = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    contact = ContactInSerializer(required=False)
 
 
 class TransitionInSerializer(serializers.Serializer):
@@ -114,6 +139,7 @@ class OrderSerializer(serializers.ModelSerializer):
     coupon_code = serializers.CharField(
         source="coupon.code", default=None, read_only=True, allow_null=True
     )
+    contact = ContactSerializer(source="*", read_only=True)
     lines = OrderLineSerializer(many=True, read_only=True)
     payment = serializers.SerializerMethodField()
 
@@ -133,6 +159,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "total",
             "currency",
             "note",
+            "contact",
             "lines",
             "payment",
             "created_at",

@@ -43,6 +43,9 @@ ORDER_ID = OpenApiParameter(
     {"type": "integer", "format": "int64", "minimum": 1},
     OpenApiParameter.PATH,
 )
+# Personal data in an order's answer: never kept in a stored reply (docs/data-protection.md).
+# Every order write answers the order, so each of them redacts it; a tenant may add paths.
+ORDER_PERSONAL_PATHS = ("contact.phone", "contact.address")
 # Every authenticated call may meet these; writes also the body and rate-limit refusals.
 READ_ERRORS = (400, 401, 403, 404)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
@@ -108,20 +111,24 @@ class OrderListCreateView(APIView):
     )
     @idempotent(
         required=True,
-        fields=("items", "payment_method", "coupon_code", "note"),
+        fields=("items", "payment_method", "coupon_code", "note", "contact"),
         in_flight="wait",
+        redact=ORDER_PERSONAL_PATHS,
     )
     def post(self, request: Request) -> Response:
         """Place an order. Prices come from the menu; stock and coupon are taken atomically."""
         data = PlaceOrderInSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         principal: ApiPrincipal = request.user
+        contact = data.validated_data.get("contact") or {}
         order = place_order(
             tenant=principal.tenant,
             items=[ItemRequest(**item) for item in data.validated_data["items"]],
             payment_method=data.validated_data["payment_method"],
             coupon_code=data.validated_data.get("coupon_code") or None,
             note=data.validated_data["note"],
+            contact_phone=contact.get("phone", ""),
+            delivery_address=contact.get("address", ""),
             diner_id=principal.diner_id,
             client=principal.client,
             idempotency_key=request.idempotency.business_key if request.idempotency else None,
@@ -155,7 +162,7 @@ class OrderPayView(APIView):
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
-    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
+    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW, redact=ORDER_PERSONAL_PATHS)
     def post(self, request: Request, order_id: int) -> Response:
         """Start paying: CREATED -> PAYING with the order's one Payment."""
         principal: ApiPrincipal = request.user
@@ -177,7 +184,7 @@ class OrderCancelView(APIView):
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
-    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW)
+    @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW, redact=ORDER_PERSONAL_PATHS)
     def post(self, request: Request, order_id: int) -> Response:
         """Cancel: unpaid orders end CANCELLED, paid ones go to CANCELLING (refund)."""
         principal: ApiPrincipal = request.user
@@ -199,7 +206,7 @@ class OrderTransitionView(APIView):
         request=TransitionInSerializer,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
-    @idempotent(fields=("to",), auto_key_window=AUTO_KEY_WINDOW)
+    @idempotent(fields=("to",), auto_key_window=AUTO_KEY_WINDOW, redact=ORDER_PERSONAL_PATHS)
     def post(self, request: Request, order_id: int) -> Response:
         """Merchant-side move (ACCEPTED, PREPARING, READY, DELIVERING, COMPLETED, CANCELLED)."""
         data = TransitionInSerializer(data=request.data)

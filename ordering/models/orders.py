@@ -67,6 +67,10 @@ class Order(ConcurrentTransitionMixin, models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3, default="EUR")
     note = models.CharField(max_length=500, blank=True)
+    # How to reach the diner and where to deliver: personal data, redacted from every stored
+    # reply of the order endpoints (ordering/api/views.py, docs/data-protection.md).
+    contact_phone = models.CharField(max_length=32, blank=True)
+    delivery_address = models.CharField(max_length=300, blank=True)
     # What people say and see ("#0427"): a sequence per tenant and business day (the tenant's
     # time zone), allocated in the placing transaction (ordering/order_numbers.py). The 64-bit id
     # stays the reference in URLs and the API. NULL for orders placed before numbering existed.

@@ -39,6 +39,8 @@ def place_order(
     client: ApiClient | None = None,
     coupon_code: str | None = None,
     note: str = "",
+    contact_phone: str = "",
+    delivery_address: str = "",
     idempotency_key: str | None = None,
     actor: str,
 ) -> Order:
@@ -75,6 +77,8 @@ def place_order(
             discount=discount,
             total=subtotal - discount,
             note=note,
+            contact_phone=contact_phone,
+            delivery_address=delivery_address,
             idempotency_key=idempotency_key,
         )
         OrderLine.objects.for_tenant(tenant).bulk_create(

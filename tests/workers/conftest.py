@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -48,10 +49,20 @@ class CeleryWorker:
     """One worker process group; ``kill()`` is a SIGKILL of the whole group, ``start()`` a
     fresh worker (a new node name, as a replacement host would have)."""
 
-    def __init__(self, *, db_name: str, queue: str, log_dir: Path) -> None:
+    def __init__(
+        self,
+        *,
+        db_name: str,
+        queue: str,
+        log_dir: Path,
+        extra_args: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.db_name = db_name
         self.queue = queue
         self.log_dir = log_dir
+        self.extra_args = extra_args  # e.g. --beat: the worker also runs the beat schedule
+        self.extra_env = extra_env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = log_dir / "worker-0.log"
         self.starts = 0
@@ -65,6 +76,7 @@ class CeleryWorker:
             "APP_DB_NAME": self.db_name,
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             "CELERY_QUEUE": self.queue,
+            **self.extra_env,
         }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -72,7 +84,7 @@ class CeleryWorker:
                     sys.executable, "-m", "celery", "-A", "config", "worker",
                     "--pool=prefork", "-c", "2", "-Q", self.queue,
                     "--without-gossip", "--without-mingle", "--without-heartbeat",
-                    "-n", f"test-{uuid4().hex[:6]}@%h", "--loglevel=INFO",
+                    "-n", f"test-{uuid4().hex[:6]}@%h", "--loglevel=INFO", *self.extra_args,
                 ],
                 cwd=PROJECT_ROOT,
                 env=env,
@@ -111,19 +123,16 @@ class CeleryWorker:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-@pytest.fixture(scope="module")
-def celery_worker(
-    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CeleryWorker]:
+@contextmanager
+def running_worker(log_dir: Path, **options: Any) -> Iterator[CeleryWorker]:
+    """A started worker on a queue of its own, which this process publishes to meanwhile."""
     from config.celery import app
 
     queue = f"test-{uuid4().hex[:8]}"
     before = (app.conf.task_default_queue, app.conf.task_always_eager)
     app.conf.task_default_queue, app.conf.task_always_eager = queue, False
     worker = CeleryWorker(
-        db_name=settings.DATABASES["default"]["NAME"],
-        queue=queue,
-        log_dir=tmp_path_factory.mktemp("celery"),
+        db_name=settings.DATABASES["default"]["NAME"], queue=queue, log_dir=log_dir, **options
     )
     worker.start()
     try:
@@ -134,6 +143,14 @@ def celery_worker(
         broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
         broker.delete(queue)
         broker.close()
+
+
+@pytest.fixture(scope="module")
+def celery_worker(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryWorker]:
+    with running_worker(tmp_path_factory.mktemp("celery")) as worker:
+        yield worker
 
 
 def wait_for(condition: Callable[[], object], *, worker: CeleryWorker) -> None:

@@ -13,7 +13,9 @@ class Command(BaseCommand):
     help = "Delete idempotency records whose retention has passed. Safe to run at any time."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument(
+            "--batch-size", type=int, default=None, help="default: PURGE_BATCH_SIZE"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         purged = purge_expired(batch_size=options["batch_size"])

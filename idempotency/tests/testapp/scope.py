@@ -14,3 +14,11 @@ def from_headers(request: HttpRequest) -> tuple[str, str] | None:
     if not tenant:
         return None
     return tenant, request.headers.get("X-Principal", "anonymous")
+
+
+# REDACT_FOR_TENANT of the test project: the paths a test gives a tenant of its own.
+tenant_redaction: dict[str, tuple[str, ...]] = {}
+
+
+def redaction_for(tenant: str) -> tuple[str, ...]:
+    return tenant_redaction.get(tenant, ())

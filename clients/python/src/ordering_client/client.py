@@ -49,11 +49,19 @@ class OrderItem(TypedDict):
     quantity: int
 
 
+class Contact(TypedDict):
+    """Personal: replays carry null here (``Idempotency-Redacted`` names the paths)."""
+
+    phone: NotRequired[str]
+    address: NotRequired[str]
+
+
 class PlaceOrder(TypedDict):
     items: list[OrderItem]
     payment_method: str
     coupon_code: NotRequired[str]
     note: NotRequired[str]
+    contact: NotRequired[Contact]
 
 
 @dataclass(frozen=True)

@@ -248,6 +248,18 @@ export interface components {
         CheckTokensOut: {
             results: components["schemas"]["TokenCheckResult"][];
         };
+        Contact: {
+            /** @description Personal data: null in a replay whose Idempotency-Redacted header names it (GET the order for the value). */
+            phone: string | null;
+            /** @description Personal data: null in a replay whose Idempotency-Redacted header names it (GET the order for the value). */
+            address: string | null;
+        };
+        /** @description How to reach the diner: kept on the order, never in a stored reply (redacted). */
+        ContactIn: {
+            phone?: string;
+            /** @default  */
+            address?: string;
+        };
         DinerSessionOut: {
             /** @description Send as 'Authorization: Bearer <token>' */
             token: string;
@@ -307,6 +319,7 @@ export interface components {
             total: string;
             currency?: string;
             note?: string;
+            readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
             readonly payment: components["schemas"]["Payment"] | null;
             /** Format: date-time */
@@ -337,6 +350,7 @@ export interface components {
             total: string;
             currency?: string;
             note?: string;
+            readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
             readonly payment: components["schemas"]["Payment"] | null;
             /** Format: date-time */
@@ -415,6 +429,7 @@ export interface components {
             coupon_code?: string | null;
             /** @default  */
             note?: string;
+            contact?: components["schemas"]["ContactIn"];
         };
         /** @description RFC 9457 problem details with a machine-readable ``code``. */
         Problem: {

@@ -1,0 +1,69 @@
+"""The retention purge: what has outlived its retention is deleted, in bounded batches.
+
+Three kinds of rows, each with its own clock:
+
+- ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
+- ``duplicate_audits``: older than the tenant's audit retention (default 30 days);
+- ``diner_sessions``: past their ``expires_at``. An expired token is refused by its signed
+  expiry before any lookup, so nothing reads the row again.
+
+Celery beat runs :func:`purge_expired_data` every ``RETENTION_PURGE_SECONDS``
+(``tenants.tasks``); each kind is deleted ``PURGE_BATCH_SIZE`` rows per ``DELETE``, at most
+``RETENTION_PURGE_MAX_BATCHES`` per run, so one run holds few locks for a short time and what
+it leaves is taken by the next. Each batch adds its count to :class:`RetentionTally` in its own
+transaction; :mod:`tenants.retention_metrics` exports the tallies and the rows overdue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.purge import OnBatch, delete_in_batches, expired_audits, expired_records
+from tenants.models import DinerSession, RetentionTally
+
+
+def expired_diner_sessions(now: datetime) -> Q:
+    return Q(expires_at__lte=now)
+
+
+# kind -> (model, condition at a given time): the purge and the overdue gauge share them
+KINDS: dict[str, tuple[type, Callable[[datetime], Q]]] = {
+    "idempotency_records": (IdempotencyRecord, expired_records),
+    "duplicate_audits": (DuplicateAudit, expired_audits),
+    "diner_sessions": (DinerSession, expired_diner_sessions),
+}
+
+
+def purge_expired_data(*, max_batches: int | None = None) -> dict[str, int]:
+    """Purge every kind (at most ``max_batches`` DELETEs each, default
+    ``RETENTION_PURGE_MAX_BATCHES``); rows deleted per kind."""
+    limit = max_batches or settings.RETENTION_PURGE_MAX_BATCHES
+    return {
+        kind: delete_in_batches(model, expired, max_batches=limit, on_batch=_tally(kind))
+        for kind, (model, expired) in KINDS.items()
+    }
+
+
+def overdue_rows() -> dict[str, int]:
+    """Rows past their retention and not purged yet, per kind (one COUNT each)."""
+    now = timezone.now()
+    return {
+        kind: model._default_manager.filter(expired(now)).count()
+        for kind, (model, expired) in KINDS.items()
+    }
+
+
+def _tally(kind: str) -> OnBatch:
+    def add(rows: int) -> None:
+        RetentionTally.objects.get_or_create(kind=kind)
+        RetentionTally.objects.filter(kind=kind).update(
+            rows_purged=F("rows_purged") + rows, last_purge_at=timezone.now()
+        )
+
+    return add

@@ -1,0 +1,189 @@
+"""Retention per tenant: each tenant's audit retention and record TTL honoured, the purge
+deletes in bounded batches, its metrics move, and out-of-bounds values are refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from idempotency.models import DuplicateAudit, IdempotencyRecord
+from tenants.models import DinerSession
+from tenants.retention import overdue_rows, purge_expired_data
+from tests.conftest import api_for
+from tests.observability.test_metrics import TOKEN, scrape, value
+from tests.support.auth import diner_token
+
+pytestmark = pytest.mark.django_db
+
+
+def audit(tenant, *, days_ago: float, key: str) -> DuplicateAudit:
+    return DuplicateAudit.objects.create(
+        tenant_key=str(tenant.pk),
+        endpoint="POST api/v1/orders/",
+        key=key,
+        outcome="HIT",
+        at=timezone.now() - timedelta(days=days_ago),
+    )
+
+
+def expired_record(tenant, n: int, *, hours_ago: float = 1) -> IdempotencyRecord:
+    past = timezone.now() - timedelta(hours=hours_ago)
+    return IdempotencyRecord.objects.create(
+        tenant_key=str(tenant.pk),
+        scope="p·POST·api/v1/orders/",
+        key=f"old-{n}",
+        fingerprint="f" * 64,
+        response_status=201,
+        created_at=past - timedelta(hours=72),
+        expires_at=past,
+    )
+
+
+def test_each_tenant_keeps_its_audits_for_its_own_number_of_days(make_tenant):
+    # given tenant A keeps audits 1 day, B 30 days (its own), C the platform default (30)
+    a = make_tenant("keeps-1-day", audit_retention_days=1)
+    b = make_tenant("keeps-30-days", audit_retention_days=30)
+    c = make_tenant("keeps-default")
+    kept = [audit(a, days_ago=0.5, key="a-fresh"), audit(b, days_ago=2, key="b-2d")]
+    kept += [audit(c, days_ago=29, key="c-29d")]
+    audit(a, days_ago=2, key="a-2d")
+    audit(b, days_ago=31, key="b-31d")
+    audit(c, days_ago=31, key="c-31d")
+    # when the purge runs
+    purged = purge_expired_data()
+    # then A's 2-day-old audit went, B's stayed, and each 31-day-old one went
+    assert purged["duplicate_audits"] == 3
+    remaining = set(DuplicateAudit.objects.values_list("key", flat=True))
+    assert remaining == {k.key for k in kept}
+
+
+def test_a_tenants_record_ttl_sets_how_long_its_replies_are_kept(make_tenant, menu_for_tenant):
+    short = make_tenant("one-hour", record_ttl_hours=1)
+    default = make_tenant("default-ttl")
+    for tenant in (short, default):
+        api = api_for(tenant, diner="d1")
+        body = {"items": [{"dish_id": menu_for_tenant(tenant).pk, "quantity": 1}]}
+        answer = api.post(
+            "/api/v1/orders/", {**body, "payment_method": "card"}, format="json",
+            HTTP_IDEMPOTENCY_KEY="ttl-1",
+        )  # fmt: skip
+        assert answer.status_code == 201
+    kept = {
+        r.tenant_key: (r.expires_at - r.created_at).total_seconds()
+        for r in IdempotencyRecord.objects.all()
+    }
+    assert kept == {str(short.pk): 3600, str(default.pk): 72 * 3600}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    [entry] = client.scan_iter(match=f"idem:{{t:{short.pk}}}:*")
+    assert 3500 < client.ttl(entry) <= 3600
+
+
+@pytest.fixture
+def menu_for_tenant():
+    from tests.conftest import menu_for
+
+    return lambda tenant: menu_for(tenant)["pizza"]
+
+
+def test_the_purge_deletes_in_bounded_batches_and_reports_what_it_leaves(tenant, settings):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "PURGE_BATCH_SIZE": 10}
+    for n in range(25):
+        expired_record(tenant, n)
+    live = IdempotencyRecord.objects.create(
+        tenant_key=str(tenant.pk), scope="s", key="live", fingerprint="f", response_status=201,
+        created_at=timezone.now(), expires_at=timezone.now() + timedelta(hours=1),
+    )  # fmt: skip
+    # a run bounded to two batches takes 20 rows in two DELETEs of 10, and leaves 5 overdue
+    with CaptureQueriesContext(connection) as queries:
+        first = purge_expired_data(max_batches=2)
+    deletes = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    record_deletes = [d for d in deletes if "idempotency_idempotencyrecord" in d]
+    assert first["idempotency_records"] == 20 and len(record_deletes) == 2
+    assert all(len(re.findall(r"\b\d+\b", d.split(" IN (")[1])) <= 10 for d in record_deletes)
+    assert overdue_rows()["idempotency_records"] == 5
+    # the next run takes the rest; the live record stays
+    assert purge_expired_data()["idempotency_records"] == 5
+    assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [live.pk]
+
+
+def test_expired_diner_sessions_are_purged_and_live_ones_kept(tenant):
+    diner_token(tenant, "gone")
+    diner_token(tenant, "here")
+    DinerSession.objects.filter(diner_id="gone").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert purge_expired_data()["diner_sessions"] == 1
+    assert list(DinerSession.objects.values_list("diner_id", flat=True)) == ["here"]
+
+
+def test_metrics_count_rows_purged_and_overdue(tenant, settings, client):
+    settings.METRICS_TOKEN = TOKEN
+    before = scrape(client).content.decode()
+    for n in range(3):
+        expired_record(tenant, n)
+    audit(tenant, days_ago=40, key="old")
+    kinds = {"kind": "idempotency_records"}
+    mid = scrape(client).content.decode()
+    assert value(mid, "retention_overdue_rows", **kinds) == 3
+    assert value(mid, "retention_overdue_rows", kind="duplicate_audits") == 1
+    purge_expired_data()
+    after = scrape(client).content.decode()
+    assert value(after, "retention_overdue_rows", **kinds) == 0
+    purged = value(after, "retention_purged_rows_total", **kinds)
+    assert purged - value(before, "retention_purged_rows_total", **kinds) == 3
+    assert value(after, "retention_purged_rows_total", kind="duplicate_audits") >= 1
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "message"),
+    [
+        ("record_ttl_hours", 0, "between 1 and 720 hours"),
+        ("record_ttl_hours", 721, "between 1 and 720 hours"),
+        ("audit_retention_days", 366, "between 1 and 365 days"),
+        ("audit_retention_days", 0, "between 1 and 365 days"),
+        ("log_fields", ["request_id", "remote_addr"], "remote_addr: not a log field"),
+        ("log_fields", "request_id", "Enter a list of log field names"),
+    ],
+)
+def test_values_outside_the_platform_bounds_are_refused_in_the_admin(tenant, field, bad, message):
+    staff = get_user_model().objects.create_superuser("root", "root@example.com", "pw-12345678")
+    admin = Client()
+    admin.force_login(staff)
+    url = f"/admin/tenants/tenant/{tenant.pk}/change/"
+    form = {
+        "slug": tenant.slug, "name": tenant.name, "region": tenant.region,
+        "status": tenant.status, "time_zone": tenant.time_zone, "redacted_paths": "[]",
+        "log_fields": "null", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0",
+    }  # fmt: skip
+    good = admin.post(url, {**form, "record_ttl_hours": "24", "audit_retention_days": "7"})
+    assert good.status_code == 302
+    tenant.refresh_from_db()
+    assert (tenant.record_ttl_hours, tenant.audit_retention_days) == (24, 7)
+    posted = json.dumps(bad) if field == "log_fields" else str(bad)
+    refused = admin.post(url, {**form, field: posted})
+    assert refused.status_code == 200
+    assert message in refused.content.decode()
+    with pytest.raises(ValidationError) as error:
+        setattr(tenant, field, bad)
+        tenant.full_clean()
+    assert field in error.value.message_dict
+
+
+def test_beat_schedules_the_purge_task():
+    from config.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["purge-expired-data"]
+    assert entry == {"task": "tenants.purge_expired_data", "schedule": 3600.0}
+    app.loader.import_default_modules()
+    assert "tenants.purge_expired_data" in app.tasks
