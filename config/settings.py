@@ -75,11 +75,12 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "config.cache_headers.NoStoreMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, Django's user and messages: browser pages only (config/browser_middleware.py)
+    "config.browser_middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.browser_middleware.AuthenticationMiddleware",
+    "config.browser_middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
@@ -104,9 +105,14 @@ TEMPLATES = [
 
 # --- database ---------------------------------------------------------------------------
 # DATABASE_URL (postgres://...) in production and tests; SQLite is the embedded demo default.
+# Persistent connections: a worker keeps its connection for DB_CONN_MAX_AGE seconds (0: one per
+# request) and checks it before reusing it after a request, so a restarted PostgreSQL or a
+# PgBouncer that dropped it costs a reconnect, not an error (docs/adr/0005).
 DATABASES = {
     "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", conn_max_age=0
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 300)),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
