@@ -282,9 +282,13 @@ SPECTACULAR_SETTINGS = {
 # A Bearer token lives this long; a refresh moves it on, but never past the session's max age.
 DINER_SESSION_TTL_SECONDS = int(os.environ.get("DINER_SESSION_TTL_SECONDS", 24 * 3600))
 DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECONDS", 30 * 24 * 3600))
-# Each process keeps a session's revocation state this long: a revoked session (or one opened
-# by a revoked key) is refused by every process at most this many seconds after the revocation.
+# Each process keeps a session's or API key's state this long when it cannot hear the credential
+# feed: a revoked session or key is refused by every process at most this long after it.
 DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
+# ... unless the process hears the credential feed (Redis pub/sub), which announces every
+# revocation at once: then a session's or API key's state is kept up to this long
+# (tenants/credential_cache.py).
+CREDENTIAL_CACHE_SECONDS = float(os.environ.get("CREDENTIAL_CACHE_SECONDS", 60.0))
 # Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
 # behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
