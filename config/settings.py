@@ -365,6 +365,19 @@ IDEMPOTENCY = {
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
 }
 
+# --- benchmark endpoints (bench/plain/, docs/benchmarks.md): never on in production --------
+# BENCH_ENDPOINTS=1 mounts /api/bench/plain/ (a bare DRF create), /api/bench/plain-engine/ (the
+# same behind @idempotent) and /api/bench/plain-peer/ (behind drf-idempotency, `bench` extra).
+BENCH_ENDPOINTS = env_bool("BENCH_ENDPOINTS", False)
+if BENCH_ENDPOINTS:
+    INSTALLED_APPS.append("bench.plain")
+    IDEMPOTENCY["SCOPE_RESOLVER"] = "bench.plain.scope.resolve"
+    DRF_IDEMPOTENCY = {
+        "BACKEND": "drf_idempotency.backends.redis.RedisBackend",
+        "BACKEND_OPTIONS": {"url": REDIS_URL or "redis://127.0.0.1:6379/0"},
+        "REQUIRE_KEY": True,
+    }
+
 # --- celery / payments ------------------------------------------------------------------
 # Everything below belongs to layer 4 (DESIGN §3): the Celery broker, the outbox, the cancel
 # saga, payment providers and stale-lease recovery. See docs/payments-and-saga.md.
