@@ -69,6 +69,8 @@ from statistics import median
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.preload import preload, record_bytes_per_row
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LUA_SCRIPT = PROJECT_ROOT / "bench" / "wrk" / "orders.lua"
 DOC_PATH = PROJECT_ROOT / "docs" / "benchmarks.md"
@@ -90,10 +92,27 @@ class Case:
     key: str
     label: str
     server: str
-    mode: str  # create | replay | mixed (bench/wrk/orders.lua)
+    mode: str  # create | replay | mixed | plain (bench/wrk/orders.lua)
+    path: str = "/api/v1/orders/"
 
 
+PLAIN_PATH = "/api/bench/plain/"
 CASES: tuple[Case, ...] = (
+    Case("plain", "plain: bare DRF create (no auth, 1 INSERT)", "redis", "plain", PLAIN_PATH),
+    Case(
+        "plain_engine",
+        "plain behind @idempotent (Redis)",
+        "redis",
+        "plain",
+        "/api/bench/plain-engine/",
+    ),
+    Case(
+        "plain_peer",
+        "plain behind drf-idempotency (Redis)",
+        "redis",
+        "plain",
+        "/api/bench/plain-peer/",
+    ),
     Case("create_on", "create, engine on (1 Redis node)", "redis", "create"),
     Case("create_off", "create, engine off", "off", "create"),
     Case("replay", "replay (same keys, all HITs)", "redis", "replay"),
@@ -101,15 +120,41 @@ CASES: tuple[Case, ...] = (
     Case("create_sharded", "create, engine on (3 Redis shards)", "sharded", "create"),
     Case("mixed", "mixed 80/10/10 (1 Redis node)", "redis", "mixed"),
     Case("mixed_dbonly", "mixed 80/10/10 (database-only)", "dbonly", "mixed"),
+    # After the main rounds: 1,000,000 idempotency records and orders bulk-loaded, then these
+    # two in rounds of their own (bench/preload.py).
+    Case("create_1m", "create, engine on, 1M records + 1M orders loaded", "redis", "create"),
+    Case("plain_1m", "plain, 1M records + 1M orders loaded", "redis", "plain", PLAIN_PATH),
 )
 CASE_BY_KEY = {c.key: c for c in CASES}
+AT_SCALE = ("create_1m", "plain_1m")  # run after the preload, never in the main rounds
 
-# (label, numerator case, denominator case, target or None)
+# (label, numerator case, denominator case, target or None): req/s of the two in the same run
 RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
-    ("engine on / engine off (create)", "create_on", "create_off", 0.85),
-    ("replay / create (engine on)", "replay", "create_on", 2.0),
-    ("database-only / Redis (create)", "create_dbonly", "create_on", 0.6),
-    ("3 shards / 1 node (create)", "create_sharded", "create_on", None),
+    ("order create, engine on / plain", "create_on", "plain", 0.35),
+    ("order replay / plain", "replay", "plain", 2.0),
+    ("engine on / engine off (order create)", "create_on", "create_off", 0.90),
+    ("database-only / Redis (order create)", "create_dbonly", "create_on", 0.90),
+    ("plain behind @idempotent / plain", "plain_engine", "plain", 0.75),
+    ("plain behind @idempotent / behind drf-idempotency", "plain_engine", "plain_peer", 1.0),
+    ("plain behind drf-idempotency / plain", "plain_peer", "plain", None),
+    ("order replay / order create", "replay", "create_on", None),
+    ("3 shards / 1 node (order create)", "create_sharded", "create_on", None),
+)
+# p99 / p50 of a case's latency: at most this (target 2.5)
+TAIL_RATIOS: tuple[tuple[str, str, float], ...] = (
+    ("order create p99 / p50 (engine on)", "create_on", 2.5),
+)
+# (label, case, its plain, reference case, its plain, target): the first pair's ratio over the
+# second's, each pair measured in the same rounds (drift between the phases cancels out)
+SCALE_RATIOS: tuple[tuple[str, str, str, str, str, float], ...] = (
+    (
+        "order create at 1M / empty (each against plain)",
+        "create_1m",
+        "plain_1m",
+        "create_on",
+        "plain",
+        0.90,
+    ),
 )
 
 
@@ -130,13 +175,14 @@ class Options:
     round_trip_requests: int = 10  # per kind and server, in-process counting
     db_name: str = DEFAULT_DB
     redis_url: str = DEFAULT_REDIS_URL
-    cases: tuple[str, ...] = tuple(c.key for c in CASES)
+    cases: tuple[str, ...] = tuple(c.key for c in CASES if c.key not in ("create_sharded",))
     keep_db: bool = False
     log_dir: Path | None = None
     profile: str | None = None
     profile_seconds: int = 10
     wait_idle: int = 0  # s to wait for a quiet machine before each round
     settings: str = "config.settings"  # the servers' Django settings module
+    preload: int = 1_000_000  # rows per table before create_1m
     quiet: bool = False
 
     @property
@@ -297,6 +343,7 @@ class Report:
     wall_seconds: float
     log_dir: Path
     profile: dict[str, Any] | None = None
+    footprint: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -321,6 +368,7 @@ class Report:
             "tenants": self.tenants,
             "round_trips": self.round_trips,
             "profile": self.profile,
+            "footprint": self.footprint,
             "ok": self.ok,
         }
 
@@ -402,6 +450,7 @@ def base_env(opts: Options) -> dict[str, str | None]:
         "IDEMPOTENCY_BREAKER": None,
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
+        "BENCH_ENDPOINTS": "1",  # /api/bench/plain*/ (bench/plain/)
     }
 
 
@@ -600,7 +649,7 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
     emptied first: served by Redis, or by the database without Redis) and ``replay_local``
     (again, from the worker's in-process cache). The first request is not counted (it leases
     an order-ID worker id and opens connections). The test client keeps its database
-    connection between requests; the real server opens one per request (CONN_MAX_AGE=0).
+    connection between requests, as the servers do (DB_CONN_MAX_AGE).
     """
     from django.conf import settings
     from django.db import connection
@@ -699,6 +748,7 @@ def run_wrk(
     config_path: Path,
     keys_path: Path,
     out_path: Path,
+    path: str = "/api/v1/orders/",
 ) -> WrkRun:
     cmd = [
         "wrk",
@@ -716,6 +766,7 @@ def run_wrk(
         str(config_path),
         str(out_path),
         str(keys_path),
+        path,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     out_path.with_suffix(".wrk.txt").write_text(proc.stdout + proc.stderr)
@@ -924,6 +975,7 @@ def run(opts: Options) -> Report:
                 config_path=config_path,
                 keys_path=keys_path,
                 out_path=log_dir / f"{case.key}-{tag}.json",
+                path=case.path,
             )
             # Let the requests wrk left in flight finish before another server gets load: the
             # servers' topologies lease order-ID worker ids from different stores (a real
@@ -931,23 +983,36 @@ def run(opts: Options) -> Report:
             time.sleep(min(2.0, max(0.3, 1.5 * merged_percentile([run_], 99) / 1e6)))
             return run_
 
-        if opts.warmup > 0:
-            for case in cases:
-                say(opts, f"warm-up {opts.warmup} s: {case.label}")
-                results[case.key].warmups.append(wrk_for(case, "w", opts.warmup))
-        for r, order in enumerate(round_orders(cases, opts.rounds)):
-            background.append(wait_for_quiet(opts) if opts.wait_idle else background_busy_pct(0.5))
-            say(opts, f"round {r + 1}: machine {background[-1]:.0f} % busy before our load")
-            for case in order:
-                before = pg_db_stats(opts.db_name)
-                run_ = wrk_for(case, f"r{r}", opts.round_seconds)
-                results[case.key].pg.update(pg_db_stats(opts.db_name) - before)
-                results[case.key].runs.append(run_)
-                say(
-                    opts,
-                    f"round {r + 1}/{opts.rounds} {case.label}: {run_.requests} requests, "
-                    f"{run_.requests / run_.duration_s:.0f} req/s, non-2xx {run_.non_2xx}",
-                )
+        def rounds(phase: list[Case], tag: str) -> None:
+            """Warm-up, then ``opts.rounds`` interleaved rounds of the phase's cases."""
+            if opts.warmup > 0:
+                for case in phase:
+                    say(opts, f"warm-up {opts.warmup} s: {case.label}")
+                    results[case.key].warmups.append(wrk_for(case, f"{tag}w", opts.warmup))
+            for r, order in enumerate(round_orders(phase, opts.rounds)):
+                busy = wait_for_quiet(opts) if opts.wait_idle else background_busy_pct(0.5)
+                background.append(busy)
+                say(opts, f"round {r + 1}: machine {busy:.0f} % busy before our load")
+                for case in order:
+                    before = pg_db_stats(opts.db_name)
+                    run_ = wrk_for(case, f"{tag}r{r}", opts.round_seconds)
+                    results[case.key].pg.update(pg_db_stats(opts.db_name) - before)
+                    results[case.key].runs.append(run_)
+                    say(
+                        opts,
+                        f"round {r + 1}/{opts.rounds} {case.label}: {run_.requests} requests, "
+                        f"{run_.requests / run_.duration_s:.0f} req/s, non-2xx {run_.non_2xx}",
+                    )
+
+        rounds([c for c in cases if c.key not in AT_SCALE], "")
+        footprint = redis_footprint(opts.redis_url)
+        at_scale = [c for c in cases if c.key in AT_SCALE]
+        if at_scale:
+            say(opts, f"bulk-loading {opts.preload:,} idempotency records, orders and lines")
+            footprint["preload"] = preload(database_url(opts.db_name), n=opts.preload)
+            say(opts, f"loaded: {footprint['preload']}")
+            rounds(at_scale, "1m-")
+        footprint["records"] = record_bytes_per_row(database_url(opts.db_name))
 
         profile = None
         if opts.profile:
@@ -1021,50 +1086,111 @@ def run(opts: Options) -> Report:
         wall_seconds=time.monotonic() - started,
         log_dir=log_dir,
         profile=profile,
+        footprint=footprint,
     )
+
+
+def redis_footprint(url: str, sample: int = 200) -> dict[str, Any]:
+    """``MEMORY USAGE`` of finished order keys (``st=d``; the plain_engine case's keys, tenant
+    ``0``, left out): what one finished one-line order costs Redis until its TTL ends."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    sizes: list[int] = []
+    try:
+        for key in client.scan_iter(match="idem:{t:*", count=1000):
+            if key.startswith(b"idem:{t:0}") or client.hget(key, "st") != b"d":
+                continue
+            sizes.append(int(client.memory_usage(key, samples=0) or 0))
+            if len(sizes) >= sample:
+                break
+    finally:
+        client.close()
+    if not sizes:
+        return {"keys_sampled": 0}
+    sizes.sort()
+    return {
+        "keys_sampled": len(sizes),
+        "median_bytes": sizes[len(sizes) // 2],
+        "max_bytes": sizes[-1],
+    }
 
 
 def compute_ratios(results: Mapping[str, CaseResult]) -> list[dict[str, Any]]:
     """Each ratio twice: pooled (all requests / all seconds of both cases) and paired (the
     median of the per-round ratios; a round's two slices ran next to each other, so load from
     other processes that comes and goes between rounds mostly cancels out). A target is met
-    when both are at or above it, missed when both are below, inconclusive otherwise."""
+    when both are on its right side, missed when neither is, inconclusive otherwise."""
     out = []
-    for label, num, den, target in RATIOS:
-        if num not in results or den not in results or not results[den].rps:
-            continue
-        value = results[num].rps / results[den].rps
-        pairs = sorted(
-            a.requests / a.duration_s / (b.requests / b.duration_s)
+
+    def rps(run: WrkRun) -> float:
+        return run.requests / run.duration_s if run.duration_s else 0.0
+
+    def pairs(num: str, den: str) -> list[float]:
+        return [
+            rps(a) / rps(b)
             for a, b in zip(results[num].runs, results[den].runs, strict=True)
-            if b.requests and a.duration_s and b.duration_s
-        )
-        paired = median(pairs) if pairs else value
-        if target is None:
-            verdict = "informational"
-        elif value >= target and paired >= target:
-            verdict = "met"
-        elif value < target and paired < target:
-            verdict = "missed"
-        else:
-            verdict = "inconclusive"
-        out.append(
-            {
-                "ratio": label,
-                "value": round(value, 2),
-                "paired_median": round(paired, 2),
-                "paired_range": [round(pairs[0], 2), round(pairs[-1], 2)] if pairs else None,
-                "target": target,
-                "verdict": verdict,
-                "met": None if target is None else verdict == "met",
-                "shortfall_pct": (
-                    None
-                    if target is None or value >= target
-                    else round((target - value) / target * 100, 1)
-                ),
-            }
-        )
+            if rps(b)
+        ]
+
+    def ready(*keys: str) -> bool:
+        return all(k in results and results[k].rps for k in keys)
+
+    for label, num, den, target in RATIOS:
+        if ready(num, den):
+            value = results[num].rps / results[den].rps
+            out.append(_ratio(label, value, pairs(num, den), target, at_least=True))
+    for label, case, target in TAIL_RATIOS:
+        if ready(case):
+            res = results[case]
+            value = res.percentile_ms(99) / max(res.percentile_ms(50), 1e-9)
+            per_round = [
+                merged_percentile([r], 99) / max(merged_percentile([r], 50), 1) for r in res.runs
+            ]
+            out.append(_ratio(label, value, per_round, target, at_least=False))
+    for label, num, num_plain, ref, ref_plain, target in SCALE_RATIOS:
+        if ready(num, num_plain, ref, ref_plain):
+            value = (results[num].rps / results[num_plain].rps) / (
+                results[ref].rps / results[ref_plain].rps
+            )
+            per_round = [
+                a / b for a, b in zip(pairs(num, num_plain), pairs(ref, ref_plain), strict=False)
+            ]
+            out.append(_ratio(label, value, per_round, target, at_least=True))
     return out
+
+
+def _ratio(
+    label: str, value: float, per_round: list[float], target: float | None, *, at_least: bool
+) -> dict[str, Any]:
+    per_round = sorted(per_round)
+    paired = median(per_round) if per_round else value
+
+    def ok(x: float) -> bool:
+        return target is not None and (x >= target if at_least else x <= target)
+
+    if target is None:
+        verdict = "informational"
+    elif ok(value) and ok(paired):
+        verdict = "met"
+    elif not ok(value) and not ok(paired):
+        verdict = "missed"
+    else:
+        verdict = "inconclusive"
+    shortfall = None
+    if target is not None and not ok(value):
+        shortfall = round(abs(target - value) / target * 100, 1)
+    return {
+        "ratio": label,
+        "value": round(value, 2),
+        "paired_median": round(paired, 2),
+        "paired_range": [round(per_round[0], 2), round(per_round[-1], 2)] if per_round else None,
+        "target": target,
+        "at_least": at_least,
+        "verdict": verdict,
+        "met": None if target is None else verdict == "met",
+        "shortfall_pct": shortfall,
+    }
 
 
 # --- profiling --------------------------------------------------------------------------------
@@ -1115,21 +1241,23 @@ def profile_case(
 # Frames the summary reports by inclusive share: (label, regex on "function (file)").
 PROFILE_BUCKETS: tuple[tuple[str, str], ...] = (
     ("whole request (WSGI handler)", r"__call__ \(django/core/handlers/wsgi\.py"),
-    ("authentication (API key lookup)", r"authenticate \(tenants/authentication\.py"),
-    ("database connect (new connection per request)", r"connect \(psycopg/connection\.py"),
+    ("DRF dispatch (parsing, auth, permissions, view)", r"dispatch \(rest_framework/views\.py"),
+    ("authentication (credential check)", r"authenticate \(tenants/authentication\.py"),
+    ("database connect", r"connect \(psycopg/connection\.py"),
     (
         "idempotency engine: process() (the view runs inside it)",
-        r"process \(idempotency/engine\.py",
+        r"process \(idempotency/core/engine\.py",
     ),
-    ("  the view inside the engine (_run_view)", r"_run_view \(idempotency/drf\.py"),
-    ("  Redis claim", r"_claim \(idempotency/engine\.py"),
-    ("  Redis finish", r"_finish \(idempotency/engine\.py"),
-    ("  database lookup (committed_result)", r"committed_result \(idempotency/db_store\.py"),
-    ("  record insert", r"insert_record \(idempotency/db_store\.py"),
-    ("  fingerprint + key prep (prepare)", r"prepare \(idempotency/http\.py"),
-    ("  replay from stored response", r"replay \(idempotency/responses\.py"),
+    ("  the view inside the engine (_run_view)", r"_run_view \(idempotency/web/drf\.py"),
+    ("  Redis claim", r"_claim \(idempotency/core/engine\.py"),
+    ("  Redis finish", r"_finish \(idempotency/core/engine\.py"),
+    ("  database lookup (committed_result)", r"committed_result \(idempotency/stores/database\.py"),
+    ("  record insert", r"insert_record \(idempotency/stores/database\.py"),
+    ("  fingerprint + key prep (prepare)", r"prepare \(idempotency/web/http\.py"),
+    ("  replay from stored response", r"replay \(idempotency/core/responses\.py"),
+    ("  audit + metrics", r"(_audit|count) \(idempotency/(core/engine|metrics)\.py"),
     ("place_order (business writes)", r"place_order \(ordering/services/placing\.py"),
-    ("order_detail (re-read + serialize)", r"order_detail \(ordering/api/views\.py"),
+    ("serializing the answer", r"(shown_order \(ordering/api|data \(rest_framework/serializers)"),
     ("transaction commit", r"commit \(django/db/backends/base/base\.py"),
     ("savepoint + release (nested atomic)", r"_savepoint(_commit)? \(django/db/backends/base/"),
     ("SQL execute (all)", r"_execute \(django/db/backends/utils\.py"),
@@ -1318,12 +1446,14 @@ def format_table(report: Report) -> str:
     out = ["\n".join(lines), ""]
     for ratio in report.ratios:
         target = ratio["target"]
-        goal = "" if target is None else f"; target >= {target}: {ratio['verdict'].upper()}"
+        sign = ">=" if ratio.get("at_least", True) else "<="
+        goal = "" if target is None else f"; target {sign} {target}: {ratio['verdict'].upper()}"
         lo, hi = ratio["paired_range"] or (ratio["value"], ratio["value"])
         out.append(
             f"{ratio['ratio']}: {ratio['value']:.2f} pooled, {ratio['paired_median']:.2f} "
             f"paired median (rounds {lo:.2f}..{hi:.2f}){goal}"
         )
+    out += footprint_lines(report.footprint)
     for name, inv in report.invariants.items():
         out.append(
             f"{name}: keys sent {inv['keys_sent']}, acknowledged {inv['keys_acknowledged']}, "
@@ -1354,6 +1484,29 @@ def format_table(report: Report) -> str:
         out += ["", "per request, in-process (Django test client, same settings as each server):"]
         out.append(text_table([RT_HEADER, *round_trip_rows(report)]))
     return "\n".join(out)
+
+
+def footprint_lines(fp: Mapping[str, Any]) -> list[str]:
+    """What a finished order keeps in Redis, and what a record row takes in PostgreSQL."""
+    lines = []
+    if fp.get("keys_sampled"):
+        lines.append(
+            f"Redis MEMORY USAGE per finished one-line order key: median {fp['median_bytes']} "
+            f"bytes, max {fp['max_bytes']} ({fp['keys_sampled']} keys sampled; target <= 1024)"
+        )
+    if fp.get("preload"):
+        p = fp["preload"]
+        lines.append(
+            f"Preload: {p['rows_per_table']:,} idempotency records, orders and order lines in "
+            f"{p['load_seconds']} s (+ VACUUM ANALYZE {p['vacuum_seconds']} s)"
+        )
+    if fp.get("records", {}).get("rows"):
+        r = fp["records"]
+        lines.append(
+            f"Idempotency record table: {r['bytes_per_row']} bytes per row on disk (heap, "
+            f"TOAST and indexes; {r['rows']:,} rows, {r['bytes'] / 2**20:.0f} MiB)"
+        )
+    return lines
 
 
 def markdown_results(report: Report, chart: Path | None, doc_dir: Path = DOC_PATH.parent) -> str:
@@ -1387,10 +1540,11 @@ def markdown_results(report: Report, chart: Path | None, doc_dir: Path = DOC_PAT
         "|---|---:|---:|---:|---|",
     ]
     for r in report.ratios:
-        target = "—" if r["target"] is None else f"≥ {r['target']}"
+        sign = "≥" if r.get("at_least", True) else "≤"
+        target = "—" if r["target"] is None else f"{sign} {r['target']}"
         verdict = r["verdict"]
         if verdict == "missed":
-            verdict = f"**missed** (pooled {r['shortfall_pct']} % short)"
+            verdict = f"**missed** (pooled {r['shortfall_pct']} % off)"
         elif verdict == "inconclusive":
             verdict = "**inconclusive** (pooled and paired disagree)"
         lo, hi = r["paired_range"] or (r["value"], r["value"])
@@ -1398,6 +1552,8 @@ def markdown_results(report: Report, chart: Path | None, doc_dir: Path = DOC_PAT
             f"| {r['ratio']} | {r['value']:.2f} | {r['paired_median']:.2f} "
             f"({lo:.2f}..{hi:.2f}) | {target} | {verdict} |"
         )
+    if report.footprint:
+        lines += ["", *(f"- {line}." for line in footprint_lines(report.footprint))]
     if report.invariants:
         lines += [
             "",
@@ -1455,7 +1611,7 @@ def markdown_results(report: Report, chart: Path | None, doc_dir: Path = DOC_PAT
         "",
         "What one request costs. Server side, from PostgreSQL's counters for the benchmark "
         "database over the measured runs, divided by the requests (a session is a new "
-        "connection: the app runs with CONN_MAX_AGE=0):",
+        "connection; workers keep theirs, DB_CONN_MAX_AGE):",
         "",
         *md_table(PG_HEADER, cost_rows(report), "lrrrr"),
     ]
@@ -1597,6 +1753,12 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, argparse.Namespace]:
         help="Django settings module of the servers, to try a change (it must be importable: "
         "set PYTHONPATH)",
     )
+    p.add_argument(
+        "--preload",
+        type=int,
+        default=d.preload,
+        help="records, orders and lines bulk-loaded before create_1m / plain_1m",
+    )
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument(
         "--write-docs", action="store_true", help="update docs/benchmarks.md and the chart"
@@ -1625,6 +1787,7 @@ def parse_args(argv: Sequence[str]) -> tuple[Options, argparse.Namespace]:
         profile_seconds=a.profile_seconds,
         wait_idle=a.wait_idle,
         settings=a.settings,
+        preload=a.preload,
     )
     return opts, a
 

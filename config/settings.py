@@ -75,11 +75,12 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "config.cache_headers.NoStoreMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, Django's user and messages: browser pages only (config/browser_middleware.py)
+    "config.browser_middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.browser_middleware.AuthenticationMiddleware",
+    "config.browser_middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
@@ -104,9 +105,14 @@ TEMPLATES = [
 
 # --- database ---------------------------------------------------------------------------
 # DATABASE_URL (postgres://...) in production and tests; SQLite is the embedded demo default.
+# Persistent connections: a worker keeps its connection for DB_CONN_MAX_AGE seconds (0: one per
+# request) and checks it before reusing it after a request, so a restarted PostgreSQL or a
+# PgBouncer that dropped it costs a reconnect, not an error (docs/adr/0005).
 DATABASES = {
     "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", conn_max_age=0
+        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 300)),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -282,13 +288,17 @@ SPECTACULAR_SETTINGS = {
 # A Bearer token lives this long; a refresh moves it on, but never past the session's max age.
 DINER_SESSION_TTL_SECONDS = int(os.environ.get("DINER_SESSION_TTL_SECONDS", 24 * 3600))
 DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECONDS", 30 * 24 * 3600))
-# Each process keeps a session's revocation state this long: a revoked session (or one opened
-# by a revoked key) is refused by every process at most this many seconds after the revocation.
+# Each process keeps a session's or API key's state this long when it cannot hear the credential
+# feed: a revoked session or key is refused by every process at most this long after it.
 DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
 # Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
 OFFBOARDING_EXPORT_DIR = Path(
     os.environ.get("OFFBOARDING_EXPORT_DIR", BASE_DIR / "var" / "offboarding")
 )
+# ... unless the process hears the credential feed (Redis pub/sub), which announces every
+# revocation at once: then a session's or API key's state is kept up to this long
+# (tenants/credential_cache.py).
+CREDENTIAL_CACHE_SECONDS = float(os.environ.get("CREDENTIAL_CACHE_SECONDS", 60.0))
 # Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
 # behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
@@ -369,6 +379,19 @@ IDEMPOTENCY = {
     # Tests only: called each time a view body runs (tests/support/view_executions.py)
     "VIEW_EXECUTED_HOOK": os.environ.get("IDEMPOTENCY_VIEW_EXECUTED_HOOK") or None,
 }
+
+# --- benchmark endpoints (bench/plain/, docs/benchmarks.md): never on in production --------
+# BENCH_ENDPOINTS=1 mounts /api/bench/plain/ (a bare DRF create), /api/bench/plain-engine/ (the
+# same behind @idempotent) and /api/bench/plain-peer/ (behind drf-idempotency, `bench` extra).
+BENCH_ENDPOINTS = env_bool("BENCH_ENDPOINTS", False)
+if BENCH_ENDPOINTS:
+    INSTALLED_APPS.append("bench.plain")
+    IDEMPOTENCY["SCOPE_RESOLVER"] = "bench.plain.scope.resolve"
+    DRF_IDEMPOTENCY = {
+        "BACKEND": "drf_idempotency.backends.redis.RedisBackend",
+        "BACKEND_OPTIONS": {"url": REDIS_URL or "redis://127.0.0.1:6379/0"},
+        "REQUIRE_KEY": True,
+    }
 
 # --- celery / payments ------------------------------------------------------------------
 # Everything below belongs to layer 4 (DESIGN §3): the Celery broker, the outbox, the cancel

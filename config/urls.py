@@ -1,5 +1,6 @@
 """URL map: the REST API under /api/v1/, its schema and docs, the dashboard, the admin."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -37,3 +38,5 @@ urlpatterns = [
     ),
     path("", include("ordering.dashboard.urls")),
 ]
+if settings.BENCH_ENDPOINTS:  # benchmark-only views (bench/plain/), off in production
+    urlpatterns.insert(0, path("api/bench/", include("bench.plain.urls")))

@@ -7,4 +7,4 @@ class TenantsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from tenants import openapi  # noqa: F401 - registers the schema extension
+        from tenants import credential_signals, openapi  # noqa: F401 - schema extension, signals

@@ -11,9 +11,9 @@ way the app gets a token for ``Authorization: Bearer <token>``:
 - The database keeps the session (``DinerSession``) with only the SHA-256 of that secret: a
   copy of the table opens no session, and the signing key alone does not either.
 - Revocation (of the session, of its diner, or of the API key that opened it) is read through
-  :mod:`tenants.session_state`, a per-process cache of at most
-  ``DINER_SESSION_STATE_CACHE_SECONDS`` (1 s): verifying a token costs no database round trip
-  in the common case and never a write.
+  :mod:`tenants.session_state`, a per-process cache that every revocation reaches within 1 s
+  (:mod:`tenants.credential_cache`): verifying a token costs no database round trip in the
+  common case and never a write.
 - A refresh issues a token with a later expiry for the same session and secret, so a client
   that lost the refresh answer can refresh again with the old token; the session's
   ``DINER_SESSION_MAX_AGE_SECONDS`` (30 days) bounds how far refreshes go.
@@ -196,7 +196,7 @@ def end_session(*, session_id: UUID) -> None:
 
 def revoke_diner(*, tenant: Tenant, diner_id: str) -> int:
     """End every live session of one diner of ``tenant``; how many were live. Every process
-    refuses them within ``DINER_SESSION_STATE_CACHE_SECONDS``."""
+    refuses them within 1 s (:mod:`tenants.credential_cache`)."""
     now = timezone.now()
     live = DinerSession.objects.filter(
         tenant=tenant, diner_id=diner_id, revoked_at__isnull=True, expires_at__gt=now

@@ -1,12 +1,14 @@
 -- wrk script for bench/http_load.py: POST /api/v1/orders/ with Idempotency-Keys.
 --
---   wrk -t2 -c16 -d15s -s bench/wrk/orders.lua http://127.0.0.1:PORT -- MODE PREFIX CONFIG OUT [KEYS]
+--   wrk -t2 -c16 -d15s -s bench/wrk/orders.lua http://127.0.0.1:PORT -- MODE PREFIX CONFIG OUT [KEYS] [PATH]
 --
 -- MODE   create  every request a new key: PREFIX-<thread>-<counter>
 --        replay  cycle over the keys in KEYS (created beforehand): every answer should be a HIT
 --        mixed   per 10 requests of a thread: 8 new keys, 1 concurrent duplicate (the key just
 --                sent goes out again at once on the thread's next free connection) and 1 retry
 --                of an earlier key of this thread
+--        plain   POST PATH (a benchmark endpoint, bench/plain/) with a 3-field body and a new
+--                key per request, no credentials
 -- CONFIG one tenant per line: "<dish id>,<dish id>,... <session token of d0> <of d1> ..."
 -- KEYS   one key per line: "<key> <tenant index> <diner> <dish id>" (1-based tenant index)
 -- OUT    done() writes a JSON summary there, and for mixed mode OUT .. ".acks": one line
@@ -38,6 +40,7 @@ end
 
 function init(args)
    mode, prefix, config_path, out_path, keys_path = args[1], args[2], args[3], args[4], args[5]
+   plain_path = args[6]
    tenants = {}
    for _, line in ipairs(read_lines(config_path)) do
       local f = split(line, " ")
@@ -94,7 +97,21 @@ end
 
 local function send(op) return order(op.key, op.tenant, op.diner, op.dish) end
 
+local function plain()
+   counter = counter + 1
+   local key = prefix .. "-" .. id .. "-" .. counter
+   local body = '{"name":"' .. key .. '","quantity":' .. (counter % 100 + 1) .. ',"note":"bench"}'
+   return wrk.format("POST", plain_path, {
+      ["Content-Type"] = "application/json",
+      ["Idempotency-Key"] = key,
+   }, body)
+end
+
 function request()
+   if mode == "plain" then
+      sent_new = sent_new + 1
+      return plain()
+   end
    if mode == "replay" then
       counter = counter + 1
       local op = replay_keys[((id * 7919 + counter) % #replay_keys) + 1]

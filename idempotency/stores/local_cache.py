@@ -272,6 +272,12 @@ class InvalidationListener:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
 
+    def heard_within(self, seconds: float) -> bool:
+        """Whether this process's listener got anything (a message, a subscription or the
+        answer to its PING) from Redis in the last ``seconds``: with a ping interval shorter
+        than ``seconds``, False means the feed may be missing messages right now."""
+        return self.is_running and time.monotonic() - self._last_heard < seconds
+
     def wait_subscribed(self, timeout_s: float, *, more_than: int = 0) -> bool:
         """Wait until the listener has subscribed more than ``more_than`` times."""
         with self._subscribed:
@@ -291,6 +297,7 @@ class InvalidationListener:
         self._subscription_count = 0
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
+        self._last_heard = float("-inf")
 
     def _after_fork_in_child(self) -> None:
         self._reset_process_state()
@@ -323,6 +330,8 @@ class InvalidationListener:
             awaiting_pong = False
             while not stop.is_set():
                 message = pubsub.get_message(timeout=self._poll_interval_s)
+                if message is not None:
+                    self._last_heard = time.monotonic()
                 if message is not None and message["type"] == "pong":
                     awaiting_pong = False
                 elif message is not None:

@@ -28,7 +28,7 @@ from ordering.api.serializers import (
     TransitionInSerializer,
     order_serializer,
 )
-from ordering.models import OrderStatus, Payment
+from ordering.models import Order, OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
@@ -53,6 +53,11 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
+    return shown_order(principal, order)
+
+
+def shown_order(principal: ApiPrincipal, order: Order) -> dict:
+    """The order as this caller may see it, from the order and the relations it holds."""
     return order_serializer(principal, detail=True)(order).data
 
 
@@ -134,8 +139,9 @@ class OrderListCreateView(APIView):
             idempotency_key=request.idempotency.business_key if request.idempotency else None,
             actor=principal.actor,
         )
+        # place_order hands back the order with its lines and log: nothing is read back.
         return Response(
-            order_detail(principal, order.pk),
+            shown_order(principal, order),
             status=status.HTTP_201_CREATED,
             headers={"Location": f"/api/v1/orders/{order.pk}/"},
         )

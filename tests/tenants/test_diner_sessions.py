@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.core import signing
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -17,7 +18,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from ordering.models import Order, OrderStatus
-from tenants import session_state
+from tenants import credential_cache, session_state
 from tenants.api_keys import issue_api_key, revoke_api_key
 from tenants.diner_sessions import _SALT, read_token
 from tenants.models import ApiClient, DinerSession
@@ -412,10 +413,44 @@ def test_verifying_a_session_is_one_cached_read_and_never_a_write(
     assert writes == []
 
 
-def test_a_revocation_made_elsewhere_is_seen_within_the_cache_bound(
+def test_an_announced_revocation_drops_the_cached_state_at_once(
     publishable: Any, settings: Any
 ) -> None:
-    """Another process revokes (here: the row is updated behind this process's back)."""
+    """Another process revokes and announces it (here: the row is updated behind this
+    process's back and the announcement published on a client of its own)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 60  # only the announcement can end it early
+    assert _feed_heard()
+    token = open_guest(publishable[1]).json()["token"]
+    diner = as_diner(token)
+    assert diner.get("/api/v1/orders/").status_code == 200  # cached now
+    session = DinerSession.objects.get()
+    DinerSession.objects.update(revoked_at=timezone.now())
+    assert diner.get("/api/v1/orders/").status_code == 200  # still the cached state
+    other = redis.Redis.from_url(settings.REDIS_URL)
+    other.publish(credential_cache.CHANNEL, credential_cache.session_key(session.pk))
+    other.close()
+    deadline = time.monotonic() + 10  # the machine may be busy: a generous wait
+    while diner.get("/api/v1/orders/").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert_401(diner, "SESSION_REVOKED")
+
+
+def _feed_heard(timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while credential_cache.feed.subscription() is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_without_the_feed_a_revocation_made_elsewhere_is_seen_within_the_short_bound(
+    publishable: Any, settings: Any
+) -> None:
+    """Another process revokes and its announcement is lost: here the row is updated behind
+    this process's back, and this process hears no feed (as with Redis down)."""
+    credential_cache.feed.stop()
+    settings.REDIS_NODE_ALIASES = []  # the feed cannot start again during the test
     bound = 1.0
     settings.DINER_SESSION_STATE_CACHE_SECONDS = bound
     token = open_guest(publishable[1]).json()["token"]

@@ -1,0 +1,80 @@
+"""What placing an order costs in SQL, and that the answer rendered from the objects in hand
+is the order as the database holds it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from ordering.api.serializers import OrderDetailSerializer
+from ordering.models import Order
+from ordering.services.placing import ItemRequest, place_order
+from tests.conftest import api_for
+
+
+def place(api, menu, *, coupon_code=None, extra_dish=False):
+    items = [{"dish_id": menu["pizza"].pk, "quantity": 2}]
+    if extra_dish:
+        items.append({"dish_id": menu["pasta"].pk, "quantity": 1})
+    body = {"items": items, "payment_method": "card", "note": "n"}
+    if coupon_code:
+        body["coupon_code"] = coupon_code
+    return api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("shape", ["one line", "two lines and a coupon"])
+def test_the_answer_is_the_order_as_read_back(tenant, menu, coupon, shape):
+    # given a diner's session
+    api = api_for(tenant, diner="diner-1")
+    full = shape != "one line"
+    # when an order is placed
+    placed = place(api, menu, coupon_code="TEN" if full else None, extra_dish=full)
+    assert placed.status_code == 201, placed.content
+    # then its answer is what reading the order back shows, field for field
+    read_back = api.get(f"/api/v1/orders/{placed.json()['id']}/")
+    assert read_back.status_code == 200
+    assert placed.json() == read_back.json()
+    assert len(placed.json()["lines"]) == (2 if full else 1)
+    assert placed.json()["transitions"][0]["to_status"] == "CREATED"
+
+
+@pytest.mark.django_db
+def test_the_placed_order_renders_every_merchant_field_without_a_query(tenant, menu, coupon):
+    # given an order just placed (two dishes, a coupon)
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(menu["pasta"].pk, 1), ItemRequest(menu["pizza"].pk, 3)],
+        payment_method="card",
+        coupon_code="TEN",
+        actor="api:abc/diner:d1",
+    )
+    # when the merchant's shape of it is rendered from the object in hand
+    with CaptureQueriesContext(connection) as queries:
+        in_hand = OrderDetailSerializer(order).data
+    # then no query ran, and it equals the order read back from the database
+    assert queries.captured_queries == []
+    assert in_hand == OrderDetailSerializer(Order.objects.for_tenant(tenant).get(pk=order.pk)).data
+
+
+@pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
+def test_a_one_line_order_is_six_statements_in_one_transaction(tenant, menu, engine_mode):
+    # given a diner whose session was checked once already (and whose process leased its
+    # order-ID worker id)
+    api = api_for(tenant, diner="diner-1")
+    assert place(api, menu).status_code == 201
+    # when they place a one-line order
+    with CaptureQueriesContext(connection) as queries:
+        placed = place(api, menu)
+    assert placed.status_code == 201
+    # then one transaction: stock (UPDATE ... RETURNING), order number, order, line,
+    # transition and the idempotency record; nothing is read back. Database-only mode first
+    # looks the key up in the database.
+    statements = [q["sql"].split()[0] for q in queries.captured_queries]
+    expected = ["BEGIN", "UPDATE", "INSERT", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    if engine_mode == "database":
+        expected = ["SELECT", *expected]
+    assert statements == expected, " ".join(statements)
