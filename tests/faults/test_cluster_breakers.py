@@ -7,6 +7,7 @@ slow_proxy.py``) in front of one master: that master announces the proxy's port
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from tests.support.slow_proxy import SlowProxy
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db]
 
-BREAKER = {"min_calls": 5, "open_seconds": 3, "p99_threshold_ms": 200, "window_seconds": 60}
+BREAKER = {"min_calls": 5, "open_seconds": 5, "p99_threshold_ms": 200, "window_seconds": 60}
 DELAY = 0.3
 
 
@@ -126,7 +127,14 @@ def gauge(name: str) -> float | None:
     return REGISTRY.get_sample_value("idempotency_breaker_state", {"node": name})
 
 
-def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, shops):
+def half_opened(caplog: pytest.LogCaptureFixture, name: str) -> int:
+    """How often the breaker of ``name`` went half-open (let a probe through) so far."""
+    prefix = f"redis breaker {name}: open -> half_open"
+    return sum(1 for r in caplog.records if r.getMessage().startswith(prefix))
+
+
+def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, shops, caplog):
+    caplog.set_level(logging.INFO, logger="idempotency.stores.breaker")
     slow, healthy = shops["slow"], shops["healthy"]
     # given every tenant on the Redis path: each first execution leaves its key in Redis
     for shop in slow + healthy:
@@ -150,20 +158,22 @@ def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, 
     # and while it is open its tenants run database-only: first executions and replays work,
     # and no new key reaches Redis; the other masters' tenants keep the Redis path
     breaker = stores.node_for(str(slow[0].tenant.pk)).breaker
+    degraded = 0
     for i in range(4):
         for shop in slow:
-            before = shop.in_redis()
-            if breaker.state is not BreakerState.OPEN:
-                break  # open_seconds passed on a busy machine: probing starts
+            before, probes = shop.in_redis(), half_opened(caplog, proxied_cluster.slow_name)
             first = shop.order(f"degraded-{i}")
             assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
             replay = shop.order(f"degraded-{i}")
             assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
-            assert shop.in_redis() == before
+            if half_opened(caplog, proxied_cluster.slow_name) == probes:  # no probe meanwhile
+                assert breaker.state is BreakerState.OPEN and shop.in_redis() == before
+                degraded += 1
         for shop in healthy:
             before = shop.in_redis()
             assert shop.order(f"healthy-{i}")["X-Idempotent-Result"] == "MISS"
             assert shop.in_redis() == before + 1
+    assert degraded >= 2
     assert breaker_of(proxied_cluster.slow_name) is not BreakerState.CLOSED
 
     # when the master is fast again, probes close its breaker and its tenants return to Redis
