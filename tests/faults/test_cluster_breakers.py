@@ -1,4 +1,5 @@
-"""One breaker per cluster master: a slow master degrades only the tenants whose slots it serves.
+"""One breaker per cluster master: a slow or unreachable master degrades only the tenants whose
+slots it serves.
 
 A three-master cluster of this module's own, with the delaying proxy (``tests/support/
 slow_proxy.py``) in front of one master: that master announces the proxy's port
@@ -101,6 +102,7 @@ def shops(
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "BREAKER": BREAKER}
     use_topology(settings, cluster=proxied_cluster.url)
     proxied_cluster.proxy.delay = 0.0
+    proxied_cluster.proxy.heal()
     client = RedisCluster(host="127.0.0.1", port=proxied_cluster.nodes[0].port)
     by_port = {n.port: n for n in proxied_cluster.nodes}
     by_port[proxied_cluster.proxy.port] = proxied_cluster.slow
@@ -133,8 +135,20 @@ def half_opened(caplog: pytest.LogCaptureFixture, name: str) -> int:
     return sum(1 for r in caplog.records if r.getMessage().startswith(prefix))
 
 
-def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, shops, caplog):
+# How a master falls sick, and how it heals: every command 300 ms slower, or every connection
+# to it dropped (a dead server, as its clients see it; the cluster's own bus stays up).
+FAULTS: dict[str, tuple[Callable[[SlowProxy], None], Callable[[SlowProxy], None]]] = {
+    "slow": (lambda p: setattr(p, "delay", DELAY), lambda p: setattr(p, "delay", 0.0)),
+    "unreachable": (SlowProxy.cut, SlowProxy.heal),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_sick_master_degrades_only_its_tenants_then_recovers(
+    proxied_cluster, shops, caplog, fault
+):
     caplog.set_level(logging.INFO, logger="idempotency.stores.breaker")
+    fall_sick, heal = FAULTS[fault]
     slow, healthy = shops["slow"], shops["healthy"]
     # given every tenant on the Redis path: each first execution leaves its key in Redis
     for shop in slow + healthy:
@@ -143,8 +157,8 @@ def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, 
     names = set(stores.breaker_states())
     assert proxied_cluster.slow_name in names and len(names) == 3  # one breaker per master
 
-    # when the master behind the proxy turns slow (every command +300 ms)
-    proxied_cluster.proxy.delay = DELAY
+    # when the master behind the proxy turns slow or unreachable
+    fall_sick(proxied_cluster.proxy)
     for i in range(10):
         assert slow[i % 2].order(f"slowing-{i}").status_code == 201
         if breaker_of(proxied_cluster.slow_name) is BreakerState.OPEN:
@@ -176,8 +190,8 @@ def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, 
     assert degraded >= 2
     assert breaker_of(proxied_cluster.slow_name) is not BreakerState.CLOSED
 
-    # when the master is fast again, probes close its breaker and its tenants return to Redis
-    proxied_cluster.proxy.delay = 0.0
+    # when the master is healthy again, probes close its breaker and its tenants return to Redis
+    heal(proxied_cluster.proxy)
     _wait_for(lambda: breaker.state is not BreakerState.OPEN, what="half-open")
     deadline = time.monotonic() + 60
     i = 0
