@@ -98,7 +98,7 @@ class Shop:
 def shops(
     settings: Any, proxied_cluster: ProxiedCluster, make_tenant: Callable[..., Tenant]
 ) -> dict[str, list[Shop]]:
-    """Two tenants served by the slow master and two served by the others."""
+    """Two tenants served by the slow master, and one served by each of the other two."""
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "BREAKER": BREAKER}
     use_topology(settings, cluster=proxied_cluster.url)
     proxied_cluster.proxy.delay = 0.0
@@ -106,16 +106,19 @@ def shops(
     client = RedisCluster(host="127.0.0.1", port=proxied_cluster.nodes[0].port)
     by_port = {n.port: n for n in proxied_cluster.nodes}
     by_port[proxied_cluster.proxy.port] = proxied_cluster.slow
-    groups: dict[str, list[Shop]] = {"slow": [], "healthy": []}
-    while min(len(g) for g in groups.values()) < 2:
+    wanted = {port: 1 for port in by_port} | {proxied_cluster.proxy.port: 2}
+    wanted.pop(proxied_cluster.slow.port)  # reached through the proxy only
+    by_master: dict[int, list[Shop]] = {port: [] for port in wanted}
+    while any(len(by_master[port]) < n for port, n in wanted.items()):
         tenant = make_tenant()
         port = client.get_node_from_key(f"{{t:{tenant.pk}}}").port
-        group = groups["slow" if port == proxied_cluster.proxy.port else "healthy"]
-        if len(group) < 2:
-            group.append(
+        if len(by_master[port]) < wanted[port]:
+            by_master[port].append(
                 Shop(tenant, api_for(tenant, diner="d1"), menu_for(tenant, 1000), by_port[port])
             )
     client.close()
+    groups = {"slow": by_master.pop(proxied_cluster.proxy.port)}
+    groups["healthy"] = [shop for shops in by_master.values() for shop in shops]
     for node in proxied_cluster.nodes:
         node.client().flushall()
     return groups
