@@ -27,8 +27,8 @@ wsgi_app = "config.wsgi:application"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 worker_class = "sync"
 # gunicorn's rule of thumb for sync workers. Every worker that places orders leases one of the
-# few order-ID worker ids (at most 128, see ordering/worker_ids.py): keep workers x hosts (plus
-# Celery processes) well below that.
+# 128 order-ID worker ids (ordering/worker_ids.py): keep workers x hosts within the capacity plan
+# in docs/scaling.md (Celery workers place no orders and hold none).
 workers = _env_int("GUNICORN_WORKERS", 2 * multiprocessing.cpu_count() + 1)
 # A request running longer than this is killed (and its worker replaced); the idempotency
 # engine rolls its transaction back and the key's lease lets the client retry.

@@ -1,4 +1,5 @@
-"""One breaker per cluster master: a slow master degrades only the tenants whose slots it serves.
+"""One breaker per cluster master: a slow or unreachable master degrades only the tenants whose
+slots it serves.
 
 A three-master cluster of this module's own, with the delaying proxy (``tests/support/
 slow_proxy.py``) in front of one master: that master announces the proxy's port
@@ -7,6 +8,7 @@ slow_proxy.py``) in front of one master: that master announces the proxy's port
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from tests.support.slow_proxy import SlowProxy
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db]
 
-BREAKER = {"min_calls": 5, "open_seconds": 3, "p99_threshold_ms": 200, "window_seconds": 60}
+BREAKER = {"min_calls": 5, "open_seconds": 5, "p99_threshold_ms": 200, "window_seconds": 60}
 DELAY = 0.3
 
 
@@ -96,23 +98,27 @@ class Shop:
 def shops(
     settings: Any, proxied_cluster: ProxiedCluster, make_tenant: Callable[..., Tenant]
 ) -> dict[str, list[Shop]]:
-    """Two tenants served by the slow master and two served by the others."""
+    """Two tenants served by the slow master, and one served by each of the other two."""
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "BREAKER": BREAKER}
     use_topology(settings, cluster=proxied_cluster.url)
     proxied_cluster.proxy.delay = 0.0
+    proxied_cluster.proxy.heal()
     client = RedisCluster(host="127.0.0.1", port=proxied_cluster.nodes[0].port)
     by_port = {n.port: n for n in proxied_cluster.nodes}
     by_port[proxied_cluster.proxy.port] = proxied_cluster.slow
-    groups: dict[str, list[Shop]] = {"slow": [], "healthy": []}
-    while min(len(g) for g in groups.values()) < 2:
+    wanted = {port: 1 for port in by_port} | {proxied_cluster.proxy.port: 2}
+    wanted.pop(proxied_cluster.slow.port)  # reached through the proxy only
+    by_master: dict[int, list[Shop]] = {port: [] for port in wanted}
+    while any(len(by_master[port]) < n for port, n in wanted.items()):
         tenant = make_tenant()
         port = client.get_node_from_key(f"{{t:{tenant.pk}}}").port
-        group = groups["slow" if port == proxied_cluster.proxy.port else "healthy"]
-        if len(group) < 2:
-            group.append(
+        if len(by_master[port]) < wanted[port]:
+            by_master[port].append(
                 Shop(tenant, api_for(tenant, diner="d1"), menu_for(tenant, 1000), by_port[port])
             )
     client.close()
+    groups = {"slow": by_master.pop(proxied_cluster.proxy.port)}
+    groups["healthy"] = [shop for shops in by_master.values() for shop in shops]
     for node in proxied_cluster.nodes:
         node.client().flushall()
     return groups
@@ -126,7 +132,26 @@ def gauge(name: str) -> float | None:
     return REGISTRY.get_sample_value("idempotency_breaker_state", {"node": name})
 
 
-def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, shops):
+def half_opened(caplog: pytest.LogCaptureFixture, name: str) -> int:
+    """How often the breaker of ``name`` went half-open (let a probe through) so far."""
+    prefix = f"redis breaker {name}: open -> half_open"
+    return sum(1 for r in caplog.records if r.getMessage().startswith(prefix))
+
+
+# How a master falls sick, and how it heals: every command 300 ms slower, or every connection
+# to it dropped (a dead server, as its clients see it; the cluster's own bus stays up).
+FAULTS: dict[str, tuple[Callable[[SlowProxy], None], Callable[[SlowProxy], None]]] = {
+    "slow": (lambda p: setattr(p, "delay", DELAY), lambda p: setattr(p, "delay", 0.0)),
+    "unreachable": (SlowProxy.cut, SlowProxy.heal),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_sick_master_degrades_only_its_tenants_then_recovers(
+    proxied_cluster, shops, caplog, fault
+):
+    caplog.set_level(logging.INFO, logger="idempotency.stores.breaker")
+    fall_sick, heal = FAULTS[fault]
     slow, healthy = shops["slow"], shops["healthy"]
     # given every tenant on the Redis path: each first execution leaves its key in Redis
     for shop in slow + healthy:
@@ -135,8 +160,8 @@ def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, 
     names = set(stores.breaker_states())
     assert proxied_cluster.slow_name in names and len(names) == 3  # one breaker per master
 
-    # when the master behind the proxy turns slow (every command +300 ms)
-    proxied_cluster.proxy.delay = DELAY
+    # when the master behind the proxy turns slow or unreachable
+    fall_sick(proxied_cluster.proxy)
     for i in range(10):
         assert slow[i % 2].order(f"slowing-{i}").status_code == 201
         if breaker_of(proxied_cluster.slow_name) is BreakerState.OPEN:
@@ -150,24 +175,26 @@ def test_a_slow_master_degrades_only_its_tenants_then_recovers(proxied_cluster, 
     # and while it is open its tenants run database-only: first executions and replays work,
     # and no new key reaches Redis; the other masters' tenants keep the Redis path
     breaker = stores.node_for(str(slow[0].tenant.pk)).breaker
+    degraded = 0
     for i in range(4):
         for shop in slow:
-            before = shop.in_redis()
-            if breaker.state is not BreakerState.OPEN:
-                break  # open_seconds passed on a busy machine: probing starts
+            before, probes = shop.in_redis(), half_opened(caplog, proxied_cluster.slow_name)
             first = shop.order(f"degraded-{i}")
             assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
             replay = shop.order(f"degraded-{i}")
             assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
-            assert shop.in_redis() == before
+            if half_opened(caplog, proxied_cluster.slow_name) == probes:  # no probe meanwhile
+                assert breaker.state is BreakerState.OPEN and shop.in_redis() == before
+                degraded += 1
         for shop in healthy:
             before = shop.in_redis()
             assert shop.order(f"healthy-{i}")["X-Idempotent-Result"] == "MISS"
             assert shop.in_redis() == before + 1
+    assert degraded >= 2
     assert breaker_of(proxied_cluster.slow_name) is not BreakerState.CLOSED
 
-    # when the master is fast again, probes close its breaker and its tenants return to Redis
-    proxied_cluster.proxy.delay = 0.0
+    # when the master is healthy again, probes close its breaker and its tenants return to Redis
+    heal(proxied_cluster.proxy)
     _wait_for(lambda: breaker.state is not BreakerState.OPEN, what="half-open")
     deadline = time.monotonic() + 60
     i = 0

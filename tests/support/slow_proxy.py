@@ -2,7 +2,8 @@
 
 Each chunk a client sends is held for ``delay`` seconds before it is forwarded, so every
 command round trip gets ``delay`` slower. ``chunks`` counts forwarded client chunks, which
-tells a test whether clients are still talking to the server at all.
+tells a test whether clients are still talking to the server at all. :meth:`SlowProxy.cut`
+makes the server look dead to its clients (every connection dropped) until :meth:`heal`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class SlowProxy:
         self.port = free_port()
         self.delay = 0.0
         self.chunks = 0
+        self.refusing = False
+        self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._stopped = threading.Event()
@@ -34,17 +37,34 @@ class SlowProxy:
         self._stopped.set()
         self._listener.close()
 
+    def cut(self) -> None:
+        """Drop every open connection, and each new one as soon as it is accepted."""
+        self.refusing = True
+        with self._lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def heal(self) -> None:
+        self.refusing = False
+
     def _accept(self) -> None:
         while not self._stopped.is_set():
             try:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refusing:
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
             except OSError:
                 client.close()
                 continue
+            with self._lock:
+                self._open.update((client, upstream))
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
@@ -63,3 +83,5 @@ class SlowProxy:
             for sock in (source, target):
                 with contextlib.suppress(OSError):
                     sock.close()
+            with self._lock:
+                self._open.difference_update((source, target))

@@ -143,17 +143,19 @@ def test_a_crashed_process_loses_its_claims_on_every_node(crashed):
     )
 
     # when recovery runs until the crashed instance is judged dead (1 s of silence)
+    def left() -> list[str]:
+        return [k for k in keys if client_for_tenant(tenant_of(k)).exists(k)]
+
     deadline = time.monotonic() + 30
     released = 0
-    while released < len(keys) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         register(live, silent_for=0)
         released += reclaim_stale_leases().claims_released
         time.sleep(0.2)
 
-    # then each of its claims is gone from its node, long before its 600 s lease
-    assert released == len(keys)
-    for key in keys:
-        assert not client_for_tenant(tenant_of(key)).exists(key)
+    # then each of its claims is gone from its node, long before its 600 s lease (other silent
+    # instances of the test run may lose claims too: the count is at least ours)
+    assert left() == [] and released >= len(keys)
     assert store.client.hget(live_key, "own") == f"{live}/t".encode()
     store.release(key=live_key, owner=f"{live}/t")
     instances.registry_client().zrem(instances.REGISTRY_KEY, live)
