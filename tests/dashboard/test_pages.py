@@ -97,6 +97,15 @@ def test_order_page_shows_lines_payment_and_log(merchant, mine):
     assert html.count('class="log-entry"') == 3
 
 
+def test_order_page_shows_how_to_reach_the_diner(merchant, mine):
+    Order.all_tenants.filter(pk=mine.order.pk).update(
+        contact_phone="+39 06 1234567", delivery_address="Via Roma 1"
+    )
+    html = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
+    assert "<dt>Phone</dt><dd>+39 06 1234567</dd>" in html
+    assert "<dt>Deliver to</dt><dd>Via Roma 1</dd>" in html
+
+
 def test_order_page_shows_the_short_number_and_times_in_the_tenants_zone(merchant, mine):
     mine.tenant.time_zone = "Asia/Tokyo"
     mine.tenant.save()

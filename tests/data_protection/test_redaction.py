@@ -18,7 +18,7 @@ from config.logging import JsonFormatter
 from idempotency.audit import writer
 from idempotency.stores import nodes
 from idempotency.tests.leak_scan import assert_no_clear_copy, redis_dump, table_dump
-from tests.conftest import api_for
+from tests.conftest import api_for, menu_for, use_topology
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +124,33 @@ def test_a_malformed_tenant_path_is_refused(tenant, paths):
     with pytest.raises(ValidationError) as refused:
         tenant.full_clean()
     assert "redacted_paths" in refused.value.message_dict
+
+
+@pytest.mark.parametrize("topology", ["shards", "cluster"])
+def test_no_node_of_a_sharded_setup_or_a_cluster_keeps_the_values(
+    topology, settings, request, make_tenant
+):
+    nodes_of = request.getfixturevalue("shard_nodes" if topology == "shards" else "cluster_nodes")
+    if topology == "shards":
+        use_topology(settings, shards=[n.url for n in nodes_of])
+    else:
+        use_topology(settings, cluster=nodes_of[0].url)
+    tenants = [make_tenant() for _ in range(3)]  # spread over several nodes
+    for tenant in tenants:
+        api = api_for(tenant, diner="diner-1")
+        menu = menu_for(tenant)
+        first = place(api, menu, "order-red-topology")
+        nodes.local_cache().clear()
+        again = place(api, menu, "order-red-topology")
+        assert again["X-Idempotent-Result"] == "HIT" and again.content == redacted(first)
+    dumps = {
+        f"node {node.port}": redis_dump(redis.Redis(host="127.0.0.1", port=node.port))
+        for node in nodes_of
+    }
+    # every tenant's stored reply is on some node, redacted, and no node holds a clear value
+    for tenant in tenants:
+        assert any(f"idem:{{t:{tenant.pk}}}:".encode() in dump for dump in dumps.values())
+    stored = b"".join(dumps.values())
+    assert stored.count(b'"contact":{"phone":null,"address":null}') == len(tenants)
+    for secret in (PHONE, ADDRESS):
+        assert_no_clear_copy(secret, **dumps)

@@ -22,3 +22,11 @@ tenant_redaction: dict[str, tuple[str, ...]] = {}
 
 def redaction_for(tenant: str) -> tuple[str, ...]:
     return tenant_redaction.get(tenant, ())
+
+
+# AUDIT_RETENTION_OVERRIDES of the test project: days a test gives tenants of its own.
+tenant_audit_days: dict[str, int] = {}
+
+
+def audit_retention_overrides() -> dict[str, int]:
+    return dict(tenant_audit_days)
