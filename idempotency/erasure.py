@@ -31,11 +31,27 @@ from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.core.keys import redis_key_for
+from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN_UNUSED = b"p:"
 _TOKEN_USED = b"u:"
+# Delete an unused token and take it off its expiry bucket of the tenant's quota ledger, as
+# consuming it would (claim_token.lua): an erased token no longer counts as outstanding.
+# KEYS[1] the token, KEYS[2] its ledger (same hash tag); ARGV[1] its unused value, ARGV[2] the
+# ledger's bucket width (ms).
+_FORGET_UNUSED_TOKEN_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local expires_at = redis.call('PEXPIRETIME', KEYS[1])
+if expires_at > 0 then
+  local bucket = math.floor(expires_at / tonumber(ARGV[2]))
+  if tonumber(redis.call('HGET', KEYS[2], bucket) or '0') > 0 then
+    redis.call('HINCRBY', KEYS[2], bucket, -1)
+  end
+end
+return redis.call('DEL', KEYS[1])
+"""
 
 
 @dataclass
@@ -203,6 +219,11 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
         for page in scan_pages(client, tenant_key_patterns(tenant_key), batch=batch):
             tokens = [k for k in page if k.split(b"}:", 1)[-1].startswith(b"tok:")]
             values = _values(client, tokens)
+            removed += sum(
+                _forget_unused_token(client, key, unused_token)
+                for key in tokens
+                if values.get(key) == unused_token
+            )
             doomed = []
             for key in page:
                 kind, _, rest = key.partition(b"}:")
@@ -213,14 +234,17 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
                 elif head == b"tok":
                     value = values.get(key) or b""
                     used_by = value[len(_TOKEN_USED) :].split(b"}:", 1)[-1].split(b":", 1)[0]
-                    if value == unused_token or (
-                        value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes
-                    ):
+                    if value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes:
                         doomed.append(key)
                 elif head.decode("utf-8", "replace") in scope_hashes:
                     doomed.append(key)
             removed += delete_keys(client, doomed)
     return removed
+
+
+def _forget_unused_token(client: Any, key: bytes, unused_value: bytes) -> int:
+    ledger = key[: key.index(b"}:") + 2] + b"tokq"
+    return int(client.eval(_FORGET_UNUSED_TOKEN_LUA, 2, key, ledger, unused_value, QUOTA_BUCKET_MS))
 
 
 def _values(client: Any, keys: list[bytes]) -> dict[bytes, bytes | None]:
