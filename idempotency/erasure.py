@@ -18,7 +18,6 @@ of at most ``batch`` keys at a time.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import count
@@ -31,6 +30,7 @@ from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.core.keys import redis_key_for
+from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 
@@ -61,12 +61,6 @@ class Forgotten:
     records: int = 0
     audits: int = 0
     redis_keys: int = 0
-
-    def add(self, other: Forgotten) -> Forgotten:
-        self.records += other.records
-        self.audits += other.audits
-        self.redis_keys += other.redis_keys
-        return self
 
     def as_dict(self) -> dict[str, int]:
         return {"records": self.records, "audits": self.audits, "redis_keys": self.redis_keys}
@@ -212,7 +206,7 @@ def scope_hash(scope: str) -> str:
 def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> int:
     scopes = principal_scopes(principal, write_routes())
     scope_hashes = {scope_hash(scope) for scope in scopes}
-    rate_hash = hashlib.sha256(principal.encode()).hexdigest()[:16]
+    rate_hash = rate_key(tenant="", principal=principal, window_seconds=1).split("}:")[1][:16]
     unused_token = _TOKEN_UNUSED + principal.encode()
     removed = 0
     for client in node_clients():
@@ -229,7 +223,7 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
                 kind, _, rest = key.partition(b"}:")
                 head = rest.split(b":", 1)[0]
                 if kind.startswith(b"rl:"):
-                    if head.decode() == rate_hash:
+                    if head.decode("utf-8", "replace") == rate_hash:
                         doomed.append(key)
                 elif head == b"tok":
                     value = values.get(key) or b""

@@ -17,6 +17,7 @@ from django.core.management import call_command
 
 from idempotency.audit import writer
 from idempotency.core.keys import redis_key_for
+from idempotency.core.ratelimit import rate_key
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from ordering.models import DinerErasure, Order, OrderTransition
@@ -92,6 +93,8 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     assert len(zoe_orders) == 3
 
     assert outstanding_tokens(tenant_key) == 1  # zoe's unused one
+    zoe_rate = rate_key(tenant=tenant_key, principal="diner:zoe", window_seconds=60).encode()
+    assert zoe_rate in tenant_keys(tenant_key)
 
     # when staff erase zoe of the first tenant
     log = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
@@ -118,6 +121,7 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
         for k in ("k1", "k2")
     }
     assert not zoe_claims & set(left)
+    assert zoe_rate not in left
     assert outstanding_tokens(tenant_key) == 0  # the quota no longer counts the erased token
     # zoe's token is refused: the session is gone
     assert zoe["api"].get("/api/v1/orders/").status_code == 401
