@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Model, Q
 from django.utils import timezone
 
@@ -64,13 +64,19 @@ def start_offboarding(
             f"offboarding {job.pk} of {tenant.slug} is under way and exported to "
             f"{job.export_path}; run it again with that path"
         )
-    return TenantOffboarding.objects.create(
-        tenant_ref=tenant.pk,
-        tenant_slug=tenant.slug,
-        export_path=str(export_path),
-        batch_size=batch_size,
-        requested_by=requested_by[:200],
-    )
+    try:
+        with transaction.atomic():
+            return TenantOffboarding.objects.create(
+                tenant_ref=tenant.pk,
+                tenant_slug=tenant.slug,
+                export_path=str(export_path),
+                batch_size=batch_size,
+                requested_by=requested_by[:200],
+            )
+    except IntegrityError:  # a concurrent request opened it first (one open job per tenant)
+        return start_offboarding(
+            tenant=tenant, export_path=export_path, requested_by=requested_by, batch_size=batch_size
+        )
 
 
 def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffboarding:

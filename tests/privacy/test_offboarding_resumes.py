@@ -124,3 +124,30 @@ def test_two_runners_of_one_job_take_turns(make_tenant, tmp_path, settings):
     assert job.counts.pop("redis_keys") == keys
     assert sum(job.counts.values()) == rows
     assert {label: found for label, found in rows_of_tenant(tenant.pk).items() if found} == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_open_one_job(make_tenant, tmp_path):
+    tenant = make_tenant(slug="leaving")
+    start, jobs, errors = threading.Barrier(8), [], []
+
+    def request() -> None:
+        try:
+            start.wait(10)
+            jobs.append(
+                start_offboarding(
+                    tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t"
+                ).pk
+            )
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and len(jobs) == 8 and len(set(jobs)) == 1
+    assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
