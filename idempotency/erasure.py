@@ -18,7 +18,6 @@ of at most ``batch`` keys at a time.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import count
@@ -31,11 +30,28 @@ from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.core.keys import redis_key_for
+from idempotency.core.ratelimit import rate_key
+from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN_UNUSED = b"p:"
 _TOKEN_USED = b"u:"
+# Delete an unused token and take it off its expiry bucket of the tenant's quota ledger, as
+# consuming it would (claim_token.lua): an erased token no longer counts as outstanding.
+# KEYS[1] the token, KEYS[2] its ledger (same hash tag); ARGV[1] its unused value, ARGV[2] the
+# ledger's bucket width (ms).
+_FORGET_UNUSED_TOKEN_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local expires_at = redis.call('PEXPIRETIME', KEYS[1])
+if expires_at > 0 then
+  local bucket = math.floor(expires_at / tonumber(ARGV[2]))
+  if tonumber(redis.call('HGET', KEYS[2], bucket) or '0') > 0 then
+    redis.call('HINCRBY', KEYS[2], bucket, -1)
+  end
+end
+return redis.call('DEL', KEYS[1])
+"""
 
 
 @dataclass
@@ -45,12 +61,6 @@ class Forgotten:
     records: int = 0
     audits: int = 0
     redis_keys: int = 0
-
-    def add(self, other: Forgotten) -> Forgotten:
-        self.records += other.records
-        self.audits += other.audits
-        self.redis_keys += other.redis_keys
-        return self
 
     def as_dict(self) -> dict[str, int]:
         return {"records": self.records, "audits": self.audits, "redis_keys": self.redis_keys}
@@ -196,31 +206,39 @@ def scope_hash(scope: str) -> str:
 def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> int:
     scopes = principal_scopes(principal, write_routes())
     scope_hashes = {scope_hash(scope) for scope in scopes}
-    rate_hash = hashlib.sha256(principal.encode()).hexdigest()[:16]
+    rate_hash = rate_key(tenant="", principal=principal, window_seconds=1).split("}:")[1][:16]
     unused_token = _TOKEN_UNUSED + principal.encode()
     removed = 0
     for client in node_clients():
         for page in scan_pages(client, tenant_key_patterns(tenant_key), batch=batch):
             tokens = [k for k in page if k.split(b"}:", 1)[-1].startswith(b"tok:")]
             values = _values(client, tokens)
+            removed += sum(
+                _forget_unused_token(client, key, unused_token)
+                for key in tokens
+                if values.get(key) == unused_token
+            )
             doomed = []
             for key in page:
                 kind, _, rest = key.partition(b"}:")
                 head = rest.split(b":", 1)[0]
                 if kind.startswith(b"rl:"):
-                    if head.decode() == rate_hash:
+                    if head.decode("utf-8", "replace") == rate_hash:
                         doomed.append(key)
                 elif head == b"tok":
                     value = values.get(key) or b""
                     used_by = value[len(_TOKEN_USED) :].split(b"}:", 1)[-1].split(b":", 1)[0]
-                    if value == unused_token or (
-                        value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes
-                    ):
+                    if value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes:
                         doomed.append(key)
                 elif head.decode("utf-8", "replace") in scope_hashes:
                     doomed.append(key)
             removed += delete_keys(client, doomed)
     return removed
+
+
+def _forget_unused_token(client: Any, key: bytes, unused_value: bytes) -> int:
+    ledger = key[: key.index(b"}:") + 2] + b"tokq"
+    return int(client.eval(_FORGET_UNUSED_TOKEN_LUA, 2, key, ledger, unused_value, QUOTA_BUCKET_MS))
 
 
 def _values(client: Any, keys: list[bytes]) -> dict[bytes, bytes | None]:

@@ -103,7 +103,15 @@ class DinerErasureAdmin(ReadOnlyAdmin):
 
 @admin.register(TenantOffboarding)
 class TenantOffboardingAdmin(ReadOnlyAdmin):
-    list_display = ["tenant_slug", "phase", "batches", "requested_by", "created_at", "finished_at"]
+    list_display = [
+        "tenant_slug",
+        "phase",
+        "batches",
+        "requested_by",
+        "created_at",
+        "finished_at",
+        "last_error",
+    ]
     list_filter = ["phase"]
     search_fields = ["tenant_slug"]
     actions = ["resume"]

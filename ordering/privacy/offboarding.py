@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Model, Q
 from django.utils import timezone
 
@@ -49,30 +49,47 @@ class OffboardingRefused(Exception):
 def start_offboarding(
     *, tenant: Tenant, export_path: Path, requested_by: str, batch_size: int = 500
 ) -> TenantOffboarding:
-    """The tenant's open job, or a new one. An open job continues with its own archive path;
-    asking for another path is refused rather than silently ignored."""
+    """The tenant's open job, or a new one. An open job takes a new archive path only until
+    its archive is written (e.g. after the first path could not be written); after that,
+    another path is refused rather than silently ignored."""
     job = TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exclude(phase=Phase.DONE).first()
     if job is not None:
-        if Path(job.export_path) != export_path:
-            raise OffboardingRefused(
-                f"offboarding {job.pk} of {tenant.slug} is under way, exporting to "
-                f"{job.export_path}; run it again with that path"
+        if Path(job.export_path) == export_path:
+            return job
+        if job.phase in (Phase.SUSPEND, Phase.EXPORT):
+            job.export_path = str(export_path)
+            job.save(update_fields=["export_path", "updated_at"])
+            return job
+        raise OffboardingRefused(
+            f"offboarding {job.pk} of {tenant.slug} is under way and exported to "
+            f"{job.export_path}; run it again with that path"
+        )
+    try:
+        with transaction.atomic():
+            return TenantOffboarding.objects.create(
+                tenant_ref=tenant.pk,
+                tenant_slug=tenant.slug,
+                export_path=str(export_path),
+                batch_size=batch_size,
+                requested_by=requested_by[:200],
             )
-        return job
-    return TenantOffboarding.objects.create(
-        tenant_ref=tenant.pk,
-        tenant_slug=tenant.slug,
-        export_path=str(export_path),
-        batch_size=batch_size,
-        requested_by=requested_by[:200],
-    )
+    except IntegrityError:  # a concurrent request opened it first (one open job per tenant)
+        return start_offboarding(
+            tenant=tenant, export_path=export_path, requested_by=requested_by, batch_size=batch_size
+        )
 
 
 def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffboarding:
     """Run the job's steps until it is done (or ``max_steps`` steps have run)."""
     steps = 0
     while max_steps is None or steps < max_steps:
-        job = step(job_id)
+        try:
+            job = step(job_id)
+        except Exception as exc:  # keep why it stopped on the job for staff, then fail loudly
+            TenantOffboarding.objects.filter(pk=job_id).update(
+                last_error=f"{type(exc).__name__}: {exc}"[:2000], updated_at=timezone.now()
+            )
+            raise
         steps += 1
         if job.is_done:
             return job
@@ -86,7 +103,7 @@ def step(job_id: int) -> TenantOffboarding:
         return _redis_keys(job)  # not a database transaction: it records progress per page
     with transaction.atomic():
         job = TenantOffboarding.objects.select_for_update().get(pk=job_id)
-        if job.is_done:
+        if job.is_done or job.phase == Phase.REDIS:  # another runner got here first
             return job
         _PHASES[job.phase](job)
         job.save()
@@ -140,12 +157,17 @@ def _one_batch(job: TenantOffboarding, tables: list[tuple[type[Model], Q]]) -> b
 
 
 def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
+    """SCAN and delete page by page, each page's count recorded under the job's lock; the
+    phase moves on only if no other runner moved it further meanwhile."""
     for deleted in erasure.forget_tenant_keys(str(job.tenant_ref), batch=job.batch_size):
-        _count(job, "redis_keys", deleted)
-        job.save(update_fields=["counts", "batches", "updated_at"])
-    job.phase = Phase.TABLES
-    job.save(update_fields=["phase", "updated_at"])
-    return job
+        with transaction.atomic():
+            locked = TenantOffboarding.objects.select_for_update().get(pk=job.pk)
+            _count(locked, "redis_keys", deleted)
+            locked.save(update_fields=["counts", "batches", "updated_at"])
+    TenantOffboarding.objects.filter(pk=job.pk, phase=Phase.REDIS).update(
+        phase=Phase.TABLES, updated_at=timezone.now()
+    )
+    return TenantOffboarding.objects.get(pk=job.pk)
 
 
 def _tables(job: TenantOffboarding) -> None:
@@ -158,6 +180,7 @@ def _tenant(job: TenantOffboarding) -> None:
     Tenant.objects.filter(pk=job.tenant_ref).delete()
     job.phase = Phase.DONE
     job.finished_at = timezone.now()
+    job.last_error = ""
 
 
 _PHASES = {

@@ -159,8 +159,23 @@ def visit_all(tab: object, base_url: str, pages: list[tuple[str, str]], readme: 
     return overflowing
 
 
+def an_erasure(tenant) -> None:
+    """A diner erasure in the log, with every count the page shows."""
+    from ordering.models import DinerErasure
+
+    counts = {"sessions": 2, "orders": 14, "records": 31, "audits": 9, "redis_keys": 12}
+    DinerErasure.objects.create(
+        tenant=tenant,
+        diner_hash="0" * 64,
+        pseudonym="erased-0123456789abcdef",
+        requested_by="owner:a-rather-long-username",
+        counts=counts,
+    )
+
+
 def test_every_dashboard_page_fits_1280px(wide_tab, live_server):
     shop = restaurant()
+    an_erasure(shop["order"].tenant)
     log_in_as(wide_tab, live_server.url, shop["owner"])
     pages = [
         ("board", "/dashboard/"),
@@ -171,6 +186,7 @@ def test_every_dashboard_page_fits_1280px(wide_tab, live_server):
         ("api-keys", "/dashboard/api-keys/"),
         ("members", "/dashboard/members/"),
         ("idempotency", "/dashboard/idempotency/"),
+        ("privacy", "/dashboard/privacy/"),
     ]
     overflowing = visit_all(
         wide_tab, live_server.url, pages, readme={"board", "order", "idempotency"}
@@ -190,6 +206,7 @@ def test_the_main_admin_pages_fit_1280px(wide_tab, live_server):
     shop = restaurant()
     log_in_as(wide_tab, live_server.url, User.objects.create_superuser("staff", password="x"))
     order, conflict = shop["order"], shop["conflict"]
+    an_erasure(order.tenant)
     pages = [
         ("admin-index", "/admin/"),
         ("admin-orders", "/admin/ordering/order/"),
@@ -207,6 +224,8 @@ def test_the_main_admin_pages_fit_1280px(wide_tab, live_server):
         ("admin-dead-letters", "/admin/ordering/deadletter/"),
         ("admin-outbox", "/admin/ordering/outboxevent/"),
         ("admin-lua-scripts", "/admin/idempotency/luascriptversion/"),
+        ("admin-diner-erasures", "/admin/ordering/dinererasure/"),
+        ("admin-offboardings", "/admin/ordering/tenantoffboarding/"),
     ]
     overflowing = visit_all(wide_tab, live_server.url, pages, readme={"admin-provider-conflicts"})
     assert overflowing == {}

@@ -17,6 +17,7 @@ from django.core.management import call_command
 
 from idempotency.audit import writer
 from idempotency.core.keys import redis_key_for
+from idempotency.core.ratelimit import rate_key
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from ordering.models import DinerErasure, Order, OrderTransition
@@ -53,6 +54,12 @@ def diner_activity(tenant: Any, menu: Any, diner: str) -> dict[str, Any]:
     return {"api": api, "first": first, "second": second}
 
 
+def outstanding_tokens(tenant_key: str) -> int:
+    """The tenant's count of outstanding tokens in its quota ledgers (issue_tokens.lua)."""
+    ledgers = [c for k, c in tenant_keys(tenant_key).items() if k.endswith(b":tokq")]
+    return sum(int(pair.split(b"=")[1]) for c in ledgers for pair in c.split(b"|"))
+
+
 def replay_is_identical(api: Any, menu: Any, key: str, first: Any, note: str = "") -> bool:
     stores.local_cache().clear()
     again = place(api, menu, key, note=note)
@@ -85,6 +92,10 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     zoe_orders = set(Order.all_tenants.filter(tenant=tenant, diner_id="zoe").values_list("pk"))
     assert len(zoe_orders) == 3
 
+    assert outstanding_tokens(tenant_key) == 1  # zoe's unused one
+    zoe_rate = rate_key(tenant=tenant_key, principal="diner:zoe", window_seconds=60).encode()
+    assert zoe_rate in tenant_keys(tenant_key)
+
     # when staff erase zoe of the first tenant
     log = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
 
@@ -110,6 +121,8 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
         for k in ("k1", "k2")
     }
     assert not zoe_claims & set(left)
+    assert zoe_rate not in left
+    assert outstanding_tokens(tenant_key) == 0  # the quota no longer counts the erased token
     # zoe's token is refused: the session is gone
     assert zoe["api"].get("/api/v1/orders/").status_code == 401
     # the log names who and when, never the id

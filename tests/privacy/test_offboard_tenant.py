@@ -187,11 +187,28 @@ def test_rerun_after_the_end_changes_nothing(make_tenant, tmp_path):
     assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
 
 
-def test_an_open_job_keeps_its_archive_path(make_tenant, tmp_path):
+def test_an_exported_job_keeps_its_archive_path(make_tenant, tmp_path):
     tenant = make_tenant(slug="busy")
-    start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=2)  # suspended and exported
     with pytest.raises(CommandError, match="run it again with that path"):
         call_command("offboard_tenant", "busy", "--export", str(tmp_path / "b.zip"))
+
+
+def test_a_failed_export_is_kept_on_the_job_and_another_path_finishes_it(make_tenant, tmp_path):
+    tenant = make_tenant(slug="busy")
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    (tmp_path / "a-file").write_text("not a directory")
+    unwritable = tmp_path / "a-file" / "busy.zip"
+    with pytest.raises(OSError):
+        call_command("offboard_tenant", "busy", "--export", str(unwritable))
+    job = TenantOffboarding.objects.get()
+    assert job.phase == TenantOffboarding.Phase.EXPORT and "Error" in job.last_error
+    assert Tenant.objects.get(pk=tenant.pk).status == Tenant.Status.SUSPENDED
+    out = io.StringIO()
+    call_command("offboard_tenant", "busy", "--export", str(tmp_path / "busy.zip"), stdout=out)
+    job.refresh_from_db()
+    assert job.is_done and job.last_error == "" and (tmp_path / "busy.zip").exists()
 
 
 def test_bad_arguments_are_refused(db, tmp_path):

@@ -1,4 +1,5 @@
-"""An offboarding killed half-way finishes when run again (issue 15 item 5).
+"""An offboarding killed half-way finishes when run again, and two runners of one job take
+turns (issue 15 item 5).
 
 The command runs in a process of its own, one row per step. The test holds a row lock on the
 tenant's orders, so the process commits the steps before the orders (order lines, transitions,
@@ -14,14 +15,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
+from idempotency.core.keys import redis_key_for
+from idempotency.models import IdempotencyRecord
 from ordering.models import Order, OrderLine, TenantOffboarding
+from ordering.privacy.offboarding import run_offboarding, start_offboarding
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_offboard_tenant import busy_tenant, rows_of_tenant
 
@@ -81,3 +86,68 @@ def test_a_killed_offboarding_finishes_when_run_again(make_tenant, tmp_path, set
     assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
     assert tenant_keys(str(tenant.pk)) == {}
     assert archive.exists() and job.export_sha256
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runners_of_one_job_take_turns(make_tenant, tmp_path, settings):
+    # given a job, and what there is to remove
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    tenant = make_tenant(slug="leaving")
+    busy_tenant(tenant)
+    rows = sum(map(len, rows_of_tenant(tenant.pk).values())) - 1  # the tenant row: no batch
+    records = IdempotencyRecord.objects.filter(tenant_key=str(tenant.pk))
+    entries = {redis_key_for(tenant=r.tenant_key, scope=r.scope, key=r.key) for r in records}
+    keys = len({k.decode() for k in tenant_keys(str(tenant.pk))} - entries)  # the rest: by SCAN
+    job = start_offboarding(
+        tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t", batch_size=2
+    )
+    # when two threads (two connections) run it at once, as a twice-delivered task would
+    start, results, errors = threading.Barrier(2), [], []
+
+    def runner() -> None:
+        try:
+            start.wait(10)
+            results.append(run_offboarding(job.pk))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=runner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    # then both end on the finished job, and every row and key was counted exactly once
+    assert errors == [] and [r.is_done for r in results] == [True, True]
+    job.refresh_from_db()
+    assert job.counts.pop("redis_keys") == keys
+    assert sum(job.counts.values()) == rows
+    assert {label: found for label, found in rows_of_tenant(tenant.pk).items() if found} == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_open_one_job(make_tenant, tmp_path):
+    tenant = make_tenant(slug="leaving")
+    start, jobs, errors = threading.Barrier(8), [], []
+
+    def request() -> None:
+        try:
+            start.wait(10)
+            jobs.append(
+                start_offboarding(
+                    tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t"
+                ).pk
+            )
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and len(jobs) == 8 and len(set(jobs)) == 1
+    assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
