@@ -145,10 +145,10 @@ class _Feed:
             listener = self._start()
             if listener is None:
                 return None
-        listener.ensure_running()
-        if not listener.heard_within(TRUST_SECONDS):
-            return None
-        return listener.subscriptions
+        if listener.heard_within(TRUST_SECONDS):
+            return listener.subscriptions
+        listener.ensure_running()  # after a fork, or if the thread died
+        return None
 
     def _start(self) -> InvalidationListener | None:
         with self._lock:
