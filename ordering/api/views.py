@@ -20,20 +20,20 @@ from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
 from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
 from idempotency.web.throttle import TenantRateThrottle
+from ordering.api.rendering import render_order
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
     PaginatedOrdersSerializer,
     PlaceOrderInSerializer,
     TransitionInSerializer,
-    order_serializer,
 )
 from ordering.models import Order, OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
-from tenants.permissions import Capability
+from tenants.permissions import Capability, may
 from tenants.principals import ApiPrincipal
 
 # Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
@@ -54,8 +54,9 @@ def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
 
 
 def shown_order(principal: ApiPrincipal, order: Order) -> dict:
-    """The order as this caller may see it, from the order and the relations it holds."""
-    return order_serializer(principal, detail=True)(order).data
+    """The order as this caller may see it (``order_serializer``'s detail shape), from the
+    order and the relations it holds (:mod:`ordering.api.rendering`)."""
+    return render_order(order, internal=may(principal, Capability.SEE_INTERNAL_FIELDS), detail=True)
 
 
 @extend_schema_view(
@@ -103,8 +104,10 @@ class OrderListCreateView(APIView):
         )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(orders, request, view=self)
-        serializer = order_serializer(request.user, detail=False)
-        return paginator.get_paginated_response(serializer(page, many=True).data)
+        internal = may(request.user, Capability.SEE_INTERNAL_FIELDS)
+        return paginator.get_paginated_response(
+            [render_order(order, internal=internal, detail=False) for order in page]
+        )
 
     @extend_schema(
         request=PlaceOrderInSerializer,
