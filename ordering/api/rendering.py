@@ -16,6 +16,8 @@ from typing import Any
 from rest_framework import serializers
 
 from ordering.models import Order, OrderLine, OrderTransition, Payment
+from tenants.permissions import Capability, may
+from tenants.principals import ApiPrincipal
 
 _MONEY = serializers.DecimalField(max_digits=12, decimal_places=2)
 _DAY = serializers.DateField()
@@ -61,9 +63,18 @@ def _transition(step: OrderTransition, *, internal: bool) -> dict[str, Any]:
     return shown
 
 
+def shown_order(principal: ApiPrincipal, order: Order, *, detail: bool = True) -> dict[str, Any]:
+    """The one place where the caller's role picks what an order shows: every field for a
+    merchant key, no back-office field (provider transaction id, transition actors) for a
+    diner."""
+    internal = may(principal, Capability.SEE_INTERNAL_FIELDS)
+    return render_order(order, internal=internal, detail=detail)
+
+
 def render_order(order: Order, *, internal: bool, detail: bool) -> dict[str, Any]:
-    """What ``order_serializer(principal, detail=detail)(order).data`` gives; ``internal``:
-    the caller may see the restaurant's back-office fields (a merchant key)."""
+    """What the serializer of that shape gives (``OrderDetailSerializer`` for internal
+    detail, ``DinerOrderSerializer`` for a diner's list...); ``internal``: the caller may see
+    the restaurant's back-office fields."""
     payment = order.payments.first()
     shown: dict[str, Any] = {
         "id": str(order.id),

@@ -20,7 +20,7 @@ from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
 from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
 from idempotency.web.throttle import TenantRateThrottle
-from ordering.api.rendering import render_order
+from ordering.api.rendering import shown_order
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
@@ -28,12 +28,12 @@ from ordering.api.serializers import (
     PlaceOrderInSerializer,
     TransitionInSerializer,
 )
-from ordering.models import Order, OrderStatus, Payment
+from ordering.models import OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
-from tenants.permissions import Capability, may
+from tenants.permissions import Capability
 from tenants.principals import ApiPrincipal
 
 # Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
@@ -51,12 +51,6 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
     return shown_order(principal, order)
-
-
-def shown_order(principal: ApiPrincipal, order: Order) -> dict:
-    """The order as this caller may see it (``order_serializer``'s detail shape), from the
-    order and the relations it holds (:mod:`ordering.api.rendering`)."""
-    return render_order(order, internal=may(principal, Capability.SEE_INTERNAL_FIELDS), detail=True)
 
 
 @extend_schema_view(
@@ -104,9 +98,8 @@ class OrderListCreateView(APIView):
         )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(orders, request, view=self)
-        internal = may(request.user, Capability.SEE_INTERNAL_FIELDS)
         return paginator.get_paginated_response(
-            [render_order(order, internal=internal, detail=False) for order in page]
+            [shown_order(request.user, order, detail=False) for order in page]
         )
 
     @extend_schema(
