@@ -114,9 +114,6 @@ class CredentialCache:
             self._generation += 1
             self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
         self._entries = OrderedDict()
@@ -145,10 +142,10 @@ class _Feed:
             listener = self._start()
             if listener is None:
                 return None
-        listener.ensure_running()
-        if not listener.heard_within(TRUST_SECONDS):
-            return None
-        return listener.subscriptions
+        if listener.heard_within(TRUST_SECONDS):
+            return listener.subscriptions
+        listener.ensure_running()  # after a fork, or if the thread died
+        return None
 
     def _start(self) -> InvalidationListener | None:
         with self._lock:
@@ -161,9 +158,6 @@ class _Feed:
                 )
                 self._listener.start()
             return self._listener
-
-    def listener(self) -> InvalidationListener | None:
-        return self._listener
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()  # the listener resets itself (its own fork hook)

@@ -54,7 +54,11 @@ class CircuitBreaker:
         self._clock = clock
         self._on_change = on_change
         self._lock = threading.Lock()
-        self._samples: deque[tuple[float, float, bool]] = deque(maxlen=max_samples)
+        self._max_samples = max_samples
+        self._samples: deque[tuple[float, float, bool]] = deque()
+        # Running counts over _samples: every call costs O(1), whatever the window holds.
+        self._errors = 0
+        self._slow = 0
         self._state = BreakerState.CLOSED
         self._opened_at = 0.0
         self._probes_in_flight = 0
@@ -86,35 +90,48 @@ class CircuitBreaker:
                 if ok and seconds <= self._p99_threshold:
                     self._probe_successes += 1
                     if self._probe_successes >= self._probes_to_close:
-                        self._samples.clear()
+                        self._clear_samples()
                         self._set(BreakerState.CLOSED, "probes healthy")
                 else:
                     self._open(now, f"probe {'slow' if ok else 'failed'} ({seconds * 1000:.0f} ms)")
                 return
             if self._state is BreakerState.OPEN:
                 return
+            if len(self._samples) >= self._max_samples:
+                self._drop_oldest()
             self._samples.append((now, seconds, ok))
+            self._errors += not ok
+            self._slow += seconds > self._p99_threshold
             reason = self._unhealthy(now)
             if reason:
                 self._open(now, reason)
 
     def _unhealthy(self, now: float) -> str | None:
         while self._samples and self._samples[0][0] < now - self._window:
-            self._samples.popleft()
+            self._drop_oldest()
         if len(self._samples) < self._min_calls:
             return None
-        errors = sum(1 for _, _, ok in self._samples if not ok)
+        errors = self._errors
         if errors / len(self._samples) >= self._error_rate:
             return f"error rate {errors}/{len(self._samples)}"
         # "p99 over the threshold" = more than 1 % of the calls were slower than it; and at
         # least three, so that one GC pause among a handful of calls does not open the breaker.
-        slow = sum(1 for _, seconds, _ in self._samples if seconds > self._p99_threshold)
+        slow = self._slow
         if slow > max(0.01 * len(self._samples), 2):
             return (
                 f"p99 over {self._p99_threshold * 1000:.0f} ms "
                 f"({slow} of {len(self._samples)} calls slower)"
             )
         return None
+
+    def _drop_oldest(self) -> None:
+        _, seconds, ok = self._samples.popleft()
+        self._errors -= not ok
+        self._slow -= seconds > self._p99_threshold
+
+    def _clear_samples(self) -> None:
+        self._samples.clear()
+        self._errors = self._slow = 0
 
     def _maybe_half_open(self) -> None:
         if (
@@ -127,7 +144,7 @@ class CircuitBreaker:
 
     def _open(self, now: float, reason: str) -> None:
         self._opened_at = now
-        self._samples.clear()
+        self._clear_samples()
         self._set(BreakerState.OPEN, reason)
 
     def _set(self, state: BreakerState, reason: str) -> None:

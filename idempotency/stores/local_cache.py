@@ -276,7 +276,8 @@ class InvalidationListener:
         """Whether this process's listener got anything (a message, a subscription or the
         answer to its PING) from Redis in the last ``seconds``: with a ping interval shorter
         than ``seconds``, False means the feed may be missing messages right now."""
-        return self.is_running and time.monotonic() - self._last_heard < seconds
+        # No thread check: a dead thread stops hearing, and this is asked on every request.
+        return self._pid == os.getpid() and time.monotonic() - self._last_heard < seconds
 
     def wait_subscribed(self, timeout_s: float, *, more_than: int = 0) -> bool:
         """Wait until the listener has subscribed more than ``more_than`` times."""

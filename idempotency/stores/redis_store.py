@@ -13,7 +13,9 @@ Entry layout (one HASH per idempotency key):
 - ``st``  ``p`` in progress / ``d`` done
 - ``own`` owner token, while in progress
 - ``fp``  fingerprint; ``fpv`` its version
-- ``res`` ``StoredResponse.to_bytes()``, when done
+- ``res`` ``StoredResponse.to_bytes()``, when done; zlib-compressed behind the marker ``SZ\x01``
+  when that is smaller (a JSON body about halves: a finished one-line order then costs Redis
+  under 1 KB, ``docs/benchmarks.md``). Uncompressed entries stay readable.
 - ``fh``  optional JSON of per-field hashes, for mismatch forensics
 
 A pre-issued token (:mod:`idempotency.core.tokens`) is consumed by ``claim_token.lua``, which is
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -207,7 +210,7 @@ class RedisIdempotencyStore:
         """Store the response if ``owner`` still holds the lease; ``False`` if it was lost."""
         _check_token("owner", owner)
         _check_ms("ttl_ms", ttl_ms)
-        return self._run("finish", key, owner, response.to_bytes(), ttl_ms, source=source) == 1
+        return self._run("finish", key, owner, pack_reply(response), ttl_ms, source=source) == 1
 
     def release(self, *, key: str, owner: str, source: str | None = None) -> bool:
         """Delete the claim if ``owner`` still holds it, so the client may retry at once."""
@@ -241,6 +244,31 @@ class RedisIdempotencyStore:
         return script
 
 
+_ZIPPED = b"SZ\x01"
+_ZIP_FROM_BYTES = 256  # smaller replies do not shrink enough to pay for the marker
+
+
+def pack_reply(response: StoredResponse) -> bytes:
+    """The ``res`` field: the serialised reply, compressed when that makes it smaller."""
+    raw = response.to_bytes()
+    if len(raw) < _ZIP_FROM_BYTES:
+        return raw
+    packed = _ZIPPED + zlib.compress(raw, 1)
+    return packed if len(packed) < len(raw) else raw
+
+
+def unpack_reply(raw: bytes) -> StoredResponse:
+    """Read a ``res`` field written by :func:`pack_reply` (or by an older version, which
+    never compressed); ``ValueError`` on anything else."""
+    raw = bytes(raw)
+    if raw.startswith(_ZIPPED):
+        try:
+            raw = zlib.decompress(raw[len(_ZIPPED) :])
+        except zlib.error as exc:
+            raise ValueError(f"corrupt compressed StoredResponse: {exc}") from exc
+    return StoredResponse.from_bytes(raw)
+
+
 def _parse_claim_reply(reply: Sequence[Any]) -> ClaimResult:
     tag = _text(reply[0])
     if tag == "MISS":
@@ -248,7 +276,7 @@ def _parse_claim_reply(reply: Sequence[Any]) -> ClaimResult:
     if tag == "HIT":
         return ClaimResult(
             Outcome.HIT,
-            response=StoredResponse.from_bytes(reply[1]),
+            response=unpack_reply(reply[1]),
             fingerprint_version=int(reply[2]),
             stored_fingerprint=_text(reply[3]),
         )

@@ -3,10 +3,10 @@
 Order ids are 64-bit integers, which JavaScript cannot hold exactly, so responses render them as
 strings; paths accept the digits.
 
-Orders are shown two ways, chosen in one place (:func:`order_serializer`): a merchant's secret
-key sees every field; a diner does not see what belongs to the restaurant's back office (the
-provider's transaction id, who moved the order, API key prefixes). The schema declares those
-fields as optional, so both shapes conform to it.
+Orders are shown two ways, chosen in one place (:func:`ordering.api.rendering.shown_order`,
+which writes these shapes): a merchant's secret key sees every field; a diner does not see what
+belongs to the restaurant's back office (the provider's transaction id, who moved the order,
+API key prefixes). The schema declares those fields as optional, so both shapes conform to it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from rest_framework import serializers
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from ordering.services.placing import MAX_LINES, MAX_QUANTITY_PER_LINE, PAYMENT_METHODS
-from tenants.permissions import Capability, may
-from tenants.principals import ApiPrincipal
 
 MERCHANT_ONLY = "Shown to merchant keys only."
 
@@ -190,13 +188,6 @@ class DinerOrderDetailSerializer(DinerOrderSerializer):
 
     class Meta(OrderSerializer.Meta):
         fields = [*OrderSerializer.Meta.fields, "transitions"]
-
-
-def order_serializer(principal: ApiPrincipal, *, detail: bool) -> type[OrderSerializer]:
-    """The one place where the caller's role picks what an order shows."""
-    if may(principal, Capability.SEE_INTERNAL_FIELDS):
-        return OrderDetailSerializer if detail else OrderSerializer
-    return DinerOrderDetailSerializer if detail else DinerOrderSerializer
 
 
 class PaginatedOrdersSerializer(serializers.Serializer):

@@ -20,15 +20,15 @@ from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
 from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
 from idempotency.web.throttle import TenantRateThrottle
+from ordering.api.rendering import shown_order
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
     PaginatedOrdersSerializer,
     PlaceOrderInSerializer,
     TransitionInSerializer,
-    order_serializer,
 )
-from ordering.models import Order, OrderStatus, Payment
+from ordering.models import OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
@@ -54,11 +54,6 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
     return shown_order(principal, order)
-
-
-def shown_order(principal: ApiPrincipal, order: Order) -> dict:
-    """The order as this caller may see it, from the order and the relations it holds."""
-    return order_serializer(principal, detail=True)(order).data
 
 
 @extend_schema_view(
@@ -106,8 +101,9 @@ class OrderListCreateView(APIView):
         )
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(orders, request, view=self)
-        serializer = order_serializer(request.user, detail=False)
-        return paginator.get_paginated_response(serializer(page, many=True).data)
+        return paginator.get_paginated_response(
+            [shown_order(request.user, order, detail=False) for order in page]
+        )
 
     @extend_schema(
         request=PlaceOrderInSerializer,

@@ -29,6 +29,7 @@ from tests.support.redis_nodes import RedisNode
 pytestmark = pytest.mark.slow
 
 WORKERS = 2
+PRELOAD = 300
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,8 @@ def report(tmp_path_factory: pytest.TempPathFactory):
                 db_name=f"bench_smoke_{uuid.uuid4().hex[:8]}",
                 redis_url=f"redis://127.0.0.1:{node.port}/0",
                 log_dir=tmp_path_factory.mktemp("http_load"),
+                cases=tuple(c.key for c in CASES),
+                preload=PRELOAD,
                 quiet=True,
             )
         )
@@ -77,6 +80,10 @@ def test_engine_answers_match_each_case(report) -> None:
     for key in ("create_on", "create_dbonly", "create_sharded"):
         assert set(results[key]) == {"MISS"}, key
     assert set(results["replay"]) == {"HIT"}
+    assert set(results["create_1m"]) == {"MISS"}
+    assert set(results["plain_engine"]) == {"MISS"}
+    for key in ("plain", "plain_1m", "plain_peer"):  # no engine in front (the peer's own)
+        assert set(results[key]) == {"-"}, key
     rc = report.replay_check
     assert rc["ok"], rc
     assert rc["hit_share"] == 1
@@ -106,12 +113,28 @@ def test_servers_ratios_and_report(report) -> None:
     # every shard node serves tenants (the seed adds tenants until each has two) and got keys
     assert min(report.tenants_per_shard) >= 2
     assert all(keys > 0 for keys in report.shard_keys)
-    assert [r["ratio"] for r in report.ratios][:3] == [
-        "engine on / engine off (create)",
-        "replay / create (engine on)",
-        "database-only / Redis (create)",
+    ratios = {r["ratio"]: r for r in report.ratios}
+    assert list(ratios)[:6] == [
+        "order create, engine on / plain",
+        "order replay / plain",
+        "engine on / engine off (order create)",
+        "database-only / Redis (order create)",
+        "plain behind @idempotent / plain",
+        "plain behind @idempotent / behind drf-idempotency",
     ]
+    assert ratios["order create p99 / p50 (engine on)"]["at_least"] is False
+    assert ratios["order create at 1M / empty (each against plain)"]["target"] == 0.9
+    assert all(r["paired_range"] is not None for r in report.ratios)
     assert report.ok
+
+
+def test_footprint_after_the_preload(report) -> None:
+    fp = report.footprint
+    assert fp["keys_sampled"] > 0 and 0 < fp["median_bytes"] <= fp["max_bytes"]
+    assert fp["preload"]["rows_per_table"] == PRELOAD
+    # every preloaded record plus the ones the cases wrote
+    assert fp["records"]["rows"] > PRELOAD and fp["records"]["bytes_per_row"] > 0
+    assert "MEMORY USAGE per finished one-line order key" in format_table(report)
 
 
 def test_round_trips_counted_under_every_servers_settings(report) -> None:

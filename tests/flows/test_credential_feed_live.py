@@ -28,7 +28,9 @@ BOUND_S = 1.0
 READS = 24
 
 live_gunicorn_long_ttl = gunicorn_fixture(
-    "live_gunicorn_long_ttl", env={**ONE_REDIS_ENV, "DINER_SESSION_STATE_CACHE_SECONDS": "60"}
+    "live_gunicorn_long_ttl",
+    env={**ONE_REDIS_ENV, "DINER_SESSION_STATE_CACHE_SECONDS": "60"},
+    ready_timeout=90.0,  # a busy machine boots 4 workers slowly
 )
 
 

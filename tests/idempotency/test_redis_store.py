@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from redis.cluster import RedisCluster
 
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
-from idempotency.stores.redis_store import RedisIdempotencyStore, new_owner_token
+from idempotency.stores.redis_store import (
+    RedisIdempotencyStore,
+    new_owner_token,
+    pack_reply,
+    unpack_reply,
+)
 from tests.idempotency.conftest import RedisServer
 
 FP1, FP2 = "a" * 64, "b" * 64
@@ -67,6 +72,26 @@ def test_stored_response_round_trip_is_exact(
 def test_stored_response_rejects_garbage(raw: bytes) -> None:
     with pytest.raises(ValueError):
         StoredResponse.from_bytes(raw)
+
+
+@settings(max_examples=50, deadline=None)
+@given(body=st.binary(max_size=3000) | st.text(max_size=1500).map(str.encode))
+def test_a_packed_reply_reads_back_exactly_and_is_never_larger(body: bytes) -> None:
+    headers = (("Content-Type", "application/json"),)
+    response = StoredResponse(status=201, headers=headers, body=body)
+    packed = pack_reply(response)
+    assert unpack_reply(packed) == response
+    assert len(packed) <= len(response.to_bytes())
+
+
+def test_a_json_reply_is_kept_compressed_and_an_uncompressed_one_still_reads() -> None:
+    body = b'{"id":"193754959213148520","lines":[{"dish_name":"Pizza","unit_price":"9.50"}],' * 8
+    response = StoredResponse(status=201, headers=(("Location", "/api/v1/orders/1/"),), body=body)
+    packed = pack_reply(response)
+    assert packed.startswith(b"SZ\x01") and len(packed) < len(response.to_bytes()) / 2
+    assert unpack_reply(response.to_bytes()) == response  # written before compression existed
+    with pytest.raises(ValueError):
+        unpack_reply(b"SZ\x01not zlib")
 
 
 def test_outcome_values_are_what_audits_show() -> None:

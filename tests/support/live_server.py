@@ -166,6 +166,7 @@ def gunicorn_fixture(
     scope: Any = "module",
     env: Mapping[str, str | None] | None = None,
     workers: int = 4,
+    ready_timeout: float = 20.0,
 ) -> Callable[..., Iterator[LiveServer]]:
     """A pytest fixture called ``name`` that yields a :class:`LiveServer` for ``scope``.
 
@@ -185,6 +186,7 @@ def gunicorn_fixture(
             log_dir=tmp_path_factory.mktemp(name),
             env=env,
             workers=workers,
+            ready_timeout=ready_timeout,
         ) as server:
             yield server
 
