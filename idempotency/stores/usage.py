@@ -10,7 +10,9 @@ Neither count may cost a scrape a full scan of a large table or keyspace:
   ``SCAN``, at most ``USAGE_SCAN_KEYS`` keys (10,000) further per scrape, and the gauge shows the
   counts of the last *complete* pass, with its age (``idempotency_redis_key_census_age_seconds``).
   A node of K keys is thus counted afresh every K / 10,000 scrapes answered by the same process
-  (each process walks on its own). A key belongs to the tenant of its hash tag, ``{t:<tenant>}``
+  (each process walks on its own). A node that fails or times out is skipped for that scrape
+  (its last complete pass stays, and ages): the scrape still answers, with the breaker states
+  that say what is wrong. A key belongs to the tenant of its hash tag, ``{t:<tenant>}``
   or ``{t:<tenant>:<bucket>}``: idempotency entries, tokens, the token quota ledger and rate-limit
   counters; other keys are not counted.
 
@@ -20,6 +22,7 @@ host's metrics view imports this module, nothing else does.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -35,10 +38,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.nodes import node_name
+
+logger = logging.getLogger(__name__)
 
 _TENANT_TAG = re.compile(rb"\{t:([^}:]+)(?::\d+)?\}")
 _SCAN_BATCH = 1000  # keys asked of one SCAN call
@@ -90,7 +96,10 @@ class TenantUsage:
         budget = engine_setting("USAGE_SCAN_KEYS")
         with self._lock:
             for name, client in _node_clients():
-                self._census.setdefault(name, KeyCensus()).advance(client, budget)
+                try:
+                    self._census.setdefault(name, KeyCensus()).advance(client, budget)
+                except RedisError:
+                    logger.warning("key census of %s skipped this scrape", name, exc_info=True)
             return dict(self._census)
 
     def reset(self) -> None:
