@@ -43,7 +43,7 @@ declare -A ENGINE_TESTS=(
 declare -A PRODUCT_TESTS=(
   [keys]="tests/idempotency/test_keys.py tests/idempotency/test_engine_storage.py"
   [fingerprint]="tests/idempotency/test_fingerprint.py"
-  [engine]="tests/idempotency/test_engine_storage.py"
+  [engine]="tests/idempotency/test_engine_outcomes.py tests/idempotency/test_engine_storage.py"
   [redis_store]="tests/idempotency/test_redis_store.py tests/idempotency/test_tokens.py"
 )
 # Operators left out (docs/mutation-testing.md): every other replacement of an arithmetic or

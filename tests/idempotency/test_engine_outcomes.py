@@ -1,0 +1,119 @@
+"""Which way the engine answers, and what it keeps: where a replay came from, a mismatch never
+running the view, a 5xx keeping nothing and releasing its key at once.
+
+Written against the mutants of ``idempotency/core/engine.py`` that survived the engine's
+contract suite (docs/mutation-testing.md): each asserts what a client or a reviewer can see
+(the status, the audit's source, the number of executions, what is stored).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+from django.conf import settings
+
+from config.api_errors import ApiError
+from idempotency.models import IdempotencyRecord
+from idempotency.stores import nodes as stores
+from ordering.models import Dish, Order
+from tests.flows.test_crash_windows import InBackground
+from tests.flows.test_idempotent_orders import audits, post_order
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
+
+pytestmark = pytest.mark.django_db
+
+
+class CountedService:
+    """``views.place_order`` counting its executions; with ``hold_first``, the first one
+    waits inside (its key claimed, its transaction open) until ``release`` is set."""
+
+    def __init__(self, monkeypatch, *, hold_first: bool = False) -> None:
+        from ordering.api import views
+
+        real = views.place_order
+        self.runs = 0
+        self.entered, self.release = threading.Event(), threading.Event()
+        if not hold_first:
+            self.release.set()
+
+        def counted(**kwargs):
+            self.runs += 1
+            if self.runs == 1:
+                self.entered.set()
+                assert self.release.wait(DEADLINE_SECONDS)
+            return real(**kwargs)
+
+        monkeypatch.setattr(views, "place_order", counted)
+
+
+def test_each_replay_says_where_it_came_from_and_a_mismatch_never_runs(api, menu, monkeypatch):
+    service = CountedService(monkeypatch)
+    first = post_order(api, menu, key="k")
+    stores.local_cache().clear()  # as on another worker
+    from_redis = post_order(api, menu, key="k")
+    from_local = post_order(api, menu, key="k")  # the Redis replay was remembered here
+    other_payload = post_order(api, menu, key="k", quantity=3)
+    assert [r["X-Idempotent-Result"] for r in (first, from_redis, from_local)] == [
+        "MISS",
+        "HIT",
+        "HIT",
+    ]
+    assert other_payload.status_code == 422
+    assert other_payload.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert [a.source for a in audits(outcome="HIT")] == ["redis", "local"]
+    assert [a.source for a in audits(outcome="REUSED")] == ["redis"]
+    assert service.runs == 1 and Order.all_tenants.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_payload_while_the_first_runs_is_refused_at_once(api, menu, monkeypatch):
+    # given a first request held inside its view
+    service = CountedService(monkeypatch, hold_first=True)
+    first = InBackground(lambda: post_order(api, menu, key="busy"))
+    wait_until(service.entered.is_set, what="the first request inside the view")
+    # when the same key comes with another payload, then it is refused (not "in progress")
+    # without running the view
+    other = InBackground(lambda: post_order(api, menu, key="busy", quantity=3))
+    other_answer = wait_until(
+        lambda: other.answer_if_done() or service.runs > 1, what="the other payload answered"
+    )
+    service.release.set()
+    assert first.answer().status_code == 201
+    assert service.runs == 1, "the other payload ran the view"
+    assert other_answer.status_code == 422
+    assert other_answer.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+
+
+@pytest.mark.parametrize("failure", ["answers 503", "raises"])
+def test_a_5xx_after_writing_keeps_nothing_and_frees_the_key_at_once(
+    api, menu, tenant, monkeypatch, engine_mode, failure
+):
+    from ordering.api import views
+
+    real = views.place_order
+    calls: list[int] = []
+
+    def wrote_then_failed(**kwargs):
+        order = real(**kwargs)
+        if not calls:
+            calls.append(1)
+            if failure == "raises":
+                raise RuntimeError("the process lost its database")
+            raise ApiError(status_code=503, code="UPSTREAM_UNAVAILABLE", detail="try again")
+        return order
+
+    monkeypatch.setattr(views, "place_order", wrote_then_failed)
+    api.raise_request_exception = False
+    failed = post_order(api, menu, key="retry-me")
+    assert failed.status_code == (503 if failure == "answers 503" else 500)
+    # nothing of it was kept: no order, no stock taken, no record, no Redis entry left behind
+    assert Order.all_tenants.count() == 0 and IdempotencyRecord.objects.count() == 0
+    assert Dish.all_tenants.get(pk=menu["pizza"].pk).stock == 50
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    assert not list(client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*"))
+    # and the retry runs at once
+    retried = post_order(api, menu, key="retry-me")
+    assert retried.status_code == 201 and retried["X-Idempotent-Result"] == "MISS"
+    assert Order.all_tenants.count() == 1
