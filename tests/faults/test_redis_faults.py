@@ -25,7 +25,7 @@ from tests.support.auth import diner_token
 from tests.support.live_server import LiveServer, live_gunicorn
 from tests.support.redis_nodes import RedisNode
 from tests.support.slow_proxy import SlowProxy
-from tests.support.waiting import wait_until
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -65,7 +65,9 @@ def breaker_state(server: LiveServer, redis_url: str) -> float:
     """The node's breaker as ``/metrics`` reports it: the worst of every worker's (0 closed,
     1 half-open, 2 open)."""
     body = httpx.get(
-        f"{server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30
+        f"{server.url}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+        timeout=DEADLINE_SECONDS,
     ).text
     node = redis_url.removeprefix("redis://")
     return value(body, "idempotency_breaker_state", node=node)
@@ -90,7 +92,9 @@ async def _post_orders(
     body = {"items": [{"dish_id": dish.pk, "quantity": 1}], "payment_method": "card"}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=server.url, timeout=DEADLINE_SECONDS, limits=limits
+    ) as client:
 
         async def one(key: str) -> tuple[httpx.Response, float]:
             async with gate:
