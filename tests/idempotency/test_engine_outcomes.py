@@ -117,3 +117,23 @@ def test_a_5xx_after_writing_keeps_nothing_and_frees_the_key_at_once(
     retried = post_order(api, menu, key="retry-me")
     assert retried.status_code == 201 and retried["X-Idempotent-Result"] == "MISS"
     assert Order.all_tenants.count() == 1
+
+
+def test_a_refusal_after_writing_is_recorded_in_the_database(api, menu, engine_mode):
+    # given an order whose first line takes stock and whose second cannot (the service
+    # refuses after a write, which dooms the business transaction)
+    body = {
+        "items": [
+            {"dish_id": menu["pizza"].pk, "quantity": 1},
+            {"dish_id": menu["pasta"].pk, "quantity": 99},
+        ],
+        "payment_method": "card",
+    }
+    first = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY="doomed")
+    assert first.status_code == 409 and first.json()["code"] == "INSUFFICIENT_STOCK"
+    # then its writes were rolled back, and the refusal itself is kept where every process
+    # finds it: the database record (Redis and this process's cache may lose it)
+    assert Dish.all_tenants.get(pk=menu["pizza"].pk).stock == 50
+    [record] = IdempotencyRecord.objects.all()
+    assert record.response_status == 409 and bytes(record.response_body) == first.content
+    assert Order.all_tenants.count() == 0
