@@ -137,3 +137,52 @@ def test_a_refusal_after_writing_is_recorded_in_the_database(api, menu, engine_m
     [record] = IdempotencyRecord.objects.all()
     assert record.response_status == 409 and bytes(record.response_body) == first.content
     assert Order.all_tenants.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_database_only_a_duplicate_racing_into_the_view_replays_the_winner(
+    api, menu, settings, monkeypatch
+):
+    """Without Redis, a duplicate that passed the record check while the first was still
+    running waits in the database (on the order's own unique key, or on a claim taken before
+    the view), then answers with the first's result instead of a second order or a 500."""
+    from django.db import connection as main_connection
+
+    from ordering.api import views
+
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+    }
+    stores.reset()
+    real = views.place_order
+    wrote, release = threading.Event(), threading.Event()
+
+    def first_holds_after_writing(**kwargs):
+        order = real(**kwargs)
+        if not wrote.is_set():
+            wrote.set()
+            assert release.wait(DEADLINE_SECONDS)
+        return order
+
+    monkeypatch.setattr(views, "place_order", first_holds_after_writing)
+    api.raise_request_exception = False  # a crash is an answer (500) here
+    first = InBackground(lambda: post_order(api, menu, key="race"))
+    wait_until(wrote.is_set, what="the first order written, not committed")
+    second = InBackground(lambda: post_order(api, menu, key="race"))
+
+    def a_backend_waits_on_a_lock() -> bool:
+        with main_connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    wait_until(a_backend_waits_on_a_lock, what="the duplicate waiting in the database")
+    release.set()
+    first, second = first.answer(), second.answer()
+    assert first.status_code == second.status_code == 201
+    assert second["X-Idempotent-Result"] == "HIT" and second.content == first.content
+    assert Order.all_tenants.count() == 1
+    stores.reset()
