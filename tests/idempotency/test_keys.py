@@ -69,18 +69,19 @@ def test_the_redis_key_is_tagged_by_tenant_and_hashes_scope_and_key() -> None:
     )
 
 
-def test_a_hot_tenants_key_goes_to_the_bucket_of_its_hash() -> None:
-    bucket = int(digest("order-1", length=8), 16) % 8
-    split = ScopedKey(**{**SCOPED.__dict__, "buckets": 8})
+@pytest.mark.parametrize("buckets", [2, 8])
+def test_a_hot_tenants_key_goes_to_the_bucket_of_its_hash(buckets: int) -> None:
+    bucket = int(digest("order-1", length=8), 16) % buckets
+    split = ScopedKey(**{**SCOPED.__dict__, "buckets": buckets})
     assert split.redis_key == (
         f"idem:{{t:42:{bucket}}}:{digest(SCOPED.scope, length=16)}:{digest('order-1', length=32)}"
     )
     # every bucket is used, and only those (one key, one slot)
     tags = Counter(
-        redis_key_for(tenant="42", scope="s", key=f"k{i}", buckets=8).split("}")[0]
+        redis_key_for(tenant="42", scope="s", key=f"k{i}", buckets=buckets).split("}")[0]
         for i in range(400)
     )
-    assert set(tags) == {f"idem:{{t:42:{b}" for b in range(8)}
+    assert set(tags) == {f"idem:{{t:42:{b}" for b in range(buckets)}
 
 
 def test_the_business_key_is_64_hex_characters_of_tenant_scope_and_key() -> None:
