@@ -36,6 +36,7 @@ from django.core.management import call_command
 from ordering.models import OrderStatus
 from tests.hardening.conftest import ORDER_DINER, World, build_world, make_order
 from tests.support.live_server import PROJECT_ROOT, LiveServer
+from tests.support.waiting import DEADLINE_SECONDS
 
 # transaction=True: the live server sees committed rows only (and pytest-django creates the
 # test database only for a session that has database tests).
@@ -49,7 +50,7 @@ CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conf
 CONFORMANCE_CHECKS = ("status_code_conformance", "response_schema_conformance")
 CALLBACK_PATH = "/api/v1/payments/callback/"
 SIGN_OUT_REGEX = r"/diner-sessions/end/$"
-RUN_TIMEOUT_SECONDS = 120
+RUN_TIMEOUT_SECONDS = 3 * DEADLINE_SECONDS  # a whole schemathesis run, on a busy machine
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ class Run:
 
 
 def schema_operations(server: LiveServer) -> set[str]:
-    schema = httpx.get(f"{server.url}/api/schema/", params={"format": "json"}, timeout=10).json()
+    schema = httpx.get(
+        f"{server.url}/api/schema/", params={"format": "json"}, timeout=DEADLINE_SECONDS
+    ).json()
     return {
         f"{method.upper()} {path}"
         for path, operations in schema["paths"].items()
