@@ -8,6 +8,7 @@ layout (``idempotency/core/keys.py``), computed from SHA-256 directly. No Django
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 
@@ -95,3 +96,9 @@ def test_only_automatic_keys_say_so() -> None:
     assert automatic.key == "auto:" + "ab" * 32
     assert automatic.is_automatic is True
     assert SCOPED.is_automatic is False
+
+
+def test_a_scoped_key_cannot_change_once_its_names_are_derived() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SCOPED.key = "other"  # type: ignore[misc]
+    assert {SCOPED: "usable as a dict key"}[SCOPED]
