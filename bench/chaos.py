@@ -104,6 +104,9 @@ PROBE_STOCK = 1_000_000
 @dataclass
 class Options:
     duration: float = 60.0  # seconds of load
+    # ...and on past them until this many requests were sent (a busy machine sends fewer a
+    # second; the faults go on meanwhile)
+    min_requests: int = 0
     clients: int = 12  # concurrent asyncio clients
     workers: int = 4  # gunicorn workers
     dishes: int = 3
@@ -394,6 +397,8 @@ async def drive(load: Load, chaos: Chaos) -> dict[str, float]:
         clients = [asyncio.create_task(load.client_loop(i, stop)) for i in range(load.opts.clients)]
         faults = asyncio.create_task(chaos.run(stop))
         await asyncio.sleep(load.opts.duration)
+        while load.tally.requests < load.opts.min_requests:
+            await asyncio.sleep(0.1)
         stop.set()
         await asyncio.gather(*clients)
         await faults  # a restart still in progress finishes
@@ -1227,6 +1232,9 @@ def parse_args(argv: list[str]) -> tuple[Options, Path | None]:
     d = Options()
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=d.duration, help="seconds of load")
+    p.add_argument(
+        "--min-requests", type=int, default=d.min_requests, help="load on until this many sent"
+    )
     p.add_argument("--clients", type=int, default=d.clients)
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--dishes", type=int, default=d.dishes)
@@ -1245,6 +1253,7 @@ def parse_args(argv: list[str]) -> tuple[Options, Path | None]:
     a = p.parse_args(argv)
     opts = Options(
         duration=a.duration,
+        min_requests=a.min_requests,
         clients=a.clients,
         workers=a.workers,
         dishes=a.dishes,

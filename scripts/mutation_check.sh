@@ -12,7 +12,8 @@
 # Environment: TEST_DATABASE_URL (required), PY (default .venv/bin/python),
 # MUTATION_TIMEOUT (seconds per mutant, default 300), MUTATION_OUT (reports, default
 # ./mutation-reports), MUTATION_ONLY_<module>="function ..." (mutate only these functions of a
-# module: the time box for engine.py and redis_store.py, see the doc).
+# module: the time box for engine.py and redis_store.py, see the doc), MUTATION_SURVIVORS_ONLY=1
+# (keep the last session in MUTATION_OUT and run only its surviving mutants again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,14 +36,14 @@ declare -A PATHS=(
 # tests/idempotency files.
 declare -A ENGINE_TESTS=(
   [keys]="contract/test_replay.py contract/test_database_only.py contract/test_tokens.py"
-  [fingerprint]="contract/test_replay.py"
+  [fingerprint]=""  # its unit tests and properties are where a canonical form is checked
   [engine]="contract/test_replay.py contract/test_database_only.py contract/test_crash_windows.py contract/test_breaker.py contract/test_tokens.py"
   [redis_store]="contract/test_replay.py contract/test_tokens.py"
 )
 declare -A PRODUCT_TESTS=(
-  [keys]="tests/idempotency/test_engine_storage.py"
+  [keys]="tests/idempotency/test_keys.py tests/idempotency/test_engine_storage.py"
   [fingerprint]="tests/idempotency/test_fingerprint.py"
-  [engine]="tests/idempotency/test_engine_storage.py tests/idempotency/test_cost_budget.py tests/idempotency/test_breaker.py"
+  [engine]="tests/idempotency/test_engine_outcomes.py tests/idempotency/test_engine_storage.py"
   [redis_store]="tests/idempotency/test_redis_store.py tests/idempotency/test_tokens.py"
 )
 # Operators left out (docs/mutation-testing.md): every other replacement of an arithmetic or
@@ -76,9 +77,11 @@ cd "$tree"
 args=(-x -q -p no:cacheprovider --reuse-db -o addopts=)
 engine=()
 for f in \${ENGINE_TESTS}; do engine+=("idempotency/tests/\$f"); done
-IDEMPOTENCY_STANDALONE=1 IDEMPOTENCY_TEST_DATABASE_URL="${db_url}_engine" \\
-  IDEMPOTENCY_TEST_REDIS_URL="redis://127.0.0.1:$port/1" \\
-  DJANGO_SETTINGS_MODULE=idempotency.tests.settings "$PY" -m pytest "\${args[@]}" "\${engine[@]}"
+if [ \${#engine[@]} -gt 0 ]; then
+  IDEMPOTENCY_STANDALONE=1 IDEMPOTENCY_TEST_DATABASE_URL="${db_url}_engine" \\
+    IDEMPOTENCY_TEST_REDIS_URL="redis://127.0.0.1:$port/1" \\
+    DJANGO_SETTINGS_MODULE=idempotency.tests.settings "$PY" -m pytest "\${args[@]}" "\${engine[@]}"
+fi
 DEBUG=1 DATABASE_URL="$db_url" REDIS_URL="redis://127.0.0.1:$port/0" \\
   "$PY" -m pytest "\${args[@]}" \${PRODUCT_TESTS}
 EOF
@@ -106,10 +109,18 @@ EOF
   (cd "$tree" && ENGINE_TESTS="${ENGINE_TESTS[$module]}" PRODUCT_TESTS="${PRODUCT_TESTS[$module]}" \
     bash mutation_tests.sh >"$out/$module.baseline.log" 2>&1) ||
     { echo "[mutation] $module: the unmutated tests fail, see $out/$module.baseline.log"; exit 1; }
-  (cd "$tree" && "$bin/cosmic-ray" init "$config" "$session" &&
-    "$bin/cr-filter-operators" "$session" "$config")
+  if [ "${MUTATION_SURVIVORS_ONLY:-}" = 1 ] && [ -f "$session" ]; then
+    # Run again only the mutants that survived last time (after tests were added).
+    "$PY" -c 'import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); n = db.execute(
+        "DELETE FROM work_results WHERE test_outcome = '"'SURVIVED'"'").rowcount; db.commit()
+print(f"[mutation] again: {n} survivors of the last run")' "$session"
+  else
+    rm -f "$session"  # a fresh session
+    (cd "$tree" && "$bin/cosmic-ray" init "$config" "$session" &&
+      "$bin/cr-filter-operators" "$session" "$config")
+  fi
   only_var="MUTATION_ONLY_$module"
-  if [ -n "${!only_var:-}" ]; then
+  if [ -n "${!only_var:-}" ] && [ "${MUTATION_SURVIVORS_ONLY:-}" != 1 ]; then
     # Time box: mutate only the named functions (cosmic-ray's definition names).
     "$PY" - "$session" "${!only_var}" <<'EOF'
 import sqlite3, sys

@@ -7,7 +7,7 @@ embedded SQLite default, because its claims are about PostgreSQL's behaviour.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -149,8 +149,11 @@ def clean_engine_state() -> Any:
 
 
 @pytest.fixture(params=["redis", "database"])
-def engine_mode(request: pytest.FixtureRequest, settings: Any) -> str:
-    """Run a test in both engine modes: Redis + database, and database-only."""
+def engine_mode(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
+    """Run a test in both engine modes: Redis + database, and database-only.
+
+    Afterwards, the mode really was the one named: database-only reached no Redis node (the
+    engine met one per node it used), and the Redis mode reached one."""
     from idempotency.stores import nodes as stores
 
     if request.param == "database":
@@ -159,7 +162,9 @@ def engine_mode(request: pytest.FixtureRequest, settings: Any) -> str:
             "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
         }
     stores.reset()
-    return request.param
+    yield request.param
+    used = stores.breaker_states()
+    assert (used == {}) is (request.param == "database"), f"{request.param} mode used {used}"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ Neither count may cost a scrape a full scan of a large table or keyspace:
   ``SCAN``, at most ``USAGE_SCAN_KEYS`` keys (10,000) further per scrape, and the gauge shows the
   counts of the last *complete* pass, with its age (``idempotency_redis_key_census_age_seconds``).
   A node of K keys is thus counted afresh every K / 10,000 scrapes answered by the same process
-  (each process walks on its own). A key belongs to the tenant of its hash tag, ``{t:<tenant>}``
+  (each process walks on its own). A node that fails or times out is skipped for that scrape
+  (its last complete pass stays, and ages): the scrape still answers, with the breaker states
+  that say what is wrong. A key belongs to the tenant of its hash tag, ``{t:<tenant>}``
   or ``{t:<tenant>:<bucket>}``: idempotency entries, tokens, the token quota ledger and rate-limit
   counters; other keys are not counted.
 

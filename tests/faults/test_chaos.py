@@ -1,7 +1,8 @@
 """The chaos run, short (issue 8.5): a mixed order load while gunicorn workers are SIGKILLed,
 Redis restarts and PostgreSQL restarts, then every invariant of exactly-once checked.
 
-It runs ``bench.chaos`` (the 60 s benchmark) for 20 s of load, on its own PostgreSQL server
+It runs ``bench.chaos`` (the 60 s benchmark) for 20 s of load (longer on a busy machine, until
+100 requests were sent), on its own PostgreSQL server
 (``tests/support/private_postgres.py``: restarting it disturbs no other test run), its own
 Redis node and its own gunicorn; about 40 s in all. It needs no Django test database: the
 checks are SQL on the private server.
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import Options, format_report, run
+from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = [
     pytest.mark.fault,
@@ -34,12 +36,13 @@ def test_chaos_keeps_every_order_exactly_once(tmp_path: Path) -> None:
     report = run(
         Options(
             duration=20,
+            min_requests=100,  # the load goes on past 20 s on a busy machine
             clients=10,
             stock=500,
             kill_every=2.5,
             redis_restart_at=0.3,
             pg_restart_at=0.6,
-            settle_timeout=45,
+            settle_timeout=DEADLINE_SECONDS,
             replay_sample=40,
             probe=32,
             log_dir=tmp_path / "logs",

@@ -138,6 +138,10 @@ class InBackground:
         self._thread.join(DEADLINE_SECONDS)
         return self._answer["value"]
 
+    def answer_if_done(self):
+        """The answer, or None while the call is still running."""
+        return None if self._thread.is_alive() else self._answer.get("value")
+
 
 class HeldService:
     """The view's service ``name``, held inside the first request (which has claimed its

@@ -17,6 +17,7 @@ from ordering.models import Order
 from tests.flows.conftest import Shop
 from tests.flows.test_storm import Call, fire, order_body
 from tests.support.live_server import LiveServer
+from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -69,7 +70,9 @@ def test_session_a_cannot_see_or_replay_session_bs_results(
     assert a_order != b_order
     assert Order.objects.for_tenant(shop.tenant).count() == 2
     a = shop.headers(diner="diner-a")
-    r = httpx.get(f"{live_gunicorn_redis.url}{ORDERS}{b_order}/", headers=a, timeout=10)
+    r = httpx.get(
+        f"{live_gunicorn_redis.url}{ORDERS}{b_order}/", headers=a, timeout=DEADLINE_SECONDS
+    )
     assert (r.status_code, r.json()["code"]) == (404, "ORDER_NOT_FOUND")
 
 
@@ -87,7 +90,7 @@ def test_revoking_a_diner_reaches_every_worker_within_the_cache_bound(
     revoked = httpx.post(
         f"{live_gunicorn_redis.url}/api/v1/diners/leaving/revoke-sessions/",
         headers={"Authorization": f"Api-Key {shop.backend_key}"},
-        timeout=10,
+        timeout=DEADLINE_SECONDS,
     )
     assert revoked.json() == {"revoked": 1}
     time.sleep(bound + 0.1)
@@ -104,7 +107,9 @@ def _get_all(server: LiveServer, calls: list[Call]) -> list[httpx.Response]:
 
     async def go() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=len(calls), max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=server.url, timeout=30.0, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=DEADLINE_SECONDS, limits=limits
+        ) as client:
             return await asyncio.gather(*(client.get(c.path, headers=c.headers) for c in calls))
 
     return asyncio.run(go())

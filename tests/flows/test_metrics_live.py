@@ -9,6 +9,7 @@ import pytest
 
 from tests.flows.conftest import METRICS_TOKEN, Shop
 from tests.observability.test_metrics import value
+from tests.support.waiting import DEADLINE_SECONDS
 
 
 @pytest.mark.slow
@@ -18,7 +19,9 @@ def test_metrics_of_all_gunicorn_workers_are_merged(live_gunicorn_redis, shop: S
 
     async def fire() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=8, max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=live_gunicorn_redis.url, limits=limits) as c:
+        async with httpx.AsyncClient(
+            base_url=live_gunicorn_redis.url, limits=limits, timeout=DEADLINE_SECONDS
+        ) as c:
             body = {"items": [{"dish_id": shop.dish.pk, "quantity": 1}], "payment_method": "card"}
             return await asyncio.gather(
                 *(
@@ -40,6 +43,8 @@ def test_metrics_of_all_gunicorn_workers_are_merged(live_gunicorn_redis, shop: S
     }
     assert len(served_by) >= 2
     body = httpx.get(
-        f"{live_gunicorn_redis.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+        f"{live_gunicorn_redis.url}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+        timeout=DEADLINE_SECONDS,
     ).text
     assert value(body, "idempotency_outcomes_total", tenant=shop.tenant_key, outcome="MISS") == 24

@@ -32,6 +32,7 @@ import pytest
 from ordering.models import Order
 from tests.support.live_server import free_port
 from tests.support.view_executions import executions, server_env
+from tests.support.waiting import DEADLINE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -184,7 +185,7 @@ def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -
         env={"PATH": os.environ["PATH"], "KEY": demo.key},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE_SECONDS,
     )
 
     assert run.returncode == 0, run.stdout + run.stderr
@@ -204,12 +205,16 @@ def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -
 
 def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
     session = httpx.post(
-        f"{demo.url}/api/v1/diner-sessions/", headers={"Authorization": f"Api-Key {demo.key}"}
+        f"{demo.url}/api/v1/diner-sessions/",
+        headers={"Authorization": f"Api-Key {demo.key}"},
+        timeout=DEADLINE_SECONDS,
     ).json()
     token = session["token"]
     headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "storm-1"}
     dish_id = httpx.get(
-        f"{demo.url}/api/v1/menu/", headers={"Authorization": f"Api-Key {demo.key}"}
+        f"{demo.url}/api/v1/menu/",
+        headers={"Authorization": f"Api-Key {demo.key}"},
+        timeout=DEADLINE_SECONDS,
     ).json()[0]["id"]
     body = {"items": [{"dish_id": dish_id, "quantity": 1}], "payment_method": "card"}
     start = threading.Barrier(STORM_THREADS)
@@ -218,7 +223,9 @@ def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
     def send() -> None:
         start.wait()
         answers.append(
-            httpx.post(f"{demo.url}/api/v1/orders/", headers=headers, json=body, timeout=60)
+            httpx.post(
+                f"{demo.url}/api/v1/orders/", headers=headers, json=body, timeout=DEADLINE_SECONDS
+            )
         )
 
     threads = [threading.Thread(target=send) for _ in range(STORM_THREADS)]
@@ -234,7 +241,11 @@ def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
     assert len({a.content for a in answers}) == 1
     results = sorted(a.headers["X-Idempotent-Result"] for a in answers)
     assert results == ["HIT"] * (STORM_THREADS - 1) + ["MISS"]
-    listing = httpx.get(f"{demo.url}/api/v1/orders/", headers={"Authorization": f"Bearer {token}"})
+    listing = httpx.get(
+        f"{demo.url}/api/v1/orders/",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=DEADLINE_SECONDS,
+    )
     assert listing.json()["count"] == 1
     with sqlite3.connect(demo.database) as db:
         [(orders,)] = db.execute(

@@ -33,6 +33,7 @@ from tests.support.production import (
     live_server_environment,
 )
 from tests.support.redis_nodes import RedisNode
+from tests.support.waiting import DEADLINE_SECONDS
 
 REQUESTS = 200
 VALUE_BYTES = 500_000
@@ -92,13 +93,13 @@ def send_orders(server: LiveServer, shop: Shop, *, count: int, value_bytes: int,
     """``count`` orders of one guest diner with a random (incompressible) ``payment_method`` of
     ``value_bytes``, each with its own key, eight at a time; the set of (status, code)
     answers."""
-    with httpx.Client(base_url=server.url, headers=HEADERS, timeout=30) as client:
+    with httpx.Client(base_url=server.url, headers=HEADERS, timeout=DEADLINE_SECONDS) as client:
         diner = guest_session_headers(client, shop.api_key)
 
     async def fire() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=8, max_keepalive_connections=8)
         async with httpx.AsyncClient(
-            base_url=server.url, limits=limits, timeout=60, headers=HEADERS
+            base_url=server.url, limits=limits, timeout=DEADLINE_SECONDS, headers=HEADERS
         ) as client:
             gate = asyncio.Semaphore(8)
 

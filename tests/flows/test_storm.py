@@ -28,7 +28,7 @@ from ordering.models import Dish, Order, OrderStatus, Payment, WorkerLease
 from ordering.worker_ids import KEY_PREFIX
 from tests.flows.conftest import DATABASE_ONLY_ENV, ONE_REDIS_ENV, REDIS_URL, STOCK, Shop
 from tests.support.live_server import AccessLogLine, LiveServer, live_gunicorn
-from tests.support.waiting import wait_until
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -60,7 +60,9 @@ def fire(server: LiveServer, calls: Sequence[Call]) -> list[httpx.Response]:
 
     async def storm() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=len(calls), max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=server.url, timeout=30.0, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=DEADLINE_SECONDS, limits=limits
+        ) as client:
             requests = [
                 client.build_request("POST", call.path, headers=call.headers, json=call.json)
                 for call in calls

@@ -22,6 +22,7 @@ from ordering.models import Order
 from tenants.models import ApiClient
 from tests.hardening.conftest import PROBLEM_JSON, World, assert_problem, build_world
 from tests.support.live_server import LiveServer
+from tests.support.waiting import DEADLINE_SECONDS
 
 TEN_MB = 10 * 1024 * 1024
 ORDERS = "/api/v1/orders/"
@@ -107,7 +108,7 @@ class TestInProcess:
 
 
 def send_raw(
-    server: LiveServer, head: str, body_parts: Iterable[bytes], *, timeout: float = 10.0
+    server: LiveServer, head: str, body_parts: Iterable[bytes], *, timeout: float = DEADLINE_SECONDS
 ) -> tuple[int, dict[str, str], bytes]:
     """Send a request byte by byte as written (headers, then whatever body parts the test
     chooses to send) and read the answer: (status, headers, body)."""
@@ -184,7 +185,7 @@ class TestThroughGunicorn:
                 "Content-Type": "application/json",
                 "Idempotency-Key": "live-10-mb",
             },
-            timeout=30,
+            timeout=DEADLINE_SECONDS,
         )
 
         assert response.status_code == 413

@@ -229,3 +229,23 @@ def test_field_hashes_are_short_and_can_be_keyed() -> None:
 def test_fields_must_be_a_sequence_of_names() -> None:
     with pytest.raises(TypeError):
         fingerprint({"abc": 1}, "abc")
+
+
+def test_the_canonical_form_of_version_1_is_pinned_byte_for_byte() -> None:
+    """Fingerprints are stored (Redis, the record) and compared by the next release: version
+    1's canonical form may never change. Keys and strings are raw UTF-8 (no ``\\u`` escapes),
+    keys sorted, no spaces, numbers in their plain form, absent and ``null`` fields dropped."""
+    payload = {
+        "note": {"café": "crème brûlée", "n": Decimal("2.50"), "tags": ["b", "a"]},
+        "items": [{"dish_id": 7, "quantity": 2.0}],
+        "coupon_code": None,
+    }
+    canonical = canonical_payload(payload, ("items", "note", "coupon_code", "absent"))
+    expected = (
+        '{"items":[{"dish_id":7,"quantity":2}],'
+        '"note":{"café":"crème brûlée","n":2.5,"tags":["b","a"]}}'
+    ).encode()
+    assert canonical == expected
+    assert fingerprint(payload, ("items", "note", "coupon_code", "absent")) == (
+        hashlib.sha256(b"v1:" + expected).hexdigest()
+    )

@@ -97,3 +97,14 @@ def test_the_key_census_reads_a_bounded_number_of_keys_per_scrape(
         v for (n, _), v in scrape(client).items() if n == "idempotency_redis_key_census_age_seconds"
     ]
     assert len(node_ages) == 1 and node_ages[0] >= 0
+
+
+def test_a_node_that_does_not_answer_leaves_the_scrape_answering(
+    client: Any, settings: Any, own_node: RedisNode
+) -> None:
+    # given a node counted once, then gone (a slow node times out the same way)
+    redis.Redis.from_url(own_node.url).set("idem:{t:43}:scope:k", b"x")
+    assert per_tenant(scrape(client), "idempotency_tenant_redis_keys") == {"43": 1}
+    own_node.stop()
+    # when /metrics is scraped, then it answers 200 with the node's last complete pass
+    assert per_tenant(scrape(client), "idempotency_tenant_redis_keys") == {"43": 1}
