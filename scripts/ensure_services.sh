@@ -71,7 +71,7 @@ fi
 
 # PgBouncer: tests/flows/test_pgbouncer.py starts its own, in transaction mode on a free loopback
 # port, with the configuration docs/scaling.md documents ("Fleet setup"). Only the binary is
-# needed: Debian's package also installs a service, which stays unused (never started here).
+# needed: the tests never use the service that Debian's package also installs.
 if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing pgbouncer"

@@ -88,7 +88,6 @@ def counted_server(
         db_name=settings.DATABASES["default"]["NAME"],
         log_dir=log_dir,
         env={**env, **server_env(log, hold_seconds=HOLD_SECONDS)},
-        ready_timeout=90.0,
         **KINDS[kind],
     ) as server:
         yield CountedServer(server, log)

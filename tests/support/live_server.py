@@ -126,7 +126,7 @@ def live_gunicorn(
     log_dir: Path,
     env: Mapping[str, str | None] | None = None,
     workers: int = 4,
-    ready_timeout: float = 20.0,
+    ready_timeout: float = 90.0,
     extra_args: Sequence[str] = (),
     ready_headers: Mapping[str, str] | None = None,
 ) -> Iterator[LiveServer]:
