@@ -202,7 +202,9 @@ def _execute(
             if database_claim_held:
                 committed = _claim_in_database(req, redis_claimed=store is not None)
             if committed is None:
-                response, stored, doomed = _run_view(req, execute, savepoint=database_claim_held)
+                # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
+                # recorded after the rollback: no savepoint needed there.
+                response, stored, doomed = _run_view(req, execute, savepoint=store is None)
         if committed is not None:
             # A duplicate committed while we waited for the claim: replay it, run nothing.
             _finish(store, req, owner, committed.response)
@@ -262,7 +264,7 @@ def _run_view(
     what is kept of it (None: nothing, the key is released), and whether the view's own
     refusal doomed the transaction (its answer is then recorded after the rollback).
 
-    With ``savepoint`` (the transaction holds the database claim), a refusal raised after the
+    With ``savepoint`` (the database claim is the only claim), a refusal raised after the
     view wrote rolls back to a savepoint instead and is recorded in this transaction: rolling
     the whole transaction back would free the claim before the refusal is recorded, and a
     waiting duplicate would run the view in that gap."""
