@@ -80,3 +80,15 @@ if ! command -v wrk >/dev/null; then
     say "missing wrk: install it (apt-get install wrk) and re-run"; exit 1
   fi
 fi
+
+# PgBouncer: tests/flows/test_pgbouncer.py starts its own, in transaction mode on a free loopback
+# port, with the configuration docs/scaling.md documents ("Fleet setup"). Only the binary is
+# needed: the tests never use the service that Debian's package also installs.
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing pgbouncer"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  else
+    say "missing pgbouncer: install it (apt-get install pgbouncer) and re-run"; exit 1
+  fi
+fi

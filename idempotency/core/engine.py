@@ -206,11 +206,18 @@ def _execute(
     # unusable for queries until it is rolled back, and its refusal is stored all the same
     # (both are cached on the request).
     _ = req.redact, req.ttl_seconds
+    committed: db_store.CommittedResult | None = None
+    # Without a Redis claim (or with DATABASE_CLAIM_UNDER_REDIS) the key is claimed in the
+    # database, in this transaction (ADR 0005).
+    database_claim_held = store is None or engine_setting("DATABASE_CLAIM_UNDER_REDIS")
     try:
         with engine_transaction():
-            committed = _claim_in_database(req, redis_claimed=store is not None)
+            if database_claim_held:
+                committed = _claim_in_database(req, redis_claimed=store is not None)
             if committed is None:
-                response, stored, doomed = _run_view(req, execute)
+                # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
+                # recorded after the rollback: no savepoint needed there.
+                response, stored, doomed = _run_view(req, execute, savepoint=store is None)
         if committed is not None:
             # A duplicate committed while we waited for the claim: replay it, run nothing.
             _finish(store, req, owner, committed.response)
@@ -252,27 +259,33 @@ def _claim_in_database(
     duplicate committed first, if any, which is then the answer.
 
     Without a Redis claim this is what keeps duplicates from running the view; under a Redis
-    claim it is taken only with ``DATABASE_CLAIM_UNDER_REDIS`` (one statement), so that a
-    duplicate that falls back to the database while Redis dies mid-run waits for this one."""
-    if redis_claimed and not engine_setting("DATABASE_CLAIM_UNDER_REDIS"):
-        return None
+    claim (``DATABASE_CLAIM_UNDER_REDIS``, one statement) it makes a duplicate that falls back
+    to the database while Redis dies mid-run wait for this run."""
     wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
     claimed = database_claim.claim_key(req.scoped, wait_seconds=wait)
     if redis_claimed and claimed is not database_claim.Claimed.WAITED:
-        return None  # Redis said MISS and nobody held the key: nothing can have committed since
+        # Redis said MISS and no duplicate held the key: no read here (a record Redis lost is
+        # found by the record's insert, ADR 0001).
+        return None
     return db_store.committed_result(req.scoped)
 
 
 def _run_view(
-    req: IdempotentRequest, execute: Execute
+    req: IdempotentRequest, execute: Execute, *, savepoint: bool
 ) -> tuple[HttpResponse, StoredResponse | None, bool]:
     """Run the view in the engine's transaction and record its answer there: the response,
     what is kept of it (None: nothing, the key is released), and whether the view's own
-    refusal doomed the transaction (its answer is then recorded after the rollback)."""
+    refusal doomed the transaction (its answer is then recorded after the rollback).
+
+    With ``savepoint`` (the database claim is the only claim), a refusal raised after the
+    view wrote rolls back to a savepoint instead and is recorded in this transaction: rolling
+    the whole transaction back would free the claim before the refusal is recorded, and a
+    waiting duplicate would run the view in that gap."""
     hook = engine_hook("VIEW_EXECUTED_HOOK")
     if hook is not None:
         hook(tenant=req.scoped.tenant, endpoint=req.endpoint, key=req.scoped.key)
-    response = execute()
+    with transaction.atomic(savepoint=savepoint):
+        response = execute()
     kept = to_stored(response, redact=req.redact) if response.status_code < 500 else None
     if kept is None:
         # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing of it

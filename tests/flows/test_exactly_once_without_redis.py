@@ -29,7 +29,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from ordering.models import Order, OrderStatus, OrderTransition, Payment
+from ordering.models import Dish, Order, OrderStatus, OrderTransition, Payment
 from tests.flows.conftest import DATABASE_ONLY_ENV, STOCK, Shop
 from tests.flows.test_storm import (
     QUANTITY,
@@ -88,7 +88,6 @@ def counted_server(
         db_name=settings.DATABASES["default"]["NAME"],
         log_dir=log_dir,
         env={**env, **server_env(log, hold_seconds=HOLD_SECONDS)},
-        ready_timeout=90.0,
         **KINDS[kind],
     ) as server:
         yield CountedServer(server, log)
@@ -176,6 +175,29 @@ def test_database_only_storm_runs_the_view_once(
     responses = fire(database_only_server.server, [op.call] * DUPLICATES)
     # then its view ran once, and the duplicates replayed it or (reject) were told to retry
     assert_executed_once(database_only_server, op, key, responses)
+
+
+def test_database_only_storm_of_a_refused_order_runs_the_view_once(
+    database_only_server: CountedServer, shop: Shop
+):
+    """A refusal raised by a service after the transaction began dooms it: its writes roll
+    back and the refusal is recorded. The duplicates waiting for the claim must get that
+    refusal, not a run of their own in between."""
+    # given an order for more than the stock
+    Dish.all_tenants.filter(pk=shop.dish.pk).update(stock=5)
+    key = f"db-only-refused-{uuid.uuid4()}"
+    body = {"items": [{"dish_id": shop.dish.pk, "quantity": 10}], "payment_method": "card"}
+    call = Call(ORDERS, {**shop.headers(), "Idempotency-Key": key}, body)
+    # when 64 copies arrive at once
+    responses = fire(database_only_server.server, [call] * DUPLICATES)
+    # then the view ran once, and every copy got its refusal (replayed, or told to retry)
+    _, outcomes = executed_once(responses, status=409)
+    assert outcomes.total() == DUPLICATES
+    assert database_only_server.runs(key) == 1, outcomes
+    assert {
+        r.json()["code"] for r in responses if r.headers["X-Idempotent-Result"] != "IN_PROGRESS"
+    } == {"INSUFFICIENT_STOCK"}
+    assert stock_of(shop) == 5 and not Order.objects.for_tenant(shop.tenant).exists()
 
 
 def test_database_only_answers_a_running_duplicate_409_in_progress(
