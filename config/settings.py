@@ -392,7 +392,14 @@ CELERY_RESTORE_INTERVAL = int(os.environ.get("CELERY_RESTORE_INTERVAL", 5))
 OUTBOX_PUBLISH_GRACE_SECONDS = float(os.environ.get("OUTBOX_PUBLISH_GRACE_SECONDS", 10))
 OUTBOX_SWEEP_SECONDS = float(os.environ.get("OUTBOX_SWEEP_SECONDS", 30))
 STALE_LEASE_SWEEP_SECONDS = float(os.environ.get("STALE_LEASE_SWEEP_SECONDS", 30))
+# How often the engine's audit streams are copied into the database
+# (idempotency/stores/audit_stream.py)
+AUDIT_DRAIN_SECONDS = float(os.environ.get("AUDIT_DRAIN_SECONDS", 5))
 CELERY_BEAT_SCHEDULE = {
+    "drain-idempotency-audits": {
+        "task": "ordering.drain_idempotency_audits",
+        "schedule": AUDIT_DRAIN_SECONDS,
+    },
     "sweep-outbox": {"task": "ordering.sweep_outbox", "schedule": OUTBOX_SWEEP_SECONDS},
     "reclaim-stale-leases": {
         "task": "ordering.reclaim_stale_leases",

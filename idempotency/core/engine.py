@@ -33,7 +33,8 @@ from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from redis.exceptions import RedisError
 
-from idempotency import audit, metrics
+from idempotency import metrics
+from idempotency.audit import MISS, AuditEvent
 from idempotency.core import responses
 from idempotency.core.conf import Policy, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
@@ -43,6 +44,7 @@ from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
 from idempotency.core.transactions import engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
+from idempotency.stores import audit_stream
 from idempotency.stores import database as db_store
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
@@ -226,7 +228,7 @@ def _execute(
     else:
         _finish(store, req, owner, stored)
         _remember(req, stored)
-    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="MISS")
+    _audit(req, MISS, source="redis" if store is not None else "database")
     response[responses.RESULT_HEADER] = "MISS"
     return response
 
@@ -322,9 +324,11 @@ def _audit(
     differing: list[str] | None = None,
     resource: str = "",
 ) -> None:
+    """Count the outcome and report it (durably, before the answer leaves: a client that saw
+    a replay can find its audit, idempotency/stores/audit_stream.py)."""
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
-    audit.writer.record(
-        audit.AuditEvent(
+    audit_stream.report(
+        AuditEvent(
             tenant_key=req.scoped.tenant,
             endpoint=req.endpoint,
             key=req.scoped.key,

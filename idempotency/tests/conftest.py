@@ -12,9 +12,9 @@ import redis
 from django.conf import settings
 from django.test import Client
 
-from idempotency.audit import writer
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import discard_all
 from idempotency.tests.testapp.views import behaviour
 
 
@@ -41,7 +41,7 @@ def idem_keys(client: redis.Redis | None = None) -> list[bytes]:
 def clean_engine() -> Iterator[None]:
     """No idempotency state left over from another test: Redis keys, cached results, nodes and
     breakers, queued audits, rate lookups, view switches."""
-    writer.discard()
+    discard_all()
     keys = idem_keys()
     if keys:
         suite_redis().delete(*keys)
@@ -50,7 +50,7 @@ def clean_engine() -> Iterator[None]:
     behaviour.update(delay_seconds=0.0, fail_once=set())
     yield
     nodes.reset()
-    writer.discard()
+    discard_all()
 
 
 @pytest.fixture(params=["redis", "database"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idempotency.audit import writer
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import Dish, Order, Payment
 from tests.conftest import api_for
 
@@ -22,7 +22,7 @@ def post_order(api, menu, key=None, quantity=2, **extra_headers):
 
 
 def audits(**filters):
-    writer.flush()
+    drain_audits()
     return list(DuplicateAudit.objects.filter(**filters).order_by("id"))
 
 

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
-from idempotency.audit import writer
 from idempotency.models import DuplicateAudit
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
     EventType,
     Order,
@@ -47,7 +47,7 @@ def paying(tenant, menu):
 
 
 def audits(outcome: str | None = None) -> list[DuplicateAudit]:
-    writer.flush()
+    drain_audits()
     rows = DuplicateAudit.objects.filter(endpoint="POST /api/v1/payments/callback/")
     return list(rows.filter(outcome=outcome) if outcome else rows)
 
