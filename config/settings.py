@@ -36,6 +36,7 @@ DEBUG = env_bool("DEBUG", False)
 # Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
 _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+_DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
 SECRET_KEY = os.environ.get("SECRET_KEY", "") or (_DEV_SECRET if DEBUG else "")
 if not DEBUG and (SECRET_KEY in {"", _DEV_SECRET} or SECRET_KEY.startswith("django-insecure")):
     raise ImproperlyConfigured(
@@ -354,6 +355,25 @@ IDEMPOTENCY = {
     "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
 }
+
+# Keyed hashes (idempotency/core/hashing.py): fingerprints, field hashes and the keys kept in
+# audits, logs and exports are HMACs under IDEMPOTENCY_HASH_KEY (id IDEMPOTENCY_HASH_KEY_ID);
+# during a rotation the previous ones still verify: IDEMPOTENCY_HASH_KEYS_PREVIOUS="1:<secret>".
+_hash_key = os.environ.get("IDEMPOTENCY_HASH_KEY", "") or (_DEV_HASH_KEY if DEBUG else "")
+if not DEBUG and _hash_key in {"", _DEV_HASH_KEY}:
+    raise ImproperlyConfigured(
+        "IDEMPOTENCY_HASH_KEY must be set to a secret of your own when DEBUG is off "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+IDEMPOTENCY["HASH_KEYS"] = [
+    (int(os.environ.get("IDEMPOTENCY_HASH_KEY_ID", 1)), _hash_key),
+    *[
+        (int(key_id), secret)
+        for key_id, _, secret in (
+            e.partition(":") for e in env_list("IDEMPOTENCY_HASH_KEYS_PREVIOUS")
+        )
+    ],
+]
 
 # --- celery / payments ------------------------------------------------------------------
 # Everything below belongs to layer 4 (DESIGN §3): the Celery broker, the outbox, the cancel

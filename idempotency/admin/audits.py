@@ -12,12 +12,13 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
+from idempotency.core.hashing import digest_candidates
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.nodes import breaker_states
 
@@ -95,6 +96,7 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     ]
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
     search_fields = ["=key", "resource_ref"]
+    search_help_text = "An idempotency key (matched by its keyed hash), or an order's URL"
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
 
@@ -109,9 +111,22 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         ]
         return super().changelist_view(request, {**(extra_context or {}), "engine_nodes": nodes})
 
-    @admin.display(description="key", ordering="key")
+    @admin.display(description="key (keyed hash)", ordering="key")
     def short_key(self, obj: DuplicateAudit) -> str:
         return _shortened(obj.key)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[DuplicateAudit], search_term: str
+    ) -> tuple[QuerySet[DuplicateAudit], bool]:
+        """Audits keep keys as keyed hashes, so a key typed in the search box is hashed under
+        every configured hash key (rows from before a rotation match too)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return (
+            queryset.filter(Q(key__in=digest_candidates(term)) | Q(resource_ref__icontains=term)),
+            False,
+        )
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         """Marking reviewed is the one write on audits: it needs the model's change permission

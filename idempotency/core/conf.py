@@ -103,6 +103,10 @@ DEFAULTS: dict[str, Any] = {
     "INSTANCE_REGISTRY": True,
     "INSTANCE_HEARTBEAT_SECONDS": 5.0,
     "INSTANCE_DEAD_AFTER_SECONDS": 15.0,
+    # Keyed hashes (idempotency/core/hashing.py): [(key_id, secret), ...], newest first. New
+    # fingerprints, field hashes and the keys in audits and logs use the first; all verify.
+    # Empty: a key derived from SECRET_KEY, refused off DEBUG by `manage.py check`.
+    "HASH_KEYS": (),
 }
 
 

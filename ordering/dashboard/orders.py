@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from idempotency.audit import AuditEvent
+from idempotency.core.hashing import keyed_digest
 from idempotency.selectors import has_committed_result
 from idempotency.stores.audit_stream import report
 from idempotency.web.forms import idempotent_form
@@ -187,7 +188,7 @@ def _audit_conflict(request: HttpRequest, order: Order) -> None:
         AuditEvent(
             tenant_key=scoped.tenant,
             endpoint=f"{scoped.method} {scoped.route}",
-            key=scoped.key,
+            key=keyed_digest(scoped.key),
             outcome="CONFLICT",
             source="database",
             principal=scoped.principal,

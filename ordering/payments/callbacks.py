@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from idempotency.audit import AuditEvent
+from idempotency.core.hashing import keyed_digest
 from idempotency.stores.audit_stream import report
 from ordering.background.outbox import emit_event
 from ordering.models import (
@@ -221,7 +222,7 @@ def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Deci
         AuditEvent(
             tenant_key=str(order.tenant_id),
             endpoint=AUDIT_ENDPOINT,
-            key=f"{provider}:{event.event_id}",
+            key=keyed_digest(f"{provider}:{event.event_id}"),
             outcome=decision.audit or "HIT",
             source="database",
             principal=f"provider:{provider}",

@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
 from idempotency.web.forms import ALREADY_APPLIED
@@ -114,7 +115,9 @@ def test_second_submit_of_the_same_form_replays_the_first(merchant, mine, engine
     assert ALREADY_APPLIED in landing
     drain_audits()
     [hit] = DuplicateAudit.objects.filter(outcome="HIT")
-    assert hit.tenant_key == str(mine.tenant.pk) and hit.key == body["idempotency_key"]
+    assert hit.tenant_key == str(mine.tenant.pk) and hit.key == keyed_digest(
+        body["idempotency_key"]
+    )
     assert hit.resource_ref == first["Location"]
 
 

@@ -13,6 +13,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent, save_events
+from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
@@ -152,7 +153,7 @@ def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, m
 
     drain_audits()
     [conflict] = DuplicateAudit.objects.filter(outcome="CONFLICT")
-    assert conflict.key == tab_2 and conflict.resource_ref == url
+    assert conflict.key == keyed_digest(tab_2) and conflict.resource_ref == url
     assert conflict.tenant_key == str(mine.tenant.pk)
 
 

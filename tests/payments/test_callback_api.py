@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
+from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
@@ -103,7 +104,7 @@ def test_the_same_event_again_is_a_duplicate_that_changes_nothing(deliver, payin
     [audit] = audits("HIT")
     assert (audit.tenant_key, audit.key, audit.resource_ref) == (
         str(tenant.pk),
-        "simulated:evt_a",
+        keyed_digest("simulated:evt_a"),
         str(order.pk),
     )
     assert audit.principal == "provider:simulated" and audit.source == "database"
