@@ -37,6 +37,9 @@ class IdempotencyRecord(models.Model):
                 fields=["tenant_key", "scope", "key"], name="uniq_idem_tenant_scope_key"
             )
         ]
+        permissions = [
+            ("view_stored_body", "Can see the response bodies stored for replays"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tenant_key}:{self.scope}:{self.key}"
@@ -116,6 +119,28 @@ class AuditStreamCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream} @ {self.last_id}"
+
+
+class StaffAccessLog(models.Model):
+    """Who looked at what personal data in the admin, and when: each view of a stored reply
+    body and each export of audits is one row (read-only evidence, never edited)."""
+
+    class Action(models.TextChoices):
+        VIEW_STORED_BODY = "view_stored_body", "Viewed a stored reply body"
+        EXPORT_AUDITS = "export_audits", "Exported duplicate audits (CSV)"
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=32, choices=Action.choices)
+    object_type = models.CharField(max_length=100)
+    object_ids = models.JSONField(default=list, blank=True, help_text="At most 1,000 ids")
+    row_count = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.object_type} ({self.row_count})"
 
 
 class LuaScriptVersion(models.Model):

@@ -1,7 +1,13 @@
 """Staff review of the engine: committed records (read-only) and duplicate-hit audits.
 
 Audit rows are evidence, so they are read-only; the only change staff make is to mark rows
-reviewed with a resolution note (an action with a confirmation page). Rows export as CSV.
+reviewed with a resolution note (an action with a confirmation page). Rows export as CSV, with
+keys as their keyed hashes.
+
+Staff see less than the database holds: a record's stored reply body (a diner's order, as the
+API answered it) is shown only to users with the ``idempotency.view_stored_body`` permission,
+others see a placeholder; each view of a body and each export is written to
+``StaffAccessLog`` (who, what, when), which staff can read but nobody can change.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -19,7 +26,7 @@ from django.utils import timezone
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
 from idempotency.stores.nodes import breaker_states
 
 BREAKER_MODES = {
@@ -28,6 +35,8 @@ BREAKER_MODES = {
     "half_open": "the database alone, probing Redis",
 }
 MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
+MAX_LOGGED_IDS = 1000  # an access log row names at most this many objects (and counts all)
+HIDDEN_BODY = "(hidden: seeing stored bodies needs the “view stored body” permission)"
 CSV_COLUMNS = [
     "id",
     "at",
@@ -63,16 +72,37 @@ class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     search_fields = ["=key", "scope"]
     date_hierarchy = "created_at"
     exclude = ["response_body"]
-    readonly_fields = ["body_preview"]
 
     @admin.display(description="key", ordering="key")
     def short_key(self, obj: IdempotencyRecord) -> str:
         return _shortened(obj.key)
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["body_preview" if may_see_bodies(request) else "body_hidden"]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Showing a body to a permitted user is logged, before the page is sent."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if request.method == "GET" and response.status_code == 200 and may_see_bodies(request):
+            log_access(
+                request, StaffAccessLog.Action.VIEW_STORED_BODY, IdempotencyRecord, [object_id]
+            )
+        return response
+
     @admin.display(description="response body (first 2 kB)")
     def body_preview(self, obj: IdempotencyRecord) -> str:
         body = bytes(obj.response_body or b"")
         return body[:2048].decode("utf-8", "replace") or "(empty)"
+
+    @admin.display(description="response body")
+    def body_hidden(self, obj: IdempotencyRecord) -> str:
+        return HIDDEN_BODY
 
 
 class ResolutionForm(forms.Form):
@@ -171,9 +201,38 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         response["Content-Disposition"] = f'attachment; filename="duplicate-audits-{stamp}.csv"'
         writer = csv.writer(response)
         writer.writerow(CSV_COLUMNS)
+        ids = []
         for audit in queryset.order_by("at", "id").iterator():
             writer.writerow([_csv_cell(_value(audit, column)) for column in CSV_COLUMNS])
+            ids.append(audit.pk)
+        log_access(request, StaffAccessLog.Action.EXPORT_AUDITS, DuplicateAudit, ids)
         return response
+
+
+@admin.register(StaffAccessLog)
+class StaffAccessLogAdmin(ReadOnlyAdmin):
+    """Who saw stored bodies or exported audits: read-only, for the data-protection officer."""
+
+    list_display = ["at", "actor", "action", "object_type", "row_count"]
+    list_filter = ["action", "at"]
+    search_fields = ["=actor"]
+    date_hierarchy = "at"
+
+
+def may_see_bodies(request: HttpRequest) -> bool:
+    return request.user.has_perm("idempotency.view_stored_body")
+
+
+def log_access(
+    request: HttpRequest, action: str, model: type[models.Model], ids: list[Any]
+) -> StaffAccessLog:
+    return StaffAccessLog.objects.create(
+        actor=request.user.get_username(),
+        action=action,
+        object_type=model._meta.label,
+        object_ids=[str(i) for i in ids[:MAX_LOGGED_IDS]],
+        row_count=len(ids),
+    )
 
 
 def _shortened(key: str, limit: int = 24) -> str:
