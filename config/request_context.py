@@ -52,11 +52,9 @@ class RequestContextMiddleware:
         given = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = given if REQUEST_ID_RE.fullmatch(given) else uuid.uuid4().hex
         key = request.META.get("HTTP_IDEMPOTENCY_KEY")
-        token = _context.set(
-            RequestContext(
-                request_id=request_id, idempotency_key_hash=keyed_digest(key) if key else ""
-            )
-        )
+        key_hash = keyed_digest(key) if key else ""
+        token = _context.set(RequestContext(request_id=request_id, idempotency_key_hash=key_hash))
+        request.request_id = request_id  # type: ignore[attr-defined]  # for audit metadata
         try:
             response = self.get_response(request)
         finally:

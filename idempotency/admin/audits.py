@@ -23,6 +23,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
@@ -36,6 +37,17 @@ BREAKER_MODES = {
 }
 MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
 MAX_LOGGED_IDS = 1000  # an access log row names at most this many objects (and counts all)
+# Labels of DuplicateAudit.request_meta keys (the engine's, then payment callbacks').
+META_LABELS = {
+    "remote_addr": "Client IP",
+    "user_agent": "User agent",
+    "request_id": "Request ID (as in the logs)",
+    "provider_txn_id": "Provider transaction",
+    "status": "Provider status",
+    "amount": "Amount",
+    "currency": "Currency",
+    "reason": "Decision",
+}
 HIDDEN_BODY = "(hidden: seeing stored bodies needs the “view stored body” permission)"
 CSV_COLUMNS = [
     "id",
@@ -127,6 +139,8 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
     search_fields = ["=key", "resource_ref"]
     search_help_text = "An idempotency key (matched by its keyed hash), or an order's URL"
+    exclude = ["request_meta"]
+    readonly_fields = ["request_details"]
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
 
@@ -144,6 +158,23 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     @admin.display(description="key (keyed hash)", ordering="key")
     def short_key(self, obj: DuplicateAudit) -> str:
         return _shortened(obj.key)
+
+    @admin.display(description="request")
+    def request_details(self, obj: DuplicateAudit) -> str:
+        """The request's metadata as labelled fields (client IP, user agent, request id; a
+        payment callback's transaction, status and amount), not raw JSON."""
+        meta = obj.request_meta or {}
+        if not meta:
+            return "—"
+        rows = format_html_join(
+            "",
+            "<tr><th scope='row'>{}</th><td>{}</td></tr>",
+            (
+                (META_LABELS.get(k, k.replace("_", " ").capitalize()), v or "—")
+                for k, v in meta.items()
+            ),
+        )
+        return format_html("<table class='request-details'><tbody>{}</tbody></table>", rows)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DuplicateAudit], search_term: str

@@ -132,12 +132,17 @@ def _resolve(setting: str, arg: Any) -> Any:
 
 
 def request_meta(request: HttpRequest) -> dict[str, str]:
-    """What an audit keeps about the caller (no body, no credentials)."""
+    """What an audit keeps about the caller (no body, no credentials).
+
+    The request id is the one the host's request-logging middleware assigned
+    (``request.request_id``: the caller's ``X-Request-ID`` when sane, else a fresh one, as in
+    the logs and the response header), so an audit leads to the request's log lines."""
     meta = request.META
+    request_id = getattr(request, "request_id", "") or meta.get("HTTP_X_REQUEST_ID", "")
     return {
         "remote_addr": meta.get("REMOTE_ADDR", ""),
         "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
-        "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
+        "request_id": str(request_id)[:100],
     }
 
 
