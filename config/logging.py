@@ -27,7 +27,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             "request_id": context.request_id or None,
             "tenant": context.tenant or None,
-            "idempotency_key_sha256": context.idempotency_key_hash or None,
+            "idempotency_key_hmac": context.idempotency_key_hash or None,
         }
         line.update(
             {

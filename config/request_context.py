@@ -2,15 +2,17 @@
 
 The middleware takes ``X-Request-ID`` from the caller when it is a sane token (or makes one),
 echoes it in the response, and keeps it in a context variable together with the tenant (set by
-authentication) and a short SHA-256 of the ``Idempotency-Key`` (never the key itself: keys may
-be guessable and they are the client's secret handle on its operations). The JSON log
+authentication) and a keyed hash of the ``Idempotency-Key`` (never the key itself: keys may
+be guessable and they are the client's secret handle on its operations): the same
+``k<id>:<hmac>`` the audits keep (``idempotency.core.hashing``), so a log line and an audit
+of one request can be matched. The id is also put on the request (``request.request_id``) for
+the engine's audit metadata. The JSON log
 formatter (``config/logging.py``) adds them to every line logged while the request runs, less
 the optional fields the tenant chose not to keep.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import uuid
 from collections.abc import Callable
@@ -18,6 +20,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 from django.http import HttpRequest, HttpResponse
+
+from idempotency.core.hashing import keyed_digest
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
 
@@ -47,10 +51,6 @@ def set_tenant(tenant: str, *, log_fields: list[str] | None = None) -> None:
     _context.set(replace(_context.get(), tenant=tenant, log_fields=kept))
 
 
-def key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 class RequestContextMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -59,9 +59,9 @@ class RequestContextMiddleware:
         given = request.META.get("HTTP_X_REQUEST_ID", "")
         request_id = given if REQUEST_ID_RE.fullmatch(given) else uuid.uuid4().hex
         key = request.META.get("HTTP_IDEMPOTENCY_KEY")
-        token = _context.set(
-            RequestContext(request_id=request_id, idempotency_key_hash=key_hash(key) if key else "")
-        )
+        key_hash = keyed_digest(key) if key else ""
+        token = _context.set(RequestContext(request_id=request_id, idempotency_key_hash=key_hash))
+        request.request_id = request_id  # type: ignore[attr-defined]  # for audit metadata
         try:
             response = self.get_response(request)
         finally:

@@ -36,6 +36,7 @@ DEBUG = env_bool("DEBUG", False)
 # Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
 _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+_DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
 SECRET_KEY = os.environ.get("SECRET_KEY", "") or (_DEV_SECRET if DEBUG else "")
 if not DEBUG and (SECRET_KEY in {"", _DEV_SECRET} or SECRET_KEY.startswith("django-insecure")):
     raise ImproperlyConfigured(
@@ -107,7 +108,7 @@ TEMPLATES = [
 # DATABASE_URL (postgres://...) in production and tests; SQLite is the embedded demo default.
 # Persistent connections: a worker keeps its connection for DB_CONN_MAX_AGE seconds (0: one per
 # request) and checks it before reusing it after a request, so a restarted PostgreSQL or a
-# PgBouncer that dropped it costs a reconnect, not an error (docs/adr/0005).
+# PgBouncer that dropped it costs a reconnect, not an error (docs/adr/0006).
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
@@ -392,6 +393,24 @@ if BENCH_ENDPOINTS:
         "BACKEND_OPTIONS": {"url": REDIS_URL or "redis://127.0.0.1:6379/0"},
         "REQUIRE_KEY": True,
     }
+# Keyed hashes (idempotency/core/hashing.py): fingerprints, field hashes and the keys kept in
+# audits, logs and exports are HMACs under IDEMPOTENCY_HASH_KEY (id IDEMPOTENCY_HASH_KEY_ID);
+# during a rotation the previous ones still verify: IDEMPOTENCY_HASH_KEYS_PREVIOUS="1:<secret>".
+_hash_key = os.environ.get("IDEMPOTENCY_HASH_KEY", "") or (_DEV_HASH_KEY if DEBUG else "")
+if not DEBUG and _hash_key in {"", _DEV_HASH_KEY}:
+    raise ImproperlyConfigured(
+        "IDEMPOTENCY_HASH_KEY must be set to a secret of your own when DEBUG is off "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+IDEMPOTENCY["HASH_KEYS"] = [
+    (int(os.environ.get("IDEMPOTENCY_HASH_KEY_ID", 1)), _hash_key),
+    *[
+        (int(key_id), secret)
+        for key_id, _, secret in (
+            e.partition(":") for e in env_list("IDEMPOTENCY_HASH_KEYS_PREVIOUS")
+        )
+    ],
+]
 
 # --- celery / payments ------------------------------------------------------------------
 # Everything below belongs to layer 4 (DESIGN §3): the Celery broker, the outbox, the cancel
@@ -430,7 +449,14 @@ CELERY_RESTORE_INTERVAL = int(os.environ.get("CELERY_RESTORE_INTERVAL", 5))
 OUTBOX_PUBLISH_GRACE_SECONDS = float(os.environ.get("OUTBOX_PUBLISH_GRACE_SECONDS", 10))
 OUTBOX_SWEEP_SECONDS = float(os.environ.get("OUTBOX_SWEEP_SECONDS", 30))
 STALE_LEASE_SWEEP_SECONDS = float(os.environ.get("STALE_LEASE_SWEEP_SECONDS", 30))
+# How often the engine's audit streams are copied into the database
+# (idempotency/stores/audit_stream.py)
+AUDIT_DRAIN_SECONDS = float(os.environ.get("AUDIT_DRAIN_SECONDS", 5))
 CELERY_BEAT_SCHEDULE = {
+    "drain-idempotency-audits": {
+        "task": "ordering.drain_idempotency_audits",
+        "schedule": AUDIT_DRAIN_SECONDS,
+    },
     "sweep-outbox": {"task": "ordering.sweep_outbox", "schedule": OUTBOX_SWEEP_SECONDS},
     "reclaim-stale-leases": {
         "task": "ordering.reclaim_stale_leases",

@@ -56,6 +56,10 @@ POSITIVE_INTS = (
     "USAGE_SCAN_KEYS",
     "AUDIT_RETENTION_DAYS",
     "PURGE_BATCH_SIZE",
+    "AUDIT_STREAM_MAXLEN",
+    "AUDIT_DRAIN_BATCH",
+    "AUDIT_QUEUE_MAX",
+    "AUDIT_WRITE_ATTEMPTS",
 )
 POSITIVE_NUMBERS = (
     "AUDIT_FLUSH_SECONDS",
@@ -137,6 +141,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
         (("BREAKER",), _breaker),
         (("FORCE_SCRIPTS",), _forced_scripts),
         (("RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_TENANT_CEILING_PER_MINUTE"), _optional_rate),
+        (("HASH_KEYS",), _hash_keys),
     ]
     for names, check in checks:
         for name in names:
@@ -160,6 +165,40 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
             )
         )
     return found
+
+
+@register(Tags.security, deploy=False)
+def check_hash_keys_off_debug(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Off DEBUG the keyed hashes need a secret of their own (as SECRET_KEY must be set):
+    without one they fall back to a key derived from SECRET_KEY, meant for development."""
+    if settings.DEBUG or getattr(settings, "IDEMPOTENCY", {}).get("HASH_KEYS"):
+        return []
+    return [
+        Error(
+            'IDEMPOTENCY["HASH_KEYS"] is empty while DEBUG is off: fingerprints, field hashes '
+            "and the keys in audits and logs would be keyed by a development fallback",
+            hint='Set it to [(1, "<a long random secret>")] (newest key first).',
+            id="idempotency.E004",
+        )
+    ]
+
+
+def _hash_keys(value: Any) -> Problem | None:
+    if not isinstance(value, list | tuple):
+        return f"must be a list of (key_id, secret) pairs, not {value!r}"
+    ids = []
+    for entry in value:
+        if not (isinstance(entry, list | tuple) and len(entry) == 2):
+            return f"has {entry!r}, which is not a (key_id, secret) pair"
+        key_id, secret = entry
+        if isinstance(key_id, bool) or not isinstance(key_id, int) or not 1 <= key_id <= 327:
+            return f"has key id {key_id!r}: ids are integers 1..327"
+        if not isinstance(secret, str) or len(secret) < 32:
+            return f"has a secret for key {key_id} shorter than 32 characters"
+        ids.append(key_id)
+    if len(set(ids)) != len(ids):
+        return "lists a key id twice"
+    return None
 
 
 def _error(name: str, problem: str, *, code: str) -> Error:

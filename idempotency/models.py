@@ -37,6 +37,9 @@ class IdempotencyRecord(models.Model):
                 fields=["tenant_key", "scope", "key"], name="uniq_idem_tenant_scope_key"
             )
         ]
+        permissions = [
+            ("view_stored_body", "Can see the response bodies stored for replays"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tenant_key}:{self.scope}:{self.key}"
@@ -70,6 +73,74 @@ class DuplicateAudit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.endpoint} {self.key}"
+
+
+MISS = "MISS"
+"""A first execution: counted in ``OutcomeCount``, never an audit row (it is no duplicate)."""
+
+
+class OutcomeCount(models.Model):
+    """How many requests of one tenant and endpoint ended with one outcome in one hour.
+
+    Every outcome is counted, first executions (MISS) included, so a hit rate is computed from
+    complete numbers rather than from the audits alone. Rows are added to in batches
+    (``idempotency.audit.storage.save_events``), never one request at a time on a hot path.
+    """
+
+    tenant_key = models.CharField(max_length=64)
+    endpoint = models.CharField(max_length=255)
+    outcome = models.CharField(max_length=16)
+    hour = models.DateTimeField(help_text="Start of the hour (UTC)")
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant_key", "endpoint", "outcome", "hour"], name="uniq_outcome_count"
+            )
+        ]
+        indexes = [models.Index(fields=["tenant_key", "hour"], name="outcome_count_tenant_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_key} {self.endpoint} {self.outcome} {self.hour:%Y-%m-%d %H}h"
+
+
+class AuditStreamCursor(models.Model):
+    """How far the audit stream of one Redis node has been copied into the database.
+
+    Advanced in the same transaction that writes the copied entries, so an entry read twice
+    (a drain that died after its commit, before it trimmed the stream) is skipped, never
+    written twice.
+    """
+
+    stream = models.CharField(max_length=255, unique=True, help_text="node name · stream key")
+    last_id = models.CharField(max_length=41, default="0-0")
+    drained_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.stream} @ {self.last_id}"
+
+
+class StaffAccessLog(models.Model):
+    """Who looked at what personal data in the admin, and when: each view of a stored reply
+    body and each export of audits is one row (read-only evidence, never edited)."""
+
+    class Action(models.TextChoices):
+        VIEW_STORED_BODY = "view_stored_body", "Viewed a stored reply body"
+        EXPORT_AUDITS = "export_audits", "Exported duplicate audits (CSV)"
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=32, choices=Action.choices)
+    object_type = models.CharField(max_length=100)
+    object_ids = models.JSONField(default=list, blank=True, help_text="At most 1,000 ids")
+    row_count = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.object_type} ({self.row_count})"
 
 
 class LuaScriptVersion(models.Model):

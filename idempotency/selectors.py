@@ -10,23 +10,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, QuerySet
-from django.db.models.functions import TruncHour
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from idempotency.core.keys import ScopedKey
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.models import MISS, DuplicateAudit, IdempotencyRecord, OutcomeCount
 
 Outcome = DuplicateAudit.Outcome
 
 
 @dataclass(frozen=True)
 class HourlyHits:
-    """One hour of traffic through the engine for one tenant.
+    """One hour of traffic through the engine for one tenant, from the durable counters.
 
-    ``first_executions`` counts records created in that hour (each is one request that ran);
-    ``hits`` counts replays absorbed in that hour. The hit rate is the share of idempotent
-    requests that were answered without running again.
+    ``first_executions`` counts requests that ran (MISS); ``hits`` counts replays absorbed in
+    that hour. The hit rate is the share of idempotent requests that were answered without
+    running again.
     """
 
     hour: datetime
@@ -47,36 +46,29 @@ def hourly_hits(
 ) -> list[HourlyHits]:
     """The last ``hours`` whole hours (oldest first, the current hour last), gaps as zeros.
 
-    Two grouped queries (one per table), both on indexed timestamp columns.
+    One grouped query over ``OutcomeCount`` (a row per tenant, endpoint, outcome and hour),
+    which counts every outcome, first executions included, and outlives the records' expiry.
     """
     end = (now or timezone.now()).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=hours)
-    hits = _per_hour(
-        DuplicateAudit.objects.filter(
-            tenant_key=tenant_key, outcome=Outcome.HIT, at__gte=start, at__lt=end
-        ),
-        "at",
-    )
-    firsts = _per_hour(
-        IdempotencyRecord.objects.filter(
-            tenant_key=tenant_key, created_at__gte=start, created_at__lt=end
-        ),
-        "created_at",
-    )
-    slots = (start + timedelta(hours=i) for i in range(hours))
+    counts: dict[tuple[datetime, str], int] = {
+        (hour, outcome): n
+        for hour, outcome, n in OutcomeCount.objects.filter(
+            tenant_key=tenant_key, outcome__in=[MISS, Outcome.HIT], hour__gte=start, hour__lt=end
+        )
+        .values("hour", "outcome")
+        .annotate(n=Sum("count"))
+        .values_list("hour", "outcome", "n")
+    }
+    slots = [(start + timedelta(hours=i)).astimezone(UTC) for i in range(hours)]
     return [
-        HourlyHits(hour=h, hits=hits.get(h, 0), first_executions=firsts.get(h, 0)) for h in slots
+        HourlyHits(
+            hour=h,
+            hits=counts.get((h, Outcome.HIT), 0),
+            first_executions=counts.get((h, MISS), 0),
+        )
+        for h in slots
     ]
-
-
-def _per_hour(queryset: QuerySet, field: str) -> dict[datetime, int]:
-    rows = (
-        queryset.annotate(hour=TruncHour(field, tzinfo=UTC))
-        .values("hour")
-        .annotate(n=Count("id"))
-        .values_list("hour", "n")
-    )
-    return dict(rows)
 
 
 def latest_audits(
@@ -89,14 +81,16 @@ def latest_audits(
 
 
 def outcome_totals(*, tenant_key: str, since: datetime) -> dict[str, int]:
-    """How many audits of each outcome since ``since`` (every outcome present, zeros included)."""
+    """How many requests ended with each outcome in the hours since ``since``'s hour, from the
+    durable counters (every outcome present, MISS included, zeros included)."""
+    hour = since.replace(minute=0, second=0, microsecond=0)
     counts = dict(
-        DuplicateAudit.objects.filter(tenant_key=tenant_key, at__gte=since)
+        OutcomeCount.objects.filter(tenant_key=tenant_key, hour__gte=hour)
         .values("outcome")
-        .annotate(n=Count("id"))
+        .annotate(n=Sum("count"))
         .values_list("outcome", "n")
     )
-    return {outcome: counts.get(outcome, 0) for outcome in Outcome.values}
+    return {outcome: counts.get(outcome, 0) for outcome in (MISS, *Outcome.values)}
 
 
 def has_committed_result(scoped: ScopedKey) -> bool:

@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "The test suite needs PostgreSQL: run `make test` (or set DATABASE_URL=postgres://...)"
         )
-    # In this process audits are flushed by the tests themselves (audit.writer.flush()), so a
+    # In this process audits are drained by the tests themselves (audit_stream.drain_audits()), so a
     # background thread never touches the database outside a test's transaction.
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "AUDIT_IN_BACKGROUND": False}
 
@@ -127,12 +127,12 @@ def clean_engine_state() -> Any:
     (non-numeric tenant tags) are left alone."""
     import redis
 
-    from idempotency.audit import writer
     from idempotency.core.tenant_policy import reset_tenant_policy_cache
     from idempotency.stores import nodes as stores
+    from idempotency.stores.audit_stream import discard_all
     from tenants import session_state
 
-    writer.discard()
+    discard_all()
     session_state.clear()
     reset_tenant_policy_cache()  # tenant pks restart: no policy of an earlier test's tenant
     client = redis.Redis.from_url(settings.REDIS_URL or "redis://127.0.0.1:6379/0")

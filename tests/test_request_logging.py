@@ -11,7 +11,8 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from config.logging import JsonFormatter
-from config.request_context import RequestContextMiddleware, key_hash, set_tenant
+from config.request_context import RequestContextMiddleware, set_tenant
+from idempotency.core.hashing import keyed_digest
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def test_log_line_has_request_context_and_never_the_raw_key(log_lines):
     assert response["X-Request-ID"] == "req-12345678"
     assert line["msg"] == "placing" and line["order_id"] == "7" and line["level"] == "INFO"
     assert line["request_id"] == "req-12345678" and line["tenant"] == "42"
-    assert line["idempotency_key_sha256"] == key_hash("secret-key-1")
+    assert line["idempotency_key_hmac"] == keyed_digest("secret-key-1")
     assert "secret-key-1" not in json.dumps(line)
 
 

@@ -1,7 +1,13 @@
 """Staff review of the engine: committed records (read-only) and duplicate-hit audits.
 
 Audit rows are evidence, so they are read-only; the only change staff make is to mark rows
-reviewed with a resolution note (an action with a confirmation page). Rows export as CSV.
+reviewed with a resolution note (an action with a confirmation page). Rows export as CSV, with
+keys as their keyed hashes.
+
+Staff see less than the database holds: a record's stored reply body (a diner's order, as the
+API answered it) is shown only to users with the ``idempotency.view_stored_body`` permission,
+others see a placeholder; each view of a body and each export is written to
+``StaffAccessLog`` (who, what, when), which staff can read but nobody can change.
 """
 
 from __future__ import annotations
@@ -12,13 +18,16 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db.models import QuerySet
+from django.db import models
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.core.hashing import digest_candidates
+from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
 from idempotency.stores.nodes import breaker_states
 
 BREAKER_MODES = {
@@ -27,6 +36,19 @@ BREAKER_MODES = {
     "half_open": "the database alone, probing Redis",
 }
 MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
+MAX_LOGGED_IDS = 1000  # an access log row names at most this many objects (and counts all)
+# Labels of DuplicateAudit.request_meta keys (the engine's, then payment callbacks').
+META_LABELS = {
+    "remote_addr": "Client IP",
+    "user_agent": "User agent",
+    "request_id": "Request ID (as in the logs)",
+    "provider_txn_id": "Provider transaction",
+    "status": "Provider status",
+    "amount": "Amount",
+    "currency": "Currency",
+    "reason": "Decision",
+}
+HIDDEN_BODY = "(hidden: seeing stored bodies needs the “view stored body” permission)"
 CSV_COLUMNS = [
     "id",
     "at",
@@ -62,16 +84,37 @@ class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     search_fields = ["=key", "scope"]
     date_hierarchy = "created_at"
     exclude = ["response_body"]
-    readonly_fields = ["body_preview"]
 
     @admin.display(description="key", ordering="key")
     def short_key(self, obj: IdempotencyRecord) -> str:
         return _shortened(obj.key)
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["body_preview" if may_see_bodies(request) else "body_hidden"]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Showing a body to a permitted user is logged, before the page is sent."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if request.method == "GET" and response.status_code == 200 and may_see_bodies(request):
+            log_access(
+                request, StaffAccessLog.Action.VIEW_STORED_BODY, IdempotencyRecord, [object_id]
+            )
+        return response
+
     @admin.display(description="response body (first 2 kB)")
     def body_preview(self, obj: IdempotencyRecord) -> str:
         body = bytes(obj.response_body or b"")
         return body[:2048].decode("utf-8", "replace") or "(empty)"
+
+    @admin.display(description="response body")
+    def body_hidden(self, obj: IdempotencyRecord) -> str:
+        return HIDDEN_BODY
 
 
 class ResolutionForm(forms.Form):
@@ -95,6 +138,9 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     ]
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
     search_fields = ["=key", "resource_ref"]
+    search_help_text = "An idempotency key (matched by its keyed hash), or an order's URL"
+    exclude = ["request_meta"]
+    readonly_fields = ["request_details"]
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
 
@@ -109,9 +155,39 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         ]
         return super().changelist_view(request, {**(extra_context or {}), "engine_nodes": nodes})
 
-    @admin.display(description="key", ordering="key")
+    @admin.display(description="key (keyed hash)", ordering="key")
     def short_key(self, obj: DuplicateAudit) -> str:
         return _shortened(obj.key)
+
+    @admin.display(description="request")
+    def request_details(self, obj: DuplicateAudit) -> str:
+        """The request's metadata as labelled fields (client IP, user agent, request id; a
+        payment callback's transaction, status and amount), not raw JSON."""
+        meta = obj.request_meta or {}
+        if not meta:
+            return "—"
+        rows = format_html_join(
+            "",
+            "<tr><th scope='row'>{}</th><td>{}</td></tr>",
+            (
+                (META_LABELS.get(k, k.replace("_", " ").capitalize()), v or "—")
+                for k, v in meta.items()
+            ),
+        )
+        return format_html("<table class='request-details'><tbody>{}</tbody></table>", rows)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[DuplicateAudit], search_term: str
+    ) -> tuple[QuerySet[DuplicateAudit], bool]:
+        """Audits keep keys as keyed hashes, so a key typed in the search box is hashed under
+        every configured hash key (rows from before a rotation match too)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return (
+            queryset.filter(Q(key__in=digest_candidates(term)) | Q(resource_ref__icontains=term)),
+            False,
+        )
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         """Marking reviewed is the one write on audits: it needs the model's change permission
@@ -156,9 +232,38 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         response["Content-Disposition"] = f'attachment; filename="duplicate-audits-{stamp}.csv"'
         writer = csv.writer(response)
         writer.writerow(CSV_COLUMNS)
+        ids = []
         for audit in queryset.order_by("at", "id").iterator():
             writer.writerow([_csv_cell(_value(audit, column)) for column in CSV_COLUMNS])
+            ids.append(audit.pk)
+        log_access(request, StaffAccessLog.Action.EXPORT_AUDITS, DuplicateAudit, ids)
         return response
+
+
+@admin.register(StaffAccessLog)
+class StaffAccessLogAdmin(ReadOnlyAdmin):
+    """Who saw stored bodies or exported audits: read-only, for the data-protection officer."""
+
+    list_display = ["at", "actor", "action", "object_type", "row_count"]
+    list_filter = ["action", "at"]
+    search_fields = ["=actor"]
+    date_hierarchy = "at"
+
+
+def may_see_bodies(request: HttpRequest) -> bool:
+    return request.user.has_perm("idempotency.view_stored_body")
+
+
+def log_access(
+    request: HttpRequest, action: str, model: type[models.Model], ids: list[Any]
+) -> StaffAccessLog:
+    return StaffAccessLog.objects.create(
+        actor=request.user.get_username(),
+        action=action,
+        object_type=model._meta.label,
+        object_ids=[str(i) for i in ids[:MAX_LOGGED_IDS]],
+        row_count=len(ids),
+    )
 
 
 def _shortened(key: str, limit: int = 24) -> str:

@@ -46,8 +46,18 @@ DEFAULTS: dict[str, Any] = {
     "LOCAL_CACHE_BYTES": 64 * 1024 * 1024,  # per process, besides the entry count
     "LOCAL_CACHE_TTL_SECONDS": 60.0,
     "WAIT_POLL_MS": 50,
+    # Audits (idempotency/stores/audit_stream.py): each node's Redis stream keeps at most about
+    # this many entries not yet drained into the database; a drain copies at most
+    # AUDIT_DRAIN_BATCH entries per transaction
+    "AUDIT_STREAM_MAXLEN": 1_000_000,
+    "AUDIT_DRAIN_BATCH": 1000,
+    # The in-process fallback (idempotency/stores/audit_pending.py): written every
+    # AUDIT_FLUSH_SECONDS, at most AUDIT_QUEUE_MAX events waiting, each tried
+    # AUDIT_WRITE_ATTEMPTS times
     "AUDIT_FLUSH_SECONDS": 1.0,
-    # False: audits wait in the queue until someone calls audit.writer.flush() (tests)
+    "AUDIT_QUEUE_MAX": 10_000,
+    "AUDIT_WRITE_ATTEMPTS": 5,
+    # False: the fallback waits until someone calls drain_audits() (tests)
     "AUDIT_IN_BACKGROUND": True,
     "HOT_TENANT_BUCKETS": {},  # tenant_key -> number of sub-buckets
     # CircuitBreaker keyword arguments (idempotency/stores/breaker.py): window_seconds, min_calls,
@@ -116,6 +126,10 @@ DEFAULTS: dict[str, Any] = {
     "AUDIT_RETENTION_OVERRIDES": None,
     # rows one DELETE removes when purging expired records and audits
     "PURGE_BATCH_SIZE": 1000,
+    # Keyed hashes (idempotency/core/hashing.py): [(key_id, secret), ...], newest first. New
+    # fingerprints, field hashes and the keys in audits and logs use the first; all verify.
+    # Empty: a key derived from SECRET_KEY, refused off DEBUG by `manage.py check`.
+    "HASH_KEYS": (),
 }
 
 

@@ -35,17 +35,20 @@ from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from redis.exceptions import RedisError
 
-from idempotency import audit, metrics
+from idempotency import metrics
+from idempotency.audit import MISS, AuditEvent
 from idempotency.core import responses
 from idempotency.core.conf import Policy, engine_hook, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import FINGERPRINT_VERSION, diff_field_hashes
+from idempotency.core.hashing import keyed_digest
 from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
 from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
 from idempotency.core.transactions import engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
+from idempotency.stores import audit_stream
 from idempotency.stores import database as db_store
 from idempotency.stores import database_claim
 from idempotency.stores.local_cache import LocalResultCache
@@ -75,6 +78,11 @@ class IdempotentRequest:
     # region canaries, and a version pinned by a staff or test client (X-Lua-Version).
     region: str | None = None
     script_pin: int | None = None
+    # The version new fingerprints are stored under (it names the hash key, see
+    # idempotency/core/fingerprint.py), and the per-field hashes under another version, for
+    # naming the differing fields against an entry stored before a key rotation.
+    fingerprint_version: int = FINGERPRINT_VERSION
+    field_hashes_under: Callable[[int], dict[str, str]] | None = None
 
     @cached_property
     def scripts(self) -> dict[str, ScriptRef]:
@@ -91,7 +99,7 @@ class IdempotentRequest:
 
     @property
     def fingerprint(self) -> str:
-        return self.fingerprints[FINGERPRINT_VERSION]
+        return self.fingerprints[self.fingerprint_version]
 
     @cached_property
     def ttl_seconds(self) -> int:
@@ -148,7 +156,7 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
         claim = store.claim(
             key=req.scoped.redis_key,
             fingerprints=req.fingerprints,
-            current_version=FINGERPRINT_VERSION,
+            current_version=req.fingerprint_version,
             owner=owner,
             lease_ms=engine_setting("LEASE_MS"),
             field_hashes=req.field_hashes,
@@ -247,7 +255,7 @@ def _execute(
     else:
         _finish(store, req, owner, stored)
         _remember(req, stored)
-    metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="MISS")
+    _audit(req, MISS, source="redis" if store is not None else "database")
     response[responses.RESULT_HEADER] = "MISS"
     return response
 
@@ -306,7 +314,7 @@ def _record(req: IdempotentRequest, stored: StoredResponse) -> None:
     if not db_store.insert_record(
         scoped=req.scoped,
         fingerprint=req.fingerprint,
-        fingerprint_version=FINGERPRINT_VERSION,
+        fingerprint_version=req.fingerprint_version,
         field_hashes=req.field_hashes,
         response=stored,
         ttl_seconds=req.ttl_seconds,
@@ -322,9 +330,20 @@ def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> Http
             _remember(req, result.response)
         _audit(req, "HIT", source=source, resource=_location(result.response))
         return responses.replay(result.response, render_pointer=req.render_pointer)
-    differing = diff_field_hashes(result.stored_field_hashes or {}, req.field_hashes)
+    differing = diff_field_hashes(result.stored_field_hashes or {}, _field_hashes_as(req, result))
     _audit(req, "REUSED", source=source, differing=differing)
     return responses.key_reused()
+
+
+def _field_hashes_as(req: IdempotentRequest, result: ClaimResult) -> dict[str, str]:
+    """The request's field hashes under the version the stored entry was hashed with."""
+    version = result.fingerprint_version
+    if version in (None, req.fingerprint_version) or req.field_hashes_under is None:
+        return req.field_hashes
+    try:
+        return req.field_hashes_under(version)
+    except ValueError:  # a key no longer configured: every field is reported as differing
+        return {}
 
 
 def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> ClaimResult:
@@ -348,7 +367,7 @@ def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
     cache.put(
         req.scoped.redis_key,
         fingerprint=req.fingerprint,
-        fingerprint_version=FINGERPRINT_VERSION,
+        fingerprint_version=req.fingerprint_version,
         response=stored,
         ttl_s=req.ttl_seconds,
     )
@@ -392,12 +411,14 @@ def _audit(
     differing: list[str] | None = None,
     resource: str = "",
 ) -> None:
+    """Count the outcome and report it (durably, before the answer leaves: a client that saw
+    a replay can find its audit, idempotency/stores/audit_stream.py)."""
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
-    audit.writer.record(
-        audit.AuditEvent(
+    audit_stream.report(
+        AuditEvent(
             tenant_key=req.scoped.tenant,
             endpoint=req.endpoint,
-            key=req.scoped.key,
+            key=keyed_digest(req.scoped.key),
             outcome=outcome,
             source=source,
             principal=req.scoped.principal,

@@ -10,6 +10,13 @@ The canonical form is versioned: :data:`FINGERPRINT_VERSION` is mixed into every
 the stores keep the version next to the fingerprint, so the form can evolve in a rolling
 deploy (see ``RedisIdempotencyStore.claim``'s ``fingerprints`` argument).
 
+Fingerprints and per-field hashes the engine stores are keyed (HMAC-SHA256 under one of
+``IDEMPOTENCY["HASH_KEYS"]``, :mod:`idempotency.core.hashing`), and the version says which key:
+``keyed_version(key_id) = 100 x key_id + form``. Version ``1`` is the unkeyed SHA-256 of form 1,
+still computed so that entries stored before keys existed verify; a request carries its
+fingerprint under every configured key (:func:`keyed_fingerprints`), so entries stored under
+the previous key verify during a rotation.
+
 Per-field hashes (:func:`field_hashes`) let a mismatch audit say *which* declared fields
 differed without storing the values themselves.
 """
@@ -34,13 +41,29 @@ __all__ = [
     "field_hashes",
     "fingerprint",
     "fingerprint_diff",
+    "key_id_of",
+    "keyed_fingerprints",
+    "keyed_version",
 ]
 
 FINGERPRINT_VERSION = 1
 """The version new fingerprints are computed under."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
-"""Every version this code can compute; a rolling deploy passes all of them to ``claim``."""
+"""Every canonical form this code can compute; a rolling deploy passes all to ``claim``."""
+
+_KEYED = 100  # keyed version = _KEYED * key id + form
+
+
+def keyed_version(key_id: int, form: int = FINGERPRINT_VERSION) -> int:
+    """The version of a fingerprint of ``form`` keyed under hash key ``key_id``."""
+    return _KEYED * key_id + form
+
+
+def key_id_of(version: int) -> int | None:
+    """The hash key a version was keyed under; None for an unkeyed version."""
+    return version // _KEYED or None
+
 
 FIELD_HASH_HEX_CHARS = 16
 """Per-field hashes are truncated: they only need to tell fields apart, not resist attack."""
@@ -70,16 +93,33 @@ def fingerprint(
     fields: Sequence[str] | None,
     *,
     version: int = FINGERPRINT_VERSION,
+    secret: bytes | None = None,
 ) -> str:
-    """Hex SHA-256 of ``"v<version>:"`` + the canonical payload.
+    """Hex SHA-256 (HMAC-SHA256 under ``secret`` for a keyed version) of ``"v<version>:"`` +
+    the canonical payload.
 
-    Only versions in :data:`SUPPORTED_VERSIONS` are accepted: labelling a hash with a version
-    whose canonical form this code does not implement would make later comparisons lie.
+    Only forms in :data:`SUPPORTED_VERSIONS` are accepted: labelling a hash with a version
+    whose canonical form this code does not implement would make later comparisons lie; a
+    keyed version needs its ``secret``, an unkeyed one refuses one.
     """
-    _check_version(version)
-    digest = hashlib.sha256(f"v{version}:".encode("ascii"))
-    digest.update(canonical_payload(data, fields))
-    return digest.hexdigest()
+    _check_version(version, secret)
+    payload = f"v{version}:".encode("ascii") + canonical_payload(data, fields)
+    if secret is None:
+        return hashlib.sha256(payload).hexdigest()
+    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+
+
+def keyed_fingerprints(
+    data: Mapping[str, object], fields: Sequence[str] | None, keys: Sequence[tuple[int, bytes]]
+) -> dict[int, str]:
+    """The fingerprint under every ``(key_id, secret)`` and the unkeyed form-1 version, for
+    ``claim``: entries stored under any of them verify."""
+    result = all_fingerprints(data, fields)
+    for key_id, secret in keys:
+        for form in SUPPORTED_VERSIONS:
+            version = keyed_version(key_id, form)
+            result[version] = fingerprint(data, fields, version=version, secret=secret)
+    return result
 
 
 def all_fingerprints(data: Mapping[str, object], fields: Sequence[str] | None) -> dict[int, str]:
@@ -100,7 +140,7 @@ def field_hashes(
     A low-entropy value (a quantity, a coupon code) can be recovered from a plain hash by
     trying candidates; pass ``secret`` to key the hashes (HMAC-SHA256) when that matters.
     """
-    _check_version(version)
+    _check_form(version)
     selected = _select(data, fields)
     return {
         name: _short_hash(
@@ -127,9 +167,15 @@ def fingerprint_diff(
     )
 
 
-def _check_version(version: int) -> None:
-    if version not in SUPPORTED_VERSIONS:
+def _check_form(version: int) -> None:
+    if version % _KEYED not in SUPPORTED_VERSIONS:
         raise ValueError(f"unsupported fingerprint version {version!r}")
+
+
+def _check_version(version: int, secret: bytes | None = None) -> None:
+    _check_form(version)
+    if (key_id_of(version) is None) != (secret is None):
+        raise ValueError(f"fingerprint version {version!r} is keyed iff a secret is given")
 
 
 def _short_hash(payload: bytes, secret: bytes | None) -> str:

@@ -12,11 +12,11 @@ import redis
 from django.conf import settings
 from django.test import Client
 
-from idempotency.audit import writer
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.stores import nodes
 from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.scope import tenant_redaction
+from idempotency.stores.audit_stream import discard_all
 from idempotency.tests.testapp.views import behaviour
 
 
@@ -43,7 +43,7 @@ def idem_keys(client: redis.Redis | None = None) -> list[bytes]:
 def clean_engine() -> Iterator[None]:
     """No idempotency state left over from another test: Redis keys, cached results, nodes and
     breakers, queued audits, rate lookups, view switches."""
-    writer.discard()
+    discard_all()
     keys = idem_keys()
     if keys:
         suite_redis().delete(*keys)
@@ -54,7 +54,7 @@ def clean_engine() -> Iterator[None]:
     tenant_redaction.clear()
     yield
     nodes.reset()
-    writer.discard()
+    discard_all()
 
 
 @pytest.fixture(params=["redis", "database"])

@@ -88,6 +88,7 @@ IDEMPOTENCY = {
     "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS") or "{}"),
     # audits wait for an explicit flush: no thread writes outside a test's transaction
     "AUDIT_IN_BACKGROUND": False,
+    "HASH_KEYS": [(1, "the-engine-test-suite-hash-key-only-0123456789")],
     # no heartbeat thread writing to Redis behind the tests' backs
     "INSTANCE_REGISTRY": False,
     # counts view executions in memory (the live server runs in the test's process)

@@ -23,9 +23,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
-from idempotency.audit import writer
 from idempotency.models import LuaScriptChange, LuaScriptVersion
 from idempotency.scripts.versions import ScriptRejected, promote, shipped_source
+from idempotency.stores.audit_stream import drain_audits
 from idempotency.tests.conftest import post_note, suite_redis
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -106,7 +106,7 @@ def test_a_full_pass_is_recorded_and_nothing_else_touches_the_live_redis_or_data
     # given live data: replies and a token-like key in Redis, records, notes and audits
     first = post_note(Client(), tenant, key="live-1")
     post_note(Client(), tenant, key="live-1")  # a replay: one audit row
-    writer.flush()
+    drain_audits()
     client = suite_redis()
     client.set("idem:{t:live}:tok:abc", "p:alice", ex=24 * 3600)
     client.hset("app:session:42", mapping={"user": "7"})

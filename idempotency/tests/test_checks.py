@@ -37,7 +37,12 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "LOCAL_CACHE_BYTES": (0, "must be a positive integer"),
     "LOCAL_CACHE_TTL_SECONDS": (-1.0, "must be 0 or more"),
     "WAIT_POLL_MS": (0, "must be a positive integer"),
+    "HASH_KEYS": ([(1, "short")], "shorter than 32 characters"),
+    "AUDIT_STREAM_MAXLEN": (0, "must be a positive integer"),
+    "AUDIT_DRAIN_BATCH": (-1, "must be a positive integer"),
     "AUDIT_FLUSH_SECONDS": (0, "must be more than 0"),
+    "AUDIT_QUEUE_MAX": ("10k", "must be a positive integer"),
+    "AUDIT_WRITE_ATTEMPTS": (0, "must be a positive integer"),
     "AUDIT_IN_BACKGROUND": (1, "must be True or False"),
     "HOT_TENANT_BUCKETS": ({"t1": 0}, "gives tenant 't1' 0 buckets"),
     "BREAKER": ({"p99_ms": 200}, "has an unknown option"),
@@ -222,3 +227,14 @@ def test_sqlite_without_immediate_transactions_is_a_warning(settings, options, w
     }
     ids = [m.id for m in check_engine_settings()]
     assert ("idempotency.W002" in ids) is warned
+def test_off_debug_keyed_hashes_need_a_secret_of_their_own(settings: Any) -> None:
+    """As a site refuses to run without SECRET_KEY: no HASH_KEYS off DEBUG is an error."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": []}
+    settings.DEBUG = False
+    [refusal] = [m for m in run_checks() if m.id == "idempotency.E004"]
+    assert refusal.is_serious() and 'IDEMPOTENCY["HASH_KEYS"] is empty' in refusal.msg
+    settings.DEBUG = True
+    assert [m for m in run_checks() if m.id == "idempotency.E004"] == []
+    settings.DEBUG = False
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [(1, "s" * 40)]}
+    assert [m for m in run_checks() if m.id == "idempotency.E004"] == []

@@ -17,7 +17,13 @@ from idempotency.core import responses, tokens
 from idempotency.core.conf import Policy, engine_hook, engine_setting, required_hook
 from idempotency.core.engine import IdempotentRequest
 from idempotency.core.error_codes import IdempotencyErrorCode
-from idempotency.core.fingerprint import FINGERPRINT_VERSION, all_fingerprints, field_hashes
+from idempotency.core.fingerprint import (
+    field_hashes,
+    key_id_of,
+    keyed_fingerprints,
+    keyed_version,
+)
+from idempotency.core.hashing import hash_keys, key_by_id
 from idempotency.core.keys import InvalidKey, ScopedKey, automatic_key, validate_key
 from idempotency.core.tenant_policy import tenant_record_ttl
 
@@ -44,9 +50,11 @@ def prepare(
     if identity is None:
         return None
     tenant, principal = identity
+    keys = hash_keys()
+    version = keyed_version(keys[0].id)
     try:
-        fingerprints = all_fingerprints(payload, None)
-        hashes = field_hashes(payload, None)
+        fingerprints = keyed_fingerprints(payload, None, [(k.id, k.secret) for k in keys])
+        hashes = field_hashes(payload, None, secret=keys[0].secret, version=version)
     except (ValueError, TypeError, RecursionError) as exc:
         # e.g. two keys equal after Unicode normalisation: the operation has no canonical form
         return responses.problem(
@@ -64,7 +72,7 @@ def prepare(
             except tokens.InvalidToken as exc:
                 return responses.problem(400, IdempotencyErrorCode.TOKEN_INVALID, str(exc))
     elif policy.auto_key_window:
-        key = automatic_key(fingerprints[FINGERPRINT_VERSION])
+        key = automatic_key(fingerprints[version])
     elif policy.required:
         metrics.count(tenant=tenant, endpoint=_endpoint(request), outcome="INVALID")
         return responses.problem(
@@ -104,6 +112,8 @@ def prepare(
         token=token,
         region=_resolve("TENANT_REGION", tenant),
         script_pin=script_pin(request),
+        fingerprint_version=version,
+        field_hashes_under=lambda other: _field_hashes_under(payload, other),
     )
 
 
@@ -125,13 +135,28 @@ def _resolve(setting: str, arg: Any) -> Any:
 
 
 def request_meta(request: HttpRequest) -> dict[str, str]:
-    """What an audit keeps about the caller (no body, no credentials)."""
+    """What an audit keeps about the caller (no body, no credentials).
+
+    The request id is the one the host's request-logging middleware assigned
+    (``request.request_id``: the caller's ``X-Request-ID`` when sane, else a fresh one, as in
+    the logs and the response header), so an audit leads to the request's log lines."""
     meta = request.META
+    request_id = getattr(request, "request_id", "") or meta.get("HTTP_X_REQUEST_ID", "")
     return {
         "remote_addr": meta.get("REMOTE_ADDR", ""),
         "user_agent": meta.get("HTTP_USER_AGENT", "")[:200],
-        "request_id": meta.get("HTTP_X_REQUEST_ID", "")[:100],
+        "request_id": str(request_id)[:100],
     }
+
+
+def _field_hashes_under(payload: dict[str, Any], version: int) -> dict[str, str]:
+    """The per-field hashes under another (older) version's key; ValueError if that key is
+    no longer configured."""
+    key_id = key_id_of(version)
+    key = key_by_id(key_id) if key_id is not None else None
+    if key_id is not None and key is None:
+        raise ValueError(f"hash key {key_id} is no longer configured")
+    return field_hashes(payload, None, secret=key.secret if key else None, version=version)
 
 
 def _route(request: HttpRequest) -> str:

@@ -74,6 +74,15 @@ def reclaim_stale_leases() -> dict[str, int]:
     return reclaim().as_dict()
 
 
+@shared_task(name="ordering.drain_idempotency_audits")
+def drain_idempotency_audits() -> int:
+    """Copy the engine's audit streams into the database (beat). Safe to run twice or at once
+    on two workers: each node's cursor row decides (idempotency/stores/audit_stream.py)."""
+    from idempotency.stores.audit_stream import drain_audits
+
+    return drain_audits()
+
+
 @shared_task(bind=True, name=dispatch.COMPLETE_SIMULATED_PAYMENT, max_retries=3)
 def complete_simulated_payment(self: Task, provider_name: str, provider_txn_id: str) -> str:
     """Demo only: the simulated provider confirms a payment through the signed webhook."""

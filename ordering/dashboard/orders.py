@@ -13,8 +13,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
-from idempotency import audit
+from idempotency.audit import AuditEvent
+from idempotency.core.hashing import keyed_digest
 from idempotency.selectors import has_committed_result
+from idempotency.stores.audit_stream import report
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta
 from ordering.actors import describe_actors
@@ -182,15 +184,16 @@ def _audit_conflict(request: HttpRequest, order: Order) -> None:
     scoped = getattr(request, "idempotency", None)
     if scoped is None:
         return
-    audit.writer.record(
-        audit.AuditEvent(
+    report(
+        AuditEvent(
             tenant_key=scoped.tenant,
             endpoint=f"{scoped.method} {scoped.route}",
-            key=scoped.key,
+            key=keyed_digest(scoped.key),
             outcome="CONFLICT",
             source="database",
             principal=scoped.principal,
             request_meta=request_meta(request),
             resource_ref=reverse("dash-order", kwargs={"order_id": order.pk}),
-        )
+        ),
+        in_transaction=True,
     )

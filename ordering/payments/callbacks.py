@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from idempotency.audit import AuditEvent, writer
+from idempotency.audit import AuditEvent
+from idempotency.core.hashing import keyed_digest
+from idempotency.stores.audit_stream import report
 from ordering.background.outbox import emit_event
 from ordering.models import (
     EventType,
@@ -124,9 +126,8 @@ def handle_payment_callback(
             decision = _apply(order=order, payment=payment, event=event, provider=provider.name)
             PaymentCallback.all_tenants.filter(pk=inbox.pk).update(outcome=decision.outcome)
         if decision.audit:
-            transaction.on_commit(
-                lambda: _audit(order=order, event=event, provider=provider.name, decision=decision)
-            )
+            # in this transaction: the audit exists exactly when the decision committed
+            _audit(order=order, event=event, provider=provider.name, decision=decision)
     return CallbackResult(
         outcome=decision.outcome,
         order_id=order.pk,
@@ -217,11 +218,11 @@ def _conflict(
 
 
 def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:
-    writer.record(
+    report(
         AuditEvent(
             tenant_key=str(order.tenant_id),
             endpoint=AUDIT_ENDPOINT,
-            key=f"{provider}:{event.event_id}",
+            key=keyed_digest(f"{provider}:{event.event_id}"),
             outcome=decision.audit or "HIT",
             source="database",
             principal=f"provider:{provider}",
@@ -233,7 +234,8 @@ def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Deci
                 "reason": decision.reason,
             },
             resource_ref=str(order.pk),
-        )
+        ),
+        in_transaction=True,
     )
 
 

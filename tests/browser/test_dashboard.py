@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import httpx
@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from idempotency.audit import writer
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.audit import AuditEvent, save_events
+from idempotency.models import DuplicateAudit
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import Dish, OrderStatus, OrderTransition
 from tenants.models import Tenant
 from tests.browser.conftest import screenshot
@@ -125,7 +126,7 @@ def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate
     assert OrderTransition.all_tenants.filter(order=order, to_status=S.ACCEPTED).count() == 1
     screenshot(page, "order-after-double-click.png")
 
-    writer.flush()  # live_server runs in this process; audits wait in its queue
+    drain_audits()  # live_server runs in this process; audits wait in its queue
     hits = DuplicateAudit.objects.filter(
         outcome="HIT", resource_ref=f"/dashboard/orders/{order.pk}/"
     )
@@ -151,39 +152,33 @@ HOURLY_HITS = [0, 0, 0, 0, 0, 0, 1, 1, 2, 4, 6, 3, 1, 1, 0, 1, 3, 5, 7, 4, 2, 1,
 
 
 def seed_history(tenant: Tenant) -> None:
-    """A day of traffic, for the chart: lunch and dinner peaks, with their duplicates."""
+    """A day of traffic, for the chart: lunch and dinner peaks, with their duplicates, written
+    as the engine reports them (audit rows and hourly counts)."""
     now = timezone.now()
     top = now.replace(minute=0, second=0, microsecond=0)
-    records, audits = [], []
+    events = []
     for i, (firsts, hits) in enumerate(zip(HOURLY_FIRSTS, HOURLY_HITS, strict=True)):
         hour = top - timedelta(hours=23 - i) + timedelta(minutes=7)
         if hour > now:
             hour = now
-        for n in range(firsts):
-            records.append(
-                IdempotencyRecord(
-                    tenant_key=str(tenant.pk),
-                    scope="client:1/diner:-|POST|api/v1/orders/",
-                    key=f"history-{i}-{n}",
-                    fingerprint="0" * 64,
-                    response_status=201,
-                    created_at=hour,
-                    expires_at=hour + timedelta(hours=72),
-                )
-            )
-        for n in range(hits):
-            audits.append(
-                DuplicateAudit(
-                    tenant_key=str(tenant.pk),
-                    endpoint="POST api/v1/orders/",
-                    key=f"history-{i}-{n}",
-                    outcome="HIT",
-                    source="redis",
-                    at=hour + timedelta(seconds=3),
-                )
-            )
-    IdempotencyRecord.objects.bulk_create(records)
-    DuplicateAudit.objects.bulk_create(audits)
+        events += [history(tenant, "MISS", f"history-{i}-{n}", hour) for n in range(firsts)]
+        events += [
+            history(tenant, "HIT", f"history-{i}-{n}", hour + timedelta(seconds=3))
+            for n in range(hits)
+        ]
+    save_events(events)
+
+
+def history(tenant: Tenant, outcome: str, key: str, at: datetime) -> AuditEvent:
+    return AuditEvent(
+        tenant_key=str(tenant.pk),
+        endpoint="POST api/v1/orders/",
+        key=key,
+        outcome=outcome,
+        source="redis",
+        principal="client:1/diner:-",
+        at=at,
+    )
 
 
 def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_server):
@@ -197,7 +192,7 @@ def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_ser
     reused = place_via_api(live_server.url, "retry-after-timeout", changed, api_key)
     assert (first.status_code, replay.status_code, reused.status_code) == (201, 201, 422)
     assert replay.headers["X-Idempotent-Result"] == "HIT"
-    writer.flush()
+    drain_audits()
 
     log_in(page, live_server.url, "roma-owner", "/dashboard/idempotency/")
 

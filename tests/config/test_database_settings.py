@@ -1,4 +1,4 @@
-"""Workers keep their PostgreSQL connection and check it before reuse (ADR 0005)."""
+"""Workers keep their PostgreSQL connection and check it before reuse (ADR 0006)."""
 
 from __future__ import annotations
 

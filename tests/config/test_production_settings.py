@@ -101,6 +101,14 @@ def test_without_debug_in_the_environment_the_app_runs_as_production() -> None:
             "SECRET_KEY must be set",
             id="a-startproject-key",
         ),
+        pytest.param(
+            {"IDEMPOTENCY_HASH_KEY": None}, "IDEMPOTENCY_HASH_KEY must be set", id="no-hash-key"
+        ),
+        pytest.param(
+            {"IDEMPOTENCY_HASH_KEY": "dev-only-idempotency-hash-key-change-me"},
+            "IDEMPOTENCY_HASH_KEY must be set",
+            id="the-repository-hash-key",
+        ),
         pytest.param({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name", id="no-allowed-hosts"),
         pytest.param({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name", id="blank-hosts"),
         pytest.param(

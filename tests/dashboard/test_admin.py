@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Order, OrderStatus, OrderTransition
 from tenants.models import ApiClient, Tenant
@@ -91,11 +92,16 @@ def test_order_search_by_id(staff, mine, theirs):
 # --- duplicate-hit audits ------------------------------------------------------------------
 
 
+RAW_KEYS: dict[str, str] = {}  # keyed hash -> the key it was made from
+
+
 def make_audit(tenant_key: str, outcome: str, key: str, days_ago: int = 0, **fields):
+    """An audit as the engine writes it: the key kept as its keyed hash."""
+    RAW_KEYS[keyed_digest(key)] = key
     return DuplicateAudit.objects.create(
         tenant_key=tenant_key,
         endpoint=fields.pop("endpoint", "POST api/v1/orders/"),
-        key=key,
+        key=keyed_digest(key),
         outcome=outcome,
         at=timezone.now() - timedelta(days=days_ago),
         **fields,
@@ -113,6 +119,7 @@ def audits(db) -> dict[str, DuplicateAudit]:
             "=cmd|' /C calc'!A0",
             days_ago=10,
             endpoint="POST dashboard/orders/<int:order_id>/transition/",
+            resource_ref="=HYPERLINK(1)",
         ),
     }
 
@@ -120,7 +127,7 @@ def audits(db) -> dict[str, DuplicateAudit]:
 def listed(staff: Client, **params: str) -> set[str]:
     page = staff.get("/admin/idempotency/duplicateaudit/", params)
     assert page.status_code == 200
-    return {a.key for a in page.context["cl"].result_list}
+    return {RAW_KEYS[a.key] for a in page.context["cl"].result_list}
 
 
 def test_audit_list_filters_and_search(staff, audits):
@@ -142,7 +149,7 @@ def test_audit_lists_name_tenants_and_show_the_breakers_to_staff(staff, mine, th
     make_audit(str(theirs.tenant.pk), "HIT", "k-theirs")
     page = staff.get("/admin/idempotency/duplicateaudit/")
     html = page.content.decode()
-    rows = {a.key: a.tenant_label for a in page.context["cl"].result_list}
+    rows = {RAW_KEYS[a.key]: a.tenant_label for a in page.context["cl"].result_list}
     assert rows == {"k-mine": mine.tenant.name, "k-theirs": theirs.tenant.name}
     assert f'?tenant_key={theirs.tenant.pk}"' in html and f">{theirs.tenant.name}</a>" in html
     assert page.context["engine_nodes"][0]["state"] == "closed"
@@ -156,7 +163,7 @@ def test_audit_rows_are_read_only(staff, audits):
     assert staff.post(url, {"key": "changed"}).status_code == 403
     assert staff.get("/admin/idempotency/duplicateaudit/add/").status_code == 403
     assert staff.post(url.replace("change", "delete"), {"post": "yes"}).status_code == 403
-    assert DuplicateAudit.objects.get(pk=audits["hit"].pk).key == "k-hit"
+    assert DuplicateAudit.objects.get(pk=audits["hit"].pk).key == keyed_digest("k-hit")
 
 
 def test_mark_reviewed_asks_for_a_note_then_applies_it(staff, audits):
@@ -205,7 +212,9 @@ def test_csv_export_has_every_column_and_defuses_formulas(staff, audits):
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
     assert r["Content-Disposition"].startswith('attachment; filename="duplicate-audits-')
     rows = list(csv.DictReader(io.StringIO(r.content.decode())))
-    assert [row["key"] for row in rows] == ["'=cmd|' /C calc'!A0", "k-hit", "k-reused"]
+    keys = ["=cmd|' /C calc'!A0", "k-hit", "k-reused"]
+    assert [row["key"] for row in rows] == [keyed_digest(k) for k in keys]  # never the key
+    assert rows[0]["resource_ref"] == "'=HYPERLINK(1)"  # a formula, defused
     assert rows[2]["differing_fields"] == "items" and rows[1]["resource_ref"].endswith("777/")
 
 

@@ -6,29 +6,31 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.audit import AuditEvent, save_events
 from idempotency.selectors import HourlyHits, hourly_hits, outcome_totals
 from ordering.dashboard.charts import PLOT_BOTTOM, PLOT_TOP, hit_rate_chart
 
 NOW = datetime(2030, 5, 17, 14, 25, tzinfo=UTC)
 
 
-def hit(tenant_key: str, at: datetime, outcome: str = "HIT") -> None:
-    DuplicateAudit.objects.create(
-        tenant_key=tenant_key, endpoint="POST x", key=f"k{at}", outcome=outcome, at=at
+def event(tenant_key: str, at: datetime, outcome: str, key: str = "k") -> AuditEvent:
+    return AuditEvent(
+        tenant_key=tenant_key,
+        endpoint="POST x",
+        key=key,
+        outcome=outcome,
+        source="redis",
+        principal="p",
+        at=at,
     )
+
+
+def hit(tenant_key: str, at: datetime, outcome: str = "HIT") -> None:
+    save_events([event(tenant_key, at, outcome)])
 
 
 def first(tenant_key: str, at: datetime, key: str) -> None:
-    IdempotencyRecord.objects.create(
-        tenant_key=tenant_key,
-        scope="s",
-        key=key,
-        fingerprint="f",
-        response_status=201,
-        created_at=at,
-        expires_at=at + timedelta(days=3),
-    )
+    save_events([event(tenant_key, at, "MISS", key)])
 
 
 @pytest.mark.django_db
@@ -54,7 +56,7 @@ def test_hourly_hits_fill_gaps_and_keep_to_the_window_and_tenant():
     assert sum(h.total for h in hours) == 6
     assert all(h.hit_rate is None for h in hours[:-4])
     totals = outcome_totals(tenant_key="7", since=NOW - timedelta(hours=24))
-    assert totals == {"HIT": 3, "IN_PROGRESS": 0, "REUSED": 1, "CONFLICT": 0}
+    assert totals == {"MISS": 3, "HIT": 3, "IN_PROGRESS": 0, "REUSED": 1, "CONFLICT": 0}
 
 
 def test_chart_scales_bars_to_the_busiest_hour():

@@ -12,7 +12,9 @@ from django.contrib.staticfiles import finders
 from django.templatetags.static import static
 from django.utils import timezone
 
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.audit import AuditEvent, save_events
+from idempotency.core.hashing import keyed_digest
+from idempotency.models import DuplicateAudit
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
@@ -156,11 +158,11 @@ def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, m
     assert "Not applied: accept is not allowed from ACCEPTED. It is ACCEPTED now" in (
         merchant.get(url).content.decode()
     )
-    from idempotency.audit import writer
+    from idempotency.stores.audit_stream import drain_audits
 
-    writer.flush()
+    drain_audits()
     [conflict] = DuplicateAudit.objects.filter(outcome="CONFLICT")
-    assert conflict.key == tab_2 and conflict.resource_ref == url
+    assert conflict.key == keyed_digest(tab_2) and conflict.resource_ref == url
     assert conflict.tenant_key == str(mine.tenant.pk)
 
 
@@ -341,26 +343,26 @@ def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, t
 
 
 def audit(tenant, outcome, at, **fields):
-    return DuplicateAudit.objects.create(
-        tenant_key=str(tenant.pk),
-        endpoint=fields.pop("endpoint", "POST api/v1/orders/"),
-        key=fields.pop("key", f"k-{outcome}-{at.timestamp()}"),
-        outcome=outcome,
-        at=at,
-        **fields,
+    """An outcome as the engine reports it: an audit row (but for MISS) and its count."""
+    save_events(
+        [
+            AuditEvent(
+                tenant_key=str(tenant.pk),
+                endpoint=fields.pop("endpoint", "POST api/v1/orders/"),
+                key=fields.pop("key", f"k-{outcome}-{at.timestamp()}"),
+                outcome=outcome,
+                source=fields.pop("source", "redis"),
+                principal="user:1",
+                at=at,
+                **fields,
+            )
+        ]
     )
 
 
 def record(tenant, key, at):
-    return IdempotencyRecord.objects.create(
-        tenant_key=str(tenant.pk),
-        scope="user:1|POST|api/v1/orders/",
-        key=key,
-        fingerprint="f" * 64,
-        response_status=201,
-        created_at=at,
-        expires_at=at + timedelta(hours=72),
-    )
+    """A first execution, counted."""
+    audit(tenant, "MISS", at, key=key)
 
 
 def test_idempotency_page_shows_repeats_refusals_and_their_orders_in_plain_words(

@@ -44,6 +44,7 @@ SIMULATED_PROVIDER_SECRET = "hardening-simulated-provider-secret"
 PRODUCTION_LIKE_ENV: dict[str, str | None] = {
     "DEBUG": "0",
     "SECRET_KEY": "hardening-sweep-secret-key-not-for-production-use",
+    "IDEMPOTENCY_HASH_KEY": "hardening-sweep-hash-key-not-for-production-use",
     "ALLOWED_HOSTS": "127.0.0.1,localhost",
     "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
     "REDIS_URL": settings.REDIS_URL or "redis://127.0.0.1:6379/0",

@@ -2,8 +2,11 @@
 
 - a first execution of POST /api/v1/orders/ adds at most 2 Redis round trips (claim, finish)
   and exactly one database round trip (the record insert, in the business transaction);
-- a replay answered from Redis makes 0 database queries of the engine's and 1 Redis round trip;
-- a replay answered from the local cache makes neither.
+- a replay answered from Redis makes 0 database queries of the engine's and 2 Redis round trips
+  (the claim, and the XADD of its audit to the node's stream, which makes the audit survive a
+  SIGKILL of the worker: idempotency/stores/audit_stream.py);
+- a replay answered from the local cache makes no query and 1 Redis round trip (the XADD).
+The first execution's count is batched in the process, so it costs no round trip.
 Authentication (a session's cached state, or an API key's SELECT) happens before the engine and
 is not its cost; the write rate limiter (one more Redis round trip when enabled) is switched off
 here, as it is a separate feature (docs/idempotency.md).
@@ -85,19 +88,19 @@ def test_first_execution_adds_two_redis_round_trips_and_one_insert(
     assert "idempotency_idempotencyrecord" in " ".join(extra)
 
 
-def test_replay_from_redis_costs_one_round_trip_and_no_query(api, menu, redis_calls):
+def test_replay_from_redis_costs_two_round_trips_and_no_query(api, menu, redis_calls):
     first = post_order(api, menu, key="k")
     stores.local_cache().clear()  # as on another worker
     redis_calls.commands.clear()
     again, queries = measure(api, menu, "k")
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
     assert queries == []
-    assert redis_calls.commands == ["EVALSHA"]
+    assert redis_calls.commands == ["EVALSHA", "XADD"]
 
 
-def test_replay_from_the_local_cache_costs_nothing(api, menu, redis_calls):
+def test_replay_from_the_local_cache_costs_only_its_audit(api, menu, redis_calls):
     first = post_order(api, menu, key="k")
     redis_calls.commands.clear()
     again, queries = measure(api, menu, "k")
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
-    assert queries == [] and redis_calls.commands == []
+    assert queries == [] and redis_calls.commands == ["XADD"]

@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from idempotency.audit import writer
 from idempotency.models import DuplicateAudit
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
     EventType,
     OrderStatus,
@@ -62,6 +62,6 @@ def test_twenty_concurrent_identical_callbacks_make_one_paid_transition(tenant, 
         OutboxEvent.objects.for_tenant(tenant).filter(event_type=EventType.ORDER_PAID).count() == 1
     )
     # and each absorbed duplicate is audited for staff
-    writer.flush()
+    drain_audits()
     hits = DuplicateAudit.objects.filter(tenant_key=str(tenant.pk), outcome="HIT")
     assert hits.count() == CALLERS - 1

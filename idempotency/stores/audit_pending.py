@@ -1,0 +1,141 @@
+"""The in-process fallback for audit events the durable paths could not take.
+
+Events land here only when neither the Redis stream nor the database took them at once: a
+first execution counted in database-only mode (batched so the hot path stays one transaction),
+or anything while Redis and the database both fail. A daemon thread writes what is queued
+every ``AUDIT_FLUSH_SECONDS``; whatever a SIGKILLed process held here is lost, which is why
+this is the last resort, not the path.
+
+The queue is bounded (``AUDIT_QUEUE_MAX`` events) and a batch the database refuses is retried
+at most ``AUDIT_WRITE_ATTEMPTS`` times: past either bound events are dropped and counted in
+``idempotency_audits_dropped_total`` (reason ``queue_full`` or ``write_failed``), instead of
+memory growing without limit while the database is away.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import close_old_connections, connection
+
+from idempotency import metrics
+from idempotency.audit.events import AuditEvent
+from idempotency.audit.storage import save_events
+from idempotency.core.conf import engine_setting
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Queued:
+    event: AuditEvent
+    attempts: int = 0
+
+
+class PendingAudits:
+    """A bounded queue plus one writer thread per process (restarted after a fork)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[_Queued] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+
+    def record(self, event: AuditEvent) -> bool:
+        """Queue ``event``; False (and counted as dropped) when the queue is full."""
+        if not self._put(_Queued(event)):
+            return False
+        if engine_setting("AUDIT_IN_BACKGROUND"):
+            self._ensure_thread()
+        return True
+
+    @property
+    def runs_in_this_process(self) -> bool:
+        return self._pid == os.getpid()
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+    def discard(self) -> None:
+        """Drop whatever is queued (tests start from a clean slate)."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def flush(self, first: _Queued | None = None) -> int:
+        """Write everything queued now, in the caller's thread; returns how many events.
+
+        On a database error the batch goes back on the queue (each event at most
+        ``AUDIT_WRITE_ATTEMPTS`` times) and the error is raised."""
+        batch: list[_Queued] = [first] if first else []
+        while True:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if batch:
+            try:
+                save_events(q.event for q in batch)
+            except Exception:
+                self._requeue(batch)
+                raise
+        return len(batch)
+
+    def _put(self, item: _Queued) -> bool:
+        if self._queue.qsize() >= engine_setting("AUDIT_QUEUE_MAX"):
+            metrics.audits_dropped.labels(reason="queue_full").inc()
+            return False
+        self._queue.put(item)
+        return True
+
+    def _requeue(self, batch: list[_Queued]) -> None:
+        limit = engine_setting("AUDIT_WRITE_ATTEMPTS")
+        for item in batch:
+            if item.attempts + 1 >= limit:
+                metrics.audits_dropped.labels(reason="write_failed").inc()
+            else:
+                self._put(_Queued(item.event, item.attempts + 1))
+
+    def _ensure_thread(self) -> None:
+        if self.runs_in_this_process:
+            return
+        with self._lock:
+            if self.runs_in_this_process:
+                return
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, name="idempotency-audit", daemon=True).start()
+
+    def _run(self) -> None:
+        """Sleep until an event arrives, let a batch gather for a moment, write it."""
+        interval = engine_setting("AUDIT_FLUSH_SECONDS")
+        while True:
+            first = self._queue.get()
+            time.sleep(interval)
+            try:
+                close_old_connections()
+                self.flush(first)
+            except Exception:  # survive a database blip; the batch was re-queued (bounded)
+                logger.exception("could not write idempotency audit events")
+            finally:
+                connection.close()
+
+
+pending = PendingAudits()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """A worker shutting down writes what its background writer had not written yet."""
+    if not pending.runs_in_this_process:
+        return
+    try:
+        pending.flush()
+    except Exception:  # interpreter shutdown: nothing more to do than say so
+        logger.exception("audit events lost at exit")

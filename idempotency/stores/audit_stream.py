@@ -1,0 +1,154 @@
+"""How an audit event reaches the database without being lost when a worker is SIGKILLed.
+
+:func:`report` picks the first durable path that is open, before the request is answered:
+
+1. a first execution (MISS) is only counted: it joins the in-process batch
+   (:mod:`idempotency.stores.audit_pending`), written every ``AUDIT_FLUSH_SECONDS``, so a first
+   execution costs no extra round trip;
+2. a duplicate decided inside a database transaction (a payment callback, a dashboard move)
+   is written in that transaction: it exists exactly when the decision committed;
+3. otherwise a duplicate is appended (XADD) to the audit stream on the tenant's Redis node —
+   one round trip, no database query, so a replay stays cheap;
+4. with no usable Redis (database-only, breaker open, XADD failing) it is written to the
+   database at once; what the database refuses too goes to the in-process batch.
+
+:func:`drain_all` (run by the host's Celery beat, e.g. every 5 s) copies each node's stream into
+the database in batches. Each batch is written in one transaction with that node's
+``AuditStreamCursor`` (the last entry id copied), read under a row lock, so concurrent or
+repeated drains never write an entry twice; entries up to the cursor are trimmed afterwards
+(XTRIM MINID), and the stream is capped at ``AUDIT_STREAM_MAXLEN`` entries in case no drain runs.
+
+What can be lost: a duplicate whose request was still running when its process died, before
+the XADD or the commit (its client saw no answer either); the first-execution counts and
+fallback events a SIGKILLed process held (at most ``AUDIT_FLUSH_SECONDS`` worth); and stream
+entries trimmed by the cap before a drain copied them: ``idempotency_audit_stream_length``
+shows each node's backlog at every drain, to alert on long before it nears the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from idempotency import metrics
+from idempotency.audit import AuditEvent, save_events
+from idempotency.core.conf import channel_name, engine_hook, engine_setting
+from idempotency.models import AuditStreamCursor
+from idempotency.stores.audit_pending import pending
+from idempotency.stores.nodes import node_name, redis_store_for
+
+logger = logging.getLogger(__name__)
+
+
+def stream_key() -> str:
+    """One stream per Redis node (``<CHANNEL_PREFIX>:audits``), shared by its tenants."""
+    return channel_name("audits")
+
+
+def report(event: AuditEvent, *, in_transaction: bool = False) -> None:
+    """Send ``event`` along the first durable path open now (see the module docstring).
+
+    ``in_transaction``: the caller decided the duplicate inside its own open transaction and
+    wants the audit written in it (a doomed transaction falls through to the stream)."""
+    if not event.is_duplicate:
+        pending.record(event)  # a first execution is only counted: batched, see above
+        return
+    if in_transaction and not connection.needs_rollback and _save(event):
+        return
+    node = redis_store_for(event.tenant_key)
+    if node is not None:
+        try:
+            node.run("audit", lambda: append(node.store.client, event))
+            return
+        except RedisError:
+            logger.warning("could not append to the audit stream", exc_info=True)
+    if not connection.needs_rollback and _save(event):
+        return
+    pending.record(event)
+
+
+def append(client: Any, event: AuditEvent) -> None:
+    client.xadd(
+        stream_key(),
+        event.to_fields(),
+        maxlen=engine_setting("AUDIT_STREAM_MAXLEN"),
+        approximate=True,
+    )
+
+
+def drain_all() -> int:
+    """Copy every node's audit stream into the database; returns the entries copied."""
+    hook = engine_hook("ALL_REDIS_CLIENTS")
+    copied = 0
+    for client in hook() if hook else []:
+        try:
+            copied += drain(client)
+        except RedisError:
+            logger.warning("could not drain the audit stream of %s", node_name(client))
+    return copied
+
+
+def drain_audits() -> int:
+    """Everything waiting, in this process and in every node's stream, into the database
+    now: what the beat task runs, and what a test calls before it reads audits."""
+    return pending.flush() + drain_all()
+
+
+def drain(client: Any) -> int:
+    """Copy one node's stream into the database, batch by batch, until it is empty."""
+    name = f"{node_name(client)} {stream_key()}"
+    metrics.audit_stream_length.labels(node=node_name(client)).set(client.xlen(stream_key()))
+    batch_size = engine_setting("AUDIT_DRAIN_BATCH")
+    copied = 0
+    while True:
+        with transaction.atomic():
+            cursor, _ = AuditStreamCursor.objects.get_or_create(stream=name)
+            cursor = AuditStreamCursor.objects.select_for_update().get(pk=cursor.pk)
+            entries = client.xrange(stream_key(), min=f"({cursor.last_id}", count=batch_size)
+            if not entries:
+                return copied
+            save_events(AuditEvent.from_fields(fields) for _, fields in entries)
+            cursor.last_id = _text(entries[-1][0])
+            cursor.drained_at = timezone.now()
+            cursor.save(update_fields=["last_id", "drained_at"])
+        copied += len(entries)
+        metrics.audits_drained.inc(len(entries))
+        client.xtrim(stream_key(), minid=_next_id(cursor.last_id))
+        if len(entries) < batch_size:
+            return copied
+
+
+def discard_all() -> None:
+    """Forget waiting events, in this process and in every node's stream (tests)."""
+    pending.discard()
+    hook = engine_hook("ALL_REDIS_CLIENTS")
+    for client in hook() if hook else []:
+        client.delete(stream_key())
+
+
+def _save(event: AuditEvent) -> bool:
+    try:
+        save_events([event])
+    except DatabaseError:
+        logger.warning("could not write an audit to the database", exc_info=True)
+        return False
+    return True
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next_id(entry_id: str) -> str:
+    """The smallest id after ``entry_id``: XTRIM MINID keeps ids >= it."""
+    ms, seq = _id(entry_id)
+    return f"{ms}-{seq + 1}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

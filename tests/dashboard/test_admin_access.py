@@ -1,0 +1,107 @@
+"""Staff see less (issue 15, item 6): stored reply bodies only with a dedicated permission, and
+every view of a body and every export of audits written to the staff access log."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.utils import timezone
+
+from idempotency.admin.audits import HIDDEN_BODY
+from idempotency.core.hashing import keyed_digest
+from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
+
+pytestmark = pytest.mark.django_db
+
+BODY = b'{"id": "8123", "note": "ring twice, flat 4B", "phone": "+44 7700 900123"}'
+
+
+def staff_with(*codenames: str) -> Client:
+    user = User.objects.create_user(
+        f"staff-{len(codenames)}", password="x-123456789", is_staff=True
+    )
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def record() -> IdempotencyRecord:
+    now = timezone.now()
+    return IdempotencyRecord.objects.create(
+        tenant_key="1",
+        scope="diner:d1|POST|api/v1/orders/",
+        key="k-body",
+        fingerprint="f" * 64,
+        response_status=201,
+        response_body=BODY,
+        created_at=now,
+        expires_at=now + timedelta(hours=72),
+    )
+
+
+def test_without_the_permission_a_stored_body_is_a_placeholder_and_nothing_is_logged(record):
+    staff = staff_with("view_idempotencyrecord")
+    page = staff.get(f"/admin/idempotency/idempotencyrecord/{record.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "ring twice" not in html and "7700" not in html and "8123" not in html
+    assert HIDDEN_BODY in html
+    assert not StaffAccessLog.objects.exists()
+
+
+def test_with_the_permission_the_body_is_shown_and_the_view_is_logged(record):
+    staff = staff_with("view_idempotencyrecord", "view_stored_body")
+    page = staff.get(f"/admin/idempotency/idempotencyrecord/{record.pk}/change/")
+    assert page.status_code == 200 and "ring twice, flat 4B" in page.content.decode()
+    [entry] = StaffAccessLog.objects.all()
+    assert (entry.actor, entry.action, entry.object_type) == (
+        "staff-2",
+        "view_stored_body",
+        "idempotency.IdempotencyRecord",
+    )
+    assert entry.object_ids == [str(record.pk)] and entry.row_count == 1
+    assert entry.at > timezone.now() - timedelta(minutes=1)
+
+
+def test_an_export_carries_hashed_keys_and_is_logged():
+    audits = [
+        DuplicateAudit.objects.create(
+            tenant_key="1",
+            endpoint="POST api/v1/orders/",
+            key=keyed_digest(f"raw-{n}"),
+            outcome="HIT",
+            at=timezone.now(),
+        )
+        for n in range(3)
+    ]
+    staff = staff_with("view_duplicateaudit")
+    export = staff.post(
+        "/admin/idempotency/duplicateaudit/",
+        {"action": "export_csv", ACTION_CHECKBOX_NAME: [str(a.pk) for a in audits]},
+    )
+    rows = list(csv.DictReader(io.StringIO(export.content.decode())))
+    assert [r["key"] for r in rows] == [keyed_digest(f"raw-{n}") for n in range(3)]
+    assert "raw-0" not in export.content.decode()
+    [entry] = StaffAccessLog.objects.all()
+    assert (entry.actor, entry.action, entry.row_count) == ("staff-1", "export_audits", 3)
+    assert entry.object_ids == [str(a.pk) for a in audits]
+
+
+def test_the_access_log_is_read_only_evidence(record):
+    viewer = staff_with("view_idempotencyrecord", "view_stored_body", "view_staffaccesslog")
+    viewer.get(f"/admin/idempotency/idempotencyrecord/{record.pk}/change/")
+    [entry] = StaffAccessLog.objects.all()
+    listing = viewer.get("/admin/idempotency/staffaccesslog/")
+    assert listing.status_code == 200 and "Viewed a stored reply body" in listing.content.decode()
+    url = f"/admin/idempotency/staffaccesslog/{entry.pk}/"
+    assert viewer.post(url + "change/", {"actor": "someone-else"}).status_code == 403
+    assert viewer.post(url + "delete/", {"post": "yes"}).status_code == 403
+    assert StaffAccessLog.objects.get().actor == "staff-3"

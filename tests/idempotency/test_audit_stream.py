@@ -1,0 +1,167 @@
+"""Audits on their durable paths: the Redis stream and its drain, the database when Redis is
+away, the bounded in-process fallback, and the hourly outcome counters (real Redis, real
+PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from prometheus_client import REGISTRY
+
+from idempotency.audit import AuditEvent
+from idempotency.models import AuditStreamCursor, DuplicateAudit, OutcomeCount
+from idempotency.stores import audit_stream, nodes
+from idempotency.stores.audit_pending import pending
+from idempotency.stores.audit_stream import drain, drain_audits, stream_key
+from tests.flows.test_idempotent_orders import post_order
+
+pytestmark = pytest.mark.django_db
+
+AT = datetime(2030, 5, 17, 14, 25, tzinfo=UTC)
+
+
+def suite_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+def dropped(reason: str) -> float:
+    return REGISTRY.get_sample_value("idempotency_audits_dropped_total", {"reason": reason}) or 0
+
+
+def counts(tenant_key: str) -> dict[str, int]:
+    return {
+        row.outcome: row.count
+        for row in OutcomeCount.objects.filter(tenant_key=tenant_key).order_by("outcome")
+    }
+
+
+def event(n: int, outcome: str = "HIT", tenant_key: str = "901") -> AuditEvent:
+    return AuditEvent(
+        tenant_key=tenant_key,
+        endpoint="POST api/v1/orders/",
+        key=f"key-{n}",
+        outcome=outcome,
+        source="redis",
+        principal="diner:d1",
+        request_meta={"request_id": f"req-{n}"},
+        differing_fields=["items", "note"] if outcome == "REUSED" else [],
+        resource_ref="/api/v1/orders/7/",
+        at=AT,
+    )
+
+
+class NoTrim:
+    """The real client, except that XTRIM never happens: a drain that died right after its
+    commit, before it trimmed the stream."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self.connection_pool = client.connection_pool
+
+    def xtrim(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_replay_is_in_the_stream_before_its_answer_and_the_drain_writes_it_once(
+    api, menu, tenant
+):
+    first = post_order(api, menu, key="k-1")
+    again = post_order(api, menu, key="k-1")
+    assert again["X-Idempotent-Result"] == "HIT"
+    client = suite_redis()
+    [(_, fields)] = client.xrange(stream_key())  # the replay's audit, already out of the process
+    assert fields[b"o"] == b"HIT" and fields[b"t"] == str(tenant.pk).encode()
+    assert DuplicateAudit.objects.count() == 0
+
+    assert drain_audits() == 2  # the first execution's count (batched) and the replay's entry
+    [audit] = DuplicateAudit.objects.all()
+    assert (audit.outcome, audit.resource_ref) == ("HIT", first["Location"])
+    assert counts(str(tenant.pk)) == {"HIT": 1, "MISS": 1}
+    assert client.xlen(stream_key()) == 0  # trimmed up to the cursor
+    assert drain_audits() == 0 and DuplicateAudit.objects.count() == 1
+
+
+def test_entries_read_again_after_a_drain_died_before_trimming_are_not_written_twice():
+    client = suite_redis()
+    for n in range(5):
+        audit_stream.append(client, event(n))
+    assert drain(NoTrim(client)) == 5
+    assert client.xlen(stream_key()) == 5  # still there, as after a crash before XTRIM
+    audit_stream.append(client, event(5, outcome="REUSED"))
+
+    assert drain(client) == 1  # only the new entry
+    assert DuplicateAudit.objects.count() == 6
+    assert DuplicateAudit.objects.get(outcome="REUSED").differing_fields == ["items", "note"]
+    assert counts("901") == {"HIT": 5, "REUSED": 1}
+    assert client.xlen(stream_key()) == 0
+    [cursor] = AuditStreamCursor.objects.all()
+    assert cursor.last_id == client.xinfo_stream(stream_key())["last-generated-id"].decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_drains_at_once_copy_each_entry_once():
+    client = suite_redis()
+    for n in range(400):
+        audit_stream.append(client, event(n))
+    start = threading.Barrier(2)
+    copied: list[int] = []
+
+    def drain_in_thread() -> None:
+        start.wait()
+        try:
+            copied.append(drain(NoTrim(client)))  # no trims: both threads see every entry
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=drain_in_thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(copied) == 400
+    assert DuplicateAudit.objects.count() == 400 and counts("901") == {"HIT": 400}
+
+
+def test_database_only_a_replay_is_written_before_its_answer(api, menu, tenant, settings):
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+    }
+    nodes.reset()
+    post_order(api, menu, key="k-db")
+    post_order(api, menu, key="k-db")
+    [audit] = DuplicateAudit.objects.all()  # no drain: written at once
+    assert audit.outcome == "HIT" and suite_redis().xlen(stream_key()) == 0
+    assert counts(str(tenant.pk)) == {"HIT": 1}  # the first execution waits in the batch
+    drain_audits()
+    assert counts(str(tenant.pk)) == {"HIT": 1, "MISS": 1}
+
+
+def test_a_full_fallback_queue_drops_and_counts_instead_of_growing(settings):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "AUDIT_QUEUE_MAX": 3}
+    before = dropped("queue_full")
+    taken = [pending.record(event(n, outcome="MISS")) for n in range(5)]
+    assert taken == [True, True, True, False, False]
+    assert dropped("queue_full") - before == 2
+    assert len(pending) == 3
+
+
+def test_events_the_database_keeps_refusing_are_dropped_after_the_attempts(settings):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "AUDIT_WRITE_ATTEMPTS": 3}
+    before = dropped("write_failed")
+    pending.record(event(1, tenant_key="t" * 100))  # longer than the column: refused
+    for _ in range(3):
+        with pytest.raises(Exception, match="too long"):
+            pending.flush()
+    assert len(pending) == 0
+    assert dropped("write_failed") - before == 1
+    assert pending.flush() == 0
