@@ -82,12 +82,19 @@ def _end_sessions(*, tenant: Tenant, diner_id: str) -> int:
 
 
 def _anonymise_orders(*, tenant: Tenant, diner_id: str, pseudonym: str) -> int:
-    """Give the diner's orders the pseudonym, in one transaction: the orders, their
-    transition log's actor (``api:<key>/diner:<id>``) and the outbox events that copied it."""
+    """Give the diner's orders the pseudonym and drop their note and contact details, in one
+    transaction: the orders, their transition log's actor (``api:<key>/diner:<id>``) and the
+    outbox events that copied it."""
     with transaction.atomic():
         orders = Order.all_tenants.filter(tenant=tenant, diner_id=diner_id)
         order_ids = list(orders.values_list("pk", flat=True))
-        count = orders.update(diner_id=pseudonym, note="", idempotency_key=None)
+        count = orders.update(
+            diner_id=pseudonym,
+            note="",
+            contact_phone="",
+            delivery_address="",
+            idempotency_key=None,
+        )
         old, new = f"/diner:{diner_id}", f"/diner:{pseudonym}"
         OrderTransition.all_tenants.filter(tenant=tenant, actor__endswith=old).update(
             actor=Replace(F("actor"), Value(old), Value(new))

@@ -34,6 +34,7 @@ def place(api: Any, menu: Any, key: str, note: str = "") -> Any:
         "items": [{"dish_id": menu["pizza"].pk, "quantity": 1}],
         "payment_method": "card",
         "note": note,
+        "contact": {"phone": "+33 6 12 34 56 78", "address": "4 rue des Lilas"},
     }
     return api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
 
@@ -99,10 +100,13 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     # when staff erase zoe of the first tenant
     log = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
 
-    # then the orders are kept, anonymised under one pseudonym, note and key gone
+    # then the orders are kept, anonymised under one pseudonym, note, contact and key gone
     orders = Order.all_tenants.filter(pk__in=[pk for (pk,) in zoe_orders])
     assert orders.count() == 3
-    assert {(o.diner_id, o.note, o.idempotency_key) for o in orders} == {(log.pseudonym, "", None)}
+    assert {
+        (o.diner_id, o.note, o.contact_phone, o.delivery_address, o.idempotency_key)
+        for o in orders
+    } == {(log.pseudonym, "", "", "", None)}
     assert log.pseudonym.startswith("erased-")
     assert not OrderTransition.all_tenants.filter(tenant=tenant, actor__contains="diner:zoe")
     assert OrderTransition.all_tenants.filter(actor__endswith=f"diner:{log.pseudonym}").exists()
