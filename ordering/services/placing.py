@@ -17,7 +17,7 @@ from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
 from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
 from ordering.order_numbers import business_day, next_order_number
-from ordering.worker_ids import NoWorkerIdAvailable
+from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
 from tenants.models import ApiClient, Tenant
 from tenants.routing import tenant_shard
 
@@ -98,11 +98,13 @@ def place_order(
 def _issue_order_id(*, tenant: Tenant, primary_dish_id: int) -> int:
     """The new order's ID, or a 503 the client retries when none can be issued now.
 
-    Both refusals pass: a clock step back is over once the clock is back where it was, and a
-    worker id frees up when another process releases its lease or lets it lapse (at most
-    ``ORDER_ID_LEASE_SECONDS``). Raised inside the order's transaction, so the stock and coupon
-    already taken are rolled back, and as a 5xx the idempotency engine keeps no answer for the
-    key: the retry places the order.
+    Each refusal passes: a clock step back is over once the clock is back where it was; a worker
+    id frees up when another process releases its lease or lets it lapse, and a lease this
+    process failed to renew in time is renewed or replaced by its heartbeat (both within
+    ``ORDER_ID_LEASE_SECONDS``; a process shutting down has given its lease back, and the retry
+    reaches another). Raised inside the order's transaction, so the stock and coupon already
+    taken are rolled back, and as a 5xx the idempotency engine keeps no answer for the key: the
+    retry places the order.
     """
     try:
         return next_order_id(
@@ -110,7 +112,7 @@ def _issue_order_id(*, tenant: Tenant, primary_dish_id: int) -> int:
         )
     except ClockMovedBackwards as exc:
         retry_after = exc.retry_after_seconds
-    except NoWorkerIdAvailable:
+    except (NoWorkerIdAvailable, WorkerLeaseLost):
         retry_after = settings.ORDER_ID_LEASE_SECONDS
     raise OrderingError(
         OrderingErrorCode.ORDER_ID_UNAVAILABLE,

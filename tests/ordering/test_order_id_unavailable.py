@@ -2,8 +2,8 @@
 ``Retry-After``, nothing written, nothing stored for the key; the retry places it once.
 
 The conditions are real (``tests/support/order_id_conditions.py``): a generator whose clock
-stepped back, worker ids leased in the real Redis. The orders go through the HTTP API, the
-idempotency engine and PostgreSQL.
+stepped back, worker ids leased in the real Redis, a lease given back. The orders go through the
+HTTP API, the idempotency engine and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from rest_framework.test import APIClient
 from ordering.models import Coupon, Dish, Order
 from ordering.order_ids import ClockMovedBackwards
 from tenants.models import Tenant
-from tests.support.order_id_conditions import all_worker_ids_leased_elsewhere, clock_stepped_back
+from tests.support.order_id_conditions import (
+    all_worker_ids_leased_elsewhere,
+    clock_stepped_back,
+    lease_given_back,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +89,18 @@ def test_no_free_worker_id_answers_503_until_one_is_given_back(
         )
         give_one_back()
         assert_retry_places_exactly_one_order(api, tenant=tenant, menu=menu, coupon=coupon)
+
+
+def test_a_lease_given_back_answers_503_and_another_process_places_the_retry(
+    api: APIClient, tenant: Tenant, menu: dict[str, Dish], coupon: Coupon, settings: Any
+) -> None:
+    settings.ORDER_ID_LEASE_SECONDS = 17
+    with lease_given_back():
+        refused = place(api, menu)
+    assert_refused_having_written_nothing(
+        refused, retry_after="17", tenant=tenant, menu=menu, coupon=coupon
+    )
+    assert_retry_places_exactly_one_order(api, tenant=tenant, menu=menu, coupon=coupon)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,21 @@ def clock_stepped_back(*, ms: float) -> Iterator[FakeClock]:
 
 
 @contextmanager
+def lease_given_back() -> Iterator[None]:
+    """This process's generator holds a lease it has given back, as at shutdown
+    (:func:`ordering.order_ids.release_process_lease`): it refuses to issue IDs."""
+    handle = lease_worker_id(stores=[_test_store()])
+    generator = OrderIdGenerator(worker_lease=handle)
+    handle.release()
+    saved = order_ids._process_generator
+    order_ids._process_generator = generator
+    try:
+        yield
+    finally:
+        order_ids._process_generator = saved
+
+
+@contextmanager
 def all_worker_ids_leased_elsewhere() -> Iterator[Callable[[], None]]:
     """This process has no generator yet and every worker id is leased by another process;
     yields a function that gives one of them back, as a process shutting down would."""
