@@ -16,6 +16,7 @@ class OrderingErrorCode(StrEnum):
     QUANTITY_INVALID = "QUANTITY_INVALID"
     COUPON_INVALID = "COUPON_INVALID"
     COUPON_EXHAUSTED = "COUPON_EXHAUSTED"
+    ORDER_ID_UNAVAILABLE = "ORDER_ID_UNAVAILABLE"
 
 
 HTTP_STATUS: dict[OrderingErrorCode, int] = {
@@ -28,4 +29,5 @@ HTTP_STATUS: dict[OrderingErrorCode, int] = {
     OrderingErrorCode.QUANTITY_INVALID: 400,
     OrderingErrorCode.COUPON_INVALID: 422,
     OrderingErrorCode.COUPON_EXHAUSTED: 422,
+    OrderingErrorCode.ORDER_ID_UNAVAILABLE: 503,
 }

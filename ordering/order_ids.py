@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -99,6 +100,16 @@ class OrderIdParts:
 
 class ClockMovedBackwards(RuntimeError):
     """The wall clock stepped back further than the generator waits out."""
+
+    def __init__(self, message: str, *, backstep_ms: float) -> None:
+        super().__init__(message)
+        self.backstep_ms = backstep_ms
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Whole seconds until the clock is back at the last tick used (at least 1): from then
+        on IDs are issued again without any wait."""
+        return max(1, math.ceil(self.backstep_ms / 1000))
 
 
 def dish_bucket(dish_id: int) -> int:
@@ -221,7 +232,8 @@ class OrderIdGenerator:
             )
             raise ClockMovedBackwards(
                 f"clock moved backwards by {backstep_ms:.0f} ms, more than the "
-                f"{self._max_backstep_ms} ms the order-ID generator waits out"
+                f"{self._max_backstep_ms} ms the order-ID generator waits out",
+                backstep_ms=backstep_ms,
             )
         clock_backsteps.labels(outcome="waited").inc()
         logger.warning(

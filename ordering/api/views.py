@@ -108,7 +108,8 @@ class OrderListCreateView(APIView):
     @extend_schema(
         request=PlaceOrderInSerializer,
         parameters=[IDEMPOTENCY_KEY_REQUIRED],
-        responses={201: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
+        # 503: no order ID can be issued right now (ORDER_ID_UNAVAILABLE, with Retry-After).
+        responses={201: OrderDetailSerializer, **problems(*WRITE_ERRORS, 503)},
     )
     @idempotent(
         required=True,

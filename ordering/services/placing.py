@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import connection
+from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -15,9 +16,10 @@ from idempotency.core.transactions import business_atomic
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
-from ordering.order_ids import dish_bucket, next_order_id
+from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
 from ordering.order_numbers import business_day, next_order_number
 from ordering.prefetch import with_related
+from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
 from tenants.models import ApiClient, Tenant
 from tenants.routing import tenant_shard
 
@@ -73,9 +75,7 @@ def place_order(
         primary_dish_id = next(iter(quantities))
         day = business_day(tenant)
         order = Order.objects.for_tenant(tenant).create(
-            id=next_order_id(
-                shard=tenant_shard(tenant.pk), dish_bucket=dish_bucket(primary_dish_id)
-            ),
+            id=_issue_order_id(tenant=tenant, primary_dish_id=primary_dish_id),
             tenant=tenant,
             number=next_order_number(tenant=tenant, day=day),  # last: see order_numbers.py
             business_day=day,
@@ -109,6 +109,33 @@ def place_order(
             tenant=tenant, order=order, from_status="", to_status=OrderStatus.CREATED, actor=actor
         )
     return with_related(order, lines=lines, transitions=[created], payments=[])
+
+
+def _issue_order_id(*, tenant: Tenant, primary_dish_id: int) -> int:
+    """The new order's ID, or a 503 the client retries when none can be issued now.
+
+    Each refusal passes: a clock step back is over once the clock is back where it was; a worker
+    id frees up when another process releases its lease or lets it lapse, and a lease this
+    process failed to renew in time is renewed or replaced by its heartbeat (both within
+    ``ORDER_ID_LEASE_SECONDS``; a process shutting down has given its lease back, and the retry
+    reaches another). Raised inside the order's transaction, so the stock and coupon already
+    taken are rolled back, and as a 5xx the idempotency engine keeps no answer for the key: the
+    retry places the order.
+    """
+    try:
+        return next_order_id(
+            shard=tenant_shard(tenant.pk), dish_bucket=dish_bucket(primary_dish_id)
+        )
+    except ClockMovedBackwards as exc:
+        retry_after = exc.retry_after_seconds
+    except (NoWorkerIdAvailable, WorkerLeaseLost):
+        retry_after = settings.ORDER_ID_LEASE_SECONDS
+    raise OrderingError(
+        OrderingErrorCode.ORDER_ID_UNAVAILABLE,
+        f"Orders cannot be numbered right now; retry in {retry_after} s with the same "
+        f"Idempotency-Key",
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def _merge_lines(items: Sequence[ItemRequest]) -> OrderedDict[int, int]:

@@ -44,6 +44,13 @@ client_server = gunicorn_fixture(
 client_server_database = gunicorn_fixture(
     "client_server_database", env={**_SERVER_ENV, "REDIS_URL": ""}, workers=2
 )
+# Leases order-ID worker ids from the database alone, for 6 s: a test holding every id in
+# ``WorkerLease`` rows before its first order makes it answer 503 ORDER_ID_UNAVAILABLE.
+client_server_without_worker_ids = gunicorn_fixture(
+    "client_server_without_worker_ids",
+    env={**_SERVER_ENV, "REDIS_URL": "", "ORDER_ID_LEASE_SECONDS": "6"},
+    workers=1,
+)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from django.utils import timezone
 from ordering_client import (
     ApiError,
     IdempotencyKeyReusedError,
@@ -25,7 +27,8 @@ from ordering_client import (
 )
 from ordering_client.retry import parse_retry_after
 
-from ordering.models import Payment
+from ordering.models import Payment, WorkerLease
+from ordering.worker_ids import WORKER_IDS
 from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, free_port
@@ -166,6 +169,37 @@ def test_429_waits_at_least_retry_after_then_succeeds(
     assert placed.sent - limited.answered >= retry_after
     assert limited.key == placed.key == result.idempotency_key
     assert not result.replayed
+
+
+def test_503_order_id_unavailable_waits_at_least_retry_after_then_orders_once(
+    client_server_without_worker_ids: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    held_until = timezone.now() + timedelta(minutes=5)
+    WorkerLease.objects.bulk_create(
+        [
+            WorkerLease(worker_id=n, owner="other", expires_at=held_until, heartbeat_at=held_until)
+            for n in range(WORKER_IDS)
+        ],
+        ignore_conflicts=True,  # an id a live server holds is held all the same
+    )
+    events: list[RetryEvent] = []
+
+    def on_retry(event: RetryEvent) -> None:
+        events.append(event)
+        WorkerLease.objects.filter(owner="other").first().delete()  # a process exits
+
+    client = make_client(client_server_without_worker_ids.url, on_retry=on_retry)
+    result = client.place_order(shop.order_body())
+
+    refused, placed = wire.posts()
+    assert (refused.status, placed.status) == (503, 201)
+    assert [(e.status, e.code, e.retry_after) for e in events] == [
+        (503, "ORDER_ID_UNAVAILABLE", 6.0)
+    ]
+    assert placed.sent - refused.answered >= 6
+    assert refused.key == placed.key == result.idempotency_key
+    assert not result.replayed
+    assert shop.orders_of(client.session().diner_id) == 1
 
 
 def test_a_key_reused_for_another_payload_is_a_programming_error_never_retried(

@@ -46,6 +46,7 @@ from tenants.error_codes import TenantErrorCode
 from tenants.models import ApiClient, Tenant
 from tests.hardening.conftest import PROBLEM_JSON
 from tests.support.auth import diner_token
+from tests.support.order_id_conditions import clock_stepped_back
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.hardening.error_urls")]
 
@@ -295,6 +296,11 @@ def _unknown_transaction(payment: Payment) -> tuple[bytes, dict[str, str]]:
     return signed_callback(payment=stranger)
 
 
+def _order_id_unavailable(app: App) -> Any:
+    with clock_stepped_back(ms=5_000):
+        return app.place(app.order_body())
+
+
 def _normalisation_collision(app: App) -> Any:
     item = {"dish_id": app.dish.pk, "quantity": 1, "caf\u00e9": 1, "cafe\u0301": 2}
     return app.place(app.order_body(items=[item]))
@@ -349,6 +355,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     IdempotencyErrorCode.RATE_LIMITED: _rate_limited,
     "SERVER_ERROR": lambda app: app.diner.get("/api/v1/boom/"),
     IdempotencyErrorCode.TOKENS_UNAVAILABLE: _tokens_unavailable,
+    OrderingErrorCode.ORDER_ID_UNAVAILABLE: _order_id_unavailable,
     IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED: _token_quota_exceeded,
     PaymentErrorCode.PAYMENT_SIGNATURE_INVALID: lambda app: _callback(
         app, lambda p: (signed_callback(payment=p)[0], {})
