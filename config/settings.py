@@ -376,7 +376,7 @@ IDEMPOTENCY = {
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
     # Also take the database claim under a Redis claim (ADR 0005): a duplicate that falls back
     # to the database because Redis died mid-run then waits for that run (one more statement)
-    "DATABASE_CLAIM_UNDER_REDIS": env_bool("IDEMPOTENCY_DATABASE_CLAIM_UNDER_REDIS", False),
+    "DATABASE_CLAIM_UNDER_REDIS": env_bool("IDEMPOTENCY_DATABASE_CLAIM_UNDER_REDIS", True),
     # Tests only: called each time a view body runs (tests/support/view_executions.py)
     "VIEW_EXECUTED_HOOK": os.environ.get("IDEMPOTENCY_VIEW_EXECUTED_HOOK") or None,
 }

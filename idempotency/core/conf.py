@@ -107,7 +107,7 @@ DEFAULTS: dict[str, Any] = {
     # under a Redis claim (one more statement per first execution), so that a duplicate that
     # falls back to the database because Redis died mid-run waits for the run instead of
     # repeating it.
-    "DATABASE_CLAIM_UNDER_REDIS": False,
+    "DATABASE_CLAIM_UNDER_REDIS": True,
     # Tests and diagnostics only: dotted path called as hook(tenant=, endpoint=, key=) each time
     # the engine runs a view body (before it runs; a run rolled back later still counts)
     "VIEW_EXECUTED_HOOK": None,

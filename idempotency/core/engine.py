@@ -48,9 +48,8 @@ from idempotency.core.replies import to_stored
 from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
 from idempotency.core.transactions import engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
-from idempotency.stores import audit_stream
+from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
-from idempotency.stores import database_claim
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token

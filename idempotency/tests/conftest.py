@@ -14,9 +14,9 @@ from django.test import Client
 
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import discard_all
 from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.scope import tenant_redaction
-from idempotency.stores.audit_stream import discard_all
 from idempotency.tests.testapp.views import behaviour
 
 

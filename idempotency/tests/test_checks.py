@@ -227,6 +227,8 @@ def test_sqlite_without_immediate_transactions_is_a_warning(settings, options, w
     }
     ids = [m.id for m in check_engine_settings()]
     assert ("idempotency.W002" in ids) is warned
+
+
 def test_off_debug_keyed_hashes_need_a_secret_of_their_own(settings: Any) -> None:
     """As a site refuses to run without SECRET_KEY: no HASH_KEYS off DEBUG is an error."""
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": []}

@@ -104,8 +104,7 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     orders = Order.all_tenants.filter(pk__in=[pk for (pk,) in zoe_orders])
     assert orders.count() == 3
     assert {
-        (o.diner_id, o.note, o.contact_phone, o.delivery_address, o.idempotency_key)
-        for o in orders
+        (o.diner_id, o.note, o.contact_phone, o.delivery_address, o.idempotency_key) for o in orders
     } == {(log.pseudonym, "", "", "", None)}
     assert log.pseudonym.startswith("erased-")
     assert not OrderTransition.all_tenants.filter(tenant=tenant, actor__contains="diner:zoe")

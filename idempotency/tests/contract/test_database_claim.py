@@ -83,7 +83,7 @@ def test_redis_dying_mid_run_sends_duplicates_to_wait_for_the_run(
 ):
     """A request that claimed in Redis runs its view; Redis dies; the duplicates fall back to
     the database. With ``DATABASE_CLAIM_UNDER_REDIS`` the run holds the database claim too,
-    so they wait for it and replay; without it (the default: no statement added to the Redis
+    so they wait for it and replay (the default); turned off (no statement added to the Redis
     path) that one run is repeated once, and rolled back by the record's unique index."""
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "DATABASE_CLAIM_UNDER_REDIS": under_redis}
     behaviour["delay_seconds"] = 1.5
