@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ordering', '0005_provider_conflict_resolution'),
+        ('ordering', '0006_erase_diner_erasures_offboarding'),
     ]
 
     operations = [
