@@ -7,9 +7,9 @@ import pytest
 from django.test import Client
 
 from idempotency import erasure
-from idempotency.audit import writer
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import drain_audits
 from idempotency.tests.conftest import idem_keys, post_note, suite_redis
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def test_forgetting_a_principal_leaves_the_others(tenant: str) -> None:
     client = Client()
     first = {who: post_note(client, tenant, key="k1", principal=who) for who in ("alice", "bob")}
     post_note(client, tenant, key="k1", principal="alice")  # a replay: one audit of alice
-    writer.flush()
+    drain_audits()
     keys_before = len(idem_keys())
     done = erasure.forget_principal(tenant_key=tenant, principal="alice")
     assert (done.records, done.audits) == (1, 1)  # redis_keys: alice's rate counter, if any

@@ -36,7 +36,7 @@ from idempotency.models import IdempotencyRecord
 from ordering.models import TenantOffboarding
 from ordering.privacy.archive import export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
-from tenants import session_state
+from tenants import credential_cache, session_state
 from tenants.models import ApiClient, DinerSession, Tenant
 
 Phase = TenantOffboarding.Phase
@@ -124,6 +124,9 @@ def _suspend(job: TenantOffboarding) -> None:
     DinerSession.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
         revoked_at=now
     )
+    # Bulk updates send no signals: tell every process's credential cache at commit, so no
+    # cached key or session of the tenant outlives the suspension.
+    credential_cache.announce(credential_cache.EVERYTHING)
     transaction.on_commit(session_state.clear)
     job.phase = Phase.EXPORT
 

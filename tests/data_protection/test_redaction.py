@@ -15,8 +15,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from config.logging import JsonFormatter
-from idempotency.audit import writer
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import drain_audits
 from idempotency.tests.leak_scan import assert_no_clear_copy, redis_dump, table_dump
 from tests.conftest import api_for, menu_for, use_topology
 
@@ -85,7 +85,7 @@ def test_place_and_pay_replay_redacted_and_nothing_personal_is_kept(api, menu, e
     assert paid_again.content == redacted(paid)
     assert paid_again["Idempotency-Redacted"] == PERSONAL
 
-    writer.flush()
+    drain_audits()
     logs = "\n".join(JsonFormatter().format(r) for r in caplog.records)
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     for secret in (PHONE, ADDRESS):

@@ -24,8 +24,8 @@ from django.db.models import Model
 from django.test import Client
 from rest_framework.test import APIClient
 
-from idempotency.audit import writer
 from idempotency.stores import nodes as stores
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DeadLetter, Order, Payment, TenantOffboarding
 from ordering.privacy.diners import erase_diner
 from ordering.privacy.offboarding import run_offboarding, start_offboarding
@@ -86,7 +86,7 @@ def busy_tenant(tenant: Tenant) -> dict[str, Any]:
     guest = api_for(tenant, diner="yan")
     assert place(guest, menu, "k1").status_code == 201
     erase_diner(tenant=tenant, diner_id="yan", requested_by="staff:alice")
-    writer.flush()
+    drain_audits()
     return {"api": api, "menu": menu, "first": first}
 
 

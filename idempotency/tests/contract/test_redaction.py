@@ -13,9 +13,9 @@ from django.http import HttpResponse
 from django.test import Client
 
 from idempotency import idempotent
-from idempotency.audit import writer
 from idempotency.core.replies import OMITTED_HEADER, to_stored
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import drain_audits
 from idempotency.tests.conftest import caller, suite_redis
 from idempotency.tests.leak_scan import assert_no_clear_copy, redis_dump, table_dump
 from idempotency.tests.testapp.models import Note
@@ -95,7 +95,7 @@ def test_first_answer_whole_replays_redacted_byte_for_byte_and_no_clear_copy_any
     assert Note.objects.count() == 1
 
     # and no clear copy is kept: Redis, the record and audit tables, the local cache, the logs
-    writer.flush()
+    drain_audits()
     post(Client(), tenant, "k-red-1", order())  # cached again locally, from the record
     cached = next(iter(nodes.local_cache()._entries.values()))[0].response
     assert cached.body == redacted
