@@ -61,7 +61,7 @@ def test_the_placed_order_renders_every_merchant_field_without_a_query(tenant, m
 
 
 @pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
-def test_a_one_line_order_is_six_statements_in_one_transaction(tenant, menu, engine_mode):
+def test_a_one_line_order_is_seven_statements_in_one_transaction(tenant, menu, engine_mode):
     # given a diner whose session was checked once already (and whose process leased its
     # order-ID worker id)
     api = api_for(tenant, diner="diner-1")
@@ -70,11 +70,15 @@ def test_a_one_line_order_is_six_statements_in_one_transaction(tenant, menu, eng
     with CaptureQueriesContext(connection) as queries:
         placed = place(api, menu)
     assert placed.status_code == 201
-    # then one transaction: stock (UPDATE ... RETURNING), order number, order, line,
-    # transition and the idempotency record; nothing is read back. Database-only mode first
-    # looks the key up in the database.
+    # then one transaction: the key's database claim (ADR 0005, a SELECT of an advisory lock),
+    # stock (UPDATE ... RETURNING), order number, order, line, transition and the idempotency
+    # record; nothing is read back. Database-only mode first looks the key up in the database,
+    # reads it again under the claim, and runs the view in a savepoint (a refusal is recorded
+    # while the claim is still held).
     statements = [q["sql"].split()[0] for q in queries.captured_queries]
-    expected = ["BEGIN", "UPDATE", "INSERT", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    view = ["UPDATE", "INSERT", "INSERT", "INSERT", "INSERT"]
     if engine_mode == "database":
-        expected = ["SELECT", *expected]
-    assert statements == expected, " ".join(statements)
+        expected = ["SELECT", "BEGIN", "SELECT", "SELECT", "SAVEPOINT", *view, "RELEASE"]
+    else:
+        expected = ["BEGIN", "SELECT", *view]
+    assert statements == [*expected, "INSERT", "COMMIT"], " ".join(statements)
