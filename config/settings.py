@@ -542,5 +542,5 @@ CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
     "schedule": RETENTION_PURGE_SECONDS,
 }
 # Log fields a tenant may drop from the lines logged while its requests run (Tenant.log_fields)
-LOG_FIELDS_TENANT_MAY_KEEP = ("request_id", "idempotency_key_sha256", "order_id", "diner_id")
+LOG_FIELDS_TENANT_MAY_KEEP = ("request_id", "idempotency_key_hmac", "order_id", "diner_id")
 # --- end data protection ------------------------------------------------------------------

@@ -244,7 +244,7 @@ class RedisIdempotencyStore:
         return script
 
 
-_ZIPPED = b"SZ\x01"
+PACKED_MARKER = b"SZ\x01"  # a `res` field that starts so is zlib-compressed
 _ZIP_FROM_BYTES = 256  # smaller replies do not shrink enough to pay for the marker
 
 
@@ -253,7 +253,7 @@ def pack_reply(response: StoredResponse) -> bytes:
     raw = response.to_bytes()
     if len(raw) < _ZIP_FROM_BYTES:
         return raw
-    packed = _ZIPPED + zlib.compress(raw, 1)
+    packed = PACKED_MARKER + zlib.compress(raw, 1)
     return packed if len(packed) < len(raw) else raw
 
 
@@ -261,9 +261,9 @@ def unpack_reply(raw: bytes) -> StoredResponse:
     """Read a ``res`` field written by :func:`pack_reply` (or by an older version, which
     never compressed); ``ValueError`` on anything else."""
     raw = bytes(raw)
-    if raw.startswith(_ZIPPED):
+    if raw.startswith(PACKED_MARKER):
         try:
-            raw = zlib.decompress(raw[len(_ZIPPED) :])
+            raw = zlib.decompress(raw[len(PACKED_MARKER) :])
         except zlib.error as exc:
             raise ValueError(f"corrupt compressed StoredResponse: {exc}") from exc
     return StoredResponse.from_bytes(raw)

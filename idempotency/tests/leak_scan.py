@@ -6,6 +6,8 @@ from __future__ import annotations
 import redis
 from django.db import connection
 
+from idempotency.stores.redis_store import PACKED_MARKER, unpack_reply
+
 
 def redis_dump(client: redis.Redis) -> bytes:
     """Every key of ``client``'s database and every value, whatever its type."""
@@ -19,8 +21,16 @@ def redis_dump(client: redis.Redis) -> bytes:
     out: list[bytes] = []
     for key in client.scan_iter(count=1000):
         out.append(key)
-        out.extend(v for v in readers.get(client.type(key), lambda k: [])(key) if v)
+        out.extend(_plain(v) for v in readers.get(client.type(key), lambda k: [])(key) if v)
     return b"\n".join(out)
+
+
+def _plain(value: bytes) -> bytes:
+    """A value as the engine wrote it before compressing: stored replies are kept zlib-packed
+    (``pack_reply``), where a clear copy would not show as bytes."""
+    if value.startswith(PACKED_MARKER):
+        return unpack_reply(value).to_bytes()
+    return value
 
 
 def table_dump(table: str) -> str:

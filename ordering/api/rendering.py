@@ -90,6 +90,7 @@ def render_order(order: Order, *, internal: bool, detail: bool) -> dict[str, Any
         "total": _money(order.total),
         "currency": order.currency,
         "note": order.note,
+        "contact": {"phone": order.contact_phone, "address": order.delivery_address},
         "lines": [_line(line) for line in order.lines.all()],
         "payment": None if payment is None else _payment(payment, internal=internal),
         "created_at": _when(order.created_at),

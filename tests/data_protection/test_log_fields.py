@@ -64,5 +64,5 @@ def test_each_tenant_keeps_the_log_fields_it_chose(make_tenant, log_stream):
     assert set(none) == ALWAYS | {"dish"}
     assert set(request_id_only) == ALWAYS | {"dish", "request_id"}
     assert set(default) == ALWAYS | {
-        "dish", "request_id", "idempotency_key_sha256", "order_id", "diner_id",
+        "dish", "request_id", "idempotency_key_hmac", "order_id", "diner_id",
     }  # fmt: skip
