@@ -214,6 +214,7 @@ def server_env(opts: Options, database_url: str, redis_url: str, metrics_dir: Pa
         "CELERY_BROKER_URL": redis_url.rsplit("/", 1)[0] + "/1",
         "DEBUG": "0",
         "SECRET_KEY": SECRET_KEY,
+        "IDEMPOTENCY_HASH_KEY": SECRET_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         # off DEBUG a payment provider must be configured; orders never reach it here

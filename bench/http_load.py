@@ -435,6 +435,7 @@ def base_env(opts: Options) -> dict[str, str | None]:
         "APP_DB_NAME": None,
         "DEBUG": "0",
         "SECRET_KEY": SECRET_KEY,
+        "IDEMPOTENCY_HASH_KEY": SECRET_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         "CELERY_BROKER_URL": opts.broker_url,

@@ -33,6 +33,7 @@ from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores.audit_stream import drain_audits
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN_UNUSED = b"p:"
@@ -191,6 +192,7 @@ def forget_principal(
         done.records += forget_records(
             records, batch=batch, matching=lambda body: also_records_containing in body
         )
+    drain_audits()  # audits still waiting in a Redis stream would land after the delete
     done.audits = delete_in_batches(
         DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal), batch=batch
     )

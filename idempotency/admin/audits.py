@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
@@ -48,6 +49,7 @@ META_LABELS = {
     "currency": "Currency",
     "reason": "Decision",
 }
+SLASH_BREAK = mark_safe("/<wbr>")  # a constant: a slash the browser may break a line after
 HIDDEN_BODY = "(hidden: seeing stored bodies needs the “view stored body” permission)"
 CSV_COLUMNS = [
     "id",
@@ -131,9 +133,9 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         "at",
         "outcome",
         "tenant",
-        "endpoint",
+        "request_route",
         "short_key",
-        "resource_ref",
+        "resource",
         "reviewed",
     ]
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
@@ -155,9 +157,18 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         ]
         return super().changelist_view(request, {**(extra_context or {}), "engine_nodes": nodes})
 
-    @admin.display(description="key (keyed hash)", ordering="key")
+    @admin.display(description="key hash", ordering="key")
     def short_key(self, obj: DuplicateAudit) -> str:
-        return _shortened(obj.key)
+        """The hash's key id and first hex digits tell rows apart; the page shows it all."""
+        return _shortened(obj.key, limit=14)
+
+    @admin.display(description="endpoint", ordering="endpoint")
+    def request_route(self, obj: DuplicateAudit) -> str:
+        return _breakable(obj.endpoint)
+
+    @admin.display(description="resource", ordering="resource_ref")
+    def resource(self, obj: DuplicateAudit) -> str:
+        return _breakable(obj.resource_ref)
 
     @admin.display(description="request")
     def request_details(self, obj: DuplicateAudit) -> str:
@@ -264,6 +275,13 @@ def log_access(
         object_ids=[str(i) for i in ids[:MAX_LOGGED_IDS]],
         row_count=len(ids),
     )
+
+
+def _breakable(path: str) -> str:
+    """A route or URL the browser may wrap after each slash, so long ids fit the list."""
+    if not path:
+        return "—"
+    return format_html_join(SLASH_BREAK, "{}", ((part,) for part in path.split("/")))
 
 
 def _shortened(key: str, limit: int = 24) -> str:

@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from idempotency import erasure
 from idempotency.models import IdempotencyRecord
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import TenantOffboarding
 from ordering.privacy.archive import export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
@@ -143,7 +144,11 @@ def _engine(job: TenantOffboarding) -> None:
     n = erasure.forget_records(records, batch=job.batch_size, max_batches=1)
     if n:
         _count(job, IdempotencyRecord._meta.label, n)
-    elif not _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()]):
+        return
+    # The tenant is suspended: audits of its last requests may still wait in a Redis stream,
+    # and would land after the delete below unless copied first.
+    drain_audits()
+    if not _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()]):
         job.phase = Phase.REDIS
 
 

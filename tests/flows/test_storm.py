@@ -24,6 +24,7 @@ import redis
 from django.db import connection
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores.audit_stream import drain_audits
 from ordering.models import Dish, Order, OrderStatus, Payment, WorkerLease
 from ordering.worker_ids import KEY_PREFIX
 from tests.flows.conftest import DATABASE_ONLY_ENV, ONE_REDIS_ENV, REDIS_URL, STOCK, Shop
@@ -118,12 +119,16 @@ def access_lines(
 
 
 def settled_audits(shop: Shop, *, expected: int) -> Counter[str]:
-    """The duplicate audits the workers wrote (a background thread in each worker writes
-    them, within about a second), once ``expected`` arrived.
+    """The duplicate audits the workers wrote, once ``expected`` arrived.
 
-    Waiting also keeps a late audit from landing after this test's database flush."""
+    With Redis they wait in the node's audit stream until a drain (beat's task, here this
+    process) copies them. Waiting also keeps a late audit from landing after this test's
+    database flush."""
     audits = DuplicateAudit.objects.filter(tenant_key=shop.tenant_key)
-    wait_until(lambda: audits.count() >= expected, what=f"{expected} duplicate audits")
+    wait_until(
+        lambda: drain_audits() >= 0 and audits.count() >= expected,
+        what=f"{expected} duplicate audits",
+    )
     return Counter(audits.values_list("outcome", flat=True))
 
 
