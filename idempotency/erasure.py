@@ -29,7 +29,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
-from idempotency.core.keys import redis_key_for
+from idempotency.core.keys import redis_key_for, redis_key_from_digest
 from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
@@ -282,7 +282,7 @@ def forget_records(
             continue
         deleted += IdempotencyRecord.objects.filter(id__in=[r[0] for r in chosen]).delete()[0]
         keys = [
-            redis_key_for(tenant=t, scope=s, key=k, buckets=buckets_of.get(t, 1))
+            redis_key_from_digest(tenant=t, scope=s, digest=k, buckets=buckets_of.get(t, 1))
             for _, t, s, k, _ in chosen
         ]
         _delete_entries(keys, tenant_key=chosen[0][1])

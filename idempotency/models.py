@@ -14,11 +14,15 @@ class IdempotencyRecord(models.Model):
 
     Inserted in the same transaction as the business write, so it exists exactly when the write
     does. ``unique(tenant_key, scope, key)`` lets the database decide between duplicates.
+    ``key`` is the client key's digest (``keys.key_digest``), the one its Redis key ends with,
+    so purge and erasure can rebuild that Redis key while the raw key is kept nowhere.
     """
 
     tenant_key = models.CharField(max_length=64)
     scope = models.CharField(max_length=255, help_text="principal · method · route")
-    key = models.CharField(max_length=255)
+    key = models.CharField(
+        max_length=255, help_text="key_digest() of the client's key: the raw key is not kept"
+    )
     fingerprint = models.CharField(max_length=64)
     fingerprint_version = models.PositiveSmallIntegerField(default=1)
     field_hashes = models.JSONField(default=dict, blank=True)

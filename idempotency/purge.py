@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from idempotency.core.conf import engine_hook, engine_setting
-from idempotency.core.keys import redis_key_for
+from idempotency.core.keys import redis_key_from_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.nodes import node_for
 
@@ -114,8 +114,8 @@ def purge_record(record: IdempotencyRecord) -> None:
     """Forget one key everywhere: database, Redis, and every process's local cache."""
     record.delete()
     buckets = engine_setting("HOT_TENANT_BUCKETS").get(record.tenant_key, 1)
-    key = redis_key_for(
-        tenant=record.tenant_key, scope=record.scope, key=record.key, buckets=buckets
+    key = redis_key_from_digest(
+        tenant=record.tenant_key, scope=record.scope, digest=record.key, buckets=buckets
     )
     store = node_for(record.tenant_key, key=key)
     if store is not None:

@@ -103,6 +103,6 @@ def has_committed_result(scoped: ScopedKey) -> bool:
     return IdempotencyRecord.objects.filter(
         tenant_key=scoped.tenant,
         scope=scoped.scope,
-        key=scoped.key,
+        key=scoped.key_digest,
         expires_at__gt=timezone.now(),
     ).exists()

@@ -28,6 +28,7 @@ from django.utils.safestring import mark_safe
 
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
+from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
 from idempotency.stores.nodes import breaker_states
 
@@ -83,13 +84,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     list_display = ["short_key", "tenant", "scope", "response_status", "created_at"]
     list_filter = [TenantFilter, "response_status", "created_at"]
-    search_fields = ["=key", "scope"]
+    search_fields = ["scope"]
     date_hierarchy = "created_at"
     exclude = ["response_body"]
 
-    @admin.display(description="key", ordering="key")
+    @admin.display(description="key digest", ordering="key")
     def short_key(self, obj: IdempotencyRecord) -> str:
-        return _shortened(obj.key)
+        """The digest's first hex digits tell rows apart; the record's page shows it all."""
+        return _shortened(obj.key, limit=14)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[IdempotencyRecord], search_term: str
+    ) -> tuple[QuerySet[IdempotencyRecord], bool]:
+        """Records keep keys as digests, so a key typed in the search box is digested the same
+        way (its digest, pasted from a row, matches too); the term also matches scopes."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return (
+            queryset.filter(Q(key__in={key_digest(term), term}) | Q(scope__icontains=term)),
+            False,
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return ["body_preview" if may_see_bodies(request) else "body_hidden"]

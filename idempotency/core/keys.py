@@ -60,6 +60,11 @@ class ScopedKey:
         return _digest(self.tenant, self.scope, self.key, length=64)
 
     @property
+    def key_digest(self) -> str:
+        """What the database record keeps in place of the key (:func:`key_digest`)."""
+        return key_digest(self.key)
+
+    @property
     def redis_key(self) -> str:
         return redis_key_for(
             tenant=self.tenant, scope=self.scope, key=self.key, buckets=self.buckets
@@ -71,13 +76,28 @@ def tenant_hash_tag(tenant: str) -> str:
     return f"{{t:{tenant}}}"
 
 
+def key_digest(key: str) -> str:
+    """The 32 hex chars that stand for a client key at rest: in its Redis key and in its
+    database record. Nothing keeps the raw key, yet purge and erasure can rebuild the Redis
+    key from a record (:func:`redis_key_from_digest`)."""
+    return _digest(key)
+
+
 def redis_key_for(*, tenant: str, scope: str, key: str, buckets: int = 1) -> str:
-    """``idem:{t:<tenant>}:<scope>:<key>``; a hot tenant split into ``buckets`` sub-buckets
-    gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""
+    """``idem:{t:<tenant>}:<scope hash>:<key digest>``; a hot tenant split into ``buckets``
+    sub-buckets gets ``{t:<tenant>:<b>}``. Either way one key maps to one cluster slot."""
+    return redis_key_from_digest(
+        tenant=tenant, scope=scope, digest=key_digest(key), buckets=buckets
+    )
+
+
+def redis_key_from_digest(*, tenant: str, scope: str, digest: str, buckets: int = 1) -> str:
+    """The Redis key of a client key known only by its :func:`key_digest` (a record's
+    ``key``). The sub-bucket is the digest's first 8 hex chars modulo ``buckets``."""
     tag = f"t:{tenant}"
     if buckets > 1:
-        tag += f":{int(_digest(key, length=8), 16) % buckets}"
-    return f"idem:{{{tag}}}:{_digest(scope, length=16)}:{_digest(key)}"
+        tag += f":{int(digest[:8], 16) % buckets}"
+    return f"idem:{{{tag}}}:{_digest(scope, length=16)}:{digest}"
 
 
 def automatic_key(fingerprint: str) -> str:

@@ -70,7 +70,7 @@ def insert_record(
     params = [
         scoped.tenant,
         scoped.scope,
-        scoped.key,
+        scoped.key_digest,
         fingerprint,
         fingerprint_version,
         json.dumps(field_hashes),
@@ -92,7 +92,7 @@ def committed_result(scoped: ScopedKey) -> CommittedResult | None:
         IdempotencyRecord.objects.filter(
             tenant_key=scoped.tenant,
             scope=scoped.scope,
-            key=scoped.key,
+            key=scoped.key_digest,
             expires_at__gt=timezone.now(),
         )
         .only(*_COLUMNS)

@@ -13,6 +13,7 @@ from django.db import connection
 from django.test import Client
 
 from idempotency.core.hashing import keyed_digest
+from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
 from idempotency.web.forms import ALREADY_APPLIED
@@ -135,7 +136,7 @@ def test_replayed_api_key_creation_does_not_show_the_key_again(merchant, mine, e
     assert replay["X-Idempotent-Result"] == "HIT" and replay.content == b""
     assert landing.context["new_key"] is None and key not in landing.content.decode()
     assert ALREADY_APPLIED in landing.content.decode()
-    stored = IdempotencyRecord.objects.get(key=body["idempotency_key"])
+    stored = IdempotencyRecord.objects.get(key=key_digest(body["idempotency_key"]))
     assert key.split(".")[1].encode() not in bytes(stored.response_body)
 
 

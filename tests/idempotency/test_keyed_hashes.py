@@ -1,6 +1,6 @@
-"""Keyed hashes (issue 15, item 2): no raw idempotency key at rest in audits, the audit stream,
-the CSV export or the logs; fingerprints and field hashes are HMACs whose version names the
-key; a rotation keeps old entries verifiable and old audits findable."""
+"""Keyed hashes (issue 15, item 2): no raw idempotency key at rest in records, audits, the
+audit stream, Redis, the CSV export or the logs; fingerprints and field hashes are HMACs whose
+version names the key; a rotation keeps old entries verifiable and old audits findable."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from django.test import Client
 from config.logging import JsonFormatter
 from idempotency.core.fingerprint import field_hashes, fingerprint, keyed_version
 from idempotency.core.hashing import keyed_digest
+from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores.audit_stream import drain_audits, stream_key
+from idempotency.tests.leak_scan import assert_no_clear_copy, redis_dump, table_dump
 from tests.flows.test_idempotent_orders import post_order
 
 pytestmark = pytest.mark.django_db
@@ -54,7 +56,7 @@ def with_keys(settings, *keys: tuple[int, str]) -> None:
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": list(keys)}
 
 
-def test_a_raw_key_is_nowhere_at_rest_in_audits_stream_export_or_logs(
+def test_a_raw_key_is_nowhere_at_rest_in_records_audits_stream_export_or_logs(
     api, menu, captured_logs, engine_mode
 ):
     post_order(api, menu, key=RAW_KEY, HTTP_X_REQUEST_ID="req-keyed-0001")
@@ -64,6 +66,13 @@ def test_a_raw_key_is_nowhere_at_rest_in_audits_stream_export_or_logs(
     assert RAW_KEY.encode() not in repr(stream).encode()
     drain_audits()
 
+    assert IdempotencyRecord.objects.get().key == key_digest(RAW_KEY)
+    assert_no_clear_copy(
+        RAW_KEY,
+        records=table_dump("idempotency_idempotencyrecord"),
+        audits=table_dump("idempotency_duplicateaudit"),
+        redis=redis_dump(redis.Redis.from_url(django_settings.REDIS_URL)),
+    )
     audits = list(DuplicateAudit.objects.values())
     assert {a["outcome"] for a in audits} == {"HIT", "REUSED"}
     assert {a["key"] for a in audits} == {keyed_digest(RAW_KEY)}
@@ -110,9 +119,20 @@ def test_after_a_rotation_old_entries_verify_and_old_audits_are_found(
     [mismatch] = DuplicateAudit.objects.filter(outcome="REUSED")
     assert mismatch.differing_fields == ["items"]  # compared under key 1, the entry's key
     assert other.status_code == 201
-    assert IdempotencyRecord.objects.get(key="another-key").fingerprint_version == 201
+    assert IdempotencyRecord.objects.get(key=key_digest("another-key")).fingerprint_version == 201
     digests = set(DuplicateAudit.objects.values_list("key", flat=True))
     assert {d.split(":")[0] for d in digests} == {"k1", "k2"}
     found = admin_client().get("/admin/idempotency/duplicateaudit/", {"q": RAW_KEY})
     assert {a.key for a in found.context["cl"].result_list} == digests
     assert found.context["cl"].result_count == 3  # the HIT before, the HIT and REUSED after
+
+
+def test_the_record_admin_finds_a_record_by_the_key_typed_in(api, menu):
+    post_order(api, menu, key=RAW_KEY)
+    post_order(api, menu, key="another-key")
+    staff = admin_client()
+    for term in (RAW_KEY, key_digest(RAW_KEY)):
+        found = staff.get("/admin/idempotency/idempotencyrecord/", {"q": term})
+        assert [r.key for r in found.context["cl"].result_list] == [key_digest(RAW_KEY)]
+    page = staff.get("/admin/idempotency/idempotencyrecord/", {"q": RAW_KEY}).content.decode()
+    assert key_digest(RAW_KEY)[:13] in page
