@@ -71,7 +71,7 @@ def measure(api, menu, key):
     return response, engine_queries(captured)
 
 
-def test_first_execution_adds_two_redis_round_trips_and_one_insert(
+def test_first_execution_adds_two_redis_round_trips_the_database_claim_and_one_insert(
     api, menu, settings, redis_calls
 ):
     post_order(api, menu, key="warm-up")  # loads scripts, per-process caches
@@ -84,7 +84,9 @@ def test_first_execution_adds_two_redis_round_trips_and_one_insert(
     assert off.status_code == on.status_code == 201 and on["X-Idempotent-Result"] == "MISS"
     assert redis_calls.commands == ["EVALSHA", "EVALSHA"]  # claim, finish
     extra = [q for q in with_engine if q not in business]
-    assert len(with_engine) == len(business) + 1, extra
+    # the key's database claim (ADR 0005, taken under a Redis claim too) and the record
+    assert len(with_engine) == len(business) + 2, extra
+    assert "pg_try_advisory_xact_lock" in " ".join(extra)
     assert "idempotency_idempotencyrecord" in " ".join(extra)
 
 
