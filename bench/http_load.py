@@ -592,7 +592,10 @@ def _db_check(payload: dict[str, Any]) -> dict[str, Any]:
     """Mixed-load invariants per prefix, and where replays were served from (audit rows)."""
     from django.db.models import Count
 
+    from idempotency.core.hashing import keyed_digest
+    from idempotency.core.keys import key_digest
     from idempotency.models import DuplicateAudit, IdempotencyRecord
+    from idempotency.stores.audit_stream import drain_audits
     from ordering.models import Order
 
     out: dict[str, Any] = {"invariants": {}, "replay_sources": {}}
@@ -606,7 +609,9 @@ def _db_check(payload: dict[str, Any]) -> dict[str, Any]:
         orders: dict[str, list[str]] = {}
         for note, pk in Order.all_tenants.filter(note__startswith=prefix).values_list("note", "id"):
             orders.setdefault(note, []).append(str(pk))
-        records = IdempotencyRecord.objects.filter(key__startswith=prefix).count()
+        # records keep the key's digest (never the key): count those of the keys sent
+        sent_digests = [key_digest(key) for key in {*orders, *acked}]
+        records = IdempotencyRecord.objects.filter(key__in=sent_digests).count()
         duplicates = sum(len(ids) - 1 for ids in orders.values() if len(ids) > 1)
         lost = sum(1 for key in acked if key not in orders)
         mismatched = sum(
@@ -633,8 +638,11 @@ def _db_check(payload: dict[str, Any]) -> dict[str, Any]:
         )
         out["invariants"][name] = inv
     if payload.get("replay_prefix"):
+        # audits wait in the Redis streams until drained, and keep the key's HMAC, not the key
+        drain_audits()
+        replay_keys = [f"{payload['replay_prefix']}-{i}" for i in range(payload["replay_count"])]
         rows = (
-            DuplicateAudit.objects.filter(key__startswith=payload["replay_prefix"])
+            DuplicateAudit.objects.filter(key__in=[keyed_digest(k) for k in replay_keys])
             .values("outcome", "source")
             .annotate(n=Count("id"))
         )
@@ -1037,8 +1045,6 @@ def run(opts: Options) -> Report:
             replay_check["answers"] = dict(answered)
             replay_check["ok"] = replay_check["ok"] and answered.get("HIT", 0) == total
 
-        if not round_trips:
-            time.sleep(1.5)  # audits (replay sources) are flushed by the workers every second
         mixed = {
             c.key: {
                 "prefix": f"{run_id}-{c.key}-",
@@ -1049,7 +1055,14 @@ def run(opts: Options) -> Report:
             if c.mode == "mixed"
         }
         checked = db_helper(
-            opts, "check", {"mixed": mixed, "replay_prefix": replay_prefix if replay else ""}
+            opts,
+            "check",
+            {
+                "mixed": mixed,
+                "replay_prefix": replay_prefix if replay else "",
+                "replay_count": opts.replay_keys,
+            },
+            extra_env={"REDIS_URL": opts.redis_url},  # to drain the audit streams
         )
         if replay:
             replay_check["sources"] = checked["replay_sources"]

@@ -32,9 +32,7 @@ def test_the_admin_action_offboards_through_the_worker(
         "/admin/tenants/tenant/", {"action": "offboard", ACTION_CHECKBOX_NAME: [str(leaving.pk)]}
     )
     job = TenantOffboarding.objects.get(tenant_ref=leaving.pk)
-    wait_for(
-        lambda: TenantOffboarding.objects.get(pk=job.pk).is_done, timeout=60, worker=celery_worker
-    )
+    wait_for(lambda: TenantOffboarding.objects.get(pk=job.pk).is_done, worker=celery_worker)
     assert "ordering.offboard_tenant" in celery_worker.log()  # the worker ran it, not this process
     assert not Tenant.objects.filter(pk=leaving.pk).exists()
     assert {label: rows for label, rows in rows_of_tenant(leaving.pk).items() if rows} == {}
