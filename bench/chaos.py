@@ -819,7 +819,13 @@ def check_database(
     for k in acked.values():
         for dish, quantity in k.items:
             client_ordered[dish] += quantity
-    record_keys = Counter(key for key, _status, n in records for _ in range(n))
+    from idempotency.core.keys import key_digest
+
+    # records keep each key's digest, never the key: read them back as the keys sent
+    sent = {key_digest(k.key): k.key for k in load.keys.values()}
+    record_keys = Counter(
+        sent.get(digest, digest) for digest, _status, n in records for _ in range(n)
+    )
     records_201 = sum(n for _key, status, n in records if status == 201)
     keys_final = {k.key for k in load.keys.values() if k.final is not None}
     return {

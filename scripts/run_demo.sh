@@ -18,7 +18,10 @@ export SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS=${SIMULATED_PAYMENT_AUTO_COMPLETE
 
 pids=()
 stop_all() {
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  # the job's process group, or the job alone if it had no group of its own yet
+  for pid in "${pids[@]}"; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 }
 trap stop_all EXIT
@@ -35,10 +38,11 @@ if [ -n "${REDIS_URL:-}${CELERY_BROKER_URL:-}${REDIS_SHARDS:-}" ]; then
 else
   echo "[demo] no broker configured: Celery tasks run eagerly in the web process"
   # No beat without a broker: a loop here runs the same retention purge on the same schedule.
+  # Its output goes nowhere, so a stray `sleep` can never hold the terminal's (or a pipe's) output.
   (while true; do
-    "$PY" manage.py purge_expired_data >/dev/null || true
+    "$PY" manage.py purge_expired_data || true
     sleep "${RETENTION_PURGE_SECONDS:-3600}"
-  done) &
+  done) >/dev/null 2>&1 &
   pids+=("$!")
   echo "[demo] expired data is purged at start and every ${RETENTION_PURGE_SECONDS:-3600} s (docs/data-protection.md)"
 fi
