@@ -25,6 +25,7 @@ from tests.conftest import api_for, menu_for, use_topology
 from tests.flows.test_idempotent_orders import post_order
 from tests.support.redis_nodes import RedisNode, start_cluster
 from tests.support.slow_proxy import SlowProxy
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db]
 
@@ -55,7 +56,7 @@ def proxied_cluster() -> Iterator[ProxiedCluster]:
     proxy = SlowProxy(slow.port)
     try:
         slow.client().config_set("cluster-announce-port", proxy.port)
-        _wait_for(
+        wait_until(
             lambda: all(any(s[2][1] == proxy.port for s in _slots(n)) for n in nodes),
             what="every node to announce the proxy",
         )
@@ -68,14 +69,6 @@ def proxied_cluster() -> Iterator[ProxiedCluster]:
 
 def _slots(node: RedisNode) -> list[Any]:
     return node.client().execute_command("CLUSTER SLOTS")
-
-
-def _wait_for(condition: Callable[[], object], *, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -195,8 +188,8 @@ def test_a_sick_master_degrades_only_its_tenants_then_recovers(
 
     # when the master is healthy again, probes close its breaker and its tenants return to Redis
     heal(proxied_cluster.proxy)
-    _wait_for(lambda: breaker.state is not BreakerState.OPEN, what="half-open")
-    deadline = time.monotonic() + 60
+    wait_until(lambda: breaker.state is not BreakerState.OPEN, what="half-open")
+    deadline = time.monotonic() + DEADLINE_SECONDS
     i = 0
     while breaker.state is not BreakerState.CLOSED and time.monotonic() < deadline:
         assert slow[i % 2].order(f"recovering-{i}").status_code == 201

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from tests.support.live_server import LiveServer, live_gunicorn
 from tests.support.redis_nodes import RedisNode
 from tests.support.slow_proxy import SlowProxy
 from tests.support.view_executions import executions, server_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -211,7 +211,7 @@ def test_database_only_answers_a_running_duplicate_409_in_progress(
         target=lambda: first.extend(fire(database_only_server.server, [op.call]))
     )
     runner.start()
-    wait_until(lambda: database_only_server.runs(key) == 1)
+    wait_until(lambda: database_only_server.runs(key) == 1, what="the first run to start")
     # when the same request arrives again while it runs
     [duplicate] = fire(database_only_server.server, [op.call])
     runner.join(30)
@@ -245,7 +245,7 @@ def test_redis_killed_mid_storm_runs_the_view_once(
                 target=lambda: responses.extend(fire(counted.server, [op.call] * DUPLICATES))
             )
             storm.start()
-            wait_until(lambda: counted.runs(key) == 1)
+            wait_until(lambda: counted.runs(key) == 1, what="the first run to start")
             assert node.client().keys("idem:*"), "the first request claimed in Redis"
             # when the Redis node is SIGKILLed while that view still runs
             assert node.process is not None
@@ -316,10 +316,3 @@ def test_breaker_open_storm_runs_the_view_once(slow_redis_server: SlowRedis, sho
     # then no worker claimed the key in Redis, and the view ran once
     assert set(slow_redis_server.node.client().keys("idem:*")) == claims_before
     assert_executed_once(slow_redis_server.counted, op, key, responses)
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
