@@ -207,7 +207,11 @@ def _redis_client() -> redis.Redis:
 def _redis_reachable() -> Iterator[None]:
     try:
         yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.RedisClusterException,  # no node of a cluster reachable
+    ) as exc:
         raise LeaseStoreUnavailable(f"Redis unreachable: {exc}") from exc
 
 

@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from redis.exceptions import RedisError
 
 from idempotency.stores.local_cache import InvalidationListener
+from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from tenants.redis_routing import client_for_service
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def announce(key: str) -> None:
             return
         try:
             client.publish(CHANNEL, key)
-        except RedisError:
+        except REDIS_UNAVAILABLE:
             # the other processes fall back to the short TTL once their listener hears nothing
             logger.warning("could not announce a credential change on %s", CHANNEL, exc_info=True)
 

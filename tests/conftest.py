@@ -7,6 +7,7 @@ embedded SQLite default, because its claims are about PostgreSQL's behaviour.
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -130,7 +131,8 @@ def clean_engine_state() -> Any:
     from idempotency.core.tenant_policy import reset_tenant_policy_cache
     from idempotency.stores import nodes as stores
     from idempotency.stores.audit_stream import discard_all
-    from tenants import session_state
+    from ordering import order_ids
+    from tenants import credential_cache, session_state
 
     discard_all()
     session_state.clear()
@@ -144,8 +146,17 @@ def clean_engine_state() -> Any:
         client.delete(*keys)
     client.close()
     stores.reset()
+    generator = order_ids._process_generator
     yield
     stores.reset()
+    if _topology_changed.is_set():
+        _topology_changed.clear()
+        # What this process built on the test's nodes goes with them: the credential feed's
+        # client, and an order-ID generator whose worker id is leased (and heartbeaten) there.
+        credential_cache.feed.stop()
+        if order_ids._process_generator is not generator:
+            order_ids._process_generator._lease.release()
+            order_ids._process_generator = generator
 
 
 @pytest.fixture(params=["redis", "database"])
@@ -189,11 +200,17 @@ def cluster_nodes() -> Any:
         node.remove()
 
 
+# Whether the running test pointed the app at other Redis nodes (clean_engine_state undoes it).
+_topology_changed = threading.Event()
+
+
 def use_topology(
     settings: Any, *, shards: list[str] | None = None, cluster: str | None = None
 ) -> None:
     """Point the app at other Redis nodes for one test (settings fixture restores them)."""
     from idempotency.stores import nodes as stores
+
+    _topology_changed.set()
 
     base = (
         dict(settings.CACHES["default"]["OPTIONS"])

@@ -39,7 +39,7 @@ from idempotency.audit import AuditEvent, save_events
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_pending import pending
-from idempotency.stores.nodes import node_name, redis_store_for
+from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name, redis_store_for
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def drain_all() -> int:
     for client in hook() if hook else []:
         try:
             copied += drain(client)
-        except RedisError:
+        except REDIS_UNAVAILABLE:
             logger.warning("could not drain the audit stream of %s", node_name(client))
     return copied
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
 
@@ -244,7 +244,7 @@ def _release_batch(client: Any, store: Any, keys: list[Any], dead: set[str]) -> 
         for key in keys:
             pipe.hmget(key, "st", "own")
         states = pipe.execute()
-    except RedisError:
+    except (RedisError, RedisClusterException):  # as idempotency.stores.nodes.REDIS_UNAVAILABLE
         logger.warning("could not read claims for stale-lease recovery", exc_info=True)
         return 0
     released = 0

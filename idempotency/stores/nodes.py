@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency import metrics
@@ -40,6 +41,12 @@ def local_cache() -> LocalResultCache:
         max_bytes=engine_setting("LOCAL_CACHE_BYTES"),
         ttl_s=engine_setting("LOCAL_CACHE_TTL_SECONDS"),
     )
+
+
+# What a call to a node raises when the node cannot answer. redis-py reports a cluster none of
+# whose nodes it can reach with RedisClusterException, which is not a RedisError: code that
+# talks to a raw client catches both; calls through GuardedStore.run see a RedisError only.
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 
 class GuardedStore:
@@ -70,6 +77,9 @@ class GuardedStore:
         except RedisError:
             self._report(op, started, ok=False)
             raise
+        except RedisClusterException as exc:  # no node of the cluster reachable: an outage
+            self._report(op, started, ok=False)
+            raise RedisConnectionError(f"{self.name}: {exc}") from exc
         self._report(op, started, ok=True)
         return result
 

@@ -38,11 +38,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.models import IdempotencyRecord
-from idempotency.stores.nodes import node_name
+from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ class TenantUsage:
                 census = self._census.setdefault(name, KeyCensus())
                 try:
                     census.advance(client, budget)
-                except RedisError as exc:
+                except REDIS_UNAVAILABLE as exc:
                     logger.warning("key census of %s skipped: %s", name, exc)
             return dict(self._census)
 

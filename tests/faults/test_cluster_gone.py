@@ -1,0 +1,58 @@
+"""A Redis Cluster with every master gone: orders go on from the database, nothing answers 500.
+
+redis-py reports a cluster it cannot reach at all with ``RedisClusterException``, which is not a
+``RedisError``: every place that talks to Redis must treat it as the outage it is. This test
+stops all three masters of a cluster of its own, then places, replays and pays orders and
+revokes a diner (whose announcement goes to the cluster too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from idempotency.stores import nodes as stores
+from ordering.models import Order
+from tenants.diner_sessions import revoke_diner
+from tenants.models import Tenant
+from tests.conftest import api_for, menu_for, use_topology
+from tests.flows.test_idempotent_orders import post_order
+from tests.support.redis_nodes import RedisNode, start_cluster
+
+pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def cluster() -> Iterator[list[RedisNode]]:
+    nodes = start_cluster(3)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.remove()
+
+
+def test_with_every_master_gone_orders_replay_and_revocations_go_on(
+    settings: Any, cluster: list[RedisNode], make_tenant: Callable[..., Tenant]
+) -> None:
+    use_topology(settings, cluster=cluster[0].url)
+    tenant = make_tenant()
+    api, menu = api_for(tenant, diner="leaving"), menu_for(tenant, 100)
+    before = post_order(api, menu, key="before-the-outage")
+    assert before.status_code == 201 and before["X-Idempotent-Result"] == "MISS"
+
+    for node in cluster:
+        node.remove()
+    stores.local_cache().clear()  # the replay must come from the database, not this process
+
+    replay = post_order(api, menu, key="before-the-outage")
+    assert replay.status_code == 201, replay.content
+    assert replay["X-Idempotent-Result"] == "HIT" and replay.content == before.content
+    during = post_order(api, menu, key="during-the-outage")
+    assert during.status_code == 201, during.content
+    assert post_order(api, menu, key="during-the-outage").content == during.content
+    assert Order.objects.for_tenant(tenant).count() == 2
+    assert revoke_diner(tenant=tenant, diner_id="leaving") == 1
+    assert post_order(api, menu, key="after-the-revocation").status_code == 401
