@@ -92,10 +92,19 @@ def node_of(key: str) -> str:
 
 @pytest.fixture
 def crashed(topology: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """A process that claimed one key of each of 12 tenants (spread over every node), then
-    was SIGKILLed."""
+    """A process that claimed one key of each of 12 tenants (4 on every node), then was
+    SIGKILLed."""
     run = uuid.uuid4().hex[:8]
-    tenants = [f"stale-{run}-{i}" for i in range(12)]
+    by_node: dict[str, list[str]] = {}
+    candidates = (f"stale-{run}-{i}" for i in range(10_000))
+    while len(by_node) < 3 or any(len(on_node) < 4 for on_node in by_node.values()):
+        tenant = next(candidates)
+        on_node = by_node.setdefault(
+            node_of(redis_key_for(tenant=tenant, scope="crash", key="k")), []
+        )
+        if len(on_node) < 4:
+            on_node.append(tenant)
+    tenants = [tenant for on_node in by_node.values() for tenant in on_node]
     env = {
         **os.environ,
         **topology,
