@@ -27,6 +27,7 @@ from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tenants.models import ApiClient
 from tests.conftest import api_for, free_port
+from tests.support.waiting import DEADLINE_SECONDS
 
 REDIS_URL = django_settings.REDIS_URL or "redis://127.0.0.1:6379/0"
 TOKENS = "/api/v1/idempotency-tokens/"
@@ -139,8 +140,12 @@ def test_fifty_threads_against_a_limit_of_twenty_let_exactly_twenty_through(
     settings: Any, tenant: Any
 ) -> None:
     """The real path (node routing, breaker, Lua) from 50 threads at once, each on its own
-    connection of the node's pool."""
-    limit(settings, 20, RATE_LIMIT_FOR_TENANT=None)
+    connection of the node's pool. The node's breaker tolerates any latency here: on a busy
+    machine 50 calls at once can be slow enough to open it, and a call it turns away is let
+    through unlimited (fail-open), which is the breaker's behaviour, not the counter's."""
+    lenient = {**settings.IDEMPOTENCY["BREAKER"], "p99_threshold_ms": 60_000}
+    limit(settings, 20, RATE_LIMIT_FOR_TENANT=None, BREAKER=lenient)
+    stores.reset()
     barrier = threading.Barrier(50)
     allowed: list[bool] = []
     lock = threading.Lock()
@@ -156,7 +161,7 @@ def test_fifty_threads_against_a_limit_of_twenty_let_exactly_twenty_through(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(DEADLINE_SECONDS)
     assert len(allowed) == 50
     assert allowed.count(True) == 20
 

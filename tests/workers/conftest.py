@@ -19,6 +19,7 @@ committed rows.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -122,6 +123,20 @@ class CeleryWorker:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def busy(self) -> bool:
+        """Whether a message of this worker's queue waits in the broker or is held unacknowledged
+        (running, or due later). Tasks are acknowledged after they return (``task_acks_late``),
+        and a task publishes its follow-ups before it returns, so "not busy" leaves no gap in
+        which a follow-up is on its way."""
+        broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        try:
+            if broker.llen(self.queue):
+                return True
+            held = broker.hvals("unacked")  # kombu's Redis transport: [message, exchange, key]
+        finally:
+            broker.close()
+        return any(json.loads(entry)[2] == self.queue for entry in held)
+
 
 @contextmanager
 def running_worker(log_dir: Path, **options: Any) -> Iterator[CeleryWorker]:
@@ -151,6 +166,18 @@ def celery_worker(
 ) -> Iterator[CeleryWorker]:
     with running_worker(tmp_path_factory.mktemp("celery")) as worker:
         yield worker
+
+
+@pytest.fixture(autouse=True)
+def celery_worker_idle_after_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that used the module's worker ends when the worker has nothing left to do: a
+    follow-up task still running would otherwise hold row locks while the database is flushed
+    for the next test (a deadlock, seen under CPU load)."""
+    yield
+    if "celery_worker" in request.fixturenames:
+        worker = request.getfixturevalue("celery_worker")
+        if worker.process is not None and worker.process.poll() is None:
+            wait_until(lambda: not worker.busy(), what="the Celery worker to go idle")
 
 
 def wait_for(condition: Callable[[], object], *, worker: CeleryWorker) -> None:
