@@ -10,7 +10,8 @@ data-modifying CTEs of one statement together, so they go as
 
 Each INSERT is compiled by Django's own insert compiler (field conversion, ``auto_now_add``,
 column names), so a model change needs no change here. Rows come back in ``VALUES`` order, the
-same guarantee Django's ``bulk_create`` relies on to set primary keys.
+same guarantee Django's ``bulk_create`` relies on to set primary keys. Other databases (the
+embedded demo's SQLite) get one ``bulk_create`` per model.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def insert_together(*batches: Sequence[Model]) -> None:
     model = type(batches[0][0])
     using = router.db_for_write(model)
     connection = connections[using]
+    if connection.vendor != "postgresql":
+        # e.g. the embedded demo's SQLite, which has no data-modifying CTEs: one INSERT each
+        for batch in batches:
+            type(batch[0])._base_manager.using(using).bulk_create(batch)
+        return
     parts: list[str] = []
     params: list[object] = []
     selects: list[str] = []
