@@ -19,6 +19,7 @@ from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTr
 from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
 from ordering.order_numbers import business_day, next_order_number
 from ordering.prefetch import with_related
+from ordering.services.one_statement import insert_together
 from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
 from tenants.models import ApiClient, Tenant
 from tenants.routing import tenant_shard
@@ -54,8 +55,9 @@ def place_order(
     Stock is taken with ``UPDATE ... SET stock = stock - q WHERE stock >= q ... RETURNING`` per
     dish in primary key order (no overselling, no deadlock between two orders of the same dishes;
     the same statement reads the name and price the lines freeze), the coupon with a conditional
-    increment of its use count, then the day's short order number. Any refusal rolls the whole
-    transaction back.
+    increment of its use count, then the day's short order number; the order, its lines and its
+    first transition are then written in one statement. Any refusal rolls the whole transaction
+    back.
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
 
     The order comes back with its lines, its transition log and its (empty) payments in hand
@@ -74,7 +76,7 @@ def place_order(
         discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
         primary_dish_id = next(iter(quantities))
         day = business_day(tenant)
-        order = Order.objects.for_tenant(tenant).create(
+        order = Order(
             id=_issue_order_id(tenant=tenant, primary_dish_id=primary_dish_id),
             tenant=tenant,
             number=next_order_number(tenant=tenant, day=day),  # last: see order_numbers.py
@@ -91,23 +93,22 @@ def place_order(
             delivery_address=delivery_address,
             idempotency_key=idempotency_key,
         )
-        lines = OrderLine.objects.for_tenant(tenant).bulk_create(
-            [
-                OrderLine(
-                    tenant=tenant,
-                    order=order,
-                    dish_id=dish_id,
-                    dish_name=dishes[dish_id].name,
-                    unit_price=dishes[dish_id].price,
-                    quantity=quantity,
-                    line_total=dishes[dish_id].price * quantity,
-                )
-                for dish_id, quantity in quantities.items()
-            ]
-        )
-        created = OrderTransition.objects.for_tenant(tenant).create(
+        lines = [
+            OrderLine(
+                tenant=tenant,
+                order=order,
+                dish_id=dish_id,
+                dish_name=dishes[dish_id].name,
+                unit_price=dishes[dish_id].price,
+                quantity=quantity,
+                line_total=dishes[dish_id].price * quantity,
+            )
+            for dish_id, quantity in quantities.items()
+        ]
+        created = OrderTransition(
             tenant=tenant, order=order, from_status="", to_status=OrderStatus.CREATED, actor=actor
         )
+        insert_together([order], lines, [created])  # one statement: one_statement.py
     return with_related(order, lines=lines, transitions=[created], payments=[])
 
 

@@ -61,7 +61,7 @@ def test_the_placed_order_renders_every_merchant_field_without_a_query(tenant, m
 
 
 @pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
-def test_a_one_line_order_is_seven_statements_in_one_transaction(tenant, menu, engine_mode):
+def test_a_one_line_order_is_five_statements_in_one_transaction(tenant, menu, engine_mode):
     # given a diner whose session was checked once already (and whose process leased its
     # order-ID worker id)
     api = api_for(tenant, diner="diner-1")
@@ -71,14 +71,38 @@ def test_a_one_line_order_is_seven_statements_in_one_transaction(tenant, menu, e
         placed = place(api, menu)
     assert placed.status_code == 201
     # then one transaction: the key's database claim (ADR 0005, a SELECT of an advisory lock),
-    # stock (UPDATE ... RETURNING), order number, order, line, transition and the idempotency
+    # stock (UPDATE ... RETURNING), order number, then order, line and transition in one
+    # statement (WITH ... INSERT, ordering/services/one_statement.py), and the idempotency
     # record; nothing is read back. Database-only mode first looks the key up in the database,
     # reads it again under the claim, and runs the view in a savepoint (a refusal is recorded
     # while the claim is still held).
     statements = [q["sql"].split()[0] for q in queries.captured_queries]
-    view = ["UPDATE", "INSERT", "INSERT", "INSERT", "INSERT"]
+    view = ["UPDATE", "INSERT", "WITH"]
     if engine_mode == "database":
         expected = ["SELECT", "BEGIN", "SELECT", "SELECT", "SAVEPOINT", *view, "RELEASE"]
     else:
         expected = ["BEGIN", "SELECT", *view]
     assert statements == [*expected, "INSERT", "COMMIT"], " ".join(statements)
+
+
+@pytest.mark.django_db
+def test_the_one_statement_writes_every_line_and_the_transition_with_their_ids(tenant, menu):
+    # given an order of two dishes, placed with its rows written in one statement
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(menu["pasta"].pk, 1), ItemRequest(menu["pizza"].pk, 3)],
+        payment_method="card",
+        actor="api:abc/diner:d1",
+    )
+    # then the rows in hand carry the ids the database gave them, line by line
+    stored = Order.objects.for_tenant(tenant).get(pk=order.pk)
+    in_hand = {(line.pk, line.dish_id, line.quantity) for line in order.lines.all()}
+    assert in_hand == {(line.pk, line.dish_id, line.quantity) for line in stored.lines.all()}
+    assert len(in_hand) == 2
+    [transition] = order.transitions.all()
+    assert transition.pk == stored.transitions.get().pk
+    # and they are saved rows: changing one updates it instead of inserting a copy
+    line = order.lines.all()[0]
+    line.dish_name = "Renamed"
+    line.save(update_fields=["dish_name"])
+    assert stored.lines.get(pk=line.pk).dish_name == "Renamed"
