@@ -37,7 +37,7 @@ declare -A PATHS=(
 declare -A ENGINE_TESTS=(
   [keys]="contract/test_replay.py contract/test_database_only.py contract/test_tokens.py"
   [fingerprint]=""  # its unit tests and properties are where a canonical form is checked
-  [engine]="contract/test_replay.py contract/test_database_only.py contract/test_crash_windows.py contract/test_breaker.py contract/test_tokens.py"
+  [engine]="contract/test_replay.py contract/test_database_only.py contract/test_database_claim.py contract/test_crash_windows.py contract/test_breaker.py contract/test_tokens.py"
   [redis_store]="contract/test_replay.py contract/test_tokens.py"
 )
 declare -A PRODUCT_TESTS=(

@@ -43,11 +43,35 @@ def post_storm(url: str, path: str, tenant: str, key: str, *, requests: int = 24
     return storm(url, path, body=body, headers=note_headers(tenant, key), requests=requests)
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float = 30.0) -> None:
+def wait_until(condition: Callable[[], bool], *, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
+
+
+def connect(*, autocommit: bool = True) -> psycopg.Connection:
+    """A session of its own on the test database, beside Django's."""
+    settings_dict = connection.settings_dict
+    return psycopg.connect(
+        host=settings_dict["HOST"],
+        port=settings_dict["PORT"] or 5432,
+        user=settings_dict["USER"],
+        password=settings_dict["PASSWORD"],
+        dbname=settings_dict["NAME"],
+        autocommit=autocommit,
+    )
+
+
+def claim_waiters() -> int:
+    """Sessions of this database waiting for an advisory lock: duplicates queued behind a
+    database claim."""
+    with connect() as conn:
+        [(count,)] = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+    return count
 
 
 @pytest.fixture
@@ -73,7 +97,10 @@ def test_a_database_only_storm_runs_the_view_once(
     first = assert_one_execution(answers)
     assert first.status == 201
     assert executions.runs(tenant, "db-storm") == 1
-    assert set(Counter(a.result for a in answers if a is not first)) == duplicates_answer
+    seen = set(Counter(a.result for a in answers if a is not first))
+    # a duplicate that reached the server only after the first committed (a busy machine)
+    # replays it under either policy
+    assert duplicates_answer <= seen <= duplicates_answer | {"HIT"}
     assert Note.objects.count() == 1
 
 
@@ -86,7 +113,7 @@ def test_redis_dying_mid_run_sends_duplicates_to_wait_for_the_run(
     so they wait for it and replay (the default); turned off (no statement added to the Redis
     path) that one run is repeated once, and rolled back by the record's unique index."""
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "DATABASE_CLAIM_UNDER_REDIS": under_redis}
-    behaviour["delay_seconds"] = 1.5
+    behaviour["hold"] = [first_run, later_runs] = [threading.Event(), threading.Event()]
     firsts: list[Answer] = []
     with ephemeral_redis() as node:
         settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": node.url}
@@ -99,9 +126,24 @@ def test_redis_dying_mid_run_sends_duplicates_to_wait_for_the_run(
         )
         runner.start()
         wait_until(lambda: executions.runs(tenant, "dies") == 1)
-    # when Redis is gone and 24 duplicates arrive while that view still runs
-    duplicates = post_storm(live_server.url, "/notes/wait/", tenant, "dies")
-    runner.join(30)
+    # when Redis is gone and 24 duplicates arrive while that view still runs (it is held until
+    # a duplicate waits for the database claim, or, without the claim, runs the view itself;
+    # the first run is let go first, then the duplicate's)
+    storm_thread = threading.Thread(
+        target=lambda: duplicates.extend(
+            post_storm(live_server.url, "/notes/wait/", tenant, "dies")
+        )
+    )
+    duplicates: list[Answer] = []
+    storm_thread.start()
+    if under_redis:
+        wait_until(lambda: claim_waiters() >= 1)
+    else:
+        wait_until(lambda: executions.runs(tenant, "dies") == 2)
+    first_run.set()
+    runner.join(60)
+    later_runs.set()
+    storm_thread.join(60)
     # then every duplicate replays the first run's answer
     [first] = firsts
     assert first.result == "MISS" and first.status == 201
@@ -113,14 +155,7 @@ def test_redis_dying_mid_run_sends_duplicates_to_wait_for_the_run(
 def test_the_claim_waits_within_its_budget_then_gives_up(tenant):
     # given another session holding the key's claim in an open transaction
     scoped = ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/", key="k")
-    settings_dict = connection.settings_dict
-    holder = psycopg.connect(
-        host=settings_dict["HOST"],
-        port=settings_dict["PORT"] or 5432,
-        user=settings_dict["USER"],
-        password=settings_dict["PASSWORD"],
-        dbname=settings_dict["NAME"],
-    )
+    holder = connect(autocommit=False)
     try:
         holder.execute("SELECT pg_advisory_xact_lock(%s)", [database_claim.lock_id(scoped)])
         # when a duplicate asks for it under "reject", and under "wait" with a short budget

@@ -1,13 +1,17 @@
 """The contract suite's views: one DRF create view and one plain Django form view, each
 behind the engine's decorator.
 
-Two switches let a test shape an execution: :data:`behaviour` ``delay_seconds`` holds every
-execution (so duplicates overlap), and a text listed in ``fail_once`` answers 500 the first
-time it is written (a 5xx must not be stored).
+Three switches let a test shape an execution: :data:`behaviour` ``delay_seconds`` holds every
+execution (so duplicates overlap), ``hold`` (a list of :class:`threading.Event`) holds each
+execution until the test sets its event — the first execution waits for the first event, the
+next for the next, every later one for the last — so a test releases runs, in the order it
+chooses, on events it observed instead of guessing a delay; and a text listed in ``fail_once``
+answers 500 the first time it is written (a 5xx must not be stored).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -23,11 +27,16 @@ from idempotency.tests.testapp.models import Note
 from idempotency.tests.testapp.scope import from_headers
 from idempotency.web.throttle import TenantRateThrottle
 
-behaviour: dict[str, Any] = {"delay_seconds": 0.0, "fail_once": set()}
+behaviour: dict[str, Any] = {"delay_seconds": 0.0, "hold": None, "fail_once": set()}
+HOLD_DEADLINE_SECONDS = 120.0  # a test that never releases its hold fails, it does not hang
 
 
 def _write(request: HttpRequest, text: str) -> Note | None:
     time.sleep(behaviour["delay_seconds"])
+    holds: list[threading.Event] | None = behaviour["hold"]
+    if holds:
+        hold = holds.pop(0) if len(holds) > 1 else holds[0]  # list.pop is atomic
+        hold.wait(HOLD_DEADLINE_SECONDS)
     if text in behaviour["fail_once"]:
         behaviour["fail_once"].discard(text)
         return None
