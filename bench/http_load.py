@@ -55,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -674,9 +675,12 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
         return execute(sql, params, many, context)
 
     original_send = AbstractConnection.send_packed_command
+    requesting_thread = threading.get_ident()
 
     def count_send(self: Any, command: Any, check_health: bool = True) -> Any:
-        counts["redis"] += 1
+        # the request's own sends only: the pub/sub listeners' PINGs run on threads of their own
+        if threading.get_ident() == requesting_thread:
+            counts["redis"] += 1
         return original_send(self, command, check_health)
 
     AbstractConnection.send_packed_command = count_send  # type: ignore[method-assign]
