@@ -20,6 +20,7 @@ from django.db import connection, transaction
 
 from idempotency.core.keys import ScopedKey
 from idempotency.management.sandbox import ephemeral_redis
+from idempotency.stores import database as db_store
 from idempotency.stores import database_claim, nodes
 from idempotency.tests.contract.test_storm import Answer, assert_one_execution, storm
 from idempotency.tests.testapp import executions
@@ -102,6 +103,32 @@ def test_a_database_only_storm_runs_the_view_once(
     # replays it under either policy
     assert duplicates_answer <= seen <= duplicates_answer | {"HIT"}
     assert Note.objects.count() == 1
+
+
+def test_a_run_committed_just_before_the_claim_is_found_under_it(
+    database_only, live_server, tenant, monkeypatch
+):
+    """Without Redis the engine looks the key up, then takes the database claim. A duplicate
+    can commit and let the claim go between the two: the claim is then free (not waited for),
+    and only reading the record again under it keeps the view from running a second time."""
+    # given a run of the key that committed
+    [first] = post_storm(live_server.url, "/notes/wait/", tenant, "gap", requests=1)
+    assert first.result == "MISS" and executions.runs(tenant, "gap") == 1
+    # when a duplicate's first look-up misses it (it committed just after that look-up)
+    real = db_store.committed_result
+    lookups: list[object] = []
+
+    def committed_after_the_first_look(scoped: ScopedKey) -> object:
+        lookups.append(scoped)
+        return None if len(lookups) == 1 else real(scoped)
+
+    monkeypatch.setattr(db_store, "committed_result", committed_after_the_first_look)
+    nodes.local_cache().clear()  # the live server runs in this process: no answer from memory
+    [again] = post_storm(live_server.url, "/notes/wait/", tenant, "gap", requests=1)
+    # then the claim's own read finds the run: replayed, the view not run again
+    assert len(lookups) == 2
+    assert (again.result, again.body) == ("HIT", first.body)
+    assert executions.runs(tenant, "gap") == 1
 
 
 @pytest.mark.parametrize(("under_redis", "runs"), [(True, 1), (False, 2)], ids=["on", "off"])
