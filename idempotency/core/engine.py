@@ -218,13 +218,15 @@ def _execute(
     # database, in this transaction (ADR 0005).
     database_claim_held = store is None or engine_setting("DATABASE_CLAIM_UNDER_REDIS")
     try:
-        with engine_transaction():
+        with engine_transaction() as tx:
             if database_claim_held:
                 committed = _claim_in_database(req, redis_claimed=store is not None)
             if committed is None:
                 # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
                 # recorded after the rollback: no savepoint needed there.
-                response, stored, doomed = _run_view(req, execute, savepoint=store is None)
+                response, stored, doomed = _run_view(
+                    req, execute, savepoint=store is None, commit=tx.commit_rides_along()
+                )
         if committed is not None:
             # A duplicate committed while we waited for the claim: replay it, run nothing.
             _finish(store, req, owner, committed.response)
@@ -278,11 +280,12 @@ def _claim_in_database(
 
 
 def _run_view(
-    req: IdempotentRequest, execute: Execute, *, savepoint: bool
+    req: IdempotentRequest, execute: Execute, *, savepoint: bool, commit: bool
 ) -> tuple[HttpResponse, StoredResponse | None, bool]:
     """Run the view in the engine's transaction and record its answer there: the response,
     what is kept of it (None: nothing, the key is released), and whether the view's own
     refusal doomed the transaction (its answer is then recorded after the rollback).
+    With ``commit`` the record's statement commits the transaction too (it is the last).
 
     With ``savepoint`` (the database claim is the only claim), a refusal raised after the
     view wrote rolls back to a savepoint instead and is recorded in this transaction: rolling
@@ -304,12 +307,13 @@ def _run_view(
         # savepoint, see idempotency/core/transactions.py): its writes are rolled back with
         # ours; the refusal is recorded on its own after the rollback.
         return response, kept, True
-    _record(req, kept)
+    _record(req, kept, commit=commit)
     return response, kept, False
 
 
-def _record(req: IdempotentRequest, stored: StoredResponse) -> None:
-    """Insert the idempotency record in the current transaction, or raise _AlreadyCommitted."""
+def _record(req: IdempotentRequest, stored: StoredResponse, *, commit: bool = False) -> None:
+    """Insert the idempotency record in the current transaction, or raise _AlreadyCommitted
+    (with ``commit``: IntegrityError); ``commit``: and commit it in the same round trip."""
     if not db_store.insert_record(
         scoped=req.scoped,
         fingerprint=req.fingerprint,
@@ -317,6 +321,7 @@ def _record(req: IdempotentRequest, stored: StoredResponse) -> None:
         field_hashes=req.field_hashes,
         response=stored,
         ttl_seconds=req.ttl_seconds,
+        commit=commit,
     ):
         raise _AlreadyCommitted
 

@@ -14,10 +14,33 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
+
+
+@dataclass(frozen=True)
+class EngineTransaction:
+    """The engine's transaction; ``outermost``: it is a real transaction, not a savepoint
+    inside the caller's (whose commit is the caller's to make)."""
+
+    outermost: bool
+
+    def commit_rides_along(self) -> bool:
+        """Whether the transaction's last statement may carry its ``COMMIT``
+        (``idempotency/stores/database.py``): only a transaction of the engine's own, on
+        PostgreSQL through psycopg 3's client-side binding cursor (Django's default, which
+        sends a query with the simple protocol, so it may hold two statements)."""
+        if not self.outermost or connection.vendor != "postgresql":
+            return False
+        try:
+            from psycopg import ClientCursor
+        except ImportError:  # psycopg2 tracks the transaction itself: leave it alone
+            return False
+        factory = getattr(connection.connection, "cursor_factory", None)
+        return isinstance(factory, type) and issubclass(factory, ClientCursor)
 
 
 def business_atomic() -> transaction.Atomic:
@@ -25,11 +48,12 @@ def business_atomic() -> transaction.Atomic:
 
 
 @contextmanager
-def engine_transaction() -> Iterator[None]:
+def engine_transaction() -> Iterator[EngineTransaction]:
     """The engine's transaction around a view (used by ``engine._execute``)."""
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
         token = _in_engine_transaction.set(True)
         try:
-            yield
+            yield EngineTransaction(outermost=outermost)
         finally:
             _in_engine_transaction.reset(token)

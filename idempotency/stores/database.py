@@ -5,6 +5,12 @@
 a live record of the same key makes it insert nothing (and, if that record is not committed
 yet, PostgreSQL makes it wait for the other transaction), so of two duplicates exactly one
 transaction commits a record — and with it, its business write.
+
+When the record is the transaction's last statement, it can carry the ``COMMIT`` too
+(``commit=True``: one round trip instead of two). A live record must then *fail* the statement,
+so the ``COMMIT`` behind it never runs: the insert is wrapped in a statement that calls
+``idempotency_live_record_exists()`` (migration 0006), which raises ``unique_violation``, when
+nothing was inserted.
 """
 
 from __future__ import annotations
@@ -53,8 +59,14 @@ def insert_record(
     field_hashes: dict[str, str],
     response: StoredResponse,
     ttl_seconds: int,
+    commit: bool = False,
 ) -> bool:
-    """Record the result in the current transaction; False if a live record already exists."""
+    """Record the result in the current transaction; False if a live record already exists.
+
+    ``commit`` (PostgreSQL, through a client-side binding cursor, see
+    :meth:`idempotency.core.transactions.EngineTransaction.commit_rides_along`): commit the
+    transaction in the same round trip; a live record then raises ``IntegrityError`` instead,
+    and nothing is committed."""
     now = timezone.now()
     q = connection.ops.quote_name
     table = q(IdempotencyRecord._meta.db_table)
@@ -81,9 +93,16 @@ def insert_record(
         now,
         now + timedelta(seconds=ttl_seconds),
     ]
+    if commit:
+        # Two statements: psycopg sends them with the simple query protocol (client-side
+        # binding); an error in the first skips the COMMIT and aborts the transaction.
+        sql = (
+            f"WITH inserted AS ({sql}) SELECT idempotency_live_record_exists() "
+            "WHERE NOT EXISTS (SELECT FROM inserted); COMMIT"
+        )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchone() is not None
+        return commit or cursor.fetchone() is not None
 
 
 def committed_result(scoped: ScopedKey) -> CommittedResult | None:

@@ -73,16 +73,19 @@ def test_a_one_line_order_is_five_statements_in_one_transaction(tenant, menu, en
     # then one transaction: the key's database claim (ADR 0005, a SELECT of an advisory lock),
     # stock (UPDATE ... RETURNING), order number, then order, line and transition in one
     # statement (WITH ... INSERT, ordering/services/one_statement.py), and the idempotency
-    # record; nothing is read back. Database-only mode first looks the key up in the database,
-    # reads it again under the claim, and runs the view in a savepoint (a refusal is recorded
-    # while the claim is still held).
+    # record, whose statement carries the COMMIT (Django's own COMMIT then has nothing to send:
+    # tests/idempotency/test_record_commit.py reads the wire); nothing is read back.
+    # Database-only mode first looks the key up in the database, reads it again under the
+    # claim, and runs the view in a savepoint (a refusal is recorded while the claim is still
+    # held).
     statements = [q["sql"].split()[0] for q in queries.captured_queries]
     view = ["UPDATE", "INSERT", "WITH"]
     if engine_mode == "database":
         expected = ["SELECT", "BEGIN", "SELECT", "SELECT", "SAVEPOINT", *view, "RELEASE"]
     else:
         expected = ["BEGIN", "SELECT", *view]
-    assert statements == [*expected, "INSERT", "COMMIT"], " ".join(statements)
+    assert statements == [*expected, "WITH", "COMMIT"], " ".join(statements)
+    assert queries.captured_queries[-2]["sql"].endswith("; COMMIT")
 
 
 @pytest.mark.django_db

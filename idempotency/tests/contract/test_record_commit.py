@@ -1,0 +1,41 @@
+"""The record's statement carries the engine transaction's COMMIT, and a live record it meets
+fails it, so nothing the view wrote is committed (real PostgreSQL; the wire is read from
+libpq's protocol trace). Outside a test transaction: inside one, the engine's transaction is a
+savepoint and its commit is the caller's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from idempotency.stores import nodes
+from idempotency.tests.conftest import idem_keys, post_note, suite_redis
+from idempotency.tests.testapp import executions
+from idempotency.tests.testapp.models import Note
+from idempotency.tests.wire import queries_sent
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's own round trip"),
+]
+
+
+def test_a_record_redis_lost_fails_the_commit_and_the_committed_one_replays(tenant):
+    # given a note whose Redis entry is gone (evicted, a failover), on a process without it
+    first = post_note(Client(), tenant, key="evicted", text="once")
+    suite_redis().delete(*idem_keys())
+    nodes.reset()
+    # when the client retries: Redis says MISS, so the view runs again
+    with queries_sent() as sent:
+        again = post_note(Client(), tenant, key="evicted", text="once")
+    # then the record's statement, which carried the COMMIT, met the committed record: nothing
+    # of the second run was committed, and the first answer replays
+    assert executions.runs(tenant, "evicted") == 2
+    assert [n.pk for n in Note.objects.all()] == [json.loads(first.content)["id"]]
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    [record] = [q for q in sent if q.endswith("; COMMIT")]
+    assert "idempotency_live_record_exists()" in record and "COMMIT" not in sent
