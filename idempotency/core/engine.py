@@ -334,9 +334,18 @@ def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> Http
             _remember(req, result.response)
         _audit(req, "HIT", source=source, resource=_location(result.response))
         return responses.replay(result.response, render_pointer=req.render_pointer)
-    differing = diff_field_hashes(result.stored_field_hashes or {}, _field_hashes_as(req, result))
+    differing = diff_field_hashes(_stored_field_hashes(req, result), _field_hashes_as(req, result))
     _audit(req, "REUSED", source=source, differing=differing)
     return responses.key_reused()
+
+
+def _stored_field_hashes(req: IdempotentRequest, result: ClaimResult) -> dict[str, str]:
+    """The per-field hashes of the first request: Redis keeps them while it runs, the committed
+    record once it finished (finish.lua drops them from Redis; a REUSED is rare, one SELECT)."""
+    if result.stored_field_hashes is not None:
+        return result.stored_field_hashes
+    committed = db_store.committed_result(req.scoped)
+    return committed.field_hashes if committed is not None else {}
 
 
 def _field_hashes_as(req: IdempotentRequest, result: ClaimResult) -> dict[str, str]:

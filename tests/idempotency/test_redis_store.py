@@ -139,6 +139,18 @@ def test_reused_is_reported_after_finish_too(store: RedisIdempotencyStore, key_p
     assert result.stored_field_hashes is None
 
 
+def test_finish_leaves_the_owner_and_the_field_hashes_to_the_record(
+    store: RedisIdempotencyStore, key_prefix: str
+) -> None:
+    """A finished entry keeps what a HIT and a REUSED need from Redis; the field hashes, only
+    read to name the differing fields of a REUSED, are the committed record's from then on."""
+    key = key_prefix + "k"
+    claim(store, key, field_hashes={"items": "0123456789abcdef"})
+    assert store.client.hexists(key, "fh") and store.client.hexists(key, "own")
+    store.finish(key=key, owner="owner-1", response=RESPONSE, ttl_ms=TTL_MS)
+    assert sorted(store.client.hkeys(key)) == [b"fp", b"fpv", b"res", b"st"]
+
+
 def test_finish_by_owner_then_hit_replays_exact_bytes(
     store: RedisIdempotencyStore, key_prefix: str
 ) -> None:

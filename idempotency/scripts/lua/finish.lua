@@ -7,6 +7,10 @@
 --
 -- Returns 1 when stored; 0 when the lease was lost (expired, released or taken over). The
 -- caller only logs a 0: the database transaction is the durable truth and answers replays.
+--
+-- The per-field hashes ('fh') go with the owner: once finished, the committed record holds
+-- them for a REUSED answer, and a finished entry stays under 1 KB (its reply keeps the hash
+-- out of Redis's compact encoding, so every field costs a table entry).
 
 local key = KEYS[1]
 local stored = redis.call('HMGET', key, 'st', 'own')
@@ -14,6 +18,6 @@ if stored[1] ~= 'p' or stored[2] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', key, 'st', 'd', 'res', ARGV[2])
-redis.call('HDEL', key, 'own')
+redis.call('HDEL', key, 'own', 'fh')
 redis.call('PEXPIRE', key, ARGV[3])
 return 1
