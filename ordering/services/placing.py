@@ -17,7 +17,7 @@ from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
 from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
-from ordering.order_numbers import business_day, next_order_number
+from ordering.order_numbers import business_day, numbered
 from ordering.prefetch import with_related
 from ordering.services.one_statement import insert_together
 from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
@@ -55,9 +55,9 @@ def place_order(
     Stock is taken with ``UPDATE ... SET stock = stock - q WHERE stock >= q ... RETURNING`` per
     dish in primary key order (no overselling, no deadlock between two orders of the same dishes;
     the same statement reads the name and price the lines freeze), the coupon with a conditional
-    increment of its use count, then the day's short order number; the order, its lines and its
-    first transition are then written in one statement. Any refusal rolls the whole transaction
-    back.
+    increment of its use count; then one statement takes the day's short order number and
+    writes the order, its lines and its first transition. Any refusal rolls the whole
+    transaction back.
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
 
     The order comes back with its lines, its transition log and its (empty) payments in hand
@@ -76,10 +76,11 @@ def place_order(
         discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
         primary_dish_id = next(iter(quantities))
         day = business_day(tenant)
+        number = numbered(tenant=tenant, day=day)  # last: see order_numbers.py
         order = Order(
             id=_issue_order_id(tenant=tenant, primary_dish_id=primary_dish_id),
             tenant=tenant,
-            number=next_order_number(tenant=tenant, day=day),  # last: see order_numbers.py
+            number=number.placeholder,  # taken by the statement that writes the order
             business_day=day,
             diner_id=diner_id or "",
             placed_by_client=client,
@@ -108,7 +109,7 @@ def place_order(
         created = OrderTransition(
             tenant=tenant, order=order, from_status="", to_status=OrderStatus.CREATED, actor=actor
         )
-        insert_together([order], lines, [created])  # one statement: one_statement.py
+        insert_together([order], lines, [created], leading=number)  # one_statement.py
     return with_related(order, lines=lines, transitions=[created], payments=[])
 
 

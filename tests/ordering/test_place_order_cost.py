@@ -61,7 +61,7 @@ def test_the_placed_order_renders_every_merchant_field_without_a_query(tenant, m
 
 
 @pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
-def test_a_one_line_order_is_five_statements_in_one_transaction(tenant, menu, engine_mode):
+def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, engine_mode):
     # given a diner whose session was checked once already (and whose process leased its
     # order-ID worker id)
     api = api_for(tenant, diner="diner-1")
@@ -71,21 +71,24 @@ def test_a_one_line_order_is_five_statements_in_one_transaction(tenant, menu, en
         placed = place(api, menu)
     assert placed.status_code == 201
     # then one transaction: the key's database claim (ADR 0005, a SELECT of an advisory lock),
-    # stock (UPDATE ... RETURNING), order number, then order, line and transition in one
-    # statement (WITH ... INSERT, ordering/services/one_statement.py), and the idempotency
+    # stock (UPDATE ... RETURNING), then the day's order number, the order, its line and its
+    # transition in one statement (WITH ... INSERT, ordering/services/one_statement.py,
+    # ordering/order_numbers.py), and the idempotency
     # record, whose statement carries the COMMIT (Django's own COMMIT then has nothing to send:
     # tests/idempotency/test_record_commit.py reads the wire); nothing is read back.
     # Database-only mode first looks the key up in the database, reads it again under the
     # claim, and runs the view in a savepoint (a refusal is recorded while the claim is still
     # held).
     statements = [q["sql"].split()[0] for q in queries.captured_queries]
-    view = ["UPDATE", "INSERT", "WITH"]
+    view = ["UPDATE", "WITH"]
     if engine_mode == "database":
         expected = ["SELECT", "BEGIN", "SELECT", "SELECT", "SAVEPOINT", *view, "RELEASE"]
     else:
         expected = ["BEGIN", "SELECT", *view]
     assert statements == [*expected, "WITH", "COMMIT"], " ".join(statements)
     assert queries.captured_queries[-2]["sql"].endswith("; COMMIT")
+    # and the number the statement took is the one in the answer: the second of the day
+    assert placed.json()["number"] == 2
 
 
 @pytest.mark.django_db
