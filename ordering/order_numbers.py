@@ -42,13 +42,3 @@ def numbered(*, tenant: Tenant, day: date) -> Leading:
         "RETURNING last"
     )
     return Leading(sql, [tenant.pk, day])
-
-
-def next_order_number(*, tenant: Tenant, day: date) -> int:
-    """The next number of ``tenant`` for ``day`` on its own. Call it inside the transaction
-    that creates the order."""
-    upsert = numbered(tenant=tenant, day=day)
-    with connection.cursor() as cursor:
-        cursor.execute(upsert.sql, list(upsert.params))
-        (number,) = cursor.fetchone()
-    return number
