@@ -114,6 +114,13 @@ CASES: tuple[Case, ...] = (
         "plain",
         "/api/bench/plain-peer/",
     ),
+    Case(
+        "fixed",
+        "fixed 201, no database, no Redis (the stack's floor)",
+        "redis",
+        "plain",
+        "/api/bench/fixed/",
+    ),
     Case("create_on", "create, engine on (1 Redis node)", "redis", "create"),
     Case("create_off", "create, engine off", "off", "create"),
     Case("replay", "replay (same keys, all HITs)", "redis", "replay"),
@@ -139,6 +146,8 @@ RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("plain behind @idempotent / behind drf-idempotency", "plain_engine", "plain_peer", 1.0),
     ("plain behind drf-idempotency / plain", "plain_peer", "plain", None),
     ("order replay / order create", "replay", "create_on", None),
+    ("order replay / fixed 201 (the stack's floor)", "replay", "fixed", None),
+    ("fixed 201 / plain", "fixed", "plain", None),
     ("3 shards / 1 node (order create)", "create_sharded", "create_on", None),
 )
 # p99 / p50 of a case's latency: at most this (target 2.5)

@@ -74,7 +74,7 @@ MIDDLEWARE = [
     "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "config.csp.SettingsPolicyCSPMiddleware",
     "config.cache_headers.NoStoreMiddleware",
     # Sessions, Django's user and messages: browser pages only (config/browser_middleware.py)
     "config.browser_middleware.SessionMiddleware",

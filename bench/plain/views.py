@@ -49,3 +49,20 @@ class PlainEngineView(PlainCreateView):
 
 
 plain_peer = peer_idempotent()(PlainCreateView.as_view())
+
+
+class FixedAnswerView(APIView):
+    """The floor under every case: DRF parses nothing, writes nothing, answers a fixed 201.
+
+    What the server stack (gunicorn, Django's middleware, DRF's dispatch) costs per request on
+    this machine, with no PostgreSQL and no Redis: a replay can at best approach it.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    def post(self, request: Request) -> Response:
+        return Response(FIXED_ANSWER, status=status.HTTP_201_CREATED)
+
+
+FIXED_ANSWER = {"id": 1, "name": "fixed", "quantity": 1, "note": ""}

@@ -65,7 +65,6 @@ class IdempotentRequest:
 
     scoped: ScopedKey
     fingerprints: dict[int, str]
-    field_hashes: dict[str, str]
     policy: Policy
     endpoint: str
     request_meta: dict = field(default_factory=dict)
@@ -78,10 +77,20 @@ class IdempotentRequest:
     region: str | None = None
     script_pin: int | None = None
     # The version new fingerprints are stored under (it names the hash key, see
-    # idempotency/core/fingerprint.py), and the per-field hashes under another version, for
-    # naming the differing fields against an entry stored before a key rotation.
+    # idempotency/core/fingerprint.py), and the per-field hashes under a version: this one's
+    # are stored with a first execution; another's name the differing fields against an
+    # entry stored before a key rotation. None: the request has no per-field hashes.
     fingerprint_version: int = FINGERPRINT_VERSION
     field_hashes_under: Callable[[int], dict[str, str]] | None = None
+
+    @cached_property
+    def field_hashes(self) -> dict[str, str]:
+        """The per-field hashes under :attr:`fingerprint_version`, computed when first asked
+        for: a claim stores them, a REUSED answer compares them, and a replay the worker's
+        own table serves needs neither."""
+        if self.field_hashes_under is None:
+            return {}
+        return self.field_hashes_under(self.fingerprint_version)
 
     @cached_property
     def scripts(self) -> dict[str, ScriptRef]:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from json.encoder import encode_basestring as _json_string  # json.dumps(s, ensure_ascii=False)
 
 __all__ = [
     "FINGERPRINT_VERSION",
@@ -102,29 +102,38 @@ def fingerprint(
     whose canonical form this code does not implement would make later comparisons lie; a
     keyed version needs its ``secret``, an unkeyed one refuses one.
     """
-    _check_version(version, secret)
-    payload = f"v{version}:".encode("ascii") + canonical_payload(data, fields)
-    if secret is None:
-        return hashlib.sha256(payload).hexdigest()
-    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+    return _hashed(canonical_payload(data, fields), version, secret)
 
 
 def keyed_fingerprints(
     data: Mapping[str, object], fields: Sequence[str] | None, keys: Sequence[tuple[int, bytes]]
 ) -> dict[int, str]:
     """The fingerprint under every ``(key_id, secret)`` and the unkeyed form-1 version, for
-    ``claim``: entries stored under any of them verify."""
-    result = all_fingerprints(data, fields)
+    ``claim``: entries stored under any of them verify.
+
+    The payload is rendered once and hashed under each version (every request pays this,
+    replays included; there is one canonical form, :data:`SUPPORTED_VERSIONS`)."""
+    canonical = canonical_payload(data, fields)
+    result = {version: _hashed(canonical, version) for version in SUPPORTED_VERSIONS}
     for key_id, secret in keys:
         for form in SUPPORTED_VERSIONS:
             version = keyed_version(key_id, form)
-            result[version] = fingerprint(data, fields, version=version, secret=secret)
+            result[version] = _hashed(canonical, version, secret)
     return result
 
 
 def all_fingerprints(data: Mapping[str, object], fields: Sequence[str] | None) -> dict[int, str]:
     """The fingerprint under every supported version, ready for ``RedisIdempotencyStore.claim``."""
-    return {version: fingerprint(data, fields, version=version) for version in SUPPORTED_VERSIONS}
+    canonical = canonical_payload(data, fields)
+    return {version: _hashed(canonical, version) for version in SUPPORTED_VERSIONS}
+
+
+def _hashed(canonical: bytes, version: int, secret: bytes | None = None) -> str:
+    _check_version(version, secret)
+    payload = f"v{version}:".encode("ascii") + canonical
+    if secret is None:
+        return hashlib.sha256(payload).hexdigest()
+    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
 
 
 def field_hashes(
@@ -223,7 +232,7 @@ def _render(value: object) -> str:
     if isinstance(value, int | float | Decimal):
         return _render_number(value)
     if isinstance(value, str):
-        return json.dumps(unicodedata.normalize("NFC", value), ensure_ascii=False)
+        return _json_string(unicodedata.normalize("NFC", value))
     if isinstance(value, Mapping):
         return _render_mapping(value)
     if isinstance(value, list | tuple):
@@ -233,9 +242,7 @@ def _render(value: object) -> str:
 
 def _render_mapping(value: Mapping[object, object]) -> str:
     items = _normalised_items(value)
-    parts = (
-        json.dumps(key, ensure_ascii=False) + ":" + _render(items[key]) for key in sorted(items)
-    )
+    parts = (_json_string(key) + ":" + _render(items[key]) for key in sorted(items))
     return "{" + ",".join(parts) + "}"
 
 

@@ -53,8 +53,8 @@ def prepare(
     keys = hash_keys()
     version = keyed_version(keys[0].id)
     try:
+        # the per-field hashes render the same values: they are computed when first needed
         fingerprints = keyed_fingerprints(payload, None, [(k.id, k.secret) for k in keys])
-        hashes = field_hashes(payload, None, secret=keys[0].secret, version=version)
     except (ValueError, TypeError, RecursionError) as exc:
         # e.g. two keys equal after Unicode normalisation: the operation has no canonical form
         return responses.problem(
@@ -105,7 +105,6 @@ def prepare(
     return IdempotentRequest(
         scoped=scoped,
         fingerprints=fingerprints,
-        field_hashes=hashes,
         policy=policy,
         endpoint=_endpoint(request),
         request_meta=request_meta(request),

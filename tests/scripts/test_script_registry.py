@@ -294,7 +294,6 @@ def test_one_request_runs_every_script_from_the_version_set_it_started_with():
     request = IdempotentRequest(
         scoped=ScopedKey(tenant="1", principal="p", method="POST", route="r", key="k"),
         fingerprints={FINGERPRINT_VERSION: "f" * 64},
-        field_hashes={},
         policy=Policy(),
         endpoint="POST r",
     )
