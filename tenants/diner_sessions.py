@@ -27,10 +27,13 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from uuid import UUID
 
 from django.conf import settings
 from django.core import signing
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils import timezone
 
 from tenants.models import ApiClient, DinerSession, Tenant
@@ -97,12 +100,27 @@ def _sign(*, session: DinerSession, secret: str, expires_at: datetime) -> str:
 
 def read_token(token: str, *, now: float | None = None) -> SessionClaims:
     """The claims of a token signed here and not yet expired; :class:`SessionRefused`
-    otherwise. Pure computation: no database, no cache."""
+    otherwise. Pure computation: no database; a signature checked once is remembered."""
     if len(token) > MAX_TOKEN_LENGTH:
         raise SessionRefused("SESSION_INVALID", "Malformed session token")
+    claims = _verified(token)
+    if claims.expires_at <= (timezone.now().timestamp() if now is None else now):
+        raise SessionRefused("SESSION_EXPIRED", "The session token has expired; open a new one")
+    return claims
+
+
+@lru_cache(maxsize=4096)
+def _verified(token: str) -> SessionClaims:
+    """The claims of a token whose signature verifies, memoised per process.
+
+    A diner's app sends the same token on every call, and unsigning it (base64, JSON, an
+    HMAC, a UUID) costs more than the rest of a cached credential check. Only tokens that
+    verified are kept (a refusal raises, and ``lru_cache`` keeps no exception), the expiry is
+    checked on every use by :func:`read_token`, and a change of the signing keys empties it.
+    """
     try:
         raw = _signer().unsign_object(token)
-        claims = SessionClaims(
+        return SessionClaims(
             tenant_id=int(raw["t"]),
             session_id=UUID(hex=raw["s"]),
             diner_id=str(raw["d"]),
@@ -111,9 +129,12 @@ def read_token(token: str, *, now: float | None = None) -> SessionClaims:
         )
     except (signing.BadSignature, KeyError, TypeError, ValueError):
         raise SessionRefused("SESSION_INVALID", "Unknown or forged session token") from None
-    if claims.expires_at <= (timezone.now().timestamp() if now is None else now):
-        raise SessionRefused("SESSION_EXPIRED", "The session token has expired; open a new one")
-    return claims
+
+
+@receiver(setting_changed)
+def _forget_verified(*, setting: str, **_: object) -> None:
+    if setting in ("SECRET_KEY", "SECRET_KEY_FALLBACKS"):
+        _verified.cache_clear()
 
 
 def authenticate_token(token: str) -> tuple[SessionClaims, SessionState]:

@@ -267,6 +267,7 @@ def test_forged_tampered_and_rebound_tokens_are_401(
 def test_an_expired_token_is_401(publishable: Any, settings: Any) -> None:
     settings.DINER_SESSION_TTL_SECONDS = 1
     token = open_guest(publishable[1]).json()["token"]
+    assert as_diner(token).get("/api/v1/orders/").status_code == 200  # verified, remembered
     time.sleep(1.1)
     assert_401(as_diner(token), "SESSION_EXPIRED")
     # and an expired token cannot be refreshed
