@@ -8,6 +8,7 @@ from idempotency.core.hashing import keyed_digest
 from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
+from idempotency.web import http
 from ordering.models import Dish, Order, Payment
 from tests.conftest import api_for
 
@@ -86,6 +87,28 @@ def test_key_reused_with_other_payload_is_422(api, menu, engine_mode):
     assert Order.all_tenants.count() == 1
     [audit] = audits(outcome="REUSED")
     assert audit.differing_fields == ["items"]
+
+
+def test_a_replay_from_the_workers_table_computes_no_field_hashes(
+    api, menu, engine_mode, monkeypatch
+):
+    computed = []
+    original = http._field_hashes_under
+
+    def counted(payload, version):
+        computed.append(version)
+        return original(payload, version)
+
+    monkeypatch.setattr(http, "_field_hashes_under", counted)
+    post_order(api, menu, key="k")
+    assert computed  # stored with the first execution
+    computed.clear()
+    assert post_order(api, menu, key="k")["X-Idempotent-Result"] == "HIT"
+    [hit] = audits(outcome="HIT")
+    assert hit.source == "local" and computed == []
+    assert post_order(api, menu, key="k", quantity=3).status_code == 422
+    assert computed  # a REUSED answer names the differing fields
+    assert audits(outcome="REUSED")[0].differing_fields == ["items"]
 
 
 def test_same_key_other_tenant_or_diner_is_another_key(
