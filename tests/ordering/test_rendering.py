@@ -80,3 +80,25 @@ def test_rendering_equals_the_serializer(tenant, menu, coupon, serializer, inter
         assert list(rendered) == list(expected)
     assert any(o.coupon_id for o in orders) and any(o.payments.all() for o in orders)
     assert Decimal(expected["total"]) >= 0
+
+
+@pytest.mark.django_db
+def test_the_latest_payment_is_shown_whether_prefetched_or_not(tenant, menu, coupon):
+    order = orders_of_every_kind(tenant, menu)[2]  # paid, then cancelled
+    first = Payment.all_tenants.get(order=order)
+    later = Payment.all_tenants.create(
+        tenant=tenant,
+        order=order,
+        provider=first.provider,
+        provider_txn_id=f"{first.provider_txn_id}-later",
+        method=first.method,
+        amount=first.amount,
+        status=Payment.Status.FAILED,
+    )
+    read = Order.objects.for_tenant(tenant).get(pk=order.pk)
+    prefetched = Order.objects.for_tenant(tenant).prefetch_related("payments").get(pk=order.pk)
+
+    for shown in (read, prefetched):
+        rendered = render_order(shown, internal=True, detail=True)
+        assert rendered["payment"]["status"] == later.status
+        assert OrderDetailSerializer(shown).data["payment"] == rendered["payment"]
