@@ -15,12 +15,14 @@
 --   {"HIT", stored_response, stored_fpv, stored_fp}     finished earlier
 --   {"IN_PROGRESS", remaining_lease_ms}                 another request holds the lease
 -- The payload check comes first: a reused key is an error whatever state the original is in.
+-- A claim held by this very owner is answered MISS again: the owner token is new per request,
+-- so that is the same call re-sent (a client library retries a call whose reply was lost).
 
 local key = KEYS[1]
 local fp, fpv, owner, lease_ms, fh, alt = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
-local stored = redis.call('HMGET', key, 'st', 'fp', 'fpv', 'res', 'fh')
-local st, sfp, sfpv, res, sfh = stored[1], stored[2], stored[3], stored[4], stored[5]
+local stored = redis.call('HMGET', key, 'st', 'fp', 'fpv', 'res', 'fh', 'own')
+local st, sfp, sfpv, res, sfh, sown = stored[1], stored[2], stored[3], stored[4], stored[5], stored[6]
 
 if not st then
   if fh ~= '' then
@@ -51,5 +53,8 @@ if not expected or expected ~= sfp then
 end
 if st == 'd' then
   return {'HIT', res or '', sfpv, sfp}
+end
+if sown == owner then
+  return {'MISS'}
 end
 return {'IN_PROGRESS', redis.call('PTTL', key)}
