@@ -63,6 +63,7 @@ class SlowProxy:
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)  # the timeout bounds the connect only: idle is healthy
             with self._lock:
                 self._open.update((client, upstream))
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
