@@ -345,7 +345,7 @@ def test_scripts_are_reloaded_after_script_flush(private_redis: RedisServer) -> 
     client.script_flush()
     assert client.script_exists(store.script_shas["claim"]) == [False]
 
-    assert claim(store, "idem:{t:1}:a").outcome is Outcome.IN_PROGRESS
+    assert claim(store, "idem:{t:1}:a", owner="owner-2").outcome is Outcome.IN_PROGRESS
     assert store.finish(key="idem:{t:1}:a", owner="owner-1", response=RESPONSE, ttl_ms=TTL_MS)
     assert claim(store, "idem:{t:1}:a").outcome is Outcome.HIT
     client.close()
