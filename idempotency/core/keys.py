@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 MAX_KEY_LENGTH = 255
 AUTO_KEY_PREFIX = "auto:"
@@ -37,7 +38,10 @@ def _digest(*parts: str, length: int = 32) -> str:
 
 @dataclass(frozen=True)
 class ScopedKey:
-    """One idempotency key inside its scope, with every name the layers use for it."""
+    """One idempotency key inside its scope, with every name the layers use for it.
+
+    Each name (most are hashes) is computed once per key: a request asks for them several
+    times (local cache, claim, finish, audit), and frozen fields cannot make them stale."""
 
     tenant: str
     principal: str
@@ -46,7 +50,7 @@ class ScopedKey:
     key: str
     buckets: int = 1
 
-    @property
+    @cached_property
     def scope(self) -> str:
         return f"{self.principal}|{self.method}|{self.route}"[:255]
 
@@ -54,20 +58,20 @@ class ScopedKey:
     def is_automatic(self) -> bool:
         return self.key.startswith(AUTO_KEY_PREFIX)
 
-    @property
+    @cached_property
     def business_key(self) -> str:
         """64 hex chars for business tables' ``unique(tenant, idempotency_key)``."""
         return _digest(self.tenant, self.scope, self.key, length=64)
 
-    @property
+    @cached_property
     def key_digest(self) -> str:
         """What the database record keeps in place of the key (:func:`key_digest`)."""
         return key_digest(self.key)
 
-    @property
+    @cached_property
     def redis_key(self) -> str:
-        return redis_key_for(
-            tenant=self.tenant, scope=self.scope, key=self.key, buckets=self.buckets
+        return redis_key_from_digest(
+            tenant=self.tenant, scope=self.scope, digest=self.key_digest, buckets=self.buckets
         )
 
 

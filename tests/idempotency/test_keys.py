@@ -73,7 +73,7 @@ def test_the_redis_key_is_tagged_by_tenant_and_hashes_scope_and_key() -> None:
 @pytest.mark.parametrize("buckets", [2, 8])
 def test_a_hot_tenants_key_goes_to_the_bucket_of_its_hash(buckets: int) -> None:
     bucket = int(digest("order-1", length=8), 16) % buckets
-    split = ScopedKey(**{**SCOPED.__dict__, "buckets": buckets})
+    split = dataclasses.replace(SCOPED, buckets=buckets)
     assert split.redis_key == (
         f"idem:{{t:42:{bucket}}}:{digest(SCOPED.scope, length=16)}:{digest('order-1', length=32)}"
     )
@@ -87,12 +87,12 @@ def test_a_hot_tenants_key_goes_to_the_bucket_of_its_hash(buckets: int) -> None:
 
 def test_the_business_key_is_64_hex_characters_of_tenant_scope_and_key() -> None:
     assert SCOPED.business_key == digest("42", SCOPED.scope, "order-1", length=64)
-    other_tenant = ScopedKey(**{**SCOPED.__dict__, "tenant": "43"})
+    other_tenant = dataclasses.replace(SCOPED, tenant="43")
     assert other_tenant.business_key != SCOPED.business_key
 
 
 def test_only_automatic_keys_say_so() -> None:
-    automatic = ScopedKey(**{**SCOPED.__dict__, "key": automatic_key("ab" * 32)})
+    automatic = dataclasses.replace(SCOPED, key=automatic_key("ab" * 32))
     assert automatic.key == "auto:" + "ab" * 32
     assert automatic.is_automatic is True
     assert SCOPED.is_automatic is False
