@@ -1,0 +1,150 @@
+"""CPU per request in one process: what `@idempotent` and drf-idempotency add to a bare create.
+
+    .venv/bin/python -m bench.cpu_per_request [--requests 2000] [--rounds 3]
+
+No server and no load generator: a child process calls the project's WSGI application in a
+loop, with the settings of ``bench/http_load.py``'s servers (DEBUG off, persistent database
+connection, one Redis node), on a throwaway database, and counts the process's own CPU time
+per request (``time.process_time``). That leaves out what HTTP, the kernel, PostgreSQL and
+Redis spend, which the load test includes: this is the Python work each case does, the part a
+profile of the engine can change. Cases are interleaved round by round; every request of a
+create case sends a new ``Idempotency-Key``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import time
+import uuid
+from statistics import median
+from typing import Any
+
+from bench.http_load import (
+    PROJECT_ROOT,
+    Options,
+    base_env,
+    flush_redis,
+    merged_env,
+    recreate_database,
+)
+
+DB_NAME = "bench_cpu"
+CASES = {
+    "plain": "/api/bench/plain/",
+    "plain_engine": "/api/bench/plain-engine/",
+    "plain_peer": "/api/bench/plain-peer/",
+    "fixed": "/api/bench/fixed/",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--requests", type=int, default=2000, help="per case and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    opts = Options(db_name=DB_NAME)
+    recreate_database(DB_NAME)
+    flush_redis(opts.redis_url)
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "bench.cpu_per_request", "_child"],
+            cwd=PROJECT_ROOT,
+            env=merged_env(base_env(opts), {"REDIS_URL": opts.redis_url}),
+            input=json.dumps({"requests": args.requests, "rounds": args.rounds}),
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+    finally:
+        recreate_database(DB_NAME, drop_only=True)
+        flush_redis(opts.redis_url)
+    if child.returncode != 0:
+        raise SystemExit(f"the measuring process failed:\n{child.stderr[-4000:]}")
+    report(json.loads(child.stdout.strip().splitlines()[-1]), args.requests)
+
+
+def report(rounds: dict[str, list[float]], requests: int) -> None:
+    per_case = {case: median(values) for case, values in rounds.items()}
+    print(f"CPU µs per request, one process (median of {len(rounds['plain'])} rounds", end="")
+    print(f" of {requests} requests)")
+    print(f"{'case':<14}{'µs':>8}  rounds")
+    for case, value in per_case.items():
+        spread = ", ".join(f"{v:.0f}" for v in rounds[case])
+        print(f"{case:<14}{value:>8.0f}  {spread}")
+    engine = per_case["plain_engine"] - per_case["plain"]
+    peer = per_case["plain_peer"] - per_case["plain"]
+    print(f"added by @idempotent:      {engine:.0f} µs")
+    print(f"added by drf-idempotency:  {peer:.0f} µs")
+    print(f"@idempotent / drf-idempotency added CPU: {engine / peer:.2f}")
+    print(f"plain / plain_engine CPU:  {per_case['plain'] / per_case['plain_engine']:.2f}")
+
+
+# --- the measuring process --------------------------------------------------------------------
+
+
+def _child() -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    payload = json.loads(sys.stdin.read())
+    app = _application()
+    rounds: dict[str, list[float]] = {case: [] for case in CASES}
+    for path in CASES.values():  # warm every code path and connection first
+        _cpu_per_request(app, path, 200)
+    for _ in range(payload["rounds"]):
+        for case, path in CASES.items():
+            rounds[case].append(_cpu_per_request(app, path, payload["requests"]))
+    print(json.dumps(rounds))
+
+
+def _application() -> Any:
+    from django.core.handlers.wsgi import WSGIHandler
+
+    return WSGIHandler()
+
+
+def _cpu_per_request(app: Any, path: str, n: int) -> float:
+    """Process CPU µs per request over ``n`` requests; each must answer 201."""
+    prefix = uuid.uuid4().hex
+    statuses: list[str] = []
+    started = time.process_time()
+    for i in range(n):
+        body = b"".join(app(_environ(path, f"{prefix}-{i}"), lambda s, h: statuses.append(s)))
+        assert body
+    spent = time.process_time() - started
+    refused = [s for s in statuses if not s.startswith("201")]
+    if refused:
+        raise RuntimeError(f"{path}: {len(refused)} answers were not 201, e.g. {refused[0]}")
+    return spent / n * 1e6
+
+
+def _environ(path: str, key: str) -> dict[str, Any]:
+    body = json.dumps({"name": "bench", "quantity": 1, "note": key}).encode()
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": path,
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "HTTP_HOST": "127.0.0.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_IDEMPOTENCY_KEY": key,
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["_child"]:
+        _child()
+    else:
+        main()
