@@ -45,9 +45,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--requests", type=int, default=2000, help="per case and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--db-name", default=DB_NAME, help="created, then dropped at the end")
+    parser.add_argument(
+        "--redis-url", default=Options.redis_url, help="a Redis database this run may empty"
+    )
     args = parser.parse_args()
-    opts = Options(db_name=DB_NAME)
-    recreate_database(DB_NAME)
+    opts = Options(db_name=args.db_name, redis_url=args.redis_url)
+    recreate_database(opts.db_name)
     flush_redis(opts.redis_url)
     try:
         child = subprocess.run(
@@ -60,7 +64,7 @@ def main() -> None:
             timeout=3600,
         )
     finally:
-        recreate_database(DB_NAME, drop_only=True)
+        recreate_database(opts.db_name, drop_only=True)
         flush_redis(opts.redis_url)
     if child.returncode != 0:
         raise SystemExit(f"the measuring process failed:\n{child.stderr[-4000:]}")
@@ -68,6 +72,7 @@ def main() -> None:
 
 
 def report(rounds: dict[str, list[float]], requests: int) -> None:
+    trips = {name: rounds.pop(name)[0] for name in ("rt_evalsha", "rt_select_1")}
     per_case = {case: median(values) for case, values in rounds.items()}
     print(f"CPU µs per request, one process (median of {len(rounds['plain'])} rounds", end="")
     print(f" of {requests} requests)")
@@ -81,6 +86,8 @@ def report(rounds: dict[str, list[float]], requests: int) -> None:
     print(f"added by drf-idempotency:  {peer:.0f} µs")
     print(f"@idempotent / drf-idempotency added CPU: {engine / peer:.2f}")
     print(f"plain / plain_engine CPU:  {per_case['plain'] / per_case['plain_engine']:.2f}")
+    print(f"one round trip, client CPU: Redis EVALSHA {trips['rt_evalsha']:.0f} µs", end="")
+    print(f", PostgreSQL SELECT 1 {trips['rt_select_1']:.0f} µs")
 
 
 # --- the measuring process --------------------------------------------------------------------
@@ -101,7 +108,32 @@ def _child() -> None:
     for _ in range(payload["rounds"]):
         for case, path in CASES.items():
             rounds[case].append(_cpu_per_request(app, path, payload["requests"]))
-    print(json.dumps(rounds))
+    print(json.dumps(rounds | _round_trips(payload["requests"])))
+
+
+def _round_trips(n: int) -> dict[str, list[float]]:
+    """Client CPU µs of one Redis ``EVALSHA`` and one PostgreSQL ``SELECT 1``."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    script = client.register_script("return redis.call('HMGET', KEYS[1], 'st', 'res')")
+    cursor = connection.cursor()
+    calls = {
+        "rt_evalsha": lambda: script(keys=["bench:cpu"]),
+        "rt_select_1": lambda: cursor.execute("SELECT 1") or cursor.fetchone(),
+    }
+    spent = {}
+    for name, call in calls.items():
+        call()
+        started = time.process_time()
+        for _ in range(n):
+            call()
+        spent[name] = [(time.process_time() - started) / n * 1e6]
+    cursor.close()
+    client.close()
+    return spent
 
 
 def _application() -> Any:

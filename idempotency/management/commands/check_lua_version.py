@@ -2,10 +2,10 @@
 it can become canary or stable.
 
 It runs the engine's contract suite (``idempotency.tests.contract``, shipped with the engine:
-storms, replays, mismatches, scopes, crash windows, database-only, tokens, rate limit, breaker)
-in a pytest subprocess, with the candidate as its script and the *live* version of every other
-versioned script (the stable one, else the shipped file), so a candidate is judged with the
-scripts it will actually run beside.
+storms, replays, mismatches, scopes, crash windows, lost replies, database-only, tokens, rate
+limit, breaker) in a pytest subprocess, with the candidate as its script and the *live* version
+of every other versioned script (the stable one, else the shipped file), so a candidate is
+judged with the scripts it will actually run beside.
 
 The run is isolated (:mod:`idempotency.management.sandbox`): an ephemeral ``redis-server`` on a
 free loopback port and a throwaway database on the configured PostgreSQL server, both removed

@@ -1,0 +1,50 @@
+"""Keeps ``bench/cpu_per_request.py`` runnable: a few requests per case, end to end.
+
+A private Redis node (nothing shared is flushed) and a uniquely named database, dropped at the
+end. Asserts that every case answered and was measured, never how fast.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from bench.cpu_per_request import CASES, PROJECT_ROOT
+from tests.support.redis_nodes import RedisNode
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_case_and_round_trip_is_measured():
+    node = RedisNode().start()
+    try:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.cpu_per_request",
+                "--requests",
+                "5",
+                "--rounds",
+                "2",
+                "--db-name",
+                f"bench_cpu_smoke_{uuid.uuid4().hex[:8]}",
+                "--redis-url",
+                f"redis://127.0.0.1:{node.port}/0",
+            ],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        node.remove()
+    assert run.returncode == 0, run.stderr[-3000:]
+    for case in CASES:
+        assert re.search(rf"^{case}\s+\d+\s+\d+, \d+$", run.stdout, re.M), run.stdout
+    assert re.search(r"Redis EVALSHA \d+ µs, PostgreSQL SELECT 1 \d+ µs", run.stdout)
+    assert re.search(r"@idempotent / drf-idempotency added CPU: \d+\.\d\d", run.stdout)
