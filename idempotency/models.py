@@ -71,9 +71,17 @@ class DuplicateAudit(models.Model):
     reviewed = models.BooleanField(default=False)
     reviewed_by = models.CharField(max_length=150, blank=True)
     resolution_note = models.TextField(blank=True)
+    # The reporting request's id for this event: an event sent twice (a client library re-sends
+    # an XADD whose reply was lost, or a fallback write of an append that did land) is one row.
+    # NULL for rows written before ids existed: unique constraints let NULLs repeat, "" not.
+    event_id = models.CharField(max_length=32, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
         ordering = ["-at", "-id"]
+        constraints = [
+            # led by the tenant, as every unique key of a tenant's table (docs/scaling.md)
+            models.UniqueConstraint(fields=["tenant_key", "event_id"], name="uniq_audit_event")
+        ]
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.endpoint} {self.key}"

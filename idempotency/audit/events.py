@@ -9,6 +9,7 @@ fields, as XADD takes them.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -34,6 +35,8 @@ class AuditEvent:
     differing_fields: list[str] = field(default_factory=list)
     resource_ref: str = ""
     at: datetime = field(default_factory=timezone.now)
+    # one id per reported event, kept through the stream, so a copy of it is recognised
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def is_duplicate(self) -> bool:
@@ -57,6 +60,7 @@ class AuditEvent:
             differing_fields=self.differing_fields,
             resource_ref=self.resource_ref[:100],
             at=self.at,
+            event_id=self.event_id,
         )
 
     def to_fields(self) -> dict[str, str]:
@@ -75,6 +79,7 @@ class AuditEvent:
                 m=json.dumps(self.request_meta, separators=(",", ":")),
                 d=",".join(self.differing_fields),
                 r=self.resource_ref,
+                i=self.event_id,
             )
         return fields
 
@@ -92,6 +97,7 @@ class AuditEvent:
             request_meta=json.loads(fields["m"]) if fields.get("m") else {},
             differing_fields=[f for f in fields.get("d", "").split(",") if f],
             resource_ref=fields.get("r", ""),
+            event_id=fields.get("i") or uuid.uuid4().hex,
         )
 
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 from prometheus_client import REGISTRY
 
-from idempotency.audit import AuditEvent
+from idempotency.audit import AuditEvent, save_events
 from idempotency.models import AuditStreamCursor, DuplicateAudit, OutcomeCount
 from idempotency.stores import audit_stream, nodes
 from idempotency.stores.audit_pending import pending
@@ -105,6 +105,22 @@ def test_entries_read_again_after_a_drain_died_before_trimming_are_not_written_t
     assert client.xlen(stream_key()) == 0
     [cursor] = AuditStreamCursor.objects.all()
     assert cursor.last_id == client.xinfo_stream(stream_key())["last-generated-id"].decode()
+
+
+def test_an_event_sent_more_than_once_is_one_row_and_one_count():
+    client = suite_redis()
+    resent, fallen_back = event(1), event(2)
+    audit_stream.append(client, resent)
+    audit_stream.append(client, resent)  # the same XADD again: its first reply was lost
+    audit_stream.append(client, fallen_back)
+    save_events([fallen_back])  # the append timed out, had landed, and was written at once too
+    assert drain(client) == 3
+    audit_stream.append(client, resent)  # once more, in a later drain's batch
+    assert drain(client) == 1
+
+    assert sorted(DuplicateAudit.objects.values_list("key", flat=True)) == ["key-1", "key-2"]
+    assert counts("901") == {"HIT": 2}
+    assert save_events([resent, event(3)]) == 1  # only the new one is written
 
 
 @pytest.mark.django_db(transaction=True)

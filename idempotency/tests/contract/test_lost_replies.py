@@ -1,5 +1,9 @@
 """A Redis call that ran but whose reply was lost on the way back.
 
+Both calls of a request that change something before its answer are covered: the claim, and
+a duplicate's audit (the ``XADD`` to the node's audit stream, which the re-sent call appends
+a second time: the drain writes the event once).
+
 A redis-py client with a ``Retry`` (redis-py's cluster client has one by default) re-sends a
 call when its connection drops or times out. For the claim, the re-sent call finds the claim
 the lost call made, under the same owner token: it must be answered as that call was (MISS),
@@ -20,7 +24,9 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from idempotency.models import DuplicateAudit, OutcomeCount
 from idempotency.stores import nodes
+from idempotency.stores.audit_stream import drain_audits, stream_key
 from idempotency.tests.conftest import idem_keys, post_note, suite_redis
 from idempotency.tests.contract.lossy_proxy import LossyProxy
 from idempotency.tests.testapp import executions
@@ -93,3 +99,18 @@ def test_a_claim_held_by_another_request_is_still_in_progress(tenant):
     assert store.claim(owner="first", **claim).outcome.value == "MISS"
     assert store.claim(owner="first", **claim).outcome.value == "MISS"  # the same call, again
     assert store.claim(owner="second", **claim).outcome.value == "IN_PROGRESS"
+
+
+def test_an_audit_whose_reply_was_lost_is_written_once(lossy, tenant):
+    client = Client()
+    first = post_note(client, tenant, key="audited")
+    lossy.lose_reply_to(b"XADD")
+
+    replay = post_note(client, tenant, key="audited")
+
+    assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
+    assert len(lossy.lost) == 1 and suite_redis().xlen(stream_key()) == 2  # appended twice
+    drain_audits()
+    assert DuplicateAudit.objects.filter(tenant_key=tenant).count() == 1
+    hits = OutcomeCount.objects.filter(tenant_key=tenant, outcome="HIT")
+    assert [row.count for row in hits] == [1]
