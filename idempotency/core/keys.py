@@ -70,8 +70,8 @@ class ScopedKey:
 
     @cached_property
     def redis_key(self) -> str:
-        return redis_key_from_digest(
-            tenant=self.tenant, scope=self.scope, digest=self.key_digest, buckets=self.buckets
+        return redis_key_for(
+            tenant=self.tenant, scope=self.scope, key=self.key, buckets=self.buckets
         )
 
 
