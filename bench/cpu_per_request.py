@@ -9,7 +9,9 @@ per request (``time.process_time``). That leaves out what HTTP, the kernel, Post
 Redis spend, which the load test includes: this is the Python work each case does, the part a
 profile of the engine can change. Cases are interleaved round by round; every request of a
 create case sends a new ``Idempotency-Key``, and ``engine_replay`` sends the keys of a
-``plain_engine`` batch again (every answer a HIT). Last, it prints what one round trip costs
+``plain_engine`` batch again (every answer a HIT from the process's table);
+``engine_replay_redis`` does the same with that table emptied before each request (every
+answer a HIT from Redis). Last, it prints what one round trip costs
 the client alone: a one-line Lua script by ``EVALSHA`` (redis-py) and a ``SELECT 1``.
 """
 
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from statistics import median
 from typing import Any
 
@@ -42,7 +45,11 @@ CASES = {
     "fixed": "/api/bench/fixed/",
     # the plain_engine requests sent again: every answer a replay (HIT) from the process's table
     "engine_replay": "/api/bench/plain-engine/",
+    # the same, with the process's table emptied before each request: every answer a HIT from
+    # Redis, as when a retry lands on another worker than its first attempt
+    "engine_replay_redis": "/api/bench/plain-engine/",
 }
+REPLAYS = ("engine_replay", "engine_replay_redis")
 
 
 def main() -> None:
@@ -90,6 +97,8 @@ def report(rounds: dict[str, list[float]], requests: int) -> None:
     print(f"added by drf-idempotency:  {peer:.0f} µs")
     print(f"@idempotent / drf-idempotency added CPU: {engine / peer:.2f}")
     print(f"engine_replay / fixed CPU: {per_case['engine_replay'] / per_case['fixed']:.2f}")
+    redis_replay = per_case["engine_replay_redis"] / per_case["engine_replay"]
+    print(f"engine_replay_redis / engine_replay CPU: {redis_replay:.2f}")
     print(f"plain / plain_engine CPU:  {per_case['plain'] / per_case['plain_engine']:.2f}")
     print(f"one round trip, client CPU: Redis EVALSHA {trips['rt_evalsha']:.0f} µs", end="")
     print(f", PostgreSQL SELECT 1 {trips['rt_select_1']:.0f} µs")
@@ -109,11 +118,10 @@ def _child() -> None:
     app = _application()
     rounds: dict[str, list[float]] = {case: [] for case in CASES}
     for case, path in CASES.items():  # warm every code path and connection first
-        _cpu_per_request(app, path, 200, replay=case == "engine_replay")
+        _cpu_per_request(app, path, 200, replay=case)
     for _ in range(payload["rounds"]):
         for case, path in CASES.items():
-            n = payload["requests"]
-            rounds[case].append(_cpu_per_request(app, path, n, replay=case == "engine_replay"))
+            rounds[case].append(_cpu_per_request(app, path, payload["requests"], replay=case))
     print(json.dumps(rounds | _round_trips(payload["requests"])))
 
 
@@ -148,29 +156,42 @@ def _application() -> Any:
     return WSGIHandler()
 
 
-def _cpu_per_request(app: Any, path: str, n: int, *, replay: bool = False) -> float:
-    """Process CPU µs per request over ``n`` requests; each must answer 201 (with ``replay``:
-    the keys are sent once first, untimed, and every timed answer must be a HIT)."""
+def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> float:
+    """Process CPU µs per request over ``n`` requests of case ``replay``; each must answer 201
+    (for the cases in ``REPLAYS``: the keys are sent once first, untimed, and every timed
+    answer must be a HIT; ``engine_replay_redis`` empties the process's table before each)."""
+    from idempotency.stores.nodes import local_cache
+
     prefix = uuid.uuid4().hex
-    if replay:
+    is_replay = replay in REPLAYS
+    if is_replay:
         _send_all(app, path, prefix, n)
+    before_each = local_cache().clear if replay == "engine_replay_redis" else None
     started = time.process_time()
-    answers = _send_all(app, path, prefix, n)
+    answers = _send_all(app, path, prefix, n, before_each=before_each)
     spent = time.process_time() - started
-    refused = [a for a in answers if not a[0].startswith("201") or (replay and a[1] != "HIT")]
+    if before_each is not None and len(local_cache()) > 1:
+        # each HIT is remembered: more than the last one means the table was not emptied
+        raise RuntimeError(f"{path}: replays were served from the process's table, not Redis")
+    refused = [a for a in answers if not a[0].startswith("201") or (is_replay and a[1] != "HIT")]
     if refused:
         raise RuntimeError(f"{path}: {len(refused)} answers were not as expected: {refused[0]}")
     return spent / n * 1e6
 
 
-def _send_all(app: Any, path: str, prefix: str, n: int) -> list[tuple[str, str]]:
-    """Send keys ``<prefix>-0`` … ``<prefix>-<n-1>``; each answer's status and result header."""
+def _send_all(
+    app: Any, path: str, prefix: str, n: int, *, before_each: Callable[[], None] | None = None
+) -> list[tuple[str, str]]:
+    """Send keys ``<prefix>-0`` … ``<prefix>-<n-1>`` (calling ``before_each`` before each);
+    each answer's status and result header."""
     answers: list[tuple[str, str]] = []
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:
         answers.append((status, dict(headers).get("X-Idempotent-Result", "-")))
 
     for i in range(n):
+        if before_each is not None:
+            before_each()
         assert b"".join(app(_environ(path, f"{prefix}-{i}"), start_response))
     return answers
 

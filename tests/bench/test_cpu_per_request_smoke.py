@@ -48,3 +48,4 @@ def test_every_case_and_round_trip_is_measured():
         assert re.search(rf"^{case}\s+\d+\s+\d+, \d+$", run.stdout, re.M), run.stdout
     assert re.search(r"Redis EVALSHA \d+ µs, PostgreSQL SELECT 1 \d+ µs", run.stdout)
     assert re.search(r"@idempotent / drf-idempotency added CPU: \d+\.\d\d", run.stdout)
+    assert re.search(r"engine_replay_redis / engine_replay CPU: \d+\.\d\d", run.stdout)
