@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -91,6 +92,12 @@ class IdempotentRequest:
         if self.field_hashes_under is None:
             return {}
         return self.field_hashes_under(self.fingerprint_version)
+
+    @cached_property
+    def audit_event_id(self) -> str:
+        """The id of this request's one audit event. Every path that may report it (its claim's
+        own append, the stream, the database) names it, so copies of it are one row."""
+        return uuid.uuid4().hex
 
     @cached_property
     def scripts(self) -> dict[str, ScriptRef]:
@@ -159,6 +166,9 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
     poll = engine_setting("WAIT_POLL_MS") / 1000
     # Only token claims pass the extra argument, so stores without token support still work.
     extra: dict[str, Any] = {"token": req.token} if req.token is not None else {}
+    if store.store.appends_audits_in_claim:
+        # a HIT is audited by the claim itself: a replay Redis serves is one round trip
+        extra["audit"] = audit_stream.claim_append(_event(req, "HIT", source="redis"))
     source = req.script_source("claim")
     while True:
         claim = store.claim(
@@ -341,7 +351,8 @@ def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> Http
     if result.outcome is Outcome.HIT and result.response is not None:
         if source != "local":
             _remember(req, result.response)
-        _audit(req, "HIT", source=source, resource=_location(result.response))
+        resource = _location(result.response)
+        _audit(req, "HIT", source=source, resource=resource, appended=result.audited)
         return responses.replay(result.response, render_pointer=req.render_pointer)
     differing = diff_field_hashes(_stored_field_hashes(req, result), _field_hashes_as(req, result))
     _audit(req, "REUSED", source=source, differing=differing)
@@ -432,20 +443,34 @@ def _audit(
     source: str,
     differing: list[str] | None = None,
     resource: str = "",
+    appended: bool = False,
 ) -> None:
     """Count the outcome and report it (durably, before the answer leaves: a client that saw
-    a replay can find its audit, idempotency/stores/audit_stream.py)."""
+    a replay can find its audit, idempotency/stores/audit_stream.py); ``appended``: the claim
+    already wrote it to the stream."""
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
-    audit_stream.report(
-        AuditEvent(
-            tenant_key=req.scoped.tenant,
-            endpoint=req.endpoint,
-            key=keyed_digest(req.scoped.key),
-            outcome=outcome,
-            source=source,
-            principal=req.scoped.principal,
-            request_meta=req.request_meta,
-            differing_fields=differing or [],
-            resource_ref=resource,
-        )
+    if not appended:
+        event = _event(req, outcome, source=source, differing=differing, resource=resource)
+        audit_stream.report(event)
+
+
+def _event(
+    req: IdempotentRequest,
+    outcome: str,
+    *,
+    source: str,
+    differing: list[str] | None = None,
+    resource: str = "",
+) -> AuditEvent:
+    return AuditEvent(
+        tenant_key=req.scoped.tenant,
+        endpoint=req.endpoint,
+        key=keyed_digest(req.scoped.key),
+        outcome=outcome,
+        source=source,
+        principal=req.scoped.principal,
+        request_meta=req.request_meta,
+        differing_fields=differing or [],
+        resource_ref=resource,
+        event_id=req.audit_event_id,
     )

@@ -106,7 +106,8 @@ class ClaimResult:
     """The answer of one claim; which optional fields are set depends on ``outcome``.
 
     - MISS: nothing else; the caller now owns the key until the lease runs out.
-    - HIT: ``response``, ``stored_fingerprint`` and ``fingerprint_version``.
+    - HIT: ``response``, ``stored_fingerprint`` and ``fingerprint_version``; ``audited`` when
+      the claim appended the replay's audit itself (``claim_audit.lua``).
     - IN_PROGRESS: ``retry_after_ms`` (the remaining lease, a fair ``Retry-After`` hint).
     - MISMATCH: ``stored_fingerprint``, ``fingerprint_version`` and, when the first request
       recorded them, ``stored_field_hashes`` so the audit can name the differing fields.
@@ -118,3 +119,4 @@ class ClaimResult:
     fingerprint_version: int | None = None
     retry_after_ms: int | None = None
     stored_field_hashes: dict[str, str] | None = None
+    audited: bool = False

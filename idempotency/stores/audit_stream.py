@@ -8,7 +8,9 @@
 2. a duplicate decided inside a database transaction (a payment callback, a dashboard move)
    is written in that transaction: it exists exactly when the decision committed;
 3. otherwise a duplicate is appended (XADD) to the audit stream on the tenant's Redis node —
-   one round trip, no database query, so a replay stays cheap;
+   one round trip, no database query, so a replay stays cheap; a replay Redis serves off a
+   Cluster is appended by its own claim (:func:`claim_append`, ``claim_audit.lua``), in the
+   claim's round trip;
 4. with no usable Redis (database-only, breaker open, XADD failing) it is written to the
    database at once; what the database refuses too goes to the in-process batch.
 
@@ -40,6 +42,7 @@ from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_pending import pending
 from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name, redis_store_for
+from idempotency.stores.redis_store import AuditAppend
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,16 @@ def report(event: AuditEvent, *, in_transaction: bool = False) -> None:
     if not connection.needs_rollback and _save(event):
         return
     pending.record(event)
+
+
+def claim_append(event: AuditEvent) -> AuditAppend:
+    """``event`` as a claim appends it if it answers HIT; the script adds the resource from
+    the stored reply."""
+    fields = event.to_fields()
+    del fields["r"]
+    return AuditAppend(
+        stream=stream_key(), maxlen=engine_setting("AUDIT_STREAM_MAXLEN"), fields=fields
+    )
 
 
 def append(client: Any, event: AuditEvent) -> None:

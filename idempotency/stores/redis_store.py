@@ -15,11 +15,17 @@ Entry layout (one HASH per idempotency key):
 - ``fp``  fingerprint; ``fpv`` its version
 - ``res`` ``StoredResponse.to_bytes()``, when done; zlib-compressed behind the marker ``SZ\x01``
   when that is smaller (a JSON body about halves: a finished one-line order then costs Redis
-  under 1 KB, ``docs/benchmarks.md``). Uncompressed entries stay readable.
+  under 1 KB, ``docs/benchmarks.md``); in front of either, ``SL\x01``, one length byte and the
+  answer's ``Location`` (at most 255 bytes), which ``claim_audit.lua`` reads to audit a replay
+  in the claim's own round trip. Entries written without either marker stay readable.
 - ``fh``  optional JSON of per-field hashes, for mismatch forensics
 
 A pre-issued token (:mod:`idempotency.core.tokens`) is consumed by ``claim_token.lua``, which is
 ``claim.lua`` behind a token check, on two keys of the same hash tag (so one slot).
+
+Off a Cluster, a claim can carry the audit of the replay it may answer
+(:class:`AuditAppend`): ``claim_audit.lua`` wraps whichever claim runs and appends the event to
+the node's audit stream when it answers HIT, so a replay Redis serves is one round trip.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ DEFAULT_CHANNEL = "idem:invalidate"
 """Pub/sub channel on which purged keys are announced to in-process caches."""
 
 _SCRIPTS = ("claim", "finish", "release", "claim_token")
+# Where claim_audit.lua takes the claim it wraps.
+_WRAPPED_CLAIM = "--[[CLAIM]]\n"
 # Scripts made of several files, run as one: the token check falls through to the plain claim.
 _COMPOSED = {"claim_token": ("claim_token", "claim"), "claim_token_prelude": ("claim_token",)}
 
@@ -74,6 +82,17 @@ class TokenUse:
 
 
 @dataclass(frozen=True)
+class AuditAppend:
+    """The audit a claim appends itself if it answers HIT (``claim_audit.lua``): the node's
+    stream, its approximate cap, and the event's fields except the resource, which the
+    script takes from the stored reply."""
+
+    stream: str
+    maxlen: int
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class TokenRefusal:
     """A token claim refused: ``used`` by another operation, or ``unknown`` (expired, or
     never issued)."""
@@ -91,6 +110,13 @@ def new_owner_token() -> str:
     from idempotency.stores.instances import owner_prefix  # lazily: this module needs no Django
 
     return owner_prefix() + secrets.token_hex(16)
+
+
+@cache
+def _with_audit(claim_source: str) -> str:
+    """``claim_source`` wrapped by ``claim_audit.lua`` (cached: a handful of sources run)."""
+    head, tail = _script_source("claim_audit").split(_WRAPPED_CLAIM)
+    return head + claim_source + "\n" + tail
 
 
 @cache
@@ -124,6 +150,12 @@ class RedisIdempotencyStore:
         return self._client
 
     @property
+    def appends_audits_in_claim(self) -> bool:
+        """Whether a claim can append its own audit: not on a Cluster, where the node's audit
+        stream is not in the claim key's slot."""
+        return not isinstance(self._client, RedisCluster)
+
+    @property
     def channel(self) -> str:
         """The invalidation channel this store publishes on."""
         return self._channel
@@ -144,6 +176,7 @@ class RedisIdempotencyStore:
         field_hashes: Mapping[str, str] | None = None,
         token: TokenUse | None = None,
         source: str | None = None,
+        audit: AuditAppend | None = None,
     ) -> ClaimResult | TokenRefusal:
         """Claim ``key`` for ``owner`` for ``lease_ms``, or report why not.
 
@@ -158,6 +191,10 @@ class RedisIdempotencyStore:
 
         ``source`` (every method has it) runs another version of the script than the shipped
         one (``idempotency.scripts.registry``); EVALSHA with a reload on NOSCRIPT either way.
+
+        ``audit`` (only where :attr:`appends_audits_in_claim`): a HIT is appended to the audit
+        stream in the same call and comes back with ``audited`` set; a HIT without it (its
+        stored reply predates the resource prefix) is the caller's to audit.
         """
         if current_version not in fingerprints:
             raise ValueError("fingerprints must include current_version")
@@ -172,25 +209,24 @@ class RedisIdempotencyStore:
             _hashes_json(field_hashes),
             ",".join(f"{version}:{fp}" for version, fp in fingerprints.items()),
         ]
-        if token is None:
-            return _parse_claim_reply(self._run("claim", key, *args, source=source))
-        _check_token("token value", token.unused_value)
-        _check_token("token mark", token.used_value)
-        _check_ms("mark_ttl_ms", token.mark_ttl_ms)
+        keys = [key]
+        if token is not None:
+            _check_token("token value", token.unused_value)
+            _check_token("token mark", token.used_value)
+            _check_ms("mark_ttl_ms", token.mark_ttl_ms)
+            keys += [token.key, token.quota_key]
+            args += [token.unused_value, token.used_value, token.mark_ttl_ms, token.quota_bucket_ms]
+            prelude = _script_source("claim_token_prelude")
+            source = "\n".join((prelude, source or _script_source("claim")))
+        if audit is not None and self.appends_audits_in_claim:
+            keys.append(audit.stream)
+            fields = [item for pair in audit.fields.items() for item in pair]
+            args += [audit.maxlen, *fields, len(fields) + 1]
+            source = _with_audit(source or _script_source("claim"))
         if source is None:
-            script = self._scripts["claim_token"]
+            reply = self._scripts["claim"](keys=keys, args=args)
         else:
-            script = self._versioned("\n".join((_script_source("claim_token_prelude"), source)))
-        reply = script(
-            keys=[key, token.key, token.quota_key],
-            args=[
-                *args,
-                token.unused_value,
-                token.used_value,
-                token.mark_ttl_ms,
-                token.quota_bucket_ms,
-            ],
-        )
+            reply = self._versioned(source)(keys=keys, args=args)
         tag = _text(reply[0])
         if tag == "TOKEN_USED":
             return TokenRefusal("used")
@@ -245,22 +281,30 @@ class RedisIdempotencyStore:
 
 
 PACKED_MARKER = b"SZ\x01"  # a `res` field that starts so is zlib-compressed
+LOCATED_MARKER = b"SL\x01"  # then one length byte and the reply's Location, then the reply
+_MAX_LOCATED = 255
 _ZIP_FROM_BYTES = 256  # smaller replies do not shrink enough to pay for the marker
 
 
 def pack_reply(response: StoredResponse) -> bytes:
-    """The ``res`` field: the serialised reply, compressed when that makes it smaller."""
+    """The ``res`` field: the serialised reply, compressed when that makes it smaller, behind
+    its ``Location`` (see the module docstring; ``claim_audit.lua`` reads it)."""
     raw = response.to_bytes()
-    if len(raw) < _ZIP_FROM_BYTES:
-        return raw
-    packed = PACKED_MARKER + zlib.compress(raw, 1)
-    return packed if len(packed) < len(raw) else raw
+    if len(raw) >= _ZIP_FROM_BYTES:
+        packed = PACKED_MARKER + zlib.compress(raw, 1)
+        raw = packed if len(packed) < len(raw) else raw
+    location = next((v for k, v in response.headers if k.lower() == "location"), "").encode()
+    if len(location) > _MAX_LOCATED:
+        return raw  # a claim cannot audit it: the engine appends its audit itself
+    return LOCATED_MARKER + bytes([len(location)]) + location + raw
 
 
 def unpack_reply(raw: bytes) -> StoredResponse:
     """Read a ``res`` field written by :func:`pack_reply` (or by an older version, which
-    never compressed); ``ValueError`` on anything else."""
+    wrote no location and never compressed); ``ValueError`` on anything else."""
     raw = bytes(raw)
+    if raw.startswith(LOCATED_MARKER):
+        raw = raw[len(LOCATED_MARKER) + 1 + raw[len(LOCATED_MARKER)] :]
     if raw.startswith(PACKED_MARKER):
         try:
             raw = zlib.decompress(raw[len(PACKED_MARKER) :])
@@ -279,6 +323,7 @@ def _parse_claim_reply(reply: Sequence[Any]) -> ClaimResult:
             response=unpack_reply(reply[1]),
             fingerprint_version=int(reply[2]),
             stored_fingerprint=_text(reply[3]),
+            audited=len(reply) > 4 and _text(reply[4]) == "AUDITED",
         )
     if tag == "IN_PROGRESS":
         remaining = int(reply[1])

@@ -181,3 +181,43 @@ def test_events_the_database_keeps_refusing_are_dropped_after_the_attempts(setti
     assert len(pending) == 0
     assert dropped("write_failed") - before == 1
     assert pending.flush() == 0
+
+
+def test_a_replay_redis_serves_is_audited_by_its_claim_once_with_its_resource(api, menu, tenant):
+    """A retry that reaches another worker (the process's table empty): the claim that answers
+    HIT appends the audit in its own round trip (claim_audit.lua), resource included."""
+    first = post_order(api, menu, key="k-1")
+    nodes.local_cache().clear()
+    again = post_order(api, menu, key="k-1", HTTP_X_REQUEST_ID="replay-on-another-worker")
+    assert again["X-Idempotent-Result"] == "HIT"
+    [(_, fields)] = suite_redis().xrange(stream_key())
+    assert (fields[b"o"], fields[b"s"]) == (b"HIT", b"redis")
+    assert fields[b"r"] == first["Location"].encode()
+
+    drain_audits()
+    [audit] = DuplicateAudit.objects.all()
+    assert (audit.outcome, audit.source, audit.resource_ref) == ("HIT", "redis", first["Location"])
+    assert audit.request_meta["request_id"] == "replay-on-another-worker"
+    assert counts(str(tenant.pk)) == {"HIT": 1, "MISS": 1}
+
+
+def test_a_replay_of_an_entry_kept_without_its_location_is_audited_by_the_engine(api, menu, tenant):
+    """An entry finished before replies kept their Location in front: the claim cannot name
+    the resource, so it leaves the audit to the engine's own append."""
+    first = post_order(api, menu, key="k-1")
+    client = suite_redis()
+    [key] = [
+        k for k in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*") if client.hget(k, "res")
+    ]
+    res = client.hget(key, "res")
+    client.hset(key, "res", res[4 + res[3] :])  # as an older finish wrote it
+    nodes.local_cache().clear()
+
+    again = post_order(api, menu, key="k-1")
+
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    [(_, fields)] = client.xrange(stream_key())
+    assert fields[b"r"] == first["Location"].encode()
+    drain_audits()
+    [audit] = DuplicateAudit.objects.all()
+    assert (audit.outcome, audit.resource_ref) == ("HIT", first["Location"])

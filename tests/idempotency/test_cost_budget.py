@@ -90,14 +90,15 @@ def test_first_execution_adds_two_redis_round_trips_the_database_claim_and_one_i
     assert "idempotency_idempotencyrecord" in " ".join(extra)
 
 
-def test_replay_from_redis_costs_two_round_trips_and_no_query(api, menu, redis_calls):
+def test_replay_from_redis_costs_one_round_trip_and_no_query(api, menu, redis_calls):
+    """The claim that answers HIT appends the replay's audit itself (claim_audit.lua)."""
     first = post_order(api, menu, key="k")
     stores.local_cache().clear()  # as on another worker
     redis_calls.commands.clear()
     again, queries = measure(api, menu, "k")
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
     assert queries == []
-    assert redis_calls.commands == ["EVALSHA", "XADD"]
+    assert redis_calls.commands == ["EVALSHA"]
 
 
 def test_replay_from_the_local_cache_costs_only_its_audit(api, menu, redis_calls):

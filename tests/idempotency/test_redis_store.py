@@ -81,17 +81,30 @@ def test_a_packed_reply_reads_back_exactly_and_is_never_larger(body: bytes) -> N
     response = StoredResponse(status=201, headers=headers, body=body)
     packed = pack_reply(response)
     assert unpack_reply(packed) == response
-    assert len(packed) <= len(response.to_bytes())
+    # compression never grows it; the (empty) location in front costs its 4 bytes
+    assert packed.startswith(b"SL\x01\x00")
+    assert len(packed) <= len(response.to_bytes()) + 4
 
 
-def test_a_json_reply_is_kept_compressed_and_an_uncompressed_one_still_reads() -> None:
+def test_a_json_reply_is_kept_compressed_behind_its_location_and_older_forms_still_read() -> None:
     body = b'{"id":"193754959213148520","lines":[{"dish_name":"Pizza","unit_price":"9.50"}],' * 8
     response = StoredResponse(status=201, headers=(("Location", "/api/v1/orders/1/"),), body=body)
     packed = pack_reply(response)
-    assert packed.startswith(b"SZ\x01") and len(packed) < len(response.to_bytes()) / 2
+    assert packed.startswith(b"SL\x01\x11/api/v1/orders/1/SZ\x01")
+    assert len(packed) < len(response.to_bytes()) / 2
+    assert unpack_reply(packed) == response
     assert unpack_reply(response.to_bytes()) == response  # written before compression existed
+    assert unpack_reply(packed[21:]) == response  # compressed, before the location was added
     with pytest.raises(ValueError):
         unpack_reply(b"SZ\x01not zlib")
+
+
+def test_a_location_longer_than_its_length_byte_is_left_out() -> None:
+    location = "/api/v1/orders/" + "x" * 300 + "/"
+    response = StoredResponse(status=201, headers=(("Location", location),), body=b"{}")
+    packed = pack_reply(response)
+    assert not packed.startswith(b"SL\x01")  # a claim cannot audit it; the engine appends it
+    assert unpack_reply(packed) == response
 
 
 def test_outcome_values_are_what_audits_show() -> None:

@@ -1,8 +1,9 @@
 """A Redis call that ran but whose reply was lost on the way back.
 
 Both calls of a request that change something before its answer are covered: the claim, and
-a duplicate's audit (the ``XADD`` to the node's audit stream, which the re-sent call appends
-a second time: the drain writes the event once).
+a duplicate's audit (the ``XADD`` to the node's audit stream, or the claim itself when it
+answers a replay, either of which the re-sent call appends a second time: the drain writes
+the event once).
 
 A redis-py client with a ``Retry`` (redis-py's cluster client has one by default) re-sends a
 call when its connection drops or times out. For the claim, the re-sent call finds the claim
@@ -112,5 +113,23 @@ def test_an_audit_whose_reply_was_lost_is_written_once(lossy, tenant):
     assert len(lossy.lost) == 1 and suite_redis().xlen(stream_key()) == 2  # appended twice
     drain_audits()
     assert DuplicateAudit.objects.filter(tenant_key=tenant).count() == 1
+    hits = OutcomeCount.objects.filter(tenant_key=tenant, outcome="HIT")
+    assert [row.count for row in hits] == [1]
+
+
+def test_a_replay_whose_claim_reply_was_lost_is_audited_once(lossy, tenant):
+    client = Client()
+    first = post_note(client, tenant, key="audited-by-claim")
+    nodes.local_cache().clear()  # the replay is served by Redis, as on another worker
+    lossy.lose_reply_to(b"EVALSHA", f"idem:{{t:{tenant}}}:".encode())  # the claim
+
+    replay = post_note(client, tenant, key="audited-by-claim")
+
+    assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
+    # the claim appended the audit itself, and again when it was re-sent
+    assert len(lossy.lost) == 1 and suite_redis().xlen(stream_key()) == 2
+    drain_audits()
+    [audit] = DuplicateAudit.objects.filter(tenant_key=tenant)
+    assert (audit.outcome, audit.source) == ("HIT", "redis")
     hits = OutcomeCount.objects.filter(tenant_key=tenant, outcome="HIT")
     assert [row.count for row in hits] == [1]
