@@ -2,9 +2,10 @@
 
 - a first execution of POST /api/v1/orders/ adds at most 2 Redis round trips (claim, finish)
   and exactly one database round trip (the record insert, in the business transaction);
-- a replay answered from Redis makes 0 database queries of the engine's and 2 Redis round trips
-  (the claim, and the XADD of its audit to the node's stream, which makes the audit survive a
-  SIGKILL of the worker: idempotency/stores/audit_stream.py);
+- a replay answered from Redis makes 0 database queries of the engine's and 1 Redis round trip:
+  the claim, which appends the replay's audit to the node's stream itself (claim_audit.lua;
+  the audit survives a SIGKILL of the worker: idempotency/stores/audit_stream.py), also when
+  the key is a pre-issued token;
 - a replay answered from the local cache makes no query and 1 Redis round trip (the XADD).
 The first execution's count is batched in the process, so it costs no round trip.
 Authentication (a session's cached state, or an API key's SELECT) happens before the engine and
@@ -20,9 +21,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from idempotency.models import DuplicateAudit
 from idempotency.stores import nodes as stores
+from idempotency.stores.audit_stream import drain_audits
 from tenants.redis_routing import client_for_tenant
 from tests.flows.test_idempotent_orders import post_order
+from tests.idempotency.test_tokens import issue, place
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +111,17 @@ def test_replay_from_the_local_cache_costs_only_its_audit(api, menu, redis_calls
     again, queries = measure(api, menu, "k")
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
     assert queries == [] and redis_calls.commands == ["XADD"]
+
+
+def test_a_token_replay_from_redis_costs_one_round_trip_and_is_audited_once(api, menu, redis_calls):
+    """The token's claim (claim_token.lua + claim.lua) runs inside claim_audit.lua too."""
+    token = issue(api, 1).json()["tokens"][0]
+    first = place(api, menu, token)
+    stores.local_cache().clear()  # the retry reaches another worker
+    redis_calls.commands.clear()
+    again = place(api, menu, token)
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert redis_calls.commands == ["EVALSHA"]
+    drain_audits()
+    [audit] = DuplicateAudit.objects.all()
+    assert (audit.outcome, audit.source, audit.resource_ref) == ("HIT", "redis", first["Location"])
