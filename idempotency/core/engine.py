@@ -351,7 +351,7 @@ def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> Http
     if result.outcome is Outcome.HIT and result.response is not None:
         if source != "local":
             _remember(req, result.response)
-        resource = _location(result.response)
+        resource = result.response.location
         _audit(req, "HIT", source=source, resource=resource, appended=result.audited)
         return responses.replay(result.response, render_pointer=req.render_pointer)
     differing = diff_field_hashes(_stored_field_hashes(req, result), _field_hashes_as(req, result))
@@ -389,10 +389,6 @@ def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> Cl
         fingerprint_version=committed.fingerprint_version,
         stored_field_hashes=committed.field_hashes,
     )
-
-
-def _location(response: StoredResponse) -> str:
-    return next((v for k, v in response.headers if k.lower() == "location"), "")
 
 
 def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:

@@ -62,6 +62,11 @@ class StoredResponse:
         if not isinstance(self.body, bytes):
             object.__setattr__(self, "body", bytes(self.body))
 
+    @property
+    def location(self) -> str:
+        """The ``Location`` header ("" when none): the resource an audit of its replay names."""
+        return next((v for k, v in self.headers if k.lower() == "location"), "")
+
     def to_bytes(self) -> bytes:
         """Serialise compactly; the body is appended raw so binary content costs nothing extra.
 

@@ -15,9 +15,9 @@ Entry layout (one HASH per idempotency key):
 - ``fp``  fingerprint; ``fpv`` its version
 - ``res`` ``StoredResponse.to_bytes()``, when done; zlib-compressed behind the marker ``SZ\x01``
   when that is smaller (a JSON body about halves: a finished one-line order then costs Redis
-  under 1 KB, ``docs/benchmarks.md``); in front of either, ``SL\x01``, one length byte and the
-  answer's ``Location`` (at most 255 bytes), which ``claim_audit.lua`` reads to audit a replay
-  in the claim's own round trip. Entries written without either marker stay readable.
+  under 1 KB, ``docs/benchmarks.md``). Uncompressed entries stay readable.
+- ``loc`` the answer's ``Location`` ("" for none), when done: ``claim_audit.lua`` names the
+  resource of a replay's audit from it (entries finished before it was kept have none).
 - ``fh``  optional JSON of per-field hashes, for mismatch forensics
 
 A pre-issued token (:mod:`idempotency.core.tokens`) is consumed by ``claim_token.lua``, which is
@@ -193,8 +193,8 @@ class RedisIdempotencyStore:
         one (``idempotency.scripts.registry``); EVALSHA with a reload on NOSCRIPT either way.
 
         ``audit`` (only where :attr:`appends_audits_in_claim`): a HIT is appended to the audit
-        stream in the same call and comes back with ``audited`` set; a HIT without it (its
-        stored reply predates the resource prefix) is the caller's to audit.
+        stream in the same call and comes back with ``audited`` set; a HIT without it (an
+        entry finished before ``loc`` was kept) is the caller's to audit.
         """
         if current_version not in fingerprints:
             raise ValueError("fingerprints must include current_version")
@@ -246,7 +246,8 @@ class RedisIdempotencyStore:
         """Store the response if ``owner`` still holds the lease; ``False`` if it was lost."""
         _check_token("owner", owner)
         _check_ms("ttl_ms", ttl_ms)
-        return self._run("finish", key, owner, pack_reply(response), ttl_ms, source=source) == 1
+        reply = pack_reply(response)
+        return self._run("finish", key, owner, reply, ttl_ms, response.location, source=source) == 1
 
     def release(self, *, key: str, owner: str, source: str | None = None) -> bool:
         """Delete the claim if ``owner`` still holds it, so the client may retry at once."""
@@ -281,30 +282,22 @@ class RedisIdempotencyStore:
 
 
 PACKED_MARKER = b"SZ\x01"  # a `res` field that starts so is zlib-compressed
-LOCATED_MARKER = b"SL\x01"  # then one length byte and the reply's Location, then the reply
-_MAX_LOCATED = 255
 _ZIP_FROM_BYTES = 256  # smaller replies do not shrink enough to pay for the marker
 
 
 def pack_reply(response: StoredResponse) -> bytes:
-    """The ``res`` field: the serialised reply, compressed when that makes it smaller, behind
-    its ``Location`` (see the module docstring; ``claim_audit.lua`` reads it)."""
+    """The ``res`` field: the serialised reply, compressed when that makes it smaller."""
     raw = response.to_bytes()
-    if len(raw) >= _ZIP_FROM_BYTES:
-        packed = PACKED_MARKER + zlib.compress(raw, 1)
-        raw = packed if len(packed) < len(raw) else raw
-    location = next((v for k, v in response.headers if k.lower() == "location"), "").encode()
-    if len(location) > _MAX_LOCATED:
-        return raw  # a claim cannot audit it: the engine appends its audit itself
-    return LOCATED_MARKER + bytes([len(location)]) + location + raw
+    if len(raw) < _ZIP_FROM_BYTES:
+        return raw
+    packed = PACKED_MARKER + zlib.compress(raw, 1)
+    return packed if len(packed) < len(raw) else raw
 
 
 def unpack_reply(raw: bytes) -> StoredResponse:
     """Read a ``res`` field written by :func:`pack_reply` (or by an older version, which
-    wrote no location and never compressed); ``ValueError`` on anything else."""
+    never compressed); ``ValueError`` on anything else."""
     raw = bytes(raw)
-    if raw.startswith(LOCATED_MARKER):
-        raw = raw[len(LOCATED_MARKER) + 1 + raw[len(LOCATED_MARKER)] :]
     if raw.startswith(PACKED_MARKER):
         try:
             raw = zlib.decompress(raw[len(PACKED_MARKER) :])

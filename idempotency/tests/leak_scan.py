@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 from django.db import connection
 
-from idempotency.stores.redis_store import LOCATED_MARKER, PACKED_MARKER, unpack_reply
+from idempotency.stores.redis_store import PACKED_MARKER, unpack_reply
 
 
 def redis_dump(client: redis.Redis) -> bytes:
@@ -28,7 +28,7 @@ def redis_dump(client: redis.Redis) -> bytes:
 def _plain(value: bytes) -> bytes:
     """A value as the engine wrote it before compressing: stored replies are kept zlib-packed
     (``pack_reply``), where a clear copy would not show as bytes."""
-    if value.startswith((PACKED_MARKER, LOCATED_MARKER)):
+    if value.startswith(PACKED_MARKER):
         return unpack_reply(value).to_bytes()
     return value
 

@@ -39,7 +39,7 @@ SOUND_CLAIM = shipped_source("claim").replace(
 ALWAYS_MISS = "return {'MISS'}"
 # stores a truncated reply: replays from Redis would not be the first answer
 TRUNCATING_FINISH = shipped_source("finish").replace(
-    "'res', ARGV[2])", "'res', string.sub(ARGV[2], 1, 10))"
+    "'res', ARGV[2],", "'res', string.sub(ARGV[2], 1, 10),"
 )
 
 

@@ -81,30 +81,17 @@ def test_a_packed_reply_reads_back_exactly_and_is_never_larger(body: bytes) -> N
     response = StoredResponse(status=201, headers=headers, body=body)
     packed = pack_reply(response)
     assert unpack_reply(packed) == response
-    # compression never grows it; the (empty) location in front costs its 4 bytes
-    assert packed.startswith(b"SL\x01\x00")
-    assert len(packed) <= len(response.to_bytes()) + 4
+    assert len(packed) <= len(response.to_bytes())
 
 
-def test_a_json_reply_is_kept_compressed_behind_its_location_and_older_forms_still_read() -> None:
+def test_a_json_reply_is_kept_compressed_and_an_uncompressed_one_still_reads() -> None:
     body = b'{"id":"193754959213148520","lines":[{"dish_name":"Pizza","unit_price":"9.50"}],' * 8
     response = StoredResponse(status=201, headers=(("Location", "/api/v1/orders/1/"),), body=body)
     packed = pack_reply(response)
-    assert packed.startswith(b"SL\x01\x11/api/v1/orders/1/SZ\x01")
-    assert len(packed) < len(response.to_bytes()) / 2
-    assert unpack_reply(packed) == response
+    assert packed.startswith(b"SZ\x01") and len(packed) < len(response.to_bytes()) / 2
     assert unpack_reply(response.to_bytes()) == response  # written before compression existed
-    assert unpack_reply(packed[21:]) == response  # compressed, before the location was added
     with pytest.raises(ValueError):
         unpack_reply(b"SZ\x01not zlib")
-
-
-def test_a_location_longer_than_its_length_byte_is_left_out() -> None:
-    location = "/api/v1/orders/" + "x" * 300 + "/"
-    response = StoredResponse(status=201, headers=(("Location", location),), body=b"{}")
-    packed = pack_reply(response)
-    assert not packed.startswith(b"SL\x01")  # a claim cannot audit it; the engine appends it
-    assert unpack_reply(packed) == response
 
 
 def test_outcome_values_are_what_audits_show() -> None:
@@ -161,7 +148,7 @@ def test_finish_leaves_the_owner_and_the_field_hashes_to_the_record(
     claim(store, key, field_hashes={"items": "0123456789abcdef"})
     assert store.client.hexists(key, "fh") and store.client.hexists(key, "own")
     store.finish(key=key, owner="owner-1", response=RESPONSE, ttl_ms=TTL_MS)
-    assert sorted(store.client.hkeys(key)) == [b"fp", b"fpv", b"res", b"st"]
+    assert sorted(store.client.hkeys(key)) == [b"fp", b"fpv", b"loc", b"res", b"st"]
 
 
 def test_finish_by_owner_then_hit_replays_exact_bytes(
@@ -378,3 +365,17 @@ def test_works_on_redis_cluster(cluster_client: RedisCluster) -> None:
     store.purge(key=key)
     assert not cluster_client.exists(key)
     assert store.release(key=key, owner="owner-1") is False
+
+
+def test_finish_keeps_the_location_a_replays_audit_names(
+    store: RedisIdempotencyStore, key_prefix: str
+) -> None:
+    key = key_prefix + "k"
+    claim(store, key)
+    located = StoredResponse(status=201, headers=(("Location", "/api/v1/orders/7/"),), body=b"{}")
+    assert store.finish(key=key, owner="owner-1", response=located, ttl_ms=TTL_MS)
+    assert store.client.hget(key, "loc") == b"/api/v1/orders/7/"
+    claim(store, key + "-2")
+    bare = StoredResponse(200)
+    assert store.finish(key=key + "-2", owner="owner-1", response=bare, ttl_ms=TTL_MS)
+    assert store.client.hget(key + "-2", "loc") == b""  # known to have none

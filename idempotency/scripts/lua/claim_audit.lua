@@ -13,11 +13,11 @@
 -- ARGV[m-c+1..m-1]  the audit event's fields and values, without the resource ("r")
 -- ARGV[m]        c, the count of the audit arguments before it
 --
--- Returns the wrapped claim's reply. A HIT whose stored reply names its resource (the
--- "SL\1" prefix of RedisIdempotencyStore's packed replies, written by finish) is appended to
--- the stream with that resource as "r", and the reply gets a last element "AUDITED". A HIT
--- stored without the prefix (a reply finished before it existed) is not appended: the caller
--- appends it as before, resource included.
+-- Returns the wrapped claim's reply. On a HIT whose entry names its resource (the 'loc'
+-- field finish.lua keeps: the answer's Location, "" for none) the event is appended to the
+-- stream with that resource as "r", and the reply gets a last element "AUDITED". An entry
+-- without 'loc' (finished before it was kept, or by a finish version that does not keep it) is
+-- not appended: the caller appends it as before, resource included.
 
 local audit_stream = KEYS[#KEYS]
 local KEYS = {unpack(KEYS, 1, #KEYS - 1)}
@@ -31,10 +31,12 @@ local function claim(...)
 end
 
 local reply = claim()
-if reply[1] == 'HIT' and string.sub(reply[2], 1, 3) == 'SL\1' then
-  local resource = string.sub(reply[2], 5, 4 + string.byte(reply[2], 4))
-  redis.call('XADD', audit_stream, 'MAXLEN', '~', audit[1], '*', 'r', resource,
-    unpack(audit, 2))
-  reply[#reply + 1] = 'AUDITED'
+if reply[1] == 'HIT' then
+  local resource = redis.call('HGET', KEYS[1], 'loc')
+  if resource then
+    redis.call('XADD', audit_stream, 'MAXLEN', '~', audit[1], '*', 'r', resource,
+      unpack(audit, 2))
+    reply[#reply + 1] = 'AUDITED'
+  end
 end
 return reply
