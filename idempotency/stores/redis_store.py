@@ -85,7 +85,7 @@ class TokenUse:
 class AuditAppend:
     """The audit a claim appends itself if it answers HIT (``claim_audit.lua``): the node's
     stream, its approximate cap, and the event's fields except the resource, which the
-    script takes from the stored reply."""
+    script takes from the entry's ``loc`` field."""
 
     stream: str
     maxlen: int
