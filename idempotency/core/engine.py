@@ -432,22 +432,13 @@ def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | No
         logger.warning("Redis release failed; the lease will expire", exc_info=True)
 
 
-def _audit(
-    req: IdempotentRequest,
-    outcome: str,
-    *,
-    source: str,
-    differing: list[str] | None = None,
-    resource: str = "",
-    appended: bool = False,
-) -> None:
+def _audit(req: IdempotentRequest, outcome: str, *, appended: bool = False, **event: Any) -> None:
     """Count the outcome and report it (durably, before the answer leaves: a client that saw
     a replay can find its audit, idempotency/stores/audit_stream.py); ``appended``: the claim
-    already wrote it to the stream."""
+    already wrote it to the stream. ``event``: the details :func:`_event` takes."""
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
     if not appended:
-        event = _event(req, outcome, source=source, differing=differing, resource=resource)
-        audit_stream.report(event)
+        audit_stream.report(_event(req, outcome, **event))
 
 
 def _event(
