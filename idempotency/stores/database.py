@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 
 from django.db import connection
 from django.utils import timezone
@@ -68,17 +69,7 @@ def insert_record(
     transaction in the same round trip; a live record then raises ``IntegrityError`` instead,
     and nothing is committed."""
     now = timezone.now()
-    q = connection.ops.quote_name
-    table = q(IdempotencyRecord._meta.db_table)
-    columns = ", ".join(q(c) for c in _COLUMNS)
-    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _COLUMNS[3:])
-    conflict = ", ".join(q(c) for c in _COLUMNS[:3])
-    sql = (
-        f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(_COLUMNS))}) "
-        f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
-        f"WHERE {table}.{q('expires_at')} <= EXCLUDED.{q('created_at')} "
-        f"RETURNING 1"
-    )
+    sql = _insert_sql(connection.vendor, commit=commit)
     params = [
         scoped.tenant,
         scoped.scope,
@@ -93,16 +84,34 @@ def insert_record(
         now,
         now + timedelta(seconds=ttl_seconds),
     ]
-    if commit:
-        # Two statements: psycopg sends them with the simple query protocol (client-side
-        # binding); an error in the first skips the COMMIT and aborts the transaction.
-        sql = (
-            f"WITH inserted AS ({sql}) SELECT idempotency_live_record_exists() "
-            "WHERE NOT EXISTS (SELECT FROM inserted); COMMIT"
-        )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return commit or cursor.fetchone() is not None
+
+
+@cache
+def _insert_sql(vendor: str, *, commit: bool) -> str:
+    """The record's statement (see :func:`insert_record`), built once per process; ``vendor``
+    keys it to the database whose quoting it uses."""
+    q = connection.ops.quote_name
+    table = q(IdempotencyRecord._meta.db_table)
+    columns = ", ".join(q(c) for c in _COLUMNS)
+    updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _COLUMNS[3:])
+    conflict = ", ".join(q(c) for c in _COLUMNS[:3])
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(_COLUMNS))}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
+        f"WHERE {table}.{q('expires_at')} <= EXCLUDED.{q('created_at')} "
+        f"RETURNING 1"
+    )
+    if not commit:
+        return sql
+    # Two statements: psycopg sends them with the simple query protocol (client-side
+    # binding); an error in the first skips the COMMIT and aborts the transaction.
+    return (
+        f"WITH inserted AS ({sql}) SELECT idempotency_live_record_exists() "
+        "WHERE NOT EXISTS (SELECT FROM inserted); COMMIT"
+    )
 
 
 def committed_result(scoped: ScopedKey) -> CommittedResult | None:
