@@ -19,7 +19,7 @@ the stack's floor (``fixed``), a replay of ``plain_engine`` from the worker's ta
 (``engine_replay``), and the real order: ``order_create`` (``POST /api/v1/orders/``, a new key
 each) and ``order_replay`` (keys placed during the warm-up, sent again: HITs from the worker's
 table). Cases run two at a time (one per core); a run takes about 4 minutes per order case and
-2 per plain case on a 2-core guest.
+2 per plain case on a 2-core guest. It needs valgrind (Debian package ``valgrind``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,8 @@ def main() -> None:
         "--redis-url", default="redis://127.0.0.1:6379/14", help="a Redis database to empty"
     )
     args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench.instructions needs valgrind: apt-get install -y valgrind")
     cases = [c for c in args.cases.split(",") if c]
     unknown = sorted(set(cases) - set(PATHS))
     if unknown:
