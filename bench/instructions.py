@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -126,27 +127,34 @@ def report(per_request: dict[str, float], n: int) -> None:
             print(f"{num} / {den}: {per_request[num] / per_request[den]:.2f}")
 
 
+def run_measured(
+    env: dict[str, str],
+    tenant: dict[str, Any],
+    case: str,
+    n: int,
+    *,
+    under: Sequence[str] = (),
+    timeout: int = 3600,
+) -> subprocess.CompletedProcess[str]:
+    """The measured process of ``case`` (warm-up plus ``n`` requests), run ``under`` a
+    command such as valgrind's (nothing: directly)."""
+    return subprocess.run(
+        [*under, sys.executable, "-m", "bench.instructions", "_child"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        input=json.dumps({"case": case, "n": n, "tenant": tenant}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def _count(env: dict[str, str], tenant: dict[str, Any], case: str, n: int) -> int:
-    """Instructions of one child run of ``case`` (warm-up plus ``n`` requests)."""
+    """Instructions of one run of ``case``'s measured process under callgrind."""
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        child = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-m",
-                "bench.instructions",
-                "_child",
-            ],
-            cwd=PROJECT_ROOT,
-            env=env,
-            input=json.dumps({"case": case, "n": n, "tenant": tenant}),
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
+        callgrind = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+        child = run_measured(env, tenant, case, n, under=callgrind)
     if child.returncode != 0:
         raise SystemExit(f"{case}: the measured process failed:\n{child.stderr[-4000:]}")
     collected = re.search(r"Collected : (\d+)", child.stderr)

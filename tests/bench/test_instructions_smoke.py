@@ -5,31 +5,20 @@ end. Asserts answers and arithmetic, never a count of instructions."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from bench.http_load import Options, recreate_database
-from bench.instructions import PATHS, PROJECT_ROOT, WARMUP, prepare, report
+from bench.instructions import PATHS, WARMUP, prepare, report, run_measured
 from tests.support.redis_nodes import RedisNode
 
 pytestmark = pytest.mark.slow
 
 
 def run_child(env, tenant, case, n):
-    return subprocess.run(
-        [sys.executable, "-m", "bench.instructions", "_child"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        input=json.dumps({"case": case, "n": n, "tenant": tenant}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_measured(env, tenant, case, n, timeout=300)
 
 
 def test_every_case_answers_as_the_benchmark_expects_and_a_wrong_answer_fails_the_run():
