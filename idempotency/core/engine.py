@@ -290,8 +290,11 @@ def _claim_in_database(
     claim (``DATABASE_CLAIM_UNDER_REDIS``, one statement) it makes a duplicate that falls back
     to the database while Redis dies mid-run wait for this run."""
     wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
+    if not redis_claimed:
+        # the only claim: the record is read under it (in its round trip on PostgreSQL)
+        return database_claim.claim_and_read(req.scoped, wait_seconds=wait)
     claimed = database_claim.claim_key(req.scoped, wait_seconds=wait)
-    if redis_claimed and claimed is not database_claim.Claimed.WAITED:
+    if claimed is not database_claim.Claimed.WAITED:
         # Redis said MISS and no duplicate held the key: no read here (a record Redis lost is
         # found by the record's insert, ADR 0001).
         return None

@@ -30,17 +30,24 @@ class EngineTransaction:
 
     def commit_rides_along(self) -> bool:
         """Whether the transaction's last statement may carry its ``COMMIT``
-        (``idempotency/stores/database.py``): only a transaction of the engine's own, on
-        PostgreSQL through psycopg 3's client-side binding cursor (Django's default, which
-        sends a query with the simple protocol, so it may hold two statements)."""
-        if not self.outermost or connection.vendor != "postgresql":
-            return False
-        try:
-            from psycopg import ClientCursor
-        except ImportError:  # psycopg2 tracks the transaction itself: leave it alone
-            return False
-        factory = getattr(connection.connection, "cursor_factory", None)
-        return isinstance(factory, type) and issubclass(factory, ClientCursor)
+        (``idempotency/stores/database.py``): only a transaction of the engine's own, where
+        :func:`statements_ride_along`."""
+        return self.outermost and statements_ride_along()
+
+
+def statements_ride_along() -> bool:
+    """Whether one query may hold several statements, sent in one round trip: on PostgreSQL
+    through psycopg 3's client-side binding cursor (Django's default), which sends a query with
+    the simple protocol. psycopg2 tracks the transaction itself and a server-side binding
+    cursor sends one statement per query: each statement then goes on its own."""
+    if connection.vendor != "postgresql":
+        return False
+    try:
+        from psycopg import ClientCursor
+    except ImportError:
+        return False
+    factory = getattr(connection.connection, "cursor_factory", None)
+    return isinstance(factory, type) and issubclass(factory, ClientCursor)
 
 
 def business_atomic() -> transaction.Atomic:

@@ -19,16 +19,24 @@ the database, inside the business transaction, before it looks for a committed r
 The in-flight policy is the same as in Redis mode: ``reject`` answers at once when the key is
 held, ``wait`` blocks up to the endpoint's wait budget (``lock_timeout``, set for this one
 statement and restored in the same round trip).
+
+When the claim is the only one, the engine reads the key's record under it
+(:func:`claim_and_read`): on PostgreSQL in the claim's own round trip, as a second statement of
+the same query, which reads a snapshot of its own taken once the claim is held.
 """
 
 from __future__ import annotations
 
 import hashlib
 from enum import Enum
+from typing import Any
 
 from django.db import OperationalError, connection
+from django.db.backends.utils import CursorWrapper
 
 from idempotency.core.keys import ScopedKey
+from idempotency.core.transactions import statements_ride_along
+from idempotency.stores import database as db_store
 
 # PostgreSQL's lock_not_available: the wait budget ran out before the lock was free.
 _LOCK_NOT_AVAILABLE = "55P03"
@@ -73,15 +81,43 @@ def claim_key(scoped: ScopedKey, *, wait_seconds: float) -> Claimed:
         cursor.execute(_TRY_LOCK, [lock])
         if cursor.fetchone()[0]:
             return Claimed.FREE
-        if wait_seconds <= 0:
-            raise ClaimBusy
-        try:
-            cursor.execute(_WAIT_LOCK, [f"{max(1, round(wait_seconds * 1000))}ms", lock])
-        except OperationalError as exc:
-            if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:
-                raise ClaimBusy from exc
-            raise
+        _wait(cursor, _WAIT_LOCK, [_budget(wait_seconds), lock])
     return Claimed.WAITED
+
+
+def claim_and_read(scoped: ScopedKey, *, wait_seconds: float) -> db_store.CommittedResult | None:
+    """Claim ``scoped`` as :func:`claim_key` does, then read its committed record under the
+    claim: whoever held the key before has committed or rolled back by then, so a record found
+    is the answer. Where several statements ride in one query, the read goes in the claim's
+    round trip (wait or no wait); elsewhere it follows the claim."""
+    if not statements_ride_along():
+        claim_key(scoped, wait_seconds=wait_seconds)
+        return db_store.committed_result(scoped)
+    read, read_params = db_store.committed_result_statement(scoped)
+    lock = lock_id(scoped)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{_TRY_LOCK}; {read}", [lock, *read_params])
+        if not cursor.fetchone()[0]:
+            _wait(cursor, f"{_WAIT_LOCK}; {read}", [_budget(wait_seconds), lock, *read_params])
+        cursor.nextset()
+        return db_store.committed_from_row(cursor.fetchone())
+
+
+def _budget(wait_seconds: float) -> str:
+    """The wait budget as ``lock_timeout``; ClaimBusy at once under ``reject`` (0)."""
+    if wait_seconds <= 0:
+        raise ClaimBusy
+    return f"{max(1, round(wait_seconds * 1000))}ms"
+
+
+def _wait(cursor: CursorWrapper, sql: str, params: list[Any]) -> None:
+    """Run ``sql``, which waits for the lock within its budget; ClaimBusy when it runs out."""
+    try:
+        cursor.execute(sql, params)
+    except OperationalError as exc:
+        if _sqlstate(exc) == _LOCK_NOT_AVAILABLE:
+            raise ClaimBusy from exc
+        raise
 
 
 def _sqlstate(exc: OperationalError) -> str | None:

@@ -17,8 +17,10 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import StoredResponse
 from idempotency.management.sandbox import ephemeral_redis
 from idempotency.stores import database as db_store
 from idempotency.stores import database_claim, nodes
@@ -125,8 +127,9 @@ def test_a_run_committed_just_before_the_claim_is_found_under_it(
     monkeypatch.setattr(db_store, "committed_result", committed_after_the_first_look)
     nodes.local_cache().clear()  # the live server runs in this process: no answer from memory
     [again] = post_storm(live_server.url, "/notes/wait/", tenant, "gap", requests=1)
-    # then the claim's own read finds the run: replayed, the view not run again
-    assert len(lookups) == 2
+    # then the claim's own read (claim_and_read, not a second look-up) finds the run:
+    # replayed, the view not run again
+    assert len(lookups) == 1
     assert (again.result, again.body) == ("HIT", first.body)
     assert executions.runs(tenant, "gap") == 1
 
@@ -203,3 +206,52 @@ def test_the_claim_waits_within_its_budget_then_gives_up(tenant):
         release.join()
     finally:
         holder.close()
+
+
+def test_the_record_is_read_under_the_claim_in_the_claims_round_trip(tenant):
+    """claim_and_read: the read is the claim's second statement, with a snapshot of its own
+    taken once the claim is held, so it sees the record of the run it waited for."""
+    scoped = ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/", key="r")
+    stored = StoredResponse(status=201, headers=(("Location", "/notes/7/"),), body=b'{"id":7}')
+    inserted, done = threading.Event(), threading.Event()
+
+    def run_holding_the_claim() -> None:
+        try:
+            with transaction.atomic():
+                database_claim.claim_key(scoped, wait_seconds=0)
+                db_store.insert_record(
+                    scoped=scoped,
+                    fingerprint="f" * 64,
+                    fingerprint_version=1,
+                    field_hashes={"text": "h"},
+                    response=stored,
+                    ttl_seconds=60,
+                )
+                inserted.set()
+                done.wait(0.3)  # still running when the duplicate asks for the claim
+        finally:
+            connection.close()
+
+    # given a run that holds the key's claim and has inserted, not committed, its record
+    holder = threading.Thread(target=run_holding_the_claim)
+    holder.start()
+    assert inserted.wait(60)
+    # when a duplicate claims the key under "reject", then under "wait"
+    with pytest.raises(database_claim.ClaimBusy), transaction.atomic():
+        database_claim.claim_and_read(scoped, wait_seconds=0)
+    with CaptureQueriesContext(connection) as sent, transaction.atomic():
+        found = database_claim.claim_and_read(scoped, wait_seconds=30)
+    holder.join()
+    # then the waiter reads the record the holder committed while it waited
+    assert found is not None and (found.response, found.field_hashes) == (stored, {"text": "h"})
+    # and a claim that is free reads in the same round trip: one query, two statements
+    with CaptureQueriesContext(connection) as free, transaction.atomic():
+        assert database_claim.claim_and_read(scoped, wait_seconds=0) == found
+    [query] = statements(free)
+    assert "pg_try_advisory_xact_lock" in query and "idempotency_idempotencyrecord" in query
+    assert len(statements(sent)) == 2  # the try, then the wait: each with its read
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    """The queries sent, without the transaction's own BEGIN and COMMIT."""
+    return [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
