@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from prometheus_client import REGISTRY
 
 from idempotency.audit import AuditEvent, save_events
@@ -145,6 +145,34 @@ def test_two_drains_at_once_copy_each_entry_once():
         t.join(60)
     assert sum(copied) == 400
     assert DuplicateAudit.objects.count() == 400 and counts("901") == {"HIT": 400}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
+    """The second writer waits on the first's row (unique index), then skips it: no error,
+    nothing written or counted by it (rows and counts in two statements, not a look-up)."""
+    same = event(1)
+    inserted, release = threading.Event(), threading.Event()
+    first_wrote: list[int] = []
+
+    def first_writer() -> None:
+        try:
+            with transaction.atomic():
+                first_wrote.append(save_events([same]))
+                inserted.set()
+                release.wait(60)  # not committed yet while the second writes
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=first_writer)
+    first.start()
+    assert inserted.wait(60)
+    threading.Timer(0.3, release.set).start()
+    second_wrote = save_events([same, event(2)])  # blocks on the row until the first commits
+    first.join(60)
+    assert (first_wrote, second_wrote) == ([1], 1)
+    assert sorted(DuplicateAudit.objects.values_list("key", flat=True)) == ["key-1", "key-2"]
+    assert counts("901") == {"HIT": 2}
 
 
 def test_database_only_a_replay_is_written_before_its_answer(api, menu, tenant, settings):
