@@ -23,7 +23,7 @@ def validate_key(raw: str) -> str:
     """The key as sent, if it is 1..255 printable ASCII characters (0x20-0x7E)."""
     if not raw or len(raw) > MAX_KEY_LENGTH:
         raise InvalidKey(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
-    if not all(0x20 <= ord(c) <= 0x7E for c in raw):
+    if not (raw.isascii() and raw.isprintable()):  # ASCII's printable range is 0x20-0x7E
         raise InvalidKey("Idempotency-Key must be printable ASCII")
     return raw
 

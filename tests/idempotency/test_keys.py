@@ -54,6 +54,16 @@ def test_other_keys_are_refused(raw: str) -> None:
         validate_key(raw)
 
 
+def test_a_character_is_accepted_exactly_when_it_is_0x20_to_0x7e() -> None:
+    for code in [*range(0x100), 0x2028, 0x3000, 0xFEFF, 0x1F600]:
+        expected = 0x20 <= code <= 0x7E
+        try:
+            accepted = validate_key(f"k{chr(code)}k") is not None
+        except InvalidKey:
+            accepted = False
+        assert accepted is expected, hex(code)
+
+
 def test_the_scope_is_principal_method_route_cut_to_255_characters() -> None:
     assert SCOPED.scope == "diner:d-1|POST|api/v1/orders/"
     long = ScopedKey(tenant="1", principal="p" * 300, method="POST", route="r", key="k")
