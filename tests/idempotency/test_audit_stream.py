@@ -20,6 +20,7 @@ from idempotency.stores import audit_stream, nodes
 from idempotency.stores.audit_pending import pending
 from idempotency.stores.audit_stream import drain, drain_audits, stream_key
 from tests.flows.test_idempotent_orders import post_order
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -147,12 +148,21 @@ def test_two_drains_at_once_copy_each_entry_once():
     assert DuplicateAudit.objects.count() == 400 and counts("901") == {"HIT": 400}
 
 
+def row_waiters() -> int:
+    """Sessions waiting for another transaction to end (a unique index's conflicting row)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+        )
+        return cursor.fetchone()[0]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
     """The second writer waits on the first's row (unique index), then skips it: no error,
     nothing written or counted by it (rows and counts in two statements, not a look-up)."""
     same = event(1)
-    inserted, release = threading.Event(), threading.Event()
+    inserted = threading.Event()
     first_wrote: list[int] = []
 
     def first_writer() -> None:
@@ -160,14 +170,14 @@ def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
             with transaction.atomic():
                 first_wrote.append(save_events([same]))
                 inserted.set()
-                release.wait(60)  # not committed yet while the second writes
+                # not committed until the second writer waits on its row
+                wait_until(row_waiters, what="the second writer waiting on the first's row")
         finally:
             connection.close()
 
     first = threading.Thread(target=first_writer)
     first.start()
     assert inserted.wait(60)
-    threading.Timer(0.3, release.set).start()
     second_wrote = save_events([same, event(2)])  # blocks on the row until the first commits
     first.join(60)
     assert (first_wrote, second_wrote) == ([1], 1)

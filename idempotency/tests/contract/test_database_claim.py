@@ -213,7 +213,7 @@ def test_the_record_is_read_under_the_claim_in_the_claims_round_trip(tenant):
     taken once the claim is held, so it sees the record of the run it waited for."""
     scoped = ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/", key="r")
     stored = StoredResponse(status=201, headers=(("Location", "/notes/7/"),), body=b'{"id":7}')
-    inserted, done = threading.Event(), threading.Event()
+    inserted = threading.Event()
 
     def run_holding_the_claim() -> None:
         try:
@@ -228,7 +228,7 @@ def test_the_record_is_read_under_the_claim_in_the_claims_round_trip(tenant):
                     ttl_seconds=60,
                 )
                 inserted.set()
-                done.wait(0.3)  # still running when the duplicate asks for the claim
+                wait_until(lambda: claim_waiters() > 0)  # commits once the duplicate waits
         finally:
             connection.close()
 
