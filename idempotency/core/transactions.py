@@ -7,6 +7,10 @@ need: a refusal raised after some writes dooms the whole transaction, and the en
 the refusal on its own after the rollback (``engine._execute``). Services therefore open their
 transaction with :func:`business_atomic`: a savepoint everywhere else (a caller that catches
 the error keeps its transaction usable), none inside the engine.
+
+The engine's transaction costs no round trip of its own on PostgreSQL: its first statement
+(the database claim) carries the ``BEGIN`` (:func:`execute_opening`), and its last one (the
+record) carries the ``COMMIT`` (:meth:`EngineTransaction.commit_rides_along`).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
 
@@ -34,6 +40,16 @@ class EngineTransaction:
         :func:`statements_ride_along`."""
         return self.outermost and statements_ride_along()
 
+    def begin_rides_along(self) -> bool:
+        """Whether the transaction's first statement may carry its ``BEGIN``
+        (:func:`execute_opening`): a transaction of the engine's own in which nothing was sent
+        yet, where :func:`statements_ride_along`."""
+        if not (self.outermost and statements_ride_along()):
+            return False
+        from psycopg.pq import TransactionStatus
+
+        return connection.connection.info.transaction_status == TransactionStatus.IDLE
+
 
 def statements_ride_along() -> bool:
     """Whether one query may hold several statements, sent in one round trip: on PostgreSQL
@@ -48,6 +64,23 @@ def statements_ride_along() -> bool:
         return False
     factory = getattr(connection.connection, "cursor_factory", None)
     return isinstance(factory, type) and issubclass(factory, ClientCursor)
+
+
+def execute_opening(cursor: CursorWrapper, sql: str, params: list[Any]) -> None:
+    """Run ``sql`` as the first statement of the transaction, with its ``BEGIN`` in the same
+    query (call it only where :meth:`EngineTransaction.begin_rides_along`); the cursor is left
+    on ``sql``'s result.
+
+    psycopg sends a ``BEGIN`` of its own, one round trip, before the first statement of a
+    transaction when the connection is not in autocommit. Switched to autocommit here (Django
+    keeps its own state: inside the atomic block, autocommit off), it sends none, and the
+    server runs every statement in the transaction the ``BEGIN`` opened, whatever the driver's
+    mode. Django's commit or rollback at the end of the block still reach the server: psycopg
+    sends them by the server's transaction status, not by its mode; and leaving the block
+    switches the driver back to autocommit, its state between transactions anyway."""
+    connection.connection.autocommit = True
+    cursor.execute(f"BEGIN; {sql}", params)
+    cursor.nextset()
 
 
 def business_atomic() -> transaction.Atomic:

@@ -35,7 +35,7 @@ from django.db import OperationalError, connection
 from django.db.backends.utils import CursorWrapper
 
 from idempotency.core.keys import ScopedKey
-from idempotency.core.transactions import statements_ride_along
+from idempotency.core.transactions import execute_opening, statements_ride_along
 from idempotency.stores import database as db_store
 
 # PostgreSQL's lock_not_available: the wait budget ran out before the lock was free.
@@ -70,37 +70,49 @@ def lock_id(scoped: ScopedKey) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def claim_key(scoped: ScopedKey, *, wait_seconds: float) -> Claimed:
+def claim_key(scoped: ScopedKey, *, wait_seconds: float, begin: bool = False) -> Claimed:
     """Claim ``scoped`` for the current transaction (call it inside one, before reading the
     record). ``wait_seconds`` 0 is the ``reject`` policy. Raises :class:`ClaimBusy`; the
-    transaction is then unusable (a timed-out wait aborts it) and must be rolled back."""
+    transaction is then unusable (a timed-out wait aborts it) and must be rolled back.
+    ``begin``: the claim is the transaction's first statement and carries its ``BEGIN``
+    (:func:`idempotency.core.transactions.execute_opening`)."""
     if connection.vendor != "postgresql":
         return Claimed.NONE
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        cursor.execute(_TRY_LOCK, [lock])
+        _execute(cursor, _TRY_LOCK, [lock], begin=begin)
         if cursor.fetchone()[0]:
             return Claimed.FREE
         _wait(cursor, _WAIT_LOCK, [_budget(wait_seconds), lock])
     return Claimed.WAITED
 
 
-def claim_and_read(scoped: ScopedKey, *, wait_seconds: float) -> db_store.CommittedResult | None:
+def claim_and_read(
+    scoped: ScopedKey, *, wait_seconds: float, begin: bool = False
+) -> db_store.CommittedResult | None:
     """Claim ``scoped`` as :func:`claim_key` does, then read its committed record under the
     claim: whoever held the key before has committed or rolled back by then, so a record found
     is the answer. Where several statements ride in one query, the read goes in the claim's
-    round trip (wait or no wait); elsewhere it follows the claim."""
+    round trip (wait or no wait); elsewhere it follows the claim. ``begin``: as for
+    :func:`claim_key`."""
     if not statements_ride_along():
-        claim_key(scoped, wait_seconds=wait_seconds)
+        claim_key(scoped, wait_seconds=wait_seconds, begin=begin)
         return db_store.committed_result(scoped)
     read, read_params = db_store.committed_result_statement(scoped)
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        cursor.execute(f"{_TRY_LOCK}; {read}", [lock, *read_params])
+        _execute(cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params], begin=begin)
         if not cursor.fetchone()[0]:
             _wait(cursor, f"{_WAIT_LOCK}; {read}", [_budget(wait_seconds), lock, *read_params])
         cursor.nextset()
         return db_store.committed_from_row(cursor.fetchone())
+
+
+def _execute(cursor: CursorWrapper, sql: str, params: list[Any], *, begin: bool) -> None:
+    if begin:
+        execute_opening(cursor, sql, params)
+    else:
+        cursor.execute(sql, params)
 
 
 def _budget(wait_seconds: float) -> str:
