@@ -661,8 +661,13 @@ def _db_check(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
-    """SQL statements and Redis round trips of one request, in-process with Django's test
-    client under this process's settings (the server's environment): counts, not times.
+    """SQL statements, PostgreSQL and Redis round trips of one request, in-process with
+    Django's test client under this process's settings (the server's environment): counts,
+    not times. The statements are what Django executes; the PostgreSQL round trips are what
+    libpq's protocol trace shows going to the server (``idempotency/tests/wire.py``), which
+    adds what Django does not execute itself, psycopg's ``BEGIN`` and ``COMMIT``, and counts
+    once a query that carries several statements. The test client leaves out the connection's
+    health check, which a server makes once per request that uses the database.
 
     Kinds: ``create`` (a new key), ``replay`` (the same key again with the local result cache
     emptied first: served by Redis, or by the database without Redis) and ``replay_local``
@@ -676,6 +681,7 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
     from redis.connection import AbstractConnection
 
     from idempotency.stores import nodes as stores
+    from idempotency.tests.wire import round_trips_sent
 
     counts = {"sql": 0, "redis": 0}
 
@@ -696,9 +702,9 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
     client = Client(HTTP_HOST="127.0.0.1")
     tenant = payload["tenant"]
 
-    def post(key: str) -> tuple[int, str, int, int]:
+    def post(key: str) -> tuple[int, str, int, int, int]:
         counts.update(sql=0, redis=0)
-        with connection.execute_wrapper(count_sql):
+        with connection.execute_wrapper(count_sql), round_trips_sent() as pg:
             r = client.post(
                 "/api/v1/orders/",
                 data=order_body(key, tenant["dishes"][0]),
@@ -711,10 +717,11 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
             r.headers.get("X-Idempotent-Result", "-"),
             counts["sql"],
             counts["redis"],
+            len(pg),
         )
 
     post(f"{payload['prefix']}-first")
-    seen: dict[str, list[tuple[int, str, int, int]]] = {}
+    seen: dict[str, list[tuple[int, str, int, int, int]]] = {}
     for i in range(payload["n"]):
         key = f"{payload['prefix']}-{i}"
         seen.setdefault("create", []).append(post(key))
@@ -728,13 +735,16 @@ def _db_roundtrips(payload: dict[str, Any]) -> dict[str, Any]:
         if not engine_on and kind != "create":
             continue  # without the engine a "replay" is another order
         out[kind] = {
-            "statuses": sorted({f"{s} {res}" for s, res, _, _ in rows}),
-            "sql": median(r[2] for r in rows),
-            "sql_range": [min(r[2] for r in rows), max(r[2] for r in rows)],
-            "redis": median(r[3] for r in rows),
-            "redis_range": [min(r[3] for r in rows), max(r[3] for r in rows)],
+            "statuses": sorted({f"{s} {res}" for s, res, *_ in rows}),
+            **_median_and_range("sql", [r[2] for r in rows]),
+            **_median_and_range("redis", [r[3] for r in rows]),
+            **_median_and_range("pg", [r[4] for r in rows]),
         }
     return out
+
+
+def _median_and_range(name: str, values: list[int]) -> dict[str, Any]:
+    return {name: median(values), f"{name}_range": [min(values), max(values)]}
 
 
 def count_round_trips(
@@ -1404,20 +1414,19 @@ def round_trip_rows(report: Report) -> list[tuple[str, ...]]:
     rows = []
     for server, kinds in report.round_trips.items():
         for kind, c in kinds.items():
-            sql = f"{c['sql']:g}" + (
-                f" ({c['sql_range'][0]}..{c['sql_range'][1]})"
-                if c["sql_range"][0] != c["sql_range"][1]
-                else ""
-            )
-            red = f"{c['redis']:g}" + (
-                f" ({c['redis_range'][0]}..{c['redis_range'][1]})"
-                if c["redis_range"][0] != c["redis_range"][1]
-                else ""
-            )
+            counts = (_count_cell(c, name) for name in ("sql", "pg", "redis"))
             rows.append(
-                (SERVER_LABELS[server], KIND_LABELS[kind], ", ".join(c["statuses"]), sql, red)
+                (SERVER_LABELS[server], KIND_LABELS[kind], ", ".join(c["statuses"]), *counts)
             )
     return rows
+
+
+def _count_cell(counts: dict[str, Any], name: str) -> str:
+    """A count's median, and its range when the requests differed (``-``: not counted)."""
+    if name not in counts:
+        return "-"
+    low, high = counts[f"{name}_range"]
+    return f"{counts[name]:g}" + (f" ({low}..{high})" if low != high else "")
 
 
 def text_table(rows: Sequence[Sequence[str]]) -> str:
@@ -1443,7 +1452,14 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -
 
 
 PG_HEADER = ("case", "PG sessions", "commits", "rows inserted", "rows updated")
-RT_HEADER = ("server", "request", "answer", "SQL statements", "Redis round trips")
+RT_HEADER = (
+    "server",
+    "request",
+    "answer",
+    "SQL statements",
+    "PostgreSQL round trips",
+    "Redis round trips",
+)
 
 
 def format_table(report: Report) -> str:
@@ -1649,7 +1665,7 @@ def markdown_results(report: Report, chart: Path | None, doc_dir: Path = DOC_PAT
             f"{o.round_trip_requests} requests, range when they differ; the first request of "
             "a process is not counted):",
             "",
-            *md_table(RT_HEADER, round_trip_rows(report), "llrrr"),
+            *md_table(RT_HEADER, round_trip_rows(report), "llrrrr"),
         ]
     if report.profile:
         prof = report.profile

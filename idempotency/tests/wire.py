@@ -1,7 +1,9 @@
-"""What Django's PostgreSQL connection really sends: libpq's protocol trace of it (tests).
+"""What Django's PostgreSQL connection really sends: libpq's protocol trace of it (tests, and
+the per-request counts of ``bench/http_load.py``).
 
 Django's query log shows what Django asked for; a ``COMMIT`` that psycopg had nothing to send
-for still appears there. The trace shows the messages that went over the wire."""
+for still appears there, and psycopg's own ``BEGIN`` or the connection's health check do not.
+The trace shows the messages that went over the wire."""
 
 from __future__ import annotations
 
@@ -17,6 +19,21 @@ from psycopg import pq
 def queries_sent() -> Iterator[list[str]]:
     """The text of every simple-protocol ``Query`` message sent inside the block (filled in
     when the block ends)."""
+    with _messages_sent(("Query",)) as sent:
+        yield sent
+
+
+@contextmanager
+def round_trips_sent() -> Iterator[list[str]]:
+    """One entry per round trip to the server inside the block (filled in when the block
+    ends): a simple-protocol ``Query`` (its text; several statements in it are one round
+    trip), or the ``Sync`` that ends an extended-protocol exchange (``"Sync"``)."""
+    with _messages_sent(("Query", "Sync")) as sent:
+        yield sent
+
+
+@contextmanager
+def _messages_sent(kinds: tuple[str, ...]) -> Iterator[list[str]]:
     connection.ensure_connection()
     pgconn = connection.connection.pgconn
     sent: list[str] = []
@@ -30,5 +47,5 @@ def queries_sent() -> Iterator[list[str]]:
             trace.seek(0)
             for line in trace:
                 direction, _, kind, *text = line.rstrip("\n").split("\t")
-                if direction == "F" and kind == "Query":
-                    sent.append("\t".join(text).strip().strip('"'))
+                if direction == "F" and kind in kinds:
+                    sent.append("\t".join(text).strip().strip('"') if text else kind)

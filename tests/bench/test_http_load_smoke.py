@@ -150,6 +150,14 @@ def test_round_trips_counted_under_every_servers_settings(report) -> None:
     # (the stored reply, the audit)
     assert rt["dbonly"]["create"]["redis"] == 0
     assert rt["redis"]["replay"]["redis"] <= 2
+    # on the wire, the engine's transaction sends no BEGIN or COMMIT of its own (the claim
+    # carries one, the record the other), where the order's own transaction, engine off, sends
+    # both (in-process, Django's test client makes no per-request health check)
+    for name in ("redis", "dbonly", "sharded"):
+        create = rt[name]["create"]
+        assert create["pg"] == create["sql"], (name, create)
+    assert rt["off"]["create"]["pg"] == rt["off"]["create"]["sql"] + 2, rt["off"]["create"]
+    assert rt["redis"]["replay_local"]["pg"] == 0  # no database at all
     table = format_table(report)
     assert all(c.label in table for c in CASES)
     md = markdown_results(report, None)
