@@ -50,6 +50,26 @@ class EngineTransaction:
 
         return connection.connection.info.transaction_status == TransactionStatus.IDLE
 
+    def opening(self) -> Opening:
+        """What sends this transaction's statements, the first one carrying the ``BEGIN``
+        where :meth:`begin_rides_along` (call it before any statement is sent)."""
+        return Opening(pending=self.begin_rides_along())
+
+
+@dataclass
+class Opening:
+    """Sends a transaction's statements; ``pending``: the next one carries the ``BEGIN``
+    (:func:`execute_opening`)."""
+
+    pending: bool
+
+    def execute(self, cursor: CursorWrapper, sql: str, params: list[Any]) -> None:
+        if self.pending:
+            self.pending = False
+            execute_opening(cursor, sql, params)
+        else:
+            cursor.execute(sql, params)
+
 
 def statements_ride_along() -> bool:
     """Whether one query may hold several statements, sent in one round trip: on PostgreSQL

@@ -35,7 +35,7 @@ from django.db import OperationalError, connection
 from django.db.backends.utils import CursorWrapper
 
 from idempotency.core.keys import ScopedKey
-from idempotency.core.transactions import execute_opening, statements_ride_along
+from idempotency.core.transactions import Opening, statements_ride_along
 from idempotency.stores import database as db_store
 
 # PostgreSQL's lock_not_available: the wait budget ran out before the lock was free.
@@ -80,7 +80,7 @@ def claim_key(scoped: ScopedKey, *, wait_seconds: float, begin: bool = False) ->
         return Claimed.NONE
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        _execute(cursor, _TRY_LOCK, [lock], begin=begin)
+        Opening(pending=begin).execute(cursor, _TRY_LOCK, [lock])
         if cursor.fetchone()[0]:
             return Claimed.FREE
         _wait(cursor, _WAIT_LOCK, [_budget(wait_seconds), lock])
@@ -101,18 +101,11 @@ def claim_and_read(
     read, read_params = db_store.committed_result_statement(scoped)
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        _execute(cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params], begin=begin)
+        Opening(pending=begin).execute(cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params])
         if not cursor.fetchone()[0]:
             _wait(cursor, f"{_WAIT_LOCK}; {read}", [_budget(wait_seconds), lock, *read_params])
         cursor.nextset()
         return db_store.committed_from_row(cursor.fetchone())
-
-
-def _execute(cursor: CursorWrapper, sql: str, params: list[Any], *, begin: bool) -> None:
-    if begin:
-        execute_opening(cursor, sql, params)
-    else:
-        cursor.execute(sql, params)
 
 
 def _budget(wait_seconds: float) -> str:

@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import ProgrammingError, connection, transaction
 from prometheus_client import REGISTRY
 
 from idempotency.audit import AuditEvent, save_events
+from idempotency.core.transactions import Opening
 from idempotency.models import AuditStreamCursor, DuplicateAudit, OutcomeCount
 from idempotency.stores import audit_stream, nodes
 from idempotency.stores.audit_pending import pending
 from idempotency.stores.audit_stream import drain, drain_audits, stream_key
+from idempotency.tests.wire import queries_sent
 from tests.flows.test_idempotent_orders import post_order
 from tests.support.waiting import wait_until
 
@@ -183,6 +185,44 @@ def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
     assert (first_wrote, second_wrote) == ([1], 1)
     assert sorted(DuplicateAudit.objects.values_list("key", flat=True)) == ["key-1", "key-2"]
     assert counts("901") == {"HIT": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_rows_open_it_and_the_counts_commit_it():
+    # when a duplicate's audit and a first execution's count are written with no transaction
+    # open (a duplicate answered while Redis is away, a drain)
+    with queries_sent() as sent:
+        assert save_events([event(1), event(2, outcome="MISS")]) == 1
+    # then two round trips: the row's statement carries the BEGIN, the counters' the COMMIT
+    assert len(sent) == 2, sent
+    assert sent[0].startswith('BEGIN; INSERT INTO "idempotency_duplicateaudit"')
+    assert 'INSERT INTO "idempotency_outcomecount"' in sent[1] and sent[1].endswith("; COMMIT")
+    assert counts("901") == {"HIT": 1, "MISS": 1}
+    assert connection.get_autocommit() and connection.connection.autocommit
+    # and inside a caller's transaction nothing rides along: its rollback undoes the writes
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        with queries_sent() as inside:
+            assert save_events([event(3)]) == 1
+        raise ZeroDivisionError
+    assert not any("COMMIT" in q or q.startswith("BEGIN;") for q in inside), inside
+    assert DuplicateAudit.objects.count() == 1 and counts("901") == {"HIT": 1, "MISS": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_count_that_fails_commits_no_row(monkeypatch):
+    # given a counters' statement that fails (its table renamed on the way)
+    real = Opening.execute
+
+    def counters_fail(self, cursor, sql, params):
+        sql = sql.replace('INSERT INTO "idempotency_outcomecount"', 'INSERT INTO "missing"', 1)
+        return real(self, cursor, sql, params)
+
+    monkeypatch.setattr(Opening, "execute", counters_fail)
+    # when a duplicate's audit is written outside a transaction
+    with pytest.raises(ProgrammingError):
+        save_events([event(1)])
+    # then the COMMIT that rode behind it never ran: no row, no count
+    assert DuplicateAudit.objects.count() == 0 and counts("901") == {}
 
 
 def test_database_only_a_replay_is_written_before_its_answer(api, menu, tenant, settings):
