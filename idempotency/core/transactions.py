@@ -8,9 +8,11 @@ the refusal on its own after the rollback (``engine._execute``). Services theref
 transaction with :func:`business_atomic`: a savepoint everywhere else (a caller that catches
 the error keeps its transaction usable), none inside the engine.
 
-The engine's transaction costs no round trip of its own on PostgreSQL: its first statement
-(the database claim) carries the ``BEGIN`` (:func:`execute_opening`), and its last one (the
-record) carries the ``COMMIT`` (:meth:`EngineTransaction.commit_rides_along`).
+The engine's transaction costs no round trip of its own on PostgreSQL: its first statement,
+the database claim (always without Redis; under Redis with ``DATABASE_CLAIM_UNDER_REDIS``, the
+default), carries the ``BEGIN`` (:func:`execute_opening`), and its last one, the record,
+carries the ``COMMIT`` (:meth:`EngineTransaction.commit_rides_along`). An audit written outside
+a transaction does the same with its two statements (``idempotency/audit/storage.py``).
 """
 
 from __future__ import annotations
