@@ -30,10 +30,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 from idempotency.audit.events import AuditEvent, CountKey
-from idempotency.core.transactions import EngineTransaction, Opening
+from idempotency.core.transactions import Opening, own_transaction
 from idempotency.models import DuplicateAudit, OutcomeCount
 
 # Rows per INSERT: 14 parameters each stays far below every driver's limit per statement.
@@ -49,8 +49,7 @@ def save_events(events: Iterable[AuditEvent]) -> int:
     events = _first_of_each(events)
     if not events:
         return 0
-    own = EngineTransaction(outermost=not connection.in_atomic_block)
-    with transaction.atomic():
+    with own_transaction() as own:
         opening = own.opening()
         written = _insert_rows([e for e in events if e.is_duplicate], opening)
         add_counts(

@@ -47,7 +47,7 @@ from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
 from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
-from idempotency.core.transactions import engine_transaction
+from idempotency.core.transactions import Opening, engine_transaction
 from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
@@ -240,7 +240,7 @@ def _execute(
         with engine_transaction() as tx:
             if database_claim_held:
                 committed = _claim_in_database(
-                    req, redis_claimed=store is not None, begin=tx.begin_rides_along()
+                    req, redis_claimed=store is not None, opening=tx.opening()
                 )
             if committed is None:
                 # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
@@ -283,20 +283,20 @@ def _execute(
 
 
 def _claim_in_database(
-    req: IdempotentRequest, *, redis_claimed: bool, begin: bool
+    req: IdempotentRequest, *, redis_claimed: bool, opening: Opening
 ) -> db_store.CommittedResult | None:
     """Take the key's database claim in the current transaction (ADR 0005); the record a
     duplicate committed first, if any, which is then the answer.
 
     Without a Redis claim this is what keeps duplicates from running the view; under a Redis
     claim (``DATABASE_CLAIM_UNDER_REDIS``, one statement) it makes a duplicate that falls back
-    to the database while Redis dies mid-run wait for this run. ``begin``: the claim is the
-    transaction's first statement, and carries its ``BEGIN`` in the same round trip."""
+    to the database while Redis dies mid-run wait for this run. ``opening``: the transaction's,
+    whose first statement the claim is (it carries the ``BEGIN`` where it may)."""
     wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
     if not redis_claimed:
         # the only claim: the record is read under it (in its round trip on PostgreSQL)
-        return database_claim.claim_and_read(req.scoped, wait_seconds=wait, begin=begin)
-    claimed = database_claim.claim_key(req.scoped, wait_seconds=wait, begin=begin)
+        return database_claim.claim_and_read(req.scoped, wait_seconds=wait, opening=opening)
+    claimed = database_claim.claim_key(req.scoped, wait_seconds=wait, opening=opening)
     if claimed is not database_claim.Claimed.WAITED:
         # Redis said MISS and no duplicate held the key: no read here (a record Redis lost is
         # found by the record's insert, ADR 0001).

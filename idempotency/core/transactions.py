@@ -110,12 +110,20 @@ def business_atomic() -> transaction.Atomic:
 
 
 @contextmanager
-def engine_transaction() -> Iterator[EngineTransaction]:
-    """The engine's transaction around a view (used by ``engine._execute``)."""
+def own_transaction() -> Iterator[EngineTransaction]:
+    """``transaction.atomic()``, and whether it is a transaction of its own (its statements
+    may then carry its ``BEGIN`` and ``COMMIT``) or a savepoint in the caller's."""
     outermost = not connection.in_atomic_block
     with transaction.atomic():
+        yield EngineTransaction(outermost=outermost)
+
+
+@contextmanager
+def engine_transaction() -> Iterator[EngineTransaction]:
+    """The engine's transaction around a view (used by ``engine._execute``)."""
+    with own_transaction() as tx:
         token = _in_engine_transaction.set(True)
         try:
-            yield EngineTransaction(outermost=outermost)
+            yield tx
         finally:
             _in_engine_transaction.reset(token)

@@ -70,17 +70,17 @@ def lock_id(scoped: ScopedKey) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def claim_key(scoped: ScopedKey, *, wait_seconds: float, begin: bool = False) -> Claimed:
+def claim_key(scoped: ScopedKey, *, wait_seconds: float, opening: Opening | None = None) -> Claimed:
     """Claim ``scoped`` for the current transaction (call it inside one, before reading the
     record). ``wait_seconds`` 0 is the ``reject`` policy. Raises :class:`ClaimBusy`; the
     transaction is then unusable (a timed-out wait aborts it) and must be rolled back.
-    ``begin``: the claim is the transaction's first statement and carries its ``BEGIN``
-    (:func:`idempotency.core.transactions.execute_opening`)."""
+    ``opening``: what sends the transaction's statements, where the claim is the first one and
+    may carry its ``BEGIN`` (:class:`idempotency.core.transactions.Opening`)."""
     if connection.vendor != "postgresql":
         return Claimed.NONE
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        Opening(pending=begin).execute(cursor, _TRY_LOCK, [lock])
+        (opening or Opening(pending=False)).execute(cursor, _TRY_LOCK, [lock])
         if cursor.fetchone()[0]:
             return Claimed.FREE
         _wait(cursor, _WAIT_LOCK, [_budget(wait_seconds), lock])
@@ -88,20 +88,22 @@ def claim_key(scoped: ScopedKey, *, wait_seconds: float, begin: bool = False) ->
 
 
 def claim_and_read(
-    scoped: ScopedKey, *, wait_seconds: float, begin: bool = False
+    scoped: ScopedKey, *, wait_seconds: float, opening: Opening | None = None
 ) -> db_store.CommittedResult | None:
     """Claim ``scoped`` as :func:`claim_key` does, then read its committed record under the
     claim: whoever held the key before has committed or rolled back by then, so a record found
     is the answer. Where several statements ride in one query, the read goes in the claim's
-    round trip (wait or no wait); elsewhere it follows the claim. ``begin``: as for
+    round trip (wait or no wait); elsewhere it follows the claim. ``opening``: as for
     :func:`claim_key`."""
     if not statements_ride_along():
-        claim_key(scoped, wait_seconds=wait_seconds, begin=begin)
+        claim_key(scoped, wait_seconds=wait_seconds, opening=opening)
         return db_store.committed_result(scoped)
     read, read_params = db_store.committed_result_statement(scoped)
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
-        Opening(pending=begin).execute(cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params])
+        (opening or Opening(pending=False)).execute(
+            cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params]
+        )
         if not cursor.fetchone()[0]:
             _wait(cursor, f"{_WAIT_LOCK}; {read}", [_budget(wait_seconds), lock, *read_params])
         cursor.nextset()
