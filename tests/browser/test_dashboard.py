@@ -4,6 +4,7 @@ find the absorbed duplicate in the staff admin; screenshots under test-artifacts
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
+from playwright.sync_api import Route
 
 from idempotency.audit import AuditEvent, save_events
 from idempotency.models import DuplicateAudit
@@ -50,6 +52,25 @@ def log_in(page, base_url: str, username: str, next_url: str = "/dashboard/") ->
     page.fill("#id_password", PASSWORD)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(f"{base_url}{next_url}")
+
+
+def hold_first_answer(route: Route, held: list[Route]) -> None:
+    """Route handler: send the first request to the server but keep its answer from the
+    browser (``held`` gets the route); let every later request through."""
+    if held:
+        route.continue_()
+        return
+    route.fetch()  # the server handles the submit; its reply is dropped
+    held.append(route)
+
+
+def wait_until(page, done: Callable[[], bool], deadline_ms: int = 30_000) -> None:
+    """Pump the page's events until ``done()`` (route handlers run while the page waits)."""
+    for _ in range(deadline_ms // 20):
+        if done():
+            return
+        page.wait_for_timeout(20)
+    raise AssertionError("condition not met before the deadline")
 
 
 def place_via_api(base_url: str, key: str, items: list[dict], token: str) -> httpx.Response:
@@ -112,10 +133,17 @@ def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate
 
     posts: list[str] = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
-    # A person's double click: each press lasts a few tens of ms. (With zero-length presses
-    # Chromium folds both submits into one navigation and one request, which would prove
-    # nothing about the server.)
-    page.get_by_role("button", name="Accept").dblclick(delay=40)
+    # The double click that matters lands while the first answer is still on its way. On a
+    # local server timing would decide it (Chromium folds two quick submits into one request;
+    # a slow second press lands on the next page), so the test holds the first answer back:
+    # the server has handled the first submit, the browser has not yet seen its reply.
+    held: list[Route] = []
+    page.route("**/transition/", lambda route: hold_first_answer(route, held))
+    box = page.get_by_role("button", name="Accept").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.click(x, y)
+    wait_until(page, lambda: bool(held))
+    page.mouse.click(x, y)  # the second press: same page, same button, same form
 
     page.locator("#order-status", has_text="ACCEPTED").wait_for()
     page.wait_for_load_state("load")
