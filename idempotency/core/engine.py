@@ -47,7 +47,13 @@ from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import ClaimResult, Outcome, StoredResponse
 from idempotency.core.replies import to_stored
 from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
-from idempotency.core.transactions import Opening, engine_transaction
+from idempotency.core.transactions import (
+    Opening,
+    engine_transaction,
+    new_savepoint,
+    roll_back_to,
+    view_savepoint,
+)
 from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
@@ -238,15 +244,16 @@ def _execute(
     database_claim_held = store is None or engine_setting("DATABASE_CLAIM_UNDER_REDIS")
     try:
         with engine_transaction() as tx:
+            # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
+            # recorded after the rollback: no savepoint needed there.
+            savepoint = new_savepoint() if store is None else None
             if database_claim_held:
                 committed = _claim_in_database(
-                    req, redis_claimed=store is not None, opening=tx.opening()
+                    req, redis_claimed=store is not None, opening=tx.opening(), savepoint=savepoint
                 )
             if committed is None:
-                # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
-                # recorded after the rollback: no savepoint needed there.
                 response, stored, doomed = _run_view(
-                    req, execute, savepoint=store is None, commit=tx.commit_rides_along()
+                    req, execute, savepoint=savepoint, commit=tx.commit_rides_along()
                 )
         if committed is not None:
             # A duplicate committed while we waited for the claim: replay it, run nothing.
@@ -283,7 +290,7 @@ def _execute(
 
 
 def _claim_in_database(
-    req: IdempotentRequest, *, redis_claimed: bool, opening: Opening
+    req: IdempotentRequest, *, redis_claimed: bool, opening: Opening, savepoint: str | None
 ) -> db_store.CommittedResult | None:
     """Take the key's database claim in the current transaction (ADR 0005); the record a
     duplicate committed first, if any, which is then the answer.
@@ -291,11 +298,15 @@ def _claim_in_database(
     Without a Redis claim this is what keeps duplicates from running the view; under a Redis
     claim (``DATABASE_CLAIM_UNDER_REDIS``, one statement) it makes a duplicate that falls back
     to the database while Redis dies mid-run wait for this run. ``opening``: the transaction's,
-    whose first statement the claim is (it carries the ``BEGIN`` where it may)."""
+    whose first statement the claim is (it carries the ``BEGIN`` where it may); ``savepoint``:
+    the view's, established under the claim (only without a Redis claim)."""
     wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
     if not redis_claimed:
-        # the only claim: the record is read under it (in its round trip on PostgreSQL)
-        return database_claim.claim_and_read(req.scoped, wait_seconds=wait, opening=opening)
+        # the only claim: the record is read under it, and the view's savepoint established
+        # (both in its round trip on PostgreSQL)
+        return database_claim.claim_and_read(
+            req.scoped, wait_seconds=wait, opening=opening, savepoint=savepoint
+        )
     claimed = database_claim.claim_key(req.scoped, wait_seconds=wait, opening=opening)
     if claimed is not database_claim.Claimed.WAITED:
         # Redis said MISS and no duplicate held the key: no read here (a record Redis lost is
@@ -305,21 +316,21 @@ def _claim_in_database(
 
 
 def _run_view(
-    req: IdempotentRequest, execute: Execute, *, savepoint: bool, commit: bool
+    req: IdempotentRequest, execute: Execute, *, savepoint: str | None, commit: bool
 ) -> tuple[HttpResponse, StoredResponse | None, bool]:
     """Run the view in the engine's transaction and record its answer there: the response,
     what is kept of it (None: nothing, the key is released), and whether the view's own
     refusal doomed the transaction (its answer is then recorded after the rollback).
     With ``commit`` the record's statement commits the transaction too (it is the last).
 
-    With ``savepoint`` (the database claim is the only claim), a refusal raised after the
-    view wrote rolls back to a savepoint instead and is recorded in this transaction: rolling
-    the whole transaction back would free the claim before the refusal is recorded, and a
-    waiting duplicate would run the view in that gap."""
+    With ``savepoint`` (the database claim is the only claim; the claim's query established
+    it), a refusal raised after the view wrote rolls back to the savepoint instead and is
+    recorded in this transaction: rolling the whole transaction back would free the claim
+    before the refusal is recorded, and a waiting duplicate would run the view in that gap."""
     hook = engine_hook("VIEW_EXECUTED_HOOK")
     if hook is not None:
         hook(tenant=req.scoped.tenant, endpoint=req.endpoint, key=req.scoped.key)
-    with transaction.atomic(savepoint=savepoint):
+    with view_savepoint(savepoint):
         response = execute()
     kept = to_stored(response, redact=req.redact) if response.status_code < 500 else None
     if kept is None:
@@ -329,9 +340,12 @@ def _run_view(
         return response, None, False
     if transaction.get_rollback():
         # The view refused after writing (a service raised inside the transaction, without a
-        # savepoint, see idempotency/core/transactions.py): its writes are rolled back with
-        # ours; the refusal is recorded on its own after the rollback.
-        return response, kept, True
+        # savepoint of its own, see idempotency/core/transactions.py).
+        if savepoint is None:
+            # its writes are rolled back with ours; the refusal is recorded on its own after
+            # the rollback
+            return response, kept, True
+        roll_back_to(savepoint)  # its writes are undone; the claim stays held
     _record(req, kept, commit=commit)
     return response, kept, False
 

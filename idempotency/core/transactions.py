@@ -21,12 +21,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import count
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
+_savepoints = count(1)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,44 @@ def execute_opening(cursor: CursorWrapper, sql: str, params: list[Any]) -> None:
     connection.connection.autocommit = True
     cursor.execute(f"BEGIN; {sql}", params)
     cursor.nextset()
+
+
+def new_savepoint() -> str:
+    """A name for the savepoint the view runs in when the database claim is the only claim
+    (``engine._execute``), unique in the process: an engine nested in another's transaction
+    never rolls back to the outer one's."""
+    return f"idempotency_view_{next(_savepoints)}"
+
+
+def savepoint_sql(name: str) -> str:
+    """The statement that establishes savepoint ``name``; the database claim's query carries
+    it (``idempotency/stores/database_claim.py``), so it costs no round trip of its own."""
+    return connection.ops.savepoint_create_sql(name)
+
+
+@contextmanager
+def view_savepoint(name: str | None) -> Iterator[None]:
+    """Run the view inside the engine's transaction, with no savepoint of Django's (no round
+    trip). ``name``: a savepoint the claim's query already established, for
+    :func:`roll_back_to`; the ``on_commit`` callbacks the view registers are tagged with it,
+    as Django tags those of its own savepoints, so a rollback to it drops them. It is never
+    released: the transaction's end ends it (a release would cost a round trip)."""
+    if name is not None:
+        connection.savepoint_ids.append(name)
+    try:
+        with transaction.atomic(savepoint=False):
+            yield
+    finally:
+        if name is not None:
+            connection.savepoint_ids.pop()
+
+
+def roll_back_to(name: str) -> None:
+    """Undo what the view wrote after savepoint ``name`` (and the callbacks it registered),
+    keeping what came before, the database claim above all; the transaction, marked for
+    rollback by the view's refusal, is usable again. One round trip."""
+    transaction.set_rollback(False)
+    connection.savepoint_rollback(name)
 
 
 def business_atomic() -> transaction.Atomic:

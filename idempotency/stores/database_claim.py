@@ -22,7 +22,8 @@ statement and restored in the same round trip).
 
 When the claim is the only one, the engine reads the key's record under it
 (:func:`claim_and_read`): on PostgreSQL in the claim's own round trip, as a second statement of
-the same query, which reads a snapshot of its own taken once the claim is held.
+the same query, which reads a snapshot of its own taken once the claim is held; a third
+statement establishes the savepoint the view then runs in (``engine._run_view``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from django.db import OperationalError, connection
 from django.db.backends.utils import CursorWrapper
 
 from idempotency.core.keys import ScopedKey
-from idempotency.core.transactions import Opening, statements_ride_along
+from idempotency.core.transactions import Opening, savepoint_sql, statements_ride_along
 from idempotency.stores import database as db_store
 
 # PostgreSQL's lock_not_available: the wait budget ran out before the lock was free.
@@ -88,24 +89,42 @@ def claim_key(scoped: ScopedKey, *, wait_seconds: float, opening: Opening | None
 
 
 def claim_and_read(
-    scoped: ScopedKey, *, wait_seconds: float, opening: Opening | None = None
+    scoped: ScopedKey,
+    *,
+    wait_seconds: float,
+    opening: Opening | None = None,
+    savepoint: str | None = None,
 ) -> db_store.CommittedResult | None:
     """Claim ``scoped`` as :func:`claim_key` does, then read its committed record under the
     claim: whoever held the key before has committed or rolled back by then, so a record found
     is the answer. Where several statements ride in one query, the read goes in the claim's
     round trip (wait or no wait); elsewhere it follows the claim. ``opening``: as for
-    :func:`claim_key`."""
+    :func:`claim_key`.
+
+    ``savepoint``: a savepoint to establish once the claim is held, in the same query (for the
+    view the engine runs next). A wait re-establishes it after the lock: the one the try's
+    query made is older than the lock, and rolling back to it would release the lock; a newer
+    savepoint of the same name hides the older one."""
+    then = f"; {savepoint_sql(savepoint)}" if savepoint is not None else ""
     if not statements_ride_along():
         claim_key(scoped, wait_seconds=wait_seconds, opening=opening)
-        return db_store.committed_result(scoped)
+        found = db_store.committed_result(scoped)
+        if savepoint is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(savepoint_sql(savepoint))
+        return found
     read, read_params = db_store.committed_result_statement(scoped)
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
         (opening or Opening(pending=False)).execute(
-            cursor, f"{_TRY_LOCK}; {read}", [lock, *read_params]
+            cursor, f"{_TRY_LOCK}; {read}{then}", [lock, *read_params]
         )
         if not cursor.fetchone()[0]:
-            _wait(cursor, f"{_WAIT_LOCK}; {read}", [_budget(wait_seconds), lock, *read_params])
+            _wait(
+                cursor,
+                f"{_WAIT_LOCK}; {read}{then}",
+                [_budget(wait_seconds), lock, *read_params],
+            )
         cursor.nextset()
         return db_store.committed_from_row(cursor.fetchone())
 

@@ -49,7 +49,9 @@ def clean_engine() -> Iterator[None]:
         suite_redis().delete(*keys)
     nodes.reset()
     reset_rate_cache()
-    behaviour.update(delay_seconds=0.0, hold=None, fail_once=set())
+    behaviour.update(
+        delay_seconds=0.0, hold=None, fail_once=set(), refuse_after_write=set(), committed=[]
+    )
     executions.reset()
     tenant_redaction.clear()
     yield

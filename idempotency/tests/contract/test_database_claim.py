@@ -19,6 +19,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from idempotency.core import engine
 from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import StoredResponse
 from idempotency.management.sandbox import ephemeral_redis
@@ -255,3 +256,59 @@ def test_the_record_is_read_under_the_claim_in_the_claims_round_trip(tenant):
 def statements(captured: CaptureQueriesContext) -> list[str]:
     """The queries sent, without the transaction's own BEGIN and COMMIT."""
     return [q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+
+
+@pytest.mark.parametrize("claim", ["free", "waited"])
+def test_a_refusal_after_writing_is_recorded_while_the_claim_is_held(
+    database_only, live_server, tenant, monkeypatch, claim
+):
+    """Without Redis the view runs in a savepoint the claim's query establishes. A refusal
+    raised after the view wrote rolls back to it: the writes and their commit callbacks go,
+    the claim stays held while the refusal is recorded (else a waiting duplicate would run
+    the view in that gap). A claim that had to wait establishes the savepoint again after the
+    lock: rolling back to the one made before it would release the lock."""
+    key = f"refused-{claim}"
+    lock = database_claim.lock_id(
+        ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/wait/", key=key)
+    )
+    behaviour["refuse_after_write"] = {key}
+    free_while_recording: list[bool] = []
+    real_record = engine._record
+
+    def record_and_probe_the_claim(req: object, stored: StoredResponse, **kwargs: object) -> None:
+        with connect() as other:
+            [(got,)] = other.execute("SELECT pg_try_advisory_lock(%s)", [lock]).fetchall()
+            if got:
+                other.execute("SELECT pg_advisory_unlock(%s)", [lock])
+        free_while_recording.append(got)
+        real_record(req, stored, **kwargs)
+
+    monkeypatch.setattr(engine, "_record", record_and_probe_the_claim)
+    holder = connect(autocommit=False)
+    try:
+        # given (waited) another session holding the key's claim when the request arrives
+        if claim == "waited":
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+        answers: list[Answer] = []
+        runner = threading.Thread(
+            target=lambda: answers.extend(
+                post_storm(live_server.url, "/notes/wait/", tenant, key, requests=1)
+            )
+        )
+        runner.start()
+        if claim == "waited":
+            wait_until(lambda: claim_waiters() == 1)
+            holder.rollback()  # it ends without a record: the request gets the claim
+        runner.join(60)
+    finally:
+        holder.close()
+    # when its view wrote a note, registered a commit callback, then refused
+    [refused] = answers
+    assert (refused.status, refused.result) == (409, "MISS")
+    # then the refusal was recorded while no other session could take the claim
+    assert free_while_recording == [False]
+    # and the note and the callback went with the rollback to the savepoint; the refusal stayed
+    assert Note.objects.count() == 0 and behaviour["committed"] == []
+    [again] = post_storm(live_server.url, "/notes/wait/", tenant, key, requests=1)
+    assert (again.status, again.result, again.body) == (409, "HIT", refused.body)
+    assert executions.runs(tenant, key) == 1

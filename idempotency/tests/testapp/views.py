@@ -16,18 +16,25 @@ import time
 import uuid
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from idempotency import idempotent, idempotent_form
+from idempotency import business_atomic, idempotent, idempotent_form
 from idempotency.tests.testapp.models import Note
 from idempotency.tests.testapp.scope import from_headers
 from idempotency.web.throttle import TenantRateThrottle
 
-behaviour: dict[str, Any] = {"delay_seconds": 0.0, "hold": None, "fail_once": set()}
+behaviour: dict[str, Any] = {
+    "delay_seconds": 0.0,
+    "hold": None,
+    "fail_once": set(),
+    "refuse_after_write": set(),
+    "committed": [],
+}
 HOLD_DEADLINE_SECONDS = 120.0  # a test that never releases its hold fails, it does not hang
 
 
@@ -61,11 +68,31 @@ class WaitingNoteCreate(APIView):
 
 
 def _create(request: Request) -> Response:
-    note = _write(request, str(request.data.get("text", "")))
+    text = str(request.data.get("text", ""))
+    if text in behaviour["refuse_after_write"]:
+        return _refuse_after_writing(request, text)
+    note = _write(request, text)
     if note is None:
         return Response({"detail": "failed"}, status=500)
     body = {"id": note.pk, "text": note.text, "run": uuid.uuid4().hex}
     return Response(body, status=201, headers={"Location": f"/notes/{note.pk}/"})
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refuse_after_writing(request: Request, text: str) -> Response:
+    """What a service that refuses after its first write does: the note is written and a
+    callback registered for the commit (it would append to ``behaviour["committed"]``), then
+    the business transaction raises, which dooms it, and the view answers 409."""
+    try:
+        with business_atomic():
+            _write(request, text)
+            transaction.on_commit(lambda: behaviour["committed"].append(text))
+            raise _Refused
+    except _Refused:
+        return Response({"code": "REFUSED"}, status=409)
 
 
 class DeliveryCreate(APIView):
