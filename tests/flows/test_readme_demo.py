@@ -256,3 +256,47 @@ def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
     # and the view ran once: SQLite's writer lock (BEGIN IMMEDIATE) is the database claim
     # there, so the duplicates waited for the first to commit and replayed it (ADR 0005)
     assert len(executions(demo.executions, key="storm-1")) == 1
+
+
+def test_an_order_refused_after_taking_stock_keeps_the_stock_and_replays_the_refusal(
+    demo: Demo,
+) -> None:
+    """On SQLite the view's savepoint is a statement of its own (nothing rides along there):
+    a refusal after a write rolls back to it and is recorded in the same transaction."""
+    auth = {"Authorization": f"Api-Key {demo.key}"}
+    token = httpx.post(
+        f"{demo.url}/api/v1/diner-sessions/", headers=auth, timeout=DEADLINE_SECONDS
+    ).json()["token"]
+
+    def menu() -> dict[int, int]:
+        dishes = httpx.get(f"{demo.url}/api/v1/menu/", headers=auth, timeout=DEADLINE_SECONDS)
+        return {d["id"]: d["stock"] for d in dishes.json()}
+
+    before = menu()
+    # given an order whose first dish (stock is taken in id order) has stock and whose last
+    # has too little: the first line's stock is taken, then the order is refused
+    first, *_, last = sorted(before)
+    assert before[first] >= 1 and before[last] < 100
+    body = {
+        "items": [
+            {"dish_id": first, "quantity": 1},
+            {"dish_id": last, "quantity": before[last] + 1},
+        ],
+        "payment_method": "card",
+    }
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": "refused-after-write"}
+    answers = [
+        httpx.post(
+            f"{demo.url}/api/v1/orders/", headers=headers, json=body, timeout=DEADLINE_SECONDS
+        )
+        for _ in range(2)
+    ]
+    # then it is refused, the stock it took is back, and the retry replays the refusal
+    assert [(a.status_code, a.headers["X-Idempotent-Result"]) for a in answers] == [
+        (409, "MISS"),
+        (409, "HIT"),
+    ]
+    assert answers[0].json()["code"] == "INSUFFICIENT_STOCK"
+    assert answers[1].content == answers[0].content
+    assert menu() == before
+    assert len(executions(demo.executions, key="refused-after-write")) == 1
