@@ -22,6 +22,9 @@ fallback.
 Outside a transaction (a duplicate answered while Redis is away, a drain) the first statement
 carries the ``BEGIN`` and the counters' statement the ``COMMIT`` where several statements ride
 in one query (``idempotency/core/transactions.py``): one event is two round trips, not four.
+:func:`save_closing` writes the audit of a replay found under the engine's database claim into
+the claim's transaction instead, its counters' statement committing it: the claim's query, the
+rows and the counts, three round trips for the whole replay.
 """
 
 from __future__ import annotations
@@ -50,17 +53,31 @@ def save_events(events: Iterable[AuditEvent]) -> int:
     if not events:
         return 0
     with own_transaction() as own:
-        opening = own.opening()
-        written = _insert_rows([e for e in events if e.is_duplicate], opening)
-        add_counts(
-            Counter(
-                e.count_key
-                for e in events
-                if not e.is_duplicate or (e.tenant_key, e.event_id) in written
-            ),
-            opening,
-            commit=own.commit_rides_along(),
-        )
+        return _write(events, own.opening(), commit=own.commit_rides_along())
+
+
+def save_closing(events: Iterable[AuditEvent]) -> int:
+    """Write ``events`` as the last statements of the current transaction, the counters'
+    statement carrying its ``COMMIT``: for a transaction of its own that holds nothing else
+    worth keeping (a replay the engine found under its database claim), so no savepoint guards
+    the writes. The caller checks that the ``COMMIT`` may ride along
+    (``EngineTransaction.commit_rides_along``); if a statement fails nothing is committed and
+    the transaction is the caller's to roll back."""
+    events = _first_of_each(events)
+    return _write(events, Opening(pending=False), commit=True) if events else 0
+
+
+def _write(events: list[AuditEvent], opening: Opening, *, commit: bool) -> int:
+    written = _insert_rows([e for e in events if e.is_duplicate], opening)
+    add_counts(
+        Counter(
+            e.count_key
+            for e in events
+            if not e.is_duplicate or (e.tenant_key, e.event_id) in written
+        ),
+        opening,
+        commit=commit,
+    )
     return len(written)
 
 

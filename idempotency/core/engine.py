@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.http import HttpResponse
 from redis.exceptions import RedisError
 
@@ -52,6 +52,7 @@ from idempotency.core.transactions import (
     engine_transaction,
     new_savepoint,
     roll_back_to,
+    statements_ride_along,
     view_savepoint,
 )
 from idempotency.scripts.registry import ScriptRef, registry
@@ -160,10 +161,23 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
             if claim.outcome is Outcome.IN_PROGRESS:
                 return _in_progress(req, claim)
             return _answer(req, claim, source="redis")
-    committed = db_store.committed_result(req.scoped)
-    if committed is not None:
-        return _answer(req, _as_claim(req, committed), source="database")
+    if not reads_under_claim_and_closes():
+        committed = db_store.committed_result(req.scoped)
+        if committed is not None:
+            return _answer(req, _as_claim(req, committed), source="database")
     return _execute(req, execute, store=None, owner=None)
+
+
+def reads_under_claim_and_closes() -> bool:
+    """Whether a request without a Redis claim skips the look-up before its transaction: its
+    database claim's query reads the record anyway, in the same round trip, and a replay found
+    there is answered in that transaction, which its audit's last statement commits (three
+    round trips for a replay, as with the look-up; one less for a first execution). Where
+    statements cannot ride along, or inside a caller's transaction, the look-up stays."""
+    if connection.in_atomic_block:
+        return False
+    connection.ensure_connection()  # what the driver can do is known once connected
+    return statements_ride_along()
 
 
 def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResult | TokenRefusal:
@@ -251,6 +265,10 @@ def _execute(
                 committed = _claim_in_database(
                     req, redis_claimed=store is not None, opening=tx.opening(), savepoint=savepoint
                 )
+            if committed is not None and store is None and tx.commit_rides_along():
+                # A replay, found under the only claim: answered in this transaction, which
+                # its audit's last statement commits (reads_under_claim_and_closes).
+                return _answer(req, _as_claim(req, committed), source="database", closing=True)
             if committed is None:
                 response, stored, doomed = _run_view(
                     req, execute, savepoint=savepoint, commit=tx.commit_rides_along()
@@ -365,17 +383,24 @@ def _record(req: IdempotentRequest, stored: StoredResponse, *, commit: bool = Fa
         raise _AlreadyCommitted
 
 
-def _answer(req: IdempotentRequest, result: ClaimResult, *, source: str) -> HttpResponse:
-    """A HIT or a MISMATCH, audited."""
+def _answer(
+    req: IdempotentRequest, result: ClaimResult, *, source: str, closing: bool = False
+) -> HttpResponse:
+    """A HIT or a MISMATCH, audited; ``closing``: the audit's last statement commits the
+    engine's transaction (``audit_stream.report_closing``)."""
     assert result.response is not None or result.outcome is Outcome.MISMATCH
     if result.outcome is Outcome.HIT and result.response is not None:
         if source != "local":
             _remember(req, result.response)
+        # rendered first: a pointer's resource is read while the transaction is still usable
+        response = responses.replay(result.response, render_pointer=req.render_pointer)
         resource = result.response.location
-        _audit(req, "HIT", source=source, resource=resource, appended=result.audited)
-        return responses.replay(result.response, render_pointer=req.render_pointer)
+        _audit(
+            req, "HIT", source=source, resource=resource, appended=result.audited, closing=closing
+        )
+        return response
     differing = diff_field_hashes(_stored_field_hashes(req, result), _field_hashes_as(req, result))
-    _audit(req, "REUSED", source=source, differing=differing)
+    _audit(req, "REUSED", source=source, differing=differing, closing=closing)
     return responses.key_reused()
 
 
@@ -452,12 +477,22 @@ def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | No
         logger.warning("Redis release failed; the lease will expire", exc_info=True)
 
 
-def _audit(req: IdempotentRequest, outcome: str, *, appended: bool = False, **event: Any) -> None:
+def _audit(
+    req: IdempotentRequest,
+    outcome: str,
+    *,
+    appended: bool = False,
+    closing: bool = False,
+    **event: Any,
+) -> None:
     """Count the outcome and report it (durably, before the answer leaves: a client that saw
     a replay can find its audit, idempotency/stores/audit_stream.py); ``appended``: the claim
-    already wrote it to the stream. ``event``: the details :func:`_event` takes."""
+    already wrote it to the stream; ``closing``: it is written into the engine's transaction,
+    which its last statement commits. ``event``: the details :func:`_event` takes."""
     metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome=outcome)
-    if not appended:
+    if closing:
+        audit_stream.report_closing(_event(req, outcome, **event))
+    elif not appended:
         audit_stream.report(_event(req, outcome, **event))
 
 

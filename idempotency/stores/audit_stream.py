@@ -12,7 +12,9 @@
    Cluster is appended by its own claim (:func:`claim_append`, ``claim_audit.lua``), in the
    claim's round trip;
 4. with no usable Redis (database-only, breaker open, XADD failing) it is written to the
-   database at once; what the database refuses too goes to the in-process batch.
+   database at once; what the database refuses too goes to the in-process batch. A replay the
+   engine found under its database claim is written into the claim's transaction, which the
+   counters' statement commits (:func:`report_closing`).
 
 :func:`drain_all` (run by the host's Celery beat, e.g. every 5 s) copies each node's stream into
 the database in batches. Each batch is written in one transaction with that node's
@@ -38,6 +40,7 @@ from redis.exceptions import RedisError
 
 from idempotency import metrics
 from idempotency.audit import AuditEvent, save_events
+from idempotency.audit.storage import save_closing
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_pending import pending
@@ -72,6 +75,20 @@ def report(event: AuditEvent, *, in_transaction: bool = False) -> None:
     if not connection.needs_rollback and _save(event):
         return
     pending.record(event)
+
+
+def report_closing(event: AuditEvent) -> None:
+    """Write ``event`` as the last statements of the caller's transaction of its own, which
+    its counters' statement commits (:func:`idempotency.audit.storage.save_closing`): the audit
+    of a replay the engine found under its database claim, durable before the answer as on
+    the other paths. If the database refuses, the transaction is marked for rollback (it held
+    only the claim) and the event goes to the in-process batch."""
+    try:
+        save_closing([event])
+    except DatabaseError:
+        logger.warning("could not write an audit to the database", exc_info=True)
+        transaction.set_rollback(True)
+        pending.record(event)
 
 
 def claim_append(event: AuditEvent) -> AuditAppend:

@@ -98,8 +98,10 @@ def claim_and_read(
     """Claim ``scoped`` as :func:`claim_key` does, then read its committed record under the
     claim: whoever held the key before has committed or rolled back by then, so a record found
     is the answer. Where several statements ride in one query, the read goes in the claim's
-    round trip (wait or no wait); elsewhere it follows the claim. ``opening``: as for
-    :func:`claim_key`.
+    round trip (wait or no wait), and a record it finds is the answer even when the claim was
+    not free (a committed record is final; under ``reject`` a replay would otherwise be told
+    to retry while another replay of the key holds the claim); elsewhere it follows the claim.
+    ``opening``: as for :func:`claim_key`.
 
     ``savepoint``: a savepoint to establish once the claim is held, in the same query (for the
     view the engine runs next). A wait re-establishes it after the lock: the one the try's
@@ -120,6 +122,12 @@ def claim_and_read(
             cursor, f"{_TRY_LOCK}; {read}{then}", [lock, *read_params]
         )
         if not cursor.fetchone()[0]:
+            cursor.nextset()
+            found = db_store.committed_from_row(cursor.fetchone())
+            if found is not None:
+                # committed before the try's read: the answer, whoever holds the claim now
+                # (another replay of the key, answering in its own claim's transaction)
+                return found
             _wait(
                 cursor,
                 f"{_WAIT_LOCK}; {read}{then}",

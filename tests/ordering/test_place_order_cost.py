@@ -78,20 +78,16 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     # ordering/order_numbers.py), and the idempotency
     # record, whose statement carries the COMMIT (Django's own COMMIT then has nothing to send:
     # tests/idempotency/test_record_commit.py reads the wire); nothing is read back.
-    # Database-only mode first looks the key up in the database, reads it again under the
-    # claim (the second statement of the lock's query, idempotency/stores/database_claim.py),
-    # and runs the view in a savepoint (a refusal is recorded while the claim is still held)
-    # that the lock's query establishes too (its third statement) and that is never released.
+    # Database-only mode sends the same statements: its lock's query also reads the key's
+    # record under the claim (its second statement, idempotency/stores/database_claim.py; no
+    # look-up before the transaction) and establishes the savepoint the view runs in (its
+    # third; a refusal is recorded while the claim is still held), never released.
     # (The session's state is read again when the process's cache no longer trusts it, e.g.
     # more than 1 s later while the credential feed is not heard: authentication, not placing.)
     placing = [q for q in queries.captured_queries if "tenants_dinersession" not in q["sql"]]
     statements = [q["sql"].split()[0] for q in placing]
-    view = ["UPDATE", "WITH"]
-    if engine_mode == "database":
-        expected = ["SELECT", "BEGIN", "BEGIN;", *view]
-    else:
-        expected = ["BEGIN", "BEGIN;", *view]
-    assert statements == [*expected, "WITH", "COMMIT"], " ".join(statements)
+    expected = ["BEGIN", "BEGIN;", "UPDATE", "WITH", "WITH", "COMMIT"]
+    assert statements == expected, " ".join(statements)
     claim = placing[statements.index("BEGIN;")]["sql"]
     assert claim.startswith("BEGIN; SELECT pg_try_advisory_xact_lock")
     assert ("idempotency_idempotencyrecord" in claim) == (engine_mode == "database")

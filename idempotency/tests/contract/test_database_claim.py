@@ -23,8 +23,10 @@ from idempotency.core import engine
 from idempotency.core.keys import ScopedKey
 from idempotency.core.outcomes import StoredResponse
 from idempotency.management.sandbox import ephemeral_redis
+from idempotency.models import DuplicateAudit
 from idempotency.stores import database as db_store
 from idempotency.stores import database_claim, nodes
+from idempotency.stores.audit_stream import drain_audits
 from idempotency.tests.contract.test_storm import Answer, assert_one_execution, storm
 from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.models import Note
@@ -108,16 +110,21 @@ def test_a_database_only_storm_runs_the_view_once(
     assert Note.objects.count() == 1
 
 
+@pytest.mark.parametrize("look_up", [False, True], ids=["claim reads", "look-up first"])
 def test_a_run_committed_just_before_the_claim_is_found_under_it(
-    database_only, live_server, tenant, monkeypatch
+    database_only, live_server, tenant, monkeypatch, look_up
 ):
-    """Without Redis the engine looks the key up, then takes the database claim. A duplicate
-    can commit and let the claim go between the two: the claim is then free (not waited for),
-    and only reading the record again under it keeps the view from running a second time."""
+    """Without Redis the claim's query reads the key's record under the claim: on PostgreSQL
+    there is no look-up before the transaction. Where there is one (statements cannot ride
+    along, or inside a caller's transaction; forced here), a duplicate can commit and let the
+    claim go between the look-up and the claim: the claim is then free, and only the read
+    under it keeps the view from running a second time."""
     # given a run of the key that committed
     [first] = post_storm(live_server.url, "/notes/wait/", tenant, "gap", requests=1)
     assert first.result == "MISS" and executions.runs(tenant, "gap") == 1
-    # when a duplicate's first look-up misses it (it committed just after that look-up)
+    # when a duplicate arrives (with the look-up: it misses the run, which committed after it)
+    if look_up:
+        monkeypatch.setattr(engine, "reads_under_claim_and_closes", lambda: False)
     real = db_store.committed_result
     lookups: list[object] = []
 
@@ -129,10 +136,72 @@ def test_a_run_committed_just_before_the_claim_is_found_under_it(
     nodes.local_cache().clear()  # the live server runs in this process: no answer from memory
     [again] = post_storm(live_server.url, "/notes/wait/", tenant, "gap", requests=1)
     # then the claim's own read (claim_and_read, not a second look-up) finds the run:
-    # replayed, the view not run again
-    assert len(lookups) == 1
+    # replayed, the view not run again, the replay audited
+    assert len(lookups) == (1 if look_up else 0)
     assert (again.result, again.body) == ("HIT", first.body)
     assert executions.runs(tenant, "gap") == 1
+    drain_audits()
+    assert DuplicateAudit.objects.filter(outcome="HIT", source="database").count() == 1
+
+
+def test_a_replay_is_answered_while_another_holds_the_claim(database_only, live_server, tenant):
+    """A replay answers in its claim's transaction, so replays of one key meet at the claim.
+    A finished key's record is final: read in the claim's query, it is the answer even when
+    the claim is not free, under ``reject`` too (not a 409 to retry)."""
+    # given a finished run, and another session holding the key's claim (as a replay does)
+    [first] = post_storm(live_server.url, "/notes/", tenant, "held", requests=1)
+    assert first.status == 201
+    lock = database_claim.lock_id(
+        ScopedKey(tenant=tenant, principal="alice", method="POST", route="notes/", key="held")
+    )
+    nodes.local_cache().clear()
+    holder = connect(autocommit=False)
+    try:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [lock])
+        # when a duplicate arrives under "reject"
+        [again] = post_storm(live_server.url, "/notes/", tenant, "held", requests=1)
+    finally:
+        holder.close()
+    # then it replays the run at once
+    assert (again.status, again.result, again.body) == (201, "HIT", first.body)
+    assert executions.runs(tenant, "held") == 1
+
+
+def test_a_replay_whose_audit_the_database_refuses_still_replays_and_keeps_it(
+    database_only, live_server, tenant
+):
+    """The audit of a replay found under the claim is written in the claim's transaction. If
+    the database refuses it, that transaction (it held only the claim) is rolled back, the
+    replay still answers, and the audit waits in the process's batch until it can be written."""
+    [first] = post_storm(live_server.url, "/notes/", tenant, "refused-audit", requests=1)
+    table = DuplicateAudit._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_audits() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'audits refused'; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER refuse_audits BEFORE INSERT ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_audits()"
+        )
+    try:
+        # given a database that refuses audit rows, when a duplicate arrives
+        nodes.local_cache().clear()
+        [again] = post_storm(live_server.url, "/notes/", tenant, "refused-audit", requests=1)
+        # then it replays the run, and its audit is not in the database yet
+        assert (again.status, again.result, again.body) == (201, "HIT", first.body)
+        assert not DuplicateAudit.objects.exists()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER refuse_audits ON {table}")
+            cursor.execute("DROP FUNCTION refuse_audits()")
+    # and once the database takes audits again the batch writes it; the claim was let go
+    assert drain_audits() >= 1
+    assert DuplicateAudit.objects.filter(outcome="HIT").count() == 1
+    nodes.local_cache().clear()
+    [third] = post_storm(live_server.url, "/notes/", tenant, "refused-audit", requests=1)
+    assert (third.status, third.result) == (201, "HIT")
+    assert executions.runs(tenant, "refused-audit") == 1
 
 
 @pytest.mark.parametrize(("under_redis", "runs"), [(True, 1), (False, 2)], ids=["on", "off"])
