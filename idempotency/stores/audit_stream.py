@@ -32,6 +32,7 @@ shows each node's backlog at every drain, to alert on long before it nears the c
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -83,10 +84,7 @@ def report_closing(event: AuditEvent) -> None:
     of a replay the engine found under its database claim, durable before the answer as on
     the other paths. If the database refuses, the transaction is marked for rollback (it held
     only the claim) and the event goes to the in-process batch."""
-    try:
-        save_closing([event])
-    except DatabaseError:
-        logger.warning("could not write an audit to the database", exc_info=True)
+    if not _save(event, write=save_closing):
         transaction.set_rollback(True)
         pending.record(event)
 
@@ -160,9 +158,10 @@ def discard_all() -> None:
         client.delete(stream_key())
 
 
-def _save(event: AuditEvent) -> bool:
+def _save(event: AuditEvent, *, write: Callable[[list[AuditEvent]], int] = save_events) -> bool:
+    """Write ``event`` to the database with ``write``; False (logged) if it refuses."""
     try:
-        save_events([event])
+        write([event])
     except DatabaseError:
         logger.warning("could not write an audit to the database", exc_info=True)
         return False

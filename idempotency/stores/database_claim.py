@@ -107,7 +107,6 @@ def claim_and_read(
     view the engine runs next). A wait re-establishes it after the lock: the one the try's
     query made is older than the lock, and rolling back to it would release the lock; a newer
     savepoint of the same name hides the older one."""
-    then = f"; {savepoint_sql(savepoint)}" if savepoint is not None else ""
     if not statements_ride_along():
         claim_key(scoped, wait_seconds=wait_seconds, opening=opening)
         found = db_store.committed_result(scoped)
@@ -116,23 +115,24 @@ def claim_and_read(
                 cursor.execute(savepoint_sql(savepoint))
         return found
     read, read_params = db_store.committed_result_statement(scoped)
+    then = f"; {savepoint_sql(savepoint)}" if savepoint is not None else ""
     lock = lock_id(scoped)
     with connection.cursor() as cursor:
         (opening or Opening(pending=False)).execute(
             cursor, f"{_TRY_LOCK}; {read}{then}", [lock, *read_params]
         )
-        if not cursor.fetchone()[0]:
-            cursor.nextset()
-            found = db_store.committed_from_row(cursor.fetchone())
-            if found is not None:
-                # committed before the try's read: the answer, whoever holds the claim now
-                # (another replay of the key, answering in its own claim's transaction)
-                return found
-            _wait(
-                cursor,
-                f"{_WAIT_LOCK}; {read}{then}",
-                [_budget(wait_seconds), lock, *read_params],
-            )
+        locked = cursor.fetchone()[0]
+        cursor.nextset()
+        found = db_store.committed_from_row(cursor.fetchone())
+        # a record committed before the try's read is the answer, whoever holds the claim now
+        # (another replay of the key, answering in its own claim's transaction)
+        if locked or found is not None:
+            return found
+        _wait(
+            cursor,
+            f"{_WAIT_LOCK}; {read}{then}",
+            [_budget(wait_seconds), lock, *read_params],
+        )
         cursor.nextset()
         return db_store.committed_from_row(cursor.fetchone())
 
