@@ -4,7 +4,6 @@ find the absorbed duplicate in the staff admin; screenshots under test-artifacts
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -23,6 +22,7 @@ from tenants.models import Tenant
 from tests.browser.conftest import screenshot
 from tests.dashboard.factories import PASSWORD, make_merchant, make_order
 from tests.support.auth import diner_token
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 S = OrderStatus
@@ -62,15 +62,6 @@ def hold_first_answer(route: Route, held: list[Route]) -> None:
         return
     route.fetch()  # the server handles the submit; its reply is dropped
     held.append(route)
-
-
-def wait_until(page, done: Callable[[], bool], deadline_ms: int = 30_000) -> None:
-    """Pump the page's events until ``done()`` (route handlers run while the page waits)."""
-    for _ in range(deadline_ms // 20):
-        if done():
-            return
-        page.wait_for_timeout(20)
-    raise AssertionError("condition not met before the deadline")
 
 
 def place_via_api(base_url: str, key: str, items: list[dict], token: str) -> httpx.Response:
@@ -142,7 +133,8 @@ def test_double_click_on_accept_moves_the_order_once_and_staff_see_the_duplicate
     box = page.get_by_role("button", name="Accept").bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     page.mouse.click(x, y)
-    wait_until(page, lambda: bool(held))
+    # route handlers run while the page waits, so each poll waits on the page
+    wait_until(lambda: held or page.wait_for_timeout(20), what="the first submit handled")
     page.mouse.click(x, y)  # the second press: same page, same button, same form
 
     page.locator("#order-status", has_text="ACCEPTED").wait_for()
