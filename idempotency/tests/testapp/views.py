@@ -1,12 +1,14 @@
 """The contract suite's views: one DRF create view and one plain Django form view, each
 behind the engine's decorator.
 
-Three switches let a test shape an execution: :data:`behaviour` ``delay_seconds`` holds every
+Four switches let a test shape an execution: :data:`behaviour` ``delay_seconds`` holds every
 execution (so duplicates overlap), ``hold`` (a list of :class:`threading.Event`) holds each
 execution until the test sets its event — the first execution waits for the first event, the
 next for the next, every later one for the last — so a test releases runs, in the order it
-chooses, on events it observed instead of guessing a delay; and a text listed in ``fail_once``
-answers 500 the first time it is written (a 5xx must not be stored).
+chooses, on events it observed instead of guessing a delay; a text listed in ``fail_once``
+answers 500 the first time it is written (a 5xx must not be stored); and a text listed in
+``refuse_after_write`` is written, then refused with 409 inside the business transaction (the
+commit callbacks it registered append to ``committed``).
 """
 
 from __future__ import annotations
