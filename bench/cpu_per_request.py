@@ -5,14 +5,20 @@
 No server and no load generator: a child process calls the project's WSGI application in a
 loop, with the settings of ``bench/http_load.py``'s servers (DEBUG off, persistent database
 connection, one Redis node), on a throwaway database, and counts the process's own CPU time
-per request (``time.process_time``). That leaves out what HTTP, the kernel, PostgreSQL and
-Redis spend, which the load test includes: this is the Python work each case does, the part a
-profile of the engine can change. Cases are interleaved round by round; every request of a
-create case sends a new ``Idempotency-Key``, and ``engine_replay`` sends the keys of a
-``plain_engine`` batch again (every answer a HIT from the process's table);
-``engine_replay_redis`` does the same with that table emptied before each request (every
-answer a HIT from Redis). Last, it prints what one round trip costs
-the client alone: a one-line Lua script by ``EVALSHA`` (redis-py) and a ``SELECT 1``.
+per request (``time.process_time``): the Python work each case does, the part a profile of the
+engine can change. Beside it, what the two servers spent on the same requests: the CPU time of
+the process's PostgreSQL backend (from ``/proc``, so only when PostgreSQL runs on this
+machine; ``-`` otherwise) and of the Redis server (its ``INFO cpu``, the whole server: run it
+on a Redis nothing else uses). Left out: HTTP, and PostgreSQL's background writers, which the
+load test includes. On a machine where the worker, PostgreSQL and Redis share the cores, the
+three together are what bounds a case's throughput.
+
+Cases are interleaved round by round; every request of a create case sends a new
+``Idempotency-Key``, and ``engine_replay`` sends the keys of a ``plain_engine`` batch again
+(every answer a HIT from the process's table); ``engine_replay_redis`` does the same with that
+table emptied before each request (every answer a HIT from Redis). Last, it prints what one
+round trip costs the client alone: a one-line Lua script by ``EVALSHA`` (redis-py) and a
+``SELECT 1``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
+import os
 import subprocess
 import sys
 import time
@@ -82,26 +90,64 @@ def main() -> None:
     report(json.loads(child.stdout.strip().splitlines()[-1]), args.requests)
 
 
-def report(rounds: dict[str, list[float]], requests: int) -> None:
-    trips = {name: rounds.pop(name)[0] for name in ("rt_evalsha", "rt_select_1")}
-    per_case = {case: median(values) for case, values in rounds.items()}
+PARTS = ("worker", "database", "redis")  # who spent the CPU: see the module docstring
+Parts = dict[str, float]  # part -> CPU µs per request; NaN: not measurable here
+
+
+def report(measured: dict[str, Any], requests: int) -> None:
+    trips = {name: measured.pop(name)[0] for name in ("rt_evalsha", "rt_select_1")}
+    rounds: dict[str, list[Parts]] = measured
+    per_case = {case: _medians(values) for case, values in rounds.items()}
     print(f"CPU µs per request, one process (median of {len(rounds['plain'])} rounds", end="")
     print(f" of {requests} requests)")
-    print(f"{'case':<14}{'µs':>8}  rounds")
-    for case, value in per_case.items():
-        spread = ", ".join(f"{v:.0f}" for v in rounds[case])
-        print(f"{case:<14}{value:>8.0f}  {spread}")
-    engine = per_case["plain_engine"] - per_case["plain"]
-    peer = per_case["plain_peer"] - per_case["plain"]
-    print(f"added by @idempotent:      {engine:.0f} µs")
-    print(f"added by drf-idempotency:  {peer:.0f} µs")
-    print(f"@idempotent / drf-idempotency added CPU: {engine / peer:.2f}")
-    print(f"engine_replay / fixed CPU: {per_case['engine_replay'] / per_case['fixed']:.2f}")
-    redis_replay = per_case["engine_replay_redis"] / per_case["engine_replay"]
+    print(f"{'case':<20}{'worker':>8}{'database':>10}{'redis':>8}{'total':>8}  worker rounds")
+    for case, parts in per_case.items():
+        spread = ", ".join(f"{r['worker']:.0f}" for r in rounds[case])
+        cells = "".join(f"{_cell(parts[p]):>{w}}" for p, w in zip(PARTS, (8, 10, 8), strict=True))
+        print(f"{case:<20}{cells}{_cell(_total(parts)):>8}  {spread}")
+    engine = _added(per_case["plain_engine"], per_case["plain"])
+    peer = _added(per_case["plain_peer"], per_case["plain"])
+    print(f"added by @idempotent:      {_parts_line(engine)}")
+    print(f"added by drf-idempotency:  {_parts_line(peer)}")
+    workers = _ratio(engine["worker"], peer["worker"])
+    print(f"@idempotent / drf-idempotency added CPU: {workers:.2f} (worker), ", end="")
+    print(f"{_ratio(_total(engine), _total(peer)):.2f} (all three)")
+    worker = {case: parts["worker"] for case, parts in per_case.items()}
+    print(f"engine_replay / fixed CPU: {worker['engine_replay'] / worker['fixed']:.2f}")
+    redis_replay = worker["engine_replay_redis"] / worker["engine_replay"]
     print(f"engine_replay_redis / engine_replay CPU: {redis_replay:.2f}")
-    print(f"plain / plain_engine CPU:  {per_case['plain'] / per_case['plain_engine']:.2f}")
+    print(f"plain / plain_engine CPU:  {worker['plain'] / worker['plain_engine']:.2f}", end="")
+    totals = _ratio(_total(per_case["plain"]), _total(per_case["plain_engine"]))
+    print(f" (worker), {totals:.2f} (all three)")
     print(f"one round trip, client CPU: Redis EVALSHA {trips['rt_evalsha']:.0f} µs", end="")
     print(f", PostgreSQL SELECT 1 {trips['rt_select_1']:.0f} µs")
+
+
+def _medians(rounds: list[Parts]) -> Parts:
+    """Each part's median over the rounds; NaN where a round could not measure it."""
+    values = {part: [r[part] for r in rounds] for part in PARTS}
+    return {p: math.nan if any(map(math.isnan, v)) else median(v) for p, v in values.items()}
+
+
+def _added(case: Parts, base: Parts) -> Parts:
+    return {part: case[part] - base[part] for part in PARTS}
+
+
+def _total(parts: Parts) -> float:
+    return sum(parts[part] for part in PARTS)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+def _cell(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0f}"
+
+
+def _parts_line(parts: Parts) -> str:
+    cells = ", ".join(f"{part} {_cell(parts[part])}" for part in PARTS)
+    return f"{cells}, total {_cell(_total(parts))} µs"
 
 
 # --- the measuring process --------------------------------------------------------------------
@@ -116,7 +162,7 @@ def _child() -> None:
     call_command("migrate", verbosity=0, interactive=False)
     payload = json.loads(sys.stdin.read())
     app = _application()
-    rounds: dict[str, list[float]] = {case: [] for case in CASES}
+    rounds: dict[str, list[dict[str, float | None]]] = {case: [] for case in CASES}
     for case, path in CASES.items():  # warm every code path and connection first
         _cpu_per_request(app, path, 200, replay=case)
     for _ in range(payload["rounds"]):
@@ -156,10 +202,11 @@ def _application() -> Any:
     return WSGIHandler()
 
 
-def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> float:
-    """Process CPU µs per request over ``n`` requests of case ``replay``; each must answer 201
-    (for the cases in ``REPLAYS``: the keys are sent once first, untimed, and every timed
-    answer must be a HIT; ``engine_replay_redis`` empties the process's table before each)."""
+def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> Parts:
+    """CPU µs per request over ``n`` requests of case ``replay``, by who spent it (``PARTS``);
+    each must answer 201 (for the cases in ``REPLAYS``: the keys are sent once first, untimed,
+    and every timed answer must be a HIT; ``engine_replay_redis`` empties the process's table
+    before each)."""
     from idempotency.stores.nodes import local_cache
 
     prefix = uuid.uuid4().hex
@@ -167,16 +214,52 @@ def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> float:
     if is_replay:
         _send_all(app, path, prefix, n)
     before_each = local_cache().clear if replay == "engine_replay_redis" else None
-    started = time.process_time()
+    backend = _database_backend()
+    started = (time.process_time(), _database_seconds(backend), _redis_seconds())
     answers = _send_all(app, path, prefix, n, before_each=before_each)
-    spent = time.process_time() - started
+    ended = (time.process_time(), _database_seconds(backend), _redis_seconds())
+    if backend != _database_backend():  # the connection was replaced: its CPU is unknown
+        ended = (ended[0], math.nan, ended[2])
     if before_each is not None and len(local_cache()) > 1:
         # each HIT is remembered: more than the last one means the table was not emptied
         raise RuntimeError(f"{path}: replays were served from the process's table, not Redis")
     refused = [a for a in answers if not a[0].startswith("201") or (is_replay and a[1] != "HIT")]
     if refused:
         raise RuntimeError(f"{path}: {len(refused)} answers were not as expected: {refused[0]}")
-    return spent / n * 1e6
+    return {
+        part: (after - before) / n * 1e6
+        for part, before, after in zip(PARTS, started, ended, strict=True)
+    }
+
+
+def _database_backend() -> int:
+    """The pid of this process's PostgreSQL backend."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def _database_seconds(pid: int) -> float:
+    """User + system CPU seconds of the backend ``pid`` (``/proc/<pid>/stat``); NaN when
+    PostgreSQL does not run on this machine."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _redis_seconds() -> float:
+    """User + system CPU seconds of the whole Redis server (``INFO cpu``)."""
+    import redis
+    from django.conf import settings
+
+    with redis.Redis.from_url(settings.REDIS_URL) as client:
+        info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _send_all(

@@ -1,7 +1,8 @@
 """Keeps ``bench/cpu_per_request.py`` runnable: a few requests per case, end to end.
 
 A private Redis node (nothing shared is flushed) and a uniquely named database, dropped at the
-end. Asserts that every case answered and was measured, never how fast.
+end. Asserts that every case answered and was measured (the worker, its PostgreSQL backend and
+the Redis server), never how fast.
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ def test_every_case_and_round_trip_is_measured():
         node.remove()
     assert run.returncode == 0, run.stderr[-3000:]
     for case in CASES:
-        assert re.search(rf"^{case}\s+\d+\s+\d+, \d+$", run.stdout, re.M), run.stdout
+        # worker, database, redis, total, then the worker's rounds; PostgreSQL is local here,
+        # so its backend's CPU is measured ("-" only where it runs on another machine)
+        row = rf"^{case}\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+, \d+$"
+        assert re.search(row, run.stdout, re.M), run.stdout
+    for peer in ("@idempotent", "drf-idempotency"):
+        parts = r"worker -?\d+, database -?\d+, redis -?\d+, total -?\d+ µs"
+        assert re.search(rf"^added by {peer}:\s+{parts}$", run.stdout, re.M), run.stdout
     assert re.search(r"Redis EVALSHA \d+ µs, PostgreSQL SELECT 1 \d+ µs", run.stdout)
-    assert re.search(r"@idempotent / drf-idempotency added CPU: \d+\.\d\d", run.stdout)
+    added = r"@idempotent / drf-idempotency added CPU: -?\d+\.\d\d \(worker\), -?\d+\.\d\d"
+    assert re.search(added, run.stdout), run.stdout
     assert re.search(r"engine_replay_redis / engine_replay CPU: \d+\.\d\d", run.stdout)
