@@ -4,13 +4,14 @@
 ``INSERT ... ON CONFLICT (tenant_key, scope, key) DO UPDATE ... WHERE <old row expired>``:
 a live record of the same key makes it insert nothing (and, if that record is not committed
 yet, PostgreSQL makes it wait for the other transaction), so of two duplicates exactly one
-transaction commits a record — and with it, its business write.
+transaction commits a record — and with it, its business write. On PostgreSQL that statement
+is the body of ``idempotency_insert_record()`` (migration 0008), which the server plans once
+per connection; the query sent is a short call of it.
 
 When the record is the transaction's last statement, it can carry the ``COMMIT`` too
 (``commit=True``: one round trip instead of two). A live record must then *fail* the statement,
-so the ``COMMIT`` behind it never runs: the insert is wrapped in a statement that calls
-``idempotency_live_record_exists()`` (migration 0006), which raises ``unique_violation``, when
-nothing was inserted.
+so the ``COMMIT`` behind it never runs: the function is told to raise ``unique_violation`` when
+it inserted nothing.
 
 :func:`committed_result` reads a key's record with a statement built once per process too: the
 ORM built and compiled its query on every call (about a millisecond, twice per first execution
@@ -77,8 +78,7 @@ def insert_record(
     transaction in the same round trip; a live record then raises ``IntegrityError`` instead,
     and nothing is committed."""
     now = timezone.now()
-    sql = _insert_sql(connection.vendor, commit=commit)
-    params = [
+    params: list[Any] = [
         scoped.tenant,
         scoped.scope,
         scoped.key_digest,
@@ -93,32 +93,35 @@ def insert_record(
         now + timedelta(seconds=ttl_seconds),
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return commit or cursor.fetchone() is not None
+        if connection.vendor != "postgresql":
+            cursor.execute(_upsert_sql(connection.vendor), params)
+            return cursor.fetchone() is not None
+        cursor.execute(_FUNCTION_CALL + ("; COMMIT" if commit else ""), [*params, commit])
+        return commit or cursor.fetchone()[0]
+
+
+# The function's parameters in _COLUMNS order, then refuse_live; the casts pick the function
+# whichever types the driver gives the values (client-side binding sends bare literals).
+_FUNCTION_CALL = (
+    "SELECT idempotency_insert_record(%s, %s, %s, %s, %s::smallint, %s::jsonb, %s::smallint, "
+    "%s::jsonb, %s, %s, %s, %s, %s)"
+)
 
 
 @cache
-def _insert_sql(vendor: str, *, commit: bool) -> str:
-    """The record's statement (see :func:`insert_record`), built once per process; ``vendor``
-    keys it to the database whose quoting it uses."""
+def _upsert_sql(vendor: str) -> str:
+    """The record's statement where there is no function (SQLite, the embedded demo), built
+    once per process; ``vendor`` keys it to the database whose quoting it uses."""
     q = connection.ops.quote_name
     table = q(IdempotencyRecord._meta.db_table)
     columns = ", ".join(q(c) for c in _COLUMNS)
     updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _COLUMNS[3:])
     conflict = ", ".join(q(c) for c in _COLUMNS[:3])
-    sql = (
+    return (
         f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(_COLUMNS))}) "
         f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} "
         f"WHERE {table}.{q('expires_at')} <= EXCLUDED.{q('created_at')} "
         f"RETURNING 1"
-    )
-    if not commit:
-        return sql
-    # Two statements: psycopg sends them with the simple query protocol (client-side
-    # binding); an error in the first skips the COMMIT and aborts the transaction.
-    return (
-        f"WITH inserted AS ({sql}) SELECT idempotency_live_record_exists() "
-        "WHERE NOT EXISTS (SELECT FROM inserted); COMMIT"
     )
 
 

@@ -91,7 +91,7 @@ def test_first_execution_adds_two_redis_round_trips_the_database_claim_and_one_i
     # the key's database claim (ADR 0005, taken under a Redis claim too) and the record
     assert len(with_engine) == len(business) + 2, extra
     assert "pg_try_advisory_xact_lock" in " ".join(extra)
-    assert "idempotency_idempotencyrecord" in " ".join(extra)
+    assert "idempotency_insert_record(" in " ".join(extra)
 
 
 def test_replay_from_redis_costs_one_round_trip_and_no_query(api, menu, redis_calls):

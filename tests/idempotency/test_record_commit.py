@@ -10,10 +10,16 @@ the engine's transaction is a savepoint and its commit is the caller's."""
 
 from __future__ import annotations
 
-import pytest
-from django.db import connection, transaction
+from datetime import timedelta
 
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from idempotency.core.keys import ScopedKey
+from idempotency.core.outcomes import StoredResponse
 from idempotency.models import IdempotencyRecord
+from idempotency.stores import database as db_store
 from idempotency.tests.wire import queries_sent
 from ordering.api import views
 from ordering.models import Order
@@ -32,8 +38,9 @@ def test_the_record_commits_its_transaction_in_the_same_round_trip(api, menu, en
         placed = post_order(api, menu, key="k")
     assert placed.status_code == 201 and placed["X-Idempotent-Result"] == "MISS"
     [record] = fused(sent)
-    assert record.startswith("WITH inserted AS (INSERT INTO")
-    assert "idempotency_idempotencyrecord" in record
+    # a call of the record's function (the server keeps its plan), told to refuse a live record
+    assert record.startswith("SELECT idempotency_insert_record(")
+    assert record.endswith(", true); COMMIT")
     assert "COMMIT" not in sent  # nothing left to commit after it
     assert sent[-1] == record
     assert IdempotencyRecord.objects.count() == Order.all_tenants.count() == 2
@@ -96,3 +103,26 @@ def test_a_view_that_fails_after_the_opening_claim_leaves_nothing(
     assert any(q.startswith("BEGIN; SELECT pg_try_advisory_xact_lock(") for q in sent)
     assert sent[-1] == "ROLLBACK"
     assert IdempotencyRecord.objects.count() == Order.all_tenants.count() == 1
+
+
+@pytest.mark.parametrize("expired", [True, False], ids=["expired", "live"])
+def test_the_committing_record_replaces_an_expired_record_and_refuses_a_live_one(expired):
+    # given a committed record of the key, expired or live
+    scoped = ScopedKey(tenant="9", principal="p", method="POST", route="r", key="k")
+    args = {"scoped": scoped, "fingerprint": "a" * 64, "fingerprint_version": 1, "field_hashes": {}}
+    first = StoredResponse(status=201, body=b"first")
+    assert db_store.insert_record(**args, response=first, ttl_seconds=60)
+    if expired:
+        IdempotencyRecord.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    # when a transaction ends with the record's statement carrying its COMMIT
+    second = StoredResponse(status=201, body=b"second")
+    if expired:
+        with transaction.atomic():
+            assert db_store.insert_record(**args, response=second, ttl_seconds=60, commit=True)
+    else:
+        with pytest.raises(IntegrityError), transaction.atomic():
+            db_store.insert_record(**args, response=second, ttl_seconds=60, commit=True)
+    # then an expired record was replaced and committed, a live one kept
+    kept = db_store.committed_result(scoped)
+    assert kept is not None and kept.response.body == (b"second" if expired else b"first")
+    assert IdempotencyRecord.objects.count() == 1

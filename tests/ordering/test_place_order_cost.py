@@ -75,9 +75,10 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     # nothing: tests/idempotency/test_record_commit.py reads the wire), stock (UPDATE ...
     # RETURNING), then the day's order number, the order, its line and its
     # transition in one statement (WITH ... INSERT, ordering/services/one_statement.py,
-    # ordering/order_numbers.py), and the idempotency
-    # record, whose statement carries the COMMIT (Django's own COMMIT then has nothing to send:
-    # tests/idempotency/test_record_commit.py reads the wire); nothing is read back.
+    # ordering/order_numbers.py), and the idempotency record (a call of its function,
+    # migration 0008), whose statement carries the COMMIT (Django's own COMMIT then has
+    # nothing to send: tests/idempotency/test_record_commit.py reads the wire); nothing is
+    # read back.
     # Database-only mode sends the same statements: its lock's query also reads the key's
     # record under the claim (its second statement, idempotency/stores/database_claim.py; no
     # look-up before the transaction) and establishes the savepoint the view runs in (its
@@ -86,13 +87,14 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     # more than 1 s later while the credential feed is not heard: authentication, not placing.)
     placing = [q for q in queries.captured_queries if "tenants_dinersession" not in q["sql"]]
     statements = [q["sql"].split()[0] for q in placing]
-    expected = ["BEGIN", "BEGIN;", "UPDATE", "WITH", "WITH", "COMMIT"]
+    expected = ["BEGIN", "BEGIN;", "UPDATE", "WITH", "SELECT", "COMMIT"]
     assert statements == expected, " ".join(statements)
     claim = placing[statements.index("BEGIN;")]["sql"]
     assert claim.startswith("BEGIN; SELECT pg_try_advisory_xact_lock")
     assert ("idempotency_idempotencyrecord" in claim) == (engine_mode == "database")
     assert ('; SAVEPOINT "idempotency_view_' in claim) == (engine_mode == "database")
-    assert placing[-2]["sql"].endswith("; COMMIT")
+    record = placing[-2]["sql"]
+    assert record.startswith("SELECT idempotency_insert_record(") and record.endswith("; COMMIT")
     # and the number the statement took is the one in the answer: the second of the day
     assert placed.json()["number"] == 2
 
