@@ -101,6 +101,12 @@ class IdempotentRequest:
         return self.field_hashes_under(self.fingerprint_version)
 
     @cached_property
+    def audit_key(self) -> str:
+        """The key as audits keep it (:func:`~idempotency.core.hashing.keyed_digest`): a first
+        execution prepares a HIT's audit for its claim and writes its own MISS, one HMAC."""
+        return keyed_digest(self.scoped.key)
+
+    @cached_property
     def audit_event_id(self) -> str:
         """The id of this request's one audit event. Every path that may report it (its claim's
         own append, the stream, the database) names it, so copies of it are one row."""
@@ -507,7 +513,7 @@ def _event(
     return AuditEvent(
         tenant_key=req.scoped.tenant,
         endpoint=req.endpoint,
-        key=keyed_digest(req.scoped.key),
+        key=req.audit_key,
         outcome=outcome,
         source=source,
         principal=req.scoped.principal,

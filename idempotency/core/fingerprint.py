@@ -133,7 +133,7 @@ def _hashed(canonical: bytes, version: int, secret: bytes | None = None) -> str:
     payload = f"v{version}:".encode("ascii") + canonical
     if secret is None:
         return hashlib.sha256(payload).hexdigest()
-    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+    return hmac.digest(secret, payload, "sha256").hex()
 
 
 def field_hashes(
@@ -191,7 +191,7 @@ def _short_hash(payload: bytes, secret: bytes | None) -> str:
     if secret is None:
         digest = hashlib.sha256(payload).hexdigest()
     else:
-        digest = hmac.new(secret, payload, hashlib.sha256).hexdigest()
+        digest = hmac.digest(secret, payload, "sha256").hex()
     return digest[:FIELD_HASH_HEX_CHARS]
 
 

@@ -58,8 +58,8 @@ def keyed_digest(value: str, *, key: HashKey | None = None) -> str:
     """``k<id>:<32 hex>``: the HMAC of ``value`` under ``key`` (default: the current one),
     labelled with the key's id. What audits, logs and exports keep instead of a raw key."""
     key = key or current_key()
-    mac = hmac.new(key.secret, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
-    return f"k{key.id}:{mac.hexdigest()[:DIGEST_HEX_CHARS]}"
+    mac = hmac.digest(key.secret, value.encode("utf-8", "surrogatepass"), "sha256")
+    return f"k{key.id}:{mac.hex()[:DIGEST_HEX_CHARS]}"
 
 
 def digest_candidates(value: str) -> list[str]:

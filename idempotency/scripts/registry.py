@@ -67,6 +67,9 @@ class Rollout:
         return self.stable
 
 
+_NO_ROLLOUT = Rollout()  # a script with no uploaded version: the shipped file runs
+
+
 def tenant_bucket(tenant_key: str) -> int:
     """0..99, the same for a tenant in every process: who is in a 5 % canary."""
     digest = hashlib.blake2b(f"lua-canary:{tenant_key}".encode(), digest_size=8).digest()
@@ -98,8 +101,11 @@ class ScriptRegistry:
     ) -> dict[str, ScriptRef]:
         """The version of every versioned script for one request, from one table."""
         table = self._rollouts()
+        forced = engine_setting("FORCE_SCRIPTS")
         return {
-            name: _chosen(table, name, tenant_key=tenant_key, region=region, pinned=pinned)
+            name: _chosen(
+                table, name, tenant_key=tenant_key, region=region, pinned=pinned, forced=forced
+            )
             for name in VERSIONED_SCRIPTS
         }
 
@@ -198,11 +204,13 @@ def _chosen(
     tenant_key: str,
     region: str | None,
     pinned: int | None,
+    forced: dict[str, str] | None = None,
 ) -> ScriptRef:
-    forced = _forced_script(name)
-    if forced is not None:
-        return forced
-    rollout = table.get(name, Rollout())
+    """``forced``: the ``FORCE_SCRIPTS`` setting when the caller read it already."""
+    path = (engine_setting("FORCE_SCRIPTS") if forced is None else forced).get(name)
+    if path:
+        return _forced_script(name, path)
+    rollout = table.get(name, _NO_ROLLOUT)
     if pinned is not None and pinned in rollout.versions:
         return rollout.versions[pinned]
     return rollout.for_tenant(tenant_key, region) or shipped(name)
@@ -213,12 +221,9 @@ def _channel_client() -> object | None:
     return hook() if hook else None
 
 
-def _forced_script(name: str) -> ScriptRef | None:
+def _forced_script(name: str, path: str) -> ScriptRef:
     """``IDEMPOTENCY["FORCE_SCRIPTS"] = {"claim": "/path/claim.lua"}`` runs that file for every
     tenant: how the contract tests are run against a candidate version."""
-    path = engine_setting("FORCE_SCRIPTS").get(name)
-    if not path:
-        return None
     return ScriptRef(name=name, version=-1, source=Path(path).read_text("utf-8"))
 
 

@@ -139,6 +139,9 @@ class RedisIdempotencyStore:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("the Redis client must not decode responses (bodies are binary)")
         self._client = client
+        # redis-py declares RedisCluster a typing.Protocol: isinstance runs Python code, so it
+        # is asked once here, not on every claim
+        self._on_cluster = isinstance(client, RedisCluster)
         self._channel = channel
         self._scripts = {name: client.register_script(_script_source(name)) for name in _SCRIPTS}
         self._versions: dict[str, Script] = {}  # source -> registered script
@@ -153,7 +156,7 @@ class RedisIdempotencyStore:
     def appends_audits_in_claim(self) -> bool:
         """Whether a claim can append its own audit: not on a Cluster, where the node's audit
         stream is not in the claim key's slot."""
-        return not isinstance(self._client, RedisCluster)
+        return not self._on_cluster
 
     @property
     def channel(self) -> str:
@@ -256,7 +259,7 @@ class RedisIdempotencyStore:
 
     def purge(self, *, key: str) -> None:
         """Delete the entry whatever its state, and tell in-process caches to drop it."""
-        if isinstance(self._client, RedisCluster):
+        if self._on_cluster:
             # Cluster pipelines refuse PUBLISH; two calls are fine for this rare admin action.
             self._client.delete(key)
             self.publish_invalidation(key)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import wraps
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -66,14 +65,17 @@ def idempotent(
             # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
             payload = business_payload(request.data, policy.fields, kwargs)
             prepared = prepare(
-                request, policy=policy, payload=payload, raw_key=request.META.get(KEY_HEADER)
+                request,
+                policy=policy,
+                payload=payload,
+                raw_key=request.META.get(KEY_HEADER),
+                render_pointer=lambda url: _render_get(request, url),
             )
             if prepared is None:
                 return handler(view, request, *args, **kwargs)
             if isinstance(prepared, HttpResponse):
                 return prepared
             request.idempotency = prepared.scoped
-            prepared = replace(prepared, render_pointer=lambda url: _render_get(request, url))
             return engine.process(prepared, lambda: _run_view(view, request, handler, args, kwargs))
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ signature for this tenant and principal; the claim then consumes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -42,10 +43,16 @@ def business_payload(
 
 
 def prepare(
-    request: HttpRequest, *, policy: Policy, payload: dict[str, Any], raw_key: str | None
+    request: HttpRequest,
+    *,
+    policy: Policy,
+    payload: dict[str, Any],
+    raw_key: str | None,
+    render_pointer: Callable[[str], HttpResponse] | None = None,
 ) -> IdempotentRequest | HttpResponse | None:
     """The engine request; a 400 refusal; or None when the request is not idempotent
-    (no tenant identity, or no key on an endpoint that neither requires nor derives one)."""
+    (no tenant identity, or no key on an endpoint that neither requires nor derives one).
+    ``render_pointer``: how a replay of a body stored as a resource URL renders it afresh."""
     identity = required_hook("SCOPE_RESOLVER")(request)
     if identity is None:
         return None
@@ -113,6 +120,7 @@ def prepare(
         script_pin=script_pin(request),
         fingerprint_version=version,
         field_hashes_under=lambda other: _field_hashes_under(payload, other),
+        render_pointer=render_pointer,
     )
 
 
