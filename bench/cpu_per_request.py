@@ -162,7 +162,7 @@ def _child() -> None:
     call_command("migrate", verbosity=0, interactive=False)
     payload = json.loads(sys.stdin.read())
     app = _application()
-    rounds: dict[str, list[dict[str, float | None]]] = {case: [] for case in CASES}
+    rounds: dict[str, list[Parts]] = {case: [] for case in CASES}
     for case, path in CASES.items():  # warm every code path and connection first
         _cpu_per_request(app, path, 200, replay=case)
     for _ in range(payload["rounds"]):

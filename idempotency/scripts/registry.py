@@ -94,7 +94,14 @@ class ScriptRegistry:
         self, name: str, *, tenant_key: str, region: str | None = None, pinned: int | None = None
     ) -> ScriptRef:
         """The version of ``name`` this tenant's call runs (a pinned version wins if it exists)."""
-        return _chosen(self._rollouts(), name, tenant_key=tenant_key, region=region, pinned=pinned)
+        return _chosen(
+            self._rollouts(),
+            name,
+            tenant_key=tenant_key,
+            region=region,
+            pinned=pinned,
+            forced=engine_setting("FORCE_SCRIPTS"),
+        )
 
     def resolve(
         self, *, tenant_key: str, region: str | None = None, pinned: int | None = None
@@ -204,10 +211,10 @@ def _chosen(
     tenant_key: str,
     region: str | None,
     pinned: int | None,
-    forced: dict[str, str] | None = None,
+    forced: dict[str, str],
 ) -> ScriptRef:
-    """``forced``: the ``FORCE_SCRIPTS`` setting when the caller read it already."""
-    path = (engine_setting("FORCE_SCRIPTS") if forced is None else forced).get(name)
+    """``forced``: the ``FORCE_SCRIPTS`` setting, read once by the caller."""
+    path = forced.get(name)
     if path:
         return _forced_script(name, path)
     rollout = table.get(name, _NO_ROLLOUT)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
-from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -24,7 +23,7 @@ from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.core.keys import tenant_hash_tag
 from idempotency.stores.breaker import BreakerState, CircuitBreaker
 from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
-from idempotency.stores.redis_store import RedisIdempotencyStore
+from idempotency.stores.redis_store import RedisIdempotencyStore, is_cluster
 
 T = TypeVar("T")
 
@@ -87,17 +86,6 @@ class GuardedStore:
         seconds = time.perf_counter() - started
         self.breaker.record(seconds=seconds, ok=ok)
         metrics.redis_latency.labels(node=self.name, op=op).observe(seconds)
-
-
-def is_cluster(client: Any) -> bool:
-    """Whether ``client`` is a ``RedisCluster``. redis-py declares it a ``typing.Protocol``, so
-    ``isinstance`` runs Python code (~2 µs); every request asks this for every node call."""
-    return _is_cluster_type(type(client))
-
-
-@cache
-def _is_cluster_type(cls: type) -> bool:
-    return issubclass(cls, RedisCluster)
 
 
 def node_name(client: Any) -> str:
