@@ -107,8 +107,9 @@ TEMPLATES = [
 # --- database ---------------------------------------------------------------------------
 # DATABASE_URL (postgres://...) in production and tests; SQLite is the embedded demo default.
 # Persistent connections: a worker keeps its connection for DB_CONN_MAX_AGE seconds (0: one per
-# request) and checks it before reusing it after a request, so a restarted PostgreSQL or a
-# PgBouncer that dropped it costs a reconnect, not an error (docs/adr/0006).
+# request) and checks it before reusing it after a request, without a query when it is idle
+# (config/postgresql/), so a restarted PostgreSQL or a PgBouncer that dropped it costs a
+# reconnect, not an error (docs/adr/0006).
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
@@ -116,6 +117,9 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, with a health check that sends no query (config/postgresql/base.py)
+    DATABASES["default"]["ENGINE"] = "config.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Concurrent writers on the embedded demo: a transaction takes SQLite's write lock when it
     # begins (a deferred one that reads first fails with "database is locked" at once, without
