@@ -33,6 +33,7 @@ def next_request() -> None:
 def test_the_check_of_an_idle_connection_sends_nothing() -> None:
     pid = backend_pid()
     next_request()
+    assert not connection.health_check_done  # the request's first query checks the connection
     with round_trips_sent() as sent:
         connection.close_if_health_check_failed()  # what the request's first query runs first
     assert sent == []
@@ -54,8 +55,11 @@ def test_a_connection_the_server_ended_is_replaced_before_the_next_query(api) ->
 def test_after_an_error_a_query_decides() -> None:
     backend_pid()
     connection.errors_occurred = True  # an error other than a constraint's since the last commit
-    with round_trips_sent() as sent:
-        assert connection.is_usable()
+    try:
+        with round_trips_sent() as sent:
+            assert connection.is_usable()
+    finally:
+        connection.errors_occurred = False
     assert len(sent) == 1
 
 
