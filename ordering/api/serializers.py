@@ -7,6 +7,9 @@ Orders are shown two ways, chosen in one place (:func:`ordering.api.rendering.sh
 which writes these shapes): a merchant's secret key sees every field; a diner does not see what
 belongs to the restaurant's back office (the provider's transaction id, who moved the order,
 API key prefixes). The schema declares those fields as optional, so both shapes conform to it.
+
+The input serializers build their fields once per class, not once per request
+(:mod:`config.prebuilt_fields`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.prebuilt_fields import PrebuiltFieldsSerializer
 from ordering.api.rendering import latest_payment
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.services.lifecycle import MERCHANT_TARGETS
@@ -49,12 +53,12 @@ class QuantityField(serializers.IntegerField):
     ``QUANTITY_INVALID``."""
 
 
-class ItemInSerializer(serializers.Serializer):
+class ItemInSerializer(PrebuiltFieldsSerializer):
     dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     quantity = QuantityField(min_value=1, max_value=2**31 - 1)
 
 
-class ContactInSerializer(serializers.Serializer):
+class ContactInSerializer(PrebuiltFieldsSerializer):
     """How to reach the diner: kept on the order, never in a stored reply (redacted)."""
 
     phone = serializers.RegexField(
@@ -78,7 +82,7 @@ class ContactSerializer(serializers.Serializer):
     )
 
 
-class PlaceOrderInSerializer(serializers.Serializer):
+class PlaceOrderInSerializer(PrebuiltFieldsSerializer):
     items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
     payment_method = serializers.ChoiceField(choices=PAYMENT_METHODS)
     coupon_code = serializers.CharField(
@@ -88,7 +92,7 @@ class PlaceOrderInSerializer(serializers.Serializer):
     contact = ContactInSerializer(required=False)
 
 
-class TransitionInSerializer(serializers.Serializer):
+class TransitionInSerializer(PrebuiltFieldsSerializer):
     to = serializers.ChoiceField(choices=MERCHANT_TARGETS)
 
 
