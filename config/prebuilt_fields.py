@@ -39,7 +39,6 @@ _PROTOTYPES: dict[type, dict[str, Field | None]] = {}
 # No docstring: drf-spectacular would publish it as the description of every subclass that has
 # none of its own (inspect.getdoc inherits).
 class PrebuiltFieldsSerializer(serializers.Serializer):
-
     def get_fields(self) -> dict[str, Field]:
         prototypes = _PROTOTYPES.get(type(self))
         if prototypes is None:
