@@ -32,19 +32,22 @@ from rest_framework.fields import Field, empty
 # values that cannot be changed in place, so one object may serve every instance
 _IMMUTABLE = (str, bytes, int, float, bool, Decimal, frozenset, type(None))
 
-# per serializer class: its declared fields, each built once (None: deep-copied per instance)
-_PROTOTYPES: dict[type, dict[str, Field | None]] = {}
+# the class attribute holding a serializer class's own declared fields, each built once
+# (None: deep-copied per instance); kept on the class, so it goes when the class goes
+_PROTOTYPES = "_prebuilt_field_prototypes"
 
 
 # No docstring: drf-spectacular would publish it as the description of every subclass that has
 # none of its own (inspect.getdoc inherits).
 class PrebuiltFieldsSerializer(serializers.Serializer):
     def get_fields(self) -> dict[str, Field]:
-        prototypes = _PROTOTYPES.get(type(self))
+        cls = type(self)
+        prototypes = cls.__dict__.get(_PROTOTYPES)  # the class's own, never a base class's
         if prototypes is None:
             # built by whichever thread gets here first; a concurrent build makes an equal
             # dict, and the last one stored wins
-            prototypes = _PROTOTYPES[type(self)] = _prototypes(self._declared_fields)
+            prototypes = _prototypes(self._declared_fields)
+            setattr(cls, _PROTOTYPES, prototypes)
         return {
             name: _bindable_copy(prototype)
             if prototype is not None

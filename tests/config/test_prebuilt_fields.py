@@ -4,7 +4,9 @@ writes."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,6 +127,33 @@ def test_a_field_inside_a_field_belongs_to_its_instance():
     # then each list's child field reaches its own instance, and so its context
     assert first.fields["labels"].child.root is first
     assert second.fields["labels"].child.context == {"n": 2}
+
+
+def test_a_subclass_builds_its_own_fields():
+    # given a serializer whose subclass declares one more field, the base used first
+    class Base(PrebuiltFieldsSerializer):
+        name = serializers.CharField()
+
+    class WithAge(Base):
+        age = serializers.IntegerField()
+
+    assert list(Base(data={}).fields) == ["name"]
+    # then the subclass has its own fields, not its base's
+    assert list(WithAge(data={}).fields) == ["name", "age"]
+    assert list(Base(data={}).fields) == ["name"]
+
+
+def test_a_serializer_class_made_at_run_time_is_not_kept_alive():
+    # given a serializer class made and used at run time, then dropped
+    class Passing(PrebuiltFieldsSerializer):
+        name = serializers.CharField()
+
+    assert Passing(data={"name": "x"}).is_valid()
+    gone = weakref.ref(Passing)
+    del Passing
+    gc.collect()
+    # then nothing of the prebuilt fields holds on to it
+    assert gone() is None
 
 
 class Tagged(PrebuiltFieldsSerializer):
