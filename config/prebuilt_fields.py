@@ -4,8 +4,8 @@ DRF gives every serializer instance its own copy of the declared fields
 (``Serializer.get_fields`` deep-copies them), and a field's deep copy calls its constructor
 again (``Field.__deepcopy__``): every request rebuilds each field's validators, error messages
 and choice maps. For the order's input (``ordering.api.serializers.PlaceOrderInSerializer``:
-three serializers, nine fields) that was about 360 µs of a worker's CPU per order, measured in
-the running request (``docs/benchmarks.md``, the causes table).
+three serializers, nine declared fields) that was about 360 µs of a worker's CPU per order,
+measured in the running request (``docs/benchmarks.md``, the causes table).
 
 :class:`PrebuiltFieldsSerializer` builds each plain field once per class, with its validators
 already resolved, and gives every instance a shallow copy of it to bind. Binding sets only the
