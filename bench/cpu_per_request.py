@@ -70,14 +70,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     opts = Options(db_name=args.db_name, redis_url=args.redis_url)
+    payload = {"requests": args.requests, "rounds": args.rounds}
+    report(measure_in_child("bench.cpu_per_request", opts, payload), args.requests)
+
+
+def measure_in_child(module: str, opts: Options, payload: dict[str, Any]) -> Any:
+    """Run ``python -m <module> _child`` with the servers' settings on a fresh database and an
+    empty Redis database (both emptied again afterwards), ``payload`` as JSON on its stdin;
+    what it printed last, as JSON."""
     recreate_database(opts.db_name)
     flush_redis(opts.redis_url)
     try:
         child = subprocess.run(
-            [sys.executable, "-m", "bench.cpu_per_request", "_child"],
+            [sys.executable, "-m", module, "_child"],
             cwd=PROJECT_ROOT,
             env=merged_env(base_env(opts), {"REDIS_URL": opts.redis_url}),
-            input=json.dumps({"requests": args.requests, "rounds": args.rounds}),
+            input=json.dumps(payload),
             capture_output=True,
             text=True,
             timeout=3600,
@@ -87,7 +95,7 @@ def main() -> None:
         flush_redis(opts.redis_url)
     if child.returncode != 0:
         raise SystemExit(f"the measuring process failed:\n{child.stderr[-4000:]}")
-    report(json.loads(child.stdout.strip().splitlines()[-1]), args.requests)
+    return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 PARTS = ("worker", "database", "redis")  # who spent the CPU: see the module docstring

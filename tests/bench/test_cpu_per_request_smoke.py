@@ -8,42 +8,19 @@ the Redis server), never how fast.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import uuid
 
 import pytest
 
-from bench.cpu_per_request import CASES, PROJECT_ROOT
-from tests.support.redis_nodes import RedisNode
+from bench.cpu_per_request import CASES
+from tests.bench.bench_runs import run_bench
 
 pytestmark = pytest.mark.slow
 
 
 def test_every_case_and_round_trip_is_measured():
-    node = RedisNode().start()
-    try:
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.cpu_per_request",
-                "--requests",
-                "5",
-                "--rounds",
-                "2",
-                "--db-name",
-                f"bench_cpu_smoke_{uuid.uuid4().hex[:8]}",
-                "--redis-url",
-                f"redis://127.0.0.1:{node.port}/0",
-            ],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:
-        node.remove()
+    run = run_bench(
+        "bench.cpu_per_request", "--requests", "5", "--rounds", "2", db_prefix="bench_cpu_smoke"
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     for case in CASES:
         # worker, database, redis, total, then the worker's rounds; PostgreSQL is local here,
