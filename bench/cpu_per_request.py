@@ -169,7 +169,7 @@ def _child() -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
     payload = json.loads(sys.stdin.read())
-    app = _application()
+    app = wsgi_application()
     rounds: dict[str, list[Parts]] = {case: [] for case in CASES}
     for case, path in CASES.items():  # warm every code path and connection first
         _cpu_per_request(app, path, 200, replay=case)
@@ -204,7 +204,7 @@ def _round_trips(n: int) -> dict[str, list[float]]:
     return spent
 
 
-def _application() -> Any:
+def wsgi_application() -> Any:
     from django.core.handlers.wsgi import WSGIHandler
 
     return WSGIHandler()
@@ -220,11 +220,11 @@ def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> Parts:
     prefix = uuid.uuid4().hex
     is_replay = replay in REPLAYS
     if is_replay:
-        _send_all(app, path, prefix, n)
+        send_all(app, path, prefix, n)
     before_each = local_cache().clear if replay == "engine_replay_redis" else None
     backend = _database_backend()
     started = (time.process_time(), _database_seconds(backend), _redis_seconds())
-    answers = _send_all(app, path, prefix, n, before_each=before_each)
+    answers = send_all(app, path, prefix, n, before_each=before_each)
     ended = (time.process_time(), _database_seconds(backend), _redis_seconds())
     if backend != _database_backend():  # the connection was replaced: its CPU is unknown
         ended = (ended[0], math.nan, ended[2])
@@ -270,7 +270,7 @@ def _redis_seconds() -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _send_all(
+def send_all(
     app: Any, path: str, prefix: str, n: int, *, before_each: Callable[[], None] | None = None
 ) -> list[tuple[str, str]]:
     """Send keys ``<prefix>-0`` … ``<prefix>-<n-1>`` (calling ``before_each`` before each);

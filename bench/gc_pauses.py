@@ -84,20 +84,20 @@ def _child() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from bench.cpu_per_request import _application, _send_all
+    from bench.cpu_per_request import send_all, wsgi_application
     from config.gunicorn import post_worker_init
 
     call_command("migrate", verbosity=0, interactive=False)
     payload = json.loads(sys.stdin.read())
-    app = _application()
+    app = wsgi_application()
     if payload["freeze"]:
         post_worker_init(SimpleNamespace(pid=0, log=SimpleNamespace(info=lambda *args: None)))
     for path in CASES.values():
-        _send_all(app, path, uuid.uuid4().hex, WARMUP)
+        send_all(app, path, uuid.uuid4().hex, WARMUP)
     requests = payload["requests"]
     result = {}
     for case, path in CASES.items():
-        send = partial(_send_all, app, path, uuid.uuid4().hex, requests)
+        send = partial(send_all, app, path, uuid.uuid4().hex, requests)
         result[case] = _collections_during(send, requests)
         result[case]["tracked"] = len(gc.get_objects())  # what a full collection walks
     print(json.dumps(result))

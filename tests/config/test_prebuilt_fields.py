@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -67,7 +66,7 @@ def test_the_order_input_validates_as_drf_builds_it(data, monkeypatch):
 
 
 @pytest.fixture
-def constructed() -> Iterator[list[type]]:
+def constructed(monkeypatch: pytest.MonkeyPatch) -> list[type]:
     """The class of every field constructed while the test runs."""
     made: list[type] = []
     real = Field.__init__
@@ -76,11 +75,8 @@ def constructed() -> Iterator[list[type]]:
         made.append(type(self))
         real(self, *args, **kwargs)
 
-    Field.__init__ = counting  # type: ignore[method-assign]
-    try:
-        yield made
-    finally:
-        Field.__init__ = real  # type: ignore[method-assign]
+    monkeypatch.setattr(Field, "__init__", counting)
+    return made
 
 
 def test_no_plain_field_is_constructed_per_instance(constructed):
