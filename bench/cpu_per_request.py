@@ -231,9 +231,7 @@ def _cpu_per_request(app: Any, path: str, n: int, *, replay: str) -> Parts:
     if before_each is not None and len(local_cache()) > 1:
         # each HIT is remembered: more than the last one means the table was not emptied
         raise RuntimeError(f"{path}: replays were served from the process's table, not Redis")
-    refused = [a for a in answers if not a[0].startswith("201") or (is_replay and a[1] != "HIT")]
-    if refused:
-        raise RuntimeError(f"{path}: {len(refused)} answers were not as expected: {refused[0]}")
+    check_answers(path, answers, replay=is_replay)
     return {
         part: (after - before) / n * 1e6
         for part, before, after in zip(PARTS, started, ended, strict=True)
@@ -268,6 +266,14 @@ def _redis_seconds() -> float:
     with redis.Redis.from_url(settings.REDIS_URL) as client:
         info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def check_answers(path: str, answers: list[tuple[str, str]], *, replay: bool = False) -> None:
+    """Every answer a 201 (with ``replay``: a 201 HIT), else ``RuntimeError``: a measurement of
+    refusals or errors would be a measurement of another path."""
+    refused = [a for a in answers if not a[0].startswith("201") or (replay and a[1] != "HIT")]
+    if refused:
+        raise RuntimeError(f"{path}: {len(refused)} answers were not as expected: {refused[0]}")
 
 
 def send_all(

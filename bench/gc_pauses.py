@@ -7,10 +7,11 @@ the app. This runs two child processes, one after the other, with the settings o
 ``bench/cpu_per_request.py`` (the WSGI application called in a loop on a throwaway database,
 no HTTP): one calls that hook after building the application, the other does not. Each sends
 ``--requests`` requests to the bare create and to the bare create behind ``@idempotent``
-(after 300 untimed ones each), and times every collection with ``gc.callbacks`` (the
-process's CPU time). It prints, per mode and case: the objects the collector tracks (what a
-full collection walks), collections per generation, the GC's CPU per request, and the
-longest single collection per generation, which is the pause the request it lands on pays.
+(after 300 untimed ones each; every answer must be a 201), and times every collection with
+``gc.callbacks`` (the process's CPU time). It prints, per mode and case: the objects the
+collector tracks (what a full collection walks), collections per generation, the GC's CPU per
+request, and the longest single collection per generation, which is the pause the request it
+lands on pays.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.cpu_per_request import measure_in_child
 from bench.http_load import Options
@@ -34,6 +35,8 @@ DB_NAME = "bench_gc"
 CASES = {"plain": "/api/bench/plain/", "plain_engine": "/api/bench/plain-engine/"}
 MODES = ("as loaded", "frozen by post_worker_init")
 WARMUP = 300
+
+T = TypeVar("T")
 
 
 def main() -> None:
@@ -84,7 +87,7 @@ def _child() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from bench.cpu_per_request import send_all, wsgi_application
+    from bench.cpu_per_request import check_answers, send_all, wsgi_application
     from config.gunicorn import post_worker_init
 
     call_command("migrate", verbosity=0, interactive=False)
@@ -93,18 +96,20 @@ def _child() -> None:
     if payload["freeze"]:
         post_worker_init(SimpleNamespace(pid=0, log=SimpleNamespace(info=lambda *args: None)))
     for path in CASES.values():
-        send_all(app, path, uuid.uuid4().hex, WARMUP)
+        check_answers(path, send_all(app, path, uuid.uuid4().hex, WARMUP))
     requests = payload["requests"]
     result = {}
     for case, path in CASES.items():
         send = partial(send_all, app, path, uuid.uuid4().hex, requests)
-        result[case] = _collections_during(send, requests)
+        answers, result[case] = _collections_during(send, requests)
         result[case]["tracked"] = len(gc.get_objects())  # what a full collection walks
+        check_answers(path, answers)
     print(json.dumps(result))
 
 
-def _collections_during(run: Callable[[], object], requests: int) -> dict[str, Any]:
-    """Run ``run`` and time each collection it triggers (process CPU), by generation."""
+def _collections_during(run: Callable[[], T], requests: int) -> tuple[T, dict[str, Any]]:
+    """Run ``run`` and time each collection it triggers (process CPU), by generation; what
+    ``run`` returned, and the timings."""
     spent: Counter[str] = Counter()
     counted: Counter[str] = Counter()
     longest: Counter[str] = Counter()
@@ -122,10 +127,10 @@ def _collections_during(run: Callable[[], object], requests: int) -> dict[str, A
 
     gc.callbacks.append(timed)
     try:
-        run()
+        returned = run()
     finally:
         gc.callbacks.remove(timed)
-    return {
+    return returned, {
         "collections": {g: counted[g] for g in "012"},
         "gc_us_per_request": sum(spent.values()) / requests * 1e6,
         "longest_ms": {g: longest[g] * 1e3 for g in "012"},

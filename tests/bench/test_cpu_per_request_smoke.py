@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from bench.cpu_per_request import CASES
+from bench.cpu_per_request import CASES, check_answers
 from tests.bench.bench_runs import run_bench
 
 pytestmark = pytest.mark.slow
@@ -34,3 +34,14 @@ def test_every_case_and_round_trip_is_measured():
     added = r"@idempotent / drf-idempotency added CPU: -?\d+\.\d\d \(worker\), -?\d+\.\d\d"
     assert re.search(added, run.stdout), run.stdout
     assert re.search(r"engine_replay_redis / engine_replay CPU: \d+\.\d\d", run.stdout)
+
+
+def test_a_run_whose_answers_are_not_the_expected_ones_is_refused():
+    created, missing = ("201 Created", "MISS"), ("404 Not Found", "-")
+    check_answers("/api/bench/plain/", [created, created])
+    with pytest.raises(RuntimeError, match=r"1 answers were not as expected: .*404"):
+        check_answers("/api/bench/plain/", [created, missing])
+    # a replay must be a HIT
+    check_answers("/api/bench/plain-engine/", [("201 Created", "HIT")], replay=True)
+    with pytest.raises(RuntimeError, match="not as expected"):
+        check_answers("/api/bench/plain-engine/", [created], replay=True)
