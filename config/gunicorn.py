@@ -55,8 +55,8 @@ def post_worker_init(worker: Any) -> None:
 
     ``gc.freeze()`` moves every object alive now (Django, DRF, the URL map, the settings: some
     120,000 the collector tracks) out of its reach. They live as long as the worker, and a full
-    collection would otherwise walk all of them on the request it lands on: about 91 to 95 ms
-    of CPU with the bare create behind ``@idempotent``, against 15 to 21 ms frozen
+    collection would otherwise walk all of them on the request it lands on: about 90 to 95 ms
+    of CPU with the bare create behind ``@idempotent``, against 15 to 25 ms frozen
     (``bench/gc_pauses.py``, ``docs/benchmarks.md``'s causes table). A cycle among them is
     never collected; there are only the ones start-up made."""
     gc.freeze()
