@@ -263,6 +263,8 @@ REST_FRAMEWORK = {
     # Every API view declares the capability each method needs (tenants/permissions.py).
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasDeclaredCapability"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # DRF's renderer choice, remembered per Accept header (config/negotiation.py)
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.RememberingContentNegotiation",
     "DEFAULT_PARSER_CLASSES": [
         "config.parsers.StrictJSONParser",
         "rest_framework.parsers.FormParser",
