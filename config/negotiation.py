@@ -5,8 +5,8 @@ Before every API view runs, DRF picks the renderer of the answer from the ``Acce
 each of the header's media types and each renderer's own media type, and orders them by
 precedence. It does this afresh for every request, though clients send the same few headers
 (``application/json``, ``*/*``, none at all) again and again. Measured in the running request
-(a replay of an order, one process, the thread's CPU around the call): 40 to 45 µs of a
-worker's 710 to 770 µs, about 6 % of a replay (``docs/benchmarks.md``, the causes table).
+(one process, the thread's CPU around the call): 41 µs of an order replay's 676, 45 of a bare
+create's 963 (``docs/benchmarks.md``, the causes table: 7 and 8 µs with the decisions kept).
 
 :class:`RememberingContentNegotiation` keeps DRF's decision for an ``Accept`` header and the
 media types of the view's renderers, in order (all the decision reads of them) and
