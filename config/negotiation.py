@@ -59,15 +59,5 @@ class RememberingContentNegotiation(DefaultContentNegotiation):
         renderer, media_type = super().select_renderer(request, renderers, format_suffix)
         if len(_decisions) >= MAX_REMEMBERED:
             _decisions.clear()
-        _decisions[key] = (_index_of(renderer, renderers), media_type)
+        _decisions[key] = (renderers.index(renderer), media_type)  # renderers compare by identity
         return renderer, media_type
-
-
-def forget_decisions() -> None:
-    """Empty the table (tests)."""
-    _decisions.clear()
-
-
-def _index_of(renderer: BaseRenderer, renderers: list[BaseRenderer]) -> int:
-    """The position of ``renderer`` itself (not an equal one) in ``renderers``."""
-    return next(i for i, candidate in enumerate(renderers) if candidate is renderer)

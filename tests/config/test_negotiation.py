@@ -52,9 +52,9 @@ FORMATS = {
 
 @pytest.fixture(autouse=True)
 def empty_table():
-    negotiation.forget_decisions()
+    negotiation._decisions.clear()
     yield
-    negotiation.forget_decisions()
+    negotiation._decisions.clear()
 
 
 def request_with(accept: str | None, query: str = "") -> Request:
