@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
 from idempotency.core.transactions import business_atomic
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition
+from ordering.models import Coupon, Order, OrderLine, OrderStatus, OrderTransition
 from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
 from ordering.order_numbers import business_day, numbered
 from ordering.prefetch import with_related
 from ordering.services.one_statement import insert_together
+from ordering.services.stock import take_stock
 from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
 from tenants.models import ApiClient, Tenant
 from tenants.routing import tenant_shard
@@ -27,7 +27,6 @@ from tenants.routing import tenant_shard
 MAX_QUANTITY_PER_LINE = 100
 MAX_LINES = 50
 PAYMENT_METHODS = ("card", "wallet", "cash")
-CENT = Decimal("0.01")
 
 
 @dataclass(frozen=True)
@@ -52,12 +51,12 @@ def place_order(
 ) -> Order:
     """Create an order in CREATED, or raise :class:`OrderingError` having written nothing.
 
-    Stock is taken with ``UPDATE ... SET stock = stock - q WHERE stock >= q ... RETURNING`` per
-    dish in primary key order (no overselling, no deadlock between two orders of the same dishes;
-    the same statement reads the name and price the lines freeze), the coupon with a conditional
-    increment of its use count; then one statement takes the day's short order number and
-    writes the order, its lines and its first transition. Any refusal rolls the whole
-    transaction back.
+    Stock is taken with a conditional decrement (``stock >= q``), on PostgreSQL every dish in
+    one statement, the dish rows locked in primary key order (no overselling, no deadlock
+    between two orders of the same dishes; it reads the name and price the lines freeze too:
+    :mod:`ordering.services.stock`), the coupon with a conditional increment of its use count;
+    then one statement takes the day's short order number and writes the order, its lines and
+    its first transition. Any refusal rolls the whole transaction back.
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
 
     The order comes back with its lines, its transition log and its (empty) payments in hand
@@ -66,11 +65,7 @@ def place_order(
     """
     quantities = _merge_lines(items)
     with business_atomic():
-        dishes: dict[int, TakenDish] = {}
-        for dish_id in sorted(quantities):
-            dishes[dish_id] = _take_stock(
-                tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id], all_ids=quantities
-            )
+        dishes = take_stock(tenant=tenant, quantities=quantities)  # stock.py
         subtotal = sum((dishes[d].price * q for d, q in quantities.items()), start=Decimal("0.00"))
         coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
         discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
@@ -152,57 +147,6 @@ def _merge_lines(items: Sequence[ItemRequest]) -> OrderedDict[int, int]:
                 dish_id=dish_id,
             )
     return merged
-
-
-@dataclass(frozen=True)
-class TakenDish:
-    """What an order line freezes of a dish, as the stock update returned it."""
-
-    name: str
-    price: Decimal
-
-
-def _take_stock(
-    *, tenant: Tenant, dish_id: int, quantity: int, all_ids: Iterable[int]
-) -> TakenDish:
-    """Take ``quantity`` portions in one statement that also reads the line's name and price.
-
-    A refusal (no row updated) is explained afterwards by :func:`_refusal`: which of the
-    order's dishes is unknown or off the menu, else this one has too little left. The
-    transaction is rolled back by the error either way.
-    """
-    table = connection.ops.quote_name(Dish._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET stock = stock - %s "
-            "WHERE id = %s AND tenant_id = %s AND active = %s AND stock >= %s "
-            "RETURNING name, price",
-            [quantity, dish_id, tenant.pk, True, quantity],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise _refusal(tenant=tenant, dish_ids=list(all_ids), short_dish_id=dish_id)
-    # SQLite hands back the price as a float or int: the line keeps the exact 2-place value.
-    return TakenDish(name=row[0], price=Decimal(str(row[1])).quantize(CENT))
-
-
-def _refusal(*, tenant: Tenant, dish_ids: list[int], short_dish_id: int) -> OrderingError:
-    """Why the stock update took nothing: the same answers, in the same order of precedence,
-    as checking every dish before taking any stock."""
-    dishes = Dish.objects.for_tenant(tenant).in_bulk(dish_ids)
-    missing = sorted(set(dish_ids) - set(dishes))
-    if missing:
-        return OrderingError(OrderingErrorCode.DISH_NOT_FOUND, "Unknown dish", dish_ids=missing)
-    inactive = sorted(d for d, dish in dishes.items() if not dish.active)
-    if inactive:
-        return OrderingError(
-            OrderingErrorCode.DISH_UNAVAILABLE, "Dish is not on the menu now", dish_ids=inactive
-        )
-    return OrderingError(
-        OrderingErrorCode.INSUFFICIENT_STOCK,
-        f"Not enough '{dishes[short_dish_id].name}' left",
-        dish_id=short_dish_id,
-    )
 
 
 def _use_coupon(*, tenant: Tenant, code: str) -> Coupon:
