@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from idempotency.core.transactions import business_atomic
@@ -150,15 +151,33 @@ def _merge_lines(items: Sequence[ItemRequest]) -> OrderedDict[int, int]:
 
 
 def _use_coupon(*, tenant: Tenant, code: str) -> Coupon:
-    coupon = Coupon.objects.for_tenant(tenant).filter(code=code, active=True).first()
-    if coupon is None or (coupon.valid_until and coupon.valid_until < timezone.now()):
-        raise OrderingError(OrderingErrorCode.COUPON_INVALID, "Unknown or expired coupon")
-    used = (
-        Coupon.objects.for_tenant(tenant)
-        .filter(pk=coupon.pk)
-        .filter(Q(max_uses__isnull=True) | Q(used_count__lt=F("max_uses")))
-        .update(used_count=F("used_count") + 1)
+    """Count one use of ``tenant``'s coupon ``code`` and return it, in one statement: an
+    increment on condition that the coupon is active, not past its end and not used up, which
+    returns the row (``RETURNING``). Concurrent orders never exceed ``max_uses``: each
+    increment holds the row's lock and checks the count the last one left. When nothing was
+    counted, a read says why: unknown, off or expired (``COUPON_INVALID``), else used up
+    (``COUPON_EXHAUSTED``), the same precedence as reading the coupon before counting."""
+    now = timezone.now()
+    table = connection.ops.quote_name(Coupon._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in Coupon._meta.concrete_fields)
+    counted = list(
+        Coupon.all_tenants.raw(
+            f"UPDATE {table} SET used_count = used_count + 1 "
+            "WHERE tenant_id = %s AND code = %s AND active = %s "
+            "AND (valid_until IS NULL OR valid_until >= %s) "
+            "AND (max_uses IS NULL OR used_count < max_uses) "
+            f"RETURNING {columns}",
+            [tenant.pk, code, True, connection.ops.adapt_datetimefield_value(now)],
+        )
     )
-    if used != 1:
+    if counted:
+        return counted[0]
+    usable = (
+        Coupon.objects.for_tenant(tenant)
+        .filter(code=code, active=True)
+        .filter(Q(valid_until__isnull=True) | Q(valid_until__gte=now))
+        .exists()
+    )
+    if usable:
         raise OrderingError(OrderingErrorCode.COUPON_EXHAUSTED, "Coupon has been used up")
-    return coupon
+    raise OrderingError(OrderingErrorCode.COUPON_INVALID, "Unknown or expired coupon")

@@ -24,12 +24,13 @@ import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
 import pytest
 
-from ordering.models import Order
+from ordering.models import Coupon, Order
 from tests.support.live_server import free_port
 from tests.support.view_executions import executions, server_env
 from tests.support.waiting import DEADLINE_SECONDS
@@ -300,3 +301,54 @@ def test_an_order_refused_after_taking_stock_keeps_the_stock_and_replays_the_ref
     assert answers[1].content == answers[0].content
     assert menu() == before
     assert len(executions(demo.executions, key="refused-after-write")) == 1
+
+
+def test_an_order_of_two_dishes_with_the_demo_coupon_counts_one_use(demo: Demo) -> None:
+    """On SQLite the stock is taken one dish per statement and the coupon's use is counted by
+    an ``UPDATE ... RETURNING`` (SQLite 3.35 and later), as on PostgreSQL."""
+    auth = {"Authorization": f"Api-Key {demo.key}"}
+    token = httpx.post(
+        f"{demo.url}/api/v1/diner-sessions/", headers=auth, timeout=DEADLINE_SECONDS
+    ).json()["token"]
+    dishes = httpx.get(f"{demo.url}/api/v1/menu/", headers=auth, timeout=DEADLINE_SECONDS).json()
+    first, second = sorted(dishes, key=lambda d: d["id"])[:2]
+
+    def uses() -> int:
+        with sqlite3.connect(demo.database) as db:
+            [(count,)] = db.execute(
+                f"SELECT used_count FROM {Coupon._meta.db_table} WHERE code = 'WELCOME10'"
+            ).fetchall()
+        return count
+
+    def order(key: str, coupon_code: str) -> httpx.Response:
+        return httpx.post(
+            f"{demo.url}/api/v1/orders/",
+            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": key},
+            json={
+                "items": [
+                    {"dish_id": first["id"], "quantity": 1},
+                    {"dish_id": second["id"], "quantity": 2},
+                ],
+                "payment_method": "card",
+                "coupon_code": coupon_code,
+            },
+            timeout=DEADLINE_SECONDS,
+        )
+
+    before = uses()
+    # when a diner orders two dishes with the demo's 10 % coupon
+    placed = order("coupon-order", "WELCOME10")
+    # then the order carries the coupon and its discount, and one use is counted
+    assert placed.status_code == 201, placed.text
+    subtotal = Decimal(first["price"]) + 2 * Decimal(second["price"])
+    discount = (subtotal / 10).quantize(Decimal("0.01"))
+    assert placed.json()["coupon_code"] == "WELCOME10"
+    assert (Decimal(placed.json()["discount"]), Decimal(placed.json()["total"])) == (
+        discount,
+        subtotal - discount,
+    )
+    assert uses() == before + 1
+    # and an unknown code is refused without counting anything
+    refused = order("coupon-unknown", "NOPE")
+    assert (refused.status_code, refused.json()["code"]) == (422, "COUPON_INVALID")
+    assert uses() == before + 1
