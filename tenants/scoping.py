@@ -24,7 +24,7 @@ class UnscopedQueryError(RuntimeError):
 
 class TenantQuerySet(models.QuerySet):
     def for_tenant(self, tenant: Any) -> TenantQuerySet:
-        return self.filter(tenant=tenant)
+        return _with_tenant_in_hand(self.filter(tenant=tenant), tenant)
 
 
 class TenantManager(models.Manager):
@@ -39,4 +39,17 @@ class TenantManager(models.Manager):
     def for_tenant(self, tenant: Any) -> TenantQuerySet:
         if tenant is None:
             raise UnscopedQueryError("for_tenant(None): a tenant is required")
-        return TenantQuerySet(self.model, using=self._db).filter(tenant=tenant)
+        return TenantQuerySet(self.model, using=self._db).for_tenant(tenant)
+
+
+def _with_tenant_in_hand(rows: TenantQuerySet, tenant: Any) -> TenantQuerySet:
+    """``rows`` handing every row it reads the caller's ``tenant`` instance as ``row.tenant``.
+
+    Every row such a query reads belongs to that tenant, so ``row.tenant`` would read again
+    what the caller holds: one query more per row, e.g. when an order's move logs its
+    transition under ``order.tenant``. Django fills a related manager's rows the same way
+    (``QuerySet._known_related_objects``, which each clone of the query keeps)."""
+    if isinstance(tenant, models.Model):
+        field = rows.model._meta.get_field("tenant")
+        rows._known_related_objects = {field: {tenant.pk: tenant}}
+    return rows

@@ -7,7 +7,7 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.generics import ListAPIView
@@ -28,7 +28,7 @@ from ordering.api.serializers import (
     PlaceOrderInSerializer,
     TransitionInSerializer,
 )
-from ordering.models import OrderStatus, Payment
+from ordering.models import Order, OrderStatus, Payment
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
@@ -53,6 +53,14 @@ WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
 
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
+    return shown_order(principal, order)
+
+
+def moved_order(principal: ApiPrincipal, order: Order) -> dict:
+    """The answer of a move (pay, cancel, a merchant's move): the order the service saved,
+    which it holds as the database does, with its lines, payments and log read once (the
+    move added to them). Reading the order again would cost a query for what is in hand."""
+    prefetch_related_objects([order], "lines", "payments", "transitions")
     return shown_order(principal, order)
 
 
@@ -169,13 +177,13 @@ class OrderPayView(APIView):
     def post(self, request: Request, order_id: int) -> Response:
         """Start paying: CREATED -> PAYING with the order's one Payment."""
         principal: ApiPrincipal = request.user
-        pay_order(
+        order, _ = pay_order(
             tenant=principal.tenant,
             order_id=order_id,
             diner_id=principal.diner_id,
             actor=principal.actor,
         )
-        return Response(order_detail(principal, order_id))
+        return Response(moved_order(principal, order))
 
 
 class OrderCancelView(APIView):
@@ -191,13 +199,13 @@ class OrderCancelView(APIView):
     def post(self, request: Request, order_id: int) -> Response:
         """Cancel: unpaid orders end CANCELLED, paid ones go to CANCELLING (refund)."""
         principal: ApiPrincipal = request.user
-        cancel_order(
+        order = cancel_order(
             tenant=principal.tenant,
             order_id=order_id,
             diner_id=principal.diner_id,
             actor=principal.actor,
         )
-        return Response(order_detail(principal, order_id))
+        return Response(moved_order(principal, order))
 
 
 class OrderTransitionView(APIView):
@@ -215,10 +223,10 @@ class OrderTransitionView(APIView):
         data = TransitionInSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         principal: ApiPrincipal = request.user
-        transition_order(
+        order = transition_order(
             tenant=principal.tenant,
             order_id=order_id,
             target=data.validated_data["to"],
             actor=principal.actor,
         )
-        return Response(order_detail(principal, order_id))
+        return Response(moved_order(principal, order))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from ordering.models import Dish, Order
 from tenants.api_keys import authenticate_api_key, issue_api_key, revoke_api_key
@@ -22,6 +24,22 @@ def test_unscoped_queries_fail_loudly(tenant):
     with pytest.raises(UnscopedQueryError):
         Dish.objects.for_tenant(None)
     assert Dish.objects.for_tenant(tenant).count() == 0
+
+
+def test_rows_read_for_a_tenant_carry_that_tenant_without_a_query(tenant, other_tenant, menu):
+    # given dishes of two tenants
+    Dish.objects.for_tenant(other_tenant).create(tenant=other_tenant, name="Theirs", price=1)
+    # when this tenant's dishes are read, through a query refined after the scoping too
+    with CaptureQueriesContext(connection) as queries:
+        dishes = list(Dish.objects.for_tenant(tenant).filter(active=True).order_by("name"))
+        tenants = [dish.tenant for dish in dishes]
+    # then each one's tenant is the instance the caller named, and only the dishes were read
+    assert [d.name for d in dishes] == ["Pasta", "Pizza"]
+    assert all(t is tenant for t in tenants)
+    assert len(queries.captured_queries) == 1
+    # and a tenant named by its id still scopes the query; its rows read the tenant as usual
+    [by_id] = Dish.objects.for_tenant(other_tenant.pk)
+    assert by_id.tenant == other_tenant
 
 
 def test_api_key_is_stored_hashed_shown_once_and_revocable(tenant):

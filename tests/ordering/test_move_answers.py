@@ -1,0 +1,64 @@
+"""The answer of a move (pay, cancel, a merchant's move) is the order as the database then
+holds it, rendered from the order the service saved: the order is not read again, and its
+tenant is the caller's, not read either."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from ordering.models import Order, OrderStatus
+from tenants.models import ApiClient
+from tests.conftest import api_for
+from tests.ordering.test_lifecycle import new_order
+
+pytestmark = pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
+
+
+def moved(api, path: str, body: dict | None = None):
+    """POST ``path`` with a fresh key; the answer and the statements it sent."""
+    with CaptureQueriesContext(connection) as queries:
+        answer = api.post(path, body or {}, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+    return answer, [q["sql"] for q in queries.captured_queries]
+
+
+def reads_of(statements: list[str], table: str) -> list[str]:
+    """The statements that read whole rows of ``table`` (as loading a model instance does;
+    the engine's per-tenant settings read single columns of the tenant, and are not these)."""
+    return [sql for sql in statements if sql.startswith(f'SELECT "{table}"."id", ')]
+
+
+@pytest.mark.parametrize(
+    ("who", "status", "path", "body", "after"),
+    [
+        ("diner", OrderStatus.CREATED, "pay", None, OrderStatus.PAYING),
+        ("diner", OrderStatus.CREATED, "cancel", None, OrderStatus.CANCELLED),
+        ("diner", OrderStatus.PAID, "cancel", None, OrderStatus.CANCELLING),
+        ("merchant", OrderStatus.PAID, "transition", {"to": "ACCEPTED"}, OrderStatus.ACCEPTED),
+    ],
+    ids=["pay", "cancel-unpaid", "cancel-paid", "accept"],
+)
+def test_a_move_answers_the_order_as_read_back_without_reading_it_again(
+    tenant, menu, who, status, path, body, after
+):
+    # given an order of the caller (a diner's own, or any of the merchant's)
+    api = (
+        api_for(tenant, diner="diner-1")
+        if who == "diner"
+        else api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    )
+    order = new_order(tenant, menu, status)
+    Order.all_tenants.filter(pk=order.pk).update(diner_id="diner-1")
+    api.get("/api/v1/menu/")  # the caller's credential checked once already
+    # when the caller moves it
+    answer, statements = moved(api, f"/api/v1/orders/{order.pk}/{path}/", body)
+    # then the answer is the order as a read afterwards shows it, in its new status
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["status"] == after
+    assert answer.json() == api.get(f"/api/v1/orders/{order.pk}/").json()
+    # and the order was read once, by the move itself, and its tenant not at all
+    assert len(reads_of(statements, "ordering_order")) == 1, statements
+    assert reads_of(statements, "tenants_tenant") == [], statements
