@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from idempotency.audit import AuditEvent
 from idempotency.core.hashing import keyed_digest
@@ -49,6 +50,8 @@ AUDIT_ENDPOINT = "POST /api/v1/payments/callback/"
 Outcome = PaymentCallback.Outcome
 P = Payment.Status
 CANCELLED_OR_CANCELLING = (OrderStatus.CANCELLED, OrderStatus.CANCELLING)
+# the inbox's unique key: one row per provider event (uniq_payment_callback_event)
+_EVENT_KEY = ("tenant", "provider", "event_id")
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def handle_payment_callback(
             order.tenant = tenant
             payment = Payment.all_tenants.select_for_update(of=("self",)).get(pk=payment.pk)
             decision = _apply(order=order, payment=payment, event=event, provider=provider.name)
-            PaymentCallback.all_tenants.filter(pk=inbox.pk).update(outcome=decision.outcome)
+            PaymentCallback.all_tenants.filter(pk=inbox).update(outcome=decision.outcome)
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
             _audit(order=order, event=event, provider=provider.name, decision=decision)
@@ -138,24 +141,44 @@ def handle_payment_callback(
 
 def _record_in_inbox(
     *, order: Order, payment: Payment, event: CallbackEvent, provider: str
-) -> PaymentCallback | None:
-    """The inbox row, or None if this provider event was received before."""
-    try:
-        with transaction.atomic():
-            return PaymentCallback.objects.for_tenant(order.tenant).create(
-                tenant=order.tenant,
-                provider=provider,
-                event_id=event.event_id,
-                provider_txn_id=event.provider_txn_id,
-                order=order,
-                payment=payment,
-                status=event.status,
-                amount=event.amount,
-                currency=event.currency,
-                outcome=Outcome.APPLIED,
-            )
-    except IntegrityError:
-        return None
+) -> int | None:
+    """The new inbox row's id, or None if this provider event was received before.
+
+    One ``INSERT ... ON CONFLICT (tenant, provider, event id) DO NOTHING RETURNING id``: a
+    duplicate inserts nothing and returns nothing, with no error. (Catching the unique index's
+    error instead needs a savepoint around the insert, so that the transaction stays usable:
+    two more round trips for every callback.) A concurrent delivery of the same event waits
+    on the index until the first one's transaction ends, then inserts nothing if it committed.
+    The values are converted by each field, as a save would."""
+    values = {
+        "tenant": order.tenant_id,
+        "provider": provider,
+        "event_id": event.event_id,
+        "provider_txn_id": event.provider_txn_id,
+        "order": order.pk,
+        "payment": payment.pk,
+        "status": event.status,
+        "amount": event.amount,
+        "currency": event.currency,
+        "outcome": Outcome.APPLIED,
+        "received_at": timezone.now(),
+    }
+    fields = [PaymentCallback._meta.get_field(name) for name in values]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    unique = ", ".join(quote(PaymentCallback._meta.get_field(name).column) for name in _EVENT_KEY)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(PaymentCallback._meta.db_table)} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) "
+            f"ON CONFLICT ({unique}) DO NOTHING RETURNING {quote(PaymentCallback._meta.pk.column)}",
+            [
+                field.get_db_prep_save(value, connection=connection)
+                for field, value in zip(fields, values.values(), strict=True)
+            ],
+        )
+        row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def _apply(*, order: Order, payment: Payment, event: CallbackEvent, provider: str) -> _Decision:

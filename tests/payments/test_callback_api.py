@@ -7,6 +7,8 @@ import time
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from idempotency.core.hashing import keyed_digest
@@ -29,6 +31,7 @@ from tests.payments.helpers import paying_order, post_callback, signed
 
 pytestmark = pytest.mark.django_db
 S = OrderStatus
+INBOX_INSERT = f'INSERT INTO "{PaymentCallback._meta.db_table}"'
 
 
 @pytest.fixture
@@ -239,3 +242,33 @@ def test_an_unknown_transaction_is_404_and_writes_nothing(deliver, paying, tenan
     response = deliver(*signed(payment))
     assert (response.status_code, response.json()["code"]) == (404, "PAYMENT_NOT_FOUND")
     assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+
+
+@pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
+def test_the_inbox_tells_a_duplicate_apart_without_a_savepoint(deliver, paying, tenant):
+    # given an event delivered once
+    order, payment = paying
+    first = signed(payment, event_id="evt_once")
+    with CaptureQueriesContext(connection) as applied:
+        assert deliver(*first).json()["result"] == "applied"
+    # when the provider delivers it again
+    with CaptureQueriesContext(connection) as again:
+        assert deliver(*first).json()["result"] == "duplicate"
+    # then in each, the inbox row is the transaction's first statement, with no savepoint of
+    # its own around it (an insert that does nothing on the event's unique key, not an error
+    # to catch)
+    for delivery in (applied, again):
+        statements = [q["sql"] for q in delivery.captured_queries]
+        [insert] = [sql for sql in statements if sql.startswith(INBOX_INSERT)]
+        assert "ON CONFLICT" in insert
+        position = statements.index(insert)
+        assert statements[position - 1] == "BEGIN", statements
+        assert not statements[position + 1].startswith("RELEASE SAVEPOINT"), statements
+    [row] = PaymentCallback.objects.for_tenant(tenant).all()
+    assert (row.event_id, row.order_id, row.payment_id, row.outcome) == (
+        "evt_once",
+        order.pk,
+        payment.pk,
+        "applied",
+    )
+    assert (row.amount, row.currency, row.status) == (Decimal("19.00"), "EUR", "succeeded")
