@@ -7,7 +7,7 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.generics import ListAPIView
@@ -29,6 +29,7 @@ from ordering.api.serializers import (
     TransitionInSerializer,
 )
 from ordering.models import Order, OrderStatus, Payment
+from ordering.prefetch import read_related
 from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
@@ -49,19 +50,20 @@ ORDER_PERSONAL_PATHS = ("contact.phone", "contact.address")
 # Every authenticated call may meet these; writes also the body and rate-limit refusals.
 READ_ERRORS = (400, 401, 403, 404)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
+# what an order's detail shows besides the order (ordering/api/rendering.py)
+ORDER_RELATIONS = ("lines", "payments", "transitions")
 
 
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
-    return shown_order(principal, order)
+    return shown_order(principal, read_related(order, *ORDER_RELATIONS))
 
 
 def moved_order(principal: ApiPrincipal, order: Order) -> dict:
     """The answer of a move (pay, cancel, a merchant's move): the order the service saved,
     which it holds as the database does, with its lines, payments and log read once (the
     move added to them). Reading the order again would cost a query for what is in hand."""
-    prefetch_related_objects([order], "lines", "payments", "transitions")
-    return shown_order(principal, order)
+    return shown_order(principal, read_related(order, *ORDER_RELATIONS))
 
 
 @extend_schema_view(
