@@ -27,7 +27,6 @@ from ordering.errors import OrderingError
 from ordering.metrics import fsm_conflicts
 from ordering.models import (
     Coupon,
-    Dish,
     EventType,
     Order,
     OrderStatus,
@@ -36,6 +35,7 @@ from ordering.models import (
 )
 from ordering.order_moves import allowed_moves, conflict_hint
 from ordering.selectors import access_order
+from ordering.services.stock import give_back
 from tenants.models import Tenant
 
 S = OrderStatus
@@ -117,11 +117,12 @@ def cancel_order(
 
 def return_stock(order: Order) -> None:
     """Put the order's portions back on the menu (the caller holds the transaction and makes
-    sure it runs once per order: the unpaid cancel's move, or the saga's compensation row)."""
-    for line in order.lines.order_by("dish_id"):
-        Dish.objects.for_tenant(order.tenant).filter(pk=line.dish_id).update(
-            stock=F("stock") + line.quantity
-        )
+    sure it runs once per order: the unpaid cancel's move, or the saga's compensation row):
+    its lines read, then every dish in one statement (:func:`ordering.services.stock.give_back`)."""
+    quantities: dict[int, int] = {}
+    for dish_id, quantity in order.lines.values_list("dish_id", "quantity"):
+        quantities[dish_id] = quantities.get(dish_id, 0) + quantity
+    give_back(tenant=order.tenant, quantities=quantities)
 
 
 def return_coupon(order: Order) -> None:

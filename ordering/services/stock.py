@@ -1,4 +1,5 @@
-"""Taking an order's portions off the menu's stock: every dish in one statement, locks in order.
+"""Taking an order's portions off the menu's stock (and giving a cancelled order's back):
+every dish in one statement, locks in order.
 
 Each dish is taken by a conditional decrement (``stock >= q``: no overselling) that also returns
 the name and price the order's line freezes. Two orders of the same dishes must lock the dish
@@ -19,6 +20,8 @@ PostgreSQL breaks by failing one of them): rows are always locked in primary-key
 
 A dish that could not be taken (unknown, another tenant's, off the menu, too few portions) is
 explained by :func:`_refusal`, with the same precedence whichever way the stock was taken.
+Giving stock back (:func:`give_back`) is the same statement with an increment and no condition
+but the tenant: a dish taken off the menu since gets its portions back too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,37 @@ class TakenDish:
     price: Decimal
 
 
+@dataclass(frozen=True)
+class _Change:
+    """How a statement changes stock: a take (``-``) decrements an active dish that has enough,
+    a give-back (``+``) increments any dish of the tenant."""
+
+    sign: str
+
+    @property
+    def checks(self) -> bool:
+        """Whether the statement has the take's condition (its parameters: the dish is active,
+        and for one dish the quantity it must have)."""
+        return self.sign == "-"
+
+    @property
+    def one(self) -> str:
+        """One dish's ``SET`` and ``WHERE`` (parameters: the quantity, the dish, the tenant,
+        then the condition's)."""
+        condition = "AND active = %s AND stock >= %s" if self.checks else ""
+        return f"stock = stock {self.sign} %s WHERE id = %s AND tenant_id = %s {condition}"
+
+    @property
+    def together(self) -> tuple[str, str]:
+        """The ``SET`` value and the lock's extra condition, for several dishes."""
+        condition = "AND dish.active = %s AND dish.stock >= wanted.quantity" if self.checks else ""
+        return f"dish.stock {self.sign} locked.quantity", condition
+
+
+_TAKE = _Change("-")
+_GIVE_BACK = _Change("+")
+
+
 def take_stock(*, tenant: Tenant, quantities: Mapping[int, int]) -> dict[int, TakenDish]:
     """Take ``quantities`` (dish id -> portions) of ``tenant``'s active dishes, all or none,
     inside the caller's transaction; the taken dishes by id, in primary-key order. Raises
@@ -52,11 +86,15 @@ def take_stock(*, tenant: Tenant, quantities: Mapping[int, int]) -> dict[int, Ta
     be rolled back (it may have taken the others)."""
     dish_ids = sorted(quantities)
     if connection.vendor == "postgresql" and len(dish_ids) > 1:
-        rows = _take_together(tenant=tenant, quantities=quantities, dish_ids=dish_ids)
+        rows = _change_together(
+            tenant=tenant, quantities=quantities, dish_ids=dish_ids, change=_TAKE
+        )
     else:
         rows = {}
         for dish_id in dish_ids:
-            row = _take_one(tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id])
+            row = _change_one(
+                tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id], change=_TAKE
+            )
             if row is None:
                 break
             rows[dish_id] = row
@@ -70,40 +108,60 @@ def take_stock(*, tenant: Tenant, quantities: Mapping[int, int]) -> dict[int, Ta
     }
 
 
-def _take_one(*, tenant: Tenant, dish_id: int, quantity: int) -> tuple[str, object] | None:
-    """One dish's conditional decrement: its (name, price), or None when nothing was taken."""
+def give_back(*, tenant: Tenant, quantities: Mapping[int, int]) -> None:
+    """Put ``quantities`` (dish id -> portions) back on ``tenant``'s menu, on or off it: a
+    cancelled order's. The rows are locked in primary-key order as when they were taken, every
+    dish in one statement on PostgreSQL."""
+    dish_ids = sorted(quantities)
+    if connection.vendor == "postgresql" and len(dish_ids) > 1:
+        _change_together(tenant=tenant, quantities=quantities, dish_ids=dish_ids, change=_GIVE_BACK)
+        return
+    for dish_id in dish_ids:
+        _change_one(tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id], change=_GIVE_BACK)
+
+
+def _change_one(
+    *, tenant: Tenant, dish_id: int, quantity: int, change: _Change
+) -> tuple[str, object] | None:
+    """One dish's stock changed by ``quantity``: its (name, price), or None when a take found
+    too little (or no such active dish)."""
+    params: list[object] = [quantity, dish_id, tenant.pk]
+    if change.checks:
+        params += [True, quantity]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_table()} SET stock = stock - %s "
-            "WHERE id = %s AND tenant_id = %s AND active = %s AND stock >= %s "
-            "RETURNING name, price",
-            [quantity, dish_id, tenant.pk, True, quantity],
+            f"UPDATE {_table()} SET {change.one} RETURNING name, price",
+            params,
         )
         return cursor.fetchone()
 
 
-def _take_together(
-    *, tenant: Tenant, quantities: Mapping[int, int], dish_ids: list[int]
+def _change_together(
+    *, tenant: Tenant, quantities: Mapping[int, int], dish_ids: list[int], change: _Change
 ) -> dict[int, tuple[str, object]]:
-    """Every dish's decrement in one statement, the rows locked in primary-key order (module
-    docstring); (name, price) by id of the dishes taken. A dish missing from the answer was
-    not taken, and the others were: the caller's transaction is rolled back by the refusal."""
+    """Every dish's change in one statement, the rows locked in primary-key order (module
+    docstring); (name, price) by id of the dishes changed. A dish missing from a take's answer
+    was not taken, and the others were: the caller's transaction is rolled back by the refusal."""
     table = _table()
+    new_stock, condition = change.together
     wanted = ", ".join(["(%s::bigint, %s::integer)"] * len(dish_ids))
     params: list[object] = []
     for dish_id in dish_ids:
         params += [dish_id, quantities[dish_id]]
+    params.append(tenant.pk)
+    if change.checks:
+        params.append(True)
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH wanted (id, quantity) AS (VALUES {wanted}), "
             "locked AS ("
             f"SELECT dish.id, wanted.quantity FROM {table} dish "
             "JOIN wanted ON wanted.id = dish.id "
-            "WHERE dish.tenant_id = %s AND dish.active = %s AND dish.stock >= wanted.quantity "
+            f"WHERE dish.tenant_id = %s {condition} "
             "ORDER BY dish.id FOR UPDATE OF dish) "
-            f"UPDATE {table} dish SET stock = dish.stock - locked.quantity FROM locked "
+            f"UPDATE {table} dish SET stock = {new_stock} FROM locked "
             "WHERE dish.id = locked.id RETURNING dish.id, dish.name, dish.price",
-            [*params, tenant.pk, True],
+            params,
         )
         return {dish_id: (name, price) for dish_id, name, price in cursor.fetchall()}
 

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ordering.errors import OrderingError
 from ordering.models import Dish, Order
+from ordering.services.lifecycle import cancel_order
 from ordering.services.placing import ItemRequest, place_order
 from tests.ordering.test_lifecycle import race
 
@@ -114,3 +115,39 @@ def _one_of_each(tenant, menu: list[Dish], turns: Iterator[int]) -> Order:
     """One portion of each dish, listed in id order on even turns and reversed on odd ones."""
     listed = menu if next(turns) % 2 == 0 else menu[::-1]
     return order(tenant, *((dish, 1) for dish in listed))
+
+
+@pytest.mark.django_db
+def test_a_cancelled_three_dish_order_gives_its_stock_back_in_one_statement(tenant):
+    # given a three-dish order placed, and one of its dishes taken off the menu since
+    menu = dishes(tenant, 10, 10, 10)
+    placed = order(tenant, (menu[2], 3), (menu[0], 1), (menu[1], 2))
+    Dish.objects.for_tenant(tenant).filter(pk=menu[1].pk).update(active=False)
+    # when the diner cancels it before paying
+    with CaptureQueriesContext(connection) as queries:
+        cancel_order(tenant=tenant, order_id=placed.pk, actor="test")
+    # then one statement put every portion back, the inactive dish's too
+    touching = [q["sql"] for q in queries.captured_queries if Dish._meta.db_table in q["sql"]]
+    assert len(touching) == 1, touching
+    assert stocks(menu) == [10, 10, 10]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_orders_and_cancels_of_the_same_dishes_never_deadlock(tenant):
+    # given three dishes and 8 placed orders of all three, listed in both orders
+    menu = dishes(tenant, 100, 100, 100)
+    turns = itertools.count()
+    placed = [_one_of_each(tenant, menu, turns) for _ in range(8)]
+    # when those 8 are cancelled while 8 more are placed, at the same instant
+    jobs = iter(
+        [functools.partial(_cancel, tenant, o) for o in placed]
+        + [functools.partial(_one_of_each, tenant, menu, turns)] * 8
+    )
+    results = race(16, lambda: next(jobs)())
+    # then every one succeeded, and the stock counts the 8 orders still standing
+    assert all(isinstance(r, Order) for r in results), results
+    assert stocks(menu) == [92, 92, 92]
+
+
+def _cancel(tenant, placed: Order) -> Order:
+    return cancel_order(tenant=tenant, order_id=placed.pk, actor="test")
