@@ -35,6 +35,7 @@ from ordering.models import (
 )
 from ordering.order_moves import allowed_moves, conflict_hint
 from ordering.selectors import access_order
+from ordering.services.one_statement import insert_together
 from ordering.services.stock import give_back
 from tenants.models import Tenant
 
@@ -66,13 +67,15 @@ def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> O
         order.save(update_fields=["status", "updated_at"])
     except ConcurrentTransition:
         raise _conflict(order, "The order changed concurrently.") from None
-    return OrderTransition.objects.for_tenant(order.tenant).create(
+    logged = OrderTransition(
         tenant=order.tenant,
         order=order,
         from_status=from_status,
         to_status=order.status,
         actor=actor,
     )
+    insert_together([logged])  # its INSERT compiled once per process (one_statement.py)
+    return logged
 
 
 def transition_order(*, tenant: Tenant, order_id: int, target: str, actor: str) -> Order:

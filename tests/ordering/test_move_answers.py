@@ -62,3 +62,18 @@ def test_a_move_answers_the_order_as_read_back_without_reading_it_again(
     # and the order was read once, by the move itself, and its tenant not at all
     assert len(reads_of(statements, "ordering_order")) == 1, statements
     assert reads_of(statements, "tenants_tenant") == [], statements
+
+
+def test_a_pay_writes_its_log_and_payment_with_inserts_compiled_once(tenant, menu):
+    # given a diner's order
+    api = api_for(tenant, diner="diner-1")
+    order = new_order(tenant, menu)
+    Order.all_tenants.filter(pk=order.pk).update(diner_id="diner-1")
+    # when the diner pays it
+    answer, statements = moved(api, f"/api/v1/orders/{order.pk}/pay/")
+    assert answer.status_code == 200, answer.content
+    # then its log row and its payment went through the kept INSERT shapes
+    # (ordering/services/one_statement.py), not the ORM compiling each INSERT afresh
+    for table in ("ordering_ordertransition", "ordering_payment"):
+        [insert] = [sql for sql in statements if f'INSERT INTO "{table}"' in sql]
+        assert insert.startswith(f'WITH b0 AS (INSERT INTO "{table}"'), insert
