@@ -56,13 +56,13 @@ ORDER_RELATIONS = ("lines", "payments", "transitions")
 
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
     order = access_order(tenant=principal.tenant, order_id=order_id, diner_id=principal.diner_id)
-    return shown_order(principal, read_related(order, *ORDER_RELATIONS))
+    return moved_order(principal, order)
 
 
 def moved_order(principal: ApiPrincipal, order: Order) -> dict:
-    """The answer of a move (pay, cancel, a merchant's move): the order the service saved,
-    which it holds as the database does, with its lines, payments and log read once (the
-    move added to them). Reading the order again would cost a query for what is in hand."""
+    """``order`` as its detail shows it, with its lines, payments and log read once. The answer
+    of a move (pay, cancel, a merchant's move) is the order the service saved, which it holds
+    as the database does: reading the order again would cost a query for what is in hand."""
     return shown_order(principal, read_related(order, *ORDER_RELATIONS))
 
 

@@ -85,19 +85,7 @@ def take_stock(*, tenant: Tenant, quantities: Mapping[int, int]) -> dict[int, Ta
     :class:`OrderingError` when any dish cannot be taken: the caller's transaction must then
     be rolled back (it may have taken the others)."""
     dish_ids = sorted(quantities)
-    if connection.vendor == "postgresql" and len(dish_ids) > 1:
-        rows = _change_together(
-            tenant=tenant, quantities=quantities, dish_ids=dish_ids, change=_TAKE
-        )
-    else:
-        rows = {}
-        for dish_id in dish_ids:
-            row = _change_one(
-                tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id], change=_TAKE
-            )
-            if row is None:
-                break
-            rows[dish_id] = row
+    rows = _change(tenant=tenant, quantities=quantities, change=_TAKE)
     short = [dish_id for dish_id in dish_ids if dish_id not in rows]
     if short:
         raise _refusal(tenant=tenant, dish_ids=dish_ids, short_dish_id=short[0])
@@ -112,12 +100,28 @@ def give_back(*, tenant: Tenant, quantities: Mapping[int, int]) -> None:
     """Put ``quantities`` (dish id -> portions) back on ``tenant``'s menu, on or off it: a
     cancelled order's. The rows are locked in primary-key order as when they were taken, every
     dish in one statement on PostgreSQL."""
+    _change(tenant=tenant, quantities=quantities, change=_GIVE_BACK)
+
+
+def _change(
+    *, tenant: Tenant, quantities: Mapping[int, int], change: _Change
+) -> dict[int, tuple[str, object]]:
+    """Every dish's stock changed, in primary-key order: on PostgreSQL several dishes in one
+    statement, else one statement per dish, stopping at the first a take could not take;
+    (name, price) by id of the dishes changed."""
     dish_ids = sorted(quantities)
     if connection.vendor == "postgresql" and len(dish_ids) > 1:
-        _change_together(tenant=tenant, quantities=quantities, dish_ids=dish_ids, change=_GIVE_BACK)
-        return
+        return _change_together(
+            tenant=tenant, quantities=quantities, dish_ids=dish_ids, change=change
+        )
+    rows: dict[int, tuple[str, object]] = {}
     for dish_id in dish_ids:
-        _change_one(tenant=tenant, dish_id=dish_id, quantity=quantities[dish_id], change=_GIVE_BACK)
+        quantity = quantities[dish_id]
+        row = _change_one(tenant=tenant, dish_id=dish_id, quantity=quantity, change=change)
+        if row is None:
+            break
+        rows[dish_id] = row
+    return rows
 
 
 def _change_one(
