@@ -11,8 +11,13 @@ the database holds (``tests/ordering/test_placing.py`` compares an answer with a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from django.db.models import Model
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.utils import CursorWrapper
+from django.db.models import ForeignKey, Model
+
+from idempotency.core.transactions import statements_ride_along
 
 
 def with_related(instance: Model, **related: Sequence[Model]) -> Model:
@@ -27,32 +32,155 @@ def with_related(instance: Model, **related: Sequence[Model]) -> Model:
     return instance
 
 
-# SQL of a reverse relation's read, per (model, relation, database), compiled once: the
-# relation's rows of any one instance differ only in the instance's key, its one parameter
-_RELATION_SQL: dict[tuple[type[Model], str, str], str] = {}
+@dataclass(frozen=True)
+class _RelationRead:
+    """How one reverse relation of a model is read for any of its instances: Django's SQL for
+    it (the instance's key its one parameter), the related model, the foreign key that points
+    back (its rows are handed the instance through it, as Django's own relation reads do) and
+    whether a column needs a converter (the database's driver does not return the field's
+    Python value)."""
+
+    sql: str
+    model: type[Model]
+    back: ForeignKey
+    converted: bool
+
+
+# per (model, relation, database): the relation's read, compiled once (a relation whose SQL
+# takes more than the instance's key is not kept, and is read as Django reads it)
+_READS: dict[tuple[type[Model], str, str], _RelationRead] = {}
 
 
 def read_related(instance: Model, *names: str) -> Model:
     """``instance`` with its reverse relations ``names`` read from the database and kept as
     prefetched (:func:`with_related`); returns ``instance``.
 
-    What ``order.lines.all()`` would read, in the relation's ordering, but without building the
-    query again for every instance: Django compiles a query afresh each time it runs, which
-    cost more of a worker's CPU than running it (about 190 of 470 µs per relation, measured in
-    one process; ``docs/benchmarks.md``). The text is compiled once per relation, the first
-    time, and kept when its only parameter is the instance's key; the rows are read through
-    ``raw()``, so the database's converters apply as for any query."""
-    using = instance._state.db or "default"
+    What ``instance.<name>.all()`` would read, in the relation's ordering, without building
+    the query again for every instance: Django compiles a query afresh each time it runs,
+    which cost more of a worker's CPU than running it (about 190 of 470 µs per relation,
+    measured in one process; ``docs/benchmarks.md``). The text is compiled once per relation.
+    Rows become instances as Django makes them from any query (``Model.from_db``), each
+    holding ``instance`` (and its tenant); on PostgreSQL every relation goes in one query of
+    several statements, one round trip. A relation with a column that needs a converter (on
+    the embedded demo's SQLite, decimals and times) is read through ``raw()``, which applies
+    the database's converters."""
+    using = instance._state.db or DEFAULT_DB_ALIAS
+    reads = {name: _read_of(type(instance), name, using, instance) for name in names}
+    plain = {name: read for name, read in reads.items() if read and not read.converted}
+    if statements_ride_along(using):
+        groups = [plain] if plain else []
+    else:
+        groups = [{name: read} for name, read in plain.items()]
     related: dict[str, list[Model]] = {}
-    for name in names:
-        manager = getattr(instance, name)
-        key = (type(instance), name, using)
-        sql = _RELATION_SQL.get(key)
-        if sql is None:
-            sql, params = manager.all().query.sql_with_params()
-            if list(params) != [instance.pk]:
-                related[name] = list(manager.all())  # a shape this cannot reuse: as Django reads
-                continue
-            _RELATION_SQL[key] = sql
-        related[name] = list(manager.model._base_manager.db_manager(using).raw(sql, [instance.pk]))
+    for group in groups:
+        with connections[using].cursor() as cursor:
+            cursor.execute(_statements(group), _parameters(group, instance))
+            related |= _fetched(cursor, group, instance, using)
+    for name, read in reads.items():
+        if name in related:
+            continue
+        if read is None:
+            related[name] = list(getattr(instance, name).all())
+            continue
+        raw = read.model._base_manager.db_manager(using).raw(read.sql, [instance.pk])
+        related[name] = _handed(list(raw), read, instance)
     return with_related(instance, **related)
+
+
+def read_with_related(
+    model: type[Model],
+    lead: str,
+    lead_params: list[object],
+    *,
+    pk: object,
+    tenant: Model,
+    names: Sequence[str],
+    using: str,
+) -> Model | None:
+    """The row of ``model`` with key ``pk`` that ``lead`` (a statement selecting every concrete
+    column of ``model`` in field order, with ``lead_params``; it decides who may read the row,
+    e.g. by tenant) reads, if it reads one, with its reverse relations ``names`` held: the row
+    and every relation in one query, one round trip. The relations' statements are Django's
+    own for them (by the row's key, which their index serves); when ``lead`` reads nothing,
+    what they read is dropped unseen. Only where :func:`statements_ride_along`, for relations
+    whose read compiles once without converters (:func:`reads_together`); the row is handed
+    ``tenant``, its tenant."""
+    probe = model(pk=pk, tenant=tenant)
+    reads = {name: _read_of(model, name, using, probe) for name in names}
+    with connections[using].cursor() as cursor:
+        statements = f"{lead}; {_statements(reads)}"
+        cursor.execute(statements, [*lead_params, *_parameters(reads, probe)])
+        found = cursor.fetchall()
+        if not found:
+            return None
+        [values] = found
+        row = model.from_db(using, _attnames(model), values)
+        model._meta.get_field("tenant").set_cached_value(row, tenant)
+        cursor.nextset()
+        return with_related(row, **_fetched(cursor, reads, row, using))
+
+
+def reads_together(model: type[Model], names: Sequence[str], *, using: str, probe: Model) -> bool:
+    """Whether :func:`read_with_related` can read ``model``'s relations ``names`` (``probe``: an
+    instance with a key, for the first compilation)."""
+    reads = [_read_of(model, name, using, probe) for name in names]
+    return statements_ride_along(using) and all(r and not r.converted for r in reads)
+
+
+def _read_of(model: type[Model], name: str, using: str, probe: Model) -> _RelationRead | None:
+    """The relation's read, compiled the first time from ``probe`` (an instance of ``model``
+    with a key), through an instance of the same key that holds nothing prefetched, so that
+    the query is the relation's own."""
+    key = (model, name, using)
+    known = _READS.get(key)
+    if known is not None:
+        return known
+    rows = getattr(model(pk=probe.pk), name).all()
+    compiler = rows.query.get_compiler(using=using)
+    sql, params = compiler.as_sql()
+    columns = [column for column, _, _ in compiler.select]
+    laid_out = list(params) == [probe.pk]
+    if not (laid_out and [c.target.attname for c in columns] == _attnames(rows.model)):
+        return None  # not kept: a later instance compiles it again
+    back = model._meta.get_field(name).field
+    _READS[key] = _RelationRead(sql, rows.model, back, bool(compiler.get_converters(columns)))
+    return _READS[key]
+
+
+def _statements(reads: dict[str, _RelationRead]) -> str:
+    return "; ".join(read.sql for read in reads.values())
+
+
+def _parameters(reads: dict[str, _RelationRead], instance: Model) -> list[object]:
+    return [instance.pk] * len(reads)
+
+
+def _fetched(
+    cursor: CursorWrapper, reads: dict[str, _RelationRead], instance: Model, using: str
+) -> dict[str, list[Model]]:
+    """The rows of ``reads``' statements, one result each, from the cursor's current result
+    on: each relation's instances, handed ``instance``."""
+    related: dict[str, list[Model]] = {}
+    for index, (name, read) in enumerate(reads.items()):
+        if index:
+            cursor.nextset()
+        attnames = _attnames(read.model)
+        rows = [read.model.from_db(using, attnames, values) for values in cursor.fetchall()]
+        related[name] = _handed(rows, read, instance)
+    return related
+
+
+def _attnames(model: type[Model]) -> list[str]:
+    return [field.attname for field in model._meta.concrete_fields]
+
+
+def _handed(rows: list[Model], read: _RelationRead, instance: Model) -> list[Model]:
+    """``rows``, each holding ``instance`` as the object its foreign key points to, and the
+    instance's tenant where ``instance`` holds it and the row is of that tenant."""
+    tenant = instance._state.fields_cache.get("tenant")
+    tenant_field = next((f for f in read.model._meta.concrete_fields if f.name == "tenant"), None)
+    for row in rows:
+        read.back.set_cached_value(row, instance)
+        if tenant_field is not None and tenant is not None and row.tenant_id == tenant.pk:
+            tenant_field.set_cached_value(row, tenant)
+    return rows

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
@@ -75,18 +75,20 @@ class Opening:
             cursor.execute(sql, params)
 
 
-def statements_ride_along() -> bool:
-    """Whether one query may hold several statements, sent in one round trip: on PostgreSQL
-    through psycopg 3's client-side binding cursor (Django's default), which sends a query with
-    the simple protocol. psycopg2 tracks the transaction itself and a server-side binding
-    cursor sends one statement per query: each statement then goes on its own."""
-    if connection.vendor != "postgresql":
+def statements_ride_along(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether one query to database ``using`` may hold several statements, sent in one round
+    trip: on PostgreSQL through psycopg 3's client-side binding cursor (Django's default), which
+    sends a query with the simple protocol. psycopg2 tracks the transaction itself and a
+    server-side binding cursor sends one statement per query: each statement then goes on its
+    own. False until the connection is open."""
+    wrapper = connections[using]
+    if wrapper.vendor != "postgresql":
         return False
     try:
         from psycopg import ClientCursor
     except ImportError:
         return False
-    factory = getattr(connection.connection, "cursor_factory", None)
+    factory = getattr(wrapper.connection, "cursor_factory", None)
     return isinstance(factory, type) and issubclass(factory, ClientCursor)
 
 

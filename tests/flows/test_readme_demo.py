@@ -348,6 +348,15 @@ def test_an_order_of_two_dishes_with_the_demo_coupon_counts_one_use(demo: Demo) 
         subtotal - discount,
     )
     assert uses() == before + 1
+    # and the order's detail (its relations read one statement each on SQLite, decimals and
+    # times converted) shows what the answer showed
+    detail = httpx.get(
+        f"{demo.url}{placed.headers['Location']}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=DEADLINE_SECONDS,
+    )
+    assert detail.status_code == 200, detail.text
+    assert detail.json() == placed.json()
     # and an unknown code is refused without counting anything
     refused = order("coupon-unknown", "NOPE")
     assert (refused.status_code, refused.json()["code"]) == (422, "COUPON_INVALID")

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ordering.models import Order, OrderLine, OrderTransition, Payment
-from ordering.prefetch import _RELATION_SQL, read_related
+from ordering.prefetch import _READS, read_related
 from ordering.services.placing import ItemRequest, place_order
 from tests.conftest import menu_for
 
@@ -68,16 +68,24 @@ def test_each_relation_reads_what_django_reads_then_no_query(tenant):
     for order in two_orders(tenant):
         # when their relations are read (the second order by the SQL the first one compiled)
         fresh = Order.all_tenants.get(pk=order.pk)
-        read_related(fresh, *RELATIONS)
-        # then each relation holds the rows Django reads, in the same order and with the same
-        # values (decimals and times converted alike), and reading them again sends nothing
+        with CaptureQueriesContext(connection) as reading:
+            read_related(fresh, *RELATIONS)
+        # then all three went in one query (one round trip), each relation holds the rows
+        # Django reads, in the same order and with the same values (decimals and times
+        # converted alike), each row holds its order, and reading them again sends nothing
+        assert len(reading.captured_queries) == 1
         with CaptureQueriesContext(connection) as queries:
             held = values_of(fresh)
+            owners = {row.order for name in RELATIONS for row in getattr(fresh, name).all()}
         assert queries.captured_queries == []
+        assert owners == {fresh}
+        assert all(row.order is fresh for row in fresh.lines.all())
         assert held == as_django_reads(order)
         assert [len(held[name]) for name in RELATIONS] == [2, 2, 3]
     # and the text was compiled once per relation
-    assert {name for (model, name, _) in _RELATION_SQL if model is Order} == set(RELATIONS)
+    compiled = {name: read for (model, name, _), read in _READS.items() if model is Order}
+    assert set(compiled) == set(RELATIONS)
+    assert None not in compiled.values()
 
 
 def test_an_order_without_rows_in_a_relation_holds_an_empty_one(tenant):
