@@ -108,7 +108,7 @@ def read_with_related(
     probe = model(pk=pk, tenant=tenant)
     reads = {name: _read_of(model, name, using, probe) for name in names}
     with connections[using].cursor() as cursor:
-        statements = f"{lead}; {_statements(reads)}"
+        statements = "; ".join([lead, *(read.sql for read in reads.values())])
         cursor.execute(statements, [*lead_params, *_parameters(reads, probe)])
         found = cursor.fetchall()
         if not found:
@@ -116,6 +116,8 @@ def read_with_related(
         [values] = found
         row = model.from_db(using, _attnames(model), values)
         model._meta.get_field("tenant").set_cached_value(row, tenant)
+        if not reads:
+            return row
         cursor.nextset()
         return with_related(row, **_fetched(cursor, reads, row, using))
 

@@ -27,43 +27,36 @@ def orders_of(*, tenant: Tenant, diner_id: str | None = None) -> QuerySet[Order]
 
 
 def access_order(
-    *, tenant: Tenant, order_id: int, diner_id: str | None = None, for_update: bool = False
+    *, tenant: Tenant, order_id: int, diner_id: str | None = None, related: Sequence[str] = ()
 ) -> Order:
-    """The order if this caller may see it; 404 ``ORDER_NOT_FOUND`` otherwise.
+    """The order if this caller may see it; 404 ``ORDER_NOT_FOUND`` otherwise. Another
+    tenant's (or diner's) order is indistinguishable from one that does not exist.
 
-    Another tenant's (or diner's) order is indistinguishable from one that does not exist.
-    """
-    orders = orders_of(tenant=tenant, diner_id=diner_id)
-    if for_update:
-        orders = orders.select_for_update()
-    try:
-        return orders.get(pk=order_id)
-    except (Order.DoesNotExist, ValueError, OverflowError):
-        raise OrderingError(OrderingErrorCode.ORDER_NOT_FOUND, "Order not found") from None
-
-
-def order_with_related(
-    *, tenant: Tenant, order_id: int, names: Sequence[str], diner_id: str | None = None
-) -> Order:
-    """:func:`access_order`'s order with its reverse relations ``names`` held, for an answer
-    that shows them (an order's detail). Where statements ride along (PostgreSQL), the order
-    and every relation are read in one query, one round trip instead of one per relation and
-    one for the order, by SQL compiled once per process (:func:`read_with_related`; when the
-    order is not this caller's, what the relations' statements read is dropped unseen).
-    Elsewhere, :func:`access_order` then :func:`read_related`."""
+    ``related``: reverse relations read with it and held (as :func:`read_related` holds them),
+    for a move's condition or an answer that shows them. Where statements ride along
+    (PostgreSQL), the order and its relations are read in one query, one round trip, by SQL
+    compiled once per process (:func:`read_with_related`; when the order is not this caller's,
+    what the relations' statements read is dropped unseen): building the ORM's query for the
+    order cost about as much of the worker's CPU as PostgreSQL's running it. Elsewhere the
+    ORM reads the order, then :func:`read_related` its relations."""
     using = router.db_for_read(Order)
     connections[using].ensure_connection()  # whether statements ride along is known once open
-    if not _BIGINT[0] <= order_id <= _BIGINT[1]:
-        raise OrderingError(OrderingErrorCode.ORDER_NOT_FOUND, "Order not found")
-    lead = _order_read(tenant=tenant, order_id=order_id, diner_id=diner_id, using=using)
+    lead = None
+    if isinstance(order_id, int) and _BIGINT[0] <= order_id <= _BIGINT[1]:
+        lead = _order_read(tenant=tenant, order_id=order_id, diner_id=diner_id, using=using)
     probe = Order(pk=order_id, tenant=tenant)
-    if lead is None or not reads_together(Order, names, using=using, probe=probe):
-        order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
-        return read_related(order, *names)
-    sql, params = lead
-    order = read_with_related(
-        Order, sql, params, pk=order_id, tenant=tenant, names=names, using=using
-    )
+    if lead is not None and reads_together(Order, related, using=using, probe=probe):
+        sql, params = lead
+        order = read_with_related(
+            Order, sql, params, pk=order_id, tenant=tenant, names=related, using=using
+        )
+    else:
+        try:
+            order = orders_of(tenant=tenant, diner_id=diner_id).get(pk=order_id)
+        except (Order.DoesNotExist, ValueError, OverflowError):
+            order = None
+        else:
+            read_related(order, *related)
     if order is None:
         raise OrderingError(OrderingErrorCode.ORDER_NOT_FOUND, "Order not found")
     return order

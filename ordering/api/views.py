@@ -30,7 +30,7 @@ from ordering.api.serializers import (
 )
 from ordering.models import Order, OrderStatus, Payment
 from ordering.prefetch import read_related
-from ordering.selectors import menu_of, order_with_related, orders_of
+from ordering.selectors import access_order, menu_of, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
@@ -55,11 +55,11 @@ ORDER_RELATIONS = ("lines", "payments", "transitions")
 
 
 def order_detail(principal: ApiPrincipal, order_id: int) -> dict:
-    order = order_with_related(
+    order = access_order(
         tenant=principal.tenant,
         order_id=order_id,
         diner_id=principal.diner_id,
-        names=ORDER_RELATIONS,
+        related=ORDER_RELATIONS,
     )
     return shown_order(principal, order)
 

@@ -100,7 +100,10 @@ def cancel_order(
     the same transaction); paid ones go to CANCELLING, with the ``order.cancel_requested``
     outbox event that runs the refund saga, in the same transaction."""
     with described_conflicts(), transaction.atomic():
-        order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id)
+        # its lines read with it: an unpaid cancel gives their portions back
+        order = access_order(
+            tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines",)
+        )
         if can_proceed(order.cancel_unpaid):
             apply_transition(order, order.cancel_unpaid, actor=actor)
             return_stock(order)
@@ -121,10 +124,11 @@ def cancel_order(
 def return_stock(order: Order) -> None:
     """Put the order's portions back on the menu (the caller holds the transaction and makes
     sure it runs once per order: the unpaid cancel's move, or the saga's compensation row):
-    its lines read, then every dish in one statement (:func:`ordering.services.stock.give_back`)."""
+    its lines (those the order holds, else read), then every dish in one statement
+    (:func:`ordering.services.stock.give_back`)."""
     quantities: dict[int, int] = {}
-    for dish_id, quantity in order.lines.values_list("dish_id", "quantity"):
-        quantities[dish_id] = quantities.get(dish_id, 0) + quantity
+    for line in order.lines.all():
+        quantities[line.dish_id] = quantities.get(line.dish_id, 0) + line.quantity
     give_back(tenant=order.tenant, quantities=quantities)
 
 

@@ -64,16 +64,42 @@ def test_a_move_answers_the_order_as_read_back_without_reading_it_again(
     assert reads_of(statements, "tenants_tenant") == [], statements
 
 
-def test_a_pay_writes_its_log_and_payment_with_inserts_compiled_once(tenant, menu):
-    # given a diner's order
+def diners_order_moved(tenant, menu, path: str) -> list[str]:
+    """A diner's new order of 1 pizza, moved by the diner by ``path``: the statements sent."""
     api = api_for(tenant, diner="diner-1")
     order = new_order(tenant, menu)
     Order.all_tenants.filter(pk=order.pk).update(diner_id="diner-1")
-    # when the diner pays it
-    answer, statements = moved(api, f"/api/v1/orders/{order.pk}/pay/")
+    answer, statements = moved(api, f"/api/v1/orders/{order.pk}/{path}/")
     assert answer.status_code == 200, answer.content
-    # then its log row and its payment went through the kept INSERT shapes
+    return statements
+
+
+def test_a_pay_reads_the_payments_with_the_order_and_writes_by_inserts_compiled_once(tenant, menu):
+    # when a diner pays an order
+    statements = diners_order_moved(tenant, menu, "pay")
+    # then the move's condition (no payment attached) read the payments read with the order,
+    # in its query: no statement of its own before the payment is written
+    [read] = reads_of(statements, "ordering_order")
+    assert 'FROM "ordering_payment"' in read
+    write = next(i for i, sql in enumerate(statements) if 'INSERT INTO "ordering_payment"' in sql)
+    assert [sql for sql in statements[:write] if '"ordering_payment"' in sql] == [read]
+    # and its log row and its payment went through the kept INSERT shapes
     # (ordering/services/one_statement.py), not the ORM compiling each INSERT afresh
     for table in ("ordering_ordertransition", "ordering_payment"):
         [insert] = [sql for sql in statements if f'INSERT INTO "{table}"' in sql]
         assert insert.startswith(f'WITH b0 AS (INSERT INTO "{table}"'), insert
+
+
+def test_an_unpaid_cancel_gives_back_the_lines_read_with_the_order(tenant, menu):
+    menu["pizza"].refresh_from_db()
+    stock = menu["pizza"].stock
+    # when a diner cancels an unpaid order of 1 pizza
+    statements = diners_order_moved(tenant, menu, "cancel")
+    # then its portion is back, from the lines read in the order's query: no read of the
+    # lines of its own before the stock's statement
+    menu["pizza"].refresh_from_db()
+    assert menu["pizza"].stock == stock
+    [read] = reads_of(statements, "ordering_order")
+    assert 'FROM "ordering_orderline"' in read
+    give_back = next(i for i, sql in enumerate(statements) if 'UPDATE "ordering_dish"' in sql)
+    assert [sql for sql in statements[:give_back] if '"ordering_orderline"' in sql] == [read]

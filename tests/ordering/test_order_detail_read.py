@@ -1,5 +1,5 @@
 """An order's detail is read in one round trip on PostgreSQL: the order (as the caller's) and its
-lines, payments and log in one query (ordering/selectors.order_with_related), and the answer
+lines, payments and log in one query (ordering/selectors.access_order), and the answer
 what Django's own reads render."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from ordering.api.rendering import render_order
 from ordering.errors import OrderingError
 from ordering.models import Order
-from ordering.selectors import order_with_related
+from ordering.selectors import access_order
 from tests.conftest import api_for
 from tests.ordering.test_read_related import RELATIONS, as_django_reads, two_orders, values_of
 
@@ -48,7 +48,7 @@ def test_a_detail_is_one_query_and_shows_what_djangos_reads_show(tenant):
 def test_the_order_comes_with_its_tenant_and_relations_in_hand(tenant):
     order = two_orders(tenant)[1]
     with CaptureQueriesContext(connection) as queries:
-        read = order_with_related(tenant=tenant, order_id=order.pk, names=RELATIONS)
+        read = access_order(tenant=tenant, order_id=order.pk, related=RELATIONS)
         held = values_of(read)
         assert read.tenant is tenant
         assert {row.order for name in RELATIONS for row in getattr(read, name).all()} == {read}
@@ -70,10 +70,8 @@ def test_an_order_not_the_callers_is_not_found(tenant, other_tenant, caller):
     }[caller]
     # when someone else asks for it, then it is not found
     with pytest.raises(OrderingError) as refused:
-        order_with_related(names=RELATIONS, **asked)
+        access_order(related=RELATIONS, **asked)
     assert refused.value.error_code == "ORDER_NOT_FOUND"
     # while its own diner finds it
-    found = order_with_related(
-        tenant=tenant, order_id=order.pk, diner_id="diner-1", names=RELATIONS
-    )
+    found = access_order(tenant=tenant, order_id=order.pk, diner_id="diner-1", related=RELATIONS)
     assert found.pk == order.pk
