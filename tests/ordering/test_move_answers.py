@@ -74,7 +74,7 @@ def diners_order_moved(tenant, menu, path: str) -> list[str]:
     return statements
 
 
-def test_a_pay_reads_the_payments_with_the_order_and_writes_by_inserts_compiled_once(tenant, menu):
+def test_a_pay_reads_the_payments_with_the_order_and_writes_by_statements_built_once(tenant, menu):
     # when a diner pays an order
     statements = diners_order_moved(tenant, menu, "pay")
     # then the move's condition (no payment attached) read the payments read with the order,
@@ -83,6 +83,10 @@ def test_a_pay_reads_the_payments_with_the_order_and_writes_by_inserts_compiled_
     assert 'FROM "ordering_payment"' in read
     write = next(i for i, sql in enumerate(statements) if 'INSERT INTO "ordering_payment"' in sql)
     assert [sql for sql in statements[:write] if '"ordering_payment"' in sql] == [read]
+    # and the move's conditional update is the one built once (ordering/services/lifecycle.py),
+    # not the ORM's
+    [update] = [sql for sql in statements if sql.startswith('UPDATE "ordering_order"')]
+    assert update.endswith("\"status\" = 'CREATED'") and 'WHERE "id" = ' in update, update
     # and its log row and its payment went through the kept INSERT shapes
     # (ordering/services/one_statement.py), not the ORM compiling each INSERT afresh
     for table in ("ordering_ordertransition", "ordering_payment"):
