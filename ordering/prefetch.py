@@ -92,21 +92,18 @@ def read_with_related(
     lead: str,
     lead_params: list[object],
     *,
-    pk: object,
-    tenant: Model,
-    names: Sequence[str],
+    probe: Model,
+    reads: dict[str, _RelationRead],
     using: str,
 ) -> Model | None:
-    """The row of ``model`` with key ``pk`` that ``lead`` (a statement selecting every concrete
-    column of ``model`` in field order, with ``lead_params``; it decides who may read the row,
-    e.g. by tenant) reads, if it reads one, with its reverse relations ``names`` held: the row
-    and every relation in one query, one round trip. The relations' statements are Django's
-    own for them (by the row's key, which their index serves); when ``lead`` reads nothing,
-    what they read is dropped unseen. Only where :func:`statements_ride_along`, for relations
-    whose read compiles once without converters (:func:`reads_together`); the row is handed
-    ``tenant``, its tenant."""
-    probe = model(pk=pk, tenant=tenant)
-    reads = {name: _read_of(model, name, using, probe) for name in names}
+    """The row of ``model`` with ``probe``'s key that ``lead`` (a statement selecting every
+    concrete column of ``model`` in field order, with ``lead_params``; it decides who may read
+    the row, e.g. by tenant) reads, if it reads one, with the reverse relations of ``reads``
+    (:func:`reads_together`) held: the row and every relation in one query, one round trip.
+    The relations' statements are Django's own for them (by the row's key, which their index
+    serves); when ``lead`` reads nothing, what they read is dropped unseen. The row is handed
+    the tenant ``probe`` holds."""
+    tenant = probe.tenant
     with connections[using].cursor() as cursor:
         statements = "; ".join([lead, *(read.sql for read in reads.values())])
         cursor.execute(statements, [*lead_params, *_parameters(reads, probe)])
@@ -122,11 +119,22 @@ def read_with_related(
         return with_related(row, **_fetched(cursor, reads, row, using))
 
 
-def reads_together(model: type[Model], names: Sequence[str], *, using: str, probe: Model) -> bool:
-    """Whether :func:`read_with_related` can read ``model``'s relations ``names`` (``probe``: an
-    instance with a key, for the first compilation)."""
-    reads = [_read_of(model, name, using, probe) for name in names]
-    return statements_ride_along(using) and all(r and not r.converted for r in reads)
+def reads_together(
+    model: type[Model], names: Sequence[str], *, using: str, probe: Model
+) -> dict[str, _RelationRead] | None:
+    """The reads of ``model``'s relations ``names`` for :func:`read_with_related` (``probe``: an
+    instance with a key and its tenant, for a first compilation); None where they cannot ride
+    along with a row's statement (another database than PostgreSQL, a relation read as Django
+    reads it, a column that needs a converter)."""
+    if not statements_ride_along(using):
+        return None
+    reads: dict[str, _RelationRead] = {}
+    for name in names:
+        read = _read_of(model, name, using, probe)
+        if read is None or read.converted:
+            return None
+        reads[name] = read
+    return reads
 
 
 def _read_of(model: type[Model], name: str, using: str, probe: Model) -> _RelationRead | None:

@@ -41,15 +41,15 @@ def access_order(
     ORM reads the order, then :func:`read_related` its relations."""
     using = router.db_for_read(Order)
     connections[using].ensure_connection()  # whether statements ride along is known once open
-    lead = None
+    lead = reads = probe = None
     if isinstance(order_id, int) and _BIGINT[0] <= order_id <= _BIGINT[1]:
         lead = _order_read(tenant=tenant, order_id=order_id, diner_id=diner_id, using=using)
-    probe = Order(pk=order_id, tenant=tenant)
-    if lead is not None and reads_together(Order, related, using=using, probe=probe):
+    if lead is not None:
+        probe = Order(pk=order_id, tenant=tenant)
+        reads = reads_together(Order, related, using=using, probe=probe)
+    if lead is not None and reads is not None:
         sql, params = lead
-        order = read_with_related(
-            Order, sql, params, pk=order_id, tenant=tenant, names=related, using=using
-        )
+        order = read_with_related(Order, sql, params, probe=probe, reads=reads, using=using)
     else:
         try:
             order = orders_of(tenant=tenant, diner_id=diner_id).get(pk=order_id)
