@@ -140,17 +140,16 @@ def cancel_order(
     the same transaction); paid ones go to CANCELLING, with the ``order.cancel_requested``
     outbox event that runs the refund saga, in the same transaction."""
     with described_conflicts(), transaction.atomic():
-        # its lines read with it: an unpaid cancel gives their portions back
+        # its lines and payments read with it: an unpaid cancel gives the lines' portions back
+        # and voids a pending payment
         order = access_order(
-            tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines",)
+            tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines", "payments")
         )
         if can_proceed(order.cancel_unpaid):
             apply_transition(order, order.cancel_unpaid, actor=actor)
             return_stock(order)
             return_coupon(order)
-            Payment.objects.for_tenant(tenant).filter(
-                order=order, status=Payment.Status.PENDING
-            ).update(status=Payment.Status.VOIDED)
+            _void_pending_payment(order)
         else:
             move = apply_transition(order, order.request_cancel, actor=actor)
             emit_event(
@@ -159,6 +158,23 @@ def cancel_order(
                 payload={"actor": actor, "from_status": move.from_status},
             )
     return order
+
+
+def _void_pending_payment(order: Order) -> None:
+    """Void the payments of ``order`` that were pending when read with it (an order in CREATED
+    has none: nothing is sent).
+
+    None can turn pending after that read without the cancel failing: a payment is attached,
+    pending, only by the pay move out of CREATED, and the cancel's conditional update from
+    the status read refuses once another move committed; no payment goes back to pending.
+    The update is still conditional on the status, as a callback may have settled it since.
+    The payments held are dropped afterwards, so that a later read sees the database."""
+    pending = [p.pk for p in order.payments.all() if p.status == Payment.Status.PENDING]
+    if pending:
+        Payment.objects.for_tenant(order.tenant).filter(
+            pk__in=pending, status=Payment.Status.PENDING
+        ).update(status=Payment.Status.VOIDED)
+    order._prefetched_objects_cache.pop("payments", None)
 
 
 def return_stock(order: Order) -> None:

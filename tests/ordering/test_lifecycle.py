@@ -97,12 +97,14 @@ def test_cancel_unpaid_returns_stock_coupon_and_voids_payment(tenant, menu, coup
     pay_order(tenant=tenant, order_id=order.pk, actor="t")
     menu["pasta"].refresh_from_db()
     assert menu["pasta"].stock == 47
-    cancel_order(tenant=tenant, order_id=order.pk, actor="t")
+    cancelled = cancel_order(tenant=tenant, order_id=order.pk, actor="t")
     menu["pasta"].refresh_from_db()
     coupon.refresh_from_db()
     order.refresh_from_db()
     assert (order.status, menu["pasta"].stock, coupon.used_count) == (S.CANCELLED, 50, 0)
     assert order.payments.get().status == "voided"
+    # and the order the cancel hands back shows the payment voided too
+    assert [payment.status for payment in cancelled.payments.all()] == ["voided"]
 
 
 @pytest.mark.django_db

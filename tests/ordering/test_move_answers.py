@@ -94,7 +94,7 @@ def test_a_pay_reads_the_payments_with_the_order_and_writes_by_statements_built_
         assert insert.startswith(f'WITH b0 AS (INSERT INTO "{table}"'), insert
 
 
-def test_an_unpaid_cancel_gives_back_the_lines_read_with_the_order(tenant, menu):
+def test_an_unpaid_cancel_works_from_the_lines_and_payments_read_with_the_order(tenant, menu):
     menu["pizza"].refresh_from_db()
     stock = menu["pizza"].stock
     # when a diner cancels an unpaid order of 1 pizza
@@ -107,3 +107,6 @@ def test_an_unpaid_cancel_gives_back_the_lines_read_with_the_order(tenant, menu)
     assert 'FROM "ordering_orderline"' in read
     give_back = next(i for i, sql in enumerate(statements) if 'UPDATE "ordering_dish"' in sql)
     assert [sql for sql in statements[:give_back] if '"ordering_orderline"' in sql] == [read]
+    # and, the order having no payment (its payments read with it), no payment is updated
+    assert 'FROM "ordering_payment"' in read
+    assert [sql for sql in statements if sql.startswith('UPDATE "ordering_payment"')] == []
