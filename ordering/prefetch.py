@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorWrapper
-from django.db.models import ForeignKey, Model
+from django.db.models import ForeignKey, Model, QuerySet
 
 from idempotency.core.transactions import statements_ride_along
 
@@ -44,6 +44,7 @@ class _RelationRead:
     model: type[Model]
     back: ForeignKey
     converted: bool
+    tenant_field: ForeignKey | None  # the related model's ``tenant``, if it has one
 
 
 # per (model, relation, database): the relation's read, compiled once (a relation whose SQL
@@ -146,15 +147,30 @@ def _read_of(model: type[Model], name: str, using: str, probe: Model) -> _Relati
     if known is not None:
         return known
     rows = getattr(model(pk=probe.pk), name).all()
-    compiler = rows.query.get_compiler(using=using)
-    sql, params = compiler.as_sql()
-    columns = [column for column, _, _ in compiler.select]
-    laid_out = list(params) == [probe.pk]
-    if not (laid_out and [c.target.attname for c in columns] == _attnames(rows.model)):
+    compiled = compiled_read(rows, [probe.pk], using=using)
+    if compiled is None:
         return None  # not kept: a later instance compiles it again
+    sql, converted = compiled
     back = model._meta.get_field(name).field
-    _READS[key] = _RelationRead(sql, rows.model, back, bool(compiler.get_converters(columns)))
+    tenant_field = next((f for f in rows.model._meta.concrete_fields if f.name == "tenant"), None)
+    _READS[key] = _RelationRead(sql, rows.model, back, converted, tenant_field)
     return _READS[key]
+
+
+def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[str, bool] | None:
+    """``rows``' SQL, for running again with other values of the same ``params``, and whether
+    a column needs a converter; None where it cannot be: its compiled parameters are not
+    ``params`` (in that order, each distinct, so that each keeps its place), or it does not
+    select every concrete column of its model in field order (what ``Model.from_db`` takes)."""
+    compiler = rows.query.get_compiler(using=using)
+    sql, compiled = compiler.as_sql()
+    columns = [column for column, _, _ in compiler.select]
+    distinct = len({repr(param) for param in params}) == len(params)
+    if not (distinct and list(compiled) == params):
+        return None
+    if [column.target.attname for column in columns] != _attnames(rows.model):
+        return None
+    return sql, bool(compiler.get_converters(columns))
 
 
 def _statements(reads: dict[str, _RelationRead]) -> str:
@@ -188,9 +204,8 @@ def _handed(rows: list[Model], read: _RelationRead, instance: Model) -> list[Mod
     """``rows``, each holding ``instance`` as the object its foreign key points to, and the
     instance's tenant where ``instance`` holds it and the row is of that tenant."""
     tenant = instance._state.fields_cache.get("tenant")
-    tenant_field = next((f for f in read.model._meta.concrete_fields if f.name == "tenant"), None)
     for row in rows:
         read.back.set_cached_value(row, instance)
-        if tenant_field is not None and tenant is not None and row.tenant_id == tenant.pk:
-            tenant_field.set_cached_value(row, tenant)
+        if read.tenant_field is not None and tenant is not None and row.tenant_id == tenant.pk:
+            read.tenant_field.set_cached_value(row, tenant)
     return rows

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order
-from ordering.prefetch import read_related, read_with_related, reads_together
+from ordering.prefetch import compiled_read, read_related, read_with_related, reads_together
 from tenants.models import Tenant
 
 
@@ -77,16 +77,10 @@ def _order_read(
     sql = _ORDER_READS.get(key)
     if sql is None:
         rows = orders_of(tenant=tenant, diner_id=diner_id).filter(pk=order_id)
-        compiler = rows.query.get_compiler(using=using)
-        sql, compiled = compiler.as_sql()
-        columns = [column for column, _, _ in compiler.select]
-        laid_out = list(compiled) == params and tenant.pk != order_id
-        every_column = [c.target.attname for c in columns] == [
-            f.attname for f in Order._meta.concrete_fields
-        ]
-        if not (laid_out and every_column) or compiler.get_converters(columns):
+        compiled = compiled_read(rows, params, using=using)
+        if compiled is None or compiled[1]:  # from_db takes the driver's values as they are
             return None
-        _ORDER_READS[key] = sql
+        sql = _ORDER_READS[key] = compiled[0]
     return sql, params
 
 
