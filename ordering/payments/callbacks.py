@@ -5,12 +5,14 @@ Order of checks, and why:
 1. provider known, signature and timestamp valid (:mod:`ordering.payments.signatures`) — before
    anything is parsed or written, so a forged or replayed request leaves no trace but a 4xx;
 2. body well-formed, and it names a payment we started — else 400 / 404, nothing written;
-3. in one transaction: the event goes into the inbox (``PaymentCallback``, unique per provider
-   event id). Of concurrent deliveries of one event the database lets exactly one insert; the
-   others are duplicates. The winner then locks the order and the payment (in that order, the
-   same as ``cancel_order``, so the two cannot deadlock) and applies the event by the payment's
-   state: PAYING -> PAID only through the conditional FSM transition, with the ``order.paid``
-   outbox event in the same transaction.
+3. in one transaction: the order and the payment are read and locked in one statement (the
+   order first, then the payment: the order ``cancel_order`` takes them in, so the two cannot
+   deadlock). Every other delivery about this payment waits there until this one commits,
+   then reads what it committed. What the event means is decided from that state, and the
+   event goes into the inbox (``PaymentCallback``, unique per provider event id) with that
+   decision: an event received before inserts nothing, and is a duplicate. Only then is the
+   decision carried out: PAYING -> PAID only through the conditional FSM transition, with the
+   ``order.paid`` outbox event in the same transaction.
 
 Every authentic callback answers 200 with a ``result``: ``applied``; ``duplicate`` (seen before,
 nothing changed); ``ignored`` (late or out of order, nothing changed); ``conflict`` (it contradicts
@@ -23,9 +25,11 @@ written to the duplicate-hit audit (``idempotency.models.DuplicateAudit``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent
@@ -70,12 +74,20 @@ class CallbackResult:
         }
 
 
+class _Effect(Enum):
+    """What an applied event changes."""
+
+    FAIL_PAYMENT = "fail_payment"
+    MARK_PAID = "mark_paid"
+
+
 @dataclass(frozen=True)
 class _Decision:
     outcome: str
     audit: str | None = None  # DuplicateAudit outcome: HIT or CONFLICT
     reason: str = ""
-    conflict: str | None = None
+    conflict: str | None = None  # a ProviderConflict of this kind is recorded for staff
+    effect: _Effect | None = None
 
 
 def handle_payment_callback(
@@ -107,27 +119,25 @@ def handle_payment_callback(
         event = provider.parse_callback(raw_body)
     except CallbackPayloadInvalid as exc:
         raise CallbackRejected(PaymentErrorCode.PAYMENT_CALLBACK_INVALID, str(exc)) from None
-    order = Order.all_tenants.select_related("tenant").filter(pk=event.order_id).first()
-    payment = (
-        Payment.all_tenants.filter(
-            tenant=order.tenant, provider=provider.name, provider_txn_id=event.provider_txn_id
-        ).first()
-        if order is not None
-        else None
-    )
-    if order is None or payment is None or payment.order_id != order.pk:
-        raise CallbackRejected(PaymentErrorCode.PAYMENT_NOT_FOUND, "No such payment for this order")
     with transaction.atomic():
-        inbox = _record_in_inbox(order=order, payment=payment, event=event, provider=provider.name)
-        if inbox is None:
-            decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
+        found = _locked(event=event, provider=provider.name)
+        if found is None:
+            raise CallbackRejected(
+                PaymentErrorCode.PAYMENT_NOT_FOUND, "No such payment for this order"
+            )
+        order, payment = found
+        decision = _decide(order=order, payment=payment, event=event)
+        received = _record_in_inbox(
+            order=order,
+            payment=payment,
+            event=event,
+            provider=provider.name,
+            outcome=decision.outcome,
+        )
+        if received:
+            _carry_out(decision, order=order, payment=payment, event=event, provider=provider.name)
         else:
-            tenant = order.tenant
-            order = Order.all_tenants.select_for_update(of=("self",)).get(pk=order.pk)
-            order.tenant = tenant
-            payment = Payment.all_tenants.select_for_update(of=("self",)).get(pk=payment.pk)
-            decision = _apply(order=order, payment=payment, event=event, provider=provider.name)
-            PaymentCallback.all_tenants.filter(pk=inbox).update(outcome=decision.outcome)
+            decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
             _audit(order=order, event=event, provider=provider.name, decision=decision)
@@ -139,10 +149,31 @@ def handle_payment_callback(
     )
 
 
+def _locked(*, event: CallbackEvent, provider: str) -> tuple[Order, Payment] | None:
+    """The order the event names and its payment at ``provider`` (with the order's tenant),
+    both locked for this transaction, the order first; None if there is no such payment of
+    that order.
+
+    One statement (``SELECT … FOR UPDATE OF`` the order, then the payment): reading both,
+    then locking each again, took four round trips and four queries built by the ORM."""
+    payment = (
+        Payment.all_tenants.select_related("order__tenant")
+        .select_for_update(of=("order", "self"))
+        .filter(
+            order_id=event.order_id,
+            provider=provider,
+            provider_txn_id=event.provider_txn_id,
+            tenant=F("order__tenant"),
+        )
+        .first()
+    )
+    return None if payment is None else (payment.order, payment)
+
+
 def _record_in_inbox(
-    *, order: Order, payment: Payment, event: CallbackEvent, provider: str
-) -> int | None:
-    """The new inbox row's id, or None if this provider event was received before.
+    *, order: Order, payment: Payment, event: CallbackEvent, provider: str, outcome: str
+) -> bool:
+    """Whether this provider event is new: its inbox row was inserted, with ``outcome``.
 
     One ``INSERT ... ON CONFLICT (tenant, provider, event id) DO NOTHING RETURNING id``: a
     duplicate inserts nothing and returns nothing, with no error. (Catching the unique index's
@@ -160,7 +191,7 @@ def _record_in_inbox(
         "status": event.status,
         "amount": event.amount,
         "currency": event.currency,
-        "outcome": Outcome.APPLIED,
+        "outcome": outcome,
         "received_at": timezone.now(),
     }
     fields = [PaymentCallback._meta.get_field(name) for name in values]
@@ -177,67 +208,72 @@ def _record_in_inbox(
                 for field, value in zip(fields, values.values(), strict=True)
             ],
         )
-        row = cursor.fetchone()
-    return None if row is None else row[0]
+        return cursor.fetchone() is not None
 
 
-def _apply(*, order: Order, payment: Payment, event: CallbackEvent, provider: str) -> _Decision:
-    """What the event means given the payment's and order's state (both locked)."""
+def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decision:
+    """What the event means given the payment's and order's state (both locked); nothing is
+    written here (:func:`_carry_out` writes it once the inbox took the event)."""
     if event.status == "failed":
         if payment.status == P.PENDING:
-            Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.FAILED)
-            return _Decision(Outcome.APPLIED)
+            return _Decision(Outcome.APPLIED, effect=_Effect.FAIL_PAYMENT)
         if payment.status == P.FAILED:
             return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_failed")
         if payment.status == P.VOIDED:
             return _Decision(Outcome.IGNORED, audit="HIT", reason="payment_voided")
         return _Decision(Outcome.IGNORED, audit="CONFLICT", reason="failed_after_succeeded")
     if (event.amount, event.currency) != (payment.amount, payment.currency):
-        return _conflict(order, payment, event, provider, ProviderConflict.Kind.AMOUNT_MISMATCH)
+        return _conflict(ProviderConflict.Kind.AMOUNT_MISMATCH)
     if payment.status in (P.SUCCEEDED, P.REFUNDED):
         return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_succeeded")
-    if payment.status == P.VOIDED or order.status in (
-        OrderStatus.CANCELLED,
-        OrderStatus.CANCELLING,
-    ):
-        return _conflict(order, payment, event, provider, ProviderConflict.Kind.PAID_AFTER_CANCEL)
+    if payment.status == P.VOIDED or order.status in CANCELLED_OR_CANCELLING:
+        return _conflict(ProviderConflict.Kind.PAID_AFTER_CANCEL)
     if order.status != OrderStatus.PAYING:
-        return _conflict(order, payment, event, provider, ProviderConflict.Kind.UNEXPECTED_STATE)
-    Payment.all_tenants.filter(pk=payment.pk, status__in=[P.PENDING, P.FAILED]).update(
-        status=P.SUCCEEDED
-    )
-    apply_transition(order, order.mark_paid, actor=f"provider:{provider}")
-    emit_event(
-        order=order,
-        event_type=EventType.ORDER_PAID,
-        payload={
-            "payment_id": payment.pk,
-            "provider": provider,
-            "provider_txn_id": payment.provider_txn_id,
-            "amount": str(payment.amount),
-            "currency": payment.currency,
-        },
-    )
-    return _Decision(Outcome.APPLIED)
+        return _conflict(ProviderConflict.Kind.UNEXPECTED_STATE)
+    return _Decision(Outcome.APPLIED, effect=_Effect.MARK_PAID)
 
 
-def _conflict(
-    order: Order, payment: Payment, event: CallbackEvent, provider: str, kind: str
-) -> _Decision:
-    ProviderConflict.objects.for_tenant(order.tenant).create(
-        tenant=order.tenant,
-        order=order,
-        payment=payment,
-        provider=provider,
-        provider_txn_id=event.provider_txn_id,
-        event_id=event.event_id,
-        kind=kind,
-        expected_amount=payment.amount,
-        expected_currency=payment.currency,
-        reported_amount=event.amount,
-        reported_currency=event.currency,
-    )
+def _conflict(kind: str) -> _Decision:
     return _Decision(Outcome.CONFLICT, audit="CONFLICT", reason=kind, conflict=kind)
+
+
+def _carry_out(
+    decision: _Decision, *, order: Order, payment: Payment, event: CallbackEvent, provider: str
+) -> None:
+    """Write what ``decision`` says: the conflict for staff, the failed payment, or the
+    payment captured and the order PAID with its outbox event."""
+    if decision.conflict is not None:
+        ProviderConflict.objects.for_tenant(order.tenant).create(
+            tenant=order.tenant,
+            order=order,
+            payment=payment,
+            provider=provider,
+            provider_txn_id=event.provider_txn_id,
+            event_id=event.event_id,
+            kind=decision.conflict,
+            expected_amount=payment.amount,
+            expected_currency=payment.currency,
+            reported_amount=event.amount,
+            reported_currency=event.currency,
+        )
+    if decision.effect is _Effect.FAIL_PAYMENT:
+        Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.FAILED)
+    elif decision.effect is _Effect.MARK_PAID:
+        Payment.all_tenants.filter(pk=payment.pk, status__in=[P.PENDING, P.FAILED]).update(
+            status=P.SUCCEEDED
+        )
+        apply_transition(order, order.mark_paid, actor=f"provider:{provider}")
+        emit_event(
+            order=order,
+            event_type=EventType.ORDER_PAID,
+            payload={
+                "payment_id": payment.pk,
+                "provider": provider,
+                "provider_txn_id": payment.provider_txn_id,
+                "amount": str(payment.amount),
+                "currency": payment.currency,
+            },
+        )
 
 
 def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:

@@ -27,11 +27,15 @@ from ordering.models import (
 from ordering.payments.registry import webhook_secrets
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from ordering.services.lifecycle import cancel_order
+from tenants.models import Tenant
 from tests.payments.helpers import paying_order, post_callback, signed
 
 pytestmark = pytest.mark.django_db
 S = OrderStatus
 INBOX_INSERT = f'INSERT INTO "{PaymentCallback._meta.db_table}"'
+INBOX_UPDATE = f'UPDATE "{PaymentCallback._meta.db_table}"'
+ORDER_TABLE = Order._meta.db_table
+PAYMENT_TABLE = Payment._meta.db_table
 
 
 @pytest.fixture
@@ -59,6 +63,12 @@ def audits(outcome: str | None = None) -> list[DuplicateAudit]:
 def state(order: Order) -> tuple[str, str]:
     order.refresh_from_db()
     return order.status, order.payments.get().status
+
+
+def inbox_outcomes(tenant: Tenant) -> dict[str, str]:
+    """Each received event's outcome, as the inbox keeps it."""
+    rows = PaymentCallback.objects.for_tenant(tenant).order_by("id")
+    return dict(rows.values_list("event_id", "outcome"))
 
 
 def test_pay_order_goes_through_the_provider_adapter(paying):
@@ -118,7 +128,7 @@ def test_another_event_for_an_already_paid_transaction_is_a_duplicate(deliver, p
     deliver(*signed(payment, event_id="evt_a"))
     late = deliver(*signed(payment, event_id="evt_b"))
     assert late.status_code == 200 and late.json()["result"] == "duplicate"
-    assert PaymentCallback.objects.for_tenant(tenant).count() == 2
+    assert inbox_outcomes(tenant) == {"evt_a": "applied", "evt_b": "duplicate"}
     assert OutboxEvent.objects.for_tenant(tenant).count() == 1
     assert [a.request_meta["reason"] for a in audits("HIT")] == ["already_succeeded"]
 
@@ -137,6 +147,7 @@ def test_amount_mismatch_is_a_conflict_for_staff_and_not_paid(deliver, paying, t
         Decimal("1.00"),
     )
     assert not conflict.resolved
+    assert list(inbox_outcomes(tenant).values()) == ["conflict"]
     assert OutboxEvent.objects.for_tenant(tenant).count() == 0
     assert [a.request_meta["reason"] for a in audits("CONFLICT")] == ["amount_mismatch"]
 
@@ -168,12 +179,13 @@ def test_failed_then_succeeded_out_of_order_ends_paid(deliver, paying):
     assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
 
 
-def test_a_late_failure_after_success_is_ignored_and_audited(deliver, paying):
+def test_a_late_failure_after_success_is_ignored_and_audited(deliver, paying, tenant):
     order, payment = paying
     deliver(*signed(payment, event_id="evt_s"))
     late = deliver(*signed(payment, status="failed", event_id="evt_f"))
     assert late.status_code == 200 and late.json()["result"] == "ignored"
     assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
+    assert inbox_outcomes(tenant) == {"evt_s": "applied", "evt_f": "ignored"}
     assert [a.request_meta["reason"] for a in audits("CONFLICT")] == ["failed_after_succeeded"]
 
 
@@ -245,7 +257,9 @@ def test_an_unknown_transaction_is_404_and_writes_nothing(deliver, paying, tenan
 
 
 @pytest.mark.django_db(transaction=True)  # as served: no test transaction around it
-def test_the_inbox_tells_a_duplicate_apart_without_a_savepoint(deliver, paying, tenant):
+def test_a_callback_reads_and_locks_in_one_statement_and_writes_its_inbox_row_once(
+    deliver, paying, tenant
+):
     # given an event delivered once
     order, payment = paying
     first = signed(payment, event_id="evt_once")
@@ -254,16 +268,24 @@ def test_the_inbox_tells_a_duplicate_apart_without_a_savepoint(deliver, paying, 
     # when the provider delivers it again
     with CaptureQueriesContext(connection) as again:
         assert deliver(*first).json()["result"] == "duplicate"
-    # then in each, the inbox row is the transaction's first statement, with no savepoint of
-    # its own around it (an insert that does nothing on the event's unique key, not an error
-    # to catch)
+    # then each opens its transaction with one read of the order and its payment, locked in
+    # that order (as a cancel takes them), and reads neither outside it nor again
     for delivery in (applied, again):
-        statements = [q["sql"] for q in delivery.captured_queries]
+        everything = [q["sql"] for q in delivery.captured_queries]
+        # the callback's own statements: up to its commit (then the outbox's publish runs, and
+        # the event's consumer, which the tests run in this process)
+        statements = everything[: everything.index("COMMIT") + 1]
+        begin = statements.index("BEGIN")
+        reads = [sql for sql in statements if sql.startswith("SELECT") and PAYMENT_TABLE in sql]
+        assert reads == [statements[begin + 1]], statements
+        assert reads[0].endswith(f'FOR UPDATE OF "{ORDER_TABLE}", "{PAYMENT_TABLE}"'), reads
+        # and the inbox row comes next, written once with the decision: an insert that does
+        # nothing on the event's unique key (no savepoint, no error to catch), never updated
         [insert] = [sql for sql in statements if sql.startswith(INBOX_INSERT)]
         assert "ON CONFLICT" in insert
-        position = statements.index(insert)
-        assert statements[position - 1] == "BEGIN", statements
-        assert not statements[position + 1].startswith("RELEASE SAVEPOINT"), statements
+        assert statements.index(insert) == begin + 2, statements
+        assert not statements[begin + 3].startswith("RELEASE SAVEPOINT"), statements
+        assert not any(sql.startswith(INBOX_UPDATE) for sql in statements), statements
     [row] = PaymentCallback.objects.for_tenant(tenant).all()
     assert (row.event_id, row.order_id, row.payment_id, row.outcome) == (
         "evt_once",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
@@ -12,6 +13,7 @@ from idempotency.models import DuplicateAudit
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
     EventType,
+    Order,
     OrderStatus,
     OrderTransition,
     OutboxEvent,
@@ -19,6 +21,7 @@ from ordering.models import (
     PaymentCallback,
 )
 from tests.payments.helpers import paying_order, post_callback, signed
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 CALLERS = 20
 
@@ -65,3 +68,49 @@ def test_twenty_concurrent_identical_callbacks_make_one_paid_transition(tenant, 
     drain_audits()
     hits = DuplicateAudit.objects.filter(tenant_key=str(tenant.pk), outcome="HIT")
     assert hits.count() == CALLERS - 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_callback_locks_the_order_before_the_payment(tenant, menu):
+    # given an order waiting for its payment, whose row another transaction holds (as a
+    # cancel's conditional update does before it voids the payment)
+    order, payment = paying_order(tenant, menu["pizza"])
+    body, headers = signed(payment)
+    with psycopg.connect(connection.connection.info.dsn) as holder:
+        holder.execute(
+            f'SELECT 1 FROM "{Order._meta.db_table}" WHERE id = %s FOR UPDATE', [order.pk]
+        )
+        # when the provider's callback arrives meanwhile
+        delivery = threading.Thread(target=_deliver_on_own_connection, args=(body, headers))
+        delivery.start()
+        wait_until(
+            lambda: _waiting_for_a_lock(holder),
+            what="the callback waiting for the order's lock",
+        )
+        # then it waits on the order without having taken the payment first: the holder can
+        # still lock the payment (as a cancel voids it), and no deadlock is possible
+        holder.execute(
+            f'SELECT 1 FROM "{Payment._meta.db_table}" WHERE id = %s FOR UPDATE NOWAIT',
+            [payment.pk],
+        )
+        holder.rollback()
+    delivery.join(DEADLINE_SECONDS)
+    # and once the holder lets go, the callback applies
+    assert Payment.objects.for_tenant(tenant).get().status == Payment.Status.SUCCEEDED
+    assert Order.all_tenants.get(pk=order.pk).status == OrderStatus.PAID
+
+
+def _deliver_on_own_connection(body: bytes, headers: dict[str, str]) -> None:
+    try:
+        assert post_callback(APIClient(), body, headers).json()["result"] == "applied"
+    finally:
+        connection.close()
+
+
+def _waiting_for_a_lock(observer: psycopg.Connection) -> bool:
+    with psycopg.connect(observer.info.dsn, autocommit=True) as watcher:
+        [(waiting,)] = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchall()
+    return waiting > 0
