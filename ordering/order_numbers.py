@@ -7,9 +7,9 @@ order that is refused afterwards rolls its number back with everything else, so 
 numbers have no gaps. The counter row stays locked until the placing transaction ends; placing
 takes it last (after the dishes' stock and the coupon, so the lock order is the same in every
 transaction and cannot deadlock), which keeps that wait to the transaction's end: the upsert
-leads the statement that writes the order (:func:`numbered`, ``ordering/services/
-one_statement.py``), which takes the number from it, so numbering costs no round trip of its
-own. ``unique(tenant, business_day, number)`` on orders backs it up.
+leads the statement that writes the order (:func:`numbered`, ``ordering/one_statement.py``),
+which takes the number from it, so numbering costs no round trip of its own.
+``unique(tenant, business_day, number)`` on orders backs it up.
 
 The business day is the tenant's calendar day (``Tenant.time_zone``): numbers restart at local
 midnight, as a restaurant's order pad would.
@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ordering.models import OrderNumberCounter
-from ordering.services.one_statement import Leading
+from ordering.one_statement import Leading
 from tenants.models import Tenant
 
 

@@ -34,9 +34,9 @@ from ordering.models import (
     OrderTransition,
     Payment,
 )
+from ordering.one_statement import insert_together
 from ordering.order_moves import allowed_moves, conflict_hint
 from ordering.selectors import access_order
-from ordering.services.one_statement import insert_together
 from ordering.services.stock import give_back
 from tenants.models import Tenant
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from django.db import transaction
 
 from ordering.models import Order, Payment
+from ordering.one_statement import insert_together
 from ordering.payments.registry import default_provider
 from ordering.prefetch import with_related
 from ordering.selectors import access_order
 from ordering.services.lifecycle import apply_transition, described_conflicts
-from ordering.services.one_statement import insert_together
 from tenants.models import Tenant
 
 

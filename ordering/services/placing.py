@@ -16,10 +16,10 @@ from idempotency.core.transactions import business_atomic
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Order, OrderLine, OrderStatus, OrderTransition
+from ordering.one_statement import insert_together
 from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
 from ordering.order_numbers import business_day, numbered
 from ordering.prefetch import with_related
-from ordering.services.one_statement import insert_together
 from ordering.services.stock import take_stock
 from ordering.worker_ids import NoWorkerIdAvailable, WorkerLeaseLost
 from tenants.models import ApiClient, Tenant

@@ -30,10 +30,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ordering.models import Coupon, Order
+from ordering.models import Coupon, Order, OutboxEvent
 from tests.support.live_server import free_port
 from tests.support.view_executions import executions, server_env
-from tests.support.waiting import DEADLINE_SECONDS
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -372,3 +372,46 @@ def test_an_order_of_two_dishes_with_the_demo_coupon_counts_one_use(demo: Demo) 
     refused = order("coupon-unknown", "NOPE")
     assert (refused.status_code, refused.json()["code"]) == (422, "COUPON_INVALID")
     assert uses() == before
+
+
+def test_a_paid_order_writes_its_event_with_the_version_it_announces(demo: Demo) -> None:
+    """On SQLite the outbox event's version (the order's number of transitions) is counted by
+    a statement of its own just before the event's insert, where PostgreSQL counts it in the
+    insert's statement."""
+    auth = {"Authorization": f"Api-Key {demo.key}"}
+    token = httpx.post(
+        f"{demo.url}/api/v1/diner-sessions/", headers=auth, timeout=DEADLINE_SECONDS
+    ).json()["token"]
+    [dish, *_] = httpx.get(
+        f"{demo.url}/api/v1/menu/", headers=auth, timeout=DEADLINE_SECONDS
+    ).json()
+    diner = {"Authorization": f"Bearer {token}"}
+    placed = httpx.post(
+        f"{demo.url}/api/v1/orders/",
+        headers={**diner, "Idempotency-Key": "paid-order"},
+        json={"items": [{"dish_id": dish["id"], "quantity": 1}], "payment_method": "card"},
+        timeout=DEADLINE_SECONDS,
+    )
+    assert placed.status_code == 201, placed.text
+    # when the diner pays, and the demo's provider confirms the payment by its signed callback
+    paying = httpx.post(
+        f"{demo.url}{placed.headers['Location']}pay/",
+        headers={**diner, "Idempotency-Key": "paid-order-pay"},
+        timeout=DEADLINE_SECONDS,
+    )
+    assert paying.status_code == 200, paying.text
+
+    def status() -> str:
+        detail = httpx.get(
+            f"{demo.url}{placed.headers['Location']}", headers=diner, timeout=DEADLINE_SECONDS
+        )
+        return detail.json()["status"]
+
+    wait_until(lambda: status() == "PAID", what="the demo's provider confirming the payment")
+    # then the order's one event announces its third transition (CREATED, PAYING, PAID)
+    with sqlite3.connect(demo.database) as db:
+        events = db.execute(
+            f"SELECT event_type, version FROM {OutboxEvent._meta.db_table} WHERE order_id = ?",
+            [int(placed.json()["id"])],
+        ).fetchall()
+    assert events == [("order.paid", 3)]

@@ -88,7 +88,7 @@ def test_a_pay_reads_the_payments_with_the_order_and_writes_by_statements_built_
     [update] = [sql for sql in statements if sql.startswith('UPDATE "ordering_order"')]
     assert update.endswith("\"status\" = 'CREATED'") and 'WHERE "id" = ' in update, update
     # and its log row and its payment went through the kept INSERT shapes
-    # (ordering/services/one_statement.py), not the ORM compiling each INSERT afresh
+    # (ordering/one_statement.py), not the ORM compiling each INSERT afresh
     for table in ("ordering_ordertransition", "ordering_payment"):
         [insert] = [sql for sql in statements if f'INSERT INTO "{table}"' in sql]
         assert insert.startswith(f'WITH b0 AS (INSERT INTO "{table}"'), insert

@@ -1,4 +1,4 @@
-"""The INSERT text a process keeps per batch shape (ordering/services/one_statement.py) is what
+"""The INSERT text a process keeps per batch shape (ordering/one_statement.py) is what
 Django's insert compiler builds, and the values sent with it are the ones it would send."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models.sql import InsertQuery
 
+from ordering import one_statement
 from ordering.models import Order, OrderLine, OrderStatus, OrderTransition
-from ordering.services import one_statement
-from ordering.services.one_statement import Leading
+from ordering.one_statement import Leading
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -74,7 +74,7 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     # which carries the transaction's BEGIN; Django still logs a BEGIN of its own, which sends
     # nothing: tests/idempotency/test_record_commit.py reads the wire), stock (UPDATE ...
     # RETURNING), then the day's order number, the order, its line and its
-    # transition in one statement (WITH ... INSERT, ordering/services/one_statement.py,
+    # transition in one statement (WITH ... INSERT, ordering/one_statement.py,
     # ordering/order_numbers.py), and the idempotency record (a call of its function,
     # migration 0008), whose statement carries the COMMIT (Django's own COMMIT then has
     # nothing to send: tests/idempotency/test_record_commit.py reads the wire); nothing is

@@ -6,12 +6,20 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ordering.background import consumers, dispatch
 from ordering.background.outbox import emit_event, publish_event, sweep_outbox
-from ordering.models import EventType, OrderStatus, OutboxEvent, ProcessedEvent, SalesDay
+from ordering.models import (
+    EventType,
+    OrderStatus,
+    OrderTransition,
+    OutboxEvent,
+    ProcessedEvent,
+    SalesDay,
+)
 from ordering.services.lifecycle import cancel_order
 from tests.payments.helpers import paid_order
 
@@ -109,3 +117,22 @@ def test_the_order_paid_consumer_counts_a_sale_once_however_often_delivered(tena
 
 def test_a_message_for_an_unknown_event_is_dropped():
     assert consumers.handle_event(event_id=987654321) == consumers.ConsumeResult.MISSING
+
+
+def test_an_event_counts_its_order_s_transitions_in_its_own_insert(tenant, menu):
+    # given a paid order, beside another order of the same restaurant
+    paid_order(tenant, menu["pizza"])
+    order, _ = paid_order(tenant, menu["pizza"])
+    # when it is cancelled, which announces the refund saga's event
+    with CaptureQueriesContext(connection) as cancel:
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    # then the event is one statement that counts the order's transitions as it inserts, with
+    # no count of its own before it
+    table = OutboxEvent._meta.db_table
+    [insert] = [q["sql"] for q in cancel.captured_queries if f'INSERT INTO "{table}"' in q["sql"]]
+    assert insert.startswith("WITH lead AS (SELECT COUNT(*)"), insert
+    assert not [q for q in cancel.captured_queries if q["sql"].startswith("SELECT COUNT(*)")]
+    # and its version is this order's number of transitions (CREATED, PAYING, PAID, CANCELLING)
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
+    assert event.version == OrderTransition.objects.for_tenant(tenant).filter(order=order).count()
+    assert event.version == 4

@@ -46,7 +46,8 @@ _MAX_SHAPES = 512
 
 @dataclass(frozen=True)
 class Leading:
-    """A data-modifying statement returning one row of one column, run first."""
+    """A statement returning one row of one column, run first (a data-modifying one, such as
+    the day's order-number upsert, or a plain read, such as a count)."""
 
     sql: str
     params: Sequence[object]
