@@ -150,6 +150,10 @@ def handle_payment_callback(
     )
 
 
+# per database alias: the callback's locked read, compiled once
+_LOCKED_READS: dict[str, JoinedRead] = {}
+
+
 def _locked(*, event: CallbackEvent, provider: str) -> tuple[Order, Payment] | None:
     """The order the event names and its payment at ``provider`` (with the order's tenant),
     both locked for this transaction, the order first; None if there is no such payment of
@@ -171,10 +175,6 @@ def _locked(*, event: CallbackEvent, provider: str) -> tuple[Order, Payment] | N
     else:
         payment = next(iter(_locking_read(*params)), None)
     return None if payment is None else (payment.order, payment)
-
-
-# per database alias: the callback's locked read, compiled once
-_LOCKED_READS: dict[str, JoinedRead] = {}
 
 
 def _locking_read(order_id: object, provider: object, provider_txn_id: object) -> QuerySet:
