@@ -232,11 +232,14 @@ class JoinedRead:
     def of(cls, rows: QuerySet, params: list[object], *, using: str) -> JoinedRead | None:
         """``rows``' read, for running again with other values of ``params``; None where its
         compiled parameters are not ``params`` (in that order, each distinct, so that each
-        keeps its place) or it selects more than its models' columns."""
+        keeps its place) or it selects other than its models' columns (``values()``, an
+        annotation)."""
         compiler = rows.query.get_compiler(using=using)
         sql, compiled = compiler.as_sql()
         distinct = len({repr(param) for param in params}) == len(params)
-        if not (distinct and list(compiled) == params) or compiler.annotation_col_map:
+        if not (distinct and list(compiled) == params):
+            return None
+        if compiler.annotation_col_map:  # values(), or an annotation: not only model columns
             return None
         select = compiler.select
         columns = [column for column, _, _ in select]

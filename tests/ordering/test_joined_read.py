@@ -7,6 +7,7 @@ from unittest import mock
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection
+from django.db.models import Value
 from django.db.models.sql.compiler import SQLCompiler
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
@@ -62,6 +63,11 @@ def test_a_read_whose_compiled_parameters_are_not_the_ones_given_is_not_kept(ten
     same = payment.provider_txn_id
     rows = Payment.all_tenants.select_related("order").filter(provider=same, provider_txn_id=same)
     assert JoinedRead.of(rows, [same, same], using="default") is None
+    # and a query of values, or with an annotation, is not a model's rows
+    key = [payment.order_id, payment.provider_txn_id]
+    rows = payments_with_order_and_tenant(*key)
+    assert JoinedRead.of(rows.values("amount"), key, using="default") is None
+    assert JoinedRead.of(rows.annotate(n=Value(1)), key, using="default") is None
 
 
 @pytest.mark.django_db(transaction=True)  # as served: the callback's own transaction
