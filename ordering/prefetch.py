@@ -164,15 +164,23 @@ def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[
     a column needs a converter; None where it cannot be: its compiled parameters are not
     ``params`` (in that order, each distinct, so that each keeps its place), or it does not
     select every concrete column of its model in field order (what ``Model.from_db`` takes)."""
-    compiler = rows.query.get_compiler(using=using)
-    sql, compiled = compiler.as_sql()
-    columns = [column for column, _, _ in compiler.select]
-    distinct = len({repr(param) for param in params}) == len(params)
-    if not (distinct and list(compiled) == params):
+    laid_out = _laid_out(rows, params, using=using)
+    if laid_out is None:
         return None
+    compiler, sql = laid_out
+    columns = [column for column, _, _ in compiler.select]
     if [column.target.attname for column in columns] != _attnames(rows.model):
         return None
     return sql, bool(compiler.get_converters(columns))
+
+
+def _laid_out(rows: QuerySet, params: list[object], *, using: str) -> tuple[Any, str] | None:
+    """``rows``' compiler and SQL, when its compiled parameters are ``params``, in that order,
+    each distinct (so that each keeps its place when run with other values); else None."""
+    compiler = rows.query.get_compiler(using=using)
+    sql, compiled = compiler.as_sql()
+    distinct = len({repr(param) for param in params}) == len(params)
+    return (compiler, sql) if distinct and list(compiled) == params else None
 
 
 def _statements(reads: dict[str, _RelationRead]) -> str:
@@ -234,11 +242,10 @@ class JoinedRead:
         compiled parameters are not ``params`` (in that order, each distinct, so that each
         keeps its place) or it selects other than its models' columns (``values()``, an
         annotation)."""
-        compiler = rows.query.get_compiler(using=using)
-        sql, compiled = compiler.as_sql()
-        distinct = len({repr(param) for param in params}) == len(params)
-        if not (distinct and list(compiled) == params):
+        laid_out = _laid_out(rows, params, using=using)
+        if laid_out is None:
             return None
+        compiler, sql = laid_out
         if compiler.annotation_col_map:  # values(), or an annotation: not only model columns
             return None
         select = compiler.select
