@@ -174,6 +174,13 @@ def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[
     return sql, bool(compiler.get_converters(columns))
 
 
+def compiled_sql(rows: QuerySet, params: list[object], *, using: str) -> str | None:
+    """``rows``' SQL, for running again with other values of the same ``params``; None where
+    its compiled parameters are not ``params`` (in that order, each distinct)."""
+    laid_out = _laid_out(rows, params, using=using)
+    return None if laid_out is None else laid_out[1]
+
+
 def _laid_out(rows: QuerySet, params: list[object], *, using: str) -> tuple[Any, str] | None:
     """``rows``' compiler and SQL, when its compiled parameters are ``params``, in that order,
     each distinct (so that each keeps its place when run with other values); else None."""

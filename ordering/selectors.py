@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 
 from django.db import connections, router
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order
-from ordering.prefetch import compiled_read, read_related, read_with_related, reads_together
+from ordering.prefetch import (
+    compiled_read,
+    compiled_sql,
+    read_related,
+    read_with_related,
+    reads_together,
+)
 from tenants.models import Tenant
 
 
@@ -87,9 +95,54 @@ def _order_read(
 # --- dashboard reads (merchant pages); another tenant's id is "not found", never "forbidden" --
 
 
-def board_orders(*, tenant: Tenant, limit: int = 200) -> QuerySet[Order]:
+# How many orders the board shows: the newest ones.
+BOARD_SIZE = 200
+# The columns of an order that its card shows, or that change when anything on it does. The
+# card's other content, its lines, is written once, with the order.
+BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at", "updated_at")
+
+
+def board_orders(*, tenant: Tenant, limit: int = BOARD_SIZE) -> QuerySet[Order]:
     """The newest ``limit`` orders for the board, with what the cards show preloaded."""
-    return orders_of(tenant=tenant).order_by("-created_at", "-id").prefetch_related("lines")[:limit]
+    return _board_window(tenant, limit).prefetch_related("lines")
+
+
+def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
+    """A digest of the board's cards: which orders are the newest ``limit``, in which order,
+    and each one's :data:`BOARD_CARD_COLUMNS`. A new order, a move or an order gone changes it.
+
+    It reads those columns as text (no lines, no model instances, no values to convert), by
+    SQL compiled once per process: a poll of a board
+    that has not changed costs this one small query instead of rendering every card again.
+    """
+    using = router.db_for_read(Order)
+    sql = _BOARD_VERSIONS.get((limit, using))
+    if sql is None:
+        cards = _board_cards(tenant, limit)
+        sql = compiled_sql(cards, [tenant.pk], using=using)
+        if sql is None:
+            return _digest(cards)
+        _BOARD_VERSIONS[(limit, using)] = sql
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [tenant.pk])
+        return _digest(cursor.fetchall())
+
+
+# per (board size, database): the SQL of board_version's read, compiled once
+_BOARD_VERSIONS: dict[tuple[int, str], str] = {}
+
+
+def _board_cards(tenant: Tenant, limit: int) -> QuerySet[Order]:
+    as_text = (Cast(column, TextField()) for column in BOARD_CARD_COLUMNS)
+    return _board_window(tenant, limit).values_list(*as_text)
+
+
+def _digest(cards: Iterable[tuple[str | None, ...]]) -> str:
+    return hashlib.blake2b(repr(list(cards)).encode(), digest_size=16).hexdigest()
+
+
+def _board_window(tenant: Tenant, limit: int) -> QuerySet[Order]:
+    return orders_of(tenant=tenant).order_by("-created_at", "-id")[:limit]
 
 
 def order_for_dashboard(*, tenant: Tenant, order_id: int) -> Order | None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST, require_safe
+from django.utils.http import quote_etag
+from django.views.decorators.http import etag, require_POST, require_safe
 
 from idempotency.audit import AuditEvent
 from idempotency.core.hashing import keyed_digest
@@ -34,7 +36,7 @@ from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
 from ordering.payments.conflicts import open_conflicts
-from ordering.selectors import board_orders, order_for_dashboard
+from ordering.selectors import board_orders, board_version, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
 from tenants.permissions import Area
 
@@ -50,6 +52,7 @@ MOVE_LABELS = {
     S.COMPLETED: "Mark delivered",
     S.CANCELLED: "Cancel order",
 }
+BOARD_COLUMNS = "dashboard/partials/board_columns.html"
 # Seconds between board refreshes; a setting so tests (and busy kitchens) can shorten it.
 DEFAULT_REFRESH_SECONDS = 5
 
@@ -80,11 +83,30 @@ def merchant_moves(order: Order, *, may_cancel: bool = True) -> list[Move]:
 
 
 def board_context(request: HttpRequest) -> dict[str, object]:
-    """The board's columns (every status, in lifecycle order) and what "just now" means."""
+    """The board's columns (every status, in lifecycle order) and the time the cards' ages
+    are counted to."""
     columns: dict[str, list[Order]] = {status: [] for status in S.values}
     for order in board_orders(tenant=tenant_of(request)):
         columns[order.status].append(order)
-    return {"columns": columns, "just_now": timezone.now() - timedelta(minutes=1)}
+    return {"columns": columns, "now": timezone.now()}
+
+
+def board_etag(request: HttpRequest) -> str:
+    """The ETag of the board's columns: the cards' version (:func:`board_version`), the
+    tenant, the time zone the cards' times are written in and the columns' template as
+    deployed. The cards' ages are not in it: the page's script keeps them up to date.
+
+    It is worked out before the columns are read: a change in between gives an answer newer
+    than its tag, and the next poll fetches the columns again; never an older one.
+    """
+    tenant = tenant_of(request)
+    parts = (
+        board_version(tenant=tenant),
+        str(tenant.pk),
+        timezone.get_current_timezone_name(),
+        get_template(BOARD_COLUMNS).template.source,
+    )
+    return quote_etag(hashlib.blake2b("\0".join(parts).encode(), digest_size=16).hexdigest())
 
 
 @member_required(Area.ORDERS)
@@ -95,11 +117,13 @@ def board(request: HttpRequest) -> HttpResponse:
     staff resolve them in the admin, the merchant should know which orders they concern."""
     refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
     conflicts = open_conflicts(tenant=tenant_of(request)).select_related("order")
+    version = board_etag(request)
     return render_page(
         request,
         "dashboard/board.html",
         {
             **board_context(request),
+            "board_version": version,
             "refresh_ms": int(refresh * 1000),
             "payments_under_review": list(conflicts.order_by("created_at")),
         },
@@ -109,8 +133,12 @@ def board(request: HttpRequest) -> HttpResponse:
 
 @member_required(Area.ORDERS)
 @require_safe
+@etag(board_etag)
 def board_fragment(request: HttpRequest) -> HttpResponse:
-    response = render(request, "dashboard/partials/board_columns.html", board_context(request))
+    """The board's columns, for the page's script every few seconds. The script sends the
+    ETag of the columns it shows (``If-None-Match``); while no card has changed the answer is
+    304, without reading the orders or rendering a card."""
+    response = render(request, BOARD_COLUMNS, board_context(request))
     response["Cache-Control"] = "no-store"
     return response
 

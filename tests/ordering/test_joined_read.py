@@ -3,12 +3,9 @@ become the instances Django's own iteration of that query makes, joined instance
 
 from __future__ import annotations
 
-from unittest import mock
-
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.db.models import Value
-from django.db.models.sql.compiler import SQLCompiler
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
@@ -17,6 +14,7 @@ from ordering.payments import callbacks
 from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from ordering.prefetch import JoinedRead
 from tests.payments.helpers import paying_order, signed
+from tests.support.compiles import compiled_models
 
 pytestmark = pytest.mark.django_db
 
@@ -74,16 +72,9 @@ def test_a_read_whose_compiled_parameters_are_not_the_ones_given_is_not_kept(ten
 def test_a_callback_s_locked_read_is_compiled_once_per_process(tenant, menu, monkeypatch):
     # given a process that has not compiled the read yet
     monkeypatch.setattr(callbacks, "_LOCKED_READS", {})
-    compiled: list[type] = []
-    real = SQLCompiler.as_sql
-
-    def counting(compiler, *args, **kwargs):
-        compiled.append(compiler.query.model)
-        return real(compiler, *args, **kwargs)
-
     deliveries = [signed(paying_order(tenant, menu["pizza"])[1]) for _ in range(2)]
     # when two callbacks arrive, one after the other
-    with mock.patch.object(SQLCompiler, "as_sql", counting):
+    with compiled_models() as compiled:
         for body, headers in deliveries:
             callbacks.handle_payment_callback(
                 provider_name=headers[PROVIDER_HEADER],

@@ -1,31 +1,66 @@
 // Refresh the orders board: fetch the server-rendered columns every few seconds and swap them in.
 // No library; pauses while the tab is hidden; reloads the page if the session has expired.
+//
+// Each poll sends the ETag of the columns shown (If-None-Match): while no card has changed the
+// server answers 304 without rendering them, and only the cards' ages move on, written here by
+// ageLabel with the words of ordering/templatetags/order_age.py and the server's clock (the
+// answer's Date header), so a tablet whose clock is wrong still shows the right ages.
 (function () {
   "use strict";
   var board = document.getElementById("board");
   if (!board) return;
   var url = board.getAttribute("data-refresh-url");
   var every = parseInt(board.getAttribute("data-refresh-ms"), 10) || 5000;
+  var version = board.getAttribute("data-version");
   var stamp = document.getElementById("board-updated");
+  var serverAhead = 0; // milliseconds the server's clock is ahead of this one
+
+  function ageLabel(seconds) {
+    var minutes = Math.floor(seconds / 60);
+    if (minutes < 1) return "just now";
+    if (minutes < 60) return minutes + " min ago";
+    var hours = Math.floor(minutes / 60);
+    minutes = minutes % 60;
+    if (hours < 24) return minutes ? hours + " h " + minutes + " min ago" : hours + " h ago";
+    var days = Math.floor(hours / 24);
+    hours = hours % 24;
+    return hours ? days + " d " + hours + " h ago" : days + " d ago";
+  }
+
+  function writeAges() {
+    var now = Date.now() + serverAhead;
+    var times = board.querySelectorAll("time.age[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var placed = Date.parse(times[i].getAttribute("datetime"));
+      if (!isNaN(placed)) times[i].textContent = ageLabel((now - placed) / 1000);
+    }
+  }
 
   function schedule() { window.setTimeout(refresh, every); }
 
   function refresh() {
     if (document.hidden) { schedule(); return; }
     board.setAttribute("aria-busy", "true");
-    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "Accept": "text/html" } })
+    var headers = { "Accept": "text/html" };
+    if (version) headers["If-None-Match"] = version;
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: headers })
       .then(function (response) {
         if (response.redirected || response.status === 401 || response.status === 403) {
           window.location.reload();
           return null;
         }
-        return response.ok ? response.text() : null;
+        var date = Date.parse(response.headers.get("Date") || "");
+        if (!isNaN(date)) serverAhead = date - Date.now();
+        if (response.status === 304) return "";
+        if (!response.ok) return null;
+        version = response.headers.get("ETag");
+        return response.text();
       })
       .then(function (html) {
-        if (html !== null && html !== undefined) {
-          board.innerHTML = html;
-          if (stamp) stamp.textContent = "Updated " + new Date().toLocaleTimeString();
-        }
+        if (html === null || html === undefined) return;
+        if (html) board.innerHTML = html;
+        writeAges();
+        if (stamp) stamp.textContent = "Updated " + new Date().toLocaleTimeString();
       })
       .catch(function () { /* offline for a moment: try again next time */ })
       .then(function () { board.removeAttribute("aria-busy"); schedule(); });

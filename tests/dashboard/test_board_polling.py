@@ -1,0 +1,172 @@
+"""The board's poll: answered 304 while no card has changed, the columns again when one has.
+
+A stale board is a missed order, so every change a card shows must change the tag: a new order,
+a move, an order gone, the newest-orders window moving on, the tenant's time zone. Another
+tenant's orders must not.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from ordering import selectors
+from ordering.dashboard.orders import BOARD_COLUMNS
+from ordering.models import Order, OrderStatus, Payment
+from ordering.selectors import board_version
+from ordering.services.lifecycle import transition_order
+from ordering.templatetags.order_age import age_label
+from tests.dashboard.conftest import World, make_order
+from tests.support.compiles import compiled_models
+
+S = OrderStatus
+FRAGMENT = "/dashboard/board/fragment/"
+
+
+def poll(client: Client, tag: str | None = None):
+    return client.get(FRAGMENT, **({"HTTP_IF_NONE_MATCH": tag} if tag else {}))
+
+
+def test_an_unchanged_board_is_answered_304_by_one_read_of_the_cards_columns(merchant, mine):
+    page = merchant.get("/dashboard/")
+    first = poll(merchant)
+    assert first.status_code == 200 and first["ETag"].startswith('"')
+    shown = re.search(r'data-version="([^"]+)"', page.content.decode())
+    assert shown and html.unescape(shown.group(1)) == first["ETag"]  # its first poll: a 304
+
+    with CaptureQueriesContext(connection) as queries:
+        again = poll(merchant, first["ETag"])
+    assert again.status_code == 304 and again.content == b""
+    assert "no-store" in again["Cache-Control"]
+    orders_read = [q["sql"] for q in queries if "ordering_" in q["sql"]]
+    assert len(orders_read) == 1 and "ordering_orderline" not in orders_read[0]
+
+
+def place(world: World) -> None:
+    make_order(world.tenant, world.dishes["pasta"], S.CREATED)
+
+
+def move(world: World) -> None:
+    transition_order(tenant=world.tenant, order_id=world.order.pk, target=S.ACCEPTED, actor="t")
+
+
+def status_written_alone(world: World) -> None:
+    """A write that leaves ``updated_at`` as it was still changes the card's column."""
+    Order.all_tenants.filter(pk=world.order.pk).update(status=S.ACCEPTED)
+
+
+def remove(world: World) -> None:
+    """An unpaid order deleted (a paid one keeps its payment, which protects it)."""
+    Order.all_tenants.filter(tenant=world.tenant, status=S.CREATED).delete()
+
+
+def move_to_another_time_zone(world: World) -> None:
+    world.tenant.time_zone = "Pacific/Auckland"
+    world.tenant.save(update_fields=["time_zone"])
+
+
+CHANGES: dict[str, Callable[[World], None]] = {
+    "a new order": place,
+    "a move": move,
+    "a status written alone": status_written_alone,
+    "an order gone": remove,
+    "the tenant's time zone": move_to_another_time_zone,
+}
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
+def test_a_change_on_the_board_is_answered_with_the_new_columns(merchant, mine, change):
+    make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
+    tag = poll(merchant)["ETag"]
+    assert poll(merchant, tag).status_code == 304
+
+    change(mine)
+
+    fresh = poll(merchant, tag)
+    assert fresh.status_code == 200 and fresh["ETag"] != tag
+    assert poll(merchant, fresh["ETag"]).status_code == 304
+
+
+def test_the_version_covers_the_newest_orders_only(mine):
+    """An order older than the board's newest ``limit`` is not on it: its moves leave the
+    version; a new order, which pushes the oldest shown one off, changes it."""
+    for _ in range(2):
+        make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
+    window_of_two = board_version(tenant=mine.tenant, limit=2)
+
+    move(mine)  # mine.order: the oldest, third of three
+    assert board_version(tenant=mine.tenant, limit=2) == window_of_two
+
+    make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
+    assert board_version(tenant=mine.tenant, limit=2) != window_of_two
+
+
+def test_a_new_deploy_of_the_columns_template_changes_the_tag(merchant, mine, settings):
+    tag = poll(merchant)["ETag"]
+    source = (Path(settings.BASE_DIR) / "templates" / BOARD_COLUMNS).read_text()
+    settings.TEMPLATES = [
+        {
+            **settings.TEMPLATES[0],
+            "APP_DIRS": False,
+            "OPTIONS": {
+                **settings.TEMPLATES[0]["OPTIONS"],
+                "loaders": [
+                    ("django.template.loaders.locmem.Loader", {BOARD_COLUMNS: source + "\n"}),
+                    "django.template.loaders.filesystem.Loader",
+                    "django.template.loaders.app_directories.Loader",
+                ],
+            },
+        }
+    ]
+    assert poll(merchant, tag).status_code == 200
+
+
+def test_another_tenant_s_orders_leave_the_board_unchanged(merchant, mine, theirs):
+    tag = poll(merchant)["ETag"]
+    place(theirs)
+    move(theirs)
+    assert poll(merchant, tag).status_code == 304
+
+
+def test_two_tenants_boards_never_share_a_tag(mine, theirs):
+    their_merchant = Client()
+    their_merchant.force_login(theirs.user)
+    Payment.all_tenants.all().delete()
+    Order.all_tenants.all().delete()  # two empty boards: the same cards, none
+    mine_client = Client()
+    mine_client.force_login(mine.user)
+    assert poll(mine_client)["ETag"] != poll(their_merchant)["ETag"]
+    assert poll(their_merchant, poll(mine_client)["ETag"]).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (-5, "just now"),
+        (59.9, "just now"),
+        (60, "1 min ago"),
+        (59 * 60 + 59, "59 min ago"),
+        (3600, "1 h ago"),
+        (2 * 3600 + 5 * 60 + 30, "2 h 5 min ago"),
+        (24 * 3600 - 1, "23 h 59 min ago"),
+        (24 * 3600, "1 d ago"),
+        (3 * 86400 + 7200 + 600, "3 d 2 h ago"),
+    ],
+)
+def test_an_order_s_age_in_words(seconds, words):
+    assert age_label(seconds) == words
+
+
+def test_the_version_s_read_is_compiled_once_per_process(mine, theirs, monkeypatch):
+    monkeypatch.setattr(selectors, "_BOARD_VERSIONS", {})
+    with compiled_models() as compiled:
+        versions = [board_version(tenant=w.tenant) for w in (mine, theirs, mine)]
+    assert compiled.count(Order) == 1
+    assert versions[0] == versions[2] != versions[1]
