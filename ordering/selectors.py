@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import NamedTuple
 
 from django.db import connections, router
 from django.db.models import QuerySet, TextField
@@ -11,7 +15,8 @@ from django.db.models.functions import Cast
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Dish, Order
+from ordering.models import Coupon, Dish, Order, OrderLine
+from ordering.models.orders import number_label
 from ordering.prefetch import (
     compiled_read,
     compiled_sql,
@@ -97,14 +102,44 @@ def _order_read(
 
 # How many orders the board shows: the newest ones.
 BOARD_SIZE = 200
-# The columns of an order that its card shows, or that change when anything on it does. The
-# card's other content, its lines, is written once, with the order.
+# The columns of an order that its card shows (BoardCard's, in order), then the one that
+# changes with any write. The card's other content, its lines, is written once, with the order.
 BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at", "updated_at")
 
 
-def board_orders(*, tenant: Tenant, limit: int = BOARD_SIZE) -> QuerySet[Order]:
-    """The newest ``limit`` orders for the board, with what the cards show preloaded."""
-    return _board_window(tenant, limit).prefetch_related("lines")
+class BoardLine(NamedTuple):
+    quantity: int
+    dish_name: str
+
+
+@dataclass(frozen=True)
+class BoardCard:
+    """One card of the board: the order's values it shows, and its lines."""
+
+    pk: int
+    number: int | None
+    status: str
+    total: Decimal
+    currency: str
+    created_at: datetime
+    lines: list[BoardLine]
+
+    @property
+    def number_label(self) -> str:
+        return number_label(self.number, self.pk)
+
+
+def board_cards(*, tenant: Tenant, limit: int = BOARD_SIZE) -> list[BoardCard]:
+    """The newest ``limit`` orders as the board's cards, from two reads of plain values: the
+    orders' columns the cards show, then those orders' lines (written with each order, so an
+    order read first has all of them). No model instances: every open board renders its
+    cards again whenever one changes."""
+    rows = list(_board_window(tenant, limit).values_list(*BOARD_CARD_COLUMNS[:-1]))
+    lines: dict[int, list[BoardLine]] = {row[0]: [] for row in rows}
+    read = OrderLine.objects.for_tenant(tenant).filter(order_id__in=list(lines)).order_by("id")
+    for order_id, quantity, dish_name in read.values_list("order_id", "quantity", "dish_name"):
+        lines[order_id].append(BoardLine(quantity, dish_name))
+    return [BoardCard(*row, lines=lines[row[0]]) for row in rows]
 
 
 def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:

@@ -36,7 +36,7 @@ from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
 from ordering.payments.conflicts import open_conflicts
-from ordering.selectors import board_orders, board_version, order_for_dashboard
+from ordering.selectors import BoardCard, board_cards, board_version, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
 from tenants.permissions import Area
 
@@ -85,9 +85,9 @@ def merchant_moves(order: Order, *, may_cancel: bool = True) -> list[Move]:
 def board_context(request: HttpRequest) -> dict[str, object]:
     """The board's columns (every status, in lifecycle order) and the time the cards' ages
     are counted to."""
-    columns: dict[str, list[Order]] = {status: [] for status in S.values}
-    for order in board_orders(tenant=tenant_of(request)):
-        columns[order.status].append(order)
+    columns: dict[str, list[BoardCard]] = {status: [] for status in S.values}
+    for card in board_cards(tenant=tenant_of(request)):
+        columns[card.status].append(card)
     return {"columns": columns, "now": timezone.now()}
 
 

@@ -103,8 +103,7 @@ class Order(ConcurrentTransitionMixin, models.Model):
 
     @property
     def number_label(self) -> str:
-        """``#0427``; an order placed before numbering existed shows its id."""
-        return f"#{self.number:04d}" if self.number is not None else f"#{self.id}"
+        return number_label(self.number, self.id)
 
     @transition(
         field=status,
@@ -158,6 +157,11 @@ class Order(ConcurrentTransitionMixin, models.Model):
     @transition(field=status, source=S.CANCELLING, target=S.CANCELLED, custom={"by": (SAGA,)})
     def finish_cancel(self) -> None:
         """Every compensation step of the saga succeeded."""
+
+
+def number_label(number: int | None, order_id: int) -> str:
+    """``#0427``; an order placed before numbering existed shows its id."""
+    return f"#{number:04d}" if number is not None else f"#{order_id}"
 
 
 class OrderLine(models.Model):

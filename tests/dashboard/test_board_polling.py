@@ -20,8 +20,9 @@ from django.test.utils import CaptureQueriesContext
 from ordering import selectors
 from ordering.dashboard.orders import BOARD_COLUMNS
 from ordering.models import Order, OrderStatus, Payment
-from ordering.selectors import board_version
+from ordering.selectors import board_cards, board_version
 from ordering.services.lifecycle import transition_order
+from ordering.services.placing import ItemRequest, place_order
 from ordering.templatetags.order_age import age_label
 from tests.dashboard.conftest import World, make_order
 from tests.support.compiles import compiled_models
@@ -170,3 +171,31 @@ def test_the_version_s_read_is_compiled_once_per_process(mine, theirs, monkeypat
         versions = [board_version(tenant=w.tenant) for w in (mine, theirs, mine)]
     assert compiled.count(Order) == 1
     assert versions[0] == versions[2] != versions[1]
+
+
+def test_the_cards_are_the_newest_orders_read_as_plain_values_in_two_statements(mine, theirs):
+    d = mine.dishes
+    mixed = place_order(
+        tenant=mine.tenant,
+        items=[ItemRequest(dish_id=d["pasta"].pk, quantity=2), ItemRequest(d["pizza"].pk, 1)],
+        payment_method="card",
+        actor="test",
+    )
+    make_order(theirs.tenant, theirs.dishes["pasta"], S.CREATED)
+
+    with CaptureQueriesContext(connection) as queries:
+        cards = board_cards(tenant=mine.tenant)
+    assert len(queries) == 2
+    assert [card.pk for card in cards] == [mixed.pk, mine.order.pk]  # newest first, mine only
+    for card in cards:
+        order = Order.all_tenants.get(pk=card.pk)
+        shown = (card.number_label, card.status, card.total, card.currency, card.created_at)
+        assert shown == (
+            order.number_label,
+            order.status,
+            order.total,
+            order.currency,
+            order.created_at,
+        )
+        assert card.lines == [(line.quantity, line.dish_name) for line in order.lines.all()]
+    assert [line.quantity for line in cards[0].lines] == [2, 1]
