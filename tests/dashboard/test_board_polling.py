@@ -50,6 +50,14 @@ def test_an_unchanged_board_is_answered_304_by_one_read_of_the_cards_columns(mer
     assert len(orders_read) == 1 and "ordering_orderline" not in orders_read[0]
 
 
+def test_the_tag_weakened_by_a_compressing_proxy_still_matches(merchant, mine):
+    """A proxy that compresses the answer marks its tag weak (``W/"…"``); the script then
+    sends that form, which must still be answered 304."""
+    tag = poll(merchant)["ETag"]
+    assert poll(merchant, f"W/{tag}").status_code == 304
+    assert poll(merchant, 'W/"another"').status_code == 200
+
+
 def place(world: World) -> None:
     make_order(world.tenant, world.dishes["pasta"], S.CREATED)
 
