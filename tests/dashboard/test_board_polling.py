@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,19 @@ def test_the_tag_weakened_by_a_compressing_proxy_still_matches(merchant, mine):
     tag = poll(merchant)["ETag"]
     assert poll(merchant, f"W/{tag}").status_code == 304
     assert poll(merchant, 'W/"another"').status_code == 200
+
+
+def test_the_cards_write_ids_and_totals_as_the_api_does_whatever_the_number_format(
+    merchant, mine, settings
+):
+    """A 64-bit id with a thousands separator would be another id to the page's links and
+    scripts; the columns are written unlocalized, as the API writes them."""
+    settings.USE_THOUSAND_SEPARATOR = True
+    settings.NUMBER_GROUPING = 3
+    Order.all_tenants.filter(pk=mine.order.pk).update(total=Decimal("1234.50"))
+    columns = poll(merchant).content.decode()
+    assert f'data-order-id="{mine.order.pk}"' in columns
+    assert "1234.50 EUR" in columns
 
 
 def place(world: World) -> None:
