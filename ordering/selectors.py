@@ -147,16 +147,16 @@ def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
     and each one's :data:`BOARD_CARD_COLUMNS`. A new order, a move or an order gone changes it.
 
     It reads those columns as text (no lines, no model instances, no values to convert), by
-    SQL compiled once per process: a poll of a board
-    that has not changed costs this one small query instead of rendering every card again.
+    SQL compiled once per process: a poll of a board that has not changed costs this one
+    small query instead of rendering every card again.
     """
     using = router.db_for_read(Order)
     sql = _BOARD_VERSIONS.get((limit, using))
     if sql is None:
-        cards = _board_cards(tenant, limit)
-        sql = compiled_sql(cards, [tenant.pk], using=using)
-        if sql is None:
-            return _digest(cards)
+        texts = _card_texts(tenant, limit)
+        sql = compiled_sql(texts, [tenant.pk], using=using)
+        if sql is None:  # not kept: read through the ORM, compiled again next time
+            return _digest(texts)
         _BOARD_VERSIONS[(limit, using)] = sql
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [tenant.pk])
@@ -167,13 +167,13 @@ def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
 _BOARD_VERSIONS: dict[tuple[int, str], str] = {}
 
 
-def _board_cards(tenant: Tenant, limit: int) -> QuerySet[Order]:
+def _card_texts(tenant: Tenant, limit: int) -> QuerySet[Order]:
     as_text = (Cast(column, TextField()) for column in BOARD_CARD_COLUMNS)
     return _board_window(tenant, limit).values_list(*as_text)
 
 
-def _digest(cards: Iterable[tuple[str | None, ...]]) -> str:
-    return hashlib.blake2b(repr(list(cards)).encode(), digest_size=16).hexdigest()
+def _digest(texts: Iterable[tuple[str | None, ...]]) -> str:
+    return hashlib.blake2b(repr(list(texts)).encode(), digest_size=16).hexdigest()
 
 
 def _board_window(tenant: Tenant, limit: int) -> QuerySet[Order]:

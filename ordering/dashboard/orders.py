@@ -137,7 +137,7 @@ def board(request: HttpRequest) -> HttpResponse:
 def board_fragment(request: HttpRequest) -> HttpResponse:
     """The board's columns, for the page's script every few seconds. The script sends the
     ETag of the columns it shows (``If-None-Match``); while no card has changed the answer is
-    304, without reading the orders or rendering a card."""
+    304, after one read of the cards' columns (:func:`board_etag`) and without rendering."""
     response = render(request, BOARD_COLUMNS, board_context(request))
     response["Cache-Control"] = "no-store"
     return response

@@ -17,7 +17,7 @@ register = template.Library()
 
 @register.filter
 def age(placed: datetime, now: datetime) -> str:
-    """ "just now" under a minute, then "4 min ago", "2 h 5 min ago", "3 d 1 h ago"."""
+    """Under a minute "just now", then "4 min ago", "2 h 5 min ago", "3 d 1 h ago"."""
     return age_label((now - placed).total_seconds())
 
 
