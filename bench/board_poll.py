@@ -24,8 +24,7 @@ import time
 from statistics import median
 from typing import Any
 
-from bench.cpu_per_request import measure_in_child
-from bench.http_load import Options
+from bench.cpu_per_request import add_child_arguments, child_options, measure_in_child
 
 DB_NAME = "bench_board"
 FRAGMENT = "/dashboard/board/fragment/"
@@ -37,12 +36,9 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=200, help="on the board (it shows 200)")
     parser.add_argument("--polls", type=int, default=200, help="per case and round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--db-name", default=DB_NAME, help="created, then dropped at the end")
-    parser.add_argument(
-        "--redis-url", default=Options.redis_url, help="a Redis database this run may empty"
-    )
+    add_child_arguments(parser, db_name=DB_NAME)
     args = parser.parse_args()
-    opts = Options(db_name=args.db_name, redis_url=args.redis_url)
+    opts = child_options(args)
     payload = {"orders": args.orders, "polls": args.polls, "rounds": args.rounds}
     report(measure_in_child("bench.board_poll", opts, payload), args)
 

@@ -64,14 +64,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--requests", type=int, default=2000, help="per case and round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--db-name", default=DB_NAME, help="created, then dropped at the end")
+    add_child_arguments(parser, db_name=DB_NAME)
+    args = parser.parse_args()
+    opts = child_options(args)
+    payload = {"requests": args.requests, "rounds": args.rounds}
+    report(measure_in_child("bench.cpu_per_request", opts, payload), args.requests)
+
+
+def add_child_arguments(parser: argparse.ArgumentParser, *, db_name: str) -> None:
+    """``--db-name`` and ``--redis-url``: where a :func:`measure_in_child` run may write."""
+    parser.add_argument("--db-name", default=db_name, help="created, then dropped at the end")
     parser.add_argument(
         "--redis-url", default=Options.redis_url, help="a Redis database this run may empty"
     )
-    args = parser.parse_args()
-    opts = Options(db_name=args.db_name, redis_url=args.redis_url)
-    payload = {"requests": args.requests, "rounds": args.rounds}
-    report(measure_in_child("bench.cpu_per_request", opts, payload), args.requests)
+
+
+def child_options(args: argparse.Namespace) -> Options:
+    return Options(db_name=args.db_name, redis_url=args.redis_url)
 
 
 def measure_in_child(module: str, opts: Options, payload: dict[str, Any]) -> Any:

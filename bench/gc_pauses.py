@@ -28,8 +28,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from bench.cpu_per_request import measure_in_child
-from bench.http_load import Options
+from bench.cpu_per_request import add_child_arguments, child_options, measure_in_child
 
 DB_NAME = "bench_gc"
 CASES = {"plain": "/api/bench/plain/", "plain_engine": "/api/bench/plain-engine/"}
@@ -42,12 +41,9 @@ T = TypeVar("T")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--requests", type=int, default=6000, help="per case and mode")
-    parser.add_argument("--db-name", default=DB_NAME, help="created, then dropped at the end")
-    parser.add_argument(
-        "--redis-url", default=Options.redis_url, help="a Redis database this run may empty"
-    )
+    add_child_arguments(parser, db_name=DB_NAME)
     args = parser.parse_args()
-    opts = Options(db_name=args.db_name, redis_url=args.redis_url)
+    opts = child_options(args)
     measured = {
         mode: measure_in_child(
             "bench.gc_pauses", opts, {"requests": args.requests, "freeze": mode != MODES[0]}

@@ -102,9 +102,11 @@ def _order_read(
 
 # How many orders the board shows: the newest ones.
 BOARD_SIZE = 200
-# The columns of an order that its card shows (BoardCard's, in order), then the one that
-# changes with any write. The card's other content, its lines, is written once, with the order.
-BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at", "updated_at")
+# The columns of an order that its card shows (BoardCard's, in order); the card's other
+# content, its lines, is written once, with the order.
+BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at")
+# What the board's version reads: those, and the column that changes with any write.
+BOARD_VERSION_COLUMNS = (*BOARD_CARD_COLUMNS, "updated_at")
 
 
 class BoardLine(NamedTuple):
@@ -134,7 +136,7 @@ def board_cards(*, tenant: Tenant, limit: int = BOARD_SIZE) -> list[BoardCard]:
     orders' columns the cards show, then those orders' lines (written with each order, so an
     order read first has all of them). No model instances: every open board renders its
     cards again whenever one changes."""
-    rows = list(_board_window(tenant, limit).values_list(*BOARD_CARD_COLUMNS[:-1]))
+    rows = list(_board_window(tenant, limit).values_list(*BOARD_CARD_COLUMNS))
     lines: dict[int, list[BoardLine]] = {row[0]: [] for row in rows}
     read = OrderLine.objects.for_tenant(tenant).filter(order_id__in=list(lines)).order_by("id")
     for order_id, quantity, dish_name in read.values_list("order_id", "quantity", "dish_name"):
@@ -144,7 +146,7 @@ def board_cards(*, tenant: Tenant, limit: int = BOARD_SIZE) -> list[BoardCard]:
 
 def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
     """A digest of the board's cards: which orders are the newest ``limit``, in which order,
-    and each one's :data:`BOARD_CARD_COLUMNS`. A new order, a move or an order gone changes it.
+    and each one's :data:`BOARD_VERSION_COLUMNS`. A new order, a move or an order gone changes it.
 
     It reads those columns as text (no lines, no model instances, no values to convert), by
     SQL compiled once per process: a poll of a board that has not changed costs this one
@@ -168,7 +170,7 @@ _BOARD_VERSIONS: dict[tuple[int, str], str] = {}
 
 
 def _card_texts(tenant: Tenant, limit: int) -> QuerySet[Order]:
-    as_text = (Cast(column, TextField()) for column in BOARD_CARD_COLUMNS)
+    as_text = (Cast(column, TextField()) for column in BOARD_VERSION_COLUMNS)
     return _board_window(tenant, limit).values_list(*as_text)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from django.conf import settings
@@ -44,7 +44,9 @@ def emit_event(
     """
     if not connection.in_atomic_block:
         raise RuntimeError("emit_event must run inside the transaction of the state change")
-    counted = Leading(sql=_transitions_count_sql(), params=[order.pk])
+    counted = Leading(
+        sql=_transitions_count_sql(router.db_for_write(OutboxEvent)), params=[order.pk]
+    )
     event = OutboxEvent(
         tenant=order.tenant,
         order=order,
@@ -57,10 +59,11 @@ def emit_event(
     return event
 
 
-def _transitions_count_sql() -> str:
+@cache
+def _transitions_count_sql(using: str) -> str:
     """``SELECT COUNT(*)`` of an order's transitions (the order's key its parameter), quoted
-    for the database the outbox is written to."""
-    quote = connections[router.db_for_write(OutboxEvent)].ops.quote_name
+    for database ``using``; built once per database."""
+    quote = connections[using].ops.quote_name
     opts = OrderTransition._meta
     order_column = opts.get_field("order").column
     return f"SELECT COUNT(*) FROM {quote(opts.db_table)} WHERE {quote(order_column)} = %s"
