@@ -20,11 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from statistics import median
 from typing import Any
 
-from bench.cpu_per_request import add_child_arguments, child_options, measure_in_child
+from bench.cpu_per_request import (
+    add_child_arguments,
+    child_options,
+    measure_in_child,
+    timed_gets,
+)
 
 DB_NAME = "bench_board"
 FRAGMENT = "/dashboard/board/fragment/"
@@ -74,11 +78,11 @@ def _child() -> None:
     tag = merchant.get(FRAGMENT)["ETag"]
     headers = {"changed": {}, "unchanged": {"HTTP_IF_NONE_MATCH": tag}}
     for case in CASES:  # warm every code path first
-        _polls(merchant, headers[case], 20)
+        timed_gets(merchant, FRAGMENT, headers[case], 20)
     measured: dict[str, dict[str, Any]] = {case: {"cpu": []} for case in CASES}
     for _ in range(payload["rounds"]):
         for case in CASES:
-            poll = _polls(merchant, headers[case], payload["polls"])
+            poll = timed_gets(merchant, FRAGMENT, headers[case], payload["polls"])
             measured[case]["cpu"].append(poll.pop("cpu"))
             measured[case].update(poll)
     print(json.dumps(measured))
@@ -112,31 +116,6 @@ def _board_with_orders(count: int) -> Any:
     owner = User.objects.create_user("bench-board-owner")
     Membership.objects.create(user=owner, tenant=tenant, role="owner")
     return owner
-
-
-def _polls(merchant: Any, headers: dict[str, str], n: int) -> dict[str, Any]:
-    """``n`` polls with ``headers``: the last one's status, bytes and statements, and the
-    process's CPU µs per poll."""
-    from django.db import connection
-
-    statements: list[str] = []
-
-    def counted(execute: Any, sql: str, *args: Any) -> Any:
-        statements.append(sql)
-        return execute(sql, *args)
-
-    started = time.process_time()
-    for _ in range(n):
-        statements.clear()
-        with connection.execute_wrapper(counted):
-            answer = merchant.get(FRAGMENT, **headers)
-    cpu = (time.process_time() - started) / n * 1e6
-    return {
-        "status": answer.status_code,
-        "bytes": len(answer.content),
-        "queries": len(statements),
-        "cpu": cpu,
-    }
 
 
 if __name__ == "__main__":

@@ -107,6 +107,31 @@ def measure_in_child(module: str, opts: Options, payload: dict[str, Any]) -> Any
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
+def timed_gets(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str, Any]:
+    """``n`` GETs of ``path`` through Django's test ``client``: the last answer's status,
+    bytes and statements sent, and the process's CPU µs per request."""
+    from django.db import connection
+
+    statements: list[str] = []
+
+    def counted(execute: Any, sql: str, *args: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, *args)
+
+    started = time.process_time()
+    for _ in range(n):
+        statements.clear()
+        with connection.execute_wrapper(counted):
+            answer = client.get(path, **headers)
+    cpu = (time.process_time() - started) / n * 1e6
+    return {
+        "status": answer.status_code,
+        "bytes": len(answer.content),
+        "queries": len(statements),
+        "cpu": cpu,
+    }
+
+
 PARTS = ("worker", "database", "redis")  # who spent the CPU: see the module docstring
 Parts = dict[str, float]  # part -> CPU µs per request; NaN: not measurable here
 
