@@ -10,7 +10,7 @@ the database holds (``tests/ordering/test_placing.py`` compares an answer with a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,11 +174,29 @@ def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[
     return sql, bool(compiler.get_converters(columns))
 
 
-def compiled_sql(rows: QuerySet, params: list[object], *, using: str) -> str | None:
-    """``rows``' SQL, for running again with other values of the same ``params``; None where
-    its compiled parameters are not ``params`` (in that order, each distinct)."""
-    laid_out = _laid_out(rows, params, using=using)
-    return None if laid_out is None else laid_out[1]
+# per (what the read is, database): the SQL of a values read, compiled once (values_read)
+_VALUES_READS: dict[tuple[Hashable, str], str] = {}
+
+
+def values_read(
+    name: Hashable, rows: Callable[[], QuerySet], params: list[object], *, using: str
+) -> list[tuple[Any, ...]]:
+    """The rows of the ``values_list()`` query that ``rows()`` builds, as plain tuples, read
+    by its SQL compiled once per process and kept under ``name``: building and compiling
+    Django's query costs more of a worker's CPU than a small read itself. ``params`` are the
+    query's parameters, in the order it compiles them. A query whose parameters are not laid
+    out so, or whose columns need a converter (the driver's values are not the fields', as for
+    decimals on SQLite), is read through the ORM, and compiled again next time."""
+    sql = _VALUES_READS.get((name, using))
+    if sql is None:
+        query = rows()
+        laid_out = _laid_out(query, params, using=using)
+        if laid_out is None or laid_out[0].get_converters([c for c, _, _ in laid_out[0].select]):
+            return list(query)
+        sql = _VALUES_READS[(name, using)] = laid_out[1]
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def _laid_out(rows: QuerySet, params: list[object], *, using: str) -> tuple[Any, str] | None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections, router
 from django.db.models import QuerySet, TextField
@@ -19,16 +19,32 @@ from ordering.models import Coupon, Dish, Order, OrderLine
 from ordering.models.orders import number_label
 from ordering.prefetch import (
     compiled_read,
-    compiled_sql,
     read_related,
     read_with_related,
     reads_together,
+    values_read,
 )
 from tenants.models import Tenant
 
 
 def menu_of(*, tenant: Tenant) -> QuerySet[Dish]:
     return Dish.objects.for_tenant(tenant).filter(active=True).order_by("name")
+
+
+# The columns of a dish that the menu shows (ordering.api.rendering.menu_entry's), in order.
+MENU_COLUMNS = ("id", "name", "description", "price", "stock")
+
+
+def menu_rows(*, tenant: Tenant) -> list[tuple[Any, ...]]:
+    """The tenant's menu (:func:`menu_of`) as plain values of :data:`MENU_COLUMNS`. Every
+    diner's app reads it whenever it opens: no model instances, and SQL compiled once per
+    process (:func:`values_read`)."""
+    return values_read(
+        "menu",
+        lambda: menu_of(tenant=tenant).values_list(*MENU_COLUMNS),
+        [tenant.pk],
+        using=router.db_for_read(Dish),
+    )
 
 
 def orders_of(*, tenant: Tenant, diner_id: str | None = None) -> QuerySet[Order]:
@@ -152,30 +168,18 @@ def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
     SQL compiled once per process: a poll of a board that has not changed costs this one
     small query instead of rendering every card again.
     """
-    using = router.db_for_read(Order)
-    sql = _BOARD_VERSIONS.get((limit, using))
-    if sql is None:
-        texts = _card_texts(tenant, limit)
-        sql = compiled_sql(texts, [tenant.pk], using=using)
-        if sql is None:  # not kept: read through the ORM, compiled again next time
-            return _digest(texts)
-        _BOARD_VERSIONS[(limit, using)] = sql
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, [tenant.pk])
-        return _digest(cursor.fetchall())
-
-
-# per (board size, database): the SQL of board_version's read, compiled once
-_BOARD_VERSIONS: dict[tuple[int, str], str] = {}
+    texts = values_read(
+        ("board_version", limit),
+        lambda: _card_texts(tenant, limit),
+        [tenant.pk],
+        using=router.db_for_read(Order),
+    )
+    return hashlib.blake2b(repr(texts).encode(), digest_size=16).hexdigest()
 
 
 def _card_texts(tenant: Tenant, limit: int) -> QuerySet[Order]:
     as_text = (Cast(column, TextField()) for column in BOARD_VERSION_COLUMNS)
     return _board_window(tenant, limit).values_list(*as_text)
-
-
-def _digest(texts: Iterable[tuple[str | None, ...]]) -> str:
-    return hashlib.blake2b(repr(list(texts)).encode(), digest_size=16).hexdigest()
 
 
 def _board_window(tenant: Tenant, limit: int) -> QuerySet[Order]:

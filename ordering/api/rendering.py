@@ -15,13 +15,17 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ordering.models import Order, OrderLine, OrderTransition, Payment
+from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from tenants.permissions import Capability, may
 from tenants.principals import ApiPrincipal
 
 _MONEY = serializers.DecimalField(max_digits=12, decimal_places=2)
 _DAY = serializers.DateField()
 _WHEN = serializers.DateTimeField()
+_PRICE = serializers.DecimalField(  # as DRF maps the model's field
+    max_digits=Dish._meta.get_field("price").max_digits,
+    decimal_places=Dish._meta.get_field("price").decimal_places,
+)
 
 
 def _money(value: Any) -> Any:
@@ -30,6 +34,20 @@ def _money(value: Any) -> Any:
 
 def _when(value: Any) -> Any:
     return _WHEN.to_representation(value)
+
+
+def menu_entry(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A dish of the menu as ``DishSerializer`` writes it, from its ``MENU_COLUMNS`` (the
+    menu holds active dishes only, so a dish is available while it has stock)."""
+    pk, name, description, price, stock = row
+    return {
+        "id": pk,
+        "name": name,
+        "description": description,
+        "price": _PRICE.to_representation(price),
+        "stock": stock,
+        "available": stock > 0,
+    }
 
 
 def _line(line: OrderLine) -> dict[str, Any]:

@@ -8,9 +8,8 @@ sees the tenant's orders).
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.generics import ListAPIView
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,7 +19,7 @@ from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
 from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
 from idempotency.web.throttle import TenantRateThrottle
-from ordering.api.rendering import shown_order
+from ordering.api.rendering import menu_entry, shown_order
 from ordering.api.serializers import (
     DishSerializer,
     OrderDetailSerializer,
@@ -30,7 +29,7 @@ from ordering.api.serializers import (
 )
 from ordering.models import Order, OrderStatus, Payment
 from ordering.prefetch import read_related
-from ordering.selectors import access_order, menu_of, orders_of
+from ordering.selectors import access_order, menu_rows, orders_of
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
@@ -71,18 +70,16 @@ def moved_order(principal: ApiPrincipal, order: Order) -> dict:
     return shown_order(principal, read_related(order, *ORDER_RELATIONS))
 
 
-@extend_schema_view(
-    get=extend_schema(responses={200: DishSerializer(many=True), **problems(401, 403)})
-)
-class MenuView(ListAPIView):
-    """The tenant's active dishes."""
-
+class MenuView(APIView):
     capabilities = {"GET": Capability.READ_MENU}
-    serializer_class = DishSerializer
-    pagination_class = None
 
-    def get_queryset(self):
-        return menu_of(tenant=self.request.user.tenant)
+    @extend_schema(
+        operation_id="v1_menu_list",
+        responses={200: DishSerializer(many=True), **problems(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        """The tenant's active dishes."""
+        return Response([menu_entry(row) for row in menu_rows(tenant=request.user.tenant)])
 
 
 class OrderListCreateView(APIView):

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ordering import selectors
+from ordering import prefetch
 from ordering.dashboard.orders import BOARD_COLUMNS
 from ordering.models import Order, OrderStatus, Payment
 from ordering.selectors import board_cards, board_version
@@ -188,7 +188,7 @@ def test_an_order_s_age_in_words(seconds, words):
 
 
 def test_the_version_s_read_is_compiled_once_per_process(mine, theirs, monkeypatch):
-    monkeypatch.setattr(selectors, "_BOARD_VERSIONS", {})
+    monkeypatch.setattr(prefetch, "_VALUES_READS", {})
     with compiled_models() as compiled:
         versions = [board_version(tenant=w.tenant) for w in (mine, theirs, mine)]
     assert compiled.count(Order) == 1
