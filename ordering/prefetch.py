@@ -90,6 +90,69 @@ def read_related(instance: Model, *names: str) -> Model:
     return with_related(instance, **related)
 
 
+def read_related_of(instances: Sequence[Model], *names: str, using: str) -> bool:
+    """Each of ``instances`` (of one model, with distinct keys) with its reverse relations
+    ``names`` read and held (:func:`with_related`), each row handed its instance: one query of
+    one statement per relation, by the instances' keys, whose text is compiled once per
+    relation and number of instances (so a page of at most N instances has at most N shapes).
+    What Django's ``prefetch_related_objects`` reads, without building and compiling its
+    queries and the prefetch's querysets again for every page. False, and nothing read, where
+    statements do not ride along or a relation's columns need a converter."""
+    if not instances or not statements_ride_along(using):
+        return False
+    model = type(instances[0])
+    keys = [instance.pk for instance in instances]
+    reads = {}
+    for name in names:
+        read = _read_of_many(model, name, keys, using)
+        if read is None:
+            return False
+        reads[name] = read
+    by_key: dict[object, dict[str, list[Model]]] = {key: {} for key in keys}
+    with connections[using].cursor() as cursor:
+        cursor.execute("; ".join(read.sql for read in reads.values()), keys * len(reads))
+        for index, (name, read) in enumerate(reads.items()):
+            if index:
+                cursor.nextset()
+            attnames = _attnames(read.model)
+            for held in by_key.values():
+                held[name] = []
+            for values in cursor.fetchall():
+                row = read.model.from_db(using, attnames, values)
+                by_key[getattr(row, read.back.attname)][name].append(row)
+    for instance in instances:
+        for name, read in reads.items():
+            _handed(by_key[instance.pk][name], read, instance)
+        with_related(instance, **by_key[instance.pk])
+    return True
+
+
+# per (model, relation, number of instances, database): the relation's read for that many
+# instances, compiled once
+_READS_OF_MANY: dict[tuple[type[Model], str, int, str], _RelationRead] = {}
+
+
+def _read_of_many(
+    model: type[Model], name: str, keys: list[object], using: str
+) -> _RelationRead | None:
+    """The read of relation ``name`` of ``len(keys)`` instances of ``model`` (their keys its
+    parameters), in the relation's ordering; None where it cannot be kept (a column needs a
+    converter, the keys are not its parameters as given)."""
+    key = (model, name, len(keys), using)
+    known = _READS_OF_MANY.get(key)
+    if known is not None:
+        return known
+    back = model._meta.get_field(name).field
+    related = back.model
+    rows = related._base_manager.db_manager(using).filter(**{f"{back.name}__in": keys})
+    compiled = compiled_read(rows, keys, using=using)
+    if compiled is None or compiled[1]:
+        return None
+    tenant_field = next((f for f in related._meta.concrete_fields if f.name == "tenant"), None)
+    _READS_OF_MANY[key] = _RelationRead(compiled[0], related, back, False, tenant_field)
+    return _READS_OF_MANY[key]
+
+
 def read_with_related(
     model: type[Model],
     lead: str,
@@ -172,6 +235,13 @@ def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[
     if [column.target.attname for column in columns] != _attnames(rows.model):
         return None
     return sql, bool(compiler.get_converters(columns))
+
+
+def compiled_sql(rows: QuerySet, params: list[object], *, using: str) -> str | None:
+    """``rows``' SQL, for running again with other values of the same ``params``; None where
+    its compiled parameters are not ``params`` (in that order, each distinct)."""
+    laid_out = _laid_out(rows, params, using=using)
+    return None if laid_out is None else laid_out[1]
 
 
 # per (what the read is, database): the SQL of a values read, compiled once (values_read)
@@ -292,8 +362,12 @@ class JoinedRead:
         with connection.cursor() as cursor:
             cursor.execute(self.sql, params)
             row = cursor.fetchone()
-        if row is None:
-            return None
+        return None if row is None else self.instance(row, using=using)
+
+    def instance(self, row: Sequence[Any], *, using: str) -> Model:
+        """``row``, one of this query's rows, as its model's instance holding the joined
+        instances."""
+        connection = connections[using]
         if self.converters:
             # as the compiler applies them, with this thread's connection
             row = list(row)

@@ -7,7 +7,6 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
@@ -27,9 +26,10 @@ from ordering.api.serializers import (
     PlaceOrderInSerializer,
     TransitionInSerializer,
 )
-from ordering.models import Order, OrderStatus, Payment
+from ordering.models import Order, OrderStatus
+from ordering.order_list import OrderList
 from ordering.prefetch import read_related
-from ordering.selectors import access_order, menu_rows, orders_of
+from ordering.selectors import access_order, menu_rows
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
@@ -49,6 +49,8 @@ ORDER_PERSONAL_PATHS = ("contact.phone", "contact.address")
 # Every authenticated call may meet these; writes also the body and rate-limit refusals.
 READ_ERRORS = (400, 401, 403, 404)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 422, 429)
+# A page ending past this offset would start beyond what PostgreSQL reads (a 64-bit integer).
+LAST_OFFSET = 2**63 - 1
 # what an order's detail shows besides the order (ordering/api/rendering.py)
 ORDER_RELATIONS = ("lines", "payments", "transitions")
 
@@ -98,20 +100,20 @@ class OrderListCreateView(APIView):
     def get(self, request: Request) -> Response:
         """The caller's orders, newest first (a diner's own; a merchant key's, all of them);
         ``?status=`` filters."""
-        orders = orders_of(tenant=request.user.tenant, diner_id=request.user.diner_id)
         wanted = request.query_params.get("status")
-        if wanted is not None:
-            if wanted not in OrderStatus.values:
-                raise ApiError(
-                    status_code=400,
-                    code="VALIDATION_ERROR",
-                    detail=f"status must be one of {', '.join(OrderStatus.values)}",
-                )
-            orders = orders.filter(status=wanted)
-        orders = orders.select_related("coupon").prefetch_related(
-            "lines", Prefetch("payments", queryset=Payment.all_tenants.order_by("-created_at"))
-        )
+        if wanted is not None and wanted not in OrderStatus.values:
+            raise ApiError(
+                status_code=400,
+                code="VALIDATION_ERROR",
+                detail=f"status must be one of {', '.join(OrderStatus.values)}",
+            )
         paginator = PageNumberPagination()
+        orders = OrderList(
+            tenant=request.user.tenant,
+            diner_id=request.user.diner_id,
+            status=wanted,
+            expected=_requested_slice(request, paginator),
+        )
         page = paginator.paginate_queryset(orders, request, view=self)
         return paginator.get_paginated_response(
             [shown_order(request.user, order, detail=False) for order in page]
@@ -154,6 +156,19 @@ class OrderListCreateView(APIView):
             status=status.HTTP_201_CREATED,
             headers={"Location": f"/api/v1/orders/{order.pk}/"},
         )
+
+
+def _requested_slice(request: Request, paginator: PageNumberPagination) -> slice | None:
+    """The orders the request's page number asks for; None when it names no page by number
+    (``last``, or not a number: the paginator answers that)."""
+    try:
+        number = int(request.query_params.get(paginator.page_query_param) or 1)
+    except ValueError:
+        return None
+    size = paginator.page_size
+    if not size or not 1 <= number <= LAST_OFFSET // size:
+        return None  # no such page: the paginator answers 404 from the count alone
+    return slice((number - 1) * size, number * size)
 
 
 class OrderDetailView(APIView):
