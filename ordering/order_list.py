@@ -91,7 +91,8 @@ class OrderList:
             return self._page[: wanted.stop - wanted.start]
         reads = self._reads()
         if reads is None:
-            return list(self._queryset()[wanted])
+            held = self._queryset().select_related("coupon").prefetch_related(*LISTED_RELATIONS)
+            return list(held[wanted])
         with connections[self.using].cursor() as cursor:
             params = [*self.params, *_limit_offset(wanted)]
             cursor.execute(f"{reads.page.sql} LIMIT %s OFFSET %s", params)

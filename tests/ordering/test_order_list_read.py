@@ -17,6 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from ordering import order_list
 from ordering.api.rendering import render_order
 from ordering.models import Order, OrderStatus, Payment
 from ordering.order_list import OrderList
@@ -143,3 +144,17 @@ def test_a_slice_other_than_the_expected_one_is_read_when_asked_for(tenant, orde
     assert [o.pk for o in listed[PAGE : 2 * PAGE]] == newest_first[PAGE : 2 * PAGE]
     assert [o.pk for o in listed[0:5]] == newest_first[:5]  # from the page read with the count
     assert [o.pk for o in listed[5:10]] == newest_first[5:10]
+
+
+def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefetch(
+    tenant, orders, monkeypatch
+):
+    """As on the embedded demo's SQLite: the count, the page with its coupons, its lines and
+    its payments, four statements whatever the page's size, and the same answer."""
+    caller = api_for(tenant, diner=DINER)
+    expected = caller.get("/api/v1/orders/?page=2").json()
+    monkeypatch.setattr(order_list, "statements_ride_along", lambda using: False)
+    with CaptureQueriesContext(connection) as queries:
+        answer = caller.get("/api/v1/orders/?page=2")
+    assert answer.json() == expected
+    assert len([q for q in queries if "ordering_" in q["sql"]]) == 4
