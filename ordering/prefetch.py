@@ -17,6 +17,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorWrapper
 from django.db.models import ForeignKey, Model, QuerySet
+from django.db.models.manager import BaseManager
 from django.db.models.query import get_related_populators
 
 from idempotency.core.transactions import statements_ride_along
@@ -27,11 +28,34 @@ def with_related(instance: Model, **related: Sequence[Model]) -> Model:
     relation's ordering) as its prefetched reverse relations; returns ``instance``."""
     cache = instance.__dict__.setdefault("_prefetched_objects_cache", {})
     for name, rows in related.items():
-        queryset = getattr(instance, name).get_queryset()
+        queryset = _relation_queryset(instance, name)
         queryset._result_cache = list(rows)
         queryset._prefetch_done = True
         cache[name] = queryset
     return instance
+
+
+def _relation_queryset(instance: Model, name: str) -> QuerySet:
+    """The queryset of ``instance``'s reverse relation ``name``, as Django's related manager
+    makes it: the related model's default queryset, the router's hint, the rows' parent known,
+    and the filter on ``instance``, deferred (Django's own way) until the queryset is chained.
+
+    Made directly where the relation is a plain foreign key to ``instance``'s key and the
+    default manager's queryset is the plain one: through the manager it costs a manager, a
+    query and two clones of it, about 14 µs per relation here against 4 (an order's answer
+    holds three relations, a page of the order list forty). Elsewhere, the manager's."""
+    field = instance._meta.get_field(name).field
+    manager = field.model._default_manager
+    if (
+        type(manager).get_queryset is not BaseManager.get_queryset
+        or field.target_field != instance._meta.pk
+        or instance.pk is None
+    ):
+        return getattr(instance, name).get_queryset()
+    queryset = manager._queryset_class(model=field.model, hints={"instance": instance})
+    queryset._deferred_filter = (False, (), {field.name: instance})
+    queryset._known_related_objects = {field: {instance.pk: instance}}
+    return queryset
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,15 @@ the same rows in the same order as Django's own relation reads, with no query le
 from __future__ import annotations
 
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from django.db import connection
+from django.db.models.fields.related_descriptors import ReverseManyToOneDescriptor
 from django.test.utils import CaptureQueriesContext
 
 from ordering.models import Order, OrderLine, OrderTransition, Payment
-from ordering.prefetch import _READS, read_related
+from ordering.prefetch import _READS, read_related, with_related
 from ordering.services.placing import ItemRequest, place_order
 from tests.conftest import menu_for
 
@@ -99,3 +101,24 @@ def test_an_order_without_rows_in_a_relation_holds_an_empty_one(tenant):
     fresh = read_related(Order.all_tenants.get(pk=order.pk), *RELATIONS)
     assert list(fresh.payments.all()) == []
     assert [type(line) for line in fresh.lines.all()] == [OrderLine]
+
+
+def test_a_held_relation_is_the_queryset_django_s_manager_makes(tenant):
+    """Rows held by ``with_related`` answer with no query; chained, the queryset reads this
+    order's rows only, as Django's related manager's would, each holding the order."""
+    first, second = two_orders(tenant)
+    django_s = Order.all_tenants.get(pk=first.pk).lines.all()
+    rows = list(django_s)
+    order = Order.all_tenants.get(pk=first.pk)
+    # made directly, without a related manager (the point of with_related's own queryset)
+    with mock.patch.object(ReverseManyToOneDescriptor, "__get__", side_effect=AssertionError):
+        held = with_related(order, lines=rows)
+    with CaptureQueriesContext(connection) as queries:
+        assert list(held.lines.all()) == rows
+        assert held.lines.count() == 2 and held.lines.all()[1] == rows[1]
+    assert len(queries) == 0
+    assert str(held.lines.all().query) == str(django_s.query)
+    chained = list(held.lines.filter(quantity__gte=1).order_by("-id"))
+    assert [line.pk for line in chained] == [line.pk for line in rows[::-1]]
+    assert all(line.order is held for line in chained)
+    assert not set(second.lines.values_list("pk", flat=True)) & {line.pk for line in chained}
