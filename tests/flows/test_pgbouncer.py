@@ -6,7 +6,9 @@ configuration the doc shows (``tests/support/pgbouncer.py`` reads it from there)
 - a same-key storm on a database-only gunicorn: the database claim is a transaction-scoped
   advisory lock, which is what survives transaction pooling (a session lock would not);
 - the crash-window tests, run by a pytest of their own whose every connection goes through
-  PgBouncer.
+  PgBouncer;
+- the API's reads that send several statements in one query (the order list) or a kept
+  statement (the menu).
 
 Each test also asks PgBouncer's admin console how many transactions it pooled for the database,
 so a run that bypassed it cannot pass.
@@ -21,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from django.conf import settings
@@ -36,6 +39,7 @@ from tests.flows.test_exactly_once_without_redis import (
 from tests.flows.test_storm import fire
 from tests.support.live_server import PROJECT_ROOT, free_port
 from tests.support.pgbouncer import PgBouncer, running_pgbouncer
+from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +139,35 @@ def drop_database(dbname: str) -> None:
         autocommit=True,
     ) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_s_reads_through_pgbouncer_answer_what_the_database_holds(
+    server_through_pgbouncer: CountedServer, pgbouncer: PgBouncer, shop: Shop
+):
+    """The order list sends its count with its page, then the page's lines and payments, each
+    as one query of several statements (``ordering/order_list.py``), and the menu by a kept
+    statement: through PgBouncer in transaction mode they answer what the database holds."""
+    dbname = settings.DATABASES["default"]["NAME"]
+    diner = shop.headers(diner="lister")
+    body = {"items": [{"dish_id": shop.dish.pk, "quantity": 1}], "payment_method": "card"}
+    with httpx.Client(base_url=server_through_pgbouncer.server.url, timeout=DEADLINE_SECONDS) as c:
+        placed = [
+            c.post(
+                "/api/v1/orders/",
+                json=body,
+                headers={**diner, "Idempotency-Key": str(uuid.uuid4())},
+            )
+            for _ in range(3)
+        ]
+        before = pgbouncer.transactions(dbname)
+        listed = c.get("/api/v1/orders/", headers=diner)
+        menu = c.get("/api/v1/menu/", headers={"Authorization": f"Api-Key {shop.api_key}"})
+    assert [answer.status_code for answer in placed] == [201] * 3
+    assert listed.status_code == 200 and menu.status_code == 200
+    ids = [answer.json()["id"] for answer in placed]
+    assert listed.json()["count"] == 3
+    assert [order["id"] for order in listed.json()["results"]] == ids[::-1]
+    assert all(order["lines"][0]["dish_id"] == shop.dish.pk for order in listed.json()["results"])
+    assert [dish["id"] for dish in menu.json()] == [shop.dish.pk]
+    assert pgbouncer.wait_for_transactions(dbname, more_than=before) > before
