@@ -39,6 +39,9 @@ class _Reads:
     page: JoinedRead
 
 
+# A slice ending past this offset is not read along with the count: PostgreSQL's OFFSET and
+# LIMIT are 64-bit integers (no list is that long; the paginator answers 404 from the count).
+LAST_OFFSET = 2**63 - 1
 # per (a diner named, a status named, database): the list's reads, compiled once
 _READS: dict[tuple[bool, bool, str], _Reads] = {}
 
@@ -60,6 +63,8 @@ class OrderList:
             *([] if diner_id is None else [diner_id]),
             *([] if status is None else [status]),
         ]
+        if expected is not None and expected.stop > LAST_OFFSET:
+            expected = None
         self.diner_id, self.status, self.expected = diner_id, status, expected
         self.using = router.db_for_read(Order)
         self._page: list[Order] | None = None

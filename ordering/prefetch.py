@@ -255,10 +255,20 @@ def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[
     if laid_out is None:
         return None
     compiler, sql = laid_out
-    columns = [column for column, _, _ in compiler.select]
+    columns = _selected(compiler)
     if [column.target.attname for column in columns] != _attnames(rows.model):
         return None
-    return sql, bool(compiler.get_converters(columns))
+    return sql, _converted(compiler)
+
+
+def _selected(compiler: Any) -> list[Any]:
+    return [column for column, _, _ in compiler.select]
+
+
+def _converted(compiler: Any) -> bool:
+    """Whether a column the compiled query selects needs a converter (the database driver's
+    value is not the field's)."""
+    return bool(compiler.get_converters(_selected(compiler)))
 
 
 def compiled_sql(rows: QuerySet, params: list[object], *, using: str) -> str | None:
@@ -285,7 +295,7 @@ def values_read(
     if sql is None:
         query = rows()
         laid_out = _laid_out(query, params, using=using)
-        if laid_out is None or laid_out[0].get_converters([c for c, _, _ in laid_out[0].select]):
+        if laid_out is None or _converted(laid_out[0]):
             return list(query)
         sql = _VALUES_READS[(name, using)] = laid_out[1]
     with connections[using].cursor() as cursor:
