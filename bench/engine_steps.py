@@ -22,6 +22,7 @@ the thread's CPU clock fourteen times per request (about 0.6 µs each on the mac
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -174,8 +175,6 @@ def _timed(
 
 def _owner(path: str) -> Any:
     """``module`` or ``module:Class``, imported."""
-    import importlib
-
     module, _, cls = path.partition(":")
     imported = importlib.import_module(module)
     return getattr(imported, cls) if cls else imported

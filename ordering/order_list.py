@@ -14,6 +14,7 @@ demo's SQLite), or a statement cannot be kept, it reads through the ORM as befor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.db import connections, router
 from django.db.models import QuerySet
@@ -32,11 +33,16 @@ LISTED_RELATIONS = ("lines", "payments")
 @dataclass(frozen=True)
 class _Reads:
     """The list's two statements for one shape of filter: how many orders it holds, and its
-    orders with their coupons, newest first, from a place (``LIMIT %s OFFSET %s`` appended to
-    the ORM's ordered query, as Django writes a slice with the numbers in the text)."""
+    orders with their coupons, newest first (``page``, whose ``sliced`` text reads them from a
+    place: ``LIMIT %s OFFSET %s`` appended to the ORM's ordered query, as Django writes a
+    slice with the numbers in the text)."""
 
     count: str
     page: JoinedRead
+
+    @cached_property
+    def sliced(self) -> str:
+        return f"{self.page.sql} LIMIT %s OFFSET %s"
 
 
 # A slice ending past this offset is not read along with the count: PostgreSQL's OFFSET and
@@ -75,8 +81,8 @@ class OrderList:
             return self._queryset().count()
         statements, params = [reads.count], list(self.params)
         if self.expected is not None:
-            statements.append(f"{reads.page.sql} LIMIT %s OFFSET %s")
-            params += [*self.params, *_limit_offset(self.expected)]
+            statements.append(reads.sliced)
+            params += self._sliced_params(self.expected)
         with connections[self.using].cursor() as cursor:
             cursor.execute("; ".join(statements), params)
             [(total,)] = cursor.fetchall()
@@ -99,9 +105,13 @@ class OrderList:
             held = self._queryset().select_related("coupon").prefetch_related(*LISTED_RELATIONS)
             return list(held[wanted])
         with connections[self.using].cursor() as cursor:
-            params = [*self.params, *_limit_offset(wanted)]
-            cursor.execute(f"{reads.page.sql} LIMIT %s OFFSET %s", params)
+            cursor.execute(reads.sliced, self._sliced_params(wanted))
             return self._orders(reads, cursor.fetchall())
+
+    def _sliced_params(self, wanted: slice) -> list[object]:
+        """The parameters of :attr:`_Reads.sliced` for ``wanted``: the filter's, the limit,
+        the offset."""
+        return [*self.params, wanted.stop - wanted.start, wanted.start]
 
     def _orders(self, reads: _Reads, rows: list[tuple]) -> list[Order]:
         orders = [reads.page.instance(row, using=self.using) for row in rows]
@@ -135,7 +145,3 @@ class OrderList:
             return None
         _READS[shape] = _Reads(f"SELECT COUNT(*) FROM ({keys}) AS listed", page)
         return _READS[shape]
-
-
-def _limit_offset(wanted: slice) -> list[int]:
-    return [wanted.stop - wanted.start, wanted.start]

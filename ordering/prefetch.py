@@ -10,7 +10,7 @@ the database holds (``tests/ordering/test_placing.py`` compares an answer with a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,15 +134,11 @@ def read_related_of(instances: Sequence[Model], *names: str, using: str) -> bool
         reads[name] = read
     by_key: dict[object, dict[str, list[Model]]] = {key: {} for key in keys}
     with connections[using].cursor() as cursor:
-        cursor.execute("; ".join(read.sql for read in reads.values()), keys * len(reads))
-        for index, (name, read) in enumerate(reads.items()):
-            if index:
-                cursor.nextset()
-            attnames = _attnames(read.model)
+        cursor.execute(_statements(reads), keys * len(reads))
+        for name, read, rows in _results(cursor, reads, using):
             for held in by_key.values():
                 held[name] = []
-            for values in cursor.fetchall():
-                row = read.model.from_db(using, attnames, values)
+            for row in rows:
                 by_key[getattr(row, read.back.attname)][name].append(row)
     for instance in instances:
         for name, read in reads.items():
@@ -167,13 +163,11 @@ def _read_of_many(
     if known is not None:
         return known
     back = model._meta.get_field(name).field
-    related = back.model
-    rows = related._base_manager.db_manager(using).filter(**{f"{back.name}__in": keys})
+    rows = back.model._base_manager.db_manager(using).filter(**{f"{back.name}__in": keys})
     compiled = compiled_read(rows, keys, using=using)
     if compiled is None or compiled[1]:
         return None
-    tenant_field = next((f for f in related._meta.concrete_fields if f.name == "tenant"), None)
-    _READS_OF_MANY[key] = _RelationRead(compiled[0], related, back, False, tenant_field)
+    _READS_OF_MANY[key] = _relation_read(model, name, *compiled)
     return _READS_OF_MANY[key]
 
 
@@ -239,11 +233,17 @@ def _read_of(model: type[Model], name: str, using: str, probe: Model) -> _Relati
     compiled = compiled_read(rows, [probe.pk], using=using)
     if compiled is None:
         return None  # not kept: a later instance compiles it again
-    sql, converted = compiled
-    back = model._meta.get_field(name).field
-    tenant_field = next((f for f in rows.model._meta.concrete_fields if f.name == "tenant"), None)
-    _READS[key] = _RelationRead(sql, rows.model, back, converted, tenant_field)
+    _READS[key] = _relation_read(model, name, *compiled)
     return _READS[key]
+
+
+def _relation_read(model: type[Model], name: str, sql: str, converted: bool) -> _RelationRead:
+    """Relation ``name`` of ``model`` read by ``sql``: its model, the foreign key back, and the
+    related model's ``tenant`` field if it has one."""
+    back = model._meta.get_field(name).field
+    related = back.model
+    tenant_field = next((f for f in related._meta.concrete_fields if f.name == "tenant"), None)
+    return _RelationRead(sql, related, back, converted, tenant_field)
 
 
 def compiled_read(rows: QuerySet, params: list[object], *, using: str) -> tuple[str, bool] | None:
@@ -325,14 +325,26 @@ def _fetched(
 ) -> dict[str, list[Model]]:
     """The rows of ``reads``' statements, one result each, from the cursor's current result
     on: each relation's instances, handed ``instance``."""
-    related: dict[str, list[Model]] = {}
+    return {
+        name: _handed(rows, read, instance) for name, read, rows in _results(cursor, reads, using)
+    }
+
+
+def _results(
+    cursor: CursorWrapper, reads: dict[str, _RelationRead], using: str
+) -> Iterator[tuple[str, _RelationRead, list[Model]]]:
+    """Each of ``reads``' statements with its rows as its model's instances (as Django makes
+    them from any query, ``Model.from_db``), one result each, from the cursor's current
+    result on."""
     for index, (name, read) in enumerate(reads.items()):
         if index:
             cursor.nextset()
         attnames = _attnames(read.model)
-        rows = [read.model.from_db(using, attnames, values) for values in cursor.fetchall()]
-        related[name] = _handed(rows, read, instance)
-    return related
+        yield (
+            name,
+            read,
+            [read.model.from_db(using, attnames, values) for values in cursor.fetchall()],
+        )
 
 
 def _attnames(model: type[Model]) -> list[str]:
