@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpResponse
 from rest_framework import exceptions, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 PROBLEM_JSON = "application/problem+json"
@@ -71,12 +72,27 @@ def problem_body(status_code: int, code: str, detail: str, **extra: Any) -> dict
     return _encodable({"code": code, "detail": detail, "status": status_code, **extra})
 
 
+class ProblemResponse(Response):
+    """A problem is JSON whichever renderer the view's content negotiation picked: the API
+    renders JSON only, but the schema's view renders YAML and the docs page HTML, and a
+    client's ``Accept`` must never turn an error into something that is not the one shape."""
+
+    @property
+    def rendered_content(self) -> bytes:
+        self.accepted_renderer = _JSON
+        self.accepted_media_type = PROBLEM_JSON
+        return super().rendered_content
+
+
+_JSON = JSONRenderer()
+
+
 def problem_response(
     status_code: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """The problem as a DRF response (inside API views)."""
     body = problem_body(status_code, code, detail, **extra)
-    return Response(body, status=status_code, headers=headers, content_type=PROBLEM_JSON)
+    return ProblemResponse(body, status=status_code, headers=headers, content_type=PROBLEM_JSON)
 
 
 def problem_http_response(status_code: int, code: str, detail: str, **extra: Any) -> HttpResponse:

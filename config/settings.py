@@ -78,7 +78,8 @@ MIDDLEWARE = [
     "config.cache_headers.NoStoreMiddleware",
     # Sessions, Django's user and messages: browser pages only (config/browser_middleware.py)
     "config.browser_middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    # Django's, except that an /api/ path is never redirected to add a slash
+    "config.api_error_pages.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "config.browser_middleware.AuthenticationMiddleware",
     "config.browser_middleware.MessageMiddleware",
@@ -262,6 +263,10 @@ REST_FRAMEWORK = {
     ],
     # Every API view declares the capability each method needs (tenants/permissions.py).
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasDeclaredCapability"],
+    # JSON only: no browsable HTML API. An answer is the same bytes whatever the client's
+    # Accept says, so a replay can never be labelled or shaped unlike its first answer (a
+    # client that accepts no JSON is answered 406 NOT_ACCEPTABLE); people read /api/docs/.
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # DRF's renderer choice, remembered per Accept header (config/negotiation.py)
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.RememberingContentNegotiation",

@@ -30,7 +30,9 @@ def replay(
     """The stored status, allow-listed headers and body bytes, marked as a replay.
 
     A body that was too large to keep was stored as a pointer to the created resource; it is
-    rendered afresh (the resource's current state, with the original status and headers)."""
+    rendered afresh: the resource's current state, labelled with the ``Content-Type`` of that
+    rendering (the first answer's may name another type, e.g. a page a browser negotiated),
+    with the original status and other headers."""
     body = stored.body
     fresh = render_pointer(stored.pointer) if stored.pointer and render_pointer else None
     if fresh is not None:
@@ -39,6 +41,8 @@ def replay(
     del response["Content-Type"]
     for name, value in stored.headers:
         response[name] = value
+    if fresh is not None and fresh.has_header("Content-Type"):
+        response["Content-Type"] = fresh["Content-Type"]
     response[REPLAYED_HEADER] = "true"
     response[RESULT_HEADER] = "HIT"
     return response

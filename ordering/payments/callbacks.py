@@ -118,6 +118,7 @@ def handle_payment_callback(
     )
     try:
         event = provider.parse_callback(raw_body)
+        _check_amount_fits(event)
     except CallbackPayloadInvalid as exc:
         raise CallbackRejected(PaymentErrorCode.PAYMENT_CALLBACK_INVALID, str(exc)) from None
     with transaction.atomic():
@@ -148,6 +149,17 @@ def handle_payment_callback(
         order_status=order.status,
         conflict=decision.conflict,
     )
+
+
+def _check_amount_fits(event: CallbackEvent) -> None:
+    """An amount the inbox's column cannot hold (``numeric(12, 2)``: under 10^10) is no
+    payment of ours either, whose amounts are the same kind of column: the body is refused
+    as malformed, whatever the provider's own bounds let through."""
+    field = PaymentCallback._meta.get_field("amount")
+    if event.amount.adjusted() >= field.max_digits - field.decimal_places:
+        raise CallbackPayloadInvalid(
+            f"amount out of range (under 10^{field.max_digits - field.decimal_places})"
+        )
 
 
 # per database alias: the callback's locked read, compiled once

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from ordering.models import Order
 from tests.hardening.conftest import World, assert_problem
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +65,111 @@ def test_a_crash_elsewhere_is_the_html_500(browser: Client) -> None:
     assert response.status_code == 500
     assert response["Content-Type"].startswith("text/html")
     assert b"bug nobody caught" not in response.content
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        pytest.param("post", "/api/schema/", {}, id="schema-post"),
+        pytest.param("post", "/api/docs/", {}, id="docs-post"),
+        pytest.param("get", "/api/schema/", {"HTTP_ACCEPT": "application/xml"}, id="schema-xml"),
+        pytest.param("get", "/api/docs/", {"HTTP_ACCEPT": "application/xml"}, id="docs-xml"),
+    ],
+)
+def test_the_schema_and_docs_views_answer_errors_as_problem_json(
+    api_caller: Client, method: str, path: str, headers: dict[str, str]
+) -> None:
+    """Their own renderers are YAML and HTML; an error is the one JSON shape all the same
+    (red with DRF's ``Response`` for problems: a YAML body, or the text "405 Method Not
+    Allowed")."""
+    response = getattr(api_caller, method)(path, **headers)
+    assert response.status_code in (405, 406)
+    assert_problem(response, response.status_code, CODES[response.status_code])
+
+
+CODES = {405: "METHOD_NOT_ALLOWED", 406: "NOT_ACCEPTABLE"}
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+@pytest.mark.parametrize(
+    ("path", "auth"),
+    [
+        pytest.param("/api/v1/orders/", None, id="no-credential"),
+        pytest.param("/api/v1/orders/1/", "merchant", id="not-found"),
+        pytest.param("/api/v1/menu/", "publishable", id="success"),
+    ],
+)
+def test_a_client_that_accepts_only_html_is_answered_406_problem_json(
+    api_caller: Client, world_a: World, path: str, auth: str | None
+) -> None:
+    """The API renders JSON only: no browsable HTML page, for an answer or for an error."""
+    headers = {"HTTP_AUTHORIZATION": world_a.auth(auth)} if auth else {}
+    response = api_caller.get(path, HTTP_ACCEPT="text/html", **headers)
+    assert_problem(response, 406, "NOT_ACCEPTABLE")
+
+
+def test_a_browser_s_accept_header_gets_json(api_caller: Client, world_a: World) -> None:
+    response = api_caller.get(
+        "/api/v1/menu/", HTTP_ACCEPT=BROWSER_ACCEPT, HTTP_AUTHORIZATION=world_a.auth("publishable")
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    missing = api_caller.get(
+        "/api/v1/orders/1/", HTTP_ACCEPT=BROWSER_ACCEPT, HTTP_AUTHORIZATION=world_a.auth("merchant")
+    )
+    assert_problem(missing, 404, "ORDER_NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("post", "/api/v1/orders", id="post-orders"),
+        pytest.param("get", "/api/v1/orders", id="get-orders"),
+        pytest.param("post", "/api/v1/orders/1/pay", id="post-pay"),
+        pytest.param("get", "/api/v1/menu", id="get-menu"),
+    ],
+)
+def test_an_api_path_without_its_slash_is_a_404_naming_it_never_a_redirect(
+    api_caller: Client, world_a: World, method: str, path: str
+) -> None:
+    """A client following a 301 would send the POST again as a GET (the order silently a read
+    of the list); with DEBUG on Django refused the POST with a 500 (red with Django's own
+    ``CommonMiddleware``)."""
+    order = {"items": [{"dish_id": world_a.dish.pk, "quantity": 1}], "payment_method": "card"}
+    extra = {"data": order, "content_type": "application/json"} if method == "post" else {}
+    response = getattr(api_caller, method)(
+        path, HTTP_AUTHORIZATION=world_a.auth(), HTTP_IDEMPOTENCY_KEY="no-slash", **extra
+    )
+    body = assert_problem(response, 404, "NOT_FOUND")
+    assert body["detail"] == f"No such API route: API paths end with a slash ({path}/)"
+    assert "Location" not in response
+    assert not Order.all_tenants.filter(tenant=world_a.tenant).exists()
+
+
+def test_a_page_without_its_slash_is_still_redirected(browser: Client) -> None:
+    response = browser.get("/dashboard")
+    assert (response.status_code, response["Location"]) == (301, "/dashboard/")
+
+
+def test_an_order_placed_from_a_browser_replays_byte_for_byte_to_any_client(
+    api_caller: Client, world_a: World
+) -> None:
+    """The first answer is JSON whatever the Accept header preferred, so the stored reply and
+    every replay are that answer (red with DRF's browsable API: an HTML first answer, then a
+    JSON body labelled text/html)."""
+    order = {"items": [{"dish_id": world_a.dish.pk, "quantity": 1}], "payment_method": "card"}
+    answers = [
+        api_caller.post(
+            "/api/v1/orders/",
+            data=order,
+            content_type="application/json",
+            HTTP_ACCEPT=accept,
+            HTTP_AUTHORIZATION=world_a.auth(),
+            HTTP_IDEMPOTENCY_KEY="from-a-browser",
+        )
+        for accept in (BROWSER_ACCEPT, "application/json", "*/*")
+    ]
+    assert [a.status_code for a in answers] == [201, 201, 201]
+    assert [a["X-Idempotent-Result"] for a in answers] == ["MISS", "HIT", "HIT"]
+    assert {a["Content-Type"] for a in answers} == {"application/json"}
+    assert answers[1].content == answers[2].content == answers[0].content

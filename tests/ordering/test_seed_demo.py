@@ -102,3 +102,23 @@ def test_a_key_file_that_no_longer_matches_is_replaced(key_file):
     second = seed()
     assert menu_status(second["tenants"][0]["publishable_key"]) == 200
     assert second["tenants"][0]["publishable_key"] != first["tenants"][0]["publishable_key"]
+
+
+@pytest.mark.parametrize(
+    ("port", "address"), [(None, "127.0.0.1:8000"), ("8123", "127.0.0.1:8123")]
+)
+def test_the_printout_s_commands_name_the_port_make_run_serves_on(
+    key_file, monkeypatch, port, address
+):
+    """``PORT`` moves the demo's server (scripts/run_demo.sh) and the commands printed for it."""
+    if port is None:
+        monkeypatch.delenv("PORT", raising=False)
+    else:
+        monkeypatch.setenv("PORT", port)
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    printed = out.getvalue()
+    publishable = seed()["tenants"][0]["publishable_key"]
+    assert f"  KEY={publishable}\n" in printed
+    assert printed.count(f"http://{address}/api/v1/") == 2
+    assert printed.count("http://127.0.0.1:") == 2

@@ -248,6 +248,30 @@ def test_a_signed_but_malformed_body_is_400(deliver, paying, tenant):
     assert PaymentCallback.objects.for_tenant(tenant).count() == 0
 
 
+@pytest.mark.parametrize("amount", ["10000000000.00", "99999999999.99", "1E+12"])
+def test_an_amount_no_column_of_ours_holds_is_400_and_writes_nothing(
+    deliver, paying, tenant, amount
+):
+    """The simulated provider's own bound lets 13 integer digits through; the inbox and every
+    payment hold under 10^10 (red without the check: a 500, numeric field overflow)."""
+    order, payment = paying
+    response = deliver(*signed(payment, amount=Decimal(amount)))
+    assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
+    assert "out of range" in response.json()["detail"]
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+    assert ProviderConflict.all_tenants.count() == 0
+
+
+def test_the_largest_amount_a_column_holds_is_a_conflict_not_a_refusal(deliver, paying, tenant):
+    order, payment = paying
+    response = deliver(*signed(payment, amount=Decimal("9999999999.99")))
+    assert response.status_code == 200
+    assert list(inbox_outcomes(tenant).values()) == ["conflict"]
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    assert ProviderConflict.all_tenants.get().reported_amount == Decimal("9999999999.99")
+
+
 def test_an_unknown_transaction_is_404_and_writes_nothing(deliver, paying, tenant):
     _, payment = paying
     Payment.objects.for_tenant(tenant).filter(pk=payment.pk).update(provider_txn_id="sim_other")

@@ -30,6 +30,25 @@ def test_a_retry_replays_the_first_answer_byte_for_byte(engine_mode, client, ten
     assert Note.objects.count() == 1
 
 
+def test_a_body_over_the_cap_replays_its_resource_afresh_labelled_as_rendered(
+    engine_mode, client, tenant, settings
+):
+    """The first answer (JSON, over the cap) was kept as a pointer to its ``Location``; the
+    replay is that resource rendered now, a page here, and says so (red when the first
+    answer's ``Content-Type`` is kept: a page labelled JSON)."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": 200}
+    first = post_note(client, tenant, key="k-big", text="x" * 180)
+    assert first.status_code == 201 and first["Content-Type"] == "application/json"
+    nodes.local_cache().clear()
+    again = post_note(Client(), tenant, key="k-big", text="x" * 180)
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again["Location"] == first["Location"]
+    note = Note.objects.get()
+    assert again.content == f"note {note.pk}".encode()
+    assert again["Content-Type"] == Client().get(first["Location"])["Content-Type"]
+    assert again["Content-Type"].startswith("text/html")
+
+
 def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant):
     first = post_form(client, tenant, token="form-abc")
     assert first.status_code == 302 and first["X-Idempotent-Result"] == "MISS"

@@ -12,6 +12,7 @@ the demo keys are revoked and fresh ones issued. Owner passwords are new on ever
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from decimal import Decimal
 from pathlib import Path
@@ -73,12 +74,14 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"staff (Django admin): staff / {staff_password}")
         first = result["tenants"][0]
+        # the address `make run` serves on (scripts/run_demo.sh reads the same PORT)
+        base = f"http://127.0.0.1:{os.environ.get('PORT') or 8000}"
         self.stdout.write(
             f"\nTry the API as a diner of {first['slug']} (README, 'Try the API'):\n"
             f"  KEY={first['publishable_key']}\n"
-            "  TOKEN=$(curl -s -X POST http://127.0.0.1:8000/api/v1/diner-sessions/ "
+            f"  TOKEN=$(curl -s -X POST {base}/api/v1/diner-sessions/ "
             '-H "Authorization: Api-Key $KEY" | sed -E \'s/.*"token":"([^"]+)".*/\\1/\')\n'
-            '  curl -s http://127.0.0.1:8000/api/v1/orders/ -H "Authorization: Bearer $TOKEN" '
+            f'  curl -s {base}/api/v1/orders/ -H "Authorization: Bearer $TOKEN" '
             "-H 'Idempotency-Key: first-order' -H 'Content-Type: application/json' "
             f'-d \'{{"items":[{{"dish_id":{first["dish_ids"][0]},"quantity":2}}],'
             '"payment_method":"card"}\'\n'
