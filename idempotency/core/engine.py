@@ -356,10 +356,11 @@ def _run_view(
         hook(tenant=req.scoped.tenant, endpoint=req.endpoint, key=req.scoped.key)
     with view_savepoint(savepoint):
         response = execute()
-    kept = to_stored(response, redact=req.redact) if response.status_code < 500 else None
+    kept = to_stored(response, redact=req.redact) if _kept(req, response) else None
     if kept is None:
-        # A 5xx, or a refusal too large to keep (idempotency/core/replies.py): nothing of it
-        # is written, and the key is released for a retry.
+        # A 5xx, a refusal under an automatic key, or a refusal too large to keep
+        # (idempotency/core/replies.py): nothing of it is written, and the key is released
+        # for a retry.
         transaction.set_rollback(True)
         return response, None, False
     if transaction.get_rollback():
@@ -372,6 +373,15 @@ def _run_view(
         roll_back_to(savepoint)  # its writes are undone; the claim stays held
     _record(req, kept, commit=commit)
     return response, kept, False
+
+
+def _kept(req: IdempotentRequest, response: HttpResponse) -> bool:
+    """Whether an answer is kept for replays. A 5xx is not: the key is released for a retry.
+    Nor is a refusal (4xx) under an automatic key: the client sent no key, so a retry is a new
+    attempt, and what refused it (the order's status, its stock) may have changed since; an
+    explicit key names one operation, whose refusal stands for the key's lifetime."""
+    status = response.status_code
+    return status < 400 or (status < 500 and not req.scoped.is_automatic)
 
 
 def _record(req: IdempotentRequest, stored: StoredResponse, *, commit: bool = False) -> None:

@@ -50,7 +50,12 @@ def clean_engine() -> Iterator[None]:
     nodes.reset()
     reset_rate_cache()
     behaviour.update(
-        delay_seconds=0.0, hold=None, fail_once=set(), refuse_after_write=set(), committed=[]
+        delay_seconds=0.0,
+        hold=None,
+        fail_once=set(),
+        refuse_after_write=set(),
+        refuse=set(),
+        committed=[],
     )
     executions.reset()
     tenant_redaction.clear()

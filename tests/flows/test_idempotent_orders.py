@@ -171,6 +171,23 @@ def test_pay_and_cancel_absorb_keyless_double_submits(api, menu, engine_mode):
     assert c1.json()["status"] == "CANCELLED" and c2["X-Idempotent-Result"] == "HIT"
 
 
+def test_a_keyless_move_refused_runs_again_once_the_order_allows_it(
+    api, merchant_api, menu, engine_mode
+):
+    """A keyless ACCEPTED before the payment arrived is refused; the same keyless request once
+    the order is PAID accepts it, not a replay of the stale 409 for the automatic key's minute."""
+    order_id = post_order(api, menu, key="early").json()["id"]
+    url = f"/api/v1/orders/{order_id}/transition/"
+    early = merchant_api.post(url, {"to": "ACCEPTED"}, format="json")
+    assert early.status_code == 409 and early.json()["code"] == "ORDER_STATUS_CONFLICT"
+    Order.all_tenants.filter(pk=order_id).update(status="PAID")
+    accepted = merchant_api.post(url, {"to": "ACCEPTED"}, format="json")
+    assert accepted.status_code == 200 and accepted["X-Idempotent-Result"] == "MISS"
+    assert accepted.json()["status"] == "ACCEPTED"
+    again = merchant_api.post(url, {"to": "ACCEPTED"}, format="json")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == accepted.content
+
+
 def test_auto_key_is_per_order(api, menu, engine_mode):
     a = post_order(api, menu, key="a").json()["id"]
     b = post_order(api, menu, key="b").json()["id"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from idempotency.stores import nodes
-from idempotency.tests.conftest import post_form, post_note
+from idempotency.tests.conftest import caller, post_form, post_note
 from idempotency.tests.testapp.models import Note
 from idempotency.tests.testapp.views import behaviour
 
@@ -47,6 +48,37 @@ def test_a_body_over_the_cap_replays_its_resource_afresh_labelled_as_rendered(
     assert again.content == f"note {note.pk}".encode()
     assert again["Content-Type"] == Client().get(first["Location"])["Content-Type"]
     assert again["Content-Type"].startswith("text/html")
+
+
+def auto_note(tenant: str, text: str, key: str | None = None) -> Any:
+    headers = caller(tenant) | ({"HTTP_IDEMPOTENCY_KEY": key} if key else {})
+    return Client().post("/notes/auto/", {"text": text}, content_type="application/json", **headers)
+
+
+def test_a_refusal_under_an_automatic_key_is_not_kept(engine_mode, tenant):
+    """A keyless retry is a new attempt: once what refused it changed, it runs (red when the
+    refusal is kept: the 409 replayed for the key's minute)."""
+    behaviour["refuse"].add("soup")
+    first = auto_note(tenant, "soup")
+    again = auto_note(tenant, "soup")
+    assert [first.status_code, again.status_code] == [409, 409]
+    assert [first["X-Idempotent-Result"], again["X-Idempotent-Result"]] == ["MISS", "MISS"]
+    behaviour["refuse"].clear()
+    placed = auto_note(tenant, "soup")
+    assert placed.status_code == 201 and placed["X-Idempotent-Result"] == "MISS"
+    double_tap = auto_note(tenant, "soup")
+    assert double_tap["X-Idempotent-Result"] == "HIT" and double_tap.content == placed.content
+    assert Note.objects.count() == 1
+
+
+def test_a_refusal_under_an_explicit_key_stands(engine_mode, tenant):
+    behaviour["refuse"].add("soup")
+    first = auto_note(tenant, "soup", key="k-soup")
+    behaviour["refuse"].clear()
+    again = auto_note(tenant, "soup", key="k-soup")
+    assert (first.status_code, again.status_code) == (409, 409)
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert Note.objects.count() == 0
 
 
 def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant):

@@ -11,6 +11,7 @@ def show_note(request: HttpRequest, pk: int) -> HttpResponse:
 urlpatterns = [
     path("notes/", views.NoteListCreate.as_view(), name="notes"),
     path("notes/wait/", views.WaitingNoteCreate.as_view(), name="notes-wait"),
+    path("notes/auto/", views.AutoKeyNoteCreate.as_view(), name="notes-auto"),
     path("deliveries/", views.DeliveryCreate.as_view(), name="deliveries"),
     path("notes/form/", views.note_form, name="note-form"),
     path("notes/<int:pk>/", show_note, name="note"),

@@ -8,7 +8,8 @@ next for the next, every later one for the last — so a test releases runs, in 
 chooses, on events it observed instead of guessing a delay; a text listed in ``fail_once``
 answers 500 the first time it is written (a 5xx must not be stored); and a text listed in
 ``refuse_after_write`` is written, then refused with 409 inside the business transaction (the
-commit callbacks it registered append to ``committed``).
+commit callbacks it registered append to ``committed``); one in ``refuse`` is refused by the
+automatic-key view before anything is written.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ behaviour: dict[str, Any] = {
     "hold": None,
     "fail_once": set(),
     "refuse_after_write": set(),
+    "refuse": set(),
     "committed": [],
 }
 HOLD_DEADLINE_SECONDS = 120.0  # a test that never releases its hold fails, it does not hang
@@ -66,6 +68,17 @@ class WaitingNoteCreate(APIView):
 
     @idempotent(required=True, fields=("text",), in_flight="wait", wait_seconds=5.0)
     def post(self, request: Request) -> Response:
+        return _create(request)
+
+
+class AutoKeyNoteCreate(APIView):
+    """The create with an automatic key for keyless requests; a text listed in
+    ``behaviour["refuse"]`` is refused with 409 before anything is written."""
+
+    @idempotent(fields=("text",), auto_key_window=60)
+    def post(self, request: Request) -> Response:
+        if str(request.data.get("text", "")) in behaviour["refuse"]:
+            return Response({"code": "REFUSED"}, status=409)
         return _create(request)
 
 
