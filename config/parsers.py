@@ -4,6 +4,14 @@ DRF's ``JSONParser`` maps ``ValueError`` to 400 but not ``RecursionError`` (10 0
 arrays), and Python's ``json`` turns ``1e999999`` into ``inf`` and accepts ``NaN``/``Infinity``,
 which no business field wants and which cannot be fingerprinted. Here all of these are a
 400 ``INVALID_JSON``, and nesting deeper than ``MAX_DEPTH`` is refused too.
+
+The body is then read as the idempotency fingerprint reads it (``idempotency.core.fingerprint``):
+every string value in Unicode NFC, and a top-level member whose value is ``null`` as absent.
+Two requests the fingerprint calls the same operation (a retry under the same key) are then
+the same input to the view too: an address sent decomposed, or a ``"note": null`` a client
+sends where another leaves the field out, cannot get one answer first and another on a retry
+with a new key. Member names are left as sent: names that collide once normalised are the
+fingerprint's to refuse (``IDEMPOTENCY_PAYLOAD_INVALID``).
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import codecs
 import json
 import math
+import unicodedata
 from typing import Any
 
 from rest_framework.exceptions import ParseError
@@ -36,7 +45,9 @@ class StrictJSONParser(JSONParser):
             raise ParseError(clip(f"JSON parse error - {exc.__class__.__name__}: {exc}")) from None
         if _depth(data) > MAX_DEPTH:
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels")
-        return data
+        if isinstance(data, dict):
+            data = {name: value for name, value in data.items() if value is not None}
+        return _nfc(data)
 
 
 def _refuse_constant(name: str) -> float:
@@ -47,6 +58,21 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"number out of range: {clip(text)}")
+    return value
+
+
+def _nfc(value: Any) -> Any:
+    """``value`` with every string in it in NFC (recursion is bounded by ``MAX_DEPTH``)."""
+    if isinstance(value, str):
+        return (
+            value
+            if unicodedata.is_normalized("NFC", value)
+            else unicodedata.normalize("NFC", value)
+        )
+    if isinstance(value, dict):
+        return {name: _nfc(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_nfc(item) for item in value]
     return value
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from django.urls import resolve
 from rest_framework.test import APIClient
 
 from idempotency.models import IdempotencyRecord
-from ordering.models import Order, OrderStatus, Payment
+from ordering.models import Coupon, Order, OrderStatus, Payment
 from tenants.models import DinerSession
 from tests.hardening.conftest import (
     World,
@@ -418,15 +419,60 @@ def test_a_clipped_echo_keeps_the_start_of_the_value(http: APIClient, world_a: W
     assert message == '"' + "q" * 199 + "…"
 
 
-def test_odd_but_valid_unicode_in_the_note_is_stored_verbatim(
+def test_odd_but_valid_unicode_in_the_note_is_stored_in_nfc(
     http: APIClient, world_a: World, subtests: Any
 ) -> None:
+    """Kept as sent, but for the normal form (config/parsers.py): a decomposed accent is
+    composed, as the idempotency fingerprint reads it."""
     for name, text in ODD_BUT_VALID_TEXT.items():
         with subtests.test(msg=name):
             response = post_order(http, world_a, valid(world_a.dish.pk, note=text), key=name)
             assert response.status_code == 201, response.content
-            assert response.json()["note"] == text
-            assert Order.all_tenants.get(pk=response.json()["id"]).note == text
+            stored = unicodedata.normalize("NFC", text)
+            assert (stored == text) is (name != "combining-accent")
+            assert response.json()["note"] == stored
+            assert Order.all_tenants.get(pk=response.json()["id"]).note == stored
+
+
+@pytest.mark.parametrize(
+    ("first", "retry"),
+    [
+        pytest.param({"note": None}, {}, id="note-null-then-absent"),
+        pytest.param({"contact": None}, {}, id="contact-null-then-absent"),
+        pytest.param({"note": "Cafe\u0301"}, {"note": "Caf\u00e9"}, id="note-nfd-then-nfc"),
+    ],
+)
+def test_what_the_fingerprint_calls_the_same_the_order_reads_the_same(
+    http: APIClient, world_a: World, first: dict[str, Any], retry: dict[str, Any]
+) -> None:
+    """A body that differs from another only where the fingerprint does not look (a top-level
+    null for an absent field, the Unicode normal form) is the same input to the view: placed
+    both ways, with the same answer on a retry under the key (red without the parser's
+    reading: "note may not be null" on the first, replayed to the corrected retry)."""
+    placed = post_order(http, world_a, valid(world_a.dish.pk, **first), key="same-op")
+    assert placed.status_code == 201, placed.content
+    again = post_order(http, world_a, valid(world_a.dish.pk, **retry), key="same-op")
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == placed.content
+    other_key = post_order(http, world_a, valid(world_a.dish.pk, **retry), key="other-op")
+    assert other_key.status_code == 201, other_key.content
+    shown = {name: value for name, value in other_key.json().items() if name not in VOLATILE}
+    assert shown == {name: value for name, value in placed.json().items() if name not in VOLATILE}
+
+
+VOLATILE = {"id", "number", "number_label", "created_at", "updated_at", "transitions"}
+
+
+def test_a_decomposed_coupon_code_finds_the_composed_coupon(
+    http: APIClient, world_a: World
+) -> None:
+    Coupon.objects.for_tenant(world_a.tenant).create(
+        tenant=world_a.tenant, code="CAF\u00c910", kind=Coupon.Kind.PERCENT, value=10
+    )
+    response = post_order(
+        http, world_a, valid(world_a.dish.pk, coupon_code="CAFE\u030110"), key="nfd-coupon"
+    )
+    assert response.status_code == 201, response.content
+    assert Order.all_tenants.get(pk=response.json()["id"]).coupon.code == "CAF\u00c910"
 
 
 def test_odd_unicode_never_matches_a_coupon(http: APIClient, world_a: World, subtests: Any) -> None:
