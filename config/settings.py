@@ -267,6 +267,8 @@ REST_FRAMEWORK = {
     # Accept says, so a replay can never be labelled or shaped unlike its first answer (a
     # client that accepts no JSON is answered 406 NOT_ACCEPTABLE); people read /api/docs/.
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # No OPTIONS metadata (405 with Allow): /api/schema/ describes every endpoint.
+    "DEFAULT_METADATA_CLASS": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # DRF's renderer choice, remembered per Accept header (config/negotiation.py)
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.RememberingContentNegotiation",

@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "CHANNEL_PREFIX": "idem",
     "TTL_SECONDS": 72 * 3600,
     "LEASE_MS": 30_000,
+    # The most seconds a 409 IN_PROGRESS asks a client to wait (Retry-After): the first request
+    # usually ends well within it, and the lease left only bounds it
+    "IN_PROGRESS_RETRY_AFTER_SECONDS": 1,
     "AUTO_KEY_WINDOW_SECONDS": 60,
     # Largest stored reply, status and headers included (idempotency/core/replies.py)
     "MAX_STORED_REPLY_BYTES": 64 * 1024,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from django.http import HttpResponse
 
+from idempotency.core.conf import engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.outcomes import StoredResponse
 
@@ -49,12 +50,20 @@ def replay(
 
 
 def in_progress(retry_after_ms: int | None) -> HttpResponse:
+    """409 while the first request with the key runs. ``Retry-After`` is at most
+    ``IN_PROGRESS_RETRY_AFTER_SECONDS`` (the first request usually ends well within it), less
+    when the lease ``retry_after_ms`` ends sooner, and never under 1 s: the lease is only the
+    bound after which a crashed request's key is free, and asking for it (30 s by default)
+    would make clients wait long after the first request has answered."""
+    seconds = engine_setting("IN_PROGRESS_RETRY_AFTER_SECONDS")
+    if retry_after_ms is not None:
+        seconds = min(seconds, math.ceil(retry_after_ms / 1000))
     response = problem(
         409,
         IdempotencyErrorCode.IN_PROGRESS,
         "A request with this Idempotency-Key is still being processed; retry later.",
     )
-    response["Retry-After"] = str(max(1, math.ceil((retry_after_ms or 1000) / 1000)))
+    response["Retry-After"] = str(max(1, seconds))
     response[RESULT_HEADER] = "IN_PROGRESS"
     return response
 

@@ -30,6 +30,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "CHANNEL_PREFIX": ("", "must be a non-empty string"),
     "TTL_SECONDS": (-1, "must be a positive integer"),
     "LEASE_MS": (0, "must be a positive integer"),
+    "IN_PROGRESS_RETRY_AFTER_SECONDS": (0, "must be a positive integer"),
     "AUTO_KEY_WINDOW_SECONDS": (-60, "must be a positive integer"),
     "MAX_STORED_REPLY_BYTES": ("64k", "must be a positive integer"),
     "REPLAY_HEADERS": ("Location", "must be a list of header names"),

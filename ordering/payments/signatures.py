@@ -46,10 +46,7 @@ def verify(
     that a forged request always gets the same answer.
     """
     if not signature or not timestamp:
-        raise CallbackRejected(
-            PaymentErrorCode.PAYMENT_SIGNATURE_INVALID,
-            f"{SIGNATURE_HEADER} and {TIMESTAMP_HEADER} are required",
-        )
+        raise _unauthentic(f"{SIGNATURE_HEADER} and {TIMESTAMP_HEADER} are required")
     try:
         sent_at = int(timestamp.strip())
     except ValueError:
@@ -69,7 +66,7 @@ def verify(
         for mac in expected:
             matched |= hmac.compare_digest(candidate.encode(), mac.encode())
     if not matched:
-        raise CallbackRejected(PaymentErrorCode.PAYMENT_SIGNATURE_INVALID, "Signature mismatch")
+        raise _unauthentic("Signature mismatch")
     skew = abs((time.time() if now is None else now) - sent_at)
     if skew > tolerance_seconds:
         raise CallbackRejected(
@@ -82,3 +79,13 @@ def verify(
 def _mac(secret: str, timestamp: int, body: bytes) -> str:
     message = str(timestamp).encode() + b"." + body
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _unauthentic(detail: str) -> CallbackRejected:
+    """401 ``PAYMENT_SIGNATURE_INVALID``, whose challenge names the provider's signature, not
+    the API's credentials (Api-Key, Bearer), which this route does not take."""
+    return CallbackRejected(
+        PaymentErrorCode.PAYMENT_SIGNATURE_INVALID,
+        detail,
+        headers={"WWW-Authenticate": f'{SIGNATURE_HEADER} realm="payment-callbacks"'},
+    )

@@ -53,6 +53,37 @@ def test_a_wrong_method_on_the_api_is_a_problem_json_405(
     assert_problem(response, 405, "METHOD_NOT_ALLOWED")
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "kind", "status"),
+    [
+        pytest.param("head", "/api/v1/orders/1/pay/", "diner", 405, id="head-post-only"),
+        pytest.param("options", "/api/v1/orders/1/pay/", "diner", 405, id="options-post-only"),
+        pytest.param("head", "/api/v1/diner-sessions/", "merchant", 405, id="head-sessions"),
+        pytest.param("options", "/api/v1/menu/", "publishable", 405, id="options-get-route"),
+        pytest.param("head", "/api/v1/menu/", "publishable", 200, id="head-get-route"),
+        pytest.param("head", "/api/v1/orders/", "publishable", 403, id="head-as-its-get"),
+    ],
+)
+def test_head_and_options_answer_as_the_route_does(
+    api_caller: Client, world_a: World, method: str, path: str, kind: str, status: int
+) -> None:
+    """HEAD is the GET handler where there is one, else 405 like GET; OPTIONS is 405 (no
+    metadata: the schema describes the API). Red when HEAD and OPTIONS take GET's capability
+    on a route without GET: 403 PERMISSION_DENIED."""
+    response = getattr(api_caller, method)(path, HTTP_AUTHORIZATION=world_a.auth(kind))
+    assert response.status_code == status, response.content
+    if status == 405:
+        assert "POST" in response["Allow"] or "GET" in response["Allow"]
+        if method == "options":
+            assert_problem(response, 405, "METHOD_NOT_ALLOWED")
+
+
+def test_head_and_options_still_need_a_credential(api_caller: Client) -> None:
+    for method in ("head", "options"):
+        response = getattr(api_caller, method)("/api/v1/orders/1/pay/")
+        assert response.status_code == 401, method
+
+
 @pytest.mark.urls("tests.hardening.error_urls")
 def test_a_crash_under_api_is_a_problem_json_500(api_caller: Client) -> None:
     body = assert_problem(api_caller.get("/api/v1/boom/"), 500, "SERVER_ERROR")

@@ -229,6 +229,9 @@ def test_refused_callbacks_write_nothing(deliver, paying, tenant, tamper, status
     assert response.status_code == status
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == code
+    # a 401 challenges for the provider's signature, not for the API's credentials
+    challenge = 'X-Provider-Signature realm="payment-callbacks"' if status == 401 else None
+    assert response.headers.get("WWW-Authenticate") == challenge
     assert state(order) == (S.PAYING, Payment.Status.PENDING)
     assert PaymentCallback.objects.for_tenant(tenant).count() == 0
     assert OutboxEvent.objects.for_tenant(tenant).count() == 0

@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from idempotency.models import IdempotencyRecord
 from ordering.models import Order, OrderStatus
 from tenants import credential_cache, session_state
 from tenants.api_keys import issue_api_key, revoke_api_key
@@ -350,6 +351,24 @@ def test_merchant_revokes_every_session_of_a_diner(merchant: Any, tenant: Any) -
     # a new sign-in after the revocation works
     again = backend.post(SESSIONS, {"diner_id": "alice"}, format="json").json()["token"]
     assert as_diner(again).get("/api/v1/orders/").status_code == 200
+
+
+def test_session_writes_ignore_an_idempotency_key_and_keep_no_reply(
+    merchant: Any, tenant: Any
+) -> None:
+    """docs/idempotency.md: these writes are safe to repeat as they are; their answers carry
+    credentials, which no stored reply may hold. The same key twice opens two sessions, and
+    revoking twice revokes once."""
+    backend = with_auth(f"Api-Key {merchant[1]}")
+    key = {"HTTP_IDEMPOTENCY_KEY": "same-key"}
+    opened = [backend.post(SESSIONS, {"diner_id": "alice"}, format="json", **key) for _ in range(2)]
+    assert [r.status_code for r in opened] == [201, 201]
+    assert opened[0].json()["token"] != opened[1].json()["token"]
+    revoked = [backend.post("/api/v1/diners/alice/revoke-sessions/", **key) for _ in range(2)]
+    assert [r.json() for r in revoked] == [{"revoked": 2}, {"revoked": 0}]
+    for answer in (*opened, *revoked):
+        assert "X-Idempotent-Result" not in answer
+    assert IdempotencyRecord.objects.count() == 0
 
 
 def test_another_tenants_merchant_revokes_nothing_here(

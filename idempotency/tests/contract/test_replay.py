@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from idempotency.core import responses
 from idempotency.stores import nodes
 from idempotency.tests.conftest import caller, post_form, post_note
 from idempotency.tests.testapp.models import Note
@@ -79,6 +80,25 @@ def test_a_refusal_under_an_explicit_key_stands(engine_mode, tenant):
     assert (first.status_code, again.status_code) == (409, 409)
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
     assert Note.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("most", "lease_left_ms", "retry_after"),
+    [
+        (1, 29_500, "1"),
+        (5, 29_500, "5"),
+        (5, 1_200, "2"),
+        (5, None, "5"),
+        (1, 0, "1"),
+    ],
+)
+def test_an_in_progress_answer_asks_for_a_short_wait(settings, most, lease_left_ms, retry_after):
+    """At most IN_PROGRESS_RETRY_AFTER_SECONDS, less when the lease ends sooner, never 0 (red
+    with the lease left as the hint: 30 s for a request that answers in milliseconds)."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "IN_PROGRESS_RETRY_AFTER_SECONDS": most}
+    answer = responses.in_progress(lease_left_ms)
+    assert answer.status_code == 409 and answer["Retry-After"] == retry_after
+    assert json.loads(answer.content)["code"] == "IDEMPOTENCY_REQUEST_IN_PROGRESS"
 
 
 def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant):
