@@ -235,3 +235,18 @@ class TestThroughGunicorn:
         )
         assert status == 404
         assert problem_code(headers, raw) == "NOT_FOUND"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_header_the_http_server_cannot_parse_gets_its_own_400_page(
+    hardening_server: LiveServer,
+) -> None:
+    """The README's exception to "every /api/ error is problem+json": a request gunicorn
+    refuses before the application sees it (a control character in a header) is answered by
+    gunicorn's own 400 page. Nothing of the application runs."""
+    head = "GET /api/v1/menu/ HTTP/1.1\nHost: 127.0.0.1\nIdempotency-Key: \x7f\n"
+    status, headers, raw = send_raw(hardening_server, head, [])
+    assert status == 400
+    content_type = {name.lower(): value for name, value in headers.items()}["content-type"]
+    assert content_type.startswith("text/html") and b"Invalid HTTP Header" in raw
