@@ -18,7 +18,7 @@ of at most ``batch`` keys at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -177,20 +177,24 @@ def forget_principal(
     *,
     tenant_key: str,
     principal: str,
-    also_records_containing: bytes | None = None,
+    also_records_showing: Sequence[bytes] = (),
     batch: int = 500,
 ) -> Forgotten:
-    """Remove the principal's records (and, with ``also_records_containing``, every record of
-    the tenant whose stored reply contains those bytes, e.g. another principal's answer that
-    shows this one's id), its audits, and its Redis keys: claim entries of its scopes, its
-    tokens, its rate counters. Local caches are told about every key removed."""
+    """Remove the principal's records (and every record of the tenant whose stored reply
+    contains one of ``also_records_showing``, e.g. another principal's answer that shows this
+    one's id: give whole JSON members, such as ``b'"diner_id":"alice"'``, so that the id as
+    part of another value, or as another field's value, matches nothing), its audits, and its
+    Redis keys: claim entries of its scopes, its tokens, its rate counters. Local caches are
+    told about every key removed."""
     records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
     done = Forgotten(
         records=forget_records(records.filter(scope__startswith=f"{principal}|"), batch=batch)
     )
-    if also_records_containing:
+    if also_records_showing:
         done.records += forget_records(
-            records, batch=batch, matching=lambda body: also_records_containing in body
+            records,
+            batch=batch,
+            matching=lambda body: any(shown in body for shown in also_records_showing),
         )
     drain_audits()  # audits still waiting in a Redis stream would land after the delete
     done.audits = delete_in_batches(

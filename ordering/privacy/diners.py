@@ -29,6 +29,7 @@ from django.utils.crypto import salted_hmac
 
 from idempotency import erasure
 from ordering.models import DinerErasure, Order, OrderTransition, OutboxEvent
+from tenants.diner_sessions import DINER_ID_RE
 from tenants.models import DinerSession, Tenant
 from tenants.session_state import forget
 
@@ -41,6 +42,10 @@ def diner_hash(diner_id: str) -> str:
     return salted_hmac(_HASH_SALT, diner_id, algorithm="sha256").hexdigest()
 
 
+class NotADinerId(ValueError):
+    """No diner can have this id (sessions only carry ids of ``DINER_ID_RE``)."""
+
+
 def erase_diner(
     *, tenant: Tenant, diner_id: str, requested_by: str, batch: int = 500
 ) -> DinerErasure:
@@ -50,24 +55,53 @@ def erase_diner(
     longest any process still honours a session it has cached), so no new order of this diner
     can start once the orders are anonymised. Needs every Redis node reachable: a Redis error
     propagates (and nothing is logged), and running the erasure again finishes it.
+
+    Another caller's stored reply goes when it *shows* the diner: the order's ``diner_id``
+    member or a transition's actor (``…/diner:<id>``), matched as whole JSON strings, never
+    the id as part of other text or as another field's value (a diner called ``card`` is not
+    every order paid by card). An erasure of a diner erased before reuses the pseudonym, so
+    an order placed in between joins the others under one name.
     """
+    if not DINER_ID_RE.match(diner_id):
+        raise NotADinerId(f"{diner_id!r} is not a diner id (1-64 of A-Za-z0-9_.:@-)")
     sessions = _end_sessions(tenant=tenant, diner_id=diner_id)
     time.sleep(settings.DINER_SESSION_STATE_CACHE_SECONDS)
-    pseudonym = f"{PSEUDONYM_PREFIX}{secrets.token_hex(8)}"
+    hashed = diner_hash(diner_id)
+    pseudonym = _pseudonym(tenant=tenant, hashed=hashed)
     orders = _anonymise_orders(tenant=tenant, diner_id=diner_id, pseudonym=pseudonym)
     forgotten = erasure.forget_principal(
         tenant_key=str(tenant.pk),
         principal=f"diner:{diner_id}",
-        also_records_containing=json.dumps(diner_id).encode(),
+        also_records_showing=shown_in_replies(diner_id),
         batch=batch,
     )
     return DinerErasure.objects.create(
         tenant=tenant,
-        diner_hash=diner_hash(diner_id),
+        diner_hash=hashed,
         pseudonym=pseudonym,
         requested_by=requested_by[:200],
         counts={"sessions": sessions, "orders": orders, **forgotten.as_dict()},
     )
+
+
+def shown_in_replies(diner_id: str) -> tuple[bytes, ...]:
+    """The JSON a stored reply shows the diner with, as the API renders it (compact, UTF-8):
+    an order's ``diner_id`` member, and a transition's actor ending in ``/diner:<id>``. In
+    JSON text an unescaped quote only ever closes a string, so the closing quote makes each a
+    whole value: ``alice`` does not match ``alice2``, nor a note that mentions her."""
+    quoted = json.dumps(diner_id)
+    return (f'"diner_id":{quoted}'.encode(), f"/diner:{quoted[1:]}".encode())
+
+
+def _pseudonym(*, tenant: Tenant, hashed: str) -> str:
+    """The pseudonym an earlier erasure of this diner gave, else a new random one."""
+    earlier = (
+        DinerErasure.objects.filter(tenant=tenant, diner_hash=hashed)
+        .order_by("pk")
+        .values_list("pseudonym", flat=True)
+        .first()
+    )
+    return earlier or f"{PSEUDONYM_PREFIX}{secrets.token_hex(8)}"
 
 
 def _end_sessions(*, tenant: Tenant, diner_id: str) -> int:

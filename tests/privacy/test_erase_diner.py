@@ -21,7 +21,7 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DinerErasure, Order, OrderTransition
-from ordering.privacy.diners import diner_hash, erase_diner
+from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession
 from tests.conftest import api_for, menu_for
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
@@ -191,3 +191,76 @@ def test_command_refuses_an_unknown_tenant(db):
 
     with pytest.raises(CommandError, match="no tenant with slug 'nope'"):
         call_command("erase_diner", "nope", "zoe")
+
+
+def test_only_replies_that_show_the_diner_go(tenant, settings):
+    """A diner called ``card`` is not every order paid by card, nor a note that names them
+    (red when any quoted "card" in a reply matches: frank's records go, and his retry is a
+    500 on the order's own unique key)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    frank = api_for(tenant, diner="frank")
+    frank_first = place(frank, menu, "f1", note="card")
+    assert b'"payment_method":"card"' in frank_first.content
+    assert place(api_for(tenant, diner="card"), menu, "c1").status_code == 201
+    frank_records = IdempotencyRecord.objects.filter(scope__startswith="diner:frank|").count()
+    log = erase_diner(tenant=tenant, diner_id="card", requested_by="staff:alice")
+    assert log.counts["records"] == 1 and log.counts["orders"] == 1
+    assert IdempotencyRecord.objects.filter(scope__startswith="diner:frank|").count() == 1
+    assert frank_records == 1
+    assert replay_is_identical(frank, menu, "f1", frank_first, note="card")
+
+
+@pytest.mark.parametrize("diner_id", ["", "a b", "x" * 65, '"quoted"'])
+def test_what_no_diner_can_be_called_is_refused_before_anything_goes(tenant, diner_id):
+    menu = menu_for(tenant)
+    first = place(api_for(tenant, diner="gina"), menu, "g1")
+    with pytest.raises(NotADinerId):
+        erase_diner(tenant=tenant, diner_id=diner_id, requested_by="staff:alice")
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="is not a diner id"):
+        call_command("erase_diner", tenant.slug, diner_id)
+    assert not DinerErasure.objects.exists()
+    assert replay_is_identical(api_for(tenant, diner="gina"), menu, "g1", first)
+
+
+def test_an_order_placed_after_an_erasure_joins_the_same_pseudonym(tenant, settings):
+    """The docs advise erasing again after a request that was in flight: every order of the
+    diner ends under one pseudonym (red with a new random one per run)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1")
+    first = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    place(api_for(tenant, diner="zoe"), menu, "k2")  # a request that was in flight
+    again = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    assert again.pseudonym == first.pseudonym and again.counts["orders"] == 1
+    assert Order.all_tenants.filter(tenant=tenant, diner_id=first.pseudonym).count() == 2
+    other = erase_diner(tenant=tenant, diner_id="yan", requested_by="staff:alice")
+    assert other.pseudonym != first.pseudonym
+
+
+@pytest.mark.parametrize(
+    "redacted", [["diner_id"], ["transitions"]], ids=["actor-only", "diner-id-only"]
+)
+def test_a_reply_that_shows_the_diner_one_way_only_goes_too(tenant, settings, redacted):
+    """A tenant that redacts the diner id leaves the transitions' actors to show the diner,
+    and one that redacts the transitions leaves the diner id (red with either pattern
+    dropped)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    tenant.redacted_paths = redacted
+    tenant.save(update_fields=["redacted_paths"])
+    menu = menu_for(tenant)
+    placed = place(api_for(tenant, diner="zoe"), menu, "k1")
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    moved = merchant.post(
+        f"/api/v1/orders/{placed.json()['id']}/transition/",
+        {"to": "CANCELLED"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="m1",
+    )
+    assert moved.status_code == 200
+    [stored] = IdempotencyRecord.objects.exclude(scope__startswith="diner:zoe|")
+    assert b"zoe" in bytes(stored.response_body)
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    assert not [r for r in IdempotencyRecord.objects.all() if b"zoe" in bytes(r.response_body)]

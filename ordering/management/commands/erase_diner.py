@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ordering.privacy.diners import erase_diner
+from ordering.privacy.diners import NotADinerId, erase_diner
 from tenants.models import Tenant
 
 
@@ -30,7 +30,10 @@ class Command(BaseCommand):
         if tenant is None:
             raise CommandError(f"no tenant with slug {options['tenant']!r}")
         who = options["by"] or f"cli:{getpass.getuser()}"
-        log = erase_diner(tenant=tenant, diner_id=options["diner_id"], requested_by=who)
+        try:
+            log = erase_diner(tenant=tenant, diner_id=options["diner_id"], requested_by=who)
+        except NotADinerId as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(
             f"erasure {log.pk}: diner now {log.pseudonym}; removed {json.dumps(log.counts)}"
         )
