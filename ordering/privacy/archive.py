@@ -6,7 +6,9 @@ serialisation (``[{"model", "pk", "fields"}, …]``, loadable with ``manage.py l
 ``manifest.json``: the tenant, when, and how many objects each file holds.
 
 The file is written next to its final path and renamed into place once complete, so a crash
-while exporting leaves no archive that looks whole; exporting again overwrites it.
+while exporting leaves no archive that looks whole; exporting again overwrites it. It holds
+the diners' ids, notes and contact details, so it is readable by its owner only (mode 0600)
+from the moment it is created, whatever the process's umask.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ def export_tenant(*, tenant: Tenant, path: Path) -> str:
     """Write the tenant's archive to ``path``; returns its SHA-256 (hex)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)  # a crashed export's leftover, whatever its mode
     counts: dict[str, int] = {}
-    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    owner_only = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+    with owner_only, zipfile.ZipFile(owner_only, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, rows in DATASETS.items():
             queryset = rows(tenant)
             counts[name] = queryset.count()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 import zipfile
 from decimal import Decimal
 from pathlib import Path
@@ -131,7 +132,9 @@ def test_offboarding_leaves_nothing_and_touches_no_one_else(
     # then nothing of it is left in any table or on any Redis node
     assert {label: rows for label, rows in rows_of_tenant(leaving_id).items() if rows} == {}
     assert tenant_keys(str(leaving_id)) == {}
-    # its archive holds its orders, menu, coupons and payments
+    # its archive, readable by its owner only (diners' contact details), holds its orders,
+    # menu, coupons and payments
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600
     with zipfile.ZipFile(archive) as zipped:
         manifest = json.loads(zipped.read("manifest.json"))
         orders = json.loads(zipped.read("orders.json"))
