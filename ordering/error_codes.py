@@ -17,6 +17,7 @@ class OrderingErrorCode(StrEnum):
     COUPON_INVALID = "COUPON_INVALID"
     COUPON_EXHAUSTED = "COUPON_EXHAUSTED"
     ORDER_ID_UNAVAILABLE = "ORDER_ID_UNAVAILABLE"
+    ORDER_ALREADY_PLACED = "ORDER_ALREADY_PLACED"
 
 
 HTTP_STATUS: dict[OrderingErrorCode, int] = {
@@ -30,4 +31,5 @@ HTTP_STATUS: dict[OrderingErrorCode, int] = {
     OrderingErrorCode.COUPON_INVALID: 422,
     OrderingErrorCode.COUPON_EXHAUSTED: 422,
     OrderingErrorCode.ORDER_ID_UNAVAILABLE: 503,
+    OrderingErrorCode.ORDER_ALREADY_PLACED: 409,
 }

@@ -7,6 +7,7 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
+from django.db import IntegrityError
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
@@ -26,6 +27,8 @@ from ordering.api.serializers import (
     PlaceOrderInSerializer,
     TransitionInSerializer,
 )
+from ordering.error_codes import OrderingErrorCode
+from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
 from ordering.order_list import OrderList
 from ordering.prefetch import read_related
@@ -154,6 +157,31 @@ class OrderListCreateView(APIView):
             status=status.HTTP_201_CREATED,
             headers={"Location": f"/api/v1/orders/{order.pk}/"},
         )
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """The key placed an order whose stored answer is gone (its record expired, was
+        purged, or went with an erasure): the engine found nothing to replay and ran the
+        view, whose order met the orders' own unique key. That order is the answer's
+        subject, not a 500: 409 ``ORDER_ALREADY_PLACED`` names it. Not replayed as if it were
+        this request's result: without the record the payload cannot be compared."""
+        if isinstance(exc, IntegrityError) and getattr(self.request, "idempotency", None):
+            placed = (
+                Order.all_tenants.filter(
+                    tenant=self.request.user.tenant,
+                    idempotency_key=self.request.idempotency.business_key,
+                )
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if placed is not None:
+                exc = OrderingError(
+                    OrderingErrorCode.ORDER_ALREADY_PLACED,
+                    f"This Idempotency-Key already placed order {placed}; its answer is no "
+                    "longer kept. GET the order.",
+                    order_id=str(placed),
+                    headers={"Location": f"/api/v1/orders/{placed}/"},
+                )
+        return super().handle_exception(exc)
 
 
 def _requested_slice(request: Request, paginator: PageNumberPagination) -> slice | None:

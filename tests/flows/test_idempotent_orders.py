@@ -7,6 +7,8 @@ import pytest
 from idempotency.core.hashing import keyed_digest
 from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.purge import purge_record
+from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
 from idempotency.web import http
 from ordering.models import Dish, Order, Payment
@@ -157,6 +159,23 @@ def test_5xx_is_not_stored_and_retry_executes(api, menu, engine_mode, monkeypatc
     retried = post_order(api, menu, key="retry-me")
     assert retried.status_code == 201 and retried["X-Idempotent-Result"] == "MISS"
     assert Order.all_tenants.count() == 1
+
+
+def test_a_key_whose_answer_is_no_longer_kept_names_its_order(api, menu, engine_mode):
+    """A retry after the record's retention ran out (here: purged, as the retention purge
+    does) meets the orders' own unique key: 409 ORDER_ALREADY_PLACED naming the order, not a
+    500, and nothing new placed (red without the view's handling: the IntegrityError)."""
+    first = post_order(api, menu, key="long-ago")
+    purge_record(IdempotencyRecord.objects.get())
+    stores.local_cache().clear()
+    again = post_order(api, menu, key="long-ago")
+    assert again.status_code == 409, again.content
+    body = again.json()
+    assert body["code"] == "ORDER_ALREADY_PLACED" and body["order_id"] == first.json()["id"]
+    assert again["Location"] == first["Location"]
+    assert Order.all_tenants.count() == 1
+    assert Dish.all_tenants.get(pk=menu["pizza"].pk).stock == 50 - 2
+    assert api.get(again["Location"]).json()["id"] == first.json()["id"]
 
 
 def test_pay_and_cancel_absorb_keyless_double_submits(api, menu, engine_mode):

@@ -29,6 +29,8 @@ from idempotency.core.fingerprint import all_fingerprints
 from idempotency.core.keys import ScopedKey
 from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.core.tokens import sign_token
+from idempotency.models import IdempotencyRecord
+from idempotency.purge import purge_record
 from idempotency.stores import nodes as stores
 from idempotency.stores.redis_store import RedisIdempotencyStore
 from idempotency.web.http import business_payload
@@ -306,6 +308,13 @@ def _normalisation_collision(app: App) -> Any:
     return app.place(app.order_body(items=[item]))
 
 
+def _answer_no_longer_kept(app: App) -> Any:
+    assert app.place(app.order_body(), key="k-old").status_code == 201
+    purge_record(IdempotencyRecord.objects.get())
+    stores.local_cache().clear()
+    return app.place(app.order_body(), key="k-old")
+
+
 SCENARIOS: dict[str, Callable[[App], Any]] = {
     "VALIDATION_ERROR": lambda app: app.place(app.order_body(payment_method="gold")),
     "INVALID_JSON": lambda app: app.diner.post(
@@ -339,6 +348,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
         app.order_body(items=[{"dish_id": app.dish.pk, "quantity": 60}])
     ),
     IdempotencyErrorCode.IN_PROGRESS: _key_in_progress,
+    OrderingErrorCode.ORDER_ALREADY_PLACED: _answer_no_longer_kept,
     IdempotencyErrorCode.TOKEN_USED: _token_used,
     "REQUEST_TOO_LARGE": _too_large,
     "UNSUPPORTED_MEDIA_TYPE": lambda app: app.diner.post(
