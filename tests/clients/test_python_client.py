@@ -4,6 +4,7 @@ answers lost after the server committed, a request still running, a full rate-li
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ordering_client import (
     RetriesExhaustedError,
     RetryEvent,
     RetryPolicy,
+    SessionChangedError,
     TokenKeys,
 )
 from ordering_client.retry import parse_retry_after
@@ -272,6 +274,92 @@ def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_re
     assert restarted.session().diner_id == diner
     assert shop.orders_of(diner) == 1
     assert [k for k in json.loads(path.read_text()) if ":op:" in k] == []
+
+
+def test_a_restart_after_the_guest_session_expired_does_not_resend_the_key_as_another_diner(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire, tmp_path
+) -> None:
+    """Keys are scoped per diner: the stored key sent by the new guest would place the order
+    a second time. The client says so instead (red without the check: 2 orders)."""
+    path = tmp_path / "ordering-client.json"
+    crashed = make_client(
+        proxy.url, storage=JsonFileStorage(path), retry=RetryPolicy(max_attempts=1)
+    )
+    proxy.drop_responses(1, path=ORDERS)
+    with pytest.raises(RetriesExhaustedError) as raised:
+        crashed.place_order(shop.order_body(2))
+    first_diner = crashed.session().diner_id
+    crashed.close()
+    stored = json.loads(path.read_text())
+    [entry] = [k for k in stored if k.endswith(":session")]
+    stored[entry] = json.dumps(json.loads(stored[entry]) | {"expires_at": time.time() - 1})
+    path.write_text(json.dumps(stored))
+    posted = len(wire.posts())
+
+    restarted = make_client(client_server.url, storage=JsonFileStorage(path))
+    with pytest.raises(SessionChangedError) as changed:
+        restarted.place_order(shop.order_body(2))
+
+    assert changed.value.idempotency_key == raised.value.idempotency_key
+    assert changed.value.previous_diner_id == first_diner
+    assert changed.value.diner_id == restarted.session().diner_id != first_diner
+    assert len(wire.posts()) == posted  # nothing sent
+    assert shop.orders_of(first_diner) == 1
+    # knowingly, as a new operation
+    placed = restarted.place_order(shop.order_body(2), operation_id="again")
+    assert (placed.status, placed.replayed) == (201, False)
+
+
+class SlowStorage(MemoryStorage):
+    """Storage whose reads take a while (a file on a busy phone): two calls that start at
+    once would both read before either writes."""
+
+    def get(self, key: str) -> str | None:
+        time.sleep(0.05)
+        return super().get(key)
+
+
+def test_two_calls_of_one_operation_at_once_take_one_key_and_order_once(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    client = make_client(client_server.url, storage=SlowStorage())
+    start = threading.Barrier(2)
+    results: list = []
+
+    def tap() -> None:
+        start.wait(timeout=30)
+        results.append(client.place_order(shop.order_body(3)))
+
+    taps = [threading.Thread(target=tap) for _ in range(2)]
+    for thread in taps:
+        thread.start()
+    for thread in taps:
+        thread.join(timeout=120)
+    assert len(results) == 2 and results[0] is results[1]  # the second joined the first
+    assert len(wire.posts()) == 1
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
+def test_the_same_order_written_another_way_is_the_same_operation(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client
+) -> None:
+    """Key order, a decomposed accent and a null for an absent field: the server's
+    fingerprint calls these the same order, and so does the default operation id (red with
+    the body's bytes as sent: a second order)."""
+    client = make_client(proxy.url, retry=RetryPolicy(max_attempts=1))
+    proxy.drop_responses(1, path=ORDERS)
+    with pytest.raises(RetriesExhaustedError) as raised:
+        client.place_order(shop.order_body(2) | {"note": "Caf\u00e9"})
+    rebuilt = {
+        "note": "Cafe\u0301",
+        "coupon_code": None,
+        "payment_method": "card",
+        "items": [{"quantity": 2, "dish_id": shop.dish.pk}],
+    }
+    result = client.place_order(rebuilt)  # type: ignore[arg-type]
+    assert result.idempotency_key == raised.value.idempotency_key
+    assert (result.status, result.replayed) == (201, True)
+    assert shop.orders_of(client.session().diner_id) == 1
 
 
 def test_the_session_is_refreshed_near_expiry_and_reopened_once_expired(

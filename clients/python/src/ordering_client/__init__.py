@@ -9,6 +9,7 @@ from ordering_client.errors import (
     NetworkError,
     OrderingError,
     RetriesExhaustedError,
+    SessionChangedError,
 )
 from ordering_client.keys import IssuedTokens, KeySource, TokenKeys, UuidKeys
 from ordering_client.retry import RetryEvent, RetryPolicy
@@ -31,6 +32,7 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "Session",
+    "SessionChangedError",
     "Storage",
     "TokenKeys",
     "UuidKeys",

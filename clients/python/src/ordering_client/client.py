@@ -8,8 +8,17 @@ next attempt — in this call, or after a restart with the same storage — carr
 and the server replays its first answer instead of doing the work twice.
 
 Which stored key an operation takes is decided by ``operation_id``: by default the request
-itself (method, path, body), so calling ``place_order`` again with the same order after a
-crash resumes it; pass your own (e.g. the cart's id) to decide what "the same operation" means.
+itself (method, path, and the body in the canonical form the server's fingerprint uses: key
+order, Unicode normal form and a top-level null for an absent field make no difference), so
+calling ``place_order`` again with the same order after a crash resumes it; pass your own
+(e.g. the cart's id) to decide what "the same operation" means. A call of an operation that
+this client is still running (a double tap) sends nothing: it waits for the running call and
+returns its result, or raises its error.
+
+A key is the diner's: the server scopes it to the session's diner. A stored key whose diner is
+not the current session's (the guest session expired between a crash and the restart, and a
+new guest was opened) is not sent, since the server would run it again as another diner's
+first request: :class:`~ordering_client.errors.SessionChangedError` says so instead.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ import hashlib
 import json
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -31,6 +42,7 @@ from ordering_client.errors import (
     IdempotencyKeyReusedError,
     NetworkError,
     RetriesExhaustedError,
+    SessionChangedError,
 )
 from ordering_client.keys import IssuedTokens, KeySource, UuidKeys
 from ordering_client.retry import (
@@ -134,6 +146,9 @@ class OrderingClient:
         # Stored entries are per restaurant: an app may hold clients of several.
         self._prefix = f"ordering-client:{publishable_key.partition('.')[0]}:"
         self._session_lock = threading.RLock()
+        # operations running in this client, by storage entry: a second call of one joins it
+        self._running: dict[str, Future[ApiResult]] = {}
+        self._running_lock = threading.Lock()
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
 
     # --- reads -------------------------------------------------------------------------
@@ -207,7 +222,26 @@ class OrderingClient:
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         if idempotency_key is not None:
             return self._send("POST", path, content=content, key=idempotency_key, auth=self._bearer)
-        entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, content))
+        entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, body))
+        with self._running_lock:
+            running = self._running.get(entry)
+            joining = running is not None
+            if running is None:
+                running = self._running[entry] = Future()
+        if joining:
+            return running.result()  # a double tap: the first call's answer, or its error
+        try:
+            result = self._operation(entry, path, content)
+        except BaseException as error:
+            running.set_exception(error)
+            raise
+        finally:
+            with self._running_lock:
+                del self._running[entry]
+        running.set_result(result)
+        return result
+
+    def _operation(self, entry: str, path: str, content: bytes) -> ApiResult:
         key = self._operation_key(entry)
         try:
             result = self._send("POST", path, content=content, key=key, auth=self._bearer)
@@ -273,14 +307,24 @@ class OrderingClient:
     # --- keys --------------------------------------------------------------------------
 
     def _operation_key(self, entry: str) -> str:
-        """The stored key of this operation, or a new one, stored before it is ever sent."""
+        """The stored key of this operation, or a new one, stored before it is ever sent;
+        :class:`SessionChangedError` when the stored one is another diner's (module doc)."""
+        diner_id = self.session().diner_id
         raw = self.storage.get(entry)
         if raw:
             stored = json.loads(raw)
             if time.time() - stored["created_at"] < self.operation_ttl:
+                earlier = stored.get("diner_id", diner_id)
+                if earlier != diner_id:
+                    raise SessionChangedError(
+                        idempotency_key=str(stored["key"]),
+                        previous_diner_id=earlier,
+                        diner_id=diner_id,
+                    )
                 return str(stored["key"])
-        key = self.keys.next_key(self._issue_tokens, self.session().diner_id)
-        self.storage.set(entry, json.dumps({"key": key, "created_at": time.time()}))
+        key = self.keys.next_key(self._issue_tokens, diner_id)
+        record = {"key": key, "created_at": time.time(), "diner_id": diner_id}
+        self.storage.set(entry, json.dumps(record))
         return key
 
     def _issue_tokens(self, count: int) -> IssuedTokens:
@@ -383,9 +427,29 @@ def _bearer_header(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _request_id(method: str, path: str, content: bytes) -> str:
-    """The default operation id: the request itself, hashed to a short storage key."""
-    return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + content).hexdigest()
+def _request_id(method: str, path: str, body: Mapping[str, Any] | None) -> str:
+    """The default operation id: the request itself, its body in canonical form, hashed to a
+    short storage key."""
+    canonical = json.dumps(
+        _canonical({k: v for k, v in (body or {}).items() if v is not None}),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(f"{method} {path}\n{canonical}".encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as the server's fingerprint reads it: strings in NFC, ``2.0`` as ``2``."""
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {unicodedata.normalize("NFC", str(k)): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
 
 
 def _api_error(response: httpx.Response) -> ApiError:

@@ -13,7 +13,9 @@ class OrderingError(Exception):
 
 class ApiError(OrderingError):
     """The server answered with an error that retrying cannot change (a 4xx other than 409
-    ``IDEMPOTENCY_REQUEST_IN_PROGRESS`` and 429), or a retryable answer was the last one.
+    ``IDEMPOTENCY_REQUEST_IN_PROGRESS`` and 429). When retryable answers (5xx, 409 in
+    progress, 429) use up the attempts, :class:`RetriesExhaustedError` is raised instead, with
+    the last one as its ``last_error``.
 
     ``code`` is the machine-readable ``code`` of the problem+json body (None if the body had
     none); ``problem`` is the whole parsed body.
@@ -68,3 +70,25 @@ class RetriesExhaustedError(OrderingError):
         self.attempts = attempts
         self.last_error = last_error
         self.idempotency_key = idempotency_key
+
+
+class SessionChangedError(OrderingError):
+    """The operation has a stored key from an earlier attempt, made as another diner: the
+    guest session of that attempt expired (an app that crashed mid-request and restarted
+    after the session's lifetime) and this client now acts as a new guest.
+
+    The earlier attempt may have executed. Sending its key now would not replay it: keys are
+    scoped per diner, so the server would run the operation again, as this diner's. Nothing
+    is sent. The stored key stays until ``operation_ttl`` runs out, so the same call keeps
+    saying this; to place the order anyway, knowingly, call again with a new
+    ``operation_id`` (or ``idempotency_key``).
+    """
+
+    def __init__(self, *, idempotency_key: str, previous_diner_id: str, diner_id: str) -> None:
+        super().__init__(
+            f"operation started as diner {previous_diner_id!r}, now {diner_id!r}: "
+            "not resent (its outcome is unknown)"
+        )
+        self.idempotency_key = idempotency_key
+        self.previous_diner_id = previous_diner_id
+        self.diner_id = diner_id
