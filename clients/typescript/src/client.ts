@@ -9,8 +9,17 @@
  * same key, and the server replays its first answer instead of doing the work twice.
  *
  * Which stored key an operation takes is decided by `operationId`: by default the request
- * itself (method, path, body), so calling `placeOrder` again with the same order after a crash
- * resumes it; pass your own (e.g. the cart's id) to decide what "the same operation" means.
+ * itself (method, path, and the body as the server's fingerprint reads it: key order, Unicode
+ * normal form and a top-level null for an absent field make no difference), so calling
+ * `placeOrder` again with the same order after a crash resumes it; pass your own (e.g. the
+ * cart's id) to decide what "the same operation" means. A call of an operation this client is
+ * still running (a double tap) sends nothing: it waits for the running call and returns its
+ * result, or throws its error.
+ *
+ * A key is the diner's: the server scopes it to the session's diner. A stored key whose diner
+ * is not the current session's (the guest session expired between a crash and the restart) is
+ * not sent, since the server would run it again as another diner's first request:
+ * `SessionChangedError` says so instead.
  *
  * Runtime needs: `fetch`, `AbortController`, `setTimeout` (browsers, React Native, Node ≥ 18).
  */
@@ -19,6 +28,7 @@ import {
   IdempotencyKeyReusedError,
   NetworkError,
   RetriesExhaustedError,
+  SessionChangedError,
   type Problem,
 } from "./errors.js";
 import type { components } from "./generated/openapi.js";
@@ -97,6 +107,8 @@ export interface Session {
 interface StoredOperation {
   key: string;
   createdAt: number;
+  /** The diner the key was made for (absent in entries of earlier versions). */
+  dinerId?: string;
 }
 
 type Auth = () => Promise<Record<string, string>>;
@@ -115,6 +127,8 @@ export class OrderingClient {
   /** Stored entries are per restaurant: an app may hold clients of several. */
   private readonly prefix: string;
   private pendingSession: Promise<Session> | null = null;
+  /** Operations running in this client, by storage entry: a second call of one joins it. */
+  private readonly running = new Map<string, Promise<ApiResult<unknown>>>();
 
   constructor(options: ClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
@@ -174,7 +188,15 @@ export class OrderingClient {
     if (options.idempotencyKey !== undefined) {
       return this.send<T>("POST", path, { auth: this.bearer, content, key: options.idempotencyKey });
     }
-    const entry = `${this.prefix}op:${options.operationId ?? requestId("POST", path, content)}`;
+    const entry = `${this.prefix}op:${options.operationId ?? requestId("POST", path, body)}`;
+    const running = this.running.get(entry);
+    if (running) return running as Promise<ApiResult<T>>; // a double tap: the first call's outcome
+    const operation = this.operation<T>(entry, path, content).finally(() => this.running.delete(entry));
+    this.running.set(entry, operation);
+    return operation;
+  }
+
+  private async operation<T>(entry: string, path: string, content: string): Promise<ApiResult<T>> {
     const key = await this.operationKey(entry);
     try {
       const result = await this.send<T>("POST", path, { auth: this.bearer, content, key });
@@ -250,15 +272,21 @@ export class OrderingClient {
 
   // --- keys ----------------------------------------------------------------------------
 
-  /** The stored key of this operation, or a new one, stored before it is ever sent. */
+  /** The stored key of this operation, or a new one, stored before it is ever sent;
+   * `SessionChangedError` when the stored one is another diner's (module comment). */
   private async operationKey(entry: string): Promise<string> {
+    const { dinerId } = await this.session();
     const raw = await this.storage.getItem(entry);
     if (raw) {
       const stored = JSON.parse(raw) as StoredOperation;
-      if (Date.now() - stored.createdAt < this.operationTtlMs) return stored.key;
+      if (Date.now() - stored.createdAt < this.operationTtlMs) {
+        const earlier = stored.dinerId ?? dinerId;
+        if (earlier !== dinerId) throw new SessionChangedError(stored.key, earlier, dinerId);
+        return stored.key;
+      }
     }
-    const key = await this.keys.nextKey(this.issueTokens, (await this.session()).dinerId);
-    const record: StoredOperation = { key, createdAt: Date.now() };
+    const key = await this.keys.nextKey(this.issueTokens, dinerId);
+    const record: StoredOperation = { key, createdAt: Date.now(), dinerId };
     await this.storage.setItem(entry, JSON.stringify(record));
     return key;
   }
@@ -384,11 +412,29 @@ function apiError(response: Response, text: string): ApiError {
   return new ErrorClass(response.status, code, detail, problem, response.headers, text);
 }
 
-/** The default operation id: the request itself, hashed to a short storage key (two 53-bit
- * cyrb53 hashes; no `crypto.subtle`, which React Native lacks). */
-export function requestId(method: string, path: string, content: string): string {
-  const text = `${method} ${path}\n${content}`;
+/** The default operation id: the request itself, its body in canonical form, hashed to a
+ * short storage key (two 53-bit cyrb53 hashes; no `crypto.subtle`, which React Native lacks). */
+export function requestId(method: string, path: string, body: unknown): string {
+  const top =
+    body !== null && typeof body === "object" && !Array.isArray(body)
+      ? Object.fromEntries(Object.entries(body).filter(([, v]) => v !== null && v !== undefined))
+      : body;
+  const text = `${method} ${path}\n${canonicalJson(top ?? {})}`;
   return cyrb53(text, 1).toString(16).padStart(14, "0") + cyrb53(text, 2).toString(16).padStart(14, "0");
+}
+
+/** JSON as the server's fingerprint reads it: keys sorted, strings in NFC. */
+function canonicalJson(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value.normalize("NFC"));
+  if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item ?? null)).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const members = Object.entries(value)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]) => [k.normalize("NFC"), v] as const)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${members.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value);
 }
 
 function cyrb53(text: string, seed: number): number {

@@ -14,8 +14,9 @@ export class OrderingError extends Error {
 
 /**
  * The server answered with an error that retrying cannot change (a 4xx other than 409
- * `IDEMPOTENCY_REQUEST_IN_PROGRESS` and 429), or a retryable answer was the last one.
- * `code` is the machine-readable `code` of the problem+json body (null if it had none).
+ * `IDEMPOTENCY_REQUEST_IN_PROGRESS` and 429). When retryable answers (5xx, 409 in progress,
+ * 429) use up the attempts, `RetriesExhaustedError` is thrown instead, with the last one as
+ * its `lastError`. `code` is the machine-readable `code` of the problem+json body (null if it had none).
  */
 export class ApiError extends OrderingError {
   override name = "ApiError";
@@ -66,5 +67,25 @@ export class RetriesExhaustedError extends OrderingError {
     readonly idempotencyKey: string | null,
   ) {
     super(`gave up after ${attempts} attempts: ${lastError.message}`);
+  }
+}
+
+/**
+ * The operation has a stored key from an earlier attempt, made as another diner: that
+ * attempt's guest session expired (an app that crashed mid-request and restarted after the
+ * session's lifetime) and this client now acts as a new guest. The earlier attempt may have
+ * executed; sending its key now would not replay it (keys are scoped per diner: the server
+ * would run the operation again, as this diner's), so nothing is sent. The stored key stays
+ * until `operationTtlMs` runs out; to place the order anyway, knowingly, call again with a new
+ * `operationId` (or `idempotencyKey`).
+ */
+export class SessionChangedError extends OrderingError {
+  override name = "SessionChangedError";
+  constructor(
+    readonly idempotencyKey: string,
+    readonly previousDinerId: string,
+    readonly dinerId: string,
+  ) {
+    super(`operation started as diner ${previousDinerId}, now ${dinerId}: not resent (its outcome is unknown)`);
   }
 }

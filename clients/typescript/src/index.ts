@@ -23,6 +23,7 @@ export {
   NetworkError,
   OrderingError,
   RetriesExhaustedError,
+  SessionChangedError,
   type Problem,
 } from "./errors.js";
 export { randomUuid, tokenKeys, uuidKeys, type IssuedTokens, type KeySource, type TokenIssuer } from "./keys.js";

@@ -15,13 +15,16 @@ import {
   NetworkError,
   OrderingClient,
   RetriesExhaustedError,
+  SessionChangedError,
   type ClientOptions,
+  type PlaceOrderInput,
   type RetryEvent,
   tokenKeys,
 } from "../src/index.js";
 import { control, type Dropped, fileAsyncStorage, live, orderBody, recordingFetch } from "./support.js";
 
 const ORDERS = "/api/v1/orders/";
+const sleepMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const FAST = { baseDelayMs: 50, maxDelayMs: 500 };
 
 function clientOf(baseUrl: string, options: Partial<ClientOptions> = {}) {
@@ -167,6 +170,58 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal((await restarted.session()).dinerId, dinerId);
     assert.equal(await ordersOf(dinerId), 1);
     assert.deepEqual(Object.keys(await storage.entries()).filter((k) => k.includes(":op:")), []);
+  });
+
+  test("a restart after the guest session expired does not resend the key as another diner", async () => {
+    const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
+    const crashed = clientOf(live!.proxy, { storage: fileAsyncStorage(path), retry: { maxAttempts: 1 } }).client;
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const failure = await crashed.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    const first = await crashed.session();
+    const storage = fileAsyncStorage(path);
+    const entry = `ordering-client:${live!.publishableKey.split(".")[0]}:session`;
+    await storage.setItem(entry, JSON.stringify({ ...first, expiresAt: Date.now() - 1000 }));
+
+    const restarted = clientOf(live!.api, { storage });
+    const changed = await restarted.client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+
+    assert.ok(failure instanceof RetriesExhaustedError);
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.equal(changed.idempotencyKey, failure.idempotencyKey);
+    assert.equal(changed.previousDinerId, first.dinerId);
+    assert.notEqual(changed.dinerId, first.dinerId);
+    assert.equal(restarted.wire.posts(ORDERS).length, 0); // nothing sent
+    assert.equal(await ordersOf(first.dinerId), 1);
+    const placed = await restarted.client.placeOrder(orderBody(2), { operationId: "again" });
+    assert.deepEqual([placed.status, placed.replayed], [201, false]);
+  });
+
+  test("two calls of one operation at once send one request and order once", async () => {
+    const slow = memoryStorage();
+    const storage = { ...slow, getItem: async (key: string) => (await sleepMs(50), slow.getItem(key)) };
+    const { client, wire } = clientOf(live!.api, { storage });
+    const [a, b] = await Promise.all([client.placeOrder(orderBody(3)), client.placeOrder(orderBody(3))]);
+    assert.equal(a, b); // the second joined the first
+    assert.equal(wire.posts(ORDERS).length, 1);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
+  test("the same order written another way is the same operation", async () => {
+    const { client } = clientOf(live!.proxy, { retry: { maxAttempts: 1 } });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const failure = await client.placeOrder({ ...orderBody(2), note: "Caf\u00e9" }).catch((e: unknown) => e);
+    const [item] = orderBody(2).items;
+    const rebuilt = {
+      note: "Cafe\u0301",
+      coupon_code: null,
+      payment_method: "card",
+      items: [{ quantity: item!.quantity, dish_id: item!.dish_id }],
+    } as PlaceOrderInput;
+    const result = await client.placeOrder(rebuilt);
+    assert.ok(failure instanceof RetriesExhaustedError);
+    assert.equal(result.idempotencyKey, failure.idempotencyKey);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
   });
 
   test("the session is refreshed near expiry and reopened once expired", async () => {
