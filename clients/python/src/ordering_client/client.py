@@ -115,7 +115,8 @@ class OrderingClient:
     ``storage`` keeps the session and the keys of unfinished operations (default: in memory;
     :class:`~ordering_client.storage.JsonFileStorage` survives restarts). ``keys`` makes new
     keys (default UUID v4; :class:`~ordering_client.keys.TokenKeys` for pre-issued tokens).
-    ``retry`` bounds the retries; ``timeout`` applies to each attempt. ``on_retry`` is called
+    ``retry`` bounds the retries; ``timeout`` bounds each attempt as a whole, from sending to
+    the last byte of the answer. ``on_retry`` is called
     with a :class:`~ordering_client.retry.RetryEvent` before each wait. The session is
     refreshed when less than ``refresh_margin`` seconds of it are left, and a new guest
     session opened once it has expired. A stored key older than ``operation_ttl`` seconds is
@@ -149,6 +150,7 @@ class OrderingClient:
         # operations running in this client, by storage entry: a second call of one joins it
         self._running: dict[str, Future[ApiResult]] = {}
         self._running_lock = threading.Lock()
+        self.timeout = timeout
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
 
     # --- reads -------------------------------------------------------------------------
@@ -370,8 +372,10 @@ class OrderingClient:
             error: ApiError | NetworkError
             retry_after: float | None = None
             try:
-                response = self._http.request(
-                    method, path, content=content, headers=headers, params=params
+                response = self._attempt(
+                    self._http.build_request(
+                        method, path, content=content, headers=headers, params=params
+                    )
                 )
             except httpx.TransportError as exc:
                 error = NetworkError(f"{type(exc).__name__}: {exc}")
@@ -405,6 +409,33 @@ class OrderingClient:
                     )
                 )
             time.sleep(delay)
+
+    def _attempt(self, request: httpx.Request) -> httpx.Response:
+        """One attempt, its answer read in full within ``timeout`` of sending it. httpx's own
+        timeout bounds each phase and each read, so an answer trickled a few bytes at a time
+        could hold an attempt (and the operation) for ever; past the deadline it is a
+        ``ReadTimeout``, retried like any lost answer."""
+        deadline = time.monotonic() + self.timeout
+        streamed = self._http.send(request, stream=True)
+        try:
+            body = bytearray()
+            for chunk in streamed.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(
+                        f"no whole answer within {self.timeout} s", request=request
+                    )
+        finally:
+            streamed.close()
+        # the body as read (decoded): its encoding headers no longer describe it
+        headers = [
+            (name, value)
+            for name, value in streamed.headers.multi_items()
+            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx.Response(
+            streamed.status_code, headers=headers, content=bytes(body), request=request
+        )
 
     # --- lifetime ----------------------------------------------------------------------
 
