@@ -327,7 +327,11 @@ export class OrderingClient {
         error = answer;
       } else {
         const { response, text } = answer;
-        if (response.status < 400) {
+        // A success answer to a request with a key comes from the API's idempotency engine,
+        // which labels every one; any other (a captive portal's page) says nothing about the
+        // operation: its outcome is unknown, retried with the same key.
+        const fromTheApi = request.key === undefined || response.headers.has("x-idempotent-result");
+        if (response.status < 400 && fromTheApi) {
           return {
             status: response.status,
             data: (text ? JSON.parse(text) : null) as T,
@@ -337,15 +341,19 @@ export class OrderingClient {
             replayed: response.headers.get("x-idempotent-result") === "HIT",
           };
         }
-        error = apiError(response, text);
-        if (error.status === 401 && headers["Authorization"]?.startsWith("Bearer ")) {
-          // Revoked or expired under our feet: the next call opens a new session.
-          await this.storage.removeItem(`${this.prefix}session`);
+        if (response.status < 400) {
+          error = new NetworkError(`a ${response.status} answer without X-Idempotent-Result: not the API's`, null);
+        } else {
+          error = apiError(response, text);
+          if (error.status === 401 && headers["Authorization"]?.startsWith("Bearer ")) {
+            // Revoked or expired under our feet: the next call opens a new session.
+            await this.storage.removeItem(`${this.prefix}session`);
+          }
+          if (error instanceof IdempotencyKeyReusedError || !isRetryableStatus(error.status, error.code)) {
+            throw error;
+          }
+          retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
         }
-        if (error instanceof IdempotencyKeyReusedError || !isRetryableStatus(error.status, error.code)) {
-          throw error;
-        }
-        retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
       }
       const delayMs = retryDelayMs(policy, attempt, retryAfterMs);
       if (attempt >= policy.maxAttempts || Date.now() - started + delayMs > policy.maxElapsedMs) {

@@ -73,3 +73,32 @@ test("retries are bounded by attempts and by total time", async () => {
   const gaveUp = await impatient.menu().catch((e: unknown) => e);
   assert.ok(gaveUp instanceof RetriesExhaustedError && gaveUp.attempts < 100);
 });
+
+test("a success page not from the API is an unknown outcome, retried with the same key", async () => {
+  const orderKeys: (string | null)[] = [];
+  const fakeFetch: typeof fetch = async (input, init) => {
+    const url = new URL(String(input));
+    if (url.pathname === "/api/v1/diner-sessions/") {
+      const session = { token: "t", diner_id: "guest_1", expires_at: "2999-01-01T00:00:00Z" };
+      return new Response(JSON.stringify(session), { status: 201 });
+    }
+    orderKeys.push(new Headers(init?.headers).get("idempotency-key"));
+    if (orderKeys.length === 1) {
+      return new Response("<html>Sign in to the cafe's wifi</html>", { status: 200, headers: { "Content-Type": "text/html" } });
+    }
+    return new Response(JSON.stringify({ id: "1" }), { status: 201, headers: { "X-Idempotent-Result": "MISS" } });
+  };
+  const errors: unknown[] = [];
+  const client = new OrderingClient({
+    baseUrl: "http://api.test",
+    publishableKey: "pk_test.secret",
+    fetch: fakeFetch,
+    retry: { baseDelayMs: 10, maxDelayMs: 50 },
+    onRetry: (event) => void errors.push(event.error),
+  });
+  const placed = await client.placeOrder({ items: [{ dish_id: 1, quantity: 1 }], payment_method: "card" });
+  assert.deepEqual([placed.status, placed.data], [201, { id: "1" }]);
+  assert.equal(orderKeys.length, 2);
+  assert.ok(orderKeys[0] && orderKeys[0] === orderKeys[1]);
+  assert.ok(errors[0] instanceof NetworkError && errors[0].message.includes("not the API's"));
+});

@@ -381,17 +381,24 @@ class OrderingClient:
                 error = NetworkError(f"{type(exc).__name__}: {exc}")
                 error.__cause__ = exc
             else:
-                if response.status_code < 400:
+                if response.status_code < 400 and (key is None or _from_the_engine(response)):
                     return ApiResult(response.status_code, response.content, response.headers, key)
-                error = _api_error(response)
-                if error.status == 401 and headers["Authorization"].startswith("Bearer "):
-                    # Revoked or expired under our feet: the next call opens a new session.
-                    self.storage.delete(self._prefix + "session")
-                if isinstance(error, IdempotencyKeyReusedError) or not is_retryable_status(
-                    error.status, error.code
-                ):
-                    raise error
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                if response.status_code < 400:
+                    # not the API's answer (a captive portal's page): the outcome is unknown
+                    error = NetworkError(
+                        f"a {response.status_code} answer without X-Idempotent-Result: "
+                        "not the API's"
+                    )
+                else:
+                    error = _api_error(response)
+                    if error.status == 401 and headers["Authorization"].startswith("Bearer "):
+                        # Revoked or expired under our feet: the next call opens a new session.
+                        self.storage.delete(self._prefix + "session")
+                    if isinstance(error, IdempotencyKeyReusedError) or not is_retryable_status(
+                        error.status, error.code
+                    ):
+                        raise error
+                    retry_after = parse_retry_after(response.headers.get("retry-after"))
             delay = policy.delay(attempt, retry_after)
             if attempt >= policy.max_attempts or (
                 time.monotonic() - started + delay > policy.max_elapsed
@@ -456,6 +463,13 @@ class OrderingClient:
 
 def _bearer_header(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def _from_the_engine(response: httpx.Response) -> bool:
+    """Whether a success answer to a request sent with an ``Idempotency-Key`` came from the
+    API: its idempotency engine labels every one (``X-Idempotent-Result``). Any other (a
+    captive portal's or a proxy's page) says nothing about the operation."""
+    return "x-idempotent-result" in response.headers
 
 
 def _request_id(method: str, path: str, body: Mapping[str, Any] | None) -> str:

@@ -1,6 +1,8 @@
-"""The Python client's ``timeout`` bounds a whole attempt: an answer trickled a byte at a time
-(each read well within httpx's own read timeout) is given up at the deadline and retried like
-any lost answer, instead of holding the call for as long as the server likes."""
+"""What the Python client takes for an answer. ``timeout`` bounds a whole attempt: an answer
+trickled a byte at a time (each read well within httpx's own read timeout) is given up at the
+deadline and retried like any lost answer, instead of holding the call for as long as the
+server likes. And a success page that is not the API's (a captive portal) says nothing about
+the operation: it is retried with the same key."""
 
 from __future__ import annotations
 
@@ -8,8 +10,15 @@ import socket
 import threading
 from collections.abc import Iterator
 
+import httpx
 import pytest
-from ordering_client import NetworkError, OrderingClient, RetriesExhaustedError, RetryPolicy
+from ordering_client import (
+    NetworkError,
+    OrderingClient,
+    RetriesExhaustedError,
+    RetryEvent,
+    RetryPolicy,
+)
 
 BODY_BYTES = 200  # at one byte per 0.05 s: 10 s to send it all
 
@@ -81,3 +90,37 @@ def test_an_answer_slower_than_the_timeout_is_given_up_at_the_deadline(
     # alone: each byte arrives within it, and the whole body is read)
     assert trickling.answered.wait(timeout=60)
     assert trickling.sent and max(trickling.sent) < BODY_BYTES
+
+
+def test_a_success_page_not_from_the_api_is_an_unknown_outcome_retried_with_the_key() -> None:
+    """A captive portal answers 200 with its own page: not the API's answer (no
+    X-Idempotent-Result), so the operation's outcome is unknown and it is retried with the
+    same key (red when any 2xx counts: the call returns the portal and forgets the key)."""
+    order_keys: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/diner-sessions/":
+            return httpx.Response(
+                201,
+                json={"token": "t", "diner_id": "guest_1", "expires_at": "2999-01-01T00:00:00Z"},
+            )
+        order_keys.append(request.headers.get("idempotency-key"))
+        if len(order_keys) == 1:
+            return httpx.Response(200, html="<html>Sign in to the cafe's wifi</html>")
+        return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "MISS"})
+
+    events: list[RetryEvent] = []
+    client = OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        retry=RetryPolicy(base_delay=0.01, max_delay=0.05),
+        on_retry=events.append,
+    )
+    placed = client.place_order(
+        {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}
+    )
+    client.close()
+    assert (placed.status, placed.json()) == (201, {"id": "1"})
+    assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
+    assert isinstance(events[0].error, NetworkError) and "not the API's" in str(events[0].error)
