@@ -14,6 +14,8 @@ The input serializers build their fields once per class, not once per request
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -53,6 +55,16 @@ class QuantityField(serializers.IntegerField):
     ``QUANTITY_INVALID``."""
 
 
+class NamingChoiceField(serializers.ChoiceField):
+    """Refuses a value by naming the choices, never by quoting it (DRF's message quotes it):
+    an error answer is kept as the key's stored reply, and whatever a client put in the wrong
+    field (a phone number) must not be kept with it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error_messages["invalid_choice"] = f"Must be one of: {', '.join(self.choices)}."
+
+
 class ItemInSerializer(PrebuiltFieldsSerializer):
     dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     quantity = QuantityField(min_value=1, max_value=2**31 - 1)
@@ -84,7 +96,7 @@ class ContactSerializer(serializers.Serializer):
 
 class PlaceOrderInSerializer(PrebuiltFieldsSerializer):
     items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
-    payment_method = serializers.ChoiceField(choices=PAYMENT_METHODS)
+    payment_method = NamingChoiceField(choices=PAYMENT_METHODS)
     coupon_code = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, max_length=40, trim_whitespace=True
     )
@@ -93,7 +105,7 @@ class PlaceOrderInSerializer(PrebuiltFieldsSerializer):
 
 
 class TransitionInSerializer(PrebuiltFieldsSerializer):
-    to = serializers.ChoiceField(choices=MERCHANT_TARGETS)
+    to = NamingChoiceField(choices=MERCHANT_TARGETS)
 
 
 class OrderLineSerializer(serializers.ModelSerializer):

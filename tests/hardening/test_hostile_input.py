@@ -23,6 +23,7 @@ import pytest
 from django.urls import resolve
 from rest_framework.test import APIClient
 
+from config.api_errors import problem_body
 from idempotency.models import IdempotencyRecord
 from ordering.models import Coupon, Order, OrderStatus, Payment
 from tenants.models import DinerSession
@@ -412,11 +413,24 @@ def test_an_error_echoes_at_most_a_short_prefix_of_the_input(
     nothing_written()
 
 
-def test_a_clipped_echo_keeps_the_start_of_the_value(http: APIClient, world_a: World) -> None:
-    response = post_order(http, world_a, valid(world_a.dish.pk, payment_method="q" * BIG))
+def test_a_refused_choice_names_the_choices_never_the_value(
+    http: APIClient, world_a: World
+) -> None:
+    """The refusal is the key's stored reply: what was typed into the wrong field (a phone
+    number) is not kept with it (red with DRF's message, which quotes the value)."""
+    phone = "+33 6 12 34 56 78"
+    response = post_order(http, world_a, valid(world_a.dish.pk, payment_method=phone))
 
     (message,) = assert_problem(response, 400, "VALIDATION_ERROR")["errors"]["payment_method"]
-    assert message == '"' + "q" * 199 + "…"
+    assert message == "Must be one of: card, wallet, cash."
+    assert phone.encode() not in response.content
+    stored = IdempotencyRecord.objects.get()
+    assert phone.encode() not in bytes(stored.response_body)
+
+
+def test_an_echo_in_an_error_body_keeps_the_start_of_the_value() -> None:
+    body = problem_body(400, "VALIDATION_ERROR", "Invalid input", errors={"f": ["q" * BIG]})
+    assert body["errors"]["f"] == ["q" * 200 + "…"]
 
 
 def test_odd_but_valid_unicode_in_the_note_is_stored_in_nfc(
