@@ -2,12 +2,13 @@
 anonymous on request.
 
 Orders are kept for the restaurant's accounts, but they no longer say whose they were: the
-diner id becomes a pseudonym (``erased-<random>``, the same for all of that diner's orders, so
-the books still group them), the free-text note is emptied, and the order forgets the
-idempotency key it was placed with. Everything else goes: the diner's sessions, its stored
-idempotency replies (PostgreSQL, Redis, every process's local cache), the replies of other
-callers that show the diner's id (a merchant accepting the order), its duplicate-hit audits,
-its pre-issued tokens and its rate counters, on whatever Redis topology the site runs.
+diner id becomes a pseudonym (``erased-<16 hex>``, :func:`pseudonym_of`, the same for all of
+that diner's orders, so the books still group them), the free-text note is emptied, and the
+order forgets the idempotency key it was placed with. Everything else goes: the diner's
+sessions, its stored idempotency replies (PostgreSQL, Redis, every process's local cache), the
+replies of other callers that show the diner (a merchant accepting the order), its
+duplicate-hit audits, its pre-issued tokens and its rate counters, on whatever Redis topology
+the site runs.
 
 An :class:`~ordering.models.DinerErasure` row records who asked, when and how much went, with
 the diner id only as an HMAC under the site's ``SECRET_KEY`` (:func:`diner_hash`). Erasing the
@@ -17,7 +18,6 @@ same diner again is safe: it finds nothing more to remove and logs that it found
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from uuid import UUID
 
@@ -34,6 +34,7 @@ from tenants.models import DinerSession, Tenant
 from tenants.session_state import forget
 
 _HASH_SALT = "ordering.privacy.diner"
+_PSEUDONYM_SALT = "ordering.privacy.pseudonym"
 PSEUDONYM_PREFIX = "erased-"
 
 
@@ -59,15 +60,15 @@ def erase_diner(
     Another caller's stored reply goes when it *shows* the diner: the order's ``diner_id``
     member or a transition's actor (``…/diner:<id>``), matched as whole JSON strings, never
     the id as part of other text or as another field's value (a diner called ``card`` is not
-    every order paid by card). An erasure of a diner erased before reuses the pseudonym, so
-    an order placed in between joins the others under one name.
+    every order paid by card). Every erasure of the diner gives the same pseudonym, so an order
+    placed in between joins the others under one name.
     """
     if not DINER_ID_RE.match(diner_id):
         raise NotADinerId(f"{diner_id!r} is not a diner id (1-64 of A-Za-z0-9_.:@-)")
     sessions = _end_sessions(tenant=tenant, diner_id=diner_id)
     time.sleep(settings.DINER_SESSION_STATE_CACHE_SECONDS)
     hashed = diner_hash(diner_id)
-    pseudonym = _pseudonym(tenant=tenant, hashed=hashed)
+    pseudonym = pseudonym_of(tenant=tenant, diner_id=diner_id)
     orders = _anonymise_orders(tenant=tenant, diner_id=diner_id, pseudonym=pseudonym)
     forgotten = erasure.forget_principal(
         tenant_key=str(tenant.pk),
@@ -93,15 +94,14 @@ def shown_in_replies(diner_id: str) -> tuple[bytes, ...]:
     return (f'"diner_id":{quoted}'.encode(), f"/diner:{quoted[1:]}".encode())
 
 
-def _pseudonym(*, tenant: Tenant, hashed: str) -> str:
-    """The pseudonym an earlier erasure of this diner gave, else a new random one."""
-    earlier = (
-        DinerErasure.objects.filter(tenant=tenant, diner_hash=hashed)
-        .order_by("pk")
-        .values_list("pseudonym", flat=True)
-        .first()
-    )
-    return earlier or f"{PSEUDONYM_PREFIX}{secrets.token_hex(8)}"
+def pseudonym_of(*, tenant: Tenant, diner_id: str) -> str:
+    """The diner's pseudonym in this restaurant: a keyed hash (``SECRET_KEY``) of the tenant
+    and the id, so every erasure of the diner, one after the other or at the same time (a
+    double submit, two staff), names the orders alike, and the same id in another restaurant
+    gets another. It reveals no more than the erasure log's own hash: whoever knows the id
+    and holds the key can tell that diner was erased, nobody else can tell who it was."""
+    digest = salted_hmac(_PSEUDONYM_SALT, f"{tenant.pk}:{diner_id}", algorithm="sha256")
+    return f"{PSEUDONYM_PREFIX}{digest.hexdigest()[:16]}"
 
 
 def _end_sessions(*, tenant: Tenant, diner_id: str) -> int:
