@@ -10,10 +10,12 @@ replays are byte-identical to their first answers.
 from __future__ import annotations
 
 import io
+import threading
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
@@ -225,9 +227,10 @@ def test_what_no_diner_can_be_called_is_refused_before_anything_goes(tenant, din
     assert replay_is_identical(api_for(tenant, diner="gina"), menu, "g1", first)
 
 
-def test_an_order_placed_after_an_erasure_joins_the_same_pseudonym(tenant, settings):
+def test_an_order_placed_after_an_erasure_joins_the_same_pseudonym(tenant, make_tenant, settings):
     """The docs advise erasing again after a request that was in flight: every order of the
-    diner ends under one pseudonym (red with a new random one per run)."""
+    diner ends under one pseudonym (red with a new random one per run); the same id in
+    another restaurant gets another."""
     settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
     menu = menu_for(tenant)
     place(api_for(tenant, diner="zoe"), menu, "k1")
@@ -237,7 +240,37 @@ def test_an_order_placed_after_an_erasure_joins_the_same_pseudonym(tenant, setti
     assert again.pseudonym == first.pseudonym and again.counts["orders"] == 1
     assert Order.all_tenants.filter(tenant=tenant, diner_id=first.pseudonym).count() == 2
     other = erase_diner(tenant=tenant, diner_id="yan", requested_by="staff:alice")
-    assert other.pseudonym != first.pseudonym
+    elsewhere = erase_diner(tenant=make_tenant(), diner_id="zoe", requested_by="staff:alice")
+    assert first.pseudonym not in (other.pseudonym, elsewhere.pseudonym)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_erasures_of_one_diner_at_the_same_time_give_one_pseudonym(tenant, settings):
+    """A double submit of the privacy form, or two staff at once (red with a pseudonym
+    chosen per run: the orders under one, the other logs under others)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.2
+    menu = menu_for(tenant)
+    for key in ("k1", "k2", "k3"):
+        place(api_for(tenant, diner="zoe"), menu, key)
+    start = threading.Barrier(3)
+    logs: list[DinerErasure] = []
+
+    def erase() -> None:
+        start.wait(timeout=30)
+        try:
+            logs.append(erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice"))
+        finally:
+            connection.close()
+
+    runs = [threading.Thread(target=erase) for _ in range(3)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(timeout=120)
+    assert len(logs) == 3
+    [pseudonym] = {log.pseudonym for log in logs}
+    diners = set(Order.all_tenants.filter(tenant=tenant).values_list("diner_id", flat=True))
+    assert diners == {pseudonym}
 
 
 @pytest.mark.parametrize(
