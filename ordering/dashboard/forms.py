@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django import forms
+from django.utils import timezone
 
 from ordering.models import Coupon
 from ordering.services.lifecycle import MERCHANT_TARGETS
@@ -58,6 +60,19 @@ class CouponCreateForm(forms.Form):
 
     def clean_code(self) -> str:
         return self.cleaned_data["code"].upper()
+
+    def clean_valid_until(self) -> datetime | None:
+        """In the future and at most ten years ahead: a past end would never apply, and one
+        near the calendar's end cannot be shown in every time zone."""
+        value = self.cleaned_data["valid_until"]
+        if value is None:
+            return None
+        now = timezone.now()
+        if value <= now:
+            raise forms.ValidationError("Must be in the future.")
+        if value > now + timedelta(days=3653):
+            raise forms.ValidationError("At most ten years ahead.")
+        return value
 
     def clean(self) -> dict:
         data = super().clean()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -38,6 +40,13 @@ class Dish(models.Model):
         return self.name
 
 
+def validate_coupon_end(value: datetime) -> None:
+    """A coupon's end in the years 2000 to 2999: a date near the calendar's ends cannot be
+    shown in every restaurant's time zone (the coupons page would fail on it)."""
+    if not 2000 <= value.year <= 2999:
+        raise ValidationError("Valid until must be in the years 2000 to 2999.")
+
+
 class Coupon(models.Model):
     class Kind(models.TextChoices):
         AMOUNT = "amount", "Fixed amount off"
@@ -50,7 +59,7 @@ class Coupon(models.Model):
     max_uses = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: unlimited")
     used_count = models.PositiveIntegerField(default=0)
     active = models.BooleanField(default=True)
-    valid_until = models.DateTimeField(null=True, blank=True)
+    valid_until = models.DateTimeField(null=True, blank=True, validators=[validate_coupon_end])
 
     all_tenants = models.Manager()
     objects = TenantManager()

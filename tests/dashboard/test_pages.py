@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.staticfiles import finders
+from django.core.exceptions import ValidationError
 from django.templatetags.static import static
 from django.utils import timezone
 
@@ -293,12 +294,34 @@ def test_coupons_create_and_deactivate(merchant, mine):
         pytest.param({"code": "BIG", "kind": "percent", "value": "120"}, "value", id="over-100%"),
         pytest.param({"code": "ZERO", "kind": "amount", "value": "0"}, "value", id="zero"),
         pytest.param({"code": "a b", "kind": "amount", "value": "1"}, "code", id="bad-code"),
+        *(
+            pytest.param(
+                {"code": "END", "kind": "amount", "value": "1", "valid_until": end},
+                "valid_until",
+                id=f"ends-{name}",
+            )
+            for name, end in [
+                ("year-9999", "9999-12-31T23:59"),
+                ("year-1", "0001-01-01T00:00"),
+                ("in-the-past", "2020-01-01T00:00"),
+            ]
+        ),
     ],
 )
 def test_coupons_refuse_bad_input(merchant, mine, data, field):
     r = post_form(merchant, "/dashboard/coupons/", data)
     assert r.status_code == 400 and field in r.context["form"].errors
     assert Coupon.objects.for_tenant(mine.tenant).count() == 1
+
+
+def test_a_coupon_ending_near_the_calendar_s_end_is_refused_by_the_model_too(mine):
+    """Whatever form writes it (the admin's too): the coupons page shows the end in the
+    restaurant's zone, and a date within a day of year 9999 (or 1) cannot be (red without
+    the model's validator: the dashboard's coupons page answered 500 for good)."""
+    coupon = Coupon.objects.for_tenant(mine.tenant).get()
+    coupon.valid_until = timezone.now().replace(year=9999, month=12, day=31)
+    with pytest.raises(ValidationError, match="2000 to 2999"):
+        coupon.full_clean()
 
 
 # --- API keys ------------------------------------------------------------------------------
