@@ -2,23 +2,54 @@
 
 Secrets are never shown, not even their hashes: a key is issued (and shown once) from the
 merchant dashboard or ``seed_demo``, so staff cannot add API clients here, only revoke them.
+
+Memberships keep the dashboard's rule that a restaurant always has an owner: staff remove them
+through the same service (:mod:`tenants.members`), and a change that would take the last
+owner's role away, or move them to another restaurant, is refused by the form.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_session
+from tenants.members import MemberError, remove_member
 from tenants.models import ApiClient, DinerSession, Membership, Tenant
+
+
+class MembershipForm(forms.ModelForm):
+    """Refuses to take the role of owner from a restaurant's last owner (or to move them)."""
+
+    class Meta:
+        model = Membership
+        fields = ["user", "tenant", "role"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        before = self.instance
+        if before.pk is None or before.role != Membership.Role.OWNER:
+            return data
+        leaves = data.get("role") != Membership.Role.OWNER or data.get("tenant", before.tenant) != (
+            before.tenant
+        )
+        others = Membership.objects.filter(tenant=before.tenant, role=Membership.Role.OWNER)
+        if leaves and not others.exclude(pk=before.pk).exists():
+            raise forms.ValidationError("A restaurant needs at least one owner.")
+        return data
 
 
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = MembershipForm
     extra = 0
     autocomplete_fields = ["user"]
+    can_delete = False  # removed from the memberships list, through the service
 
 
 @admin.register(Tenant)
@@ -63,11 +94,47 @@ class TenantAdmin(admin.ModelAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
+    form = MembershipForm
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]
     list_select_related = ["user", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__slug"]
     autocomplete_fields = ["user", "tenant"]
+    actions = ["remove_memberships"]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # it would delete a last owner too
+        return actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Membership | None = None) -> bool:
+        """No delete page for a restaurant's last owner."""
+        if obj is not None and obj.role == Membership.Role.OWNER:
+            others = Membership.objects.filter(tenant=obj.tenant, role=Membership.Role.OWNER)
+            if not others.exclude(pk=obj.pk).exists():
+                return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        remove_member(tenant=obj.tenant, membership_id=obj.pk)
+
+    @admin.action(description="Remove selected memberships", permissions=["delete"])
+    def remove_memberships(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
+        """Each through the dashboard's service: a restaurant's last owner stays (said so)."""
+        removed, kept = 0, []
+        for membership in queryset.select_related("user", "tenant").order_by("pk"):
+            try:
+                remove_member(tenant=membership.tenant, membership_id=membership.pk)
+                removed += 1
+            except (MemberError, Membership.DoesNotExist):
+                kept.append(f"{membership.user} ({membership.tenant.slug})")
+        self.message_user(request, f"{removed} membership(s) removed.", messages.SUCCESS)
+        if kept:
+            self.message_user(
+                request,
+                f"Kept, each a restaurant's last owner: {', '.join(kept)}.",
+                messages.ERROR,
+            )
 
 
 @admin.register(ApiClient)

@@ -1,0 +1,68 @@
+"""Staff keep the dashboard's rule in the admin: a restaurant always has an owner (red with
+the admin's own delete action, delete page or form: the last owner removed or demoted)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tenants.models import Membership, Tenant
+
+pytestmark = pytest.mark.django_db
+OWNER, MANAGER = Membership.Role.OWNER, Membership.Role.MANAGER
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(User.objects.create_superuser("root", password=None))
+    return client
+
+
+@pytest.fixture
+def restaurant() -> tuple[Tenant, Membership, Membership]:
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    owner = Membership.objects.create(
+        tenant=tenant, user=User.objects.create(username="o"), role=OWNER
+    )
+    manager = Membership.objects.create(
+        tenant=tenant, user=User.objects.create(username="m"), role=MANAGER
+    )
+    return tenant, owner, manager
+
+
+def test_removing_the_last_owner_in_bulk_keeps_them_and_says_so(staff, restaurant):
+    tenant, owner, manager = restaurant
+    answer = staff.post(
+        "/admin/tenants/membership/",
+        {"action": "remove_memberships", "_selected_action": [owner.pk, manager.pk]},
+        follow=True,
+    )
+    assert answer.status_code == 200
+    assert list(Membership.objects.filter(tenant=tenant).values_list("role", flat=True)) == [OWNER]
+    text = answer.content.decode()
+    assert "1 membership(s) removed." in text and "last owner: o (roma)" in text
+    assert "delete_selected" not in staff.get("/admin/tenants/membership/").content.decode()
+
+
+def test_the_last_owner_has_no_delete_page_and_another_owner_makes_it_possible(staff, restaurant):
+    _, owner, manager = restaurant
+    url = f"/admin/tenants/membership/{owner.pk}/delete/"
+    assert staff.post(url, {"post": "yes"}).status_code == 403
+    assert Membership.objects.filter(pk=owner.pk).exists()
+    manager.role = OWNER
+    manager.save()
+    assert staff.post(url, {"post": "yes"}).status_code == 302
+    assert not Membership.objects.filter(pk=owner.pk).exists()
+
+
+def test_the_form_refuses_to_demote_or_move_the_last_owner(staff, restaurant):
+    tenant, owner, _ = restaurant
+    other = Tenant.objects.create(slug="kyoto", name="Kyoto")
+    url = f"/admin/tenants/membership/{owner.pk}/change/"
+    for change in ({"role": MANAGER, "tenant": tenant.pk}, {"role": OWNER, "tenant": other.pk}):
+        answer = staff.post(url, {"user": owner.user.pk, **change})
+        assert answer.status_code == 200 and b"needs at least one owner" in answer.content
+    owner.refresh_from_db()
+    assert (owner.tenant, owner.role) == (tenant, OWNER)
