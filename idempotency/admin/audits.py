@@ -231,12 +231,20 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
             return None
         form = ResolutionForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            updated = queryset.update(
+            # an audit reviewed already (a second run, a colleague meanwhile) keeps its review
+            selected = queryset.count()
+            updated = queryset.filter(reviewed=False).update(
                 reviewed=True,
                 reviewed_by=request.user.get_username(),
                 resolution_note=form.cleaned_data["resolution_note"],
             )
             self.message_user(request, f"{updated} audit(s) marked reviewed.", messages.SUCCESS)
+            if selected > updated:
+                self.message_user(
+                    request,
+                    f"{selected - updated} were reviewed already; left as they were.",
+                    messages.WARNING,
+                )
             return None
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),

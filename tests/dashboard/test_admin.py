@@ -190,6 +190,21 @@ def test_mark_reviewed_asks_for_a_note_then_applies_it(staff, audits):
         ("root", "Client retried")
     }
     assert DuplicateAudit.objects.get(pk=audits["old"].pk).reviewed is False
+    # a second run keeps the first review (red when it overwrites the reviewer and the note)
+    again = run_action(
+        staff,
+        "/admin/idempotency/duplicateaudit/",
+        "mark_reviewed",
+        [*pks, audits["old"].pk],
+        apply="1",
+        resolution_note="Looked again.",
+    )
+    assert again.status_code == 302
+    notes = dict(DuplicateAudit.objects.values_list("pk", "resolution_note"))
+    assert {notes[pk][:14] for pk in pks} == {"Client retried"}
+    assert notes[audits["old"].pk] == "Looked again."
+    shown = staff.get(again["Location"]).content.decode()
+    assert "1 audit(s) marked reviewed." in shown and "2 were reviewed already" in shown
 
 
 def test_mark_reviewed_needs_the_change_permission(audits):
