@@ -101,10 +101,7 @@ class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        return (
-            queryset.filter(Q(key__in={key_digest(term), term}) | Q(scope__icontains=term)),
-            False,
-        )
+        return queryset.filter(_by_key(term, {key_digest(term)}) | Q(scope__icontains=term)), False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return ["body_preview" if may_see_bodies(request) else "body_hidden"]
@@ -206,14 +203,13 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
         self, request: HttpRequest, queryset: QuerySet[DuplicateAudit], search_term: str
     ) -> tuple[QuerySet[DuplicateAudit], bool]:
         """Audits keep keys as keyed hashes, so a key typed in the search box is hashed under
-        every configured hash key (rows from before a rotation match too)."""
+        every configured hash key (rows from before a rotation match too); the hash itself,
+        pasted from a row, matches too."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        return (
-            queryset.filter(Q(key__in=digest_candidates(term)) | Q(resource_ref__icontains=term)),
-            False,
-        )
+        digests = set(digest_candidates(term))
+        return queryset.filter(_by_key(term, digests) | Q(resource_ref__icontains=term)), False
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         """Marking reviewed is the one write on audits: it needs the model's change permission
@@ -305,6 +301,14 @@ def _breakable(path: str) -> str:
     if not path:
         return "—"
     return format_html_join(SLASH_BREAK, "{}", ((part,) for part in path.split("/")))
+
+
+def _by_key(term: str, digests: set[str]) -> Q:
+    """Rows whose key is one of the term's ``digests``, or the stored digest pasted from a row:
+    whole, or as the lists show it (its start and "…")."""
+    if term.endswith("…"):
+        return Q(key__startswith=term.removesuffix("…"))
+    return Q(key__in={*digests, term})
 
 
 def _shortened(key: str, limit: int = 24) -> str:

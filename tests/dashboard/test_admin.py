@@ -139,6 +139,10 @@ def test_audit_list_filters_and_search(staff, audits):
     assert listed(staff, at__gte=since) == {"k-hit", "k-reused"}
     assert listed(staff, q="k-reused") == {"k-reused"}
     assert listed(staff, q="777") == {"k-hit"}  # by order, through resource_ref
+    # the stored hash pasted from a row, whole or as the list shows it (red: nothing found)
+    stored = audits["reused"].key
+    assert listed(staff, q=stored) == {"k-reused"}
+    assert listed(staff, q=f"{stored[:13]}…") == {"k-reused"}
 
 
 def test_audit_lists_name_tenants_and_show_the_breakers_to_staff(staff, mine, theirs):
