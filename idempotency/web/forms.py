@@ -6,6 +6,10 @@ view with the same token: the first submit runs, the others get the first answer
 redirect) and a notice that the action was already applied. A form without a token still gets
 the automatic key (same user, same fields, within the window), so even a hand-built POST cannot
 apply twice by a double click.
+
+What the engine refuses (a token reused with other values, a malformed or foreign token, a
+first submit still running) is not shown to a person as the API's JSON problem: they are sent
+back to the form's page (303) with a message saying what happened, to submit it anew.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting
@@ -23,6 +27,14 @@ from idempotency.web.http import KEY_HEADER, business_payload, prepare
 
 FORM_FIELD = "idempotency_key"
 ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
+# What a person is told when the engine refuses a submit, by the problem's status
+REFUSED = {
+    422: "This form was already submitted with other values, so nothing was done now. "
+    "Here it is again: submit it anew.",
+    409: "This form's first submit is still being applied. Reload in a moment to see it.",
+    400: "This form could not be checked (its token is not valid), so nothing was done. "
+    "Here it is again: submit it anew.",
+}
 
 View = Callable[..., HttpResponse]
 
@@ -65,15 +77,27 @@ def idempotent_form(
             if prepared is None:
                 return view(request, *args, **kwargs)
             if isinstance(prepared, HttpResponse):
-                return prepared
+                return _back_to_the_form(request, prepared)
             request.idempotency = prepared.scoped
             response = engine.process(prepared, lambda: view(request, *args, **kwargs))
             if response.get(responses.RESULT_HEADER) == "HIT":
                 # a notice when the host uses the messages framework; the replay either way
                 messages.info(request, notice, fail_silently=True)
-            return response
+            return _back_to_the_form(request, response)
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
+
+
+def _back_to_the_form(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """``response``, unless it is the engine's own refusal (a problem+json): then a redirect
+    to the form's page, with the refusal in words (when the host uses messages)."""
+    if response.get("Content-Type") != "application/problem+json":
+        return response
+    text = REFUSED.get(response.status_code)
+    if text is None:
+        return response  # not one of the engine's refusals of a form (e.g. a rate limit)
+    messages.error(request, text, fail_silently=True)
+    return HttpResponseRedirect(request.get_full_path(), status=303)

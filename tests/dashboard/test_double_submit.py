@@ -158,12 +158,13 @@ def test_repeated_tenant_switch_lands_in_the_same_place(client, mine, theirs, en
 
 @pytest.mark.django_db
 def test_same_token_with_other_fields_is_refused(merchant, mine):
-    """A token is one action: reusing it for another move is a 422, never a second action."""
+    """A token is one action: reusing it for another move is refused (back to the page, 303),
+    never a second action."""
     case = CASES["order-transition"]
     token = token_for(merchant, case, mine)
     merchant.post(case.action(mine), {"to": S.ACCEPTED, "idempotency_key": token})
     reused = merchant.post(case.action(mine), {"to": S.CANCELLED, "idempotency_key": token})
-    assert reused.status_code == 422
+    assert reused.status_code == 303
     assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.CANCELLING).count() == 0
     drain_audits()
     [audit] = DuplicateAudit.objects.filter(outcome="REUSED")

@@ -462,3 +462,17 @@ def test_every_state_changing_form_carries_a_one_time_token(merchant, mine):
     assert form_token(merchant.get("/dashboard/menu/").content.decode()) != form_token(
         merchant.get("/dashboard/menu/").content.decode()
     )
+
+
+def test_a_coupon_form_resubmitted_with_other_values_goes_back_to_the_form(merchant, mine):
+    """Back, edit, submit again with the page's old token: the form again with a message, not
+    the API's JSON (red: a 422 problem+json page)."""
+    page = merchant.get("/dashboard/coupons/").content.decode()
+    token = form_token(page)
+    first = {"code": "H1", "kind": "amount", "value": "1", "idempotency_key": token}
+    assert merchant.post("/dashboard/coupons/", first).status_code == 302
+    again = merchant.post("/dashboard/coupons/", {**first, "code": "H2"}, follow=True)
+    assert again.redirect_chain == [("/dashboard/coupons/", 303)]
+    assert "already submitted with other values" in again.content.decode()
+    codes = set(Coupon.objects.for_tenant(mine.tenant).values_list("code", flat=True))
+    assert "H1" in codes and "H2" not in codes

@@ -110,6 +110,24 @@ def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant)
     assert Note.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("token", "text", "status"),
+    [("form-abc", "other", 422), ("bad\u00e9token", "hello", 400)],
+    ids=["reused-with-other-values", "malformed-token"],
+)
+def test_a_form_the_engine_refuses_goes_back_to_the_form_not_to_json(
+    engine_mode, client, tenant, token, text, status
+):
+    """A person who reused a form's token with other values (back, edit, submit) or sent a
+    broken one is sent back to the form's page, not shown the API's problem+json (red: the
+    JSON answer, status ``status``)."""
+    assert post_form(client, tenant, token="form-abc").status_code == 302
+    refused = post_form(client, tenant, token=token, text=text)
+    assert refused.status_code == 303 and refused["Location"] == "/notes/form/"
+    assert refused["Content-Type"] != "application/problem+json"
+    assert Note.objects.count() == 1
+
+
 def test_a_reused_key_with_another_payload_is_refused(engine_mode, client, tenant):
     post_note(client, tenant, key="k-2", text="two pizzas")
     reused = post_note(client, tenant, key="k-2", text="three pizzas")
