@@ -14,6 +14,7 @@ back to the form's page (303) with a message saying what happened, to submit it 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any
@@ -23,17 +24,21 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.web.http import KEY_HEADER, business_payload, prepare
 
 FORM_FIELD = "idempotency_key"
 ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
-# What a person is told when the engine refuses a submit, by the problem's status
+_AGAIN = "Here it is again: submit it anew."
+# What a person is told when the engine refuses a form's submit, by the problem's code; the
+# API's own codes (a pre-issued token used elsewhere, a rate limit) keep their problem answer
 REFUSED = {
-    422: "This form was already submitted with other values, so nothing was done now. "
-    "Here it is again: submit it anew.",
-    409: "This form's first submit is still being applied. Reload in a moment to see it.",
-    400: "This form could not be checked (its token is not valid), so nothing was done. "
-    "Here it is again: submit it anew.",
+    IdempotencyErrorCode.KEY_REUSED: "This form was already submitted with other values, so "
+    f"nothing was done now. {_AGAIN}",
+    IdempotencyErrorCode.KEY_INVALID: "This form's token is not valid, so nothing was done. "
+    + _AGAIN,
+    IdempotencyErrorCode.IN_PROGRESS: "This form's first submit is still being applied. "
+    "Reload in a moment to see it.",
 }
 
 View = Callable[..., HttpResponse]
@@ -96,8 +101,8 @@ def _back_to_the_form(request: HttpRequest, response: HttpResponse) -> HttpRespo
     to the form's page, with the refusal in words (when the host uses messages)."""
     if response.get("Content-Type") != "application/problem+json":
         return response
-    text = REFUSED.get(response.status_code)
+    text = REFUSED.get(json.loads(response.content).get("code"))
     if text is None:
-        return response  # not one of the engine's refusals of a form (e.g. a rate limit)
+        return response
     messages.error(request, text, fail_silently=True)
     return HttpResponseRedirect(request.get_full_path(), status=303)
