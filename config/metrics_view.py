@@ -6,8 +6,9 @@ is trusted implicitly, loopback included: behind a reverse proxy on the same hos
 comes from loopback. Anyone else gets a plain 404, so the endpoint is not advertised.
 
 Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
-Redis keys (``idempotency/stores/usage.py`` says how fresh those are), and the retention
-purge's rows purged and rows overdue (``tenants/retention_metrics.py``).
+Redis keys (``idempotency/stores/usage.py`` says how fresh those are), each node's audit stream
+read now (``idempotency/stores/audit_stream.py``), and the retention purge's rows purged and
+rows overdue (``tenants/retention_metrics.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from idempotency.stores.audit_stream import stream_registry
 from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
 from tenants.retention_metrics import retention_registry
@@ -34,6 +36,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
             _process_registry(),
             database_registry(),
             usage_registry(),
+            stream_registry(),
             retention_registry(),
         )
     )

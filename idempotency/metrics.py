@@ -67,18 +67,12 @@ audits_dropped = _metric(
     "(queue_full), or the database refused them too often (write_failed)",
     ["reason"],
 )
-audit_stream_length = _metric(
-    "Gauge",
-    "idempotency_audit_stream_length",
-    "Entries waiting in a node's audit stream when a drain started (capped at "
-    "AUDIT_STREAM_MAXLEN: alert well before it)",
-    ["node"],
-    multiprocess_mode="max",
-)
 audits_drained = _metric(
     "Counter",
     "idempotency_audits_drained_total",
-    "Audit events copied from the Redis streams into the database",
+    "Audit events copied from the Redis streams into the database, by the processes that "
+    "serve this endpoint (the drain usually runs in a Celery worker, which serves none: watch "
+    "idempotency_audit_stream_oldest_seconds instead)",
 )
 # by BreakerState value (idempotency.stores.breaker), which this module sits below
 _STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}

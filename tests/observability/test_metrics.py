@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from idempotency.models import AuditStreamCursor
+from idempotency.stores.audit_stream import stream_key
+from idempotency.stores.nodes import node_name
 from ordering.models import Order
 from ordering.worker_ids import lease_worker_id
+from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
 
@@ -134,3 +139,22 @@ def test_an_unreachable_redis_has_no_free_worker_ids(client, transactional_db, s
         assert free_ids(scrape(client).content.decode()) == {"redis": 0, "database": 63}
     finally:
         handle.release()
+
+
+def test_the_audit_streams_are_read_when_scraped(client):
+    """What waits in each node's audit stream, and how long the oldest entry past the node's
+    cursor has waited, read at scrape time: true whichever process drains (the Celery worker
+    serves no /metrics; red with the old gauge, which only a draining process set)."""
+    [node] = all_clients()
+    name = node_name(node)
+    an_hour_ago = f"{int((time.time() - 3600) * 1000)}-0"
+    node.xadd(stream_key(), {"e": "waiting"}, id=an_hour_ago)
+    body = scrape(client).content.decode()
+    assert value(body, "idempotency_audit_stream_length", node=name) == 1
+    assert 3590 < value(body, "idempotency_audit_stream_oldest_seconds", node=name) < 3700
+    # once a drain copied it (its cursor past the entry), nothing waits, even before the trim
+    AuditStreamCursor.objects.create(stream=f"{name} {stream_key()}", last_id=an_hour_ago)
+    body = scrape(client).content.decode()
+    assert value(body, "idempotency_audit_stream_length", node=name) == 1
+    assert value(body, "idempotency_audit_stream_oldest_seconds", node=name) == 0
+    node.delete(stream_key())
