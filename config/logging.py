@@ -2,6 +2,8 @@
 
 A line logged while a tenant's request runs drops the fields of
 ``settings.LOG_FIELDS_TENANT_MAY_KEEP`` that the tenant does not keep (``Tenant.log_fields``).
+A line about a request logged after it ran (Django's own ``django.request`` line of a 4xx or
+5xx) takes the context the request ran with, which the middleware left on it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         context = current()
+        if not context.request_id:
+            context = getattr(getattr(record, "request", None), "log_context", context)
         line = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,

@@ -65,6 +65,9 @@ class RequestContextMiddleware:
         try:
             response = self.get_response(request)
         finally:
+            # Django logs a 4xx or 5xx (django.request) after this middleware has returned:
+            # the formatter finds the request's context on the request it logs
+            request.log_context = _context.get()  # type: ignore[attr-defined]
             _context.reset(token)
         response["X-Request-ID"] = request_id
         return response

@@ -51,3 +51,27 @@ def test_a_hostile_request_id_is_replaced(log_lines):
     response = RequestContextMiddleware(view)(request)
     assert len(response["X-Request-ID"]) == 32 and "\n" not in response["X-Request-ID"]
     assert log_lines()[0]["request_id"] == response["X-Request-ID"]
+
+
+def test_django_s_line_about_a_refused_request_carries_its_context(client, settings, db):
+    """Django logs a 4xx (django.request) after the middleware has returned; the line still
+    names the request and its key's hash (red without the context left on the request: no
+    request_id)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    try:
+        response = client.get(
+            "/api/v1/orders/abc/",
+            HTTP_X_REQUEST_ID="req-refused-1",
+            HTTP_IDEMPOTENCY_KEY="secret-key-2",
+        )
+    finally:
+        logger.removeHandler(handler)
+    assert response.status_code == 404
+    [line] = [json.loads(raw) for raw in stream.getvalue().splitlines()]
+    assert line["logger"] == "django.request" and line["status_code"] == 404
+    assert line["request_id"] == "req-refused-1"
+    assert line["idempotency_key_hmac"] == keyed_digest("secret-key-2")
