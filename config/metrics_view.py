@@ -7,7 +7,7 @@ comes from loopback. Anyone else gets a plain 404, so the endpoint is not advert
 
 Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
 Redis keys (``idempotency/stores/usage.py`` says how fresh those are), each node's audit stream
-read now (``idempotency/stores/audit_stream.py``), and the retention purge's rows purged and
+read now (``idempotency/stores/stream_metrics.py``), and the retention purge's rows purged and
 rows overdue (``tenants/retention_metrics.py``).
 """
 
@@ -21,7 +21,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from idempotency.stores.audit_stream import stream_registry
+from idempotency.stores.stream_metrics import stream_registry
 from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
 from tenants.retention_metrics import retention_registry

@@ -25,24 +25,20 @@ repeated drains never write an entry twice; entries up to the cursor are trimmed
 What can be lost: a duplicate whose request was still running when its process died, before
 the XADD or the commit (its client saw no answer either); the first-execution counts and
 fallback events a SIGKILLed process held (at most ``AUDIT_FLUSH_SECONDS`` worth); and stream
-entries trimmed by the cap before a drain copied them. :func:`stream_registry` shows each
-node's backlog and the age of its oldest entry not yet copied, read at scrape time (true
-whichever process drains), to alert on long before the cap.
+entries trimmed by the cap before a drain copied them.
+:mod:`idempotency.stores.stream_metrics` shows each node's backlog and the age of its oldest
+entry not yet copied, read at scrape time (true whichever process drains), to alert on long
+before the cap.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
-from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from idempotency import metrics
@@ -134,7 +130,7 @@ def drain_audits() -> int:
 
 def drain(client: Any) -> int:
     """Copy one node's stream into the database, batch by batch, until it is empty."""
-    name = _cursor_name(client)
+    name = cursor_name(client)
     batch_size = engine_setting("AUDIT_DRAIN_BATCH")
     copied = 0
     while True:
@@ -145,7 +141,7 @@ def drain(client: Any) -> int:
             if not entries:
                 return copied
             save_events(AuditEvent.from_fields(fields) for _, fields in entries)
-            cursor.last_id = _text(entries[-1][0])
+            cursor.last_id = as_text(entries[-1][0])
             cursor.drained_at = timezone.now()
             cursor.save(update_fields=["last_id", "drained_at"])
         copied += len(entries)
@@ -155,50 +151,8 @@ def drain(client: Any) -> int:
             return copied
 
 
-class AuditStreamCollector(Collector):
-    """Each node's audit stream as it is when /metrics is scraped: its entries, and how long
-    the oldest one not yet copied (past the node's cursor) has waited. A node that does not
-    answer is left out (its breaker says so)."""
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        length = GaugeMetricFamily(
-            "idempotency_audit_stream_length",
-            "Entries in a node's audit stream (capped at AUDIT_STREAM_MAXLEN: alert well "
-            "before it)",
-            labels=["node"],
-        )
-        oldest = GaugeMetricFamily(
-            "idempotency_audit_stream_oldest_seconds",
-            "How long the oldest audit not yet copied into the database has waited in a "
-            "node's stream (0: none waiting)",
-            labels=["node"],
-        )
-        hook = engine_hook("ALL_REDIS_CLIENTS")
-        cursors = dict(AuditStreamCursor.objects.values_list("stream", "last_id"))
-        for client in hook() if hook else []:
-            try:
-                entries = client.xlen(stream_key())
-                first = client.xrange(
-                    stream_key(), min=f"({cursors.get(_cursor_name(client), '0-0')}", count=1
-                )
-            except REDIS_UNAVAILABLE:
-                continue
-            waited = time.time() - _id(_text(first[0][0]))[0] / 1000 if first else 0.0
-            length.add_metric([node_name(client)], entries)
-            oldest.add_metric([node_name(client)], max(waited, 0.0))
-        yield length
-        yield oldest
-
-
-@cache
-def stream_registry() -> CollectorRegistry:
-    """The registry /metrics adds for :class:`AuditStreamCollector`."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(AuditStreamCollector())
-    return registry
-
-
-def _cursor_name(client: Any) -> str:
+def cursor_name(client: Any) -> str:
+    """The node's row in ``AuditStreamCursor``."""
     return f"{node_name(client)} {stream_key()}"
 
 
@@ -220,16 +174,16 @@ def _save(event: AuditEvent, *, write: Callable[[list[AuditEvent]], int] = save_
     return True
 
 
-def _id(entry_id: str) -> tuple[int, int]:
+def entry_id_parts(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
 
 def _next_id(entry_id: str) -> str:
     """The smallest id after ``entry_id``: XTRIM MINID keeps ids >= it."""
-    ms, seq = _id(entry_id)
+    ms, seq = entry_id_parts(entry_id)
     return f"{ms}-{seq + 1}"
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -251,10 +251,11 @@ def test_cancel_is_an_operation_and_a_conflict_is_final(
     assert cancels[0].key != cancels[1].key
 
 
-def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
-    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
-) -> None:
-    path = tmp_path / "ordering-client.json"
+def crash_mid_order(
+    path: Path, proxy: DroppingProxy, shop: Shop, make_client
+) -> tuple[pytest.ExceptionInfo[RetriesExhaustedError], str]:
+    """An app that placed an order whose answer was lost, then stopped: its storage in
+    ``path`` keeps the session and the operation's key; (the error it saw, its diner)."""
     crashed = make_client(
         proxy.url, storage=JsonFileStorage(path), retry=RetryPolicy(max_attempts=1)
     )
@@ -263,6 +264,14 @@ def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_re
         crashed.place_order(shop.order_body(2))
     diner = crashed.session().diner_id
     crashed.close()
+    return raised, diner
+
+
+def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
+) -> None:
+    path = tmp_path / "ordering-client.json"
+    raised, diner = crash_mid_order(path, proxy, shop, make_client)
 
     restarted = make_client(client_server.url, storage=JsonFileStorage(path))
     result = restarted.place_order(shop.order_body(2))
@@ -282,14 +291,7 @@ def test_a_restart_after_the_guest_session_expired_does_not_resend_the_key_as_an
     """Keys are scoped per diner: the stored key sent by the new guest would place the order
     a second time. The client says so instead (red without the check: 2 orders)."""
     path = tmp_path / "ordering-client.json"
-    crashed = make_client(
-        proxy.url, storage=JsonFileStorage(path), retry=RetryPolicy(max_attempts=1)
-    )
-    proxy.drop_responses(1, path=ORDERS)
-    with pytest.raises(RetriesExhaustedError) as raised:
-        crashed.place_order(shop.order_body(2))
-    first_diner = crashed.session().diner_id
-    crashed.close()
+    raised, first_diner = crash_mid_order(path, proxy, shop, make_client)
     stored = json.loads(path.read_text())
     [entry] = [k for k in stored if k.endswith(":session")]
     stored[entry] = json.dumps(json.loads(stored[entry]) | {"expires_at": time.time() - 1})

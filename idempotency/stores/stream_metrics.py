@@ -1,0 +1,65 @@
+"""Each node's audit stream as /metrics shows it, read when scraped.
+
+The drain (:mod:`idempotency.stores.audit_stream`) usually runs in a Celery worker, which
+serves no /metrics, so what it counts is seen by nobody; what waits in each stream, and for how
+long, is read from the streams themselves here. Needs prometheus-client (the engine's
+``metrics`` extra): the host's metrics view imports this module, nothing else does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from functools import cache
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from idempotency.core.conf import engine_hook
+from idempotency.models import AuditStreamCursor
+from idempotency.stores.audit_stream import as_text, cursor_name, entry_id_parts, stream_key
+from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name
+
+
+class AuditStreamCollector(Collector):
+    """Each node's audit stream as it is when /metrics is scraped: its entries, and how long
+    the oldest one not yet copied (past the node's cursor) has waited. A node that does not
+    answer is left out (its breaker says so)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        length = GaugeMetricFamily(
+            "idempotency_audit_stream_length",
+            "Entries in a node's audit stream (capped at AUDIT_STREAM_MAXLEN: alert well "
+            "before it)",
+            labels=["node"],
+        )
+        oldest = GaugeMetricFamily(
+            "idempotency_audit_stream_oldest_seconds",
+            "How long the oldest audit not yet copied into the database has waited in a "
+            "node's stream (0: none waiting)",
+            labels=["node"],
+        )
+        hook = engine_hook("ALL_REDIS_CLIENTS")
+        cursors = dict(AuditStreamCursor.objects.values_list("stream", "last_id"))
+        for client in hook() if hook else []:
+            try:
+                entries = client.xlen(stream_key())
+                first = client.xrange(
+                    stream_key(), min=f"({cursors.get(cursor_name(client), '0-0')}", count=1
+                )
+            except REDIS_UNAVAILABLE:
+                continue
+            waited = time.time() - entry_id_parts(as_text(first[0][0]))[0] / 1000 if first else 0.0
+            length.add_metric([node_name(client)], entries)
+            oldest.add_metric([node_name(client)], max(waited, 0.0))
+        yield length
+        yield oldest
+
+
+@cache
+def stream_registry() -> CollectorRegistry:
+    """The registry /metrics adds for :class:`AuditStreamCollector`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AuditStreamCollector())
+    return registry
