@@ -69,6 +69,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, before the host check and the HTTPS redirect (config/health.py)
+    "config.health.HealthMiddleware",
     "config.request_context.RequestContextMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",

@@ -1,0 +1,65 @@
+"""``/healthz`` and ``/readyz``: what a load balancer or an orchestrator asks a server.
+
+Answered before any other middleware, so a probe by the server's own address (not a name in
+``ALLOWED_HOSTS``) over plain HTTP (no redirect to HTTPS) gets its answer, and nothing else is
+reachable that way. Neither says anything about a tenant.
+
+- ``/healthz``: the process answers (200 ``{"status": "ok"}``); nothing else is touched.
+- ``/readyz``: it can serve orders: PostgreSQL answers ``SELECT 1`` (else 503). Each Redis
+  node is reported (``ok`` or ``unavailable``) but does not decide: without Redis the
+  engine runs database-only, still exactly once (DESIGN §3 layer 5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse
+from redis.exceptions import RedisError
+
+from tenants.redis_routing import all_clients
+
+PATHS = ("/healthz", "/readyz")
+
+
+class HealthMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info not in PATHS or request.method not in ("GET", "HEAD"):
+            return self.get_response(request)
+        if request.path_info == "/healthz":
+            return _answer(200, {"status": "ok"})
+        database = _database_answers()
+        body = {
+            "status": "ok" if database else "unavailable",
+            "database": "ok" if database else "unavailable",
+            "redis": [_redis_state(client) for client in all_clients()],
+        }
+        return _answer(200 if database else 503, body)
+
+
+def _database_answers() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        return False
+
+
+def _redis_state(client: object) -> str:
+    try:
+        client.ping()  # type: ignore[attr-defined]
+        return "ok"
+    except (RedisError, OSError):
+        return "unavailable"
+
+
+def _answer(status: int, body: dict[str, object]) -> HttpResponse:
+    response = HttpResponse(json.dumps(body), status=status, content_type="application/json")
+    response["Cache-Control"] = "no-store"
+    return response

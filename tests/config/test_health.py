@@ -1,0 +1,66 @@
+"""/healthz and /readyz answer a probe by the server's address over plain HTTP, before the host
+check and the HTTPS redirect; readiness is PostgreSQL's, Redis only reported (config/health.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from django.db import connection
+from django.test import Client
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.django_db
+
+PROBE = {"HTTP_HOST": "10.0.0.5:8000"}  # an address, not a name in ALLOWED_HOSTS
+
+
+@pytest.fixture
+def production(settings) -> Client:
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = ["orders.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    return Client(raise_request_exception=False)
+
+
+def test_liveness_answers_a_probe_by_address_over_plain_http(production):
+    answer = production.get("/healthz", **PROBE)
+    assert (answer.status_code, json.loads(answer.content)) == (200, {"status": "ok"})
+    assert answer["Cache-Control"] == "no-store"
+    # anything else by that address is still refused (red without the middleware: 400 here)
+    assert production.get("/api/v1/menu/", **PROBE).status_code == 400
+
+
+def test_readiness_is_the_database_s_and_reports_each_redis_node(production):
+    answer = production.get("/readyz", **PROBE)
+    assert answer.status_code == 200
+    assert json.loads(answer.content) == {"status": "ok", "database": "ok", "redis": ["ok"]}
+
+
+def test_a_redis_node_down_is_reported_but_the_server_stays_ready(production, monkeypatch):
+    """Without Redis the engine runs database-only, still exactly once."""
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    monkeypatch.setattr("config.health.all_clients", lambda: [dead])
+    answer = production.get("/readyz", **PROBE)
+    assert answer.status_code == 200
+    assert json.loads(answer.content)["redis"] == ["unavailable"]
+
+
+def test_without_the_database_the_server_is_not_ready(production):
+    port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(free_port())
+    try:
+        answer = production.get("/readyz", **PROBE)
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    assert answer.status_code == 503
+    assert json.loads(answer.content)["database"] == "unavailable"
+
+
+def test_only_get_and_head_are_probes(production):
+    assert production.post("/healthz", **PROBE).status_code == 400  # the host check again
+    assert production.head("/healthz", **PROBE).status_code == 200
