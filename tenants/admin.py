@@ -19,7 +19,7 @@ from django.http import HttpRequest
 
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_session
-from tenants.members import MemberError, remove_member
+from tenants.members import LAST_OWNER, MemberError, is_last_owner, remove_member
 from tenants.models import ApiClient, DinerSession, Membership, Tenant
 
 
@@ -32,15 +32,11 @@ class MembershipForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        before = self.instance
-        if before.pk is None or before.role != Membership.Role.OWNER:
-            return data
-        leaves = data.get("role") != Membership.Role.OWNER or data.get("tenant", before.tenant) != (
-            before.tenant
-        )
-        others = Membership.objects.filter(tenant=before.tenant, role=Membership.Role.OWNER)
-        if leaves and not others.exclude(pk=before.pk).exists():
-            raise forms.ValidationError("A restaurant needs at least one owner.")
+        before = self.instance  # as stored: the form's values are applied after clean()
+        moved = data.get("tenant", before.tenant) != before.tenant
+        leaves = moved or data.get("role") != Membership.Role.OWNER
+        if before.pk is not None and leaves and is_last_owner(before):
+            raise forms.ValidationError(LAST_OWNER)
         return data
 
 
@@ -109,10 +105,8 @@ class MembershipAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Membership | None = None) -> bool:
         """No delete page for a restaurant's last owner."""
-        if obj is not None and obj.role == Membership.Role.OWNER:
-            others = Membership.objects.filter(tenant=obj.tenant, role=Membership.Role.OWNER)
-            if not others.exclude(pk=obj.pk).exists():
-                return False
+        if obj is not None and is_last_owner(obj):
+            return False
         return super().has_delete_permission(request, obj)
 
     def delete_model(self, request: HttpRequest, obj: Membership) -> None:

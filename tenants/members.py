@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from tenants.models import Membership, Tenant
 
 Role = Membership.Role
+LAST_OWNER = "A restaurant needs at least one owner."
 
 
 class MemberError(Exception):
@@ -76,7 +77,15 @@ def _locked(tenant: Tenant, membership_id: int) -> Membership:
     return membership
 
 
+def is_last_owner(membership: Membership) -> bool:
+    """Whether ``membership`` is its restaurant's only owner: a change that takes the role
+    away from it is refused."""
+    if membership.role != Role.OWNER:
+        return False
+    owners = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.OWNER)
+    return not owners.exclude(pk=membership.pk).exists()
+
+
 def _keep_an_owner(tenant: Tenant, *, leaving: Membership) -> None:
-    others = Membership.objects.filter(tenant=tenant, role=Role.OWNER).exclude(pk=leaving.pk)
-    if not others.exists():
-        raise MemberError("A restaurant needs at least one owner.")
+    if is_last_owner(leaving):
+        raise MemberError(LAST_OWNER)

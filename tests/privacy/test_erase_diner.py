@@ -56,6 +56,17 @@ def diner_activity(tenant: Any, menu: Any, diner: str) -> dict[str, Any]:
     return {"api": api, "first": first, "second": second}
 
 
+def cancel_as_merchant(tenant: Any, order_id: str) -> Any:
+    """The restaurant's backend cancels the order: its stored reply shows the diner."""
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    return merchant.post(
+        f"/api/v1/orders/{order_id}/transition/",
+        {"to": "CANCELLED"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="m1",
+    )
+
+
 def outstanding_tokens(tenant_key: str) -> int:
     """The tenant's count of outstanding tokens in its quota ledgers (issue_tokens.lua)."""
     ledgers = [c for k, c in tenant_keys(tenant_key).items() if k.endswith(b":tokq")]
@@ -73,13 +84,7 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     # given diner zoe's activity, diner yan's order, and another tenant's diner zoe
     menu = menu_for(tenant)
     zoe = diner_activity(tenant, menu, "zoe")
-    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
-    moved = merchant.post(
-        f"/api/v1/orders/{zoe['second'].json()['id']}/transition/",
-        {"to": "CANCELLED"},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY="m1",
-    )
+    moved = cancel_as_merchant(tenant, zoe["second"].json()["id"])
     assert moved.status_code == 200 and b'"zoe"' in moved.content
     d2_api = api_for(tenant, diner="yan")
     d2_first = place(d2_api, menu, "k1")
@@ -285,13 +290,7 @@ def test_a_reply_that_shows_the_diner_one_way_only_goes_too(tenant, settings, re
     tenant.save(update_fields=["redacted_paths"])
     menu = menu_for(tenant)
     placed = place(api_for(tenant, diner="zoe"), menu, "k1")
-    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
-    moved = merchant.post(
-        f"/api/v1/orders/{placed.json()['id']}/transition/",
-        {"to": "CANCELLED"},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY="m1",
-    )
+    moved = cancel_as_merchant(tenant, placed.json()["id"])
     assert moved.status_code == 200
     [stored] = IdempotencyRecord.objects.exclude(scope__startswith="diner:zoe|")
     assert b"zoe" in bytes(stored.response_body)
