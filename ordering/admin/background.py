@@ -13,12 +13,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 
 from idempotency.admin import ReadOnlyAdmin
+from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
     discard_dead_letter,
@@ -157,7 +156,7 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
     def resolve(
         self, request: HttpRequest, queryset: QuerySet[ProviderConflict]
     ) -> HttpResponse | None:
-        form = ResolveConflictForm(request.POST if "apply" in request.POST else None)
+        form = confirmed_form(request, ResolveConflictForm)
         if form.is_valid():
             done = skipped = 0
             for pk in queryset.order_by("pk").values_list("pk", flat=True):
@@ -179,16 +178,36 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
                     messages.WARNING,
                 )
             return None
-        context: dict[str, Any] = {
-            **self.admin_site.each_context(request),
-            "title": "Resolve payment provider conflicts",
-            "opts": self.model._meta,
-            "conflicts": queryset.select_related("tenant", "order"),
-            "form": form,
-            "action_name": "resolve",
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        }
-        return TemplateResponse(request, "admin/ordering/providerconflict/resolve.html", context)
+        conflicts = list(queryset.select_related("tenant", "order").order_by("pk"))
+        return confirmation_page(
+            self,
+            request,
+            action="resolve",
+            pks=[c.pk for c in conflicts],
+            form=form,
+            page=Confirmation(
+                title="Resolve payment provider conflicts",
+                consequence=(
+                    f"These {len(conflicts)} conflict(s) will be resolved by "
+                    f"{request.user.get_username()} with the outcome and note below. "
+                    "Conflicts resolved meanwhile are left as they are."
+                ),
+                headers=["Reported", "Tenant", "Order", "Kind", "Expected → reported", "State"],
+                rows=[
+                    (
+                        f"{c.created_at:%Y-%m-%d %H:%M:%S}",
+                        c.tenant,
+                        f"{c.order.number_label} ({c.order_id})",
+                        c.get_kind_display(),
+                        f"{c.expected_amount} {c.expected_currency} → "
+                        f"{c.reported_amount} {c.reported_currency}",
+                        self.state(c),
+                    )
+                    for c in conflicts
+                ],
+                submit="Resolve",
+            ),
+        )
 
 
 @admin.register(OutboxEvent)

@@ -1,27 +1,32 @@
 """Staff admin of data-protection requests.
 
 - Orders: "Erase the diners of the selected orders" (:func:`ordering.privacy.diners.erase_diner`
-  for each distinct diner, logged as ``staff:<username>``).
+  for each distinct diner, logged as ``staff:<username>``), after a page listing the diners.
 - Tenants: "Offboard selected tenants", which starts the offboarding as a Celery task (the
-  archive goes to ``settings.OFFBOARDING_EXPORT_DIR``); it needs the permission to delete
-  tenants. The tenants app knows nothing of orders, so the action is added here, to a subclass
-  of its ``TenantAdmin`` registered in its place.
+  archive goes to ``settings.OFFBOARDING_EXPORT_DIR``) once staff have typed each tenant's
+  slug on its confirmation page; it needs the permission to delete tenants. The tenants app
+  knows nothing of orders, so the action is added here, to a subclass of its ``TenantAdmin``
+  registered in its place.
 - Erasure logs and offboarding jobs: read-only. The erasure log is searched by diner id by
   hashing the query, since only the hash is kept; a job that stopped can be continued.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from idempotency.admin.audits import ReadOnlyAdmin
+from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
 from ordering.models import DinerErasure, Order, TenantOffboarding
@@ -32,8 +37,10 @@ from tenants.models import Tenant
 
 
 @admin.action(description="Erase the diners of the selected orders", permissions=["change"])
-def erase_diners(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]) -> None:
-    who = f"staff:{request.user.get_username()}"
+def erase_diners(
+    modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]
+) -> TemplateResponse | None:
+    """Shows the diners and their orders first; erases them once staff confirm."""
     diners = (
         queryset.order_by()
         .exclude(diner_id="")
@@ -41,6 +48,31 @@ def erase_diners(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySe
         .values_list("tenant_id", "diner_id")
         .distinct()
     )
+    form = confirmed_form(request, forms.Form)
+    if not form.is_valid():
+        orders = Order.all_tenants.filter(
+            tenant_id__in={t for t, _ in diners}, diner_id__in={d for _, d in diners}
+        )
+        counts = Counter(orders.values_list("tenant__slug", "diner_id"))
+        return confirmation_page(
+            modeladmin,
+            request,
+            action="erase_diners",
+            pks=list(queryset.values_list("pk", flat=True)),
+            form=form,
+            page=Confirmation(
+                title="Erase diners",
+                consequence=(
+                    "Every order, payment and stored answer of these diners will name a "
+                    "pseudonym instead, their notes and contact details will be removed and "
+                    "their sessions ended. This cannot be undone."
+                ),
+                headers=["Restaurant", "Diner", "Orders (all of the diner's)"],
+                rows=[(slug, diner, n) for (slug, diner), n in sorted(counts.items())],
+                submit="Yes, erase these diners",
+            ),
+        )
+    who = f"staff:{request.user.get_username()}"
     logs = [
         erase_diner(tenant=Tenant.objects.get(pk=tenant_id), diner_id=diner, requested_by=who)
         for tenant_id, diner in sorted(diners)
@@ -50,6 +82,7 @@ def erase_diners(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySe
         f"{len(logs)} diner(s) erased: {', '.join(log.pseudonym for log in logs) or 'none'}.",
         messages.SUCCESS,
     )
+    return None
 
 
 OrderAdmin.actions = [*OrderAdmin.actions, erase_diners]
@@ -66,9 +99,34 @@ class TenantAdmin(BaseTenantAdmin):
         description="Offboard selected tenants (export, then erase everything)",
         permissions=["delete"],
     )
-    def offboard(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+    def offboard(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> TemplateResponse | None:
+        """Shows what goes and wants each tenant's slug typed before anything starts."""
+        tenants = list(queryset.order_by("pk"))
+        form = confirmed_form(request, OffboardConfirmForm, slugs=[t.slug for t in tenants])
+        if not form.is_valid():
+            orders = Counter(
+                Order.all_tenants.filter(tenant__in=tenants).values_list("tenant_id", flat=True)
+            )
+            return confirmation_page(
+                self,
+                request,
+                action="offboard",
+                pks=[t.pk for t in tenants],
+                form=form,
+                page=Confirmation(
+                    title="Offboard tenants",
+                    consequence=(
+                        "Each restaurant's data is exported to an archive, then everything it "
+                        "has is erased: orders, payments, menu, keys, members and stored "
+                        "answers. This cannot be undone."
+                    ),
+                    headers=["Slug", "Name", "Status", "Orders"],
+                    rows=[(t.slug, t.name, t.status, orders[t.pk]) for t in tenants],
+                    submit="Yes, offboard",
+                ),
+            )
         stamp = timezone.now().strftime("%Y%m%dT%H%M%S")
-        for tenant in queryset.order_by("pk"):
+        for tenant in tenants:
             path = Path(settings.OFFBOARDING_EXPORT_DIR) / f"{tenant.slug}-{stamp}.zip"
             try:
                 job = start_offboarding(
@@ -83,6 +141,27 @@ class TenantAdmin(BaseTenantAdmin):
             self.message_user(
                 request, f"Offboarding {job.pk} of {tenant.slug} started.", messages.SUCCESS
             )
+        return None
+
+
+class OffboardConfirmForm(forms.Form):
+    """Staff type the slug of every tenant selected (a misclick names none of them)."""
+
+    typed = forms.CharField(
+        label="Slugs",
+        max_length=2000,
+        help_text="Type the slug of each tenant above, separated by spaces.",
+    )
+
+    def __init__(self, *args: Any, slugs: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slugs = slugs
+
+    def clean_typed(self) -> str:
+        typed = self.cleaned_data["typed"]
+        if sorted(typed.replace(",", " ").split()) != sorted(self.slugs):
+            raise forms.ValidationError("Type exactly the slugs of the selected tenants.")
+        return typed
 
 
 @admin.register(DinerErasure)

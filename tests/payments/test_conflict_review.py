@@ -60,6 +60,13 @@ def test_staff_filter_open_and_resolved_and_resolve_with_an_outcome_and_a_note(s
     # the action first asks for the outcome and the note
     ask = staff.post(LIST, {"action": "resolve", ACTION_CHECKBOX_NAME: [str(first.pk)]})
     assert ask.status_code == 200 and b"Resolve payment provider conflicts" in ask.content
+    row = ask.context["page"].rows[0]  # the conflict the page lists, as staff read it
+    assert row[2] == f"{first.order.number_label} ({first.order_id})" and row[-1] == "Open"
+    assert row[4] == (
+        f"{first.expected_amount} {first.expected_currency} → "
+        f"{first.reported_amount} {first.reported_currency}"
+    )
+    assert f"<td>{row[4]}</td>" in ask.content.decode()
     page = resolve_in_admin(staff, [first], outcome="refunded", note="Refunded 1.00 by hand")
     assert b"1 conflict(s) resolved." in page.content
 

@@ -3,6 +3,7 @@ offboard selected tenants (a Celery task, run eagerly here), and read the logs."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +37,12 @@ def celery_eager() -> Iterator[None]:
     app.conf.task_always_eager = before
 
 
-def run_action(client: Client, changelist: str, action: str, pks: list[object]):
-    return client.post(changelist, {"action": action, ACTION_CHECKBOX_NAME: [str(p) for p in pks]})
+def run_action(client: Client, changelist: str, action: str, pks: list[object], **confirm: str):
+    """The action as the changelist posts it; with ``confirm``, as its confirmation page does."""
+    data = {"action": action, ACTION_CHECKBOX_NAME: [str(p) for p in pks]}
+    if confirm:
+        data |= {"apply": "1", **confirm}
+    return client.post(changelist, data)
 
 
 def test_staff_erase_the_diners_of_selected_orders(staff, tenant, settings):
@@ -47,7 +52,13 @@ def test_staff_erase_the_diners_of_selected_orders(staff, tenant, settings):
     place(api_for(tenant, diner="zoe"), menu, "k2")
     place(api_for(tenant, diner="yan"), menu, "k1")
     zoe = list(Order.all_tenants.filter(diner_id="zoe").values_list("pk", flat=True))
-    r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe)
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe[:1])
+    # first a page naming the diner and all her orders; nothing is erased yet
+    assert r.status_code == 200 and "Yes, erase these diners" in r.content.decode()
+    assert [row for row in page_rows(r) if "zoe" in row] == [[tenant.slug, "zoe", "2"]]
+    assert not DinerErasure.objects.exists()
+    assert Order.all_tenants.filter(diner_id="zoe").count() == 2
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe[:1], confirmed="1")
     assert r.status_code == 302
     log = DinerErasure.objects.get()
     assert log.requested_by == "staff:root" and log.counts["orders"] == 2
@@ -66,6 +77,8 @@ def test_staff_offboard_a_tenant_as_a_task(staff, make_tenant, settings, tmp_pat
     menu = menu_for(leaving)
     place(api_for(leaving, diner="zoe"), menu, "k1")
     r = run_action(staff, "/admin/tenants/tenant/", "offboard", [leaving.pk])
+    assert r.status_code == 200 and page_rows(r) == [["leaving", leaving.name, "active", "1"]]
+    r = run_action(staff, "/admin/tenants/tenant/", "offboard", [leaving.pk], typed="leaving")
     assert r.status_code == 302
     job = TenantOffboarding.objects.get()
     assert job.is_done and job.requested_by == "staff:root"
@@ -84,6 +97,44 @@ def test_offboarding_needs_the_permission_to_delete_tenants(tenant):
     client = Client()
     client.force_login(manager)
     assert 'value="offboard"' not in client.get("/admin/tenants/tenant/").content.decode()
-    run_action(client, "/admin/tenants/tenant/", "offboard", [tenant.pk])
+    run_action(client, "/admin/tenants/tenant/", "offboard", [tenant.pk], typed=tenant.slug)
     assert not TenantOffboarding.objects.exists()
     assert Tenant.objects.get(pk=tenant.pk).is_active
+
+
+def page_rows(response) -> list[list[str]]:
+    """The cells of the confirmation page's table, row by row."""
+    rows = re.findall(r"<tr>(.*?)</tr>", response.content.decode(), re.S)
+    return [re.findall(r"<td>(.*?)</td>", row) for row in rows if "<td>" in row]
+
+
+@pytest.mark.parametrize("typed", [None, "", "leavin", "leaving staying", "staying"])
+def test_offboarding_starts_only_when_every_selected_slug_is_typed(
+    staff, make_tenant, settings, tmp_path, celery_eager, typed
+):
+    """A misclick of the action, or a confirmation naming another tenant, starts nothing."""
+    settings.OFFBOARDING_EXPORT_DIR = tmp_path
+    leaving, staying = make_tenant(slug="leaving"), make_tenant(slug="staying")
+    confirm = {} if typed is None else {"typed": typed}
+    r = run_action(staff, "/admin/tenants/tenant/", "offboard", [leaving.pk], **confirm)
+    assert r.status_code == 200 and "Yes, offboard" in r.content.decode()
+    if typed:
+        assert "Type exactly the slugs of the selected tenants." in r.content.decode()
+    elif typed == "":
+        assert "This field is required." in r.content.decode()
+    assert not TenantOffboarding.objects.exists()
+    assert Tenant.objects.filter(pk__in=[leaving.pk, staying.pk]).count() == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_two_tenants_are_offboarded_with_both_slugs_typed(
+    staff, make_tenant, settings, tmp_path, celery_eager
+):
+    settings.OFFBOARDING_EXPORT_DIR = tmp_path
+    first, second = make_tenant(slug="first"), make_tenant(slug="second")
+    r = run_action(
+        staff, "/admin/tenants/tenant/", "offboard", [first.pk, second.pk], typed="second, first"
+    )
+    assert r.status_code == 302
+    assert not Tenant.objects.filter(pk__in=[first.pk, second.pk]).exists()
+    assert TenantOffboarding.objects.count() == 2

@@ -29,7 +29,13 @@ def test_the_admin_action_offboards_through_the_worker(
     staff = Client()
     staff.force_login(User.objects.create_superuser("root", password="x-123456789"))
     staff.post(
-        "/admin/tenants/tenant/", {"action": "offboard", ACTION_CHECKBOX_NAME: [str(leaving.pk)]}
+        "/admin/tenants/tenant/",
+        {
+            "action": "offboard",
+            ACTION_CHECKBOX_NAME: [str(leaving.pk)],
+            "apply": "1",
+            "typed": "leaving",
+        },
     )
     job = TenantOffboarding.objects.get(tenant_ref=leaving.pk)
     wait_for(lambda: TenantOffboarding.objects.get(pk=job.pk).is_done, worker=celery_worker)
