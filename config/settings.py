@@ -510,6 +510,19 @@ if PAYMENT_DEFAULT_PROVIDER not in PAYMENT_PROVIDERS:
         f"PAYMENT_DEFAULT_PROVIDER={PAYMENT_DEFAULT_PROVIDER!r} is not configured "
         "(off DEBUG the simulated provider needs SIMULATED_PROVIDER=1 and its secret)"
     )
+# Payments whose callback never came are asked about at the provider (ordering/payments/
+# reconciliation.py): once pending this long, again this often, for at most this long, by a beat
+# task this often.
+PAYMENT_RECONCILE_AFTER_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_AFTER_SECONDS", 600))
+PAYMENT_RECONCILE_RECHECK_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_RECHECK_SECONDS", 300))
+PAYMENT_RECONCILE_MAX_AGE_SECONDS = int(
+    os.environ.get("PAYMENT_RECONCILE_MAX_AGE_SECONDS", 7 * 86400)
+)
+PAYMENT_RECONCILE_SECONDS = float(os.environ.get("PAYMENT_RECONCILE_SECONDS", 60))
+CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
+    "task": "ordering.reconcile_payments",
+    "schedule": PAYMENT_RECONCILE_SECONDS,
+}
 # Demo only: the simulated provider confirms each payment by itself (a signed callback through
 # the webhook service) this many seconds after it was started; 0 leaves it to `simulate_payment`.
 SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = float(

@@ -1,5 +1,6 @@
 """Metrics of the ordering app: FSM conflicts and clock steps back (counted in-process) and,
-read at scrape time, the outbox lag and the dead letters (from the database) and the free
+read at scrape time, the outbox lag, the dead letters and the payments waiting for their
+provider, with how late their reconciliation is (from the database), and the free
 order-ID worker ids (from the lease stores): these must be true across all processes, so they
 are not numbers kept by any one of them."""
 
@@ -14,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ordering.models import DeadLetter, OutboxEvent
+from ordering.models import DeadLetter, OutboxEvent, Payment
+from ordering.payments.due_checks import overdue_seconds
 from ordering.worker_ids import free_worker_ids
 
 fsm_conflicts = Counter(
@@ -46,6 +48,16 @@ class DatabaseCollector(Collector):
             "ordering_dead_letters",
             "Dead letters waiting for staff (requeue or discard)",
             value=DeadLetter._default_manager.filter(state=DeadLetter.State.OPEN).count(),
+        )
+        yield GaugeMetricFamily(
+            "ordering_payments_pending",
+            "Payments waiting for the provider (the diner has not paid, or its callback is late)",
+            value=Payment.all_tenants.filter(status=Payment.Status.PENDING).count(),
+        )
+        yield GaugeMetricFamily(
+            "ordering_payments_reconcile_overdue_seconds",
+            "How late the oldest due check of a pending payment at its provider is",
+            value=overdue_seconds(),
         )
 
 

@@ -83,6 +83,15 @@ def drain_idempotency_audits() -> int:
     return drain_audits()
 
 
+@shared_task(name="ordering.reconcile_payments")
+def reconcile_payments() -> dict[str, int]:
+    """Ask providers about payments whose callback has not come (beat). Two runs at once ask
+    twice; what they apply goes through the inbox, so an order is paid once."""
+    from ordering.payments.reconciliation import reconcile_payments as reconcile
+
+    return reconcile()
+
+
 @shared_task(bind=True, name=dispatch.COMPLETE_SIMULATED_PAYMENT, max_retries=3)
 def complete_simulated_payment(self: Task, provider_name: str, provider_txn_id: str) -> str:
     """Demo only: the simulated provider confirms a payment through the signed webhook."""

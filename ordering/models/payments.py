@@ -26,6 +26,11 @@ class Payment(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    checked_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When reconciliation last asked the provider about this pending payment",
+    )
 
     all_tenants = models.Manager()
     objects = TenantManager()
@@ -35,6 +40,15 @@ class Payment(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "provider", "provider_txn_id"], name="uniq_payment_provider_txn"
+            ),
+        ]
+        indexes = [
+            # reconciliation and its metric read only the payments still waiting for the
+            # provider, however many settled ones the table holds
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(status="pending"),
+                name="payment_pending_created",
             ),
         ]
 

@@ -19,6 +19,8 @@ class SimulatedOperation(models.Model):
     class Kind(models.TextChoices):
         REFUND = "refund", "Refund"
         DELIVERY_CANCEL = "delivery_cancel", "Delivery cancellation"
+        PAYMENT_SUCCEEDED = "payment_succeeded", "Payment taken from the diner"
+        PAYMENT_FAILED = "payment_failed", "Payment declined"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     idempotency_key = models.CharField(max_length=200)

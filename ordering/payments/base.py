@@ -73,3 +73,10 @@ class PaymentProvider(Protocol):
     def parse_callback(self, body: bytes) -> CallbackEvent:
         """The event in a verified callback body; :class:`CallbackPayloadInvalid` if malformed."""
         ...
+
+    def settled_event(self, *, payment: Payment) -> CallbackEvent | None:
+        """What the provider's books say of ``payment``: the event its callback carries (same
+        event id) once the diner paid or the payment failed, or None while it is open.
+        :class:`ProviderError` when the provider cannot be asked. Reconciliation calls it for
+        payments whose callback has not come."""
+        ...

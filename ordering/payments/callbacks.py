@@ -121,8 +121,16 @@ def handle_payment_callback(
         _check_amount_fits(event)
     except CallbackPayloadInvalid as exc:
         raise CallbackRejected(PaymentErrorCode.PAYMENT_CALLBACK_INVALID, str(exc)) from None
+    return apply_provider_event(provider=provider.name, event=event)
+
+
+def apply_provider_event(*, provider: str, event: CallbackEvent) -> CallbackResult:
+    """Apply one authentic provider event at most once, however it reached us: a callback, or
+    reconciliation asking the provider about a payment whose callback never came
+    (:mod:`ordering.payments.reconciliation`). Either way the event goes through the inbox
+    under its provider event id, so the other path's copy of it is a duplicate."""
     with transaction.atomic():
-        found = _locked(event=event, provider=provider.name)
+        found = _locked(event=event, provider=provider)
         if found is None:
             raise CallbackRejected(
                 PaymentErrorCode.PAYMENT_NOT_FOUND, "No such payment for this order"
@@ -133,16 +141,16 @@ def handle_payment_callback(
             order=order,
             payment=payment,
             event=event,
-            provider=provider.name,
+            provider=provider,
             outcome=decision.outcome,
         )
         if received:
-            _carry_out(decision, order=order, payment=payment, event=event, provider=provider.name)
+            _carry_out(decision, order=order, payment=payment, event=event, provider=provider)
         else:
             decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
-            _audit(order=order, event=event, provider=provider.name, decision=decision)
+            _audit(order=order, event=event, provider=provider, decision=decision)
     return CallbackResult(
         outcome=decision.outcome,
         order_id=order.pk,

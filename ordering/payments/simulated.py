@@ -25,6 +25,7 @@ from ordering.models import Compensation, Order, Payment, SimulatedOperation
 from ordering.payments.base import (
     CallbackEvent,
     CallbackPayloadInvalid,
+    CallbackStatus,
     PaymentIntent,
     RefundResult,
 )
@@ -38,6 +39,12 @@ from ordering.payments.signatures import (
 from ordering.simulation import fail_if_planned, hang_if_planned, record_operation
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# what the provider's books call each outcome of a payment, the one that wins first
+_STATUS_OF: dict[str, CallbackStatus] = {
+    SimulatedOperation.Kind.PAYMENT_SUCCEEDED: "succeeded",
+    SimulatedOperation.Kind.PAYMENT_FAILED: "failed",
+}
+_BOOKED = {status: kind for kind, status in _STATUS_OF.items()}
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
 
 
@@ -74,6 +81,26 @@ class SimulatedProvider:
         return RefundResult(
             refund_id=f"sim_re_{operation.pk}", amount=operation.amount, replayed=not created
         )
+
+    def settled_event(self, *, payment: Payment) -> CallbackEvent | None:
+        """From the books :func:`complete_payment` keeps: a payment taken wins over a decline
+        (a diner who paid after a declined card has paid)."""
+        booked = set(
+            SimulatedOperation.objects.filter(
+                tenant_id=payment.tenant_id, reference=payment.provider_txn_id, kind__in=_STATUS_OF
+            ).values_list("kind", flat=True)
+        )
+        for kind, status in _STATUS_OF.items():
+            if kind in booked:
+                return CallbackEvent(
+                    event_id=_event_id(payment, status),
+                    provider_txn_id=payment.provider_txn_id,
+                    order_id=payment.order_id,
+                    status=status,
+                    amount=payment.amount,
+                    currency=payment.currency,
+                )
+        return None
 
     def parse_callback(self, body: bytes) -> CallbackEvent:
         try:
@@ -117,6 +144,22 @@ def _text(data: dict[str, Any], field: str, pattern: re.Pattern[str]) -> str:
     return value
 
 
+def book(*, payment: Payment, status: str) -> None:
+    """The provider's books record that ``payment`` was taken (``succeeded``) or declined."""
+    record_operation(
+        tenant_id=payment.tenant_id,
+        idempotency_key=f"{status}:{payment.provider_txn_id}",
+        kind=_BOOKED[status],
+        reference=payment.provider_txn_id,
+        amount=payment.amount,
+    )
+
+
+def _event_id(payment: Payment, status: str) -> str:
+    """One provider event per payment and outcome, however often it is told."""
+    return f"evt_{payment.provider_txn_id}_{status}"
+
+
 def signed_callback(
     *,
     payment: Payment,
@@ -147,8 +190,13 @@ def signed_callback(
     }
 
 
-def complete_payment(*, provider_name: str, provider_txn_id: str, status: str = "succeeded"):
-    """Deliver the provider's signed callback for one payment through our webhook service.
+def complete_payment(
+    *, provider_name: str, provider_txn_id: str, status: str = "succeeded", deliver: bool = True
+):
+    """The diner pays (or the payment is declined) at the provider: the provider's books record
+    it, then its signed callback is delivered through our webhook service (its result
+    returned). ``deliver=False`` is a callback that never arrives: only reconciliation, which
+    asks the provider (:meth:`SimulatedProvider.settled_event`), learns of it; returns None.
 
     The event id is derived from the transaction and status, so running this twice (a retried
     task, a second click) is a duplicate delivery of one provider event.
@@ -156,8 +204,11 @@ def complete_payment(*, provider_name: str, provider_txn_id: str, status: str = 
     from ordering.payments.callbacks import handle_payment_callback
 
     payment = Payment.all_tenants.get(provider=provider_name, provider_txn_id=provider_txn_id)
+    book(payment=payment, status=status)
+    if not deliver:
+        return None
     body, headers = signed_callback(
-        payment=payment, status=status, event_id=f"evt_{provider_txn_id}_{status}"
+        payment=payment, status=status, event_id=_event_id(payment, status)
     )
     return handle_payment_callback(
         provider_name=provider_name,

@@ -1,8 +1,11 @@
-"""``manage.py simulate_payment ORDER_ID [--status failed] [--amount 1.00] [--url URL]``
+"""``manage.py simulate_payment ORDER_ID [--status failed] [--amount 1.00] [--url URL]
+[--lose-callback]``
 
-Play the simulated provider for the demo: send the signed callback it would send for the
-order's payment. Without ``--url`` the callback goes through the webhook service in-process;
-with ``--url http://127.0.0.1:8000`` it is POSTed to a running server, exactly as the provider
+Play the simulated provider for the demo: the diner pays (or is declined), as the provider's
+books record, and the provider sends its signed callback for the order's payment
+(``--lose-callback``: it never arrives; reconciliation asks the provider). Without ``--url``
+the callback goes through the webhook service in-process; with
+``--url http://127.0.0.1:8000`` it is POSTed to a running server, exactly as the provider
 would (signature, timestamp header and all). Sending it twice shows duplicate handling.
 """
 
@@ -20,7 +23,7 @@ from ordering.models import Payment
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.error_codes import CallbackRejected
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from ordering.payments.simulated import signed_callback
+from ordering.payments.simulated import book, signed_callback
 
 
 class Command(BaseCommand):
@@ -34,6 +37,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--url", help="Base URL of a running server, e.g. http://127.0.0.1:8000"
         )
+        parser.add_argument(
+            "--lose-callback",
+            action="store_true",
+            help="The diner pays, but the callback never arrives (reconciliation finds it)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         payment = (
@@ -41,6 +49,14 @@ class Command(BaseCommand):
         )
         if payment is None:
             raise CommandError(f"order {options['order_id']} has no payment (pay it first)")
+        if options["amount"] is None:  # the provider's books hold what it reports
+            book(payment=payment, status=options["status"])
+        if options["lose_callback"]:
+            self.stdout.write(
+                f"{options['status']} at the provider; no callback sent "
+                "(manage.py reconcile_payments asks the provider)"
+            )
+            return
         body, headers = signed_callback(
             payment=payment,
             status=options["status"],
