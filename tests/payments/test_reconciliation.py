@@ -251,4 +251,5 @@ def test_beat_runs_reconciliation_as_a_registered_task(settings):
     from config.celery import app
 
     entry = settings.CELERY_BEAT_SCHEDULE["reconcile-payments"]
+    app.loader.import_default_modules()  # what a worker does as it starts
     assert entry["task"] in app.tasks and entry["schedule"] == settings.PAYMENT_RECONCILE_SECONDS
