@@ -5,6 +5,13 @@ address is in ``METRICS_ALLOWED_IPS``, an allow-list that is empty unless config
 is trusted implicitly, loopback included: behind a reverse proxy on the same host every request
 comes from loopback. Anyone else gets a plain 404, so the endpoint is not advertised.
 
+Two ways to scrape, then. Through the site's proxy, over HTTPS with the site's host name and
+the token, like any other request. Or by each server's own address over plain HTTP from an
+allow-listed address (Prometheus on the private network scraping every server, not the
+balancer's pick): :class:`MetricsByAddressMiddleware` answers those before the host check and
+the HTTPS redirect, as the health probes are answered, and only those: the token never travels
+over plain HTTP to be honoured.
+
 Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
 Redis keys (``idempotency/stores/usage.py`` says how fresh those are), each node's audit stream
 read now (``idempotency/stores/stream_metrics.py``), and the retention purge's rows purged and
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Callable
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
@@ -57,5 +65,26 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if token and hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
         return True
+    return _allowed_address(request)
+
+
+def _allowed_address(request: HttpRequest) -> bool:
     allowed = settings.METRICS_ALLOWED_IPS
     return bool(allowed) and request.META.get("REMOTE_ADDR", "") in allowed
+
+
+class MetricsByAddressMiddleware:
+    """``GET /metrics`` from an allow-listed address, answered before the host check and the
+    HTTPS redirect; every other request goes on its way (a token scrape too)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if (
+            request.path_info == "/metrics"
+            and request.method == "GET"
+            and _allowed_address(request)
+        ):
+            return metrics(request)
+        return self.get_response(request)

@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # /healthz and /readyz, before the host check and the HTTPS redirect (config/health.py)
     "config.health.HealthMiddleware",
+    # /metrics scraped by a server's address from METRICS_ALLOWED_IPS, the same way
+    "config.metrics_view.MetricsByAddressMiddleware",
     "config.request_context.RequestContextMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",

@@ -64,3 +64,32 @@ def test_without_the_database_the_server_is_not_ready(production):
 def test_only_get_and_head_are_probes(production):
     assert production.post("/healthz", **PROBE).status_code == 400  # the host check again
     assert production.head("/healthz", **PROBE).status_code == 200
+
+
+SCRAPER = "10.0.0.9"  # Prometheus, on the private network
+
+
+@pytest.fixture
+def scraping(production, settings) -> Client:
+    settings.METRICS_ALLOWED_IPS = [SCRAPER]
+    settings.METRICS_TOKEN = "scrape-token"
+    return production
+
+
+def test_prometheus_scrapes_each_server_by_address_from_its_allow_listed_address(scraping):
+    answer = scraping.get("/metrics", REMOTE_ADDR=SCRAPER, **PROBE)
+    assert answer.status_code == 200
+    assert b"ordering_outbox_pending" in answer.content
+    # from any other address, by address: the host check's 400 as before, no metrics
+    assert scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", **PROBE).status_code == 400
+    # not a scrape: another method from the scraper's address is not answered early
+    assert scraping.post("/metrics", REMOTE_ADDR=SCRAPER, **PROBE).status_code == 400
+
+
+def test_the_token_is_honoured_over_https_by_the_site_s_name_only(scraping):
+    token = {"HTTP_AUTHORIZATION": "Bearer scrape-token", "REMOTE_ADDR": "10.0.0.66"}
+    assert scraping.get("/metrics", **token, **PROBE).status_code == 400  # by address
+    by_name = {"HTTP_HOST": "orders.example.com"}
+    assert scraping.get("/metrics", **token, **by_name).status_code == 301  # to HTTPS
+    answer = scraping.get("/metrics", secure=True, **token, **by_name)
+    assert answer.status_code == 200 and b"ordering_outbox_pending" in answer.content

@@ -8,6 +8,7 @@ without it these tests skip and say so.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -50,3 +51,26 @@ def test_every_order_id_alert_has_a_unit_test() -> None:
     ):
         assert f"alert: {alert}" in rules
         assert f"alertname: {alert}" in tests
+
+
+def test_the_documented_prometheus_configuration_loads(tmp_path: Path) -> None:
+    """docs/observability/prometheus.yml, with its token file where it says, and the rules."""
+    token = tmp_path / "ordering-metrics-token"
+    token.write_text("scrape-token\n")
+    config = (RULES / "prometheus.yml").read_text()
+    assert "/etc/prometheus/ordering-metrics-token" in config
+    (tmp_path / "prometheus.yml").write_text(
+        config.replace("/etc/prometheus/ordering-metrics-token", str(token))
+    )
+    shutil.copy(RULES / "alerts.yml", tmp_path / "alerts.yml")
+    assert PROMTOOL is not None
+    result = subprocess.run(
+        [PROMTOOL, "check", "config", "prometheus.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"SUCCESS: [1-9][0-9]* rules found", result.stdout), result.stdout
