@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django import forms
 from django.utils import timezone
@@ -55,8 +56,13 @@ class CouponCreateForm(forms.Form):
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"],
-        label="Valid until (UTC)",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The end is typed, and shown, in the restaurant's time zone (the dashboard's views run
+        in it): the label names it."""
+        super().__init__(*args, **kwargs)
+        self.fields["valid_until"].label = f"Valid until ({timezone.get_current_timezone_name()})"
 
     def clean_code(self) -> str:
         return self.cleaned_data["code"].upper()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
@@ -20,7 +20,7 @@ from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from tenants.api_keys import authenticate_api_key
-from tenants.models import ApiClient
+from tenants.models import ApiClient, Tenant
 from tests.dashboard.conftest import form_token, make_order
 
 pytestmark = pytest.mark.django_db
@@ -312,6 +312,19 @@ def test_coupons_refuse_bad_input(merchant, mine, data, field):
     r = post_form(merchant, "/dashboard/coupons/", data)
     assert r.status_code == 400 and field in r.context["form"].errors
     assert Coupon.objects.for_tenant(mine.tenant).count() == 1
+
+
+def test_a_coupon_s_end_is_typed_and_shown_in_the_restaurant_s_time_zone(merchant, mine):
+    Tenant.objects.filter(pk=mine.tenant.pk).update(time_zone="Europe/Rome")
+    page = merchant.get("/dashboard/coupons/").content.decode()
+    assert "Valid until (Europe/Rome)" in page and "(UTC)" not in page
+    end = f"{timezone.now().year + 1}-07-01T23:30"
+    data = {"code": "SUMMER", "kind": "amount", "value": "1", "valid_until": end}
+    assert post_form(merchant, "/dashboard/coupons/", data).status_code == 302
+    coupon = Coupon.objects.for_tenant(mine.tenant).get(code="SUMMER")
+    # 23:30 in Rome in July is 21:30 UTC, and the list shows it as it was typed
+    assert coupon.valid_until.astimezone(UTC).strftime("%H:%M") == "21:30"
+    assert f"{end.replace('T', ' ')}</td>" in merchant.get("/dashboard/coupons/").content.decode()
 
 
 def test_a_coupon_ending_near_the_calendar_s_end_is_refused_by_the_model_too(mine):
