@@ -11,8 +11,9 @@ const target = fileURLToPath(new URL("../src/generated/openapi.ts", import.meta.
 const python = process.env.PYTHON ?? `${root}.venv/bin/python`;
 
 // The schema as a PostgreSQL deployment publishes it: integer ranges depend on the database
-// backend, so SQLite would give other bounds. Nothing connects to this address.
-const env = { ...process.env, DATABASE_URL: "postgres://schema@127.0.0.1:1/schema" };
+// backend, so SQLite would give other bounds. Nothing connects to this address. DEBUG=1 lets
+// the settings load with their development secrets (none of them is in the schema).
+const env = { ...process.env, DEBUG: "1", DATABASE_URL: "postgres://schema@127.0.0.1:1/schema" };
 const schema = execFileSync(python, ["manage.py", "spectacular", "--format", "openapi-json"], {
   cwd: root,
   env,
