@@ -525,6 +525,14 @@ CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
     "task": "ordering.reconcile_payments",
     "schedule": PAYMENT_RECONCILE_SECONDS,
 }
+# An order still CREATED this long after it was placed gives its portions back (ordering/
+# expiry.py); 0: never. Swept by a beat task this often.
+UNPAID_ORDER_EXPIRY_SECONDS = int(os.environ.get("UNPAID_ORDER_EXPIRY_SECONDS", 1800))
+UNPAID_ORDER_EXPIRY_SWEEP_SECONDS = float(os.environ.get("UNPAID_ORDER_EXPIRY_SWEEP_SECONDS", 60))
+CELERY_BEAT_SCHEDULE["expire-unpaid-orders"] = {
+    "task": "ordering.expire_unpaid_orders",
+    "schedule": UNPAID_ORDER_EXPIRY_SWEEP_SECONDS,
+}
 # Demo only: the simulated provider confirms each payment by itself (a signed callback through
 # the webhook service) this many seconds after it was started; 0 leaves it to `simulate_payment`.
 SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = float(

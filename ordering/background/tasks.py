@@ -92,6 +92,15 @@ def reconcile_payments() -> dict[str, int]:
     return reconcile()
 
 
+@shared_task(name="ordering.expire_unpaid_orders")
+def expire_unpaid_orders() -> int:
+    """Give back the portions of orders left unpaid (beat). Two runs at once expire each
+    order once: the move out of CREATED is a conditional update."""
+    from ordering.expiry import expire_unpaid_orders as expire
+
+    return expire()
+
+
 @shared_task(bind=True, name=dispatch.COMPLETE_SIMULATED_PAYMENT, max_retries=3)
 def complete_simulated_payment(self: Task, provider_name: str, provider_txn_id: str) -> str:
     """Demo only: the simulated provider confirms a payment through the signed webhook."""

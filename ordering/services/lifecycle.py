@@ -51,6 +51,8 @@ MERCHANT_MOVES: dict[str, Callable[[Order], Callable[[], None]]] = {
     S.COMPLETED: lambda order: order.complete,
 }
 MERCHANT_TARGETS = (*MERCHANT_MOVES, S.CANCELLED)
+# the transition log's actor of an order cancelled for being left unpaid (ordering/expiry.py)
+EXPIRY_ACTOR = "platform:unpaid-expiry"
 
 
 def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> OrderTransition:
@@ -146,10 +148,7 @@ def cancel_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines", "payments")
         )
         if can_proceed(order.cancel_unpaid):
-            apply_transition(order, order.cancel_unpaid, actor=actor)
-            return_stock(order)
-            return_coupon(order)
-            _void_pending_payment(order)
+            _cancel_unpaid(order, actor=actor)
         else:
             move = apply_transition(order, order.request_cancel, actor=actor)
             emit_event(
@@ -158,6 +157,29 @@ def cancel_order(
                 payload={"actor": actor, "from_status": move.from_status},
             )
     return order
+
+
+def expire_unpaid_order(*, tenant: Tenant, order_id: int) -> bool:
+    """Cancel an order still CREATED (the diner never started paying), as the diner could:
+    its portions and coupon go back. False, with nothing changed, when it is no longer CREATED,
+    a pay that committed first included (the move's conditional update refuses then)."""
+    try:
+        with described_conflicts(), transaction.atomic():
+            order = access_order(tenant=tenant, order_id=order_id, related=("lines", "payments"))
+            if order.status != S.CREATED:
+                return False
+            _cancel_unpaid(order, actor=EXPIRY_ACTOR)
+    except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)
+        return False
+    return True
+
+
+def _cancel_unpaid(order: Order, *, actor: str) -> None:
+    """CREATED or PAYING -> CANCELLED with everything the order held given back."""
+    apply_transition(order, order.cancel_unpaid, actor=actor)
+    return_stock(order)
+    return_coupon(order)
+    _void_pending_payment(order)
 
 
 def _void_pending_payment(order: Order) -> None:

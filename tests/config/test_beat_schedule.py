@@ -16,6 +16,7 @@ def test_beat_runs_the_periodic_tasks_readme_names_and_the_worker_knows_them() -
         "ordering.drain_idempotency_audits",
         "tenants.purge_expired_data",
         "ordering.reconcile_payments",
+        "ordering.expire_unpaid_orders",
     }
     app.loader.import_default_modules()  # what a worker does as it starts
     assert tasks <= set(app.tasks)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus, OrderTransition
@@ -15,6 +13,7 @@ from ordering.services.lifecycle import apply_transition, cancel_order, transiti
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
 from tenants.models import Tenant
+from tests.support.concurrency import at_once
 
 S = OrderStatus
 
@@ -129,24 +128,7 @@ def test_merchant_target_validation(tenant, menu):
 def race(workers: int, action: Callable[[], object]) -> list[object]:
     """Run ``action`` in ``workers`` threads released at the same instant; each thread has its
     own database connection. Returns each result or the exception it raised."""
-    barrier = threading.Barrier(workers)
-    results: list[object] = [None] * workers
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = action()
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
+    return at_once(*[action] * workers, timeout=30)
 
 
 @pytest.mark.django_db(transaction=True)

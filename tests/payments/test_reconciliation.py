@@ -4,14 +4,12 @@ whether the late callback arrives after it, or at the same instant."""
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import replace
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 from prometheus_client import generate_latest
 from rest_framework.test import APIClient
@@ -32,6 +30,7 @@ from ordering.payments.reconciliation import reconcile_payments
 from ordering.payments.simulated import SimulatedProvider, complete_payment
 from ordering.services.lifecycle import cancel_order
 from tests.payments.helpers import paying_order, post_callback, signed
+from tests.support.concurrency import at_once
 
 AFTER, RECHECK = 600, 300
 
@@ -195,40 +194,17 @@ def test_the_command_prints_what_came_of_each_payment(tenant, menu, settings):
     assert json.loads(out.getvalue()) == {"applied": 1, "open": 1}
 
 
-def at_once(**work) -> dict[str, object]:
-    """Each piece of work on its own thread and database connection, started together."""
-    barrier = threading.Barrier(len(work))
-    results: dict[str, object] = {}
-
-    def run(name: str) -> None:
-        try:
-            barrier.wait()
-            results[name] = work[name]()
-        except Exception as exc:
-            results[name] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in work]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 def test_reconciliation_and_the_late_callback_at_the_same_instant_pay_once(tenant, menu, settings):
     settings.PAYMENT_RECONCILE_AFTER_SECONDS = 0
     for _ in range(5):  # a few rounds: the two meet in either order
         order, payment = paid_without_callback(tenant, menu["pizza"])
         body, headers = signed(payment, event_id=f"evt_{payment.provider_txn_id}_succeeded")
-        results = at_once(
-            reconcile=reconcile_payments,
-            callback=lambda b=body, h=headers: post_callback(APIClient(), b, h),
+        reconciled, posted = at_once(
+            reconcile_payments, lambda b=body, h=headers: post_callback(APIClient(), b, h)
         )
-        callback = results["callback"].json()["result"]
-        assert sorted([callback, *results["reconcile"]]) == ["applied", "duplicate"], results
+        outcomes = sorted([posted.json()["result"], *reconciled])
+        assert outcomes == ["applied", "duplicate"], (reconciled, posted)
         order.refresh_from_db()
         assert order.status == OrderStatus.PAID and paid_events(order) == 1
 

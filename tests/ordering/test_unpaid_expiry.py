@@ -1,0 +1,105 @@
+"""Orders left unpaid give their portions back: CREATED past the window is cancelled by the
+platform, never an order the diner is paying (ordering/expiry.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from ordering.errors import OrderingError
+from ordering.expiry import expire_unpaid_orders
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.services.lifecycle import EXPIRY_ACTOR
+from ordering.services.payments import pay_order
+from ordering.services.placing import ItemRequest, place_order
+from tests.conftest import api_for
+from tests.support.concurrency import at_once
+
+S = OrderStatus
+WINDOW = 1800
+
+
+@pytest.fixture(autouse=True)
+def window(settings):
+    settings.UNPAID_ORDER_EXPIRY_SECONDS = WINDOW
+
+
+def placed(tenant, menu, *, minutes_ago: float, coupon: str | None = None) -> Order:
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=menu["pasta"].pk, quantity=2)],
+        payment_method="card",
+        coupon_code=coupon,
+        diner_id="diner-1",
+        actor="test",
+    )
+    Order.all_tenants.filter(pk=order.pk).update(
+        created_at=timezone.now() - timedelta(minutes=minutes_ago)
+    )
+    return order
+
+
+def stock(dish: Dish) -> int:
+    dish.refresh_from_db()
+    return dish.stock
+
+
+def status(order: Order) -> str:
+    return Order.all_tenants.get(pk=order.pk).status
+
+
+@pytest.mark.django_db
+def test_an_order_left_unpaid_gives_back_its_portions_and_coupon(tenant, menu, coupon):
+    old = placed(tenant, menu, minutes_ago=31, coupon=coupon.code)
+    young = placed(tenant, menu, minutes_ago=29)
+    paying = placed(tenant, menu, minutes_ago=60)
+    pay_order(tenant=tenant, order_id=paying.pk, actor="test")
+    assert stock(menu["pasta"]) == 44
+
+    assert expire_unpaid_orders() == 1
+    assert (status(old), status(young), status(paying)) == (S.CANCELLED, S.CREATED, S.PAYING)
+    assert stock(menu["pasta"]) == 46
+    assert Coupon.all_tenants.get(pk=coupon.pk).used_count == 0
+    log = OrderTransition.all_tenants.get(order=old, to_status=S.CANCELLED)
+    assert (log.from_status, log.actor) == (S.CREATED, EXPIRY_ACTOR)
+    assert expire_unpaid_orders() == 0  # once
+
+
+@pytest.mark.django_db
+def test_the_diner_who_comes_back_is_told_the_order_was_cancelled(tenant, menu):
+    order = placed(tenant, menu, minutes_ago=45)
+    expire_unpaid_orders()
+    diner: APIClient = api_for(tenant, diner="diner-1")
+    answer = diner.post(f"/api/v1/orders/{order.pk}/pay/", HTTP_IDEMPOTENCY_KEY="pay-late")
+    assert answer.status_code == 409
+    assert (answer.json()["code"], answer.json()["order_status"]) == (
+        "ORDER_STATUS_CONFLICT",
+        "CANCELLED",
+    )
+
+
+@pytest.mark.django_db
+def test_a_window_of_zero_expires_nothing(tenant, menu, settings):
+    settings.UNPAID_ORDER_EXPIRY_SECONDS = 0
+    order = placed(tenant, menu, minutes_ago=60 * 24 * 30)
+    assert expire_unpaid_orders() == 0 and status(order) == S.CREATED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_diner_paying_as_the_order_expires_either_pays_or_is_refused_never_both(tenant, menu):
+    for _ in range(6):  # which comes first varies from round to round
+        order = placed(tenant, menu, minutes_ago=31)
+        expired, paid = at_once(
+            expire_unpaid_orders,
+            lambda o=order: pay_order(tenant=tenant, order_id=o.pk, actor="diner"),
+        )
+        order.refresh_from_db()
+        if isinstance(paid, OrderingError):  # the expiry came first
+            assert expired == 1 and order.status == S.CANCELLED
+            assert not order.payments.exists()
+        else:  # the pay came first: the order is left to its payment
+            assert expired == 0 and order.status == S.PAYING
+            assert order.payments.get().status == "pending"
