@@ -69,6 +69,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # REMOTE_ADDR made the client's behind TRUSTED_PROXIES (config/client_address.py)
+    "config.client_address.ClientAddressMiddleware",
     # /healthz and /readyz, before the host check and the HTTPS redirect (config/health.py)
     "config.health.HealthMiddleware",
     # /metrics scraped by a server's address from METRICS_ALLOWED_IPS, the same way
@@ -190,8 +192,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # Login throttling (django-axes) on the dashboard's and the admin's login: after
 # LOGIN_FAILURE_LIMIT failures of one account from one address, that pair is locked out for
 # LOGIN_LOCKOUT_MINUTES (429). Per account *and* address, so nobody can lock a merchant out
-# from elsewhere; the address is REMOTE_ADDR (behind a proxy on the same host every failure
-# shares it, and the lockout becomes per account).
+# from elsewhere; the address is REMOTE_ADDR, the client's behind TRUSTED_PROXIES.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -317,14 +318,18 @@ OFFBOARDING_EXPORT_DIR = Path(
 # revocation at once: then a session's or API key's state is kept up to this long
 # (tenants/credential_cache.py).
 CREDENTIAL_CACHE_SECONDS = float(os.environ.get("CREDENTIAL_CACHE_SECONDS", 60.0))
-# Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR:
-# behind a proxy the server must set it to the real client, e.g. gunicorn's PROXY protocol).
+# Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR,
+# the client's behind TRUSTED_PROXIES or with gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
 DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_IP", 20))
 
 # `manage.py seed_demo` keeps the demo's full API keys here (DEBUG only, git-ignored) so that a
 # re-run can print them again; the database has only their hashes.
 DEMO_KEYS_FILE = Path(os.environ.get("DEMO_KEYS_FILE", BASE_DIR / "var" / "demo_keys.json"))
+
+# The site's own reverse proxies (addresses or networks, comma-separated; empty by default):
+# from them the client's address is read from X-Forwarded-For (config/client_address.py).
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 
 # --- metrics ----------------------------------------------------------------------------
 # GET /metrics answers a caller sending "Authorization: Bearer <METRICS_TOKEN>", or one whose

@@ -76,8 +76,8 @@ class SessionOpenThrottle(BaseThrottle):
     """Guest sessions (a publishable key) are counted per client address and, when that
     allows them, per key, in one Redis call; a merchant key's sign-ins count as its writes.
 
-    The address is ``REMOTE_ADDR``: behind a proxy the server must set it to the real client
-    (gunicorn: ``--proxy-protocol``, docs/tenancy.md), or every diner shares the proxy's
+    The address is ``REMOTE_ADDR``, the client's behind the site's proxies
+    (``config/client_address.py``, docs/tenancy.md), or every diner would share the proxy's
     budget."""
 
     def allow_request(self, request: Any, view: Any) -> bool:

@@ -1,0 +1,76 @@
+"""The client's address behind the site's own proxies: ``REMOTE_ADDR`` made the client's.
+
+Rate limits (guest sessions per address), the login lockout (per account and address) and the
+metrics allow-list read ``REMOTE_ADDR``. Behind a reverse proxy that is the proxy's address for
+every diner: all of them would share one address's budget, and five wrong passwords from
+anywhere would lock a merchant out for everyone. When ``REMOTE_ADDR`` is one of
+``TRUSTED_PROXIES`` (addresses or networks, e.g. ``10.0.0.2,10.0.1.0/24``), the client is read
+from ``X-Forwarded-For``, which each proxy extends with the address it received from: walking
+it from the right, past the trusted proxies, the first address is the client's. Entries to its
+left were written by the client and are never believed. With no trusted proxies configured
+(the default) the header is ignored, so no client can choose its own address.
+
+The proxy's own address stays in ``request.META["PROXY_ADDR"]``. (A proxy that speaks the
+PROXY protocol can instead have gunicorn set ``REMOTE_ADDR``: ``--proxy-protocol``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+
+Network = IPv4Network | IPv6Network
+
+
+def trusted_networks(entries: Sequence[str]) -> list[Network]:
+    """``TRUSTED_PROXIES`` parsed; a malformed entry stops the server from starting."""
+    try:
+        return [ip_network(entry, strict=False) for entry in entries]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {exc}") from None
+
+
+def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) -> str:
+    """The client's address: ``remote`` unless it is a trusted proxy, then the rightmost
+    address of ``forwarded_for`` that is not one (or the leftmost, if all are)."""
+    if not proxies or not _within(remote, proxies):
+        return remote
+    client = remote
+    for entry in reversed(forwarded_for.split(",")):
+        candidate = entry.strip()
+        try:
+            ip_address(candidate)
+        except ValueError:
+            break  # not an address: nothing further left was written by a proxy we trust
+        client = candidate
+        if not _within(candidate, proxies):
+            break
+    return client
+
+
+def _within(address: str, proxies: Sequence[Network]) -> bool:
+    try:
+        parsed = ip_address(address)
+    except ValueError:
+        return False
+    return any(parsed in network for network in proxies)
+
+
+class ClientAddressMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.proxies = trusted_networks(settings.TRUSTED_PROXIES)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if self.proxies:
+            remote = request.META.get("REMOTE_ADDR", "")
+            forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+            client = client_address(remote, forwarded, self.proxies)
+            if client != remote:
+                request.META["PROXY_ADDR"] = remote
+                request.META["REMOTE_ADDR"] = client
+        return self.get_response(request)

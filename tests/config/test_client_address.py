@@ -1,0 +1,109 @@
+"""Behind the site's proxies (TRUSTED_PROXIES) the client's address is read from
+X-Forwarded-For, so per-address limits and the login lockout are the client's, not the proxy's;
+from anyone else the header is ignored (config/client_address.py)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+from rest_framework.test import APIClient
+
+from config.client_address import client_address, trusted_networks
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
+from tests.dashboard.factories import PASSWORD
+
+PROXY = "10.0.0.2"
+NETS = trusted_networks([PROXY, "10.0.1.0/24", "fd00::/8"])
+
+
+@pytest.mark.parametrize(
+    ("remote", "forwarded", "client"),
+    [
+        (PROXY, "203.0.113.7", "203.0.113.7"),
+        # what the client wrote (left) is not believed: the address our proxy saw is
+        (PROXY, "6.6.6.6, 203.0.113.7", "203.0.113.7"),
+        # two of our proxies in a row
+        (PROXY, "203.0.113.7, 10.0.1.9", "203.0.113.7"),
+        (PROXY, "6.6.6.6, 203.0.113.7, 10.0.1.9", "203.0.113.7"),
+        (PROXY, "2001:db8::1, fd00::5", "2001:db8::1"),
+        # not a proxy of ours: its header is whatever it says, and ignored
+        ("198.51.100.4", "203.0.113.7", "198.51.100.4"),
+        # our proxy without the header, or with rubbish where an address should be
+        (PROXY, "", PROXY),
+        (PROXY, "not-an-address", PROXY),
+        (PROXY, "6.6.6.6, rubbish, 203.0.113.7", "203.0.113.7"),
+        # every hop ours: the leftmost
+        (PROXY, "10.0.1.3, 10.0.1.9", "10.0.1.3"),
+    ],
+)
+def test_the_client_is_the_rightmost_address_that_is_not_our_proxy(remote, forwarded, client):
+    assert client_address(remote, forwarded, NETS) == client
+
+
+def test_without_trusted_proxies_the_header_is_never_read():
+    assert client_address(PROXY, "203.0.113.7", []) == PROXY
+
+
+def test_a_malformed_entry_stops_the_server_from_starting():
+    with pytest.raises(ImproperlyConfigured, match="TRUSTED_PROXIES"):
+        trusted_networks(["10.0.0.300"])
+
+
+@pytest.mark.django_db
+def test_behind_the_proxy_each_diner_has_the_per_address_budget(tenant, settings):
+    settings.TRUSTED_PROXIES = [PROXY]
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
+    _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    app = APIClient()
+    app.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+
+    def opened(forwarded: str) -> int:
+        return app.post(
+            "/api/v1/diner-sessions/",
+            format="json",
+            REMOTE_ADDR=PROXY,
+            HTTP_X_FORWARDED_FOR=forwarded,
+        ).status_code
+
+    # five diners through one proxy: each within its own budget (red: 201, 201, 429, ...)
+    assert [opened(f"203.0.113.{i}") for i in range(5)] == [201] * 5
+    # one diner's third open is over its budget, whatever it writes in front
+    assert [opened(f"6.6.6.{i}, 203.0.113.0") for i in range(2)] == [201, 429]
+
+
+@pytest.mark.django_db
+def test_without_trusted_proxies_a_forged_header_earns_no_budget(tenant, settings):
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
+    _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    app = APIClient()
+    app.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    statuses = [
+        app.post(
+            "/api/v1/diner-sessions/",
+            format="json",
+            REMOTE_ADDR="198.51.100.4",
+            HTTP_X_FORWARDED_FOR=f"203.0.113.{i}",
+        ).status_code
+        for i in range(3)
+    ]
+    assert statuses == [201, 201, 429]
+
+
+@pytest.mark.django_db
+def test_behind_the_proxy_wrong_passwords_lock_out_only_their_own_address(settings):
+    from django.contrib.auth.models import User
+
+    settings.TRUSTED_PROXIES = [PROXY]
+    User.objects.create_user("tina", password=PASSWORD)
+
+    def login(password: str, forwarded: str) -> int:
+        browser = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=forwarded)
+        answer = browser.post("/dashboard/login/", {"username": "tina", "password": password})
+        return 302 if "_auth_user_id" in browser.session else answer.status_code
+
+    attacker = [login("wrong", "203.0.113.66") for _ in range(5)]
+    assert attacker == [200] * 4 + [429]
+    assert login(PASSWORD, "203.0.113.66") == 429  # that address is locked out
+    assert login(PASSWORD, "198.51.100.10") == 302  # tina, from her own, is not (red: 429)
