@@ -42,6 +42,15 @@ backlog = _env_int("GUNICORN_BACKLOG", 2048)
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 errorlog = os.environ.get("GUNICORN_ERROR_LOG", "-")
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# Whether a request came over HTTPS is Django's to decide, from the one header the proxy sets
+# (SECURE_PROXY_SSL_HEADER). gunicorn would otherwise mark a request HTTPS itself on any of
+# X-Forwarded-Proto, -Ssl or -Protocol from a loopback address, which a client can send through
+# a proxy that passes them on.
+secure_scheme_headers: dict[str, str] = {}
+# gunicorn's control socket sits at one path per user by default, so a second server on the
+# host takes it over (and removes it when it stops): off unless a path is given.
+control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket
 
 
 # Logged once a worker has loaded the app and can answer; the test suite's live server waits for

@@ -32,14 +32,14 @@ class HealthMiddleware:
         if request.path_info not in PATHS or request.method not in ("GET", "HEAD"):
             return self.get_response(request)
         if request.path_info == "/healthz":
-            return _answer(200, {"status": "ok"})
+            return _answer(request, 200, {"status": "ok"})
         database = _database_answers()
         body = {
             "status": "ok" if database else "unavailable",
             "database": "ok" if database else "unavailable",
             "redis": [_redis_state(client) for client in all_clients()],
         }
-        return _answer(200 if database else 503, body)
+        return _answer(request, 200 if database else 503, body)
 
 
 def _database_answers() -> bool:
@@ -59,7 +59,10 @@ def _redis_state(client: object) -> str:
         return "unavailable"
 
 
-def _answer(status: int, body: dict[str, object]) -> HttpResponse:
-    response = HttpResponse(json.dumps(body), status=status, content_type="application/json")
+def _answer(request: HttpRequest, status: int, body: dict[str, object]) -> HttpResponse:
+    """The JSON body, left out for HEAD (the status is the answer; a server must not send a
+    body with it)."""
+    content = b"" if request.method == "HEAD" else json.dumps(body)
+    response = HttpResponse(content, status=status, content_type="application/json")
     response["Cache-Control"] = "no-store"
     return response

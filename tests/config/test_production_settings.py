@@ -326,6 +326,32 @@ class TestTheDocumentedProductionServer:
         assert answer.status_code == 301
         assert answer.headers["Location"] == f"https://{served_host(env)}/dashboard/login/"
 
+    @pytest.mark.parametrize(
+        "header", [{"X-Forwarded-Ssl": "on"}, {"X-Forwarded-Protocol": "ssl"}], ids=str
+    )
+    def test_only_the_proxy_s_header_says_https_not_gunicorn_s_others(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], header: dict
+    ) -> None:
+        """From loopback, gunicorn would take these for HTTPS itself (red: 200, with HSTS)."""
+        server, env = production_server
+        with httpx.Client(
+            base_url=server.url, headers={"Host": served_host(env), **header}
+        ) as client:
+            answer = client.get("/dashboard/login/")
+
+        assert answer.status_code == 301
+        assert "Strict-Transport-Security" not in answer.headers
+
+    def test_a_head_probe_gets_no_body(
+        self, production_server: tuple[LiveServer, dict[str, str | None]]
+    ) -> None:
+        server, _ = production_server
+        with httpx.Client(base_url=server.url) as client:
+            for path in ("/healthz", "/readyz"):
+                assert client.head(path).status_code == 200
+        # gunicorn says so when an app sends a body with a HEAD answer (red: two such lines)
+        assert "no-body response" not in server.log_tail(400)
+
     def test_https_answers_carry_hsts_and_secure_cookies(
         self, production_server: tuple[LiveServer, dict[str, str | None]]
     ) -> None:
