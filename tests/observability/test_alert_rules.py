@@ -53,12 +53,13 @@ def test_every_order_id_alert_has_a_unit_test() -> None:
         assert f"alertname: {alert}" in tests
 
 
-def test_the_documented_prometheus_configuration_loads(tmp_path: Path) -> None:
-    """docs/observability/prometheus.yml, with its token file where it says, and the rules."""
+@pytest.mark.parametrize("name", ["prometheus.yml", "prometheus-through-proxy.yml"])
+def test_the_documented_prometheus_configurations_load(tmp_path: Path, name: str) -> None:
+    """Each of docs/observability's, with a token file where it names one, and the rules."""
     token = tmp_path / "ordering-metrics-token"
     token.write_text("scrape-token\n")
-    config = (RULES / "prometheus.yml").read_text()
-    assert "/etc/prometheus/ordering-metrics-token" in config
+    config = (RULES / name).read_text()
+    assert config.count("job_name:") == 1  # one way to scrape each server, not two
     (tmp_path / "prometheus.yml").write_text(
         config.replace("/etc/prometheus/ordering-metrics-token", str(token))
     )
