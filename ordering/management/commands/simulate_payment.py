@@ -87,5 +87,7 @@ class Command(BaseCommand):
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return f"{response.status} {response.read().decode()}"
-        except urllib.error.HTTPError as exc:
-            return f"{exc.code} {exc.read().decode()}"
+        except urllib.error.HTTPError as exc:  # refused: the command fails (exit status 1)
+            raise CommandError(f"{exc.code} {exc.read().decode()}") from None
+        except urllib.error.URLError as exc:
+            raise CommandError(f"{base_url} did not answer: {exc.reason}") from None
