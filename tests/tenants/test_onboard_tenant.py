@@ -104,6 +104,9 @@ def test_running_it_again_for_the_slug_changes_nothing():
     assert everything() == before
     assert Tenant.objects.get(slug="trattoria").name == "Trattoria"
     assert not User.objects.filter(username="dario").exists()
+    with pytest.raises(CommandError, match="'trattoria' exists"):
+        onboard("Trattoria", "--name=Another", "--owner=dario")
+    assert everything() == before
 
 
 @pytest.mark.parametrize(

@@ -111,5 +111,8 @@ def _validate(tenant: Tenant, owner: Any, *, new_owner: bool) -> None:
                 f"{label} {field}: {' '.join(messages)}"
                 for field, messages in exc.message_dict.items()
             ]
+    twin = Tenant.objects.filter(slug__iexact=tenant.slug).exclude(slug=tenant.slug).first()
+    if twin is not None:  # two restaurants a person could not tell apart by their slug
+        problems.append(f"tenant slug: {twin.slug!r} exists (slugs differ only in case)")
     if problems:
         raise CommandError("nothing was created; " + "; ".join(problems))
