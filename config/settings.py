@@ -518,9 +518,11 @@ if PAYMENT_DEFAULT_PROVIDER not in PAYMENT_PROVIDERS:
         "(off DEBUG the simulated provider needs SIMULATED_PROVIDER=1 and its secret)"
     )
 # Payments whose callback never came are asked about at the provider (ordering/payments/
-# reconciliation.py): once pending this long, again this often, for at most this long, by a beat
-# task this often.
+# due_checks.py): first this long after they started, then after their age (at least the
+# recheck; the recheck after an unanswered ask), for at most the max age, up to a batch per beat
+# run this often.
 PAYMENT_RECONCILE_AFTER_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_AFTER_SECONDS", 600))
+PAYMENT_RECONCILE_BATCH = int(os.environ.get("PAYMENT_RECONCILE_BATCH", 200))
 PAYMENT_RECONCILE_RECHECK_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_RECHECK_SECONDS", 300))
 PAYMENT_RECONCILE_MAX_AGE_SECONDS = int(
     os.environ.get("PAYMENT_RECONCILE_MAX_AGE_SECONDS", 7 * 86400)

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ordering.models import DeadLetter, OutboxEvent, Payment
-from ordering.payments.due_checks import overdue_seconds
+from ordering.payments.due_checks import overdue_seconds, unanswered_seconds
 from ordering.worker_ids import free_worker_ids
 
 fsm_conflicts = Counter(
@@ -56,8 +56,13 @@ class DatabaseCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ordering_payments_reconcile_overdue_seconds",
-            "How late the oldest due check of a pending payment at its provider is",
+            "How late the oldest due check of a payment at its provider is",
             value=overdue_seconds(),
+        )
+        yield GaugeMetricFamily(
+            "ordering_payments_unanswered_seconds",
+            "How long a provider has left a payment's check unanswered, the longest",
+            value=unanswered_seconds(),
         )
 
 

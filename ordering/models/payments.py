@@ -26,11 +26,11 @@ class Payment(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    checked_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="When reconciliation last asked the provider about this pending payment",
-    )
+    # reconciliation (ordering/payments/due_checks.py): the provider's last answer, when to ask
+    # next, and since when asking has gone unanswered
+    checked_at = models.DateTimeField(null=True, blank=True)
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    unanswered_since = models.DateTimeField(null=True, blank=True)
 
     all_tenants = models.Manager()
     objects = TenantManager()
@@ -43,12 +43,12 @@ class Payment(models.Model):
             ),
         ]
         indexes = [
-            # reconciliation and its metric read only the payments still waiting for the
-            # provider, however many settled ones the table holds
+            # reconciliation and its metrics read only the payments the provider may still
+            # settle, however many settled ones the table holds
             models.Index(
                 fields=["created_at"],
-                condition=models.Q(status="pending"),
-                name="payment_pending_created",
+                condition=models.Q(status__in=["pending", "failed", "voided"]),
+                name="payment_unsettled_created",
             ),
         ]
 

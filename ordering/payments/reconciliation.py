@@ -2,18 +2,18 @@
 
 A provider's callback can be lost for good: our server down through all of the provider's
 retries, a webhook URL misconfigured, an event the provider dropped. The diner has paid, but the
-order stays PAYING and the kitchen never sees it. So a payment still pending
-``PAYMENT_RECONCILE_AFTER_SECONDS`` after it started is asked about
-(:meth:`ordering.payments.base.PaymentProvider.settled_event`) at most every
-``PAYMENT_RECONCILE_RECHECK_SECONDS``, for ``PAYMENT_RECONCILE_MAX_AGE_SECONDS`` (a provider
-expires an open payment long before). An answer goes through the same path as a callback
+order stays PAYING and the kitchen never sees it; or the diner paid after a declined card, or
+after the order was cancelled. So the payments the provider may still have news of are asked
+about (:meth:`ordering.payments.base.PaymentProvider.settled_event`) on the schedule
+:mod:`ordering.payments.due_checks` sets. An answer goes through the same path as a callback
 (:func:`ordering.payments.callbacks.apply_provider_event`), under the provider's own event id:
-whichever of the two arrives second is a duplicate in the inbox, so the order is paid once.
+whichever of the two arrives second is a duplicate in the inbox, so the order is paid once (and
+money taken for a cancelled order is a conflict for staff).
 
-Runs from Celery beat every ``PAYMENT_RECONCILE_SECONDS`` and as
-``manage.py reconcile_payments``. ``ordering_payments_reconcile_overdue_seconds``
-(:mod:`ordering.payments.due_checks`, read by :mod:`ordering.metrics`) says how late the
-oldest due check is, for an alert.
+Runs from Celery beat every ``PAYMENT_RECONCILE_SECONDS`` and as ``manage.py
+reconcile_payments``. ``ordering_payments_reconcile_overdue_seconds`` (how late the oldest due
+check is) and ``ordering_payments_unanswered_seconds`` (how long the provider has left one
+unanswered) are read by :mod:`ordering.metrics`, for alerts.
 """
 
 from __future__ import annotations
@@ -22,42 +22,63 @@ import logging
 from collections import Counter
 from datetime import datetime
 
+from django.conf import settings
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ordering.models import Payment
-from ordering.payments.base import ProviderError
+from ordering.payments.base import CallbackEvent
 from ordering.payments.callbacks import apply_provider_event
-from ordering.payments.due_checks import due_payments
+from ordering.payments.due_checks import due_payments, next_check
 from ordering.payments.error_codes import CallbackRejected
-from ordering.payments.registry import UnknownProvider, get_provider
+from ordering.payments.registry import get_provider
 
 logger = logging.getLogger(__name__)
 
 
-def reconcile_payments(*, batch: int = 200, now: datetime | None = None) -> dict[str, int]:
-    """Ask the provider about up to ``batch`` due payments; counts by what came of each:
-    ``open`` (not settled yet), ``unreachable`` (the provider could not be asked), or the
-    result of applying its answer (``applied``, ``duplicate``, ``ignored``, ``conflict``)."""
+def reconcile_payments(*, batch: int | None = None, now: datetime | None = None) -> dict[str, int]:
+    """Ask the provider about up to ``batch`` (``PAYMENT_RECONCILE_BATCH``) due payments;
+    counts by what came of each: ``open`` (nothing settled yet), ``unreachable`` (the provider
+    could not be asked, or its adapter failed), ``error`` (its answer could not be applied), or
+    the result of applying its answer (``applied``, ``duplicate``, ``ignored``, ``conflict``,
+    ``refused``). Each payment's next check is set before its answer is applied, so one that
+    keeps failing goes behind the others instead of holding up every run."""
     now = now or timezone.now()
     counts: Counter[str] = Counter()
-    for payment in due_payments(now)[:batch]:
+    for payment in due_payments(now)[: batch or settings.PAYMENT_RECONCILE_BATCH]:
+        this = Payment.all_tenants.filter(pk=payment.pk)
         try:
             event = get_provider(payment.provider).settled_event(payment=payment)
-        except (ProviderError, UnknownProvider) as exc:
-            logger.warning("payment %s: provider not asked: %s", payment.pk, exc)
+        except Exception as exc:  # a provider down, unknown here, or its adapter's bug
+            logger.warning("payment %s: provider not asked: %r", payment.pk, exc)
+            this.update(
+                next_check_at=next_check(payment=payment, now=now, answered=False),
+                unanswered_since=Coalesce(F("unanswered_since"), Value(now)),
+            )
             counts["unreachable"] += 1
             continue
-        Payment.all_tenants.filter(pk=payment.pk).update(checked_at=now)
-        if event is None:
-            counts["open"] += 1
-            continue
-        try:
-            result = apply_provider_event(provider=payment.provider, event=event)
-        except CallbackRejected as exc:  # the provider named another order: nothing applied
-            logger.warning("payment %s: provider's answer refused: %s", payment.pk, exc.detail)
-            counts["refused"] += 1
-            continue
-        if result.outcome != "duplicate":
-            logger.info("payment %s reconciled: %s", payment.pk, result.outcome)
-        counts[result.outcome] += 1
+        this.update(
+            checked_at=now,
+            next_check_at=next_check(payment=payment, now=now, answered=True),
+            unanswered_since=None,
+        )
+        counts[_apply(payment, event)] += 1
     return dict(counts)
+
+
+def _apply(payment: Payment, event: CallbackEvent | None) -> str:
+    """What came of the provider's answer, applied through the callback's own path."""
+    if event is None:
+        return "open"
+    try:
+        result = apply_provider_event(provider=payment.provider, event=event)
+    except CallbackRejected as exc:  # the provider named another order: nothing applied
+        logger.warning("payment %s: provider's answer refused: %s", payment.pk, exc.detail)
+        return "refused"
+    except Exception:
+        logger.exception("payment %s: provider's answer not applied", payment.pk)
+        return "error"
+    if result.outcome != "duplicate":
+        logger.info("payment %s reconciled: %s", payment.pk, result.outcome)
+    return result.outcome

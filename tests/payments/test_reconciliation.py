@@ -23,9 +23,10 @@ from ordering.models import (
     OutboxEvent,
     Payment,
     PaymentCallback,
+    ProviderConflict,
 )
 from ordering.payments.base import CallbackEvent, ProviderError
-from ordering.payments.due_checks import overdue_seconds
+from ordering.payments.due_checks import overdue_seconds, unanswered_seconds
 from ordering.payments.reconciliation import reconcile_payments
 from ordering.payments.simulated import SimulatedProvider, complete_payment
 from ordering.services.lifecycle import cancel_order
@@ -87,11 +88,13 @@ def test_a_lost_callback_is_found_and_the_order_paid_once(tenant, menu):
 
 
 @pytest.mark.django_db
-def test_an_open_payment_is_asked_again_only_after_the_recheck(tenant, menu):
+def test_an_open_payment_is_asked_again_after_its_age(tenant, menu):
     order, _ = paying_order(tenant, menu["pizza"])  # the diner has not paid
-    assert reconcile_payments(now=later(AFTER + 5)) == {"open": 1}
-    assert reconcile_payments(now=later(AFTER + 5 + RECHECK - 10)) == {}
-    assert reconcile_payments(now=later(AFTER + 5 + RECHECK + 10)) == {"open": 1}
+    first = AFTER + 5
+    assert reconcile_payments(now=later(first)) == {"open": 1}
+    # the next check is put off by the payment's age then (about ten minutes)
+    assert reconcile_payments(now=later(2 * first - 10)) == {}
+    assert reconcile_payments(now=later(2 * first + 10)) == {"open": 1}
     order.refresh_from_db()
     assert order.status == OrderStatus.PAYING
     # past the longest a provider keeps a payment open, it is no longer asked about
@@ -99,53 +102,76 @@ def test_an_open_payment_is_asked_again_only_after_the_recheck(tenant, menu):
 
 
 @pytest.mark.django_db
-def test_a_declined_payment_is_failed(tenant, menu):
-    order, payment = paying_order(tenant, menu["pizza"])
-    complete_payment(
-        provider_name=payment.provider,
-        provider_txn_id=payment.provider_txn_id,
-        status="failed",
-        deliver=False,
+def test_a_week_of_an_abandoned_payment_is_a_dozen_asks_not_thousands(tenant, menu):
+    paying_order(tenant, menu["pizza"])
+    asked = sum(
+        reconcile_payments(now=later(minute * 60)).get("open", 0)
+        for minute in range(0, 7 * 24 * 60, 5)  # a run every 5 minutes for a week
     )
+    assert 8 <= asked <= 12  # red with a fixed recheck: 2,000
+
+
+@pytest.mark.django_db
+def test_a_declined_payment_is_failed_and_a_later_payment_still_found(tenant, menu):
+    order, payment = paying_order(tenant, menu["pizza"])
+    txn = {"provider_name": payment.provider, "provider_txn_id": payment.provider_txn_id}
+    complete_payment(**txn, status="failed", deliver=False)
     assert reconcile_payments(now=later(AFTER + 5)) == {"applied": 1}
     payment.refresh_from_db()
     order.refresh_from_db()
     assert payment.status == Payment.Status.FAILED and order.status == OrderStatus.PAYING
+    # the diner tries another card, which pays; that callback is lost too
+    complete_payment(**txn, status="succeeded", deliver=False)
+    assert reconcile_payments(now=later(3 * AFTER)) == {"applied": 1}
+    order.refresh_from_db()
+    assert order.status == OrderStatus.PAID and paid_events(order) == 1
 
 
 @pytest.mark.django_db
-def test_a_payment_found_after_the_order_was_cancelled_goes_to_staff(tenant, menu):
+def test_money_taken_for_an_order_cancelled_meanwhile_goes_to_staff(tenant, menu):
     order, payment = paid_without_callback(tenant, menu["pizza"])
     cancel_order(tenant=tenant, order_id=order.pk, actor="diner")  # unpaid, as we know it
-    assert reconcile_payments(now=later(AFTER + 5)) == {}  # a voided payment is not pending
-    # the late callback is the provider's word: money taken for a cancelled order, for staff
+    # the provider says the diner paid: a conflict for staff (red: never found)
+    assert reconcile_payments(now=later(AFTER + 5)) == {"conflict": 1}
+    conflict = ProviderConflict.all_tenants.get(order=order)
+    assert conflict.kind == ProviderConflict.Kind.PAID_AFTER_CANCEL
+    # then nothing more to ask, and the late callback is that event again
+    assert reconcile_payments(now=later(7 * AFTER)) == {}
     late = complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
-    assert late.outcome == "conflict"
+    assert late.outcome == "duplicate"
+    assert ProviderConflict.all_tenants.filter(order=order).count() == 1
 
 
 @pytest.mark.django_db
-def test_a_provider_that_cannot_be_asked_leaves_the_payment_due(tenant, menu, settings):
+def test_a_provider_that_cannot_be_asked_is_asked_again_soon_and_said_so(tenant, menu):
     _, payment = paying_order(tenant, menu["pizza"])
     Payment.all_tenants.filter(pk=payment.pk).update(provider="gone")  # no longer configured
     assert reconcile_payments(now=later(AFTER + 5)) == {"unreachable": 1}
     payment.refresh_from_db()
-    assert payment.checked_at is None
-    # how late the check is grows until it is answered
-    assert 0 < overdue_seconds(later(AFTER + 5)) < overdue_seconds(later(AFTER + 905)) < 1000
+    assert payment.checked_at is None and payment.unanswered_since is not None
+    assert reconcile_payments(now=later(AFTER + 5 + RECHECK + 5)) == {"unreachable": 1}
+    payment.refresh_from_db()
+    # how long it has gone unanswered is counted from the first ask, and grows
+    assert 890 < unanswered_seconds(later(AFTER + 905)) < 910
 
 
 class Erratic(SimulatedProvider):
-    """A provider whose status page fails, or names another order than the payment's."""
+    """A provider whose status page fails, whose adapter has a bug, or that names another
+    order than the payment's."""
 
     def settled_event(self, *, payment: Payment) -> CallbackEvent | None:
         if payment.method == "down":
             raise ProviderError("503 from the provider")
+        if payment.method == "bug":
+            raise ValueError("the adapter's own bug")
         event = SimulatedProvider.settled_event(self, payment=payment)
         return event and replace(event, order_id=event.order_id + 1)
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("method", "counted"), [("down", "unreachable"), ("card", "refused")])
+@pytest.mark.parametrize(
+    ("method", "counted"), [("down", "unreachable"), ("bug", "unreachable"), ("card", "refused")]
+)
 def test_a_provider_failing_or_naming_another_order_changes_nothing(
     tenant, menu, settings, method, counted
 ):
@@ -161,6 +187,24 @@ def test_a_provider_failing_or_naming_another_order_changes_nothing(
         each.refresh_from_db()
         assert each.status == OrderStatus.PAYING
     assert not PaymentCallback.all_tenants.exists()
+
+
+@pytest.mark.django_db
+def test_payments_that_cannot_be_asked_about_do_not_hold_up_the_others(tenant, menu, settings):
+    settings.PAYMENT_PROVIDERS = {
+        **settings.PAYMENT_PROVIDERS,
+        "erratic": {"ADAPTER": f"{__name__}.Erratic", "SECRETS": ["s"]},
+    }
+    for method in ["down", "bug"] * 3:  # six, due before the one whose callback was lost
+        _, stuck = paying_order(tenant, menu["pizza"])
+        Payment.all_tenants.filter(pk=stuck.pk).update(
+            provider="erratic", method=method, created_at=timezone.now() - timedelta(hours=1)
+        )
+    order, _ = paid_without_callback(tenant, menu["pizza"])
+    runs = [reconcile_payments(batch=4, now=later(AFTER + 5 + minute * 60)) for minute in range(3)]
+    order.refresh_from_db()
+    assert order.status == OrderStatus.PAID, runs  # red: the same four first every run
+    assert sum(run.get("unreachable", 0) for run in runs) == 6
 
 
 @pytest.mark.django_db
@@ -181,7 +225,8 @@ def test_the_metrics_show_pending_payments_and_how_late_their_check_is(tenant, m
     assert 119 <= scraped("ordering_payments_reconcile_overdue_seconds") < 200
     reconcile_payments()
     assert scraped("ordering_payments_reconcile_overdue_seconds") == 0  # asked: due again later
-    assert overdue_seconds(later(RECHECK + 60)) >= 59
+    assert scraped("ordering_payments_unanswered_seconds") == 0
+    assert overdue_seconds(later(AFTER + 120 + 60)) >= 59  # after its age, it is due again
 
 
 @pytest.mark.django_db

@@ -1,6 +1,6 @@
 """``manage.py reconcile_payments [--batch N]``
 
-Ask the payment providers about pending payments whose callback has not come, and apply what
+Ask the payment providers about payments whose news has not come, and apply what
 they say once (:mod:`ordering.payments.reconciliation`); Celery beat runs the same every
 ``PAYMENT_RECONCILE_SECONDS``. Prints the counts of what came of each payment asked about.
 """
@@ -19,9 +19,11 @@ class Command(BaseCommand):
     help = "Ask providers about payments whose callback has not come; apply their answers once."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--batch", type=int, default=200, help="Payments asked about at most")
+        parser.add_argument(
+            "--batch", type=int, help="Payments asked about at most (PAYMENT_RECONCILE_BATCH)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["batch"] < 1:
+        if options["batch"] is not None and options["batch"] < 1:
             raise CommandError("--batch must be at least 1")
         self.stdout.write(json.dumps(reconcile_payments(batch=options["batch"]), sort_keys=True))
