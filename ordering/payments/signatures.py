@@ -48,6 +48,9 @@ def verify(
     if not signature or not timestamp:
         raise _unauthentic(f"{SIGNATURE_HEADER} and {TIMESTAMP_HEADER} are required")
     try:
+        # Unix seconds have 10 digits until the year 2286; a longer number is no timestamp
+        if len(timestamp.strip()) > 12:
+            raise ValueError(timestamp)
         sent_at = int(timestamp.strip())
     except ValueError:
         raise CallbackRejected(

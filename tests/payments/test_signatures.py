@@ -44,6 +44,7 @@ def test_a_correct_signature_within_the_window_verifies():
             "v1=abc", None, BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="missing-timestamp"
         ),
         pytest.param("v1=abc", "yesterday", BODY, 400, "PAYMENT_TIMESTAMP_INVALID", id="bad-ts"),
+        pytest.param("v1=abc", "9" * 400, BODY, 400, "PAYMENT_TIMESTAMP_INVALID", id="huge-ts"),
         pytest.param(
             "v1=" + "0" * 64, str(NOW), BODY, 401, "PAYMENT_SIGNATURE_INVALID", id="forged"
         ),
@@ -90,3 +91,12 @@ def test_rotation_any_configured_secret_and_any_offered_signature_verifies():
     assert check(old, str(NOW), secrets=("new", "old")) == NOW
     assert check(f"{new},v1=deadbeef", str(NOW), secrets=("new",)) == NOW
     assert check(f"v1=deadbeef, {new}", str(NOW), secrets=("new",)) == NOW
+
+
+def test_a_signed_timestamp_too_long_to_be_one_is_refused_not_a_500():
+    """Signed with the provider's secret (only it could send this), 400 nines: red, 500
+    (the skew's float conversion overflowed)."""
+    huge = int("9" * 400)
+    with pytest.raises(CallbackRejected) as err:
+        check(sign(secret="s3cret", timestamp=huge, body=BODY), str(huge))
+    assert (err.value.status_code, err.value.error_code) == (400, "PAYMENT_TIMESTAMP_INVALID")
