@@ -30,10 +30,14 @@ from ordering.admin.confirmation import Confirmation, confirmation_page, confirm
 from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
 from ordering.models import DinerErasure, Order, TenantOffboarding
-from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hash, erase_diner
+from ordering.privacy import diners as diner_privacy
+from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hash
 from ordering.privacy.offboarding import OffboardingRefused, start_offboarding
 from tenants.admin import TenantAdmin as BaseTenantAdmin
 from tenants.models import Tenant
+
+# one request erases them, each after the sessions' one wait: keep it well inside a timeout
+MAX_DINERS_PER_ERASURE = 100
 
 
 @admin.action(description="Erase the diners of the selected orders", permissions=["change"])
@@ -41,19 +45,23 @@ def erase_diners(
     modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]
 ) -> TemplateResponse | None:
     """Shows the diners and their orders first; erases them once staff confirm."""
-    diners = (
+    diners = sorted(
         queryset.order_by()
         .exclude(diner_id="")
         .exclude(diner_id__startswith=PSEUDONYM_PREFIX)
         .values_list("tenant_id", "diner_id")
         .distinct()
     )
+    if len(diners) > MAX_DINERS_PER_ERASURE:
+        modeladmin.message_user(
+            request,
+            f"{len(diners)} diners selected; erase at most {MAX_DINERS_PER_ERASURE} at a time "
+            "(or use manage.py erase_diner). Nothing was erased.",
+            messages.ERROR,
+        )
+        return None
     form = confirmed_form(request, forms.Form)
     if not form.is_valid():
-        orders = Order.all_tenants.filter(
-            tenant_id__in={t for t, _ in diners}, diner_id__in={d for _, d in diners}
-        )
-        counts = Counter(orders.values_list("tenant__slug", "diner_id"))
         return confirmation_page(
             modeladmin,
             request,
@@ -68,21 +76,32 @@ def erase_diners(
                     "their sessions ended. This cannot be undone."
                 ),
                 headers=["Restaurant", "Diner", "Orders (all of the diner's)"],
-                rows=[(slug, diner, n) for (slug, diner), n in sorted(counts.items())],
+                rows=_orders_of(diners),
                 submit="Yes, erase these diners",
             ),
         )
-    who = f"staff:{request.user.get_username()}"
-    logs = [
-        erase_diner(tenant=Tenant.objects.get(pk=tenant_id), diner_id=diner, requested_by=who)
-        for tenant_id, diner in sorted(diners)
-    ]
+    tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in diners})
+    logs = diner_privacy.erase_diners(
+        diners=[(tenants[tenant_id], diner) for tenant_id, diner in diners],
+        requested_by=f"staff:{request.user.get_username()}",
+    )
     modeladmin.message_user(
         request,
         f"{len(logs)} diner(s) erased: {', '.join(log.pseudonym for log in logs) or 'none'}.",
         messages.SUCCESS,
     )
     return None
+
+
+def _orders_of(diners: list[tuple[int, str]]) -> list[tuple[str, str, int]]:
+    """Each selected (restaurant, diner) with how many orders the diner has there."""
+    counts = Counter(
+        Order.all_tenants.filter(
+            tenant_id__in={t for t, _ in diners}, diner_id__in={d for _, d in diners}
+        ).values_list("tenant_id", "diner_id")
+    )
+    slugs = dict(Tenant.objects.filter(pk__in={t for t, _ in diners}).values_list("pk", "slug"))
+    return [(slugs[tenant_id], diner, counts[tenant_id, diner]) for tenant_id, diner in diners]
 
 
 OrderAdmin.actions = [*OrderAdmin.actions, erase_diners]

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from ordering.models import DinerErasure, Order, TenantOffboarding
-from tenants.models import Tenant
+from tenants.models import DinerSession, Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.test_erase_diner import place
 
@@ -138,3 +138,65 @@ def test_two_tenants_are_offboarded_with_both_slugs_typed(
     assert r.status_code == 302
     assert not Tenant.objects.filter(pk__in=[first.pk, second.pk]).exists()
     assert TenantOffboarding.objects.count() == 2
+
+
+def test_the_page_lists_exactly_the_selected_diners_of_each_restaurant(staff, make_tenant):
+    """alice and bob order in both restaurants; alice's order at one and bob's at the other
+    are selected: the page names those two (red: all four pairs), and only they go."""
+    roma, kyoto = make_tenant(slug="roma"), make_tenant(slug="kyoto")
+    for shop in (roma, kyoto):
+        menu = menu_for(shop)
+        for diner in ("alice", "bob"):
+            place(api_for(shop, diner=diner), menu, f"k-{diner}")
+    chosen = [
+        Order.all_tenants.get(tenant=roma, diner_id="alice").pk,
+        Order.all_tenants.get(tenant=kyoto, diner_id="bob").pk,
+    ]
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", chosen)
+    assert sorted(page_rows(r)) == [["kyoto", "bob", "1"], ["roma", "alice", "1"]]
+    run_action(staff, "/admin/ordering/order/", "erase_diners", chosen, confirmed="1")
+    left = set(Order.all_tenants.values_list("tenant__slug", "diner_id"))
+    assert {("roma", "bob"), ("kyoto", "alice")} <= left
+    assert not {("roma", "alice"), ("kyoto", "bob")} & left
+
+
+def test_many_diners_are_erased_with_one_wait_for_the_sessions(
+    staff, tenant, settings, monkeypatch
+):
+    """Forty diners: every session ends before the one wait, no order is touched until after
+    it (red: forty waits, each before its own diner's orders)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 1.0
+    menu = menu_for(tenant, stock=500)
+    diners = [f"d{i}" for i in range(40)]
+    for diner in diners:
+        place(api_for(tenant, diner=diner), menu, "k1")
+    waits: list[tuple[int, int]] = []
+
+    def wait(seconds: float) -> None:  # the state of things at the wait
+        waits.append(
+            (
+                DinerSession.objects.filter(tenant=tenant).count(),
+                Order.all_tenants.filter(diner_id__in=diners).count(),
+            )
+        )
+
+    monkeypatch.setattr("ordering.privacy.diners.time.sleep", wait)
+    selected = list(Order.all_tenants.values_list("pk", flat=True))
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", selected, confirmed="1")
+    assert r.status_code == 302
+    assert waits == [(0, 40)]
+    assert DinerErasure.objects.count() == 40
+    assert not Order.all_tenants.filter(diner_id__in=diners).exists()
+
+
+def test_more_diners_than_one_request_erases_are_refused_whole(staff, tenant, settings):
+    from ordering.admin import privacy
+
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.0
+    menu = menu_for(tenant, stock=500)
+    for i in range(privacy.MAX_DINERS_PER_ERASURE + 1):
+        place(api_for(tenant, diner=f"d{i}"), menu, "k1")
+    selected = list(Order.all_tenants.values_list("pk", flat=True))
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", selected, confirmed="1")
+    assert r.status_code == 302
+    assert not DinerErasure.objects.exists()
