@@ -11,6 +11,7 @@ reconciliation`). Runs from Celery beat every ``UNPAID_ORDER_EXPIRY_SWEEP_SECOND
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -19,6 +20,8 @@ from django.utils import timezone
 from ordering.models import Order, OrderStatus
 from ordering.services.lifecycle import expire_unpaid_order
 from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 
 def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> int:
@@ -33,10 +36,14 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
         .order_by("created_at", "pk")
         .values_list("tenant_id", "pk")[:batch]
     )
-    tenants: dict[int, Tenant] = {}
+    due = list(due)
+    tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in due})
     expired = 0
     for tenant_id, order_id in due:
-        if tenant_id not in tenants:
-            tenants[tenant_id] = Tenant.objects.get(pk=tenant_id)
-        expired += expire_unpaid_order(tenant=tenants[tenant_id], order_id=order_id)
+        if tenant_id not in tenants:  # offboarded meanwhile
+            continue
+        try:
+            expired += expire_unpaid_order(tenant=tenants[tenant_id], order_id=order_id)
+        except Exception:  # this order alone: the others are still expired
+            logger.exception("order %s could not be expired", order_id)
     return expired

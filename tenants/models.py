@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.functions import Lower
 
 from tenants.data_protection import (
     validate_audit_retention_days,
@@ -98,6 +99,15 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            # two restaurants a person could not tell apart by their slug (commands, URLs,
+            # archives are named by it): refused by the database, whoever writes them
+            models.UniqueConstraint(
+                Lower("slug"),
+                name="uniq_tenant_slug_ignoring_case",
+                violation_error_message="A tenant with this slug, in other letter case, exists.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

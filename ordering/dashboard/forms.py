@@ -10,6 +10,7 @@ from django import forms
 from django.utils import timezone
 
 from ordering.models import Coupon
+from ordering.models.menu import MAX_STOCK
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from tenants.diner_sessions import DINER_ID_RE
 from tenants.models import ApiClient, Membership
@@ -21,7 +22,7 @@ class DishCreateForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
-    stock = forms.IntegerField(min_value=0, max_value=1_000_000, initial=0)
+    stock = forms.IntegerField(min_value=0, max_value=MAX_STOCK, initial=0)
     active = forms.BooleanField(required=False, initial=True, label="On the menu")
 
     def clean_name(self) -> str:
@@ -32,7 +33,7 @@ class DishUpdateForm(forms.Form):
     """``stock_seen`` is the count the merchant looked at; the service only overwrites that."""
 
     price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
-    stock = forms.IntegerField(min_value=0, max_value=1_000_000)
+    stock = forms.IntegerField(min_value=0, max_value=MAX_STOCK)
     stock_seen = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     active = forms.BooleanField(required=False, label="On the menu")
 

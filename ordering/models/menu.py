@@ -6,11 +6,16 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from tenants.models import Tenant
 from tenants.scoping import TenantManager
+
+# The most portions a dish can have on the menu (the dashboard's and the admin's forms): far
+# above any kitchen's day, and far below the column's range, which portions given back by
+# cancels must never overflow.
+MAX_STOCK = 1_000_000
 
 
 class Dish(models.Model):
@@ -20,7 +25,7 @@ class Dish(models.Model):
     price = models.DecimalField(
         max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal("0.00"))]
     )
-    stock = models.PositiveIntegerField(default=0)
+    stock = models.PositiveIntegerField(default=0, validators=[MaxValueValidator(MAX_STOCK)])
     active = models.BooleanField(default=True)
 
     all_tenants = models.Manager()

@@ -6,16 +6,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from ordering.errors import OrderingError
 from ordering.expiry import expire_unpaid_orders
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.models.menu import MAX_STOCK
 from ordering.services.lifecycle import EXPIRY_ACTOR
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
-from tests.conftest import api_for
+from tests.conftest import api_for, menu_for
 from tests.support.concurrency import at_once
 
 S = OrderStatus
@@ -103,3 +105,22 @@ def test_a_diner_paying_as_the_order_expires_either_pays_or_is_refused_never_bot
         else:  # the pay came first: the order is left to its payment
             assert expired == 0 and order.status == S.PAYING
             assert order.payments.get().status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_order_that_cannot_be_expired_does_not_hold_up_the_others(tenant, other_tenant, menu):
+    """One order's cancel fails (its dish's stock set past the column's range by SQL, so the
+    portions cannot go back): the other tenant's order is still expired (red: neither)."""
+    stuck = placed(tenant, menu, minutes_ago=90)
+    Dish.all_tenants.filter(pk=menu["pasta"].pk).update(stock=2**31 - 1)
+    fine = placed(other_tenant, menu_for(other_tenant), minutes_ago=60)
+    assert expire_unpaid_orders() == 1
+    assert (status(stuck), status(fine)) == (S.CREATED, S.CANCELLED)
+
+
+@pytest.mark.django_db
+def test_a_dish_s_stock_is_bounded_for_every_form_that_writes_it(tenant, menu):
+    dish = menu["pasta"]
+    dish.stock = MAX_STOCK + 1
+    with pytest.raises(ValidationError, match="stock"):
+        dish.full_clean()

@@ -9,6 +9,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import IntegrityError, transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -104,9 +105,19 @@ def test_running_it_again_for_the_slug_changes_nothing():
     assert everything() == before
     assert Tenant.objects.get(slug="trattoria").name == "Trattoria"
     assert not User.objects.filter(username="dario").exists()
-    with pytest.raises(CommandError, match="'trattoria' exists"):
+    with pytest.raises(CommandError, match="slug, in other letter case, exists"):
         onboard("Trattoria", "--name=Another", "--owner=dario")
+    with pytest.raises(CommandError, match=r"'anna' exists \(usernames differ only in case\)"):
+        onboard("osteria", "--name=Osteria", "--owner=ANNA")
     assert everything() == before
+
+
+def test_the_database_refuses_slugs_that_differ_only_in_case_whoever_writes_them():
+    """Two onboardings at once both pass any check made before writing (red: both rows)."""
+    Tenant.objects.create(slug="lock-twin", name="R")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Tenant.objects.create(slug="Lock-Twin", name="R")
+    assert Tenant.objects.filter(slug__iexact="lock-twin").count() == 1
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
 
@@ -51,6 +51,12 @@ class Command(BaseCommand):
         )
         user_model = get_user_model()
         owner = user_model.objects.filter(username=options["owner"]).first()
+        twin = user_model.objects.filter(username__iexact=options["owner"]).first()
+        if owner is None and twin is not None:  # as Django's own user forms refuse
+            raise CommandError(
+                f"nothing was created; owner username: {twin.get_username()!r} exists "
+                "(usernames differ only in case)"
+            )
         new_owner = owner is None
         if owner is None:
             owner = user_model(username=options["owner"], email=options["email"])
@@ -108,11 +114,8 @@ def _validate(tenant: Tenant, owner: Any, *, new_owner: bool) -> None:
             instance.full_clean()
         except ValidationError as exc:
             problems += [
-                f"{label} {field}: {' '.join(messages)}"
+                f"{label}{'' if field == NON_FIELD_ERRORS else ' ' + field}: {' '.join(messages)}"
                 for field, messages in exc.message_dict.items()
             ]
-    twin = Tenant.objects.filter(slug__iexact=tenant.slug).exclude(slug=tenant.slug).first()
-    if twin is not None:  # two restaurants a person could not tell apart by their slug
-        problems.append(f"tenant slug: {twin.slug!r} exists (slugs differ only in case)")
     if problems:
         raise CommandError("nothing was created; " + "; ".join(problems))
