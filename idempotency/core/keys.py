@@ -16,15 +16,22 @@ AUTO_KEY_PREFIX = "auto:"
 
 
 class InvalidKey(ValueError):
-    """The header is present but is not 1-255 printable ASCII characters."""
+    """The header is present but is not 1-255 printable ASCII characters, or holds a comma."""
 
 
 def validate_key(raw: str) -> str:
-    """The key as sent, if it is 1..255 printable ASCII characters (0x20-0x7E)."""
+    """The key as sent, if it is 1..255 printable ASCII characters (0x20-0x7E) but a comma.
+
+    A server joins a header sent twice into one value with a comma (``K,K``): taken as a key,
+    it would differ from the single ``K`` the same client sends on its next try, and the
+    operation would run twice. So a comma, which a key made as advised (a UUID) never holds,
+    is refused."""
     if not raw or len(raw) > MAX_KEY_LENGTH:
         raise InvalidKey(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
     if not (raw.isascii() and raw.isprintable()):  # ASCII's printable range is 0x20-0x7E
         raise InvalidKey("Idempotency-Key must be printable ASCII")
+    if "," in raw:
+        raise InvalidKey("Idempotency-Key must be sent once, and hold no comma")
     return raw
 
 

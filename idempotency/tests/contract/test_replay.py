@@ -163,8 +163,13 @@ def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant)
 
 @pytest.mark.parametrize(
     ("key", "code"),
-    [(None, "IDEMPOTENCY_KEY_MISSING"), ("", "IDEMPOTENCY_KEY_INVALID"), ("x" * 256, None)],
-    ids=["missing", "empty", "too-long"],
+    [
+        (None, "IDEMPOTENCY_KEY_MISSING"),
+        ("", "IDEMPOTENCY_KEY_INVALID"),
+        ("x" * 256, None),
+        ("k1,k1", None),  # the header sent twice, as a server joins it
+    ],
+    ids=["missing", "empty", "too-long", "sent-twice"],
 )
 def test_a_missing_or_malformed_key_is_refused_before_anything_runs(
     engine_mode, client, tenant, key, code
