@@ -8,7 +8,8 @@ anywhere would lock a merchant out for everyone. When ``REMOTE_ADDR`` is one of
 from ``X-Forwarded-For``, which each proxy extends with the address it received from: walking
 it from the right, past the trusted proxies, the first address is the client's. Entries to its
 left were written by the client and are never believed. With no trusted proxies configured
-(the default) the header is ignored, so no client can choose its own address.
+(the default) the header is ignored, so no client can choose its own address. Trust networks
+of proxies only: any host inside a trusted network can write any client address.
 
 The proxy's own address stays in ``request.META["PROXY_ADDR"]``. (A proxy that speaks the
 PROXY protocol can instead have gunicorn set ``REMOTE_ADDR``: ``--proxy-protocol``.)
@@ -36,15 +37,15 @@ def trusted_networks(entries: Sequence[str]) -> list[Network]:
 
 def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) -> str:
     """The client's address: ``remote`` unless it is a trusted proxy, then the rightmost
-    address of ``forwarded_for`` that is not one (or the leftmost, if all are)."""
+    address of ``forwarded_for`` that is not one (or the leftmost, if all are), written in
+    one canonical way (an IPv4 address mapped into IPv6, as a dual-stack socket gives it, as
+    IPv4; IPv6 compressed, lower case), so that one client is one limit's key."""
     if not proxies or not _within(remote, proxies):
         return remote
     client = remote
     for entry in reversed(forwarded_for.split(",")):
-        candidate = entry.strip()
-        try:
-            ip_address(candidate)
-        except ValueError:
+        candidate = _canonical(entry.strip())
+        if candidate is None:
             break  # not an address: nothing further left was written by a proxy we trust
         client = candidate
         if not _within(candidate, proxies):
@@ -52,11 +53,20 @@ def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) 
     return client
 
 
-def _within(address: str, proxies: Sequence[Network]) -> bool:
+def _canonical(address: str) -> str | None:
     try:
         parsed = ip_address(address)
     except ValueError:
+        return None
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return str(mapped or parsed)
+
+
+def _within(address: str, proxies: Sequence[Network]) -> bool:
+    canonical = _canonical(address)
+    if canonical is None:
         return False
+    parsed = ip_address(canonical)
     return any(parsed in network for network in proxies)
 
 

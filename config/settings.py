@@ -32,6 +32,22 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_bounded(name: str, default: int, *, low: int, high: int) -> int:
+    """An integer setting within ``low..high``; anything else stops the server from starting
+    (a period of years would overflow the date arithmetic of every sweep that reads it)."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+    if not low <= value <= high:
+        raise ImproperlyConfigured(f"{name} must be within {low}..{high}, not {value}")
+    return value
+
+
+_YEAR = 365 * 86400
+
+
 DEBUG = env_bool("DEBUG", False)
 # Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
@@ -521,11 +537,15 @@ if PAYMENT_DEFAULT_PROVIDER not in PAYMENT_PROVIDERS:
 # due_checks.py): first this long after they started, then after their age (at least the
 # recheck; the recheck after an unanswered ask), for at most the max age, up to a batch per beat
 # run this often.
-PAYMENT_RECONCILE_AFTER_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_AFTER_SECONDS", 600))
-PAYMENT_RECONCILE_BATCH = int(os.environ.get("PAYMENT_RECONCILE_BATCH", 200))
-PAYMENT_RECONCILE_RECHECK_SECONDS = int(os.environ.get("PAYMENT_RECONCILE_RECHECK_SECONDS", 300))
-PAYMENT_RECONCILE_MAX_AGE_SECONDS = int(
-    os.environ.get("PAYMENT_RECONCILE_MAX_AGE_SECONDS", 7 * 86400)
+PAYMENT_RECONCILE_AFTER_SECONDS = env_bounded(
+    "PAYMENT_RECONCILE_AFTER_SECONDS", 600, low=0, high=_YEAR
+)
+PAYMENT_RECONCILE_BATCH = env_bounded("PAYMENT_RECONCILE_BATCH", 200, low=1, high=100_000)
+PAYMENT_RECONCILE_RECHECK_SECONDS = env_bounded(
+    "PAYMENT_RECONCILE_RECHECK_SECONDS", 300, low=1, high=_YEAR
+)
+PAYMENT_RECONCILE_MAX_AGE_SECONDS = env_bounded(
+    "PAYMENT_RECONCILE_MAX_AGE_SECONDS", 7 * 86400, low=0, high=_YEAR
 )
 PAYMENT_RECONCILE_SECONDS = float(os.environ.get("PAYMENT_RECONCILE_SECONDS", 60))
 CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
@@ -534,7 +554,7 @@ CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
 }
 # An order still CREATED this long after it was placed gives its portions back (ordering/
 # expiry.py); 0: never. Swept by a beat task this often.
-UNPAID_ORDER_EXPIRY_SECONDS = int(os.environ.get("UNPAID_ORDER_EXPIRY_SECONDS", 1800))
+UNPAID_ORDER_EXPIRY_SECONDS = env_bounded("UNPAID_ORDER_EXPIRY_SECONDS", 1800, low=0, high=_YEAR)
 UNPAID_ORDER_EXPIRY_SWEEP_SECONDS = float(os.environ.get("UNPAID_ORDER_EXPIRY_SWEEP_SECONDS", 60))
 CELERY_BEAT_SCHEDULE["expire-unpaid-orders"] = {
     "task": "ordering.expire_unpaid_orders",

@@ -36,6 +36,11 @@ NETS = trusted_networks([PROXY, "10.0.1.0/24", "fd00::/8"])
         (PROXY, "6.6.6.6, rubbish, 203.0.113.7", "203.0.113.7"),
         # every hop ours: the leftmost
         (PROXY, "10.0.1.3, 10.0.1.9", "10.0.1.3"),
+        # a dual-stack server sees our proxy as IPv4 mapped into IPv6 (red: the proxy's own)
+        ("::ffff:10.0.0.2", "203.0.113.7", "203.0.113.7"),
+        # one client, one spelling: one limit
+        (PROXY, "::ffff:203.0.113.7", "203.0.113.7"),
+        (PROXY, "2001:0DB8:0::1", "2001:db8::1"),
     ],
 )
 def test_the_client_is_the_rightmost_address_that_is_not_our_proxy(remote, forwarded, client):
