@@ -298,7 +298,10 @@ def _carry_out(
             reported_currency=event.currency,
         )
     if decision.effect is _Effect.FAIL_PAYMENT:
-        Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.FAILED)
+        Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(
+            status=P.FAILED,
+            updated_at=timezone.now(),  # when it was declined: ordering/expiry.py
+        )
     elif decision.effect is _Effect.MARK_PAID:
         Payment.all_tenants.filter(pk=payment.pk, status__in=[P.PENDING, P.FAILED]).update(
             status=P.SUCCEEDED

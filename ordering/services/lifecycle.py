@@ -160,13 +160,16 @@ def cancel_order(
 
 
 def expire_unpaid_order(*, tenant: Tenant, order_id: int) -> bool:
-    """Cancel an order still CREATED (the diner never started paying), as the diner could:
-    its portions and coupon go back. False, with nothing changed, when it is no longer CREATED,
-    a pay that committed first included (the move's conditional update refuses then)."""
+    """Cancel an order left unpaid, as the diner could: still CREATED, or PAYING with every
+    payment declined. Its portions and coupon go back. False, with nothing changed, when it is
+    neither any more, a pay or a callback that committed first included (the move's
+    conditional update refuses then)."""
     try:
         with described_conflicts(), transaction.atomic():
             order = access_order(tenant=tenant, order_id=order_id, related=("lines", "payments"))
-            if order.status != S.CREATED:
+            statuses = {payment.status for payment in order.payments.all()}
+            declined = order.status == S.PAYING and statuses == {Payment.Status.FAILED}
+            if order.status != S.CREATED and not declined:
                 return False
             _cancel_unpaid(order, actor=EXPIRY_ACTOR)
     except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)

@@ -12,8 +12,20 @@ from rest_framework.test import APIClient
 
 from ordering.errors import OrderingError
 from ordering.expiry import expire_unpaid_orders
-from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.models import (
+    Coupon,
+    Dish,
+    Order,
+    OrderStatus,
+    OrderTransition,
+    Payment,
+    ProviderConflict,
+)
 from ordering.models.menu import MAX_STOCK
+from ordering.payments.callbacks import handle_payment_callback
+from ordering.payments.reconciliation import reconcile_payments
+from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from ordering.payments.simulated import book, complete_payment, signed_callback
 from ordering.services.lifecycle import EXPIRY_ACTOR
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
@@ -124,3 +136,63 @@ def test_a_dish_s_stock_is_bounded_for_every_form_that_writes_it(tenant, menu):
     dish.stock = MAX_STOCK + 1
     with pytest.raises(ValidationError, match="stock"):
         dish.full_clean()
+
+
+def declined(tenant, menu, *, minutes_ago: float) -> Order:
+    """An order whose payment the provider declined ``minutes_ago`` (its callback came)."""
+    order = placed(tenant, menu, minutes_ago=minutes_ago + 5)
+    _, payment = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    result = complete_payment(
+        provider_name=payment.provider, provider_txn_id=payment.provider_txn_id, status="failed"
+    )
+    assert result.outcome == "applied"
+    earlier = timezone.now() - timedelta(minutes=minutes_ago)
+    Order.all_tenants.filter(pk=order.pk).update(updated_at=earlier)
+    Payment.all_tenants.filter(order=order).update(updated_at=earlier)
+    return order
+
+
+@pytest.mark.django_db
+def test_an_order_whose_payment_was_declined_long_ago_gives_back_its_portions(tenant, menu):
+    old = declined(tenant, menu, minutes_ago=31)
+    recent = declined(tenant, menu, minutes_ago=20)  # the diner may still be deciding
+    assert stock(menu["pasta"]) == 46
+    assert expire_unpaid_orders() == 1  # red: 0, the portions held for good
+    assert (status(old), status(recent)) == (S.CANCELLED, S.PAYING)
+    assert stock(menu["pasta"]) == 48
+    assert Payment.all_tenants.get(order=old).status == "failed"
+
+
+@pytest.mark.django_db
+def test_a_declined_order_found_paid_after_all_is_a_conflict_for_staff(tenant, menu, settings):
+    """Declined, expired, then the provider says a second card paid: staff refund it."""
+    settings.PAYMENT_RECONCILE_AFTER_SECONDS = 0
+    order = declined(tenant, menu, minutes_ago=31)
+    assert expire_unpaid_orders() == 1
+    payment = Payment.all_tenants.get(order=order)
+    book(payment=payment, status="succeeded")  # its callback lost
+    assert reconcile_payments() == {"conflict": 1}
+    assert ProviderConflict.all_tenants.get(order=order).kind == "paid_after_cancel"
+    assert status(order) == S.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_success_arriving_as_a_declined_order_expires_is_either_paid_or_a_conflict(tenant, menu):
+    for _ in range(6):  # which comes first varies from round to round
+        order = declined(tenant, menu, minutes_ago=31)
+        payment = Payment.all_tenants.get(order=order)
+        book(payment=payment, status="succeeded")
+        body, headers = signed_callback(payment=payment, status="succeeded")
+        expired, answered = at_once(
+            expire_unpaid_orders,
+            lambda b=body, h=headers, name=payment.provider: handle_payment_callback(
+                provider_name=name,
+                raw_body=b,
+                timestamp=h[TIMESTAMP_HEADER],
+                signature=h[SIGNATURE_HEADER],
+            ),
+        )
+        if expired == 1:  # the expiry came first: the money is staff's to give back
+            assert (status(order), answered.outcome) == (S.CANCELLED, "conflict")
+        else:  # the callback came first: the order is paid, not expired
+            assert (status(order), answered.outcome) == (S.PAID, "applied")
