@@ -93,6 +93,8 @@ MIDDLEWARE = [
     "config.metrics_view.MetricsByAddressMiddleware",
     "config.request_context.RequestContextMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
+    # an API answer's Allow names no OPTIONS, which the API answers with 405
+    "config.allow_header.AllowWithoutOptionsMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -76,6 +76,23 @@ def test_head_and_options_answer_as_the_route_does(
         assert "POST" in response["Allow"] or "GET" in response["Allow"]
         if method == "options":
             assert_problem(response, 405, "METHOD_NOT_ALLOWED")
+    # Allow names what the route answers: never OPTIONS, which is 405 (red: "..., OPTIONS")
+    assert "OPTIONS" not in response.get("Allow", "")
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "allow"),
+    [
+        ("/api/v1/menu/", "publishable", "GET, HEAD"),
+        ("/api/v1/orders/1/pay/", "diner", "POST"),
+        ("/api/v1/orders/", "merchant", "GET, POST, HEAD"),
+    ],
+)
+def test_allow_lists_exactly_the_methods_the_route_answers(
+    api_caller: Client, world_a: World, path: str, kind: str, allow: str
+) -> None:
+    response = api_caller.options(path, HTTP_AUTHORIZATION=world_a.auth(kind))
+    assert (response.status_code, response["Allow"]) == (405, allow)
 
 
 def test_head_and_options_still_need_a_credential(api_caller: Client) -> None:
