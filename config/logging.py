@@ -46,3 +46,15 @@ class JsonFormatter(logging.Formatter):
             for name in set(settings.LOG_FIELDS_TENANT_MAY_KEEP) - context.log_fields:
                 line.pop(name, None)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)
+
+
+class RefusedHostFilter(logging.Filter):
+    """A request naming a host the site does not answer to is the client's error, refused with
+    a 400: one WARNING line, not an ERROR with Django's traceback (a scrape or a probe by
+    address from outside the allow-lists would fill the log with them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True

@@ -373,10 +373,18 @@ LOGGING = {
         "json": {"()": "config.logging.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"refused_host": {"()": "config.logging.RefusedHostFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": os.environ.get("LOG_FORMAT", "json"),
+        }
+    },
+    "loggers": {
+        "django.security.DisallowedHost": {
+            "handlers": ["console"],
+            "filters": ["refused_host"],
+            "propagate": False,
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},

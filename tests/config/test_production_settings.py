@@ -352,6 +352,22 @@ class TestTheDocumentedProductionServer:
         # gunicorn says so when an app sends a body with a HEAD answer (red: two such lines)
         assert "no-body response" not in server.log_tail(400)
 
+    def test_a_refused_host_is_one_warning_line_not_an_error_with_a_traceback(
+        self, production_server: tuple[LiveServer, dict[str, str | None]]
+    ) -> None:
+        server, _ = production_server
+        with httpx.Client(base_url=server.url, headers={"Host": "10.9.9.9:8000"}) as client:
+            assert client.get("/api/v1/menu/").status_code == 400
+        lines = [
+            json.loads(line)
+            for line in server.log_tail(400).splitlines()
+            if "10.9.9.9" in line and line.startswith("{")
+        ]
+        assert [(line["level"], line["logger"]) for line in lines] == [
+            ("WARNING", "django.security.DisallowedHost")
+        ]  # red: an ERROR with Django's traceback
+        assert "Traceback" not in server.log_tail(400)
+
     def test_https_answers_carry_hsts_and_secure_cookies(
         self, production_server: tuple[LiveServer, dict[str, str | None]]
     ) -> None:
