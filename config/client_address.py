@@ -18,7 +18,7 @@ PROXY protocol can instead have gunicorn set ``REMOTE_ADDR``: ``--proxy-protocol
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -47,27 +47,23 @@ def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) 
         candidate = _canonical(entry.strip())
         if candidate is None:
             break  # not an address: nothing further left was written by a proxy we trust
-        client = candidate
+        client = str(candidate)
         if not _within(candidate, proxies):
             break
     return client
 
 
-def _canonical(address: str) -> str | None:
+def _canonical(address: str) -> IPv4Address | IPv6Address | None:
     try:
         parsed = ip_address(address)
     except ValueError:
         return None
-    mapped = getattr(parsed, "ipv4_mapped", None)
-    return str(mapped or parsed)
+    return getattr(parsed, "ipv4_mapped", None) or parsed
 
 
-def _within(address: str, proxies: Sequence[Network]) -> bool:
-    canonical = _canonical(address)
-    if canonical is None:
-        return False
-    parsed = ip_address(canonical)
-    return any(parsed in network for network in proxies)
+def _within(address: str | IPv4Address | IPv6Address, proxies: Sequence[Network]) -> bool:
+    parsed = _canonical(address) if isinstance(address, str) else address
+    return parsed is not None and any(parsed in network for network in proxies)
 
 
 class ClientAddressMiddleware:

@@ -10,12 +10,10 @@ replays are byte-identical to their first answers.
 from __future__ import annotations
 
 import io
-import threading
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
@@ -27,6 +25,7 @@ from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession
 from tests.conftest import api_for, menu_for
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
+from tests.support.concurrency import at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -257,21 +256,13 @@ def test_erasures_of_one_diner_at_the_same_time_give_one_pseudonym(tenant, setti
     menu = menu_for(tenant)
     for key in ("k1", "k2", "k3"):
         place(api_for(tenant, diner="zoe"), menu, key)
-    start = threading.Barrier(3)
-    logs: list[DinerErasure] = []
 
-    def erase() -> None:
-        start.wait(timeout=30)
-        try:
-            logs.append(erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice"))
-        finally:
-            connection.close()
+    def erase() -> DinerErasure:
+        return erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
 
-    runs = [threading.Thread(target=erase) for _ in range(3)]
-    for run in runs:
-        run.start()
-    for run in runs:
-        run.join(timeout=120)
+    logs = [
+        log for log in at_once(erase, erase, erase, timeout=120) if isinstance(log, DinerErasure)
+    ]
     assert len(logs) == 3
     [pseudonym] = {log.pseudonym for log in logs}
     diners = set(Order.all_tenants.filter(tenant=tenant).values_list("diner_id", flat=True))
