@@ -16,6 +16,7 @@ from typing import Any
 from rest_framework import serializers
 
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
+from ordering.models.payments import payment_of_record
 from tenants.permissions import Capability, may
 from tenants.principals import ApiPrincipal
 
@@ -89,18 +90,17 @@ def shown_order(principal: ApiPrincipal, order: Order, *, detail: bool = True) -
     return render_order(order, internal=internal, detail=detail)
 
 
-def latest_payment(order: Order) -> Payment | None:
-    """The order's latest payment (``Payment.Meta.ordering``), from the rows a service or a
-    ``prefetch_related`` already holds when it holds them. ``payments.first()`` would build
-    and compile a query even then, only to read the same list."""
-    return next(iter(order.payments.all()), None)
+def shown_payment(order: Order) -> Payment | None:
+    """The payment an order's answer shows (:func:`payment_of_record`), from the rows a
+    service or a ``prefetch_related`` already holds when it holds them."""
+    return payment_of_record(list(order.payments.all()))
 
 
 def render_order(order: Order, *, internal: bool, detail: bool) -> dict[str, Any]:
     """What the serializer of that shape gives (``OrderDetailSerializer`` for internal
     detail, ``DinerOrderSerializer`` for a diner's list...); ``internal``: the caller may see
     the restaurant's back-office fields."""
-    payment = latest_payment(order)
+    payment = shown_payment(order)
     shown: dict[str, Any] = {
         "id": str(order.id),
         "number": order.number,

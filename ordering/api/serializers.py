@@ -20,7 +20,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.prebuilt_fields import PrebuiltFieldsSerializer
-from ordering.api.rendering import latest_payment
+from ordering.api.rendering import shown_payment
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from ordering.services.placing import MAX_LINES, MAX_QUANTITY_PER_LINE, PAYMENT_METHODS
@@ -185,7 +185,7 @@ class OrderSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(PaymentSerializer(allow_null=True))
     def get_payment(self, order: Order) -> dict | None:
-        payment = latest_payment(order)
+        payment = shown_payment(order)
         return self.payment_serializer(payment).data if payment else None
 
 

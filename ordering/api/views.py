@@ -218,7 +218,8 @@ class OrderPayView(APIView):
     )
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW, redact=ORDER_PERSONAL_PATHS)
     def post(self, request: Request, order_id: int) -> Response:
-        """Start paying: CREATED -> PAYING with the order's one Payment."""
+        """Start paying: CREATED -> PAYING with a new Payment; once every payment was
+        declined, pay again with a new Idempotency-Key (the order stays PAYING)."""
         principal: ApiPrincipal = request.user
         order, _ = pay_order(
             tenant=principal.tenant,

@@ -45,6 +45,7 @@ from ordering.background.dead_letters import record_dead_letter
 from ordering.background.inbox import is_processed, record_processed
 from ordering.delivery import delivery_adapter
 from ordering.models import Compensation, Order, OrderStatus, OutboxEvent, Payment
+from ordering.models.payments import payment_of_record
 from ordering.payments.registry import get_provider
 from ordering.services.lifecycle import apply_transition, return_coupon, return_stock
 
@@ -169,9 +170,12 @@ def _cancel_delivery(order: Order, compensation: Compensation) -> None:
 
 
 def _refund_payment(order: Order, compensation: Compensation) -> None:
-    """Refund a captured payment; void one never captured; nothing if there is none."""
+    """Refund the payment that took the money; void one never captured; nothing if there is
+    none."""
     P = Payment.Status
-    payment = Payment.all_tenants.filter(order=order).order_by("-created_at").first()
+    payment = payment_of_record(
+        list(Payment.all_tenants.filter(order=order).order_by("-created_at"))
+    )
     if payment is not None and payment.status in (P.SUCCEEDED, P.REFUNDED):
         refund = get_provider(payment.provider).refund(
             payment=payment, amount=payment.amount, idempotency_key=compensation.compensation_id

@@ -64,12 +64,14 @@ class ProviderConflict(models.Model):
     class Kind(models.TextChoices):
         AMOUNT_MISMATCH = "amount_mismatch", "Amount or currency differs from the order"
         PAID_AFTER_CANCEL = "paid_after_cancel", "Captured after the order was cancelled"
+        PAID_TWICE = "paid_twice", "Captured for an order another payment had already paid"
         UNEXPECTED_STATE = "unexpected_state", "Success for an order not awaiting payment"
 
     # How each kind reads for the restaurant (the dashboard); staff read the labels above.
     MERCHANT_WORDS = {
         Kind.AMOUNT_MISMATCH: "the payment provider reported a different amount",
         Kind.PAID_AFTER_CANCEL: "money was taken after the order was cancelled",
+        Kind.PAID_TWICE: "the diner paid twice: another payment had already paid the order",
         Kind.UNEXPECTED_STATE: "a payment was confirmed for an order no longer waiting for one",
     }
 

@@ -3,6 +3,7 @@
 Lifecycle::
 
     CREATED -> PAYING -> PAID -> ACCEPTED -> PREPARING -> READY -> DELIVERING -> COMPLETED
+    PAYING -> PAYING                      (paying again once every payment was declined)
     CREATED | PAYING                      -> CANCELLED     (nothing paid: undone on the spot)
     PAID | ACCEPTED | PREPARING | READY   -> CANCELLING -> CANCELLED   (refund through the saga)
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
+from ordering.models.payments import Payment
 from tenants.models import Tenant
 from tenants.scoping import TenantManager
 
@@ -45,9 +47,22 @@ DINER, MERCHANT, PROVIDER, SAGA = "diner", "merchant", "provider", "saga"
 REFUNDABLE = [S.PAID, S.ACCEPTED, S.PREPARING, S.READY]
 
 
+# how many payments one order may start: a diner whose cards keep being declined gets a clear
+# refusal after this many, not an order holding an unbounded list of payments
+MAX_PAYMENT_ATTEMPTS = 5
+
+
 def has_no_payment(order: Order) -> bool:
-    """CREATED -> PAYING only while no payment is attached (one payment per order)."""
+    """CREATED -> PAYING only while no payment is attached (the first payment)."""
     return not order.payments.exists()
+
+
+def every_payment_declined(order: Order) -> bool:
+    """PAYING -> PAYING (paying again) only when every payment attached so far was declined,
+    and fewer than :data:`MAX_PAYMENT_ATTEMPTS` were started. While one is pending, whether
+    the diner paid is the provider's to say, and a second one could take the money twice."""
+    statuses = [payment.status for payment in order.payments.all()]
+    return 0 < len(statuses) < MAX_PAYMENT_ATTEMPTS and set(statuses) == {Payment.Status.FAILED}
 
 
 class Order(ConcurrentTransitionMixin, models.Model):
@@ -114,6 +129,17 @@ class Order(ConcurrentTransitionMixin, models.Model):
     )
     def start_payment(self) -> None:
         """The diner started paying; the Payment is created in the same transaction."""
+
+    @transition(
+        field=status,
+        source=S.PAYING,
+        target=S.PAYING,
+        conditions=[every_payment_declined],
+        custom={"by": (DINER,)},
+    )
+    def pay_again(self) -> None:
+        """Every payment so far was declined: the diner pays with another card; the new
+        Payment is created in the same transaction."""
 
     @transition(field=status, source=S.PAYING, target=S.PAID, custom={"by": (PROVIDER,)})
     def mark_paid(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import models
 
 from tenants.models import Tenant
@@ -54,3 +56,13 @@ class Payment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.provider_txn_id}"
+
+
+def payment_of_record(payments: Sequence[Payment]) -> Payment | None:
+    """Of an order's payments, newest first (``Payment.Meta.ordering``), the one that took its
+    money (succeeded, or refunded since) if one did, else the newest. An order paid again
+    after a declined card holds several; when a success came for the declined one after all,
+    the newer one was voided, and this is the one that paid: the one its answer shows and its
+    refund returns."""
+    taken = (Payment.Status.SUCCEEDED, Payment.Status.REFUNDED)
+    return next((p for p in payments if p.status in taken), payments[0] if payments else None)

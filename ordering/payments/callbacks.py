@@ -29,7 +29,7 @@ from enum import Enum
 
 from django.conf import settings
 from django.db import connection, router, transaction
-from django.db.models import F, QuerySet
+from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent
@@ -55,6 +55,12 @@ AUDIT_ENDPOINT = "POST /api/v1/payments/callback/"
 Outcome = PaymentCallback.Outcome
 P = Payment.Status
 CANCELLED_OR_CANCELLING = (OrderStatus.CANCELLED, OrderStatus.CANCELLING)
+# an order in one of these was paid: only a payment's success moves it out of PAYING onwards
+PAID_STATUSES = tuple(
+    status
+    for status in OrderStatus.values
+    if status not in (OrderStatus.CREATED, OrderStatus.PAYING, *CANCELLED_OR_CANCELLING)
+)
 # the inbox's unique key: one row per provider event (uniq_payment_callback_event)
 _EVENT_KEY = ("tenant", "provider", "event_id")
 
@@ -267,9 +273,11 @@ def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decisio
         return _conflict(ProviderConflict.Kind.AMOUNT_MISMATCH)
     if payment.status in (P.SUCCEEDED, P.REFUNDED):
         return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_succeeded")
-    if payment.status == P.VOIDED or order.status in CANCELLED_OR_CANCELLING:
+    if order.status in CANCELLED_OR_CANCELLING:
         return _conflict(ProviderConflict.Kind.PAID_AFTER_CANCEL)
-    if order.status != OrderStatus.PAYING:
+    if order.status in PAID_STATUSES:  # paid again after a decline, and both took the money
+        return _conflict(ProviderConflict.Kind.PAID_TWICE)
+    if payment.status == P.VOIDED or order.status != OrderStatus.PAYING:
         return _conflict(ProviderConflict.Kind.UNEXPECTED_STATE)
     return _Decision(Outcome.APPLIED, effect=_Effect.MARK_PAID)
 
@@ -303,9 +311,12 @@ def _carry_out(
             updated_at=timezone.now(),  # when it was declined: ordering/expiry.py
         )
     elif decision.effect is _Effect.MARK_PAID:
-        Payment.all_tenants.filter(pk=payment.pk, status__in=[P.PENDING, P.FAILED]).update(
-            status=P.SUCCEEDED
-        )
+        # this payment captured; in the same statement, one the diner started after this one
+        # was declined, still pending, is voided: its success would take the money twice
+        # (then a ``paid_twice`` conflict for staff)
+        Payment.all_tenants.filter(
+            Q(pk=payment.pk, status__in=[P.PENDING, P.FAILED]) | Q(order=order, status=P.PENDING)
+        ).update(status=Case(When(pk=payment.pk, then=Value(P.SUCCEEDED)), default=Value(P.VOIDED)))
         apply_transition(order, order.mark_paid, actor=f"provider:{provider}")
         emit_event(
             order=order,

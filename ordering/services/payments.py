@@ -1,4 +1,5 @@
-"""Starting a payment: CREATED -> PAYING and the Payment row, in one transaction.
+"""Starting a payment: CREATED -> PAYING (or paying again after a declined card) and the
+Payment row, in one transaction.
 
 The provider is reached only through its adapter (``ordering.payments``); its answer (the
 provider's transaction id) is what the signed callback later names.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from ordering.models import Order, Payment
+from ordering.models import Order, OrderStatus, Payment
 from ordering.one_statement import insert_together
 from ordering.payments.registry import default_provider
 from ordering.prefetch import with_related
@@ -20,19 +21,34 @@ from tenants.models import Tenant
 def pay_order(
     *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
 ) -> tuple[Order, Payment]:
-    """Attach the order's one payment and move it to PAYING.
+    """Attach a payment and move the order to PAYING: its first one (CREATED -> PAYING), or
+    another once every payment so far was declined (PAYING -> PAYING, ``pay_again``).
 
-    The FSM condition (no payment attached yet) plus the conditional status update make a
-    second concurrent pay of the same order a 409, never a second Payment. The condition reads
-    the payments read with the order, in its round trip: a payment is only ever attached by
-    this move, out of CREATED, which the conditional update checks again as it writes.
-    """
+    The first: the FSM condition (no payment attached yet) plus the conditional status update
+    make a second concurrent pay of the same order a 409, never a second Payment. The condition
+    reads the payments read with the order, in its round trip: the first payment is only ever
+    attached by this move, out of CREATED, which the conditional update checks again as it
+    writes.
+
+    Paying again leaves the status as it is, so the conditional update cannot tell two of them
+    apart: the order's row is locked first, as a callback locks it (``ordering.payments.
+    callbacks``), and the order and its payments are read again under the lock. Of two
+    concurrent attempts the second then sees the first's pending payment and is refused (409);
+    a success arriving meanwhile for a declined payment either committed first (the order is
+    PAID: 409) or finds the new payment pending and voids it as it marks the order paid."""
     provider = default_provider()
     with described_conflicts(), transaction.atomic():
         order = access_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
         )
-        apply_transition(order, order.start_payment, actor=actor)
+        if order.status == OrderStatus.PAYING:
+            Order.all_tenants.select_for_update().filter(pk=order.pk).values_list("pk").get()
+            order = access_order(
+                tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
+            )
+        move = order.pay_again if order.status == OrderStatus.PAYING else order.start_payment
+        earlier = list(order.payments.all())
+        apply_transition(order, move, actor=actor)
         intent = provider.start_payment(order=order, amount=order.total, currency=order.currency)
         payment = Payment(
             tenant=tenant,
@@ -44,5 +60,6 @@ def pay_order(
             currency=order.currency,
         )
         insert_together([payment])  # its INSERT compiled once per process (one_statement.py)
-    with_related(order, payments=[payment])  # none were read with the order (the condition)
+    # the newest first, as Payment.Meta.ordering reads them
+    with_related(order, payments=[payment, *earlier])
     return order, payment

@@ -189,7 +189,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Start paying: CREATED -> PAYING with the order's one Payment. */
+        /**
+         * @description Start paying: CREATED -> PAYING with a new Payment; once every payment was
+         *     declined, pay again with a new Idempotency-Key (the order stays PAYING).
+         */
         post: operations["v1_orders_pay_create"];
         delete?: never;
         options?: never;
