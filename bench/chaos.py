@@ -88,6 +88,7 @@ from typing import Any
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ".venv/bin/python -m bench.chaos"
 SECRET_KEY = "bench-chaos-not-a-secret-" + "x" * 32
+HASH_KEY = "bench-chaos-hash-key-not-a-secret-" + "y" * 24  # not SECRET_KEY
 DB_NAME = "chaos"
 ORDERS_PATH = "/api/v1/orders/"
 IN_PROGRESS_CODE = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
@@ -214,7 +215,7 @@ def server_env(opts: Options, database_url: str, redis_url: str, metrics_dir: Pa
         "CELERY_BROKER_URL": redis_url.rsplit("/", 1)[0] + "/1",
         "DEBUG": "0",
         "SECRET_KEY": SECRET_KEY,
-        "IDEMPOTENCY_HASH_KEY": SECRET_KEY,
+        "IDEMPOTENCY_HASH_KEY": HASH_KEY,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         # off DEBUG a payment provider must be configured; orders never reach it here

@@ -9,8 +9,10 @@ Two ways to scrape, then. Through the site's proxy, over HTTPS with the site's h
 the token, like any other request. Or by each server's own address over plain HTTP from an
 allow-listed address (Prometheus on the private network scraping every server, not the
 balancer's pick): :class:`MetricsByAddressMiddleware` answers those before the host check and
-the HTTPS redirect, as the health probes are answered, and only those: the token never travels
-over plain HTTP to be honoured.
+the HTTPS redirect, as the health probes are answered, and only those. The token is honoured
+over HTTPS only (as the proxy reports it, ``SECURE_PROXY_SSL_HEADER``), with the HTTPS redirect
+turned off too: a token sent over plain HTTP has been on the wire in the clear, and a scraper
+sending it so is refused rather than left working that way. With DEBUG (the demo), over HTTP.
 
 Besides the engine's and the ordering app's metrics it carries each tenant's stored records and
 Redis keys (``idempotency/stores/usage.py`` says how fresh those are), each node's audit stream
@@ -63,7 +65,8 @@ def _process_registry() -> CollectorRegistry:
 def _allowed(request: HttpRequest) -> bool:
     token = settings.METRICS_TOKEN
     header = request.META.get("HTTP_AUTHORIZATION", "")
-    if token and hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
+    over_https = request.is_secure() or settings.DEBUG
+    if token and over_https and hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
         return True
     return _allowed_address(request)
 

@@ -53,12 +53,34 @@ DEBUG = env_bool("DEBUG", False)
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
 _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
 _DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
-SECRET_KEY = os.environ.get("SECRET_KEY", "") or (_DEV_SECRET if DEBUG else "")
-if not DEBUG and (SECRET_KEY in {"", _DEV_SECRET} or SECRET_KEY.startswith("django-insecure")):
-    raise ImproperlyConfigured(
-        "SECRET_KEY must be set to a secret of your own when DEBUG is off "
-        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
-    )
+
+
+def production_secret(name: str, development: str, *, min_chars: int) -> str:
+    """The secret ``name`` from the environment; with DEBUG, the repository's ``development``
+    value when it is unset. Off DEBUG the server does not start with a missing, public, short
+    or padded one, or one of fewer than five different characters: whoever guesses it forges
+    what it signs or keys (sessions, payment callbacks, the hashes that stand for diners'
+    data), and a value read with a stray space is another secret than the one meant."""
+    value = os.environ.get(name, "")
+    if DEBUG:
+        return value or development
+    if (
+        value in {"", development}
+        or value.startswith("django-insecure")
+        or value != value.strip()
+        or len(value) < min_chars
+        or len(set(value)) < 5
+    ):
+        raise ImproperlyConfigured(
+            f"{name} must be set to a secret of your own when DEBUG is off: at least "
+            f"{min_chars} characters, no surrounding spaces "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+        )
+    return value
+
+
+# Django's own deployment check asks for 50 characters of at least 5 different ones
+SECRET_KEY = production_secret("SECRET_KEY", _DEV_SECRET, min_chars=50)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
@@ -354,7 +376,10 @@ TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 # address is in METRICS_ALLOWED_IPS (comma-separated; empty by default: no address is trusted,
 # loopback included); anyone else gets 404 (config/metrics_view.py).
 METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
+# Optional; when set, a secret like the others. Honoured over HTTPS only (DEBUG aside).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+if METRICS_TOKEN:
+    METRICS_TOKEN = production_secret("METRICS_TOKEN", "", min_chars=32)
 
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
@@ -444,12 +469,11 @@ if BENCH_ENDPOINTS:
 # Keyed hashes (idempotency/core/hashing.py): fingerprints, field hashes and the keys kept in
 # audits, logs and exports are HMACs under IDEMPOTENCY_HASH_KEY (id IDEMPOTENCY_HASH_KEY_ID);
 # during a rotation the previous ones still verify: IDEMPOTENCY_HASH_KEYS_PREVIOUS="1:<secret>".
-_hash_key = os.environ.get("IDEMPOTENCY_HASH_KEY", "") or (_DEV_HASH_KEY if DEBUG else "")
-if not DEBUG and _hash_key in {"", _DEV_HASH_KEY}:
-    raise ImproperlyConfigured(
-        "IDEMPOTENCY_HASH_KEY must be set to a secret of your own when DEBUG is off "
-        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
-    )
+# A key of its own: with SECRET_KEY's, whoever learns one (a leaked session signer) could
+# also test guesses of a phone number or a diner's id against the hashes that stand for them.
+_hash_key = production_secret("IDEMPOTENCY_HASH_KEY", _DEV_HASH_KEY, min_chars=32)
+if not DEBUG and _hash_key == SECRET_KEY:
+    raise ImproperlyConfigured("IDEMPOTENCY_HASH_KEY must be a secret other than SECRET_KEY")
 IDEMPOTENCY["HASH_KEYS"] = [
     (int(os.environ.get("IDEMPOTENCY_HASH_KEY_ID", 1)), _hash_key),
     *[
@@ -524,15 +548,9 @@ SAGA_RETRY_MAX_SECONDS = float(os.environ.get("SAGA_RETRY_MAX_SECONDS", 300.0))
 PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERANCE", 300))
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):
-    _simulated_secret = os.environ.get("SIMULATED_PROVIDER_SECRET", "") or (
-        _DEV_SIMULATED_PROVIDER_SECRET if DEBUG else ""
+    _simulated_secret = production_secret(
+        "SIMULATED_PROVIDER_SECRET", _DEV_SIMULATED_PROVIDER_SECRET, min_chars=32
     )
-    if not DEBUG and _simulated_secret == _DEV_SIMULATED_PROVIDER_SECRET:
-        _simulated_secret = ""
-    if not _simulated_secret:
-        raise ImproperlyConfigured(
-            "SIMULATED_PROVIDER_SECRET must be set to a secret of your own when DEBUG is off"
-        )
     PAYMENT_PROVIDERS["simulated"] = {
         "ADAPTER": "ordering.payments.simulated.SimulatedProvider",
         "SECRETS": [_simulated_secret],

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config.metrics_view import metrics
 from idempotency.web import api as tokens_api
+from tenants.login_forms import StaffLoginForm
 from tenants.permissions import Capability, declare
 
 TOKENS = Capability.USE_IDEMPOTENCY_TOKENS
@@ -14,6 +15,7 @@ TOKENS = Capability.USE_IDEMPOTENCY_TOKENS
 # The admin's lists need the width more than a second menu beside them (1280 px screens): the
 # home page and the breadcrumbs lead everywhere the sidebar would.
 admin.site.enable_nav_sidebar = False
+admin.site.login_form = StaffLoginForm  # the username's length checked (tenants/login_forms.py)
 
 urlpatterns = [
     path("admin/", admin.site.urls),

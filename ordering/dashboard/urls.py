@@ -14,10 +14,15 @@ from ordering.dashboard import (
     privacy,
     tenant,
 )
+from tenants.login_forms import LoginForm
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/dashboard/", permanent=False)),
-    path("dashboard/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "dashboard/login/",
+        auth_views.LoginView.as_view(authentication_form=LoginForm),
+        name="login",
+    ),
     path("dashboard/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("dashboard/", orders.board, name="board"),
     path("dashboard/board/fragment/", orders.board_fragment, name="dash-board-fragment"),

@@ -93,3 +93,13 @@ def test_the_token_is_honoured_over_https_by_the_site_s_name_only(scraping):
     assert scraping.get("/metrics", **token, **by_name).status_code == 301  # to HTTPS
     answer = scraping.get("/metrics", secure=True, **token, **by_name)
     assert answer.status_code == 200 and b"ordering_outbox_pending" in answer.content
+
+
+def test_the_token_is_not_honoured_over_plain_http_with_the_redirect_off(scraping, settings):
+    # with the redirect off, a plain request by the site's name reached the view, which
+    # honoured a token that had crossed the network in the clear
+    settings.SECURE_SSL_REDIRECT = False
+    token = {"HTTP_AUTHORIZATION": "Bearer scrape-token", "HTTP_HOST": "orders.example.com"}
+    assert scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", **token).status_code == 404
+    answer = scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", secure=True, **token)
+    assert answer.status_code == 200

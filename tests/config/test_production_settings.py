@@ -10,6 +10,7 @@ Django's technical 404 page listed the URL map.
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ from tests.support.production import (
 # production.
 DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
 DEV_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+STRONG = secrets.token_urlsafe(50)
 
 SHOW_SETTINGS = (
     "import json, django; django.setup(); from django.conf import settings as s; "
@@ -108,6 +110,33 @@ def test_without_debug_in_the_environment_the_app_runs_as_production() -> None:
             {"IDEMPOTENCY_HASH_KEY": "dev-only-idempotency-hash-key-change-me"},
             "IDEMPOTENCY_HASH_KEY must be set",
             id="the-repository-hash-key",
+        ),
+        pytest.param({"SECRET_KEY": " "}, "SECRET_KEY must be set", id="a-blank-secret-key"),
+        pytest.param({"SECRET_KEY": "changeme"}, "SECRET_KEY must be set", id="a-short-key"),
+        pytest.param({"SECRET_KEY": "ab" * 40}, "SECRET_KEY must be set", id="two-characters"),
+        pytest.param(
+            {"SECRET_KEY": STRONG + " "}, "SECRET_KEY must be set", id="a-key-with-a-space"
+        ),
+        pytest.param(
+            {"IDEMPOTENCY_HASH_KEY": "x"}, "IDEMPOTENCY_HASH_KEY must be set", id="a-short-hash-key"
+        ),
+        pytest.param(
+            {"IDEMPOTENCY_HASH_KEY": STRONG[:31]},
+            "IDEMPOTENCY_HASH_KEY must be set",
+            id="a-hash-key-of-31-characters",
+        ),
+        pytest.param(
+            {"SECRET_KEY": STRONG, "IDEMPOTENCY_HASH_KEY": STRONG},
+            "IDEMPOTENCY_HASH_KEY must be a secret other than SECRET_KEY",
+            id="the-hash-key-is-the-secret-key",
+        ),
+        pytest.param(
+            {"SIMULATED_PROVIDER_SECRET": "x"},
+            "SIMULATED_PROVIDER_SECRET must be set",
+            id="a-short-provider-secret",
+        ),
+        pytest.param(
+            {"METRICS_TOKEN": "metrics"}, "METRICS_TOKEN must be set", id="a-short-metrics-token"
         ),
         pytest.param({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name", id="no-allowed-hosts"),
         pytest.param({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name", id="blank-hosts"),

@@ -95,3 +95,16 @@ def test_the_lockout_page_says_what_happened() -> None:
     assert response.status_code == 429
     assert b"Too many failed logins" in response.content
     assert response["Cache-Control"].startswith("max-age=0, no-cache, no-store")
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+@pytest.mark.parametrize("length", [151, 256, 10_000])
+def test_a_username_no_account_can_have_is_the_form_s_error(
+    url: str, staff: bool, length: int
+) -> None:
+    # it reached the throttle, whose 255-character column refused it: a 500 for anyone
+    browser = Client(REMOTE_ADDR="198.51.100.7")
+    response = browser.post(url, {"username": "U" * length, "password": "p"})
+    assert response.status_code == 200
+    assert b"at most 150 characters" in response.content
+    assert not AccessAttempt.objects.exists()

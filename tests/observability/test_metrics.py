@@ -43,7 +43,8 @@ def metrics_token(settings):
 
 
 def scrape(client, **extra: str):
-    return client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}", **extra)
+    # over HTTPS: the token is honoured there only
+    return client.get("/metrics", secure=True, HTTP_AUTHORIZATION=f"Bearer {TOKEN}", **extra)
 
 
 def test_metrics_are_not_public(client):

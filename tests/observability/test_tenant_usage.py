@@ -36,7 +36,7 @@ def own_node(settings: Any) -> Iterator[RedisNode]:
 
 
 def scrape(client: Any) -> dict[tuple[str, frozenset], float]:
-    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    response = client.get("/metrics", secure=True, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
     return samples(response.content.decode())
 
