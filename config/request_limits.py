@@ -8,7 +8,10 @@ idempotency engine may be about to fingerprint the payload. Here a too-large bod
 - a declared ``Content-Length`` above the limit is refused without reading a byte of the body;
 - a ``Transfer-Encoding: chunked`` body (no length announced) is read at most one byte past
   the limit. Django itself ignores chunked bodies (it trusts ``Content-Length`` only), so a
-  chunked body within the limit is handed on as if it had been sent with its length.
+  chunked body within the limit is handed on as if it had been sent with its length. One the
+  server cannot decode (a chunk size that is not a number, a chunk without its terminator, the
+  connection ending mid-body) is answered 400 ``BAD_REQUEST``: gunicorn raises its parse error
+  from the read, which was a 500 for anyone, with a traceback in the log.
 
 API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py``); other paths
 (dashboard forms, the admin) a short plain-text answer.
@@ -22,6 +25,7 @@ from io import BytesIO
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
+from gunicorn.http.errors import ParseException
 
 from config.api_errors import problem_http_response
 
@@ -51,9 +55,21 @@ class RequestSizeLimitMiddleware:
         if declared is not None:
             if declared > limit:
                 return too_large_response(request, limit)
-        elif _is_chunked(request) and not _buffer_chunked_body(request, limit):
-            return too_large_response(request, limit)
+        elif _is_chunked(request):
+            try:
+                fits = _buffer_chunked_body(request, limit)
+            except (ParseException, OSError):  # gunicorn's NoMoreData is an OSError
+                return _malformed_body_response(request)
+            if not fits:
+                return too_large_response(request, limit)
         return self.get_response(request)
+
+
+def _malformed_body_response(request: HttpRequest) -> HttpResponse:
+    detail = "The chunked request body is not well-formed"
+    if request.path.startswith("/api/"):
+        return problem_http_response(400, "BAD_REQUEST", detail)
+    return HttpResponse(detail, status=400, content_type="text/plain; charset=utf-8")
 
 
 def _declared_length(request: HttpRequest) -> int | None:

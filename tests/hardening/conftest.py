@@ -37,13 +37,13 @@ from tenants.models import ApiClient, DinerSession, Membership, Tenant
 from tests.support.live_server import gunicorn_fixture
 
 PROBLEM_JSON = "application/problem+json"
-SIMULATED_PROVIDER_SECRET = "hardening-simulated-provider-secret"
+SIMULATED_PROVIDER_SECRET = "hardening-simulated-provider-secret-not-for-production"
 
 # The live server runs as production does (DEBUG off: no debug pages, Django's error handlers
 # answer), with the suite's one Redis node and no write rate limit (schemathesis sends bursts).
 PRODUCTION_LIKE_ENV: dict[str, str | None] = {
     "DEBUG": "0",
-    "SECRET_KEY": "hardening-sweep-secret-key-not-for-production-use",
+    "SECRET_KEY": "hardening-sweep-secret-key-not-for-production-use-at-all",
     "IDEMPOTENCY_HASH_KEY": "hardening-sweep-hash-key-not-for-production-use",
     "ALLOWED_HOSTS": "127.0.0.1,localhost",
     "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front

@@ -227,6 +227,43 @@ class TestThroughGunicorn:
         assert status == 201, raw
         assert Order.all_tenants.filter(pk=json.loads(raw)["id"]).exists()
 
+    @pytest.mark.parametrize(
+        "body",
+        [
+            pytest.param(b"ZZ\r\n", id="a-size-that-is-not-hex"),
+            pytest.param(b"-1\r\nx\r\n0\r\n\r\n", id="a-negative-size"),
+            pytest.param(b"5\r\nhelloXX0\r\n\r\n", id="a-chunk-without-its-terminator"),
+        ],
+    )
+    def test_a_chunked_body_that_is_not_well_formed_is_a_400(
+        self, hardening_server: LiveServer, live_world: World, body: bytes
+    ) -> None:
+        # gunicorn raised its parse error out of the body's read: a 500 with a traceback
+        status, headers, raw = send_raw(
+            hardening_server, request_head(live_world, chunked=True, kind="diner"), [body]
+        )
+
+        assert status == 400, raw
+        assert problem_code(headers, raw) == "BAD_REQUEST"
+        assert "Traceback" not in hardening_server.log_tail(200)
+        assert Order.all_tenants.count() == 0
+
+    def test_a_chunked_body_cut_off_by_the_client_is_a_400(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        url = urlsplit(hardening_server.url)
+        head = request_head(live_world, chunked=True, kind="diner").replace("\n", "\r\n")
+        with socket.create_connection((url.hostname, url.port), timeout=DEADLINE_SECONDS) as sock:
+            sock.sendall(head.encode() + b"\r\n" + b"100\r\n" + b"{" * 10)
+            sock.shutdown(socket.SHUT_WR)  # the rest of the announced chunk never comes
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            status, raw = response.status, response.read()
+
+        assert status == 400, raw
+        assert json.loads(raw)["code"] == "BAD_REQUEST"
+        assert "Traceback" not in hardening_server.log_tail(200)
+
     def test_unknown_api_paths_are_problem_json_on_the_live_server(
         self, hardening_server: LiveServer
     ) -> None:
