@@ -520,6 +520,11 @@ CELERY_RESTORE_INTERVAL = int(os.environ.get("CELERY_RESTORE_INTERVAL", 5))
 # Outbox: rows still unpublished this long after their commit are published by the sweeper.
 OUTBOX_PUBLISH_GRACE_SECONDS = float(os.environ.get("OUTBOX_PUBLISH_GRACE_SECONDS", 10))
 OUTBOX_SWEEP_SECONDS = float(os.environ.get("OUTBOX_SWEEP_SECONDS", 30))
+# An event sent but not consumed this long after its send (the broker lost it) is sent again,
+# the wait doubling after each send (ordering/background/outbox.py); 0 turns this off.
+OUTBOX_REDELIVER_AFTER_SECONDS = env_bounded(
+    "OUTBOX_REDELIVER_AFTER_SECONDS", 600, low=0, high=86400
+)
 STALE_LEASE_SWEEP_SECONDS = float(os.environ.get("STALE_LEASE_SWEEP_SECONDS", 30))
 # How often the engine's audit streams are copied into the database
 # (idempotency/stores/audit_stream.py)

@@ -8,6 +8,15 @@ right after the commit (:func:`publish_event`), and :func:`sweep_outbox`, run pe
 Celery beat (``ordering.sweep_outbox``) or ``manage.py sweep_outbox``, publishes rows whose
 publish was lost. A row can therefore be published twice (sweeper and a slow on-commit publish
 racing); consumers make that harmless (:mod:`ordering.background.consumers`).
+
+A message the broker accepted can still be lost: the broker is Redis, and a Redis restarted
+without its data (or flushed) drops the queue. So the consumer marks the row consumed when it is
+done with it (:func:`mark_consumed`), and the sweeper sends a row published but not consumed
+again once ``OUTBOX_REDELIVER_AFTER_SECONDS`` (600) have passed since its last send, doubling
+the wait after each send (at most a day), so that a queue merely waiting for a worker is not
+flooded with copies. A retry the consumer asked for moves the last send to when that retry is
+due (:func:`expect_retry`): the broker holds it until then. The cancel of a paid order whose
+message Redis lost is refunded all the same, once.
 """
 
 from __future__ import annotations
@@ -85,9 +94,22 @@ def publish_event(*, event_id: int) -> bool:
         )
         return False
     OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
-        published_at=Now(), publish_attempts=F("publish_attempts") + 1
+        published_at=Now(), last_publish_at=Now(), publish_attempts=F("publish_attempts") + 1
     )
     return True
+
+
+def mark_consumed(*, event_id: int) -> None:
+    """The consumer is done with the event, whatever came of it: it is not sent again."""
+    OutboxEvent.all_tenants.filter(pk=event_id, consumed_at__isnull=True).update(consumed_at=Now())
+
+
+def expect_retry(*, event_id: int, countdown: float) -> None:
+    """The consumer asked for a retry in ``countdown`` seconds, which the broker holds: the
+    sweeper counts its wait from then, not from the last send."""
+    OutboxEvent.all_tenants.filter(pk=event_id, consumed_at__isnull=True).update(
+        last_publish_at=timezone.now() + timedelta(seconds=countdown)
+    )
 
 
 def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int:
@@ -112,4 +134,49 @@ def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int
             published += 1
     if published:
         logger.info("outbox sweeper published %d event(s) left behind", published)
-    return published
+    return published + _send_unconsumed_again(limit=limit)
+
+
+# the longest wait between two sends of an event no consumer has finished with
+_REDELIVER_MAX_SECONDS = 86400.0
+
+
+def _send_unconsumed_again(*, limit: int) -> int:
+    """Send again events published but not consumed, each once its wait since its last send
+    has passed: ``OUTBOX_REDELIVER_AFTER_SECONDS``, doubled after each send (at most a day).
+    Claimed like the first sends, by a conditional update of the last send. How many."""
+    after = settings.OUTBOX_REDELIVER_AFTER_SECONDS
+    if after <= 0:
+        return 0
+    now = timezone.now()
+    waiting = OutboxEvent.all_tenants.filter(
+        published_at__isnull=False,
+        consumed_at__isnull=True,
+        last_publish_at__lte=now - timedelta(seconds=after),
+    )
+    sent = 0
+    for event_id, attempts, last in waiting.order_by("last_publish_at").values_list(
+        "id", "publish_attempts", "last_publish_at"
+    )[:limit]:
+        wait = min(after * 2 ** max(attempts - 1, 0), _REDELIVER_MAX_SECONDS)
+        if last > now - timedelta(seconds=wait):
+            continue
+        claimed = waiting.filter(pk=event_id, last_publish_at=last).update(
+            last_publish_at=Now(), publish_attempts=F("publish_attempts") + 1
+        )
+        if not claimed:
+            continue
+        try:
+            dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, event_id)
+        except Exception as exc:  # the broker is down: the next sweep tries again
+            logger.warning("outbox event %s not sent again: %s", event_id, exc)
+            continue
+        sent += 1
+    if sent:
+        logger.warning(
+            "outbox sweeper sent %d event(s) again that no consumer finished "
+            "(a message lost by the broker, or no worker for %s s)",
+            sent,
+            after,
+        )
+    return sent

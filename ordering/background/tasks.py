@@ -24,13 +24,17 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
     dead-lettered — so no failure ends with a message silently acknowledged and dropped.
     """
     try:
-        return consumers.handle_event(event_id=event_id)
+        result = consumers.handle_event(event_id=event_id)
     except RetryLater as exc:
+        outbox.expect_retry(event_id=event_id, countdown=exc.countdown)
         raise self.retry(countdown=exc.countdown, exc=exc) from None
     except Exception as exc:
         attempt = self.request.retries + 1
         if attempt <= settings.SAGA_MAX_RETRIES:
-            raise self.retry(countdown=backoff_seconds(attempt), exc=exc) from None
+            countdown = backoff_seconds(attempt)
+            outbox.expect_retry(event_id=event_id, countdown=countdown)
+            raise self.retry(countdown=countdown, exc=exc) from None
+        outbox.mark_consumed(event_id=event_id)
         record_dead_letter(
             key=f"task:{self.name}:{event_id}",
             task=self.name,
@@ -40,6 +44,8 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         )
         logger.exception("outbox event %s dead-lettered after %d attempts", event_id, attempt)
         return consumers.ConsumeResult.DEAD_LETTERED
+    outbox.mark_consumed(event_id=event_id)  # whatever came of it: done with
+    return result
 
 
 # Steps of an offboarding job one message runs before it sends the next: each message stays

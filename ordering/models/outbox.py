@@ -34,8 +34,14 @@ class OutboxEvent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     published_at = models.DateTimeField(null=True, blank=True)
     publish_attempts = models.PositiveIntegerField(default=0)
+    # the last send, or when a retry the consumer asked for is due (the broker holds it until
+    # then): the sweeper sends a message again only well after this
     last_publish_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # when a consumer finished with it (done, a duplicate, skipped or dead-lettered): a message
+    # the broker accepted and then lost (Redis restarted empty) leaves this empty, and the
+    # sweeper sends it again (ordering/background/outbox.py)
+    consumed_at = models.DateTimeField(null=True, blank=True)
 
     all_tenants = models.Manager()
     objects = TenantManager()
@@ -53,6 +59,12 @@ class OutboxEvent(models.Model):
                 fields=["created_at"],
                 condition=models.Q(published_at__isnull=True),
                 name="outbox_unpublished_idx",
+            ),
+            # The redelivery scan: only rows sent and not yet consumed, longest waiting first.
+            models.Index(
+                fields=["last_publish_at"],
+                condition=models.Q(published_at__isnull=False, consumed_at__isnull=True),
+                name="outbox_unconsumed_idx",
             ),
         ]
 

@@ -11,14 +11,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ordering.background import consumers, dispatch
-from ordering.background.outbox import emit_event, publish_event, sweep_outbox
+from ordering.background.outbox import emit_event, expect_retry, publish_event, sweep_outbox
+from ordering.background.tasks import handle_outbox_event
 from ordering.models import (
     EventType,
+    Order,
     OrderStatus,
     OrderTransition,
     OutboxEvent,
     ProcessedEvent,
     SalesDay,
+    SimulatedOperation,
 )
 from ordering.services.lifecycle import cancel_order
 from tests.payments.helpers import paid_order
@@ -136,3 +139,71 @@ def test_an_event_counts_its_order_s_transitions_in_its_own_insert(tenant, menu)
     event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
     assert event.version == OrderTransition.objects.for_tenant(tenant).filter(order=order).count()
     assert event.version == 4
+
+
+def sent_and_lost(event: OutboxEvent, *, minutes_ago: float, attempts: int = 1) -> None:
+    """The event as the broker leaves it when it accepted the message, then lost it (Redis
+    restarted without its data): published, never consumed."""
+    when = timezone.now() - timedelta(minutes=minutes_ago)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        created_at=when, published_at=when, last_publish_at=when, publish_attempts=attempts
+    )
+
+
+def cancelled_paid_order(tenant, menu) -> OutboxEvent:
+    order, _ = paid_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    return OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
+
+
+def test_an_event_the_broker_lost_is_sent_again_and_refunded_once(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    # sent 5 minutes ago and not consumed: the broker may still hold it
+    sent_and_lost(event, minutes_ago=5)
+    assert sweep_outbox() == 0
+    # 11 minutes ago: sent again; the consumer refunds the order and marks the event consumed
+    sent_and_lost(event, minutes_ago=11)
+    assert sweep_outbox() == 1
+    event.refresh_from_db()
+    assert event.consumed_at is not None and event.publish_attempts == 2
+    assert Order.all_tenants.get(pk=event.order_id).status == OrderStatus.CANCELLED
+    assert SimulatedOperation.objects.filter(kind="refund").count() == 1
+    # consumed, it is never sent again
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        last_publish_at=timezone.now() - timedelta(days=2)
+    )
+    assert sweep_outbox() == 0
+
+
+def test_each_send_again_waits_twice_as_long_as_the_one_before(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    # sent three times already: the next send waits 4 x 10 minutes
+    sent_and_lost(event, minutes_ago=39, attempts=3)
+    assert sweep_outbox() == 0
+    sent_and_lost(event, minutes_ago=41, attempts=3)
+    assert sweep_outbox() == 1
+
+
+def test_a_retry_the_consumer_asked_for_is_waited_for(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    sent_and_lost(event, minutes_ago=11)
+    # the consumer failed and asked the broker for a retry in an hour
+    expect_retry(event_id=event.pk, countdown=3600)
+    assert sweep_outbox() == 0
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        last_publish_at=timezone.now() - timedelta(minutes=11)
+    )
+    assert sweep_outbox() == 1
+
+
+def test_every_end_of_a_consumer_marks_its_event_consumed(tenant, menu):
+    # a processed event, then its duplicate
+    paid_order(tenant, menu["pizza"])
+    paid = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    for _ in range(2):
+        OutboxEvent.all_tenants.filter(pk=paid.pk).update(consumed_at=None)
+        handle_outbox_event.apply(args=[paid.pk])
+        assert OutboxEvent.all_tenants.get(pk=paid.pk).consumed_at is not None

@@ -28,6 +28,7 @@ from ordering.models import (
 from ordering.services.lifecycle import apply_transition, cancel_order
 from ordering.simulation import plan_fault
 from tests.payments.helpers import paid_order, paying_order
+from tests.support.waiting import wait_until
 from tests.workers.conftest import CeleryWorker, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -168,6 +169,42 @@ def test_the_sweeper_publishes_an_event_whose_publish_was_lost(celery_worker, te
     lost.refresh_from_db()
     assert lost.published_at is not None and lost.publish_attempts == 1
     assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
+
+
+def test_a_cancel_whose_message_the_broker_lost_is_refunded_once(celery_worker, tenant, menu):
+    # given a paid order whose cancel committed and whose message the broker accepted, then
+    # lost (Redis restarted without its data): published, never consumed
+    order, _ = paid_order(tenant, menu["pizza"])
+    wait_for(
+        lambda: processed(
+            OutboxEvent.all_tenants.get(order=order, event_type=EventType.ORDER_PAID)
+        ),
+        worker=celery_worker,
+    )
+    with transaction.atomic():
+        order = Order.all_tenants.select_related("tenant").get(pk=order.pk)
+        apply_transition(order, order.request_cancel, actor="diner")
+        lost = OutboxEvent.all_tenants.create(
+            tenant=tenant, order=order, event_type=EventType.CANCEL_REQUESTED, version=4
+        )
+    eleven_minutes_ago = timezone.now() - timedelta(minutes=11)
+    OutboxEvent.all_tenants.filter(pk=lost.pk).update(
+        created_at=eleven_minutes_ago,
+        published_at=eleven_minutes_ago,
+        last_publish_at=eleven_minutes_ago,
+        publish_attempts=1,
+    )
+    # when the periodic sweep runs in the worker
+    dispatch.enqueue(dispatch.SWEEP_OUTBOX)
+    # then the event is sent again and the saga refunds the order, once
+    wait_for(lambda: status_of(order) == S.CANCELLED, worker=celery_worker)
+    wait_for(lambda: OutboxEvent.all_tenants.get(pk=lost.pk).consumed_at, worker=celery_worker)
+    assert SimulatedOperation.objects.get(kind="refund").calls == 1
+    assert OutboxEvent.all_tenants.get(pk=lost.pk).publish_attempts == 2
+    # and, consumed, it is not sent again
+    dispatch.enqueue(dispatch.SWEEP_OUTBOX)
+    wait_until(lambda: not celery_worker.busy(), what="the sweep to run")
+    assert OutboxEvent.all_tenants.get(pk=lost.pk).publish_attempts == 2
 
 
 def test_the_simulated_provider_confirms_after_its_delay(celery_worker, settings, tenant, menu):
