@@ -65,7 +65,11 @@ class Step:
 STEPS = (
     Step("key, fingerprint, policy (prepare)", "idempotency.web.drf", "prepare", False),
     Step("Redis claim", "idempotency.stores.redis_store:RedisIdempotencyStore", "claim"),
-    Step("database claim, with the BEGIN", "idempotency.stores.database_claim", "claim_key"),
+    Step(
+        "database claim and record read, with the BEGIN",
+        "idempotency.stores.database_claim",
+        "claim_and_read",
+    ),
     Step("the view", "idempotency.web.drf", "_run_view"),
     Step("record, with the COMMIT", "idempotency.stores.database", "insert_record"),
     Step("Redis finish", "idempotency.stores.redis_store:RedisIdempotencyStore", "finish"),

@@ -317,26 +317,24 @@ def _claim_in_database(
     req: IdempotentRequest, *, redis_claimed: bool, opening: Opening, savepoint: str | None
 ) -> db_store.CommittedResult | None:
     """Take the key's database claim in the current transaction (ADR 0005); the record a
-    duplicate committed first, if any, which is then the answer.
+    duplicate committed first, if any, which is then the answer, and the view does not run.
 
     Without a Redis claim this is what keeps duplicates from running the view; under a Redis
-    claim (``DATABASE_CLAIM_UNDER_REDIS``, one statement) it makes a duplicate that falls back
-    to the database while Redis dies mid-run wait for this run. ``opening``: the transaction's,
-    whose first statement the claim is (it carries the ``BEGIN`` where it may); ``savepoint``:
-    the view's, established under the claim (only without a Redis claim)."""
+    claim (``DATABASE_CLAIM_UNDER_REDIS``) it makes a duplicate that falls back to the database
+    while Redis dies mid-run wait for this run. Either way the key's record is read under the
+    claim, in the claim's round trip on PostgreSQL: a Redis MISS for a key whose result is
+    committed (Redis restarted without its data, flushed, or evicted the entry) replays that
+    result instead of running the view again, whose second run could call out (a payment, an
+    e-mail) or fail where the first succeeded. ``opening``: the transaction's, whose first
+    statement the claim is (it carries the ``BEGIN`` where it may); ``savepoint``: the view's,
+    established under the claim (only without a Redis claim)."""
     wait = req.policy.wait_seconds if req.policy.in_flight == "wait" else 0.0
-    if not redis_claimed:
-        # the only claim: the record is read under it, and the view's savepoint established
-        # (both in its round trip on PostgreSQL)
-        return database_claim.claim_and_read(
-            req.scoped, wait_seconds=wait, opening=opening, savepoint=savepoint
-        )
-    claimed = database_claim.claim_key(req.scoped, wait_seconds=wait, opening=opening)
-    if claimed is not database_claim.Claimed.WAITED:
-        # Redis said MISS and no duplicate held the key: no read here (a record Redis lost is
-        # found by the record's insert, ADR 0001).
-        return None
-    return db_store.committed_result(req.scoped)
+    return database_claim.claim_and_read(
+        req.scoped,
+        wait_seconds=wait,
+        opening=opening,
+        savepoint=None if redis_claimed else savepoint,
+    )
 
 
 def _run_view(

@@ -79,10 +79,11 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     # migration 0008), whose statement carries the COMMIT (Django's own COMMIT then has
     # nothing to send: tests/idempotency/test_record_commit.py reads the wire); nothing is
     # read back.
-    # Database-only mode sends the same statements: its lock's query also reads the key's
-    # record under the claim (its second statement, idempotency/stores/database_claim.py; no
-    # look-up before the transaction) and establishes the savepoint the view runs in (its
-    # third; a refusal is recorded while the claim is still held), never released.
+    # The lock's query also reads the key's record under the claim (its second statement,
+    # idempotency/stores/database_claim.py): a result Redis lost replays instead of running
+    # the view again. Database-only mode sends the same statements (it makes no look-up
+    # before the transaction), and its lock's query establishes the savepoint the view runs
+    # in (its third; a refusal is recorded while the claim is still held), never released.
     # (The session's state is read again when the process's cache no longer trusts it, e.g.
     # more than 1 s later while the credential feed is not heard: authentication, not placing.)
     placing = [q for q in queries.captured_queries if "tenants_dinersession" not in q["sql"]]
@@ -91,7 +92,7 @@ def test_a_one_line_order_is_four_statements_in_one_transaction(tenant, menu, en
     assert statements == expected, " ".join(statements)
     claim = placing[statements.index("BEGIN;")]["sql"]
     assert claim.startswith("BEGIN; SELECT pg_try_advisory_xact_lock")
-    assert ("idempotency_idempotencyrecord" in claim) == (engine_mode == "database")
+    assert "idempotency_idempotencyrecord" in claim
     assert ('; SAVEPOINT "idempotency_view_' in claim) == (engine_mode == "database")
     record = placing[-2]["sql"]
     assert record.startswith("SELECT idempotency_insert_record(") and record.endswith("; COMMIT")

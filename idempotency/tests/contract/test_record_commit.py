@@ -15,6 +15,7 @@ from idempotency.stores import nodes
 from idempotency.tests.conftest import idem_keys, post_note, suite_redis
 from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.models import Note
+from idempotency.tests.testapp.views import behaviour
 from idempotency.tests.wire import queries_sent
 
 pytestmark = [
@@ -23,8 +24,10 @@ pytestmark = [
 ]
 
 
-def test_a_record_redis_lost_fails_the_commit_and_the_committed_one_replays(tenant):
-    # given a note whose Redis entry is gone (evicted, a failover), on a process without it
+def test_a_record_redis_lost_fails_the_commit_and_the_committed_one_replays(tenant, settings):
+    # given a note whose Redis entry is gone (evicted, a failover), on a process without it,
+    # and no database claim under a Redis claim (which would read the record first)
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "DATABASE_CLAIM_UNDER_REDIS": False}
     first = post_note(Client(), tenant, key="evicted", text="once")
     suite_redis().delete(*idem_keys())
     nodes.reset()
@@ -39,3 +42,28 @@ def test_a_record_redis_lost_fails_the_commit_and_the_committed_one_replays(tena
     assert again.content == first.content
     [record] = [q for q in sent if q.endswith("; COMMIT")]
     assert record.startswith("SELECT idempotency_insert_record(") and "COMMIT" not in sent
+
+
+@pytest.mark.parametrize("second_run", ["succeeds", "fails"])
+def test_a_record_redis_lost_is_read_under_the_database_claim_and_the_view_not_run(
+    tenant, second_run
+):
+    # given a note whose Redis entry is gone (Redis restarted without its data), on a process
+    # without it
+    first = post_note(Client(), tenant, key="flushed", text="once")
+    suite_redis().delete(*idem_keys())
+    nodes.reset()
+    if second_run == "fails":  # a view that would fail now (its provider down)
+        behaviour["fail_once"].add("once")
+    # when the client retries: Redis says MISS
+    with queries_sent() as sent:
+        again = post_note(Client(), tenant, key="flushed", text="once")
+    behaviour["fail_once"].clear()
+    # then the record is read in the database claim's round trip, and the first answer replays
+    # without the view running again (it answered a 500 when its second run failed)
+    assert executions.runs(tenant, "flushed") == 1
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    [claim] = [q for q in sent if "pg_try_advisory_xact_lock" in q]
+    assert "idempotency_idempotencyrecord" in claim
+    assert [n.pk for n in Note.objects.all()] == [json.loads(first.content)["id"]]
