@@ -217,22 +217,45 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
 def _token_refused(req: IdempotentRequest, refusal: TokenRefusal) -> HttpResponse:
     """Redis refuses the token. If this very operation committed in the database (Redis lost
     its claim entry and token mark: eviction, failover, or a run in database-only mode), the
-    record answers as for any key; otherwise the token cannot be used here."""
+    record answers as for any key; otherwise the token cannot be used here, and that refusal
+    is recorded as the operation's answer (:func:`_keep_token_refusal`)."""
     committed = db_store.committed_result(req.scoped)
     if committed is not None:
         return _answer(req, _as_claim(req, committed), source="database")
     if refusal.reason == "used":
         _audit(req, "REUSED", source="redis", differing=["endpoint"])
-        return responses.problem(
+        refused = responses.problem(
             409,
             IdempotencyErrorCode.TOKEN_USED,
             "This idempotency token was already used on another endpoint; use a new token.",
         )
-    return responses.problem(
-        422,
-        IdempotencyErrorCode.TOKEN_UNKNOWN,
-        "This idempotency token has expired or was never issued; use a new token.",
-    )
+    else:
+        refused = responses.problem(
+            422,
+            IdempotencyErrorCode.TOKEN_UNKNOWN,
+            "This idempotency token has expired or was never issued; use a new token.",
+        )
+    return _keep_token_refusal(req, refused)
+
+
+def _keep_token_refusal(req: IdempotentRequest, refused: HttpResponse) -> HttpResponse:
+    """Record a token's refusal as its operation's answer, so that it stands.
+
+    The client is told to take a new token and does; a copy of the refused request still in
+    flight must then never run. Redis that lost a token's mark (restarted without its data)
+    refuses it as unknown, and once Redis is down the token is accepted as a plain key
+    (database-only mode): that late copy placed a second order beside the new token's. With the
+    refusal recorded under the token, the database claim reads it and replays it. Should the
+    operation have committed meanwhile (a copy run while Redis was away), its record is the
+    answer instead: one outcome either way."""
+    try:
+        with transaction.atomic():
+            _record(req, to_stored(refused, redact=req.redact))
+    except (_AlreadyCommitted, IntegrityError):
+        committed = db_store.committed_result(req.scoped)
+        if committed is not None:
+            return _answer(req, _as_claim(req, committed), source="database")
+    return refused
 
 
 def _in_progress(req: IdempotentRequest, claim: ClaimResult) -> HttpResponse:

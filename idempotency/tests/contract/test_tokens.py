@@ -7,7 +7,8 @@ import json
 import pytest
 from django.test import Client
 
-from idempotency.tests.conftest import caller, idem_keys, post_form, post_note
+from idempotency.stores import nodes
+from idempotency.tests.conftest import caller, idem_keys, post_form, post_note, suite_redis
 from idempotency.tests.testapp.models import Note
 
 pytestmark = pytest.mark.django_db
@@ -72,3 +73,29 @@ def test_without_redis_tokens_cannot_be_issued(settings, client, tenant):
     assert response.status_code == 503 and response["Retry-After"] == "5"
     assert json.loads(response.content)["code"] == "IDEMPOTENCY_TOKENS_UNAVAILABLE"
     assert idem_keys() == []
+
+
+def test_a_token_refused_as_unknown_stays_refused_when_redis_is_gone(settings, client, tenant):
+    # given a token whose mark Redis lost (restarted without its data): refused as unknown,
+    # and the client takes a new token for the operation
+    [token] = issue(client, tenant, 1)
+    suite_redis().delete(*idem_keys())
+    refused = post_note(Client(), tenant, key=token, text="one order")
+    assert refused.status_code == 422
+    assert json.loads(refused.content)["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
+    [new] = issue(client, tenant, 1)
+    assert post_note(Client(), tenant, key=new, text="one order").status_code == 201
+    # when a copy of the refused request, still in flight, arrives while Redis is down (a
+    # signed token is then accepted as a plain key), and again once Redis is back
+    with_redis = settings.IDEMPOTENCY
+    settings.IDEMPOTENCY = {**with_redis, "REDIS_URL": None}
+    nodes.reset()
+    late = post_note(Client(), tenant, key=token, text="one order")
+    settings.IDEMPOTENCY = with_redis
+    nodes.reset()
+    again = post_note(Client(), tenant, key=token, text="one order")
+    # then it is the same refusal, and the operation happened once, with the new token
+    for answer in (late, again):
+        assert answer.status_code == 422, answer.content
+        assert answer.content == refused.content
+    assert Note.objects.count() == 1
