@@ -23,7 +23,7 @@ def mark_earlier_rows(apps, schema_editor):
         schema_editor.execute(MARK_EARLIER_ROWS)
     else:  # the embedded demo: a fresh database, or one of an earlier demo run
         outbox = apps.get_model("ordering", "OutboxEvent")
-        outbox.objects.filter(published_at__isnull=False).update(
+        outbox._base_manager.filter(published_at__isnull=False).update(
             consumed_at=models.F("published_at")
         )
 

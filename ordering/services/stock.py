@@ -35,6 +35,7 @@ from django.db import connection
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Dish
+from ordering.models.menu import MAX_STOCK
 from tenants.models import Tenant
 
 CENT = Decimal("0.01")
@@ -61,18 +62,27 @@ class _Change:
         and for one dish the quantity it must have)."""
         return self.sign == "-"
 
+    def changed(self, stock: str, quantity: str) -> str:
+        """The new stock. A give-back stops at :data:`MAX_STOCK`, the most a dish may hold (the
+        menu's schema promises it): a dish set to the most while an order held some portions
+        would otherwise show more than that once the order is cancelled."""
+        if self.checks:
+            return f"{stock} - {quantity}"
+        least = "LEAST" if connection.vendor == "postgresql" else "MIN"
+        return f"{least}({stock} + {quantity}, {MAX_STOCK})"
+
     @property
     def one(self) -> str:
         """One dish's ``SET`` and ``WHERE`` (parameters: the quantity, the dish, the tenant,
         then the condition's)."""
         condition = "AND active = %s AND stock >= %s" if self.checks else ""
-        return f"stock = stock {self.sign} %s WHERE id = %s AND tenant_id = %s {condition}"
+        return f"stock = {self.changed('stock', '%s')} WHERE id = %s AND tenant_id = %s {condition}"
 
     @property
     def together(self) -> tuple[str, str]:
         """The ``SET`` value and the lock's extra condition, for several dishes."""
         condition = "AND dish.active = %s AND dish.stock >= wanted.quantity" if self.checks else ""
-        return f"dish.stock {self.sign} locked.quantity", condition
+        return self.changed("dish.stock", "locked.quantity"), condition
 
 
 _TAKE = _Change("-")

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ordering.errors import OrderingError
 from ordering.models import Dish, Order
+from ordering.models.menu import MAX_STOCK
 from ordering.services.lifecycle import cancel_order
 from ordering.services.placing import ItemRequest, place_order
 from tests.ordering.test_lifecycle import race
@@ -151,3 +152,16 @@ def test_orders_and_cancels_of_the_same_dishes_never_deadlock(tenant):
 
 def _cancel(tenant, placed: Order) -> Order:
     return cancel_order(tenant=tenant, order_id=placed.pk, actor="test")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("dish_count", [1, 2])
+def test_a_give_back_stops_at_the_most_a_dish_may_hold(tenant, dish_count):
+    # given an order holding 2 portions of each dish, whose stock the merchant then set to the
+    # most a dish may hold (the menu's schema says at most 1,000,000)
+    menu = dishes(tenant, *[10] * dish_count)
+    placed = order(tenant, *[(dish, 2) for dish in menu])
+    Dish.objects.for_tenant(tenant).update(stock=MAX_STOCK)
+    # when it is cancelled, then the portions go back up to that bound, not past it
+    cancel_order(tenant=tenant, order_id=placed.pk, actor="test")
+    assert stocks(menu) == [MAX_STOCK] * dish_count
