@@ -3,9 +3,10 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config.metrics_view import metrics
+from config.schema_view import SchemaView
 from idempotency.web import api as tokens_api
 from tenants.login_forms import StaffLoginForm
 from tenants.permissions import Capability, declare
@@ -20,7 +21,7 @@ admin.site.login_form = StaffLoginForm  # the username's length checked (tenants
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file of its own: no inline script,
     # so the page keeps the site's Content-Security-Policy.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

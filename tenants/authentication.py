@@ -26,14 +26,20 @@ API_KEY = "Api-Key"
 BEARER = "Bearer"
 
 
+# The scheme's name is case-insensitive (RFC 9110 §11.1): a client sending "bearer" means Bearer.
+_SCHEMES = {API_KEY.lower(): API_KEY, BEARER.lower(): BEARER}
+
+
 def _credential(request: HttpRequest) -> tuple[str, str] | None:
-    """(scheme, value) of the Authorization header; None without one. A header of another
-    scheme, or with no value, is refused here so that both authenticators agree on it."""
+    """(scheme, value) of the Authorization header, the scheme as named here; None without
+    one. A header of another scheme, or with no value, is refused here so that both
+    authenticators agree on it."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if not header:
         return None
-    scheme, _, value = header.partition(" ")
-    if scheme not in (API_KEY, BEARER) or not value.strip():
+    named, _, value = header.partition(" ")
+    scheme = _SCHEMES.get(named.lower(), "")
+    if not scheme or not value.strip():
         raise ApiError(
             status_code=401,
             code=TenantErrorCode.API_KEY_INVALID,

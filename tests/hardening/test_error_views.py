@@ -221,3 +221,13 @@ def test_an_order_placed_from_a_browser_replays_byte_for_byte_to_any_client(
     assert [a["X-Idempotent-Result"] for a in answers] == ["MISS", "HIT", "HIT"]
     assert {a["Content-Type"] for a in answers} == {"application/json"}
     assert answers[1].content == answers[2].content == answers[0].content
+
+
+@pytest.mark.parametrize("version", ["a\x00b", "a\r\nX-Injected: 1", 'a"b', "v2"])
+def test_the_schema_ignores_a_version_parameter(api_caller: Client, version: str) -> None:
+    # drf-spectacular wrote it into the Content-Disposition file name: a control character
+    # was a 500 for anyone, a quote broke the name
+    response = api_caller.get("/api/schema/", {"version": version})
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == api_caller.get("/api/schema/")["Content-Disposition"]
+    assert "X-Injected" not in response

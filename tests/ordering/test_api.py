@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from rest_framework.test import APIClient
 
 from ordering.models import Dish, Order, OrderStatus
-from tests.conftest import api_for, menu_for
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
+from tests.conftest import api_for, diner_token, menu_for
 
 pytestmark = pytest.mark.django_db
 
@@ -230,6 +233,15 @@ def test_authentication_errors(client, tenant, menu):
     assert_error(
         client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Api-Key abc.def"), 401, "API_KEY_INVALID"
     )
+
+
+def test_the_scheme_s_name_is_case_insensitive(tenant, menu):
+    # RFC 9110: "bearer" and "API-KEY" name the same schemes as "Bearer" and "Api-Key"
+    token = diner_token(tenant, "diner-1")
+    _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    for header in (f"bearer {token}", f"BEARER {token}", f"api-key {key}", f"API-KEY {key}"):
+        answer = APIClient().get("/api/v1/menu/", HTTP_AUTHORIZATION=header)
+        assert answer.status_code == 200, (header, answer.content)
 
 
 def test_suspended_tenant_is_403(api, tenant, menu):
