@@ -183,6 +183,10 @@ class Policy:
       (:mod:`idempotency.core.redaction`); the tenant's own (``REDACT_FOR_TENANT``) are added.
     - ``in_flight``: ``"reject"`` answers a duplicate of a running request with 409 +
       Retry-After; ``"wait"`` holds it up to ``wait_seconds`` and replays the first's result.
+    - ``keep_refusals``: whether a refusal (4xx) under an explicit key is kept for replays (an
+      automatic key's never is). HTML forms keep none (:func:`idempotency.web.forms.
+      idempotent_form`): a refused form changed nothing, its page carries the user's CSRF
+      token, and the corrected form is sent with the same form key.
     """
 
     required: bool = False
@@ -192,6 +196,7 @@ class Policy:
     in_flight: Literal["reject", "wait"] = "reject"
     wait_seconds: float = 2.0
     redact: tuple[str, ...] = ()
+    keep_refusals: bool = True
 
     def effective_ttl(self, *, automatic: bool, tenant_ttl: int | None = None) -> int:
         """An automatic key's window; else the tenant's record TTL (its data, its retention),

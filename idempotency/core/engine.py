@@ -400,9 +400,12 @@ def _kept(req: IdempotentRequest, response: HttpResponse) -> bool:
     """Whether an answer is kept for replays. A 5xx is not: the key is released for a retry.
     Nor is a refusal (4xx) under an automatic key: the client sent no key, so a retry is a new
     attempt, and what refused it (the order's status, its stock) may have changed since; an
-    explicit key names one operation, whose refusal stands for the key's lifetime."""
+    explicit key names one operation, whose refusal stands for the key's lifetime, unless the
+    endpoint keeps no refusals (``Policy.keep_refusals``: HTML forms)."""
     status = response.status_code
-    return status < 400 or (status < 500 and not req.scoped.is_automatic)
+    if status < 400:
+        return True
+    return status < 500 and not req.scoped.is_automatic and req.policy.keep_refusals
 
 
 def _record(req: IdempotentRequest, stored: StoredResponse, *, commit: bool = False) -> None:

@@ -59,6 +59,10 @@ def idempotent_form(
         fields=tuple(fields) if fields is not None else None,
         auto_key_window=auto_key_window,
         in_flight="wait",
+        # a refused form (its page with the errors) changed nothing; kept, it would hold the
+        # user's CSRF token for its lifetime, and the corrected form, sent with the same form
+        # key, would be refused as the key reused with other values
+        keep_refusals=False,
     )
 
     def decorate(view: View) -> View:

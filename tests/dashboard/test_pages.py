@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from idempotency.audit import AuditEvent, save_events
 from idempotency.core.hashing import keyed_digest
-from idempotency.models import DuplicateAudit
+from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
@@ -475,6 +475,20 @@ def test_every_state_changing_form_carries_a_one_time_token(merchant, mine):
     assert form_token(merchant.get("/dashboard/menu/").content.decode()) != form_token(
         merchant.get("/dashboard/menu/").content.decode()
     )
+
+
+def test_a_refused_coupon_form_is_stored_nowhere_and_its_correction_is_applied(merchant, mine):
+    """The page of a refused form holds the user's CSRF token: it was kept as the form
+    token's answer, readable by staff who may see stored bodies, and the corrected form, sent
+    with the same token, was refused as the token reused with other values."""
+    token = form_token(merchant.get("/dashboard/coupons/").content.decode())
+    refused = {"code": "!", "kind": "amount", "value": "1", "idempotency_key": token}
+    answer = merchant.post("/dashboard/coupons/", refused)
+    assert answer.status_code == 400 and b"csrfmiddlewaretoken" in answer.content
+    assert not IdempotencyRecord.objects.exists()
+    corrected = merchant.post("/dashboard/coupons/", {**refused, "code": "FIXED"})
+    assert corrected.status_code == 302
+    assert Coupon.objects.for_tenant(mine.tenant).filter(code="FIXED").exists()
 
 
 def test_a_coupon_form_resubmitted_with_other_values_goes_back_to_the_form(merchant, mine):

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from idempotency.core import responses
+from idempotency.models import IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.tests.conftest import caller, post_form, post_note
 from idempotency.tests.testapp.models import Note
@@ -108,6 +109,19 @@ def test_a_form_resubmit_replays_the_first_redirect(engine_mode, client, tenant)
     assert again.status_code == 302 and again["X-Idempotent-Result"] == "HIT"
     assert again["Location"] == first["Location"]
     assert Note.objects.count() == 1
+
+
+def test_a_refused_form_is_not_kept_and_its_correction_runs(engine_mode, client, tenant):
+    """A form the view refused (its page again, with the errors) changed nothing: it is not
+    kept, so its page, which holds the user's CSRF token, is stored nowhere, and the corrected
+    form, sent with the same form token, runs (red: kept, the correction was refused as the
+    token reused with other values, and the page stored)."""
+    refused = post_form(client, tenant, token="form-fix", text="")
+    assert refused.status_code == 400 and b"required" in refused.content
+    assert not IdempotencyRecord.objects.exists()
+    corrected = post_form(client, tenant, token="form-fix", text="hello")
+    assert corrected.status_code == 302 and corrected["X-Idempotent-Result"] == "MISS"
+    assert list(Note.objects.values_list("text", flat=True)) == ["hello"]
 
 
 @pytest.mark.parametrize(

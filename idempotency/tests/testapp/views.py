@@ -132,6 +132,8 @@ class DeliveryCreate(APIView):
 @idempotent_form(fields=("text",))
 def note_form(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
+        if not request.POST.get("text"):  # the form again, with its error
+            return render(request, "testapp/note_form.html", {"error": "required"}, status=400)
         note = _write(request, request.POST.get("text", ""))
         if note is None:
             return HttpResponse("failed", status=500)
