@@ -243,6 +243,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+# Its logs of logins (name, address, user agent) are purged after this many days, its failed
+# attempts once past the cool-off (tenants/retention.py, docs/data-protection.md).
+LOGIN_RECORD_RETENTION_DAYS = env_bounded("LOGIN_RECORD_RETENTION_DAYS", 30, low=1, high=3650)
 
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"

@@ -1,11 +1,16 @@
 """The retention purge: what has outlived its retention is deleted, in bounded batches.
 
-Three kinds of rows, each with its own clock:
+Six kinds of rows, each with its own clock:
 
 - ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
 - ``duplicate_audits``: older than the tenant's audit retention (default 30 days);
 - ``diner_sessions``: past their ``expires_at``. An expired token is refused by its signed
-  expiry before any lookup, so nothing reads the row again.
+  expiry before any lookup, so nothing reads the row again;
+- ``login_attempts``: the login throttle's failed attempts (django-axes: the name typed, which
+  may be a mistyped password, the address and user agent) once older than the lockout's
+  cool-off, when they no longer lock anything;
+- ``login_records`` and ``login_failures``: the logins it logged, successful or failed (name,
+  address, user agent), older than ``LOGIN_RECORD_RETENTION_DAYS`` (30).
 
 Celery beat runs :func:`purge_expired_data` every ``RETENTION_PURGE_SECONDS``
 (``tenants.tasks``); each kind is deleted ``PURGE_BATCH_SIZE`` rows per ``DELETE``, at most
@@ -17,8 +22,9 @@ transaction; :mod:`tenants.retention_metrics` exports the tallies and the rows o
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,11 +38,22 @@ def expired_diner_sessions(now: datetime) -> Q:
     return Q(expires_at__lte=now)
 
 
+def expired_login_attempts(now: datetime) -> Q:
+    return Q(attempt_time__lt=now - settings.AXES_COOLOFF_TIME)
+
+
+def expired_login_records(now: datetime) -> Q:
+    return Q(attempt_time__lt=now - timedelta(days=settings.LOGIN_RECORD_RETENTION_DAYS))
+
+
 # kind -> (model, condition at a given time): the purge and the overdue gauge share them
 KINDS: dict[str, tuple[type, Callable[[datetime], Q]]] = {
     "idempotency_records": (IdempotencyRecord, expired_records),
     "duplicate_audits": (DuplicateAudit, expired_audits),
     "diner_sessions": (DinerSession, expired_diner_sessions),
+    "login_attempts": (AccessAttempt, expired_login_attempts),
+    "login_records": (AccessLog, expired_login_records),
+    "login_failures": (AccessFailureLog, expired_login_records),
 }
 
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 import redis
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -125,6 +126,35 @@ def test_expired_diner_sessions_are_purged_and_live_ones_kept(tenant):
     )
     assert purge_expired_data()["diner_sessions"] == 1
     assert list(DinerSession.objects.values_list("diner_id", flat=True)) == ["here"]
+
+
+def test_the_login_throttle_s_records_are_purged_after_their_time(settings):
+    # what the login throttle keeps about people: the name typed (a mistyped password, too),
+    # the address, the user agent; a failed attempt locks nothing after the cool-off
+    now = timezone.now()
+    kept, old = now - timedelta(days=29), now - timedelta(days=31)
+    for when, name in ((kept, "recent"), (old, "old")):
+        AccessLog.objects.create(username=name, ip_address="198.51.100.7", user_agent="ua")
+        AccessFailureLog.objects.create(username=name, ip_address="198.51.100.7", user_agent="ua")
+        AccessLog.objects.filter(username=name).update(attempt_time=when)
+        AccessFailureLog.objects.filter(username=name).update(attempt_time=when)
+    cooled_off = now - settings.AXES_COOLOFF_TIME - timedelta(minutes=1)
+    for when, name in ((now, "locking"), (cooled_off, "cooled-off")):
+        AccessAttempt.objects.create(
+            username=name, ip_address="198.51.100.7", user_agent="ua", failures_since_start=5
+        )
+        AccessAttempt.objects.filter(username=name).update(attempt_time=when)
+
+    purged = purge_expired_data()
+
+    assert (purged["login_records"], purged["login_failures"], purged["login_attempts"]) == (
+        1,
+        1,
+        1,
+    )
+    assert list(AccessLog.objects.values_list("username", flat=True)) == ["recent"]
+    assert list(AccessFailureLog.objects.values_list("username", flat=True)) == ["recent"]
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["locking"]
 
 
 def test_metrics_count_rows_purged_and_overdue(tenant, settings, client):

@@ -510,6 +510,23 @@ def test_guest_sessions_are_limited_per_client_address_then_per_key(
     assert open_guest(other_key).status_code == 201
 
 
+def test_an_address_s_budget_is_each_restaurant_s_own(
+    publishable: Any, make_tenant: Any, settings: Any
+) -> None:
+    # sessions are the restaurant's rows: one restaurant's guests from an address do not use
+    # up another's (docs/tenancy.md)
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
+    _, theirs = issue_api_key(tenant=make_tenant("other"), name="app")
+    ours = with_auth(f"Api-Key {publishable[1]}")
+    other = with_auth(f"Api-Key {theirs}")
+    assert [ours.post(SESSIONS, REMOTE_ADDR="10.0.0.1").status_code for _ in range(3)] == [
+        201,
+        201,
+        429,
+    ]
+    assert other.post(SESSIONS, REMOTE_ADDR="10.0.0.1").status_code == 201
+
+
 def test_a_merchant_sign_in_counts_as_its_write(merchant: Any, settings: Any) -> None:
     from idempotency.core.ratelimit import reset_rate_cache
 
