@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 import idempotency
 from idempotency.core.conf import DEFAULTS
 from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.tests.testapp import quickstart
 from idempotency.tests.testapp.models import Note
 
@@ -107,13 +112,42 @@ def test_a_form_resubmit_replays_without_the_messages_framework(
     assert again.status_code == 302 and again["X-Idempotent-Result"] == "HIT"
 
 
-def test_anonymous_callers_are_not_idempotent_under_the_quick_start_resolver(
-    quickstart_settings, db
-):
-    answer = Client().post(
-        "/quickstart/notes/",
-        {"text": "hi"},
-        content_type="application/json",
-        HTTP_IDEMPOTENCY_KEY="q-anon",
+def test_anonymous_callers_never_reach_the_quick_start_drf_view(quickstart_settings, db):
+    """The resolver scopes signed-in users only, and a caller it does not scope is not made
+    idempotent; the view is behind IsAuthenticated, so an anonymous write (twice, with one
+    key) writes nothing (red without it: two notes)."""
+    for _ in range(2):
+        answer = Client().post(
+            "/quickstart/notes/",
+            {"text": "hi"},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="q-anon",
+        )
+        assert answer.status_code == 403 and "X-Idempotent-Result" not in answer
+    assert not Note.objects.exists()
+
+
+def test_the_purge_command_purges_records_and_audits(db, settings):
+    """As the README's retention paragraph says: `purge_idempotency_records` runs both."""
+    now = timezone.now()
+    IdempotencyRecord.objects.create(
+        tenant_key="t-purge",
+        scope="user:1|POST|notes/",
+        key="k" * 64,
+        fingerprint="f" * 64,
+        response_status=201,
+        created_at=now - timedelta(days=4),
+        expires_at=now - timedelta(seconds=1),
     )
-    assert answer.status_code == 201 and "X-Idempotent-Result" not in answer
+    retention = settings.IDEMPOTENCY.get("AUDIT_RETENTION_DAYS", 30)
+    DuplicateAudit.objects.create(
+        tenant_key="t-purge",
+        endpoint="POST notes/",
+        key="k" * 64,
+        outcome="HIT",
+        at=now - timedelta(days=retention + 1),
+    )
+    out = StringIO()
+    call_command("purge_idempotency_records", stdout=out)
+    assert out.getvalue().strip() == "purged 1 expired idempotency records and 1 audits"
+    assert not IdempotencyRecord.objects.exists() and not DuplicateAudit.objects.exists()

@@ -1,4 +1,5 @@
-"""``manage.py purge_idempotency_records``: delete expired idempotency records (cron-safe)."""
+"""``manage.py purge_idempotency_records``: delete expired idempotency records and the
+duplicate-hit audits past their tenant's retention (cron-safe)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from idempotency.purge import purge_expired
+from idempotency.purge import purge_expired, purge_expired_audits
 
 
 class Command(BaseCommand):
-    help = "Delete idempotency records whose retention has passed. Safe to run at any time."
+    help = (
+        "Delete idempotency records, and duplicate-hit audits, whose retention has passed. "
+        "Safe to run at any time."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
@@ -18,5 +22,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        purged = purge_expired(batch_size=options["batch_size"])
-        self.stdout.write(f"purged {purged} expired idempotency records")
+        records = purge_expired(batch_size=options["batch_size"])
+        audits = purge_expired_audits(batch_size=options["batch_size"])
+        self.stdout.write(f"purged {records} expired idempotency records and {audits} audits")

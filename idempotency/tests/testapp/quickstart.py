@@ -2,6 +2,7 @@
 and runs these views)."""
 
 from django.shortcuts import redirect, render
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -18,6 +19,8 @@ def scope(request):
 
 
 class CreateNote(APIView):
+    permission_classes = [IsAuthenticated]  # the resolver scopes signed-in users only
+
     @idempotent(required=True, fields=("text",))
     def post(self, request):
         note = Note.objects.create(text=request.data["text"])
