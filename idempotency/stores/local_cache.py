@@ -305,20 +305,26 @@ class InvalidationListener:
 
     def _run(self, stop: threading.Event) -> None:
         backoff = self._backoff_initial_s
+        failing = False  # since the last subscription: one traceback per outage
         while not stop.is_set():
             subscribed_before = self.subscriptions
             try:
                 self._listen(stop)
             except Exception:  # any failure: log, forget what we may have missed, retry
+                if self.subscriptions > subscribed_before:  # it had worked: start over
+                    backoff, failing = self._backoff_initial_s, False
+                # the outage's first failure with its traceback, later ones in a line each:
+                # every process of a site has a listener, and Redis down made them log a
+                # traceback per attempt
                 logger.warning(
-                    "idempotency invalidation listener lost %s; reconnecting in %.2fs",
+                    "idempotency invalidation listener %s %s; reconnecting in %.2fs",
+                    "still cannot reach" if failing else "lost",
                     self._channel,
                     backoff,
-                    exc_info=True,
+                    exc_info=not failing,
                 )
+                failing = True
                 self._cache.clear()
-                if self.subscriptions > subscribed_before:  # it had worked: start over
-                    backoff = self._backoff_initial_s
                 stop.wait(backoff)
                 backoff = min(backoff * 2, self._backoff_max_s)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -249,6 +250,27 @@ def test_listener_reconnects_with_backoff_after_the_server_restarts(
 
     assert listener.wait_subscribed(5.0, more_than=1)
     assert len(cache) == 0
+    client.close()
+
+
+def test_an_outage_logs_one_traceback_then_a_line_per_attempt(
+    restartable_redis: RedisServer,
+    listeners: list[InvalidationListener],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # every process of a site has a listener: Redis down made each log a traceback per attempt
+    client = redis.Redis.from_url(restartable_redis.url)
+    listener = start_listener(
+        listeners, client, LocalResultCache(), "idem:invalidate", backoff_max_s=0.05
+    )
+    with caplog.at_level(logging.WARNING, logger="idempotency.stores.local_cache"):
+        restartable_redis.stop()
+        assert wait_until(lambda: len(caplog.records) >= 4, timeout_s=30)
+        restartable_redis.start()
+        assert listener.wait_subscribed(10.0, more_than=1)
+    failures = [r for r in caplog.records if "listener" in r.getMessage()]
+    assert len(failures) >= 4
+    assert [bool(r.exc_info) for r in failures][:3] == [True, False, False]
     client.close()
 
 
