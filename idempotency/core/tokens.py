@@ -39,7 +39,9 @@ once and replay for retries; what is lost for that time is only "one token, one 
 so a copy of the refused request arriving while Redis is down replays the refusal instead of
 running beside the operation the client then made with a new token. Issuing and checking need
 Redis and answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` without it: a token stored nowhere
-would be refused as unknown once Redis is back.
+would be refused as unknown once Redis is back. Once the node's breaker half-opens, issuing and
+checking are its probes, as claims are, so tokens come back with Redis, not only once other
+traffic has closed the breaker.
 """
 
 from __future__ import annotations
@@ -405,6 +407,6 @@ def _on_node(tenant: str, call: Any) -> Any:
     from idempotency.stores.nodes import run_on_node
 
     try:
-        return run_on_node(tenant, call, op="tokens")
+        return run_on_node(tenant, call, op="tokens", may_probe=True)
     except RedisError as exc:
         raise TokensUnavailable from exc

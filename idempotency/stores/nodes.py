@@ -166,17 +166,28 @@ def reset() -> None:
     local_cache().clear()
 
 
-def run_on_node(tenant_key: str, call: Callable[[Any], T], *, op: str = "other") -> T | None:
+def run_on_node(
+    tenant_key: str, call: Callable[[Any], T], *, op: str = "other", may_probe: bool = False
+) -> T | None:
     """Run ``call(client)`` on the tenant's Redis node, for the engine's calls outside the
     claim path (rate limits, token issuing and checking).
 
     None when the node cannot be used now: no Redis configured, or its breaker is not closed
     (the caller decides what that means: the rate limiter lets the request through, token
     issuing answers 503). The call is timed and reported to the node's breaker and latency
-    metric like a claim; a ``RedisError`` is reported, then re-raised. It never takes a
-    half-open probe: probing is left to claims, whose health is what closes the breaker.
-    """
+    metric like a claim; a ``RedisError`` is reported, then re-raised.
+
+    ``may_probe``: the call may be a half-open breaker's probe, as claims are. Token calls
+    may: they have no answer without Redis, so an app that waits for tokens before it writes
+    would otherwise wait, after Redis is back, for other traffic's claims to close the breaker
+    (a call that is no probe never closes it). The rate limiter's may not: every request makes
+    one, and it lets the request through anyway."""
     node = node_for(tenant_key)
-    if node is None or node.breaker.state is not BreakerState.CLOSED:
+    if node is None:
+        return None
+    if may_probe:
+        if not node.breaker.allow():
+            return None
+    elif node.breaker.state is not BreakerState.CLOSED:
         return None
     return node.run(op, lambda: call(node.store.client))

@@ -35,6 +35,7 @@ from idempotency.core.tokens import (
     verify_token,
 )
 from idempotency.stores import nodes as stores
+from idempotency.stores.breaker import BreakerState
 from idempotency.stores.redis_store import RedisIdempotencyStore, TokenRefusal, new_owner_token
 from ordering.models import Order, Payment
 from tests.conftest import api_for
@@ -157,6 +158,20 @@ def test_issuing_without_redis_is_503(settings: Any, api: Any) -> None:
         assert r.status_code == 503
         assert r.json()["code"] == "IDEMPOTENCY_TOKENS_UNAVAILABLE"
         assert r["Retry-After"] == "5"
+
+
+def test_token_calls_probe_a_half_open_breaker_and_close_it(api: Any, tenant: Any) -> None:
+    # given the tenant's node breaker opened by an outage that is over (its open time passed)
+    node = stores.node_for(str(tenant.pk))
+    assert node is not None
+    node.breaker._open(node.breaker._clock() - 3600, "an outage, over since")
+    assert node.breaker.state is BreakerState.HALF_OPEN
+    # when an app that writes only with tokens asks for tokens, then it gets them: each call
+    # is a probe, and healthy probes close the breaker (it answered 503 until other traffic's
+    # claims had closed it)
+    answers = [issue(api).status_code for _ in range(3)]
+    assert answers == [201, 201, 201]
+    assert node.breaker.state is BreakerState.CLOSED
 
 
 # --- using a token as Idempotency-Key ---------------------------------------------------
