@@ -303,9 +303,9 @@ def _execute(
                     req, execute, savepoint=savepoint, commit=tx.commit_rides_along()
                 )
         if committed is not None:
-            # A duplicate committed while we waited for the claim: replay it, run nothing.
-            _finish(store, req, owner, committed.response)
-            return _answer(req, _as_claim(req, committed), source="database")
+            # Committed before (Redis lost it, or a duplicate committed while we waited for the
+            # claim): replay it, run nothing.
+            return _answer_committed(req, committed, store=store, owner=owner)
         if doomed:
             with transaction.atomic():
                 _record(req, stored)
@@ -321,8 +321,7 @@ def _execute(
         if committed is None:
             _release(store, req, owner)
             raise
-        _finish(store, req, owner, committed.response)
-        return _answer(req, _as_claim(req, committed), source="database")
+        return _answer_committed(req, committed, store=store, owner=owner)
     except BaseException:
         _release(store, req, owner)
         raise
@@ -462,6 +461,26 @@ def _field_hashes_as(req: IdempotentRequest, result: ClaimResult) -> dict[str, s
         return req.field_hashes_under(version)
     except ValueError:  # a key no longer configured: every field is reported as differing
         return {}
+
+
+def _answer_committed(
+    req: IdempotentRequest,
+    committed: db_store.CommittedResult,
+    *,
+    store: GuardedStore | None,
+    owner: str | None,
+) -> HttpResponse:
+    """Answer from the key's committed record while holding its Redis claim. The same
+    operation: its result goes back into Redis (``finish``) and replays. Another payload under
+    the key: 422, and the claim is released, never finished: the entry would carry this
+    request's fingerprint with the record's result, and the operation's own retries would be
+    refused as the key reused for as long as Redis kept it."""
+    claim = _as_claim(req, committed)
+    if claim.outcome is Outcome.HIT:
+        _finish(store, req, owner, committed.response)
+    else:
+        _release(store, req, owner)
+    return _answer(req, claim, source="database")
 
 
 def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> ClaimResult:

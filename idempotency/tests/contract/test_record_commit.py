@@ -67,3 +67,24 @@ def test_a_record_redis_lost_is_read_under_the_database_claim_and_the_view_not_r
     [claim] = [q for q in sent if "pg_try_advisory_xact_lock" in q]
     assert "idempotency_idempotencyrecord" in claim
     assert [n.pk for n in Note.objects.all()] == [json.loads(first.content)["id"]]
+
+
+def test_another_payload_after_redis_lost_the_key_leaves_the_operation_s_retries_replaying(
+    tenant,
+):
+    # given a note whose Redis entry is gone (Redis restarted without its data)
+    first = post_note(Client(), tenant, key="poison", text="once")
+    suite_redis().delete(*idem_keys())
+    nodes.reset()
+    # when a request with another payload comes under the key: refused, as the key reused
+    other = post_note(Client(), tenant, key="poison", text="other")
+    assert other.status_code == 422
+    assert json.loads(other.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
+    # then the operation's own retries still replay its answer (the Redis entry was finished
+    # with the other payload's fingerprint: every retry was 422 for as long as Redis kept it)
+    for _ in range(2):
+        nodes.reset()
+        again = post_note(Client(), tenant, key="poison", text="once")
+        assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+        assert again.content == first.content
+    assert executions.runs(tenant, "poison") == 1
