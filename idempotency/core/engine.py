@@ -34,7 +34,9 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.http import HttpResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idempotency import metrics
 from idempotency.audit import MISS, AuditEvent
@@ -157,8 +159,14 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
         owner = new_owner_token()
         try:
             claim = _claim(req, store, owner)
-        except RedisError:
-            logger.warning("Redis claim failed; answering from the database", exc_info=True)
+        except RedisError as exc:
+            # a connection's failure in a line (every request says it while the node is
+            # down: a traceback each flooded the log); anything else with its traceback
+            logger.warning(
+                "Redis claim failed (%s); answering from the database",
+                exc,
+                exc_info=not isinstance(exc, RedisConnectionError | RedisTimeoutError),
+            )
         else:
             if isinstance(claim, TokenRefusal):
                 return _token_refused(req, claim)

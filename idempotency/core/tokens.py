@@ -33,8 +33,9 @@ an even share of its quota; a batch of tokens is issued into one of them.
 
 **Database-only mode** (no Redis, breaker open, Redis error during the claim): a validly
 signed token is accepted as a plain key. The idempotency record still makes the operation run
-once and replay for retries; what is lost for that time is only "one token, one operation"
-(the token could also serve another endpoint, as a plain key may). A refusal of a token
+once and replay for retries; what is lost is only "one token, one operation": the token can
+also serve another endpoint, as a plain key may, then, and, since Redis never marked it used,
+after Redis is back, for the rest of its lifetime. A refusal of a token
 (unknown, or used on another endpoint) is recorded as its operation's answer on that endpoint,
 so a copy of the refused request arriving while Redis is down replays the refusal instead of
 running beside the operation the client then made with a new token. Issuing and checking need

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -124,6 +124,9 @@ def test_anonymous_callers_never_reach_the_quick_start_drf_view(quickstart_setti
             HTTP_IDEMPOTENCY_KEY="q-anon",
         )
         assert answer.status_code == 403 and "X-Idempotent-Result" not in answer
+        # the form view too: to the login page, nothing written
+        form = Client().post("/quickstart/add/", {"text": "hi", "idempotency_key": "f-anon"})
+        assert form.status_code == 302 and "login" in form["Location"]
     assert not Note.objects.exists()
 
 
@@ -151,3 +154,9 @@ def test_the_purge_command_purges_records_and_audits(db, settings):
     call_command("purge_idempotency_records", stdout=out)
     assert out.getvalue().strip() == "purged 1 expired idempotency records and 1 audits"
     assert not IdempotencyRecord.objects.exists() and not DuplicateAudit.objects.exists()
+
+
+@pytest.mark.parametrize("size", ["-1", "0", "many"])
+def test_the_purge_command_refuses_a_batch_size_that_is_not_a_count(db, size):
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("purge_idempotency_records", "--batch-size", size, stdout=StringIO())

@@ -51,3 +51,15 @@ def test_redis_down_opens_the_breaker_and_the_database_keeps_the_contract(settin
         assert only_state() == "closed"
         assert list(redis.Redis(port=node.port).scan_iter(match="idem:*"))  # Redis in use again
     assert Note.objects.count() == 5 + n
+
+
+def test_redis_down_is_a_line_per_request_not_a_traceback(settings, tenant, caplog):
+    # every request says it while the node is down (until the breaker opens, and each probe
+    # after): a traceback each flooded the log
+    with ephemeral_redis() as node:
+        settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": node.url}
+        nodes.reset()
+    with caplog.at_level("WARNING", logger="idempotency.core.engine"):
+        assert post_note(Client(), tenant, key="down", text="a").status_code == 201
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("Redis claim failed")]
+    assert "answering from the database" in failed.getMessage() and not failed.exc_info

@@ -1,6 +1,7 @@
 """The README's quick start, verbatim (``test_readme.py`` checks the README quotes this file
 and runs these views)."""
 
+from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -27,6 +28,7 @@ class CreateNote(APIView):
         return Response({"id": note.pk, "text": note.text}, status=201)
 
 
+@login_required  # the resolver scopes signed-in users only
 @idempotent_form(fields=("text",))
 def add_note(request):
     if request.method == "POST":
