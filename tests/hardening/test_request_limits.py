@@ -264,6 +264,31 @@ class TestThroughGunicorn:
         assert json.loads(raw)["code"] == "BAD_REQUEST"
         assert "Traceback" not in hardening_server.log_tail(200)
 
+    def test_clients_sending_bodies_slowly_hold_every_sync_worker(
+        self, hardening_server: LiveServer
+    ) -> None:
+        """What README's production section asks a buffering proxy for: a sync worker reads a
+        request's body from the client itself, so as many slow senders as workers (here 2,
+        with no credentials) hold them all, and nothing else is answered until they stop."""
+        url = urlsplit(hardening_server.url)
+        head = (
+            "POST /api/v1/payments/callback/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        slow = [socket.create_connection((url.hostname, url.port)) for _ in range(2)]
+        try:
+            for sock in slow:
+                sock.sendall(head.encode())
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.get(f"{hardening_server.url}/healthz", timeout=3)
+        finally:
+            for sock in slow:
+                sock.close()
+        assert (
+            httpx.get(f"{hardening_server.url}/healthz", timeout=DEADLINE_SECONDS).status_code
+            == 200
+        )
+
     def test_unknown_api_paths_are_problem_json_on_the_live_server(
         self, hardening_server: LiveServer
     ) -> None:
