@@ -15,7 +15,7 @@ starts exactly when the cancel committed, and never for a cancel that rolled bac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from django.db import connections, router, transaction
@@ -144,7 +144,7 @@ def cancel_order(
     with described_conflicts(), transaction.atomic():
         # its lines and payments read with it: an unpaid cancel gives the lines' portions back
         # and voids a pending payment
-        order = access_order(
+        order = access_paying_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines", "payments")
         )
         if can_proceed(order.cancel_unpaid):
@@ -166,7 +166,9 @@ def expire_unpaid_order(*, tenant: Tenant, order_id: int) -> bool:
     conditional update refuses then)."""
     try:
         with described_conflicts(), transaction.atomic():
-            order = access_order(tenant=tenant, order_id=order_id, related=("lines", "payments"))
+            order = access_paying_order(
+                tenant=tenant, order_id=order_id, related=("lines", "payments")
+            )
             statuses = {payment.status for payment in order.payments.all()}
             declined = order.status == S.PAYING and statuses == {Payment.Status.FAILED}
             if order.status != S.CREATED and not declined:
@@ -175,6 +177,25 @@ def expire_unpaid_order(*, tenant: Tenant, order_id: int) -> bool:
     except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)
         return False
     return True
+
+
+def access_paying_order(
+    *, tenant: Tenant, order_id: int, diner_id: str | None = None, related: Sequence[str] = ()
+) -> Order:
+    """The order as :func:`access_order` reads it, for a move that reads its payments; when it
+    is PAYING, read again under its row's lock, taken first.
+
+    Paying again (``pay_again``) leaves the order PAYING, so a move's conditional update
+    (``WHERE status = 'PAYING'``) cannot tell that a payment was added meanwhile: a cancel or
+    an expiry at the same instant as a pay-again both committed, and the order ended CANCELLED
+    with the new payment still pending. Every writer of a PAYING order's payments (the pay,
+    the cancel, the expiry, a provider's callback) takes the order's row lock first, so they
+    take turns, and each reads the payments as the one before it committed them."""
+    order = access_order(tenant=tenant, order_id=order_id, diner_id=diner_id, related=related)
+    if order.status != S.PAYING:
+        return order
+    Order.all_tenants.select_for_update().filter(pk=order.pk).values_list("pk").get()
+    return access_order(tenant=tenant, order_id=order_id, diner_id=diner_id, related=related)
 
 
 def _cancel_unpaid(order: Order, *, actor: str) -> None:
@@ -190,10 +211,11 @@ def _void_pending_payment(order: Order) -> None:
     has none: nothing is sent).
 
     None can turn pending after that read without the cancel failing: a payment is attached,
-    pending, only by the pay move out of CREATED, and the cancel's conditional update from
-    the status read refuses once another move committed; no payment goes back to pending.
-    The update is still conditional on the status, as a callback may have settled it since.
-    The payments held are dropped afterwards, so that a later read sees the database."""
+    pending, by the pay move out of CREATED, which the cancel's conditional update from the
+    status read refuses once it committed, or by paying again, which takes the PAYING order's
+    row lock the cancel read it under (:func:`access_paying_order`); no payment goes back to
+    pending. The update is still conditional on the status, as a callback may have settled it
+    since. The payments held are dropped afterwards, so that a later read sees the database."""
     pending = [p.pk for p in order.payments.all() if p.status == Payment.Status.PENDING]
     if pending:
         Payment.objects.for_tenant(order.tenant).filter(

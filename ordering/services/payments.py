@@ -13,8 +13,11 @@ from ordering.models import Order, OrderStatus, Payment
 from ordering.one_statement import insert_together
 from ordering.payments.registry import default_provider
 from ordering.prefetch import with_related
-from ordering.selectors import access_order
-from ordering.services.lifecycle import apply_transition, described_conflicts
+from ordering.services.lifecycle import (
+    access_paying_order,
+    apply_transition,
+    described_conflicts,
+)
 from tenants.models import Tenant
 
 
@@ -38,14 +41,9 @@ def pay_order(
     PAID: 409) or finds the new payment pending and voids it as it marks the order paid."""
     provider = default_provider()
     with described_conflicts(), transaction.atomic():
-        order = access_order(
+        order = access_paying_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
         )
-        if order.status == OrderStatus.PAYING:
-            Order.all_tenants.select_for_update().filter(pk=order.pk).values_list("pk").get()
-            order = access_order(
-                tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
-            )
         move = order.pay_again if order.status == OrderStatus.PAYING else order.start_payment
         earlier = list(order.payments.all())
         apply_transition(order, move, actor=actor)

@@ -27,7 +27,7 @@ from ordering.models import (
 from ordering.models.orders import MAX_PAYMENT_ATTEMPTS
 from ordering.payments.reconciliation import reconcile_payments
 from ordering.payments.simulated import complete_payment
-from ordering.services.lifecycle import cancel_order
+from ordering.services.lifecycle import cancel_order, expire_unpaid_order
 from ordering.services.payments import pay_order
 from tenants.models import ApiClient
 from tests.conftest import api_for
@@ -175,6 +175,37 @@ def test_paying_again_and_a_late_success_of_the_declined_payment_never_both_stay
         assert statuses(order) == [P.SUCCEEDED]
     else:
         assert statuses(order) == [P.SUCCEEDED, P.VOIDED]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("round_", range(6))
+@pytest.mark.parametrize("ender", ["cancel", "expiry"])
+def test_paying_again_and_a_cancel_or_expiry_at_the_same_instant_leave_nothing_pending(
+    tenant, menu, settings, ender, round_
+):
+    # given a declined order, old enough to expire; when the diner pays again at the instant
+    # the order is cancelled (by the diner) or expired (by beat)
+    settings.UNPAID_ORDER_EXPIRY_SECONDS = 1800
+    order, _ = declined_order(tenant, menu["pizza"])
+    long_ago = timezone.now() - timedelta(hours=1)
+    Payment.all_tenants.filter(order=order).update(updated_at=long_ago)
+    Order.all_tenants.filter(pk=order.pk).update(updated_at=long_ago)
+
+    def end() -> object:
+        if ender == "cancel":
+            return cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+        return expire_unpaid_order(tenant=tenant, order_id=order.pk)
+
+    again, ended = at_once(lambda: pay(tenant, order), end)
+    # then the order ends CANCELLED (the cancel, or the expiry if it came first) or PAYING with
+    # the new payment (the expiry, finding it, expires nothing), and a CANCELLED order never
+    # keeps a pending payment (both committed, the new payment left pending, before)
+    order.refresh_from_db()
+    assert not isinstance(ended, Exception), ended
+    if order.status == S.CANCELLED:
+        assert P.PENDING not in statuses(order), (again, ended)
+    else:
+        assert (order.status, ended, statuses(order)) == (S.PAYING, False, [P.FAILED, P.PENDING])
 
 
 @pytest.mark.django_db
