@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from ordering.background import dispatch
+from ordering.background import dispatch, outbox
 from ordering.models import Compensation, DeadLetter, Order
 from tenants.models import Tenant
 
@@ -55,8 +55,11 @@ def record_dead_letter(
 def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
     """Send the letter's message again, with fresh retries for the step that failed.
 
-    The message is sent after commit, so it never runs before the step was reset.
-    """
+    The message is sent after commit, so it never runs before the step was reset. An outbox
+    event's letter also puts its event back among those sent and not consumed: should this
+    send be lost (the broker down now, or Redis dropping its queue later), the outbox sweeper
+    sends it again, as it does any event's, instead of the order staying CANCELLING with its
+    letter closed."""
     with transaction.atomic():
         _close(dead_letter_id, state=DeadLetter.State.REQUEUED, actor=actor)
         letter = DeadLetter.objects.get(pk=dead_letter_id)
@@ -65,9 +68,25 @@ def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
         ).update(status=Compensation.Status.PENDING, attempts=0, last_error="")
         args = list(letter.payload.get("args", []))
         kwargs = dict(letter.payload.get("kwargs", {}))
-        transaction.on_commit(lambda: dispatch.enqueue(letter.task, *args, **kwargs))
+        if letter.task == dispatch.HANDLE_OUTBOX_EVENT and args:
+            outbox.expect_consumer_again(event_id=args[0])
+        transaction.on_commit(lambda: _send(letter, args, kwargs))
     logger.info("dead letter %s requeued by %s", dead_letter_id, actor)
     return letter
+
+
+def _send(letter: DeadLetter, args: list[Any], kwargs: dict[str, Any]) -> None:
+    try:
+        dispatch.enqueue(letter.task, *args, **kwargs)
+    except Exception as exc:  # the broker is down: the requeue itself has committed
+        logger.warning(
+            "dead letter %s requeued but its message not sent now (%s)%s",
+            letter.pk,
+            exc,
+            "; the outbox sweeper sends it again"
+            if letter.task == dispatch.HANDLE_OUTBOX_EVENT
+            else "",
+        )
 
 
 def discard_dead_letter(*, dead_letter_id: int, actor: str, note: str = "") -> DeadLetter:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
-from ordering.background import consumers
+from ordering.background import consumers, dispatch
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
     discard_dead_letter,
     is_flagged,
     requeue_dead_letter,
 )
+from ordering.background.outbox import sweep_outbox
 from ordering.background.saga import (
     STEPS,
     RetryLater,
@@ -143,6 +146,43 @@ def test_a_failing_step_asks_for_a_retry_and_keeps_earlier_steps_done(
     assert effects(tenant, menu, coupon, order, payment) == DONE
     refund = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT)
     assert (refund.attempts, refund.last_error) == (3, "")
+
+
+@pytest.mark.django_db
+def test_a_requeue_the_broker_does_not_take_is_sent_again_by_the_sweeper(
+    tenant, menu, coupon, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    # given a saga dead-lettered after its refund failed past the limit (its event consumed)
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    order, payment, event = cancelled(tenant, menu)
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=4)
+    for _ in range(3):
+        with pytest.raises(RetryLater):
+            run_cancel_saga(event=event)
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    # (its message published and consumed, as the worker leaves it)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        published_at=timezone.now(), consumed_at=timezone.now()
+    )
+    letter = DeadLetter.objects.get()
+
+    # when staff requeue it while the broker is down: the requeue commits, the send fails
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(dispatch, "enqueue", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:ann")
+    monkeypatch.undo()
+    # then its event is among those sent and not consumed, and once the wait has passed the
+    # sweeper sends it again: the order is refunded, once (it stayed CANCELLING for good)
+    event.refresh_from_db()
+    assert event.consumed_at is None
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        last_publish_at=timezone.now() - timedelta(minutes=11)
+    )
+    assert sweep_outbox() == 1
+    assert effects(tenant, menu, coupon, order, payment) == DONE
 
 
 @pytest.mark.django_db
