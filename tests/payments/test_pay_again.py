@@ -26,12 +26,12 @@ from ordering.models import (
 )
 from ordering.models.orders import MAX_PAYMENT_ATTEMPTS
 from ordering.payments.reconciliation import reconcile_payments
-from ordering.payments.simulated import complete_payment
+from ordering.payments.simulated import complete_payment, signed_callback
 from ordering.services.lifecycle import cancel_order, expire_unpaid_order
 from ordering.services.payments import pay_order
 from tenants.models import ApiClient
 from tests.conftest import api_for
-from tests.payments.helpers import paying_order
+from tests.payments.helpers import paying_order, post_callback
 from tests.support.concurrency import at_once
 
 S, P = OrderStatus, Payment.Status
@@ -240,6 +240,22 @@ def test_a_second_payment_taken_too_is_a_conflict_and_the_cancel_refunds_the_one
     assert statuses(order) == [P.REFUNDED, P.VOIDED]
     refund = SimulatedOperation.objects.get(kind="refund")
     assert refund.reference == first.provider_txn_id
+
+
+@pytest.mark.django_db
+def test_the_same_capture_reported_again_under_another_event_is_one_conflict(tenant, menu):
+    # given a declined order paid again, the declined one taken after all, then the second
+    # one taken too: a paid_twice conflict
+    order, first = declined_order(tenant, menu["pizza"])
+    order, second = pay(tenant, order)
+    assert succeed(first) == "applied"
+    assert succeed(second) == "conflict"
+    # when the provider reports that capture again under another event id
+    body, headers = signed_callback(payment=second, event_id=f"evt_again_{uuid.uuid4().hex}")
+    again = post_callback(APIClient(), body, headers)
+    # then it is a duplicate: staff see one conflict for that money, not two to refund
+    assert again.status_code == 200 and again.json()["result"] == "duplicate"
+    assert ProviderConflict.objects.for_tenant(tenant).filter(payment=second).count() == 1
 
 
 @pytest.mark.django_db
