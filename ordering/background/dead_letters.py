@@ -14,8 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from ordering.background import dispatch, outbox
-from ordering.models import Compensation, DeadLetter, Order
+from ordering.background import dispatch
+from ordering.models import Compensation, DeadLetter, Order, OutboxEvent
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,11 @@ def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
         args = list(letter.payload.get("args", []))
         kwargs = dict(letter.payload.get("kwargs", {}))
         if letter.task == dispatch.HANDLE_OUTBOX_EVENT and args:
-            outbox.expect_consumer_again(event_id=args[0])
+            # not consumed any more, sent now: the outbox sweeper's redelivery takes it from
+            # here (ordering/background/outbox.py)
+            OutboxEvent.all_tenants.filter(pk=args[0]).update(
+                consumed_at=None, last_publish_at=Now()
+            )
         transaction.on_commit(lambda: _send(letter, args, kwargs))
     logger.info("dead letter %s requeued by %s", dead_letter_id, actor)
     return letter

@@ -104,13 +104,6 @@ def mark_consumed(*, event_id: int) -> None:
     OutboxEvent.all_tenants.filter(pk=event_id, consumed_at__isnull=True).update(consumed_at=Now())
 
 
-def expect_consumer_again(*, event_id: int) -> None:
-    """The event is sent to its consumer again (staff requeued its dead letter): not consumed
-    any more, its last send now, so that the sweeper sends it again should this send be lost
-    too (the broker down, or Redis dropping its queue)."""
-    OutboxEvent.all_tenants.filter(pk=event_id).update(consumed_at=None, last_publish_at=Now())
-
-
 def expect_retry(*, event_id: int, countdown: float) -> None:
     """The consumer asked for a retry in ``countdown`` seconds, which the broker holds: the
     sweeper counts its wait from then, not from the last send."""
