@@ -148,6 +148,15 @@ def test_a_failing_step_asks_for_a_retry_and_keeps_earlier_steps_done(
     assert (refund.attempts, refund.last_error) == (3, "")
 
 
+def fail_past_the_limit(order, event, *, step: str) -> None:
+    """``step`` fails 4 times (1 attempt + 3 retries): the saga ends in a dead letter."""
+    plan_fault(order=order, step=step, fail_times=4)
+    for _ in range(3):
+        with pytest.raises(RetryLater):
+            run_cancel_saga(event=event)
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+
+
 @pytest.mark.django_db
 def test_a_requeue_the_broker_does_not_take_is_sent_again_by_the_sweeper(
     tenant, menu, coupon, monkeypatch, settings, django_capture_on_commit_callbacks
@@ -155,11 +164,7 @@ def test_a_requeue_the_broker_does_not_take_is_sent_again_by_the_sweeper(
     # given a saga dead-lettered after its refund failed past the limit (its event consumed)
     settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
     order, payment, event = cancelled(tenant, menu)
-    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=4)
-    for _ in range(3):
-        with pytest.raises(RetryLater):
-            run_cancel_saga(event=event)
-    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    fail_past_the_limit(order, event, step=Step.REFUND_PAYMENT)
     # (its message published and consumed, as the worker leaves it)
     OutboxEvent.all_tenants.filter(pk=event.pk).update(
         published_at=timezone.now(), consumed_at=timezone.now()
@@ -189,12 +194,8 @@ def test_a_requeue_the_broker_does_not_take_is_sent_again_by_the_sweeper(
 def test_past_the_retry_limit_it_dead_letters_and_a_requeue_completes_it(tenant, menu, coupon):
     # given a delivery cancellation that fails 4 times (1 attempt + 3 retries)
     order, payment, event = cancelled(tenant, menu)
-    plan_fault(order=order, step=Step.CANCEL_DELIVERY, fail_times=4)
-    for _ in range(3):
-        with pytest.raises(RetryLater):
-            run_cancel_saga(event=event)
     # when the last retry fails, then a dead letter is written and the order stays CANCELLING
-    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    fail_past_the_limit(order, event, step=Step.CANCEL_DELIVERY)
     letter = DeadLetter.objects.get()
     assert (letter.key, letter.task, letter.attempts, letter.state) == (
         f"cancel:{order.pk}:{Step.CANCEL_DELIVERY}",
