@@ -289,7 +289,8 @@ def test_an_order_declined_again_expires_from_its_last_decline(tenant, menu, set
     Payment.all_tenants.exclude(pk=second.pk).filter(order=order).update(
         updated_at=timezone.now() - timedelta(minutes=40)
     )
-    Order.all_tenants.filter(pk=order.pk).update(updated_at=timezone.now() - timedelta(minutes=20))
+    # paid again 35 minutes ago, that payment declined only 20 minutes ago
+    Order.all_tenants.filter(pk=order.pk).update(updated_at=timezone.now() - timedelta(minutes=35))
     # the last decline 20 min ago: not yet
     assert expire_unpaid_orders() == 0
     # 31 min after it: cancelled, its portions back
