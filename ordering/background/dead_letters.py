@@ -72,7 +72,7 @@ def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
             # not consumed any more, sent now: the outbox sweeper's redelivery takes it from
             # here (ordering/background/outbox.py)
             OutboxEvent.all_tenants.filter(pk=args[0]).update(
-                consumed_at=None, last_publish_at=Now()
+                consumed_at=None, last_publish_at=Now(), resend_at=OutboxEvent.resend_after(sends=1)
             )
         transaction.on_commit(lambda: _send(letter, args, kwargs))
     logger.info("dead letter %s requeued by %s", dead_letter_id, actor)

@@ -14,9 +14,11 @@ without its data (or flushed) drops the queue. So the consumer marks the row con
 done with it (:func:`mark_consumed`), and the sweeper sends a row published but not consumed
 again once ``OUTBOX_REDELIVER_AFTER_SECONDS`` (600) have passed since its last send, doubling
 the wait after each send (at most a day), so that a queue merely waiting for a worker is not
-flooded with copies. A retry the consumer asked for moves the last send to when that retry is
-due (:func:`expect_retry`): the broker holds it until then. The cancel of a paid order whose
-message Redis lost is refunded all the same, once.
+flooded with copies. Each send writes when the next one is due (``resend_at``), so the sweep
+reads only rows already due, soonest first, however many wait in a long backoff. A retry the
+consumer asked for counts its wait from when that retry is due (:func:`expect_retry`): the
+broker holds it until then. The cancel of a paid order whose message Redis lost is refunded all
+the same, once.
 """
 
 from __future__ import annotations
@@ -94,7 +96,10 @@ def publish_event(*, event_id: int) -> bool:
         )
         return False
     OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
-        published_at=Now(), last_publish_at=Now(), publish_attempts=F("publish_attempts") + 1
+        published_at=Now(),
+        last_publish_at=Now(),
+        publish_attempts=F("publish_attempts") + 1,
+        resend_at=OutboxEvent.resend_after(sends=1),
     )
     return True
 
@@ -108,7 +113,9 @@ def expect_retry(*, event_id: int, countdown: float) -> None:
     """The consumer asked for a retry in ``countdown`` seconds, which the broker holds: the
     sweeper counts its wait from then, not from the last send."""
     OutboxEvent.all_tenants.filter(pk=event_id, consumed_at__isnull=True).update(
-        last_publish_at=timezone.now() + timedelta(seconds=countdown)
+        resend_at=OutboxEvent.resend_after(
+            sends=1, waiting_from=timezone.now() + timedelta(seconds=countdown)
+        )
     )
 
 
@@ -137,32 +144,19 @@ def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int
     return published + _send_unconsumed_again(limit=limit)
 
 
-# the longest wait between two sends of an event no consumer has finished with
-_REDELIVER_MAX_SECONDS = 86400.0
-
-
 def _send_unconsumed_again(*, limit: int) -> int:
-    """Send again events published but not consumed, each once its wait since its last send
-    has passed: ``OUTBOX_REDELIVER_AFTER_SECONDS``, doubled after each send (at most a day).
-    Claimed like the first sends, by a conditional update of the last send. How many."""
-    after = settings.OUTBOX_REDELIVER_AFTER_SECONDS
-    if after <= 0:
-        return 0
-    now = timezone.now()
-    waiting = OutboxEvent.all_tenants.filter(
-        published_at__isnull=False,
-        consumed_at__isnull=True,
-        last_publish_at__lte=now - timedelta(seconds=after),
-    )
+    """Send again events published but not consumed whose ``resend_at`` has come, soonest
+    first; each send sets the next one, twice as far off. Claimed like the first sends, by a
+    conditional update of ``resend_at``. How many were sent."""
+    due = OutboxEvent.all_tenants.filter(consumed_at__isnull=True, resend_at__lte=Now())
     sent = 0
-    for event_id, attempts, last in waiting.order_by("last_publish_at").values_list(
-        "id", "publish_attempts", "last_publish_at"
+    for event_id, attempts, resend_at in due.order_by("resend_at").values_list(
+        "id", "publish_attempts", "resend_at"
     )[:limit]:
-        wait = min(after * 2 ** max(attempts - 1, 0), _REDELIVER_MAX_SECONDS)
-        if last > now - timedelta(seconds=wait):
-            continue
-        claimed = waiting.filter(pk=event_id, last_publish_at=last).update(
-            last_publish_at=Now(), publish_attempts=F("publish_attempts") + 1
+        claimed = due.filter(pk=event_id, resend_at=resend_at).update(
+            last_publish_at=Now(),
+            publish_attempts=F("publish_attempts") + 1,
+            resend_at=OutboxEvent.resend_after(sends=attempts + 1),
         )
         if not claimed:
             continue
@@ -177,6 +171,6 @@ def _send_unconsumed_again(*, limit: int) -> int:
             "outbox sweeper sent %d event(s) again that no consumer finished "
             "(a message lost by the broker, or no worker for %s s)",
             sent,
-            after,
+            settings.OUTBOX_REDELIVER_AFTER_SECONDS,
         )
     return sent

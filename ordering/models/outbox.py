@@ -10,7 +10,11 @@ delivery of the same event a no-op.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from tenants.models import Tenant
 from tenants.scoping import TenantManager
@@ -19,6 +23,10 @@ from tenants.scoping import TenantManager
 class EventType(models.TextChoices):
     ORDER_PAID = "order.paid", "Order paid"
     CANCEL_REQUESTED = "order.cancel_requested", "Cancel requested (refund saga)"
+
+
+# the longest wait between two sends of an event no consumer has finished with
+_REDELIVER_MAX_SECONDS = 86400.0
 
 
 class OutboxEvent(models.Model):
@@ -42,6 +50,9 @@ class OutboxEvent(models.Model):
     # the broker accepted and then lost (Redis restarted empty) leaves this empty, and the
     # sweeper sends it again (ordering/background/outbox.py)
     consumed_at = models.DateTimeField(null=True, blank=True)
+    # when the sweeper sends it again if no consumer has finished with it by then: set by each
+    # send, twice as far off as the one before (empty until published, or redelivery off)
+    resend_at = models.DateTimeField(null=True, blank=True)
 
     all_tenants = models.Manager()
     objects = TenantManager()
@@ -60,16 +71,28 @@ class OutboxEvent(models.Model):
                 condition=models.Q(published_at__isnull=True),
                 name="outbox_unpublished_idx",
             ),
-            # The redelivery scan: only rows sent and not yet consumed, longest waiting first.
+            # The redelivery scan: only rows not yet consumed, the soonest due first.
             models.Index(
-                fields=["last_publish_at"],
-                condition=models.Q(published_at__isnull=False, consumed_at__isnull=True),
-                name="outbox_unconsumed_idx",
+                fields=["resend_at"],
+                condition=models.Q(consumed_at__isnull=True, resend_at__isnull=False),
+                name="outbox_resend_idx",
             ),
         ]
 
     def __str__(self) -> str:
         return f"{self.event_type} v{self.version} of order {self.order_id}"
+
+    @staticmethod
+    def resend_after(*, sends: int, waiting_from: datetime | None = None) -> datetime | None:
+        """When an event sent ``sends`` times, the last at ``waiting_from`` (now), is sent
+        again if no consumer has finished with it: ``OUTBOX_REDELIVER_AFTER_SECONDS`` later,
+        doubled for each send before the last, at most a day, so a queue merely waiting for a
+        worker is not flooded with copies. None when redelivery is off (the setting at 0)."""
+        after = settings.OUTBOX_REDELIVER_AFTER_SECONDS
+        if after <= 0:
+            return None
+        wait = min(after * 2 ** max(sends - 1, 0), _REDELIVER_MAX_SECONDS)
+        return (waiting_from or timezone.now()) + timedelta(seconds=wait)
 
 
 class ProcessedEvent(models.Model):

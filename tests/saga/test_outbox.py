@@ -143,10 +143,16 @@ def test_an_event_counts_its_order_s_transitions_in_its_own_insert(tenant, menu)
 
 def sent_and_lost(event: OutboxEvent, *, minutes_ago: float, attempts: int = 1) -> None:
     """The event as the broker leaves it when it accepted the message, then lost it (Redis
-    restarted without its data): published, never consumed."""
+    restarted without its data): published ``attempts`` times, the last ``minutes_ago``, due
+    again when that send set it (10 minutes later, doubled for each send before it), never
+    consumed."""
     when = timezone.now() - timedelta(minutes=minutes_ago)
     OutboxEvent.all_tenants.filter(pk=event.pk).update(
-        created_at=when, published_at=when, last_publish_at=when, publish_attempts=attempts
+        created_at=when,
+        published_at=when,
+        last_publish_at=when,
+        publish_attempts=attempts,
+        resend_at=OutboxEvent.resend_after(sends=attempts, waiting_from=when),
     )
 
 
@@ -154,6 +160,15 @@ def cancelled_paid_order(tenant, menu) -> OutboxEvent:
     order, _ = paid_order(tenant, menu["pizza"])
     cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
     return OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
+
+
+def due_in(event: OutboxEvent) -> timedelta:
+    """How long until the sweeper sends the event again, if no consumer finishes with it."""
+    return OutboxEvent.all_tenants.get(pk=event.pk).resend_at - timezone.now()
+
+
+def roughly(wait: timedelta, minutes: float) -> bool:
+    return abs(wait - timedelta(minutes=minutes)) < timedelta(minutes=1)
 
 
 def test_an_event_the_broker_lost_is_sent_again_and_refunded_once(tenant, menu, settings):
@@ -170,33 +185,77 @@ def test_an_event_the_broker_lost_is_sent_again_and_refunded_once(tenant, menu, 
     assert Order.all_tenants.get(pk=event.order_id).status == OrderStatus.CANCELLED
     assert SimulatedOperation.objects.filter(kind="refund").count() == 1
     # consumed, it is never sent again
-    OutboxEvent.all_tenants.filter(pk=event.pk).update(
-        last_publish_at=timezone.now() - timedelta(days=2)
-    )
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(resend_at=timezone.now() - timedelta(days=2))
     assert sweep_outbox() == 0
+
+
+def test_a_published_event_is_due_again_after_the_redelivery_wait(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    assert publish_event(event_id=event.pk)
+    assert roughly(due_in(event), minutes=10)
+    # with redelivery off, a send sets no time to send again
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 0
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(published_at=None, resend_at=None)
+    assert publish_event(event_id=event.pk)
+    assert OutboxEvent.all_tenants.get(pk=event.pk).resend_at is None
 
 
 def test_each_send_again_waits_twice_as_long_as_the_one_before(tenant, menu, settings):
     settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
     event = cancelled_paid_order(tenant, menu)
-    # sent three times already: the next send waits 4 x 10 minutes
+    # sent three times already, the last 39 minutes ago: the next send waits 4 x 10 minutes
     sent_and_lost(event, minutes_ago=39, attempts=3)
     assert sweep_outbox() == 0
     sent_and_lost(event, minutes_ago=41, attempts=3)
-    assert sweep_outbox() == 1
+    lost = []  # the broker takes the message and loses it: no consumer runs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dispatch, "enqueue", lambda *args: lost.append(args))
+        assert sweep_outbox() == 1
+    assert lost == [(dispatch.HANDLE_OUTBOX_EVENT, event.pk)]
+    # the fourth send waits 8 x 10 minutes for the fifth
+    assert OutboxEvent.all_tenants.get(pk=event.pk).publish_attempts == 4
+    assert roughly(due_in(event), minutes=80)
+
+
+def test_the_wait_between_sends_stops_growing_at_a_day(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    sent_and_lost(event, minutes_ago=0, attempts=12)  # 600 s x 2^11 would be 14 days
+    assert roughly(due_in(event), minutes=24 * 60)
 
 
 def test_a_retry_the_consumer_asked_for_is_waited_for(tenant, menu, settings):
     settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
     event = cancelled_paid_order(tenant, menu)
     sent_and_lost(event, minutes_ago=11)
-    # the consumer failed and asked the broker for a retry in an hour
+    # the consumer failed and asked the broker for a retry in an hour: the sweeper waits for
+    # it, then the redelivery wait after it
     expect_retry(event_id=event.pk, countdown=3600)
     assert sweep_outbox() == 0
-    OutboxEvent.all_tenants.filter(pk=event.pk).update(
-        last_publish_at=timezone.now() - timedelta(minutes=11)
-    )
+    assert roughly(due_in(event), minutes=70)
+    sent_and_lost(event, minutes_ago=11)
     assert sweep_outbox() == 1
+
+
+def test_events_in_a_long_backoff_do_not_hold_back_one_that_is_due(tenant, menu, settings):
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    # more events than one sweep reads, sent long ago and many times: their next send is hours
+    # off (sent 12 hours ago, 8 times: due in about 9 hours)
+    for version in range(100, 106):
+        waiting = OutboxEvent.all_tenants.create(
+            tenant=tenant,
+            order_id=event.order_id,
+            event_type=EventType.ORDER_PAID,
+            version=version,
+        )
+        sent_and_lost(waiting, minutes_ago=12 * 60, attempts=8)
+    # and one sent once, 11 minutes ago: due now
+    sent_and_lost(event, minutes_ago=11)
+    # then a sweep reading 5 rows sends the one that is due
+    assert sweep_outbox(limit=5) == 1
+    assert OutboxEvent.all_tenants.get(pk=event.pk).consumed_at is not None
 
 
 def test_every_end_of_a_consumer_marks_its_event_consumed(tenant, menu):

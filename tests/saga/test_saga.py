@@ -183,8 +183,9 @@ def test_a_requeue_the_broker_does_not_take_is_sent_again_by_the_sweeper(
     # sweeper sends it again: the order is refunded, once (it stayed CANCELLING for good)
     event.refresh_from_db()
     assert event.consumed_at is None
+    assert timedelta(minutes=9) < event.resend_at - timezone.now() <= timedelta(minutes=10)
     OutboxEvent.all_tenants.filter(pk=event.pk).update(
-        last_publish_at=timezone.now() - timedelta(minutes=11)
+        resend_at=timezone.now() - timedelta(minutes=1)
     )
     assert sweep_outbox() == 1
     assert effects(tenant, menu, coupon, order, payment) == DONE

@@ -193,6 +193,7 @@ def test_a_cancel_whose_message_the_broker_lost_is_refunded_once(celery_worker, 
         published_at=eleven_minutes_ago,
         last_publish_at=eleven_minutes_ago,
         publish_attempts=1,
+        resend_at=eleven_minutes_ago + timedelta(minutes=10),
     )
     # when the periodic sweep runs in the worker
     dispatch.enqueue(dispatch.SWEEP_OUTBOX)
