@@ -9,4 +9,5 @@ class OrderingConfig(AppConfig):
     def ready(self) -> None:
         # Registers the Celery tasks (they live in ordering.background, where Celery's
         # autodiscovery, which looks for <app>.tasks, would not find them).
+        from ordering.api import openapi  # noqa: F401 - schema extension
         from ordering.background import tasks  # noqa: F401

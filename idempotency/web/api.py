@@ -34,13 +34,14 @@ UNAVAILABLE_RETRY_AFTER_SECONDS = 5
 class IssueTokensIn(serializers.Serializer):
     count = serializers.IntegerField(min_value=1, default=1)
 
-    def validate_count(self, value: int) -> int:
-        limit = engine_setting("TOKEN_MAX_BATCH")
-        if value > limit:
-            raise serializers.ValidationError(
-                f"Ensure this value is less than or equal to {limit}."
-            )
-        return value
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # the bound is a setting, read when the serializer is used, so the OpenAPI schema
+        # (``maximum``) says what this deployment enforces
+        fields = super().get_fields()
+        fields["count"] = serializers.IntegerField(
+            min_value=1, max_value=engine_setting("TOKEN_MAX_BATCH"), default=1
+        )
+        return fields
 
 
 class IssuedTokensOut(serializers.Serializer):
@@ -54,13 +55,15 @@ class CheckTokensIn(serializers.Serializer):
         child=serializers.CharField(max_length=255, trim_whitespace=False), min_length=1
     )
 
-    def validate_tokens(self, value: list[str]) -> list[str]:
-        limit = engine_setting("TOKEN_MAX_BATCH")
-        if len(value) > limit:
-            raise serializers.ValidationError(
-                f"Ensure this field has no more than {limit} elements."
-            )
-        return value
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # as IssueTokensIn: ``maxItems`` in the schema is this deployment's bound
+        fields = super().get_fields()
+        fields["tokens"] = serializers.ListField(
+            child=serializers.CharField(max_length=255, trim_whitespace=False),
+            min_length=1,
+            max_length=engine_setting("TOKEN_MAX_BATCH"),
+        )
+        return fields
 
 
 class TokenStatusField(serializers.CharField):

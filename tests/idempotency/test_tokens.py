@@ -350,6 +350,24 @@ def test_batch_check_size_is_validated(api: Any, tokens: list[str]) -> None:
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
 
 
+def test_the_schema_gives_this_deployment_s_batch_bounds(settings: Any, api: Any) -> None:
+    # the bound is the engine's TOKEN_MAX_BATCH, enforced and published alike
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_MAX_BATCH": 20}
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    shapes = schema["components"]["schemas"]
+    assert shapes["IssueTokensIn"]["properties"]["count"] | {"default": 1} == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 20,
+        "default": 1,
+    }
+    tokens = shapes["CheckTokensIn"]["properties"]["tokens"]
+    assert (tokens["minItems"], tokens["maxItems"]) == (1, 20)
+    assert issue(api, 21).status_code == 400 and issue(api, 20).status_code == 201
+    over = api.post(CHECK, {"tokens": ["t"] * 21}, format="json")
+    assert over.status_code == 400 and "tokens" in over.json()["errors"]
+
+
 # --- the Lua consume, directly ----------------------------------------------------------
 
 

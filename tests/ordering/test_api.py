@@ -8,6 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from ordering.models import Dish, Order, OrderStatus
+from ordering.services.placing import MAX_LINES
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.conftest import api_for, diner_token, menu_for
@@ -290,3 +291,12 @@ def test_schema_and_docs_are_served(client):
     schema = client.get("/api/schema/")
     assert schema.status_code == 200 and b"/api/v1/orders/" in schema.content
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_the_schema_bounds_an_order_s_items_as_the_server_does(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    items = schema["components"]["schemas"]["PlaceOrderIn"]["properties"]["items"]
+    assert (items["minItems"], items["maxItems"]) == (1, MAX_LINES)
+    # a list that is not an input keeps no bound it does not have
+    lines = schema["components"]["schemas"]["Order"]["properties"]["lines"]
+    assert lines["type"] == "array" and "minItems" not in lines and "maxItems" not in lines
