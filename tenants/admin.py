@@ -17,6 +17,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
+from tenants import credential_cache
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_session
 from tenants.members import LAST_OWNER, MemberError, is_last_owner, remove_member
@@ -79,13 +80,23 @@ class TenantAdmin(admin.ModelAdmin):
 
     @admin.action(description="Suspend selected tenants (API answers 403)", permissions=["change"])
     def suspend(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
-        n = queryset.filter(status=Tenant.Status.ACTIVE).update(status=Tenant.Status.SUSPENDED)
+        n = _set_status(queryset, Tenant.Status.ACTIVE, Tenant.Status.SUSPENDED)
         self.message_user(request, f"{n} tenant(s) suspended.", messages.SUCCESS)
 
     @admin.action(description="Reactivate selected tenants", permissions=["change"])
     def reactivate(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
-        n = queryset.filter(status=Tenant.Status.SUSPENDED).update(status=Tenant.Status.ACTIVE)
+        n = _set_status(queryset, Tenant.Status.SUSPENDED, Tenant.Status.ACTIVE)
         self.message_user(request, f"{n} tenant(s) reactivated.", messages.SUCCESS)
+
+
+def _set_status(queryset: QuerySet[Tenant], current: str, new: str) -> int:
+    """Move the tenants in ``current`` to ``new``, announced on the credential feed: an
+    ``UPDATE`` sends no ``post_save``, and unannounced, every process kept the tenant's old
+    status for its cache's full minute (a suspended restaurant's keys kept working)."""
+    n = queryset.filter(status=current).update(status=new)
+    if n:
+        credential_cache.announce(credential_cache.EVERYTHING)
+    return n
 
 
 @admin.register(Membership)
@@ -138,7 +149,19 @@ class ApiClientAdmin(admin.ModelAdmin):
     list_select_related = ["tenant"]
     search_fields = ["prefix", "name", "tenant__slug"]
     exclude = ["secret_hash"]
-    readonly_fields = ["tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+    # Every field: staff revoke keys (the action needs the change permission), and nothing
+    # else. An editable kind let staff make a publishable key, which ships in every diner's
+    # app, a merchant's secret key.
+    readonly_fields = [
+        "tenant",
+        "prefix",
+        "name",
+        "kind",
+        "is_test",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

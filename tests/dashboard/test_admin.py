@@ -16,6 +16,7 @@ from django.utils import timezone
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Order, OrderStatus, OrderTransition
+from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -266,6 +267,34 @@ def test_api_clients_can_be_revoked_but_not_added_or_shown(staff, mine):
     assert staff.get("/admin/tenants/apiclient/add/").status_code == 403
     run_action(staff, "/admin/tenants/apiclient/", "revoke", [mine.api_client.pk])
     assert ApiClient.objects.get(pk=mine.api_client.pk).revoked_at is not None
+
+
+def test_an_api_client_s_kind_and_flags_cannot_be_edited(staff, mine):
+    # a publishable key ships in every diner's app: made a merchant's key, it would list and
+    # move the restaurant's orders
+    url = f"/admin/tenants/apiclient/{mine.api_client.pk}/change/"
+    staff.post(url, {"name": "renamed", "kind": ApiClient.Kind.MERCHANT, "is_test": "on"})
+    key = ApiClient.objects.get(pk=mine.api_client.pk)
+    assert (key.kind, key.is_test, key.name) == (
+        ApiClient.Kind.PUBLISHABLE,
+        False,
+        mine.api_client.name,
+    )
+
+
+@pytest.mark.parametrize("action", ["suspend", "reactivate"])
+def test_a_suspension_or_reactivation_in_the_admin_reaches_the_api_at_once(staff, mine, action):
+    # given the key's tenant read (and cached) by this process in its current status
+    if action == "reactivate":
+        Tenant.objects.filter(pk=mine.tenant.pk).update(status=Tenant.Status.SUSPENDED)
+    before, after = (200, 403) if action == "suspend" else (403, 200)
+    _, raw_key = issue_api_key(tenant=mine.tenant, name="diner app")
+    api = Client(HTTP_AUTHORIZATION=f"Api-Key {raw_key}")
+    assert api.get("/api/v1/menu/").status_code == before
+    # when staff change its status, then the next request sees it (it kept the cached status
+    # for a minute)
+    run_action(staff, "/admin/tenants/tenant/", action, [mine.tenant.pk])
+    assert api.get("/api/v1/menu/").status_code == after
 
 
 def test_tenants_list_counts_members_and_keys_and_can_suspend(staff, mine, theirs):
