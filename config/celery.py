@@ -35,6 +35,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 logger = logging.getLogger(__name__)
 
+BROKER_SOCKET_TIMEOUT_SECONDS = 2.0
+
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
@@ -43,7 +45,9 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     # A publish that cannot reach the broker gives up quickly: the outbox row stays unpublished
-    # and the sweeper sends it later, so a request never hangs on a broker outage.
+    # and the sweeper sends it later, so a request never hangs on a broker outage. This bounds
+    # connecting; a broker that accepts and then never answers (a hung or paused Redis) is
+    # bounded by the socket timeout below.
     broker_connection_timeout=2,
     task_publish_retry_policy={
         "max_retries": 2,
@@ -62,6 +66,12 @@ def _transport_options(sender: Celery, **kwargs: Any) -> None:
     from django.conf import settings
 
     sender.conf.broker_transport_options = {
+        # Each read and write on the broker's socket. Without it a publish to a Redis that
+        # holds the connection open and never answers waited for ever: a request's
+        # after-commit publish held its gunicorn worker until the worker was killed, and the
+        # client got a 500 for work that had committed. Above the consumers' 1 s BRPOP.
+        "socket_timeout": BROKER_SOCKET_TIMEOUT_SECONDS,
+        "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_SECONDS,
         "visibility_timeout": settings.CELERY_VISIBILITY_TIMEOUT,
         "unacked_restore_interval": settings.CELERY_RESTORE_INTERVAL,
         "unacked_restore_throttle": 1,
