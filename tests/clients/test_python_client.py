@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from ordering_client import (
     ApiError,
@@ -20,6 +21,7 @@ from ordering_client import (
     JsonFileStorage,
     MemoryStorage,
     NetworkError,
+    OrderAlreadyPlacedError,
     OrderingClient,
     RetriesExhaustedError,
     RetryEvent,
@@ -29,11 +31,16 @@ from ordering_client import (
 )
 from ordering_client.retry import parse_retry_after
 
-from ordering.models import Payment, WorkerLease
+from idempotency.models import IdempotencyRecord
+from idempotency.purge import purge_record
+from ordering.models import Order, Payment, WorkerLease
 from ordering.worker_ids import WORKER_IDS
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
 from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, free_port
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 ORDERS = "/api/v1/orders/"
@@ -453,3 +460,273 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after("Thu, 01 Jan 2026 12:00:05 GMT", now=now) == 5.0
     assert parse_retry_after("soon") is None
+
+
+# --- one diner per key, kept keys, and answers that name an order ---------------------------
+
+
+def expire_the_stored_session(storage: MemoryStorage, *, in_seconds: float = -1.0) -> None:
+    """Rewrite the stored session's ``expires_at``: in the past, as at its maximum age (a new
+    guest is opened next), or within ``refresh_margin`` (it is refreshed next)."""
+    [entry] = [k for k in storage._items if k.endswith(":session")]
+    session = json.loads(storage._items[entry])
+    storage.set(entry, json.dumps(session | {"expires_at": time.time() + in_seconds}))
+
+
+def revoke_sessions(server: LiveServer, shop: Shop, diner_id: str) -> None:
+    """The merchant ends every session of the diner, then waits out the bound within which
+    every worker sees it (its cache of session states)."""
+    _, merchant_key = issue_api_key(
+        tenant=shop.tenant, name="merchant", kind=ApiClient.Kind.MERCHANT
+    )
+    revoked = httpx.post(
+        f"{server.url}/api/v1/diners/{diner_id}/revoke-sessions/",
+        headers={"Authorization": f"Api-Key {merchant_key}"},
+        timeout=DEADLINE_SECONDS,
+    )
+    assert revoked.json()["revoked"] >= 1
+    time.sleep(settings.DINER_SESSION_STATE_CACHE_SECONDS + 0.1)
+
+
+def test_a_retry_after_the_session_expired_is_not_sent_as_the_new_guest(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """The answer is lost, and the session reaches its maximum age before the retry: sent as
+    the new guest, the same key would place the order again (red without the check before
+    each attempt: 2 orders, one per diner)."""
+    storage = MemoryStorage()
+    client = make_client(
+        proxy.url, storage=storage, on_retry=lambda _: expire_the_stored_session(storage)
+    )
+    first_diner = client.session().diner_id
+    proxy.drop_responses(1, path=ORDERS)
+
+    with pytest.raises(SessionChangedError) as changed:
+        client.place_order(shop.order_body(2))
+
+    assert proxy.dropped[0].status == 201
+    [sent] = wire.posts()  # the retry was not sent
+    assert changed.value.idempotency_key == sent.key
+    assert changed.value.previous_diner_id == first_diner
+    assert changed.value.diner_id == client.session().diner_id != first_diner
+    # the key stays stored: calling again says the same, and sends nothing
+    with pytest.raises(SessionChangedError) as again:
+        client.place_order(shop.order_body(2))
+    assert again.value.idempotency_key == sent.key
+    assert len(wire.posts()) == 1
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_retry_after_the_session_was_refreshed_goes_on_as_the_same_diner(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    storage = MemoryStorage()
+    client = make_client(
+        proxy.url,
+        storage=storage,
+        on_retry=lambda _: expire_the_stored_session(storage, in_seconds=60),
+    )
+    diner = client.session().diner_id
+    proxy.drop_responses(1, path=ORDERS)
+
+    result = client.place_order(shop.order_body(2))
+
+    assert len(wire.posts("/api/v1/diner-sessions/refresh/")) == 1
+    assert [e.status for e in wire.posts()] == [None, 201]
+    assert (result.status, result.replayed) == (201, True)
+    assert client.session().diner_id == diner
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_401_to_a_retry_keeps_the_key_and_says_the_session_changed(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """The answer is lost and the merchant revokes the diner's sessions before the retry:
+    the 401 is no final answer about the order (red when it is an ApiError that forgets the
+    key: the next call places a second order as a new guest)."""
+    storage = MemoryStorage()
+    diners: list[str] = []
+    client = make_client(
+        proxy.url,
+        storage=storage,
+        on_retry=lambda _: revoke_sessions(client_server, shop, diners[0]),
+    )
+    diners.append(client.session().diner_id)
+    proxy.drop_responses(1, path=ORDERS)
+
+    with pytest.raises(SessionChangedError) as changed:
+        client.place_order(shop.order_body(2))
+
+    lost, refused = wire.posts()
+    assert (lost.status, refused.status) == (None, 401)
+    assert changed.value.idempotency_key == lost.key == refused.key
+    assert (changed.value.previous_diner_id, changed.value.diner_id) == (diners[0], None)
+    assert isinstance(changed.value.__cause__, ApiError)
+    assert changed.value.__cause__.code == "SESSION_REVOKED"
+    # the next call opens a new guest, which the kept key is not sent as
+    with pytest.raises(SessionChangedError) as again:
+        client.place_order(shop.order_body(2))
+    assert again.value.idempotency_key == lost.key
+    assert again.value.diner_id not in (None, diners[0])
+    assert len(wire.posts()) == 2
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_401_to_a_key_resumed_from_storage_keeps_it_and_says_the_session_changed(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire, tmp_path
+) -> None:
+    """The app crashed mid-order; the diner's sessions were revoked before it restarted. The
+    resumed key may have placed the order (red when only a retry in the same call counts: an
+    ApiError that forgets the key, and the next call orders again)."""
+    path = tmp_path / "ordering-client.json"
+    raised, diner = crash_mid_order(path, proxy, shop, make_client)
+    revoke_sessions(client_server, shop, diner)
+
+    restarted = make_client(client_server.url, storage=JsonFileStorage(path))
+    with pytest.raises(SessionChangedError) as changed:
+        restarted.place_order(shop.order_body(2))
+    with pytest.raises(SessionChangedError) as again:
+        restarted.place_order(shop.order_body(2))
+
+    assert wire.posts()[-1].status == 401
+    assert changed.value.idempotency_key == raised.value.idempotency_key
+    assert (changed.value.previous_diner_id, changed.value.diner_id) == (diner, None)
+    assert again.value.idempotency_key == raised.value.idempotency_key
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_401_to_a_key_never_sent_before_is_final_and_forgets_the_key(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    storage = MemoryStorage()
+    client = make_client(client_server.url, storage=storage)
+    diner = client.session().diner_id
+    revoke_sessions(client_server, shop, diner)
+
+    with pytest.raises(ApiError) as raised:
+        client.place_order(shop.order_body())
+    placed = client.place_order(shop.order_body())
+
+    assert not isinstance(raised.value, SessionChangedError)
+    assert (raised.value.status, raised.value.code) == (401, "SESSION_REVOKED")
+    assert [e.status for e in wire.posts()] == [401, 201]
+    assert client.session().diner_id != diner
+    assert not placed.replayed
+
+
+def op_entries(storage: MemoryStorage) -> list[str]:
+    return sorted(k.partition(":op:")[2] for k in storage._items if ":op:" in k)
+
+
+def test_an_explicit_operation_id_is_kept_after_success_and_replays_the_first_answer(
+    client_server: LiveServer, shop: Shop, make_client, wire, tmp_path: Path
+) -> None:
+    """The app was killed after the call returned, before it saved the order: calling again
+    with the same operation_id replays the answer (red when the key is forgotten at success:
+    a second order)."""
+    path = tmp_path / "ordering-client.json"
+    killed = make_client(client_server.url, storage=JsonFileStorage(path))
+    first = killed.place_order(shop.order_body(2), operation_id="cart-42")
+    killed.close()
+
+    restarted = make_client(client_server.url, storage=JsonFileStorage(path))
+    again = restarted.place_order(shop.order_body(2), operation_id="cart-42")
+
+    assert (first.replayed, again.replayed) == (False, True)
+    assert again.body == first.body and again.idempotency_key == first.idempotency_key
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+    # the default operation id is forgotten at the final answer: the same order again is new
+    assert not restarted.place_order(shop.order_body(2)).replayed
+    assert not restarted.place_order(shop.order_body(2)).replayed
+    assert Order.objects.for_tenant(shop.tenant).count() == 3
+    # a final error answer forgets an explicit operation_id too
+    bad = {"items": [{"dish_id": shop.dish.pk, "quantity": 0}], "payment_method": "card"}
+    with pytest.raises(ApiError):
+        restarted.place_order(bad, operation_id="cart-bad")  # type: ignore[arg-type]
+    stored = json.loads(path.read_text())
+    assert [k.partition(":op:")[2] for k in stored if ":op:" in k] == ["cart-42"]
+
+
+def test_kept_finished_operations_are_pruned_after_operation_ttl(
+    client_server: LiveServer, shop: Shop, make_client
+) -> None:
+    storage = MemoryStorage()
+    client = make_client(client_server.url, storage=storage, operation_ttl=1.0)
+    client.place_order(shop.order_body(), operation_id="cart-1")
+    assert op_entries(storage) == ["cart-1"]
+    time.sleep(1.1)  # cart-1's key is now older than operation_ttl
+
+    client.place_order(shop.order_body(), operation_id="cart-2")
+
+    assert op_entries(storage) == ["cart-2"]
+    [index] = [v for k, v in storage._items.items() if k.endswith(":finished")]
+    assert list(json.loads(index)) == [k for k in storage._items if k.endswith(":op:cart-2")]
+    # cart-1 again, that much later, is a new operation
+    assert not client.place_order(shop.order_body(), operation_id="cart-1").replayed
+    assert Order.objects.for_tenant(shop.tenant).count() == 3
+
+
+def test_operation_ttl_defaults_to_the_servers_72_hours() -> None:
+    client = OrderingClient("http://127.0.0.1:9", "pk_test.secret")
+    client.close()
+    assert client.operation_ttl == 72 * 3600 == 259200
+
+
+def test_a_key_whose_answer_is_no_longer_kept_is_order_already_placed_naming_the_order(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    """The server no longer keeps the first answer (purged): it names the order instead of
+    replaying it, and the client raises OrderAlreadyPlacedError with its order_id (red with
+    a plain ApiError); the kept key keeps saying so, nothing new is placed."""
+    client = make_client(client_server.url)
+    placed = client.place_order(shop.order_body(2), operation_id="cart-9")
+    record = wait_until(
+        lambda: IdempotencyRecord.objects.first(), what="the order's idempotency record"
+    )
+    purge_record(record)
+    time.sleep(0.5)  # the purge reaches the workers' result caches over Redis pub/sub
+
+    with pytest.raises(OrderAlreadyPlacedError) as raised:
+        client.place_order(shop.order_body(2), operation_id="cart-9")
+    with pytest.raises(OrderAlreadyPlacedError) as again:
+        client.place_order(shop.order_body(2), operation_id="cart-9")
+
+    order_id = placed.json()["id"]
+    assert (raised.value.status, raised.value.code) == (409, "ORDER_ALREADY_PLACED")
+    assert raised.value.order_id == again.value.order_id == str(order_id)
+    assert raised.value.headers["location"] == f"{ORDERS}{order_id}/"
+    assert client.order(raised.value.order_id)["id"] == order_id
+    assert {e.key for e in wire.posts()} == {placed.idempotency_key}
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+class CaptivePortal(httpx.BaseTransport):
+    """Answers the first ``pages`` requests to ``path`` itself with a 200 sign-in page, as a
+    cafe's wifi does; passes everything else to ``through``."""
+
+    def __init__(self, through: httpx.BaseTransport, path: str, pages: int = 1) -> None:
+        self.through = through
+        self.path = path
+        self.pages = pages
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == self.path and self.pages > 0:
+            self.pages -= 1
+            return httpx.Response(200, html="<html>Sign in to the cafe's wifi</html>")
+        return self.through.handle_request(request)
+
+
+def test_a_portal_page_instead_of_a_new_session_is_retried(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    """(red when any 2xx counts: a bare JSONDecodeError from reading the page as a session)"""
+    events: list[RetryEvent] = []
+    portal = CaptivePortal(wire, "/api/v1/diner-sessions/")
+    client = make_client(client_server.url, transport=portal, on_retry=events.append)
+
+    placed = client.place_order(shop.order_body())
+
+    assert portal.pages == 0
+    assert isinstance(events[0].error, NetworkError) and "not the API's" in str(events[0].error)
+    assert (placed.status, placed.replayed) == (201, False)
+    assert shop.orders_of(client.session().diner_id) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -42,6 +43,8 @@ class TricklingServer:
                 conn, _ = self._listener.accept()
             except TimeoutError:
                 continue
+            except OSError:
+                return  # closed by close() while accepting
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
@@ -124,3 +127,27 @@ def test_a_success_page_not_from_the_api_is_an_unknown_outcome_retried_with_the_
     assert (placed.status, placed.json()) == (201, {"id": "1"})
     assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
     assert isinstance(events[0].error, NetworkError) and "not the API's" in str(events[0].error)
+
+
+def test_a_call_can_take_about_max_elapsed_plus_timeout() -> None:
+    """A server that never answers: every attempt runs its whole ``timeout``. The last one
+    started within ``max_elapsed`` and ran on past it, so the call took about ``max_elapsed +
+    timeout``, never more (red when ``max_elapsed`` is not checked: attempts go on to
+    ``max_attempts``)."""
+    silent = socket.create_server(("127.0.0.1", 0))  # never accepts: no answer ever comes
+    port = silent.getsockname()[1]
+    client = OrderingClient(
+        f"http://127.0.0.1:{port}",
+        "pk_test.secret",
+        timeout=0.7,
+        retry=RetryPolicy(max_attempts=100, base_delay=0.01, max_delay=0.01, max_elapsed=1.0),
+    )
+    started = time.monotonic()
+    with pytest.raises(RetriesExhaustedError) as raised:
+        client.menu()
+    took = time.monotonic() - started
+    client.close()
+    silent.close()
+    assert raised.value.attempts == 2
+    assert "ReadTimeout" in str(raised.value.last_error)
+    assert 1.0 < took <= 1.0 + 0.7 + 0.3

@@ -22,15 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connections
 
 from ordering.models import Payment
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
 from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
-NODE_TESTS = 22  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
+NODE_TESTS = 34  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +121,12 @@ def test_the_typescript_client_passes_its_tests_against_a_live_server(
         "PROXY_URL": proxy.url,
         "CONTROL_URL": control_url,
         "PUBLISHABLE_KEY": shop.publishable_key,
+        # the merchant's server, which revokes diners' sessions, and how long a revocation
+        # takes to reach every worker
+        "MERCHANT_KEY": issue_api_key(
+            tenant=shop.tenant, name="merchant server", kind=ApiClient.Kind.MERCHANT
+        )[1],
+        "SESSION_STATE_CACHE_SECONDS": str(settings.DINER_SESSION_STATE_CACHE_SECONDS),
         "DISH_ID": str(shop.dish.pk),
         "LEASE_SECONDS": str(LEASE_SECONDS),
     }

@@ -6,7 +6,10 @@
  * forgotten only when the server has given a final answer. So an answer lost on the way (a
  * dropped connection after the server committed) or an app killed mid-request ends the same
  * way: the next attempt — in this call, or after a restart with the same storage — carries the
- * same key, and the server replays its first answer instead of doing the work twice.
+ * same key, and the server replays its first answer instead of doing the work twice. An
+ * operation with your own `operationId` keeps its key after the final success too (until
+ * `operationTtlMs`, the server's replay retention): an app killed after the call returned but
+ * before it saved the result calls again and gets the replay, not a second order.
  *
  * Which stored key an operation takes is decided by `operationId`: by default the request
  * itself (method, path, and the body as the server's fingerprint reads it: key order, Unicode
@@ -16,10 +19,12 @@
  * still running (a double tap) sends nothing: it waits for the running call and returns its
  * result, or throws its error.
  *
- * A key is the diner's: the server scopes it to the session's diner. A stored key whose diner
- * is not the current session's (the guest session expired between a crash and the restart) is
- * not sent, since the server would run it again as another diner's first request:
- * `SessionChangedError` says so instead.
+ * A key is the diner's: the server scopes it to the session's diner. Every attempt of an
+ * operation is sent as the diner its key was made for; when the current session's diner is
+ * another (the guest session expired between a crash and the restart, or between two attempts
+ * of one call), or a 401 says the session ended after an attempt whose outcome is unknown, the
+ * key is not sent, since the server would run it again as another diner's first request:
+ * `SessionChangedError` says so instead, and the key stays stored.
  *
  * Runtime needs: `fetch`, `AbortController`, `setTimeout` (browsers, React Native, Node ≥ 18).
  */
@@ -27,6 +32,7 @@ import {
   ApiError,
   IdempotencyKeyReusedError,
   NetworkError,
+  OrderAlreadyPlacedError,
   RetriesExhaustedError,
   SessionChangedError,
   type Problem,
@@ -52,6 +58,9 @@ export type PaginatedOrders = Schemas["PaginatedOrders"];
 export type PlaceOrderInput = Schemas["PlaceOrderIn"];
 
 const KEY_REUSED = "IDEMPOTENCY_KEY_REUSED";
+const ALREADY_PLACED = "ORDER_ALREADY_PLACED";
+/** How long the server replays a key's first answer by default (the restaurant's retention). */
+const SERVER_REPLAY_MS = 72 * 3_600_000;
 
 export interface ClientOptions {
   /** e.g. `https://api.example.com` (no trailing `/api/v1`). */
@@ -65,21 +74,26 @@ export interface ClientOptions {
   /** Makes new keys; default `uuidKeys()`, or `tokenKeys()` for pre-issued tokens. */
   keys?: KeySource;
   retry?: Partial<RetryPolicy>;
-  /** Per attempt, default 10 s. */
+  /** Per attempt, default 10 s; cut to what is left of `retry.maxElapsedMs`, so an attempt
+   * never runs past it. */
   timeoutMs?: number;
   /** Called before each wait between attempts. */
   onRetry?: (event: RetryEvent) => void;
   /** Refresh the session when less than this is left of it; default 5 min. */
   refreshMarginMs?: number;
   /** A stored key older than this is not resumed (an identical request that much later is a
-   * new operation); default 1 h. */
+   * new operation), and a finished operation's kept key is pruned; default 72 h, the server's
+   * default replay retention: a key resumed later would find no answer to replay. */
   operationTtlMs?: number;
   /** Default `globalThis.fetch`. */
   fetch?: typeof fetch;
 }
 
 export interface WriteOptions {
-  /** What makes two calls "the same operation"; default: the request itself. */
+  /** What makes two calls "the same operation"; default: the request itself. An operation with
+   * its own id keeps its key after a final success (or `OrderAlreadyPlacedError`) until
+   * `operationTtlMs`, so calling it again replays the first answer instead of running it again;
+   * with the default id, the same request after a final answer is a new operation. */
   operationId?: string;
   /** Use this key instead of a stored one (it is then not stored). */
   idempotencyKey?: string;
@@ -111,6 +125,16 @@ interface StoredOperation {
   dinerId?: string;
 }
 
+/** An operation's key as `send` carries it: every attempt goes out as `dinerId`, the diner the
+ * key was made for. `mayHaveReached` is true once the key may have reached the server: resumed
+ * from storage, or an attempt of this call ended without a final answer. */
+interface KeyInFlight {
+  readonly key: string;
+  readonly dinerId: string;
+  readonly createdAt: number;
+  mayHaveReached: boolean;
+}
+
 type Auth = () => Promise<Record<string, string>>;
 
 export class OrderingClient {
@@ -129,6 +153,8 @@ export class OrderingClient {
   private pendingSession: Promise<Session> | null = null;
   /** Operations running in this client, by storage entry: a second call of one joins it. */
   private readonly running = new Map<string, Promise<ApiResult<unknown>>>();
+  /** Updates of the finished-operations index, one at a time (storage has no transactions). */
+  private indexUpdates: Promise<unknown> = Promise.resolve();
 
   constructor(options: ClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
@@ -139,7 +165,7 @@ export class OrderingClient {
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.onRetry = options.onRetry;
     this.refreshMarginMs = options.refreshMarginMs ?? 300_000;
-    this.operationTtlMs = options.operationTtlMs ?? 3_600_000;
+    this.operationTtlMs = options.operationTtlMs ?? SERVER_REPLAY_MS;
     this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.prefix = `ordering-client:${options.publishableKey.split(".")[0]}:`;
   }
@@ -180,32 +206,51 @@ export class OrderingClient {
   /**
    * POST `body` to `path` as one operation (see the module comment). Throws `ApiError` for a
    * final error answer (the operation is over: its key is forgotten),
-   * `IdempotencyKeyReusedError` for a key reused with another payload, and
-   * `RetriesExhaustedError` when the outcome is unknown (the key is kept).
+   * `IdempotencyKeyReusedError` for a key reused with another payload,
+   * `OrderAlreadyPlacedError` when the key placed an order whose answer is no longer kept, and
+   * `RetriesExhaustedError` or `SessionChangedError` when the outcome is unknown (the key is
+   * kept).
    */
   async write<T>(path: string, body: unknown, options: WriteOptions = {}): Promise<ApiResult<T>> {
     const content = body === null || body === undefined ? "" : JSON.stringify(body);
     if (options.idempotencyKey !== undefined) {
-      return this.send<T>("POST", path, { auth: this.bearer, content, key: options.idempotencyKey });
+      const { dinerId } = await this.session();
+      const key: KeyInFlight = { key: options.idempotencyKey, dinerId, createdAt: Date.now(), mayHaveReached: false };
+      return this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
     }
     const entry = `${this.prefix}op:${options.operationId ?? requestId("POST", path, body)}`;
     const running = this.running.get(entry);
     if (running) return running as Promise<ApiResult<T>>; // a double tap: the first call's outcome
-    const operation = this.operation<T>(entry, path, content).finally(() => this.running.delete(entry));
+    const keep = options.operationId !== undefined;
+    const operation = this.operation<T>(entry, path, content, keep).finally(() => this.running.delete(entry));
     this.running.set(entry, operation);
     return operation;
   }
 
-  private async operation<T>(entry: string, path: string, content: string): Promise<ApiResult<T>> {
+  private async operation<T>(entry: string, path: string, content: string, keep: boolean): Promise<ApiResult<T>> {
+    await this.pruneFinished();
     const key = await this.operationKey(entry);
     try {
-      const result = await this.send<T>("POST", path, { auth: this.bearer, content, key });
-      await this.storage.removeItem(entry);
+      const result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+      await this.finished(entry, key, keep);
       return result;
     } catch (error) {
-      if (error instanceof ApiError) await this.storage.removeItem(entry);
+      if (error instanceof OrderAlreadyPlacedError) {
+        await this.finished(entry, key, keep); // placed, as a success would have: kept alike
+      } else if (error instanceof ApiError || (error instanceof SessionChangedError && !key.mayHaveReached)) {
+        // A final answer, or a session change before the key was ever sent: nothing to protect.
+        await this.storage.removeItem(entry);
+      }
       throw error;
     }
+  }
+
+  /** The operation got its final answer. With the caller's own `operationId` its key stays
+   * (calling again replays the answer) and is indexed, so it is pruned once expired; else it
+   * is forgotten. */
+  private async finished(entry: string, key: KeyInFlight, keep: boolean): Promise<void> {
+    if (!keep) return this.storage.removeItem(entry);
+    await this.updateIndex((index) => void (index[entry] = key.createdAt));
   }
 
   /** Sign the diner out (`POST /api/v1/diner-sessions/end/`) and forget the session. */
@@ -270,11 +315,23 @@ export class OrderingClient {
 
   private readonly bearer: Auth = async () => bearerHeader((await this.session()).token);
 
+  /** The session's token, read before each attempt, as long as its diner is the key's: a
+   * session that expired between two attempts opens a new guest, and sending the key as that
+   * diner would run the operation again (keys are scoped per diner). A refreshed session keeps
+   * its diner and is used. */
+  private bearerAs(key: KeyInFlight): Auth {
+    return async () => {
+      const session = await this.session();
+      if (session.dinerId !== key.dinerId) throw new SessionChangedError(key.key, key.dinerId, session.dinerId);
+      return bearerHeader(session.token);
+    };
+  }
+
   // --- keys ----------------------------------------------------------------------------
 
   /** The stored key of this operation, or a new one, stored before it is ever sent;
    * `SessionChangedError` when the stored one is another diner's (module comment). */
-  private async operationKey(entry: string): Promise<string> {
+  private async operationKey(entry: string): Promise<KeyInFlight> {
     const { dinerId } = await this.session();
     const raw = await this.storage.getItem(entry);
     if (raw) {
@@ -282,13 +339,52 @@ export class OrderingClient {
       if (Date.now() - stored.createdAt < this.operationTtlMs) {
         const earlier = stored.dinerId ?? dinerId;
         if (earlier !== dinerId) throw new SessionChangedError(stored.key, earlier, dinerId);
-        return stored.key;
+        return { key: stored.key, dinerId, createdAt: stored.createdAt, mayHaveReached: true };
       }
     }
     const key = await this.keys.nextKey(this.issueTokens, dinerId);
     const record: StoredOperation = { key, createdAt: Date.now(), dinerId };
     await this.storage.setItem(entry, JSON.stringify(record));
-    return key;
+    return { key, dinerId, createdAt: record.createdAt, mayHaveReached: false };
+  }
+
+  // --- finished operations kept (own operationId) --------------------------------------
+
+  /** Storage has no listing: this entry maps each kept finished operation's entry to its
+   * key's `createdAt`, so expired ones can be found and removed. */
+  private get indexEntry(): string {
+    return `${this.prefix}finished`;
+  }
+
+  /** Read, change and write the index, one change at a time in this client. */
+  private updateIndex(change: (index: Record<string, number>) => void | Promise<void>): Promise<void> {
+    const update = this.indexUpdates.then(async () => {
+      const raw = await this.storage.getItem(this.indexEntry);
+      const index = raw ? (JSON.parse(raw) as Record<string, number>) : {};
+      await change(index);
+      const changed = JSON.stringify(index);
+      if (changed === (raw ?? "{}")) return; // most operations: nothing to write
+      if (changed !== "{}") await this.storage.setItem(this.indexEntry, changed);
+      else await this.storage.removeItem(this.indexEntry);
+    });
+    this.indexUpdates = update.catch(() => undefined);
+    return update;
+  }
+
+  /** Remove the kept finished operations older than `operationTtlMs` (run as each operation
+   * starts), so storage does not grow with every order ever placed. An entry that holds a
+   * newer key by now (the operation ran again) or belongs to a running operation stays. */
+  private pruneFinished(): Promise<void> {
+    const now = Date.now();
+    return this.updateIndex(async (index) => {
+      for (const [entry, createdAt] of Object.entries(index)) {
+        if (now - createdAt < this.operationTtlMs || this.running.has(entry)) continue;
+        delete index[entry];
+        const raw = await this.storage.getItem(entry);
+        const stored = raw ? (JSON.parse(raw) as StoredOperation) : null;
+        if (stored !== null && now - stored.createdAt >= this.operationTtlMs) await this.storage.removeItem(entry);
+      }
+    });
   }
 
   /** One request for `count` pre-issued tokens, not retried (the key source falls back to a
@@ -306,48 +402,64 @@ export class OrderingClient {
   // --- one request, retried ------------------------------------------------------------
 
   /**
-   * Send until a final answer: retries network errors, 5xx, 409 in progress and 429 (waiting
-   * at least `Retry-After`) within the policy's bounds; throws any other error answer at once.
+   * Send until a final answer: retries network errors, timeouts, answers that are not the
+   * API's, 5xx, 409 in progress and 429 (waiting at least `Retry-After`) within the policy's
+   * bounds; throws any other error answer at once. With an operation's `key`, each attempt is
+   * sent as the key's diner (`auth` throws `SessionChangedError` otherwise), and a 401 after
+   * the key may have reached the server is a `SessionChangedError` too: the key must stay.
    */
   private async send<T>(
     method: string,
     path: string,
-    request: { auth: Auth; content?: string; key?: string; retry?: RetryPolicy },
+    request: { auth: Auth; content?: string; key?: KeyInFlight; retry?: RetryPolicy },
   ): Promise<ApiResult<T>> {
     const policy = request.retry ?? this.retry;
-    const started = Date.now();
+    const key = request.key;
+    // Counted from the first attempt: opening the session before it is a request of its own.
+    let started: number | null = null;
+    let lastError: ApiError | NetworkError | null = null;
     for (let attempt = 1; ; attempt++) {
       const headers: Record<string, string> = { Accept: "application/json", ...(await request.auth()) };
-      if (request.key !== undefined) headers["Idempotency-Key"] = request.key;
+      if (key !== undefined) headers["Idempotency-Key"] = key.key;
       if (request.content !== undefined) headers["Content-Type"] = "application/json";
+      started ??= Date.now();
+      // No attempt runs past maxElapsedMs: its timeout is cut to the time left.
+      const leftMs = policy.maxElapsedMs - (Date.now() - started);
+      if (lastError !== null && leftMs <= 0) throw new RetriesExhaustedError(attempt - 1, lastError, key?.key ?? null);
       let error: ApiError | NetworkError;
       let retryAfterMs: number | null = null;
-      const answer = await this.attempt(method, path, headers, request.content);
+      const answer = await this.attempt(method, path, headers, request.content, Math.max(0, Math.min(this.timeoutMs, leftMs)));
       if (answer instanceof NetworkError) {
         error = answer;
       } else {
         const { response, text } = answer;
         // A success answer to a request with a key comes from the API's idempotency engine,
-        // which labels every one; any other (a captive portal's page) says nothing about the
-        // operation: its outcome is unknown, retried with the same key.
-        const fromTheApi = request.key === undefined || response.headers.has("x-idempotent-result");
-        if (response.status < 400 && fromTheApi) {
+        // which labels every one, and every answer of the API is JSON; any other (a captive
+        // portal's page) says nothing about the request: its outcome is unknown, retried
+        // (with the same key).
+        const fromTheApi = key === undefined || response.headers.has("x-idempotent-result");
+        const data = response.status < 400 && fromTheApi ? jsonOf(text) : NOT_JSON;
+        if (data !== NOT_JSON) {
           return {
             status: response.status,
-            data: (text ? JSON.parse(text) : null) as T,
+            data: data as T,
             body: text,
             headers: response.headers,
-            idempotencyKey: request.key ?? null,
+            idempotencyKey: key?.key ?? null,
             replayed: response.headers.get("x-idempotent-result") === "HIT",
           };
         }
         if (response.status < 400) {
-          error = new NetworkError(`a ${response.status} answer without X-Idempotent-Result: not the API's`, null);
+          const why = fromTheApi ? "whose body is not JSON" : "without X-Idempotent-Result";
+          error = new NetworkError(`a ${response.status} answer ${why}: not the API's`, null);
         } else {
           error = apiError(response, text);
           if (error.status === 401 && headers["Authorization"]?.startsWith("Bearer ")) {
             // Revoked or expired under our feet: the next call opens a new session.
             await this.storage.removeItem(`${this.prefix}session`);
+            // The key may have done its work already, as this diner's: forgetting it would let
+            // the next call, as a new guest, run the operation again.
+            if (key?.mayHaveReached) throw new SessionChangedError(key.key, key.dinerId, undefined);
           }
           if (error instanceof IdempotencyKeyReusedError || !isRetryableStatus(error.status, error.code)) {
             throw error;
@@ -355,9 +467,12 @@ export class OrderingClient {
           retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
         }
       }
+      // No final answer: the server may have executed this attempt.
+      if (key !== undefined) key.mayHaveReached = true;
+      lastError = error;
       const delayMs = retryDelayMs(policy, attempt, retryAfterMs);
       if (attempt >= policy.maxAttempts || Date.now() - started + delayMs > policy.maxElapsedMs) {
-        throw new RetriesExhaustedError(attempt, error, request.key ?? null);
+        throw new RetriesExhaustedError(attempt, error, key?.key ?? null);
       }
       this.onRetry?.({
         attempt,
@@ -378,9 +493,10 @@ export class OrderingClient {
     path: string,
     headers: Record<string, string>,
     content: string | undefined,
+    timeoutMs: number,
   ): Promise<{ response: Response; text: string } | NetworkError> {
     const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.timeoutMs);
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
     try {
       const response = await this.fetchImpl(`${this.baseUrl}${path}`, {
         method,
@@ -390,7 +506,7 @@ export class OrderingClient {
       });
       return { response, text: await response.text() };
     } catch (cause) {
-      const reason = abort.signal.aborted ? `timed out after ${this.timeoutMs} ms` : String(cause);
+      const reason = abort.signal.aborted ? `timed out after ${timeoutMs} ms` : String(cause);
       return new NetworkError(`${method} ${path}: ${reason}`, cause);
     } finally {
       clearTimeout(timer);
@@ -406,6 +522,18 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+const NOT_JSON: unique symbol = Symbol("not JSON");
+
+/** The body's JSON value (null for an empty body), or `NOT_JSON`. */
+function jsonOf(text: string): unknown {
+  if (!text) return null;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return NOT_JSON;
+  }
+}
+
 function apiError(response: Response, text: string): ApiError {
   let problem: Partial<Problem> & Record<string, unknown> = {};
   try {
@@ -416,7 +544,8 @@ function apiError(response: Response, text: string): ApiError {
   }
   const code = typeof problem.code === "string" ? problem.code : null;
   const detail = typeof problem.detail === "string" ? problem.detail : response.statusText;
-  const ErrorClass = code === KEY_REUSED ? IdempotencyKeyReusedError : ApiError;
+  const ErrorClass =
+    code === KEY_REUSED ? IdempotencyKeyReusedError : code === ALREADY_PLACED ? OrderAlreadyPlacedError : ApiError;
   return new ErrorClass(response.status, code, detail, problem, response.headers, text);
 }
 

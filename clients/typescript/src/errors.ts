@@ -1,6 +1,7 @@
 /**
- * What the client throws. Catch `ApiError` for answers the server gave and
- * `RetriesExhaustedError` for operations whose outcome is still unknown; never catch
+ * What the client throws. Catch `ApiError` for answers the server gave,
+ * `RetriesExhaustedError` and `SessionChangedError` for operations whose outcome is still
+ * unknown, and `OrderAlreadyPlacedError` for an order that exists already; never catch
  * `IdempotencyKeyReusedError` to retry it: it is a bug in the calling code.
  */
 import type { components } from "./generated/openapi.js";
@@ -17,6 +18,8 @@ export class OrderingError extends Error {
  * `IDEMPOTENCY_REQUEST_IN_PROGRESS` and 429). When retryable answers (5xx, 409 in progress,
  * 429) use up the attempts, `RetriesExhaustedError` is thrown instead, with the last one as
  * its `lastError`. `code` is the machine-readable `code` of the problem+json body (null if it had none).
+ * A 401 answering an operation's key that may already have reached the server is a
+ * `SessionChangedError` instead: the key must not be forgotten.
  */
 export class ApiError extends OrderingError {
   override name = "ApiError";
@@ -40,6 +43,31 @@ export class ApiError extends OrderingError {
  */
 export class IdempotencyKeyReusedError extends ApiError {
   override name = "IdempotencyKeyReusedError";
+}
+
+/**
+ * 409 `ORDER_ALREADY_PLACED`: this key already placed order `orderId`, but the server no longer
+ * keeps that first answer (older than the restaurant's replay retention, 72 h by default, or
+ * purged), so it cannot replay it. Nothing new was placed: the order exists, GET it
+ * (`client.order(error.orderId)`; the `Location` header names it too). The operation is over
+ * as if it had succeeded: a key kept for an `operationId` stays kept, so calling again gets
+ * this answer again instead of placing another order.
+ */
+export class OrderAlreadyPlacedError extends ApiError {
+  override name = "OrderAlreadyPlacedError";
+  /** The order this key placed earlier. */
+  readonly orderId: string;
+  constructor(
+    status: number,
+    code: string | null,
+    detail: string,
+    problem: Partial<Problem> & Record<string, unknown>,
+    headers: Headers,
+    body: string,
+  ) {
+    super(status, code, detail, problem, headers, body);
+    this.orderId = String(problem["order_id"] ?? "");
+  }
 }
 
 /**
@@ -71,21 +99,36 @@ export class RetriesExhaustedError extends OrderingError {
 }
 
 /**
- * The operation has a stored key from an earlier attempt, made as another diner: that
- * attempt's guest session expired (an app that crashed mid-request and restarted after the
- * session's lifetime) and this client now acts as a new guest. The earlier attempt may have
- * executed; sending its key now would not replay it (keys are scoped per diner: the server
- * would run the operation again, as this diner's), so nothing is sent. The stored key stays
- * until `operationTtlMs` runs out; to place the order anyway, knowingly, call again with a new
- * `operationId` (or `idempotencyKey`).
+ * The operation's key was made for another diner than the current session's, so nothing is
+ * sent: keys are scoped per diner, and the server would run the operation again as this
+ * diner's first request. It happens when the session changes under an operation whose earlier
+ * attempt may have executed:
+ *
+ * - a key resumed from storage (an app that crashed mid-request and restarted after its guest
+ *   session expired), or a retry within one call after the session expired between attempts:
+ *   `dinerId` is the new session's diner;
+ * - a 401 (the session was revoked or ended) answering a key that may already have reached the
+ *   server (resumed from storage, or an earlier attempt of this call got no final answer):
+ *   `dinerId` is `undefined`, no new session is open yet (the next call opens one).
+ *
+ * The outcome is unknown. The stored key stays until `operationTtlMs` runs out, so calling the
+ * operation again throws this again rather than place it twice; to place the order anyway,
+ * knowingly, call again with a new `operationId` (or `idempotencyKey`). A key that cannot have
+ * reached the server yet (its first attempt not sent) is forgotten instead.
  */
 export class SessionChangedError extends OrderingError {
   override name = "SessionChangedError";
   constructor(
     readonly idempotencyKey: string,
+    /** The diner the key was made for. */
     readonly previousDinerId: string,
-    readonly dinerId: string,
+    /** The current session's diner; `undefined` after a 401, before a new session is opened. */
+    readonly dinerId: string | undefined,
   ) {
-    super(`operation started as diner ${previousDinerId}, now ${dinerId}: not resent (its outcome is unknown)`);
+    super(
+      dinerId === undefined
+        ? `operation started as diner ${previousDinerId}, whose session ended (401): not resent (its outcome is unknown)`
+        : `operation started as diner ${previousDinerId}, now ${dinerId}: not resent (its outcome is unknown)`,
+    );
   }
 }

@@ -21,6 +21,7 @@ export {
   ApiError,
   IdempotencyKeyReusedError,
   NetworkError,
+  OrderAlreadyPlacedError,
   OrderingError,
   RetriesExhaustedError,
   SessionChangedError,

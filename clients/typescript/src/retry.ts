@@ -11,7 +11,8 @@ import type { ApiError, NetworkError } from "./errors.js";
 export const IN_PROGRESS = "IDEMPOTENCY_REQUEST_IN_PROGRESS";
 
 /** `maxAttempts` counts the first try; a wait that would end after `maxElapsedMs` (from the
- * first try) is not started. */
+ * first try) is not started, and each attempt's timeout is cut to what is left of it, so no
+ * attempt runs past it. */
 export interface RetryPolicy {
   maxAttempts: number;
   baseDelayMs: number;

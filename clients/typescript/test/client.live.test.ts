@@ -14,6 +14,7 @@ import {
   memoryStorage,
   NetworkError,
   OrderingClient,
+  requestId,
   RetriesExhaustedError,
   SessionChangedError,
   type ClientOptions,
@@ -41,6 +42,26 @@ function clientOf(baseUrl: string, options: Partial<ClientOptions> = {}) {
 
 async function ordersOf(dinerId: string): Promise<number> {
   return (await control<{ count: number }>("orders-of", { diner_id: dinerId })).count;
+}
+
+/** The client's storage entries: its session, an operation's key, the finished-ops index. */
+const entryOf = (name: string) => `ordering-client:${live!.publishableKey.split(".")[0]}:${name}`;
+
+/** Make the stored session (synchronous storage) end `inMs` from now. */
+function expireSession(storage: ReturnType<typeof memoryStorage>, inMs: number): void {
+  const session = JSON.parse(storage.getItem(entryOf("session")) as string) as object;
+  storage.setItem(entryOf("session"), JSON.stringify({ ...session, expiresAt: Date.now() + inMs }));
+}
+
+/** The merchant ends every session of the diner (as for a stolen account), and the revocation
+ * reaches every worker of the server. */
+async function revokeSessions(dinerId: string): Promise<void> {
+  const response = await fetch(`${live!.api}/api/v1/diners/${dinerId}/revoke-sessions/`, {
+    method: "POST",
+    headers: { Authorization: `Api-Key ${live!.merchantKey}` },
+  });
+  assert.equal(response.status, 200, await response.text());
+  await sleepMs(live!.sessionStateCacheMs + 200);
 }
 
 describe("live server", { skip: live ? false : "run by tests/clients/test_typescript_client.py" }, () => {
@@ -267,5 +288,151 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.deepEqual(wire.posts("/api/v1/idempotency-tokens/").map((e) => e.status), [503]);
     assert.equal(result.status, 201);
     assert.match(result.idempotencyKey!, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  test("a retry after the session expired is not sent as the new guest", async () => {
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.proxy, { storage, onRetry: () => expireSession(storage, -1000) });
+    const first = await client.session();
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const changed = await client.placeOrder(orderBody(2), { operationId: "cart-expiring" }).catch((e: unknown) => e);
+
+    const second = await client.session();
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.notEqual(second.dinerId, first.dinerId);
+    assert.deepEqual([changed.previousDinerId, changed.dinerId], [first.dinerId, second.dinerId]);
+    const posts = wire.posts(ORDERS);
+    assert.deepEqual(posts.map((e) => e.status), [null]); // the lost one; the retry never went out
+    assert.equal(changed.idempotencyKey, posts[0]!.key);
+    const stored = JSON.parse((await storage.getItem(entryOf("op:cart-expiring")))!) as { key: string };
+    assert.equal(stored.key, changed.idempotencyKey); // kept: calling again does not place it again
+    const again = await client.placeOrder(orderBody(2), { operationId: "cart-expiring" }).catch((e: unknown) => e);
+    assert.ok(again instanceof SessionChangedError);
+    assert.equal(wire.posts(ORDERS).length, 1);
+    assert.deepEqual([await ordersOf(first.dinerId), await ordersOf(second.dinerId)], [1, 0]);
+  });
+
+  test("a retry after the session was refreshed keeps its diner and gets the replay", async () => {
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.proxy, { storage, onRetry: () => expireSession(storage, 60_000) });
+    const { dinerId, token } = await client.session();
+    await sleepMs(1100); // a token names its expiry in whole seconds: the refreshed one differs
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const result = await client.placeOrder(orderBody(2));
+
+    assert.deepEqual(wire.posts("/api/v1/diner-sessions/refresh/").map((e) => e.status), [200]);
+    const refreshed = await client.session();
+    assert.deepEqual([refreshed.dinerId === dinerId, refreshed.token === token], [true, false]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [null, 201]);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    assert.equal(await ordersOf(dinerId), 1);
+  });
+
+  test("a 401 on a retry keeps the key: calling again does not order as a new guest", async () => {
+    const storage = memoryStorage();
+    const wire = recordingFetch();
+    let revoking: Promise<void> = Promise.resolve();
+    const client = new OrderingClient({
+      baseUrl: live!.proxy,
+      publishableKey: live!.publishableKey,
+      retry: FAST,
+      storage,
+      fetch: async (input, init) => (await revoking, wire.fetch(input, init)), // the retry waits for it
+      onRetry: () => void (revoking = revokeSessions(first.dinerId)),
+    });
+    const first = await client.session();
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const changed = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.deepEqual([changed.previousDinerId, changed.dinerId], [first.dinerId, undefined]);
+    const posts = wire.posts(ORDERS);
+    assert.deepEqual(posts.map((e) => e.status), [null, 401]);
+    assert.equal(changed.idempotencyKey, posts[0]!.key);
+    assert.notEqual(await storage.getItem(entryOf(`op:${requestId("POST", ORDERS, orderBody(2))}`)), null);
+    const again = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    const second = await client.session();
+    assert.ok(again instanceof SessionChangedError, String(again));
+    assert.deepEqual([again.previousDinerId, again.dinerId], [first.dinerId, second.dinerId]);
+    assert.equal(wire.posts(ORDERS).length, 2); // nothing sent as the new guest
+    assert.deepEqual([await ordersOf(first.dinerId), await ordersOf(second.dinerId)], [1, 0]);
+  });
+
+  test("a 401 on a key that cannot have reached the server is final, and the key forgotten", async () => {
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.api, { storage });
+    const { dinerId } = await client.session();
+    await revokeSessions(dinerId);
+
+    const refused = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+
+    assert.ok(refused instanceof ApiError, String(refused));
+    assert.deepEqual([refused.status, refused.code], [401, "SESSION_REVOKED"]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [401]);
+    assert.equal(await storage.getItem(entryOf(`op:${requestId("POST", ORDERS, orderBody(2))}`)), null);
+    assert.equal(await storage.getItem(entryOf("session")), null); // the next call opens a new one
+  });
+
+  test("an operation with its own id replays its answer after success instead of ordering again", async () => {
+    const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
+    const first = clientOf(live!.api, { storage: fileAsyncStorage(path) }).client;
+    const placed = await first.placeOrder(orderBody(2), { operationId: "cart-42" });
+    const { dinerId } = await first.session();
+
+    // The app was killed after placeOrder returned, before it saved the result: it calls again.
+    const storage = fileAsyncStorage(path);
+    const restarted = clientOf(live!.api, { storage });
+    const again = await restarted.client.placeOrder(orderBody(2), { operationId: "cart-42" });
+
+    assert.deepEqual([placed.replayed, again.replayed], [false, true]);
+    assert.equal(again.idempotencyKey, placed.idempotencyKey);
+    assert.equal(again.data.id, placed.data.id);
+    assert.equal(again.body, placed.body);
+    assert.equal(await ordersOf(dinerId), 1);
+    const bad = { items: [{ dish_id: live!.dishId, quantity: 0 }], payment_method: "card" as const };
+    const refused = await restarted.client.placeOrder(bad, { operationId: "cart-43" }).catch((e: unknown) => e);
+    assert.ok(refused instanceof ApiError && refused.status === 400);
+    const entries = await storage.entries();
+    assert.ok(entryOf("op:cart-42") in entries);
+    assert.ok(!(entryOf("op:cart-43") in entries)); // a final error answer forgets the key
+    assert.deepEqual(Object.keys(JSON.parse(entries[entryOf("finished")]!) as object), [entryOf("op:cart-42")]);
+  });
+
+  test("kept finished operations are pruned once expired, when a new operation starts", async () => {
+    const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
+    const storage = fileAsyncStorage(path);
+    const { client } = clientOf(live!.api, { storage, operationTtlMs: 1000 });
+    await client.placeOrder(orderBody(1), { operationId: "old" });
+    await client.placeOrder(orderBody(2)); // the default id: forgotten after success, not indexed
+    const before = await storage.entries();
+    await sleepMs(1100);
+
+    await client.placeOrder(orderBody(3), { operationId: "new" });
+
+    const after = await storage.entries();
+    const ops = (entries: Record<string, string>) => Object.keys(entries).filter((k) => k.includes(":op:"));
+    assert.deepEqual(ops(before), [entryOf("op:old")]);
+    assert.deepEqual(ops(after), [entryOf("op:new")]);
+    assert.deepEqual(Object.keys(JSON.parse(after[entryOf("finished")]!) as object), [entryOf("op:new")]);
+  });
+
+  test("the API serves no CORS headers: a browser app must be served from its origin", async () => {
+    const origin = { Origin: "https://app.example" };
+    const preflight = await fetch(`${live!.api}${ORDERS}`, {
+      method: "OPTIONS",
+      headers: { ...origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "idempotency-key" },
+    });
+    const menu = await fetch(`${live!.api}/api/v1/menu/`, {
+      headers: { ...origin, Authorization: `Api-Key ${live!.publishableKey}` },
+    });
+    assert.equal(menu.status, 200);
+    for (const answer of [preflight, menu]) {
+      const cors: string[] = [];
+      answer.headers.forEach((_value, name) => void (name.startsWith("access-control-") && cors.push(name)));
+      assert.deepEqual(cors, [], `${answer.status}`);
+    }
   });
 });

@@ -12,6 +12,10 @@ export const live = process.env.API_URL
       databaseOnly: process.env.DATABASE_ONLY_API_URL!,
       control: process.env.CONTROL_URL!,
       publishableKey: process.env.PUBLISHABLE_KEY!,
+      /** The restaurant's secret key: the merchant's own server (it revokes diners' sessions). */
+      merchantKey: process.env.MERCHANT_KEY!,
+      /** How long a revocation takes to reach every worker of the server. */
+      sessionStateCacheMs: Number(process.env.SESSION_STATE_CACHE_SECONDS) * 1000,
       dishId: Number(process.env.DISH_ID),
       leaseSeconds: Number(process.env.LEASE_SECONDS),
     }

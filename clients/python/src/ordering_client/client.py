@@ -5,7 +5,10 @@ starts, written to storage before the first byte is sent, reused by every retry,
 only when the server has given a final answer. So an answer lost on the way (a dropped
 connection after the server committed) or an app killed mid-request ends the same way: the
 next attempt — in this call, or after a restart with the same storage — carries the same key
-and the server replays its first answer instead of doing the work twice.
+and the server replays its first answer instead of doing the work twice. The key of an
+operation with an explicit ``operation_id`` outlives even its success answer, until
+``operation_ttl``: an app killed after the call returned but before it saved the result calls
+again and gets the replay.
 
 Which stored key an operation takes is decided by ``operation_id``: by default the request
 itself (method, path, and the body in the canonical form the server's fingerprint uses: key
@@ -15,10 +18,12 @@ calling ``place_order`` again with the same order after a crash resumes it; pass
 this client is still running (a double tap) sends nothing: it waits for the running call and
 returns its result, or raises its error.
 
-A key is the diner's: the server scopes it to the session's diner. A stored key whose diner is
-not the current session's (the guest session expired between a crash and the restart, and a
-new guest was opened) is not sent, since the server would run it again as another diner's
-first request: :class:`~ordering_client.errors.SessionChangedError` says so instead.
+A key is the diner's: the server scopes it to the session's diner. So every attempt of an
+operation is sent as the diner its key was made for. A key whose diner is not the current
+session's (the guest session expired between a crash and the restart, or between two attempts,
+and a new guest was opened) is not sent, since the server would run it again as another
+diner's first request: :class:`~ordering_client.errors.SessionChangedError` says so instead.
+So does a 401 to an attempt whose key may already have reached the server.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ordering_client.errors import (
     ApiError,
     IdempotencyKeyReusedError,
     NetworkError,
+    OrderAlreadyPlacedError,
     RetriesExhaustedError,
     SessionChangedError,
 )
@@ -54,6 +60,8 @@ from ordering_client.retry import (
 from ordering_client.storage import MemoryStorage, Storage
 
 KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+ALREADY_PLACED = "ORDER_ALREADY_PLACED"
+OPERATION_TTL = 72 * 3600.0  # the server's replay retention, by default
 
 
 class OrderItem(TypedDict):
@@ -119,8 +127,9 @@ class OrderingClient:
     the last byte of the answer. ``on_retry`` is called
     with a :class:`~ordering_client.retry.RetryEvent` before each wait. The session is
     refreshed when less than ``refresh_margin`` seconds of it are left, and a new guest
-    session opened once it has expired. A stored key older than ``operation_ttl`` seconds is
-    not resumed: an identical request that much later is a new operation.
+    session opened once it has expired. A stored key older than ``operation_ttl`` seconds
+    (default 72 h, as long as the server replays by default) is not resumed: an identical
+    request that much later is a new operation.
     """
 
     def __init__(
@@ -134,7 +143,7 @@ class OrderingClient:
         timeout: float = 10.0,
         on_retry: Callable[[RetryEvent], None] | None = None,
         refresh_margin: float = 300.0,
-        operation_ttl: float = 3600.0,
+        operation_ttl: float = OPERATION_TTL,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else MemoryStorage()
@@ -147,6 +156,7 @@ class OrderingClient:
         # Stored entries are per restaurant: an app may hold clients of several.
         self._prefix = f"ordering-client:{publishable_key.partition('.')[0]}:"
         self._session_lock = threading.RLock()
+        self._finished_lock = threading.Lock()
         # operations running in this client, by storage entry: a second call of one joins it
         self._running: dict[str, Future[ApiResult]] = {}
         self._running_lock = threading.Lock()
@@ -216,10 +226,15 @@ class OrderingClient:
     ) -> ApiResult:
         """POST ``body`` to ``path`` as one operation (see the module docstring).
 
-        ``idempotency_key`` overrides the stored key (it is then not stored). Raises
+        ``idempotency_key`` overrides the stored key (it is then not stored). With an explicit
+        ``operation_id`` the key is kept after the success answer, until ``operation_ttl``,
+        so calling again replays it; by default it is forgotten then. Raises
         :class:`ApiError` for a final error answer (the operation is over: its key is
         forgotten), :class:`IdempotencyKeyReusedError` for a key reused with another payload,
-        and :class:`RetriesExhaustedError` when the outcome is unknown (the key is kept).
+        :class:`OrderAlreadyPlacedError` for a key that placed an order whose answer is no
+        longer kept (kept like a success), :class:`RetriesExhaustedError` when the outcome is
+        unknown and :class:`SessionChangedError` when the diner changed under the operation
+        (the key is kept).
         """
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         if idempotency_key is not None:
@@ -233,7 +248,7 @@ class OrderingClient:
         if joining:
             return running.result()  # a double tap: the first call's answer, or its error
         try:
-            result = self._operation(entry, path, content)
+            result = self._operation(entry, path, content, keep=operation_id is not None)
         except BaseException as error:
             running.set_exception(error)
             raise
@@ -243,14 +258,30 @@ class OrderingClient:
         running.set_result(result)
         return result
 
-    def _operation(self, entry: str, path: str, content: bytes) -> ApiResult:
-        key = self._operation_key(entry)
+    def _operation(self, entry: str, path: str, content: bytes, *, keep: bool) -> ApiResult:
+        """Send the operation with its key, every attempt as the key's diner. ``keep``: an
+        explicit ``operation_id``, whose key outlives its success (see :meth:`write`)."""
+        self._prune_finished()
+        stored = self._operation_key(entry)
+
+        def as_its_diner() -> dict[str, str]:
+            stored.attempts += 1
+            return self._bearer_of(stored)
+
         try:
-            result = self._send("POST", path, content=content, key=key, auth=self._bearer)
-        except ApiError:
+            result = self._send("POST", path, content=content, key=stored.key, auth=as_its_diner)
+        except OrderAlreadyPlacedError:
+            self._finish(entry, keep=keep)
+            raise
+        except ApiError as error:
+            if error.status == 401 and stored.may_have_reached_the_server:
+                # the key may have placed the order: forgotten, the next call would order again
+                raise SessionChangedError(
+                    idempotency_key=stored.key, previous_diner_id=stored.diner_id, diner_id=None
+                ) from error
             self.storage.delete(entry)
             raise
-        self.storage.delete(entry)
+        self._finish(entry, keep=keep)
         return result
 
     def end_session(self) -> None:
@@ -306,28 +337,82 @@ class OrderingClient:
     def _bearer(self) -> dict[str, str]:
         return _bearer_header(self.session().token)
 
+    def _bearer_of(self, stored: _StoredKey) -> dict[str, str]:
+        """The session's header, if the session is still the key's diner's: sent as another
+        diner, the key would run the operation again (keys are scoped per diner). A refresh
+        keeps the diner; an expired session replaced by a new guest does not."""
+        session = self.session()
+        if session.diner_id != stored.diner_id:
+            raise SessionChangedError(
+                idempotency_key=stored.key,
+                previous_diner_id=stored.diner_id,
+                diner_id=session.diner_id,
+            )
+        return _bearer_header(session.token)
+
     # --- keys --------------------------------------------------------------------------
 
-    def _operation_key(self, entry: str) -> str:
+    def _operation_key(self, entry: str) -> _StoredKey:
         """The stored key of this operation, or a new one, stored before it is ever sent;
         :class:`SessionChangedError` when the stored one is another diner's (module doc)."""
         diner_id = self.session().diner_id
-        raw = self.storage.get(entry)
-        if raw:
-            stored = json.loads(raw)
-            if time.time() - stored["created_at"] < self.operation_ttl:
-                earlier = stored.get("diner_id", diner_id)
-                if earlier != diner_id:
-                    raise SessionChangedError(
-                        idempotency_key=str(stored["key"]),
-                        previous_diner_id=earlier,
-                        diner_id=diner_id,
-                    )
-                return str(stored["key"])
+        stored = self._live_record(entry)
+        if stored is not None:
+            earlier = str(stored.get("diner_id", diner_id))
+            if earlier != diner_id:
+                raise SessionChangedError(
+                    idempotency_key=str(stored["key"]),
+                    previous_diner_id=earlier,
+                    diner_id=diner_id,
+                )
+            return _StoredKey(key=str(stored["key"]), diner_id=earlier, resumed=True)
         key = self.keys.next_key(self._issue_tokens, diner_id)
         record = {"key": key, "created_at": time.time(), "diner_id": diner_id}
         self.storage.set(entry, json.dumps(record))
-        return key
+        return _StoredKey(key=key, diner_id=diner_id, resumed=False)
+
+    def _live_record(self, entry: str) -> dict[str, Any] | None:
+        """The operation's stored record, if younger than ``operation_ttl``."""
+        raw = self.storage.get(entry)
+        if not raw:
+            return None
+        record: dict[str, Any] = json.loads(raw)
+        return record if time.time() - record["created_at"] < self.operation_ttl else None
+
+    def _finish(self, entry: str, *, keep: bool) -> None:
+        """The operation had its final answer: forget its key, or (``keep``) note it in the
+        index of kept finished operations, which :meth:`_prune_finished` reads since storage
+        cannot list its entries."""
+        record = self._live_record(entry) if keep else None
+        if record is None:  # not kept, or already older than operation_ttl
+            self.storage.delete(entry)
+            return
+        with self._finished_lock:
+            index = self._finished_index()
+            index[entry] = record["created_at"]
+            self.storage.set(self._prefix + "finished", json.dumps(index))
+
+    def _prune_finished(self) -> None:
+        """Forget the kept finished operations older than ``operation_ttl``, so storage does
+        not grow with every order. One an identical call has since given a new key is left
+        alone, and so is one running now."""
+        with self._finished_lock:
+            index = self._finished_index()
+            now = time.time()
+            expired = [e for e, created in index.items() if now - created >= self.operation_ttl]
+            with self._running_lock:
+                expired = [e for e in expired if e not in self._running]
+            if not expired:
+                return
+            for entry in expired:
+                if self._live_record(entry) is None:
+                    self.storage.delete(entry)
+                del index[entry]
+            self.storage.set(self._prefix + "finished", json.dumps(index))
+
+    def _finished_index(self) -> dict[str, float]:
+        raw = self.storage.get(self._prefix + "finished")
+        return json.loads(raw) if raw else {}
 
     def _issue_tokens(self, count: int) -> IssuedTokens:
         """One request for ``count`` pre-issued tokens; no retries (the key source falls back
@@ -381,12 +466,13 @@ class OrderingClient:
                 error = NetworkError(f"{type(exc).__name__}: {exc}")
                 error.__cause__ = exc
             else:
-                if response.status_code < 400 and (key is None or _from_the_engine(response)):
+                if response.status_code < 400 and _from_the_api(response, key):
                     return ApiResult(response.status_code, response.content, response.headers, key)
                 if response.status_code < 400:
                     # not the API's answer (a captive portal's page): the outcome is unknown
                     error = NetworkError(
-                        f"a {response.status_code} answer without X-Idempotent-Result: "
+                        f"a {response.status_code} answer "
+                        f"{'without X-Idempotent-Result' if key else 'that is not JSON'}: "
                         "not the API's"
                     )
                 else:
@@ -465,11 +551,36 @@ def _bearer_header(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _from_the_engine(response: httpx.Response) -> bool:
-    """Whether a success answer to a request sent with an ``Idempotency-Key`` came from the
-    API: its idempotency engine labels every one (``X-Idempotent-Result``). Any other (a
-    captive portal's or a proxy's page) says nothing about the operation."""
-    return "x-idempotent-result" in response.headers
+@dataclass
+class _StoredKey:
+    """An operation's key, the diner it was made for, and whether it may already have reached
+    the server: resumed from storage, or an earlier attempt of this call ended without a final
+    answer (only such attempts are retried)."""
+
+    key: str
+    diner_id: str
+    resumed: bool
+    attempts: int = 0
+
+    @property
+    def may_have_reached_the_server(self) -> bool:
+        return self.resumed or self.attempts > 1
+
+
+def _from_the_api(response: httpx.Response, key: str | None) -> bool:
+    """Whether a success answer came from the API. To a request sent with an
+    ``Idempotency-Key``: its idempotency engine labels every one (``X-Idempotent-Result``).
+    To any other: a 204, or a JSON body. Any other answer (a captive portal's or a proxy's
+    page) says nothing about the request."""
+    if key is not None:
+        return "x-idempotent-result" in response.headers
+    if response.status_code == 204:
+        return True
+    try:
+        json.loads(response.content)
+    except ValueError:
+        return False
+    return True
 
 
 def _request_id(method: str, path: str, body: Mapping[str, Any] | None) -> str:
@@ -505,7 +616,9 @@ def _api_error(response: httpx.Response) -> ApiError:
     if not isinstance(problem, dict):
         problem = {}
     code = problem.get("code")
-    cls = IdempotencyKeyReusedError if code == KEY_REUSED else ApiError
+    cls = {KEY_REUSED: IdempotencyKeyReusedError, ALREADY_PLACED: OrderAlreadyPlacedError}.get(
+        code if isinstance(code, str) else "", ApiError
+    )
     return cls(
         status=response.status_code,
         code=code if isinstance(code, str) else None,

@@ -72,21 +72,47 @@ class RetriesExhaustedError(OrderingError):
         self.idempotency_key = idempotency_key
 
 
-class SessionChangedError(OrderingError):
-    """The operation has a stored key from an earlier attempt, made as another diner: the
-    guest session of that attempt expired (an app that crashed mid-request and restarted
-    after the session's lifetime) and this client now acts as a new guest.
+class OrderAlreadyPlacedError(ApiError):
+    """409 ``ORDER_ALREADY_PLACED``: this key already placed an order, and the server no
+    longer keeps that first answer to replay it (its retention ran out, or it was purged).
 
-    The earlier attempt may have executed. Sending its key now would not replay it: keys are
-    scoped per diner, so the server would run the operation again, as this diner's. Nothing
-    is sent. The stored key stays until ``operation_ttl`` runs out, so the same call keeps
-    saying this; to place the order anyway, knowingly, call again with a new
-    ``operation_id`` (or ``idempotency_key``).
+    The order exists and nothing new was placed: ``order_id`` names it (the ``Location``
+    header too), ``client.order(order_id)`` fetches it. Not retried, and not a reason to order
+    again.
     """
 
-    def __init__(self, *, idempotency_key: str, previous_diner_id: str, diner_id: str) -> None:
+    @property
+    def order_id(self) -> str | None:
+        order_id = self.problem.get("order_id")
+        return None if order_id is None else str(order_id)
+
+
+class SessionChangedError(OrderingError):
+    """The operation's key was made for a diner this client no longer acts as, and an
+    attempt with it may already have reached the server. Keys are scoped per diner: sent as
+    another diner, the key would not replay the earlier attempt, the server would run the
+    operation again. So nothing more is sent, and the key stays stored.
+
+    Two ways to get here:
+
+    - the session changed diner: it expired (at its maximum age, or an app that crashed
+      mid-request restarted after its lifetime) and a new guest session was opened, before a
+      retry or before a later call resumed the stored key. ``diner_id`` is the new diner;
+    - the server answered 401 (the session was revoked or expired) to an attempt whose key
+      may already have reached it (a retry after an answer that never came, or a key resumed
+      from storage). No new session is opened yet: ``diner_id`` is None.
+
+    The earlier attempt may have executed. The stored key stays until ``operation_ttl`` runs
+    out, so the same call keeps saying this; to place the order anyway, knowingly, call again
+    with a new ``operation_id`` (or ``idempotency_key``).
+    """
+
+    def __init__(
+        self, *, idempotency_key: str, previous_diner_id: str, diner_id: str | None
+    ) -> None:
+        now = "its session ended" if diner_id is None else f"now {diner_id!r}"
         super().__init__(
-            f"operation started as diner {previous_diner_id!r}, now {diner_id!r}: "
+            f"operation started as diner {previous_diner_id!r}, {now}: "
             "not resent (its outcome is unknown)"
         )
         self.idempotency_key = idempotency_key
