@@ -9,7 +9,9 @@ apply twice by a double click.
 
 What the engine refuses (a token reused with other values, a malformed or foreign token, a
 first submit still running) is not shown to a person as the API's JSON problem: they are sent
-back to the form's page (303) with a message saying what happened, to submit it anew.
+back to the form's page (303) with a message saying what happened, to submit it anew. The
+form's page is the one the browser says it posted from (``Referer``, on this site): a form
+often posts to a URL of its own that only takes POST, and a redirect there showed a blank 405.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting
@@ -30,13 +33,17 @@ from idempotency.web.http import KEY_HEADER, business_payload, prepare
 FORM_FIELD = "idempotency_key"
 ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
 _AGAIN = "Here it is again: submit it anew."
+_NOT_VALID = f"This form's token is not valid, so nothing was done. {_AGAIN}"
 # What a person is told when the engine refuses a form's submit, by the problem's code; the
 # API's own codes (a pre-issued token used elsewhere, a rate limit) keep their problem answer
 REFUSED = {
     IdempotencyErrorCode.KEY_REUSED: "This form was already submitted with other values, so "
     f"nothing was done now. {_AGAIN}",
-    IdempotencyErrorCode.KEY_INVALID: "This form's token is not valid, so nothing was done. "
-    + _AGAIN,
+    IdempotencyErrorCode.KEY_INVALID: _NOT_VALID,
+    # a key shaped like a pre-issued API token ("tok_…"): a form never carries one
+    IdempotencyErrorCode.TOKEN_INVALID: _NOT_VALID,
+    IdempotencyErrorCode.TOKEN_UNKNOWN: _NOT_VALID,
+    IdempotencyErrorCode.TOKEN_USED: _NOT_VALID,
     IdempotencyErrorCode.IN_PROGRESS: "This form's first submit is still being applied. "
     "Reload in a moment to see it.",
 }
@@ -109,4 +116,15 @@ def _back_to_the_form(request: HttpRequest, response: HttpResponse) -> HttpRespo
     if text is None:
         return response
     messages.error(request, text, fail_silently=True)
-    return HttpResponseRedirect(request.get_full_path(), status=303)
+    return HttpResponseRedirect(_form_page(request), status=303)
+
+
+def _form_page(request: HttpRequest) -> str:
+    """The page the form was posted from: the ``Referer`` when it is this site's, else the
+    URL posted to."""
+    referer = request.META.get("HTTP_REFERER", "")
+    if referer and url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return referer
+    return request.get_full_path()

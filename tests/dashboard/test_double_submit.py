@@ -163,8 +163,15 @@ def test_same_token_with_other_fields_is_refused(merchant, mine):
     case = CASES["order-transition"]
     token = token_for(merchant, case, mine)
     merchant.post(case.action(mine), {"to": S.ACCEPTED, "idempotency_key": token})
-    reused = merchant.post(case.action(mine), {"to": S.CANCELLED, "idempotency_key": token})
-    assert reused.status_code == 303
+    page = f"http://testserver{case.page(mine)}"
+    reused = merchant.post(
+        case.action(mine), {"to": S.CANCELLED, "idempotency_key": token}, HTTP_REFERER=page
+    )
+    # back to the order's page, with the refusal in words (the transition's own URL takes only
+    # POST: the browser's GET of it was a blank 405)
+    assert reused.status_code == 303 and reused["Location"] == page
+    shown = merchant.get(reused["Location"])
+    assert shown.status_code == 200 and "already submitted with other values" in shown.text
     assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.CANCELLING).count() == 0
     drain_audits()
     [audit] = DuplicateAudit.objects.filter(outcome="REUSED")

@@ -142,6 +142,40 @@ def test_a_form_the_engine_refuses_goes_back_to_the_form_not_to_json(
     assert Note.objects.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("referer", "back_to"),
+    [
+        ("http://testserver/notes/?page=2", "http://testserver/notes/?page=2"),
+        ("https://elsewhere.example/notes/", "/notes/form/"),
+        (None, "/notes/form/"),
+    ],
+    ids=["this-site", "another-site", "none"],
+)
+def test_a_refused_form_goes_back_to_the_page_it_was_posted_from(
+    engine_mode, client, tenant, referer, back_to
+):
+    """The form's page is where the browser posted from, when that is this site: a form that
+    posts to a POST-only URL was sent back there, to a blank 405 (red: the URL posted to)."""
+    assert post_form(client, tenant, token="form-abc").status_code == 302
+    extra = {"HTTP_REFERER": referer} if referer else {}
+    refused = client.post(
+        "/notes/form/",
+        {"text": "other", "idempotency_key": "form-abc"},
+        **caller(tenant, "alice"),
+        **extra,
+    )
+    assert refused.status_code == 303 and refused["Location"] == back_to
+
+
+@pytest.mark.parametrize("token", ["tok_notmine", "tok_" + "a" * 40 + ".sig"])
+def test_a_form_carrying_an_api_token_goes_back_to_the_form(engine_mode, client, tenant, token):
+    """A form's key shaped like a pre-issued API token is refused as not valid, in words, not
+    as the API's JSON (red: 400 problem+json ``IDEMPOTENCY_TOKEN_INVALID``)."""
+    refused = post_form(client, tenant, token=token)
+    assert refused.status_code == 303 and refused["Location"] == "/notes/form/"
+    assert Note.objects.count() == 0
+
+
 def test_a_reused_key_with_another_payload_is_refused(engine_mode, client, tenant):
     post_note(client, tenant, key="k-2", text="two pizzas")
     reused = post_note(client, tenant, key="k-2", text="three pizzas")
