@@ -13,6 +13,10 @@ idempotency engine may be about to fingerprint the payload. Here a too-large bod
   connection ending mid-body) is answered 400 ``BAD_REQUEST``: gunicorn raises its parse error
   from the read, which was a 500 for anyone, with a traceback in the log.
 
+A browser page's query string holding a NUL character is answered 400: PostgreSQL refuses NUL
+in text, so a list filter of the admin given one (``?status__exact=%00``) failed in the
+database, a 500. No page of ours has a use for one. (The API validates its own parameters.)
+
 API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py``); other paths
 (dashboard forms, the admin) a short plain-text answer.
 """
@@ -50,6 +54,12 @@ class RequestSizeLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/") and _query_holds_nul(request):
+            return HttpResponse(
+                "A query parameter holds a NUL character",
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
         limit = max_request_bytes()
         declared = _declared_length(request)
         if declared is not None:
@@ -63,6 +73,13 @@ class RequestSizeLimitMiddleware:
             if not fits:
                 return too_large_response(request, limit)
         return self.get_response(request)
+
+
+def _query_holds_nul(request: HttpRequest) -> bool:
+    return any(
+        "\x00" in name or any("\x00" in value for value in values)
+        for name, values in request.GET.lists()
+    )
 
 
 def _malformed_body_response(request: HttpRequest) -> HttpResponse:
