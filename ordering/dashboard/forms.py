@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -10,7 +11,7 @@ from django import forms
 from django.utils import timezone
 
 from ordering.models import Coupon
-from ordering.models.menu import MAX_STOCK
+from ordering.models.menu import MAX_DESCRIPTION_CHARS, MAX_STOCK
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from tenants.diner_sessions import DINER_ID_RE
 from tenants.models import ApiClient, Membership
@@ -18,15 +19,38 @@ from tenants.models import ApiClient, Membership
 MONEY = {"max_digits": 10, "decimal_places": 2}
 
 
+# Characters that reorder the text after them (bidirectional embeddings, overrides and
+# isolates): in a name, they make what the dashboard and the admin show read differently from
+# what is stored (a dish "Pizza" followed by a price written backwards).
+_REORDERING = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown_name(value: str) -> str:
+    """A name people read in lists: stripped, with a visible character, and without
+    characters that reorder the text around them."""
+    value = value.strip()
+    if _REORDERING.intersection(value):
+        raise forms.ValidationError("Remove the characters that reverse the text's direction.")
+    if not any(
+        not ch.isspace() and unicodedata.category(ch) not in {"Cf", "Cc", "Zs"} for ch in value
+    ):
+        raise forms.ValidationError("Enter a name with a visible character.")
+    return value
+
+
 class DishCreateForm(forms.Form):
     name = forms.CharField(max_length=200)
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = forms.CharField(
+        required=False,
+        max_length=MAX_DESCRIPTION_CHARS,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
     price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
     stock = forms.IntegerField(min_value=0, max_value=MAX_STOCK, initial=0)
     active = forms.BooleanField(required=False, initial=True, label="On the menu")
 
     def clean_name(self) -> str:
-        return self.cleaned_data["name"].strip()
+        return shown_name(self.cleaned_data["name"])
 
 
 class DishUpdateForm(forms.Form):
@@ -90,6 +114,10 @@ class CouponCreateForm(forms.Form):
 
 class ApiKeyCreateForm(forms.Form):
     name = forms.CharField(max_length=100)
+
+    def clean_name(self) -> str:
+        return shown_name(self.cleaned_data["name"])
+
     kind = forms.ChoiceField(choices=ApiClient.Kind.choices)
 
 

@@ -18,10 +18,14 @@ from tenants.scoping import TenantManager
 MAX_STOCK = 1_000_000
 
 
+MAX_DESCRIPTION_CHARS = 2000
+
+
 class Dish(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="dishes")
     name = models.CharField(max_length=200)
-    description = models.TextField(blank=True)
+    # bounded like every stored input: a menu page carried a 900,000-character description
+    description = models.CharField(max_length=MAX_DESCRIPTION_CHARS, blank=True)
     price = models.DecimalField(
         max_digits=10, decimal_places=2, validators=[MinValueValidator(Decimal("0.00"))]
     )

@@ -200,6 +200,16 @@ def test_menu_lists_dishes_and_adds_one(merchant, mine):
         pytest.param({"name": "Pizza", "price": "1", "stock": "1"}, "name", id="duplicate-name"),
         pytest.param({"name": "X", "price": "-1", "stock": "1"}, "price", id="negative-price"),
         pytest.param({"name": "X", "price": "1", "stock": "-2"}, "stock", id="negative-stock"),
+        pytest.param(
+            {"name": "X", "price": "1", "stock": "1", "description": "d" * 2001},
+            "description",
+            id="description-over-2000",
+        ),
+        pytest.param({"name": "\u200b", "price": "1", "stock": "1"}, "name", id="invisible"),
+        pytest.param({"name": "\u2066 \u00ad", "price": "1", "stock": "1"}, "name", id="format"),
+        pytest.param(
+            {"name": "Pizza \u202e05.99", "price": "1", "stock": "1"}, "name", id="reversed"
+        ),
     ],
 )
 def test_menu_refuses_bad_dishes(merchant, mine, data, field):
@@ -351,6 +361,21 @@ def test_api_key_is_shown_once_and_works(merchant, mine):
     again = merchant.get("/dashboard/api-keys/")
     assert again.context["new_key"] is None and key not in again.content.decode()
     assert client.secret_hash not in again.content.decode()
+
+
+@pytest.mark.parametrize("name", ["\u200b\u200b", "Kiosk\u202e", "\u2067x"])
+def test_an_api_key_s_name_must_read_as_it_is_stored(merchant, mine, name):
+    r = post_form(merchant, "/dashboard/api-keys/", {"name": name, "kind": "merchant"})
+    assert r.status_code == 400 and "name" in r.context["form"].errors
+    assert not ApiClient.objects.filter(tenant=mine.tenant, name=name).exists()
+
+
+def test_a_dish_description_of_2000_characters_and_a_name_in_arabic_are_kept(merchant, mine):
+    data = {"name": "\u0634\u0627\u0648\u0631\u0645\u0627", "price": "5", "stock": "1"}
+    r = post_form(merchant, "/dashboard/menu/", {**data, "description": "d" * 2000})
+    assert r.status_code == 302
+    dish = Dish.objects.for_tenant(mine.tenant).get(name=data["name"])
+    assert len(dish.description) == 2000
 
 
 def test_api_key_revoke(merchant, mine):
