@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 from ordering.dashboard import (
     api_keys,
     coupons,
+    dashboard_logout,
     idempotency_page,
     members,
     menu,
@@ -23,7 +24,9 @@ urlpatterns = [
         auth_views.LoginView.as_view(authentication_form=LoginForm),
         name="login",
     ),
-    path("dashboard/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # back to the dashboard's sign-in page, with a word (without a next page Django shows the
+    # admin's "Logged out" page, whose link leads to the admin)
+    path("dashboard/logout/", dashboard_logout.LogoutView.as_view(), name="logout"),
     path("dashboard/", orders.board, name="board"),
     path("dashboard/board/fragment/", orders.board_fragment, name="dash-board-fragment"),
     path("dashboard/orders/<int:order_id>/", orders.order_detail, name="dash-order"),

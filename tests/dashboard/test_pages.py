@@ -528,3 +528,12 @@ def test_a_coupon_form_resubmitted_with_other_values_goes_back_to_the_form(merch
     assert "already submitted with other values" in again.content.decode()
     codes = set(Coupon.objects.for_tenant(mine.tenant).values_list("code", flat=True))
     assert "H1" in codes and "H2" not in codes
+
+
+def test_signing_out_ends_on_the_dashboard_s_sign_in_page(merchant, mine):
+    # it ended on the admin's "Logged out" page, whose link led into the admin
+    signed_out = merchant.post("/dashboard/logout/", follow=True)
+    assert signed_out.redirect_chain == [("/dashboard/login/", 302)]
+    page = signed_out.content.decode()
+    assert "You are signed out." in page and "Django site admin" not in page
+    assert merchant.get("/dashboard/")["Location"].startswith("/dashboard/login/")
