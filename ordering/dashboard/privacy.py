@@ -31,12 +31,19 @@ def privacy(request: HttpRequest) -> HttpResponse:
             diner_id=form.cleaned_data["diner_id"],
             requested_by=f"owner:{request.user.get_username()}",
         )
-        messages.success(
-            request,
-            f"Diner erased: {log.counts['orders']} order(s) now show {log.pseudonym}; "
-            f"{log.counts['records']} stored replies and {log.counts['sessions']} session(s) "
-            "removed.",
-        )
+        if any(log.counts.values()):
+            messages.success(
+                request,
+                f"Diner erased: {log.counts['orders']} order(s) now show {log.pseudonym}; "
+                f"{log.counts['records']} stored replies and {log.counts['sessions']} "
+                "session(s) removed.",
+            )
+        else:  # a second submit, or an id this restaurant never saw: not "0 orders erased"
+            messages.info(
+                request,
+                "Nothing left to erase for this diner: no orders, stored replies or sessions "
+                "here name them (erased already, or never a diner of this restaurant).",
+            )
         return redirect("dash-privacy")
     return render_page(
         request,

@@ -36,6 +36,12 @@ def test_the_owner_erases_a_diner(tenant, other_tenant, settings):
     assert Order.all_tenants.get(tenant=other_tenant).diner_id == "zoe"
     page = owner.get("/dashboard/privacy/").content.decode()
     assert log.pseudonym in page and "Diner erased: 1 order(s)" in page
+    # submitted again (a double click): logged, and said to have found nothing left (it said
+    # "Diner erased: 0 order(s)")
+    again = owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}, follow=True)
+    assert DinerErasure.objects.count() == 2
+    assert "Nothing left to erase for this diner" in again.content.decode()
+    assert "Diner erased: 0" not in again.content.decode()
 
 
 @pytest.mark.parametrize(
