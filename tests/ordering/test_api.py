@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
 
+from ordering.api.views import OrderListCreateView
 from ordering.models import Dish, Order, OrderStatus
 from ordering.services.placing import MAX_LINES
 from tenants.api_keys import issue_api_key
@@ -300,3 +304,13 @@ def test_the_schema_bounds_an_order_s_items_as_the_server_does(client):
     # a list that is not an input keeps no bound it does not have
     lines = schema["components"]["schemas"]["Order"]["properties"]["lines"]
     assert lines["type"] == "array" and "minItems" not in lines and "maxItems" not in lines
+
+
+def test_the_docs_name_the_fields_that_make_an_order_the_same_payload():
+    # docs/idempotency.md named four of the five: a new contact with the same key is a 422
+    policy = OrderListCreateView.post.idempotency_policy
+    docs = (Path(settings.BASE_DIR) / "docs" / "idempotency.md").read_text()
+    sentence = re.search(r"For `POST /api/v1/orders/` the fields are (.+?)\. ", docs, re.S)
+    assert sentence, "the sentence naming the fields is gone"
+    named = re.findall(r"`([a-z_]+)`", sentence.group(1))
+    assert named == list(policy.fields)
