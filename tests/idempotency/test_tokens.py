@@ -315,6 +315,52 @@ def test_database_only_mode_accepts_a_signed_token_as_a_plain_key(
     assert Order.all_tenants.count() == 1
 
 
+def test_a_token_used_while_redis_was_away_is_unused_to_redis_once_it_is_back(
+    settings: Any, api: Any, menu: Any
+) -> None:
+    """As docs/idempotency.md says: its use is not marked in Redis, so once Redis is back it
+    checks as unused, and its own endpoint replays from the database; its own endpoint's next
+    use binds it there again, and used first on another endpoint, it serves that one."""
+    replayed_first, paid_first = issue(api, 2).json()["tokens"]
+    with_redis = settings.IDEMPOTENCY
+    settings.IDEMPOTENCY = {**with_redis, "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis"}
+    stores.reset()
+    orders = {token: place(api, menu, token) for token in (replayed_first, paid_first)}
+    assert [o.status_code for o in orders.values()] == [201, 201]
+    settings.IDEMPOTENCY = with_redis
+    stores.reset()
+    stores.local_cache().clear()
+    checked = api.post(CHECK, {"tokens": list(orders)}, format="json").json()["results"]
+    assert [r["status"] for r in checked] == ["unused", "unused"]
+
+    def pay(token: str) -> Any:
+        order_id = orders[token].json()["id"]
+        return api.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY=token)
+
+    # its own endpoint first: the replay, and the token is that endpoint's again
+    again = place(api, menu, replayed_first)
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == orders[replayed_first].content
+    used = pay(replayed_first)
+    assert used.status_code == 409, (used.status_code, used.content)
+    assert used.json()["code"] == "IDEMPOTENCY_TOKEN_USED"
+    # another endpoint first: it serves that one; its own endpoint still replays
+    assert pay(paid_first).status_code == 200
+    retried = place(api, menu, paid_first)
+    assert retried["X-Idempotent-Result"] == "HIT" and retried.content == orders[paid_first].content
+    assert Order.all_tenants.count() == 2
+
+
+def test_an_unused_token_is_unknown_after_redis_lost_its_data(
+    api: Any, menu: Any, client: redis.Redis, tenant: Any
+) -> None:
+    token = issue(api).json()["tokens"][0]
+    for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*"):  # restarted empty
+        client.delete(key)
+    refused = place(api, menu, token)
+    assert refused.status_code == 422 and refused.json()["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
+    assert Order.all_tenants.count() == 0
+
+
 # --- batch check ------------------------------------------------------------------------
 
 
