@@ -1,5 +1,5 @@
-"""OpenAPI pieces for endpoints behind the engine: the problem+json error shape, the headers of
-the idempotency contract, and the API-key security scheme hook (drf-spectacular)."""
+"""OpenAPI pieces for endpoints behind the engine: the problem+json error shape and the headers
+of the idempotency contract, the key sent and the answers' (drf-spectacular)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
+from idempotency.core.keys import MAX_KEY_LENGTH
+
 PROBLEM_JSON = "application/problem+json"
 
 _DESCRIPTIONS = {
     400: "Invalid input, key or body (see `code`)",
-    401: "API key missing, malformed, unknown or revoked",
+    401: "Credentials missing, malformed, unknown, expired or revoked (see `code`)",
     403: "Tenant suspended, or not allowed for this API client",
     404: "Not found for this caller",
     409: "Conflict: state changed, stock, or the same key still in progress",
@@ -44,17 +46,66 @@ def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
     }
 
 
+# 1-255 printable ASCII characters but a comma (idempotency.core.keys)
+_KEY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY_LENGTH,
+    "pattern": "^[\\x20-\\x2b\\x2d-\\x7e]+$",
+}
+
 IDEMPOTENCY_KEY_REQUIRED = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    _KEY_SCHEMA,
     OpenApiParameter.HEADER,
     required=True,
-    description="1-255 printable ASCII characters; reuse it for every retry of the operation.",
+    description="1-255 printable ASCII characters (no comma); reuse it for every retry of the "
+    "operation.",
 )
 IDEMPOTENCY_KEY_OPTIONAL = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    _KEY_SCHEMA,
     OpenApiParameter.HEADER,
     required=False,
     description="Optional here: without one, identical requests within 60 s replay the first.",
 )
+
+
+def answer_headers(*successes: int) -> list[OpenApiParameter]:
+    """The headers the engine puts on an operation's answers: on its success statuses
+    ``successes`` whether it ran or was replayed (and what a replay left out), and on a refusal
+    that asks for a wait, how long."""
+    ran_or_replayed = list(successes)
+    return [
+        OpenApiParameter(
+            "X-Idempotent-Result",
+            {"type": "string", "enum": ["MISS", "HIT"]},
+            OpenApiParameter.HEADER,
+            response=ran_or_replayed,
+            description="MISS: this request ran the operation; HIT: the first answer to this "
+            "key, replayed byte for byte. An answer without it is not the API's.",
+        ),
+        OpenApiParameter(
+            "Idempotent-Replayed",
+            {"type": "string", "enum": ["true"]},
+            OpenApiParameter.HEADER,
+            response=ran_or_replayed,
+            description="On a replay only.",
+        ),
+        OpenApiParameter(
+            "Idempotency-Redacted",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=ran_or_replayed,
+            description="On a replay that left personal fields null: their JSON paths, "
+            "comma-separated.",
+        ),
+        OpenApiParameter(
+            "Retry-After",
+            {"type": "integer", "minimum": 0},
+            OpenApiParameter.HEADER,
+            response=[409, 429, 503],
+            description="Seconds to wait before sending again (the same key is still in "
+            "progress, a rate limit, or a dependency unavailable).",
+        ),
+    ]

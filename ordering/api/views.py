@@ -8,7 +8,8 @@ sees the tenant's orders).
 from __future__ import annotations
 
 from django.db import IntegrityError
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -17,7 +18,12 @@ from rest_framework.views import APIView
 
 from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
-from idempotency.web.openapi import IDEMPOTENCY_KEY_OPTIONAL, IDEMPOTENCY_KEY_REQUIRED, problems
+from idempotency.web.openapi import (
+    IDEMPOTENCY_KEY_OPTIONAL,
+    IDEMPOTENCY_KEY_REQUIRED,
+    answer_headers,
+    problems,
+)
 from idempotency.web.throttle import TenantRateThrottle
 from ordering.api.rendering import menu_entry, shown_order
 from ordering.api.serializers import (
@@ -122,9 +128,26 @@ class OrderListCreateView(APIView):
 
     @extend_schema(
         request=PlaceOrderInSerializer,
-        parameters=[IDEMPOTENCY_KEY_REQUIRED],
+        parameters=[
+            IDEMPOTENCY_KEY_REQUIRED,
+            *answer_headers(201),
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.URI,
+                OpenApiParameter.HEADER,
+                response=[201],
+                description="The order's URL.",
+            ),
+        ],
         # 503: no order ID can be issued right now (ORDER_ID_UNAVAILABLE, with Retry-After).
-        responses={201: OrderDetailSerializer, **problems(*WRITE_ERRORS, 503)},
+        responses={
+            201: OpenApiResponse(
+                OrderDetailSerializer,
+                description="The order, placed by this request (MISS) or by the first request "
+                "with this key (HIT, the same bytes).",
+            ),
+            **problems(*WRITE_ERRORS, 503),
+        },
     )
     @idempotent(
         required=True,
@@ -212,7 +235,7 @@ class OrderPayView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -235,7 +258,7 @@ class OrderCancelView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -257,7 +280,7 @@ class OrderTransitionView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL],
+        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
         request=TransitionInSerializer,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )

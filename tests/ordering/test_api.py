@@ -314,3 +314,25 @@ def test_the_docs_name_the_fields_that_make_an_order_the_same_payload():
     assert sentence, "the sentence naming the fields is gone"
     named = re.findall(r"`([a-z_]+)`", sentence.group(1))
     assert named == list(policy.fields)
+
+
+def test_the_schema_declares_the_key_s_bounds_and_the_answers_idempotency_headers(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    create = schema["paths"]["/api/v1/orders/"]["post"]
+    [key] = [p for p in create["parameters"] if p["name"] == "Idempotency-Key"]
+    assert key["required"] and key["schema"]["maxLength"] == 255
+    # the pattern is the engine's rule: printable ASCII, no comma
+    pattern = re.compile(key["schema"]["pattern"])
+    assert pattern.match("order-1 ~!") and not pattern.match("a,b") and not pattern.match("é")
+    created = create["responses"]["201"]
+    assert set(created["headers"]) == {
+        "X-Idempotent-Result",
+        "Idempotent-Replayed",
+        "Idempotency-Redacted",
+        "Location",
+    }
+    assert created["headers"]["X-Idempotent-Result"]["schema"]["enum"] == ["MISS", "HIT"]
+    assert "Retry-After" in create["responses"]["409"]["headers"]
+    pay = schema["paths"]["/api/v1/orders/{order_id}/pay/"]["post"]
+    assert "X-Idempotent-Result" in pay["responses"]["200"]["headers"]
+    assert "API key missing" not in create["responses"]["401"]["description"]  # Bearer only

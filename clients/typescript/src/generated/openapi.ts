@@ -520,7 +520,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -583,7 +583,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -629,7 +629,7 @@ export interface operations {
                     "application/json": components["schemas"]["DinerSessionOut"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -677,7 +677,7 @@ export interface operations {
                     "application/json": components["schemas"]["RevokedSessions"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -747,7 +747,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -835,7 +835,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -899,7 +899,7 @@ export interface operations {
                     "application/json": components["schemas"]["Dish"][];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -949,7 +949,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -982,7 +982,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-255 printable ASCII characters; reuse it for every retry of the operation. */
+                /** @description 1-255 printable ASCII characters (no comma); reuse it for every retry of the operation. */
                 "Idempotency-Key": string;
             };
             path?: never;
@@ -996,8 +996,17 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The order, placed by this request (MISS) or by the first request with this key (HIT, the same bytes). */
             201: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
+                    "Idempotency-Redacted"?: string;
+                    /** @description The order's URL. */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1013,7 +1022,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1043,6 +1052,8 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1079,6 +1090,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1088,6 +1101,8 @@ export interface operations {
             /** @description Temporarily unavailable (Retry-After) */
             503: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1124,7 +1139,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1169,6 +1184,12 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
+                    "Idempotency-Redacted"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1184,7 +1205,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1214,6 +1235,8 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1250,6 +1273,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1274,6 +1299,12 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
+                    "Idempotency-Redacted"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1289,7 +1320,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1319,6 +1350,8 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1355,6 +1388,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1385,6 +1420,12 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
+                    "Idempotency-Redacted"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1400,7 +1441,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1430,6 +1471,8 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1466,6 +1509,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1516,7 +1561,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description API key missing, malformed, unknown or revoked */
+            /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
                     [name: string]: unknown;
