@@ -34,8 +34,8 @@ FORM_FIELD = "idempotency_key"
 ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
 _AGAIN = "Here it is again: submit it anew."
 _NOT_VALID = f"This form's token is not valid, so nothing was done. {_AGAIN}"
-# What a person is told when the engine refuses a form's submit, by the problem's code; the
-# API's own codes (a pre-issued token used elsewhere, a rate limit) keep their problem answer
+# What a person is told when the engine refuses a form's submit, by the problem's code; other
+# codes (a rate limit, tokens unavailable) keep their problem answer
 REFUSED = {
     IdempotencyErrorCode.KEY_REUSED: "This form was already submitted with other values, so "
     f"nothing was done now. {_AGAIN}",

@@ -44,11 +44,14 @@ def test_a_token_serves_one_operation_and_its_retries(client, tenant):
     retry = post_note(Client(), tenant, key=token)
     assert retry["X-Idempotent-Result"] == "HIT" and retry.content == first.content
     assert statuses(client, tenant, [token, spare]) == ["used", "unused"]
-    # the same token on another endpoint is refused, and runs nothing there
+    # the same token on another endpoint is refused, and runs nothing there (that endpoint is
+    # a form: refused in words, back to the form, not as the API's 409)
     elsewhere = post_form(client, tenant, token=token)
-    assert elsewhere.status_code == 409
-    assert json.loads(elsewhere.content)["code"] == "IDEMPOTENCY_TOKEN_USED"
+    assert elsewhere.status_code == 303 and elsewhere["Location"] == "/notes/form/"
     assert Note.objects.count() == 1
+    elsewhere_by_api = post_note(client, tenant, key=token, text="another note")
+    assert elsewhere_by_api.status_code == 422  # its own endpoint: another payload
+    assert statuses(client, tenant, [token, spare]) == ["used", "unused"]
 
 
 def test_a_token_is_refused_for_another_principal_or_tenant_or_when_forged(client, tenant):
