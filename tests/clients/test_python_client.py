@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -349,6 +350,43 @@ def test_two_calls_of_one_operation_at_once_take_one_key_and_order_once(
     assert shop.orders_of(client.session().diner_id) == 1
 
 
+class SlowFileStorage(JsonFileStorage):
+    def get(self, key: str) -> str | None:
+        time.sleep(0.05)
+        return super().get(key)
+
+
+@pytest.mark.parametrize("shared", ["one storage object", "two storages of one file"])
+def test_two_clients_sharing_a_storage_run_one_operation_once(
+    client_server: LiveServer, shop: Shop, make_client, wire, tmp_path, shared
+) -> None:
+    """Two clients of one app on one storage (two screens, two threads) start the same
+    operation at once: the second joins the first (red: each made its own key, 2 orders)."""
+    if shared == "one storage object":
+        storage = SlowStorage()
+        storages = [storage, storage]
+    else:
+        storages = [SlowFileStorage(tmp_path / "ordering.json") for _ in range(2)]
+    clients = [make_client(client_server.url, storage=each) for each in storages]
+    diner = clients[0].session().diner_id
+    assert clients[1].session().diner_id == diner  # the session is the storage's
+    start = threading.Barrier(2)
+    results: list = []
+
+    def tap(client: OrderingClient) -> None:
+        start.wait(timeout=30)
+        results.append(client.place_order(shop.order_body(3), operation_id="cart-7"))
+
+    taps = [threading.Thread(target=tap, args=(client,)) for client in clients]
+    for thread in taps:
+        thread.start()
+    for thread in taps:
+        thread.join(timeout=120)
+    assert len(results) == 2 and results[0].body == results[1].body
+    assert len(wire.posts()) == 1
+    assert shop.orders_of(diner) == 1
+
+
 def test_the_same_order_written_another_way_is_the_same_operation(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client
 ) -> None:
@@ -513,6 +551,27 @@ def test_a_retry_after_the_session_expired_is_not_sent_as_the_new_guest(
     with pytest.raises(SessionChangedError) as again:
         client.place_order(shop.order_body(2))
     assert again.value.idempotency_key == sent.key
+    assert len(wire.posts()) == 1
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_key_of_the_caller_s_own_is_sent_as_the_call_s_diner_only(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """``idempotency_key=``: the answer is lost and the session expires before the retry; the
+    retry is not sent as the new guest (red: it was, 2 orders)."""
+    storage = MemoryStorage()
+    client = make_client(
+        proxy.url, storage=storage, on_retry=lambda _: expire_the_stored_session(storage)
+    )
+    first_diner = client.session().diner_id
+    proxy.drop_responses(1, path=ORDERS)
+    own = str(uuid.uuid4())
+
+    with pytest.raises(SessionChangedError) as changed:
+        client.place_order(shop.order_body(2), idempotency_key=own)
+
+    assert (changed.value.idempotency_key, changed.value.previous_diner_id) == (own, first_diner)
     assert len(wire.posts()) == 1
     assert Order.objects.for_tenant(shop.tenant).count() == 1
 

@@ -33,7 +33,7 @@ import json
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,9 +57,12 @@ from ordering_client.retry import (
     is_retryable_status,
     parse_retry_after,
 )
-from ordering_client.storage import MemoryStorage, Storage
+from ordering_client.storage import MemoryStorage, Storage, shared_identity
 
 KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+# Operations running in this process, by (storage, entry): clients sharing a storage share them
+_RUNNING: dict[tuple[Hashable, str], Future[ApiResult]] = {}
+_RUNNING_LOCK = threading.Lock()
 ALREADY_PLACED = "ORDER_ALREADY_PLACED"
 OPERATION_TTL = 72 * 3600.0  # the server's replay retention, by default
 
@@ -157,9 +160,9 @@ class OrderingClient:
         self._prefix = f"ordering-client:{publishable_key.partition('.')[0]}:"
         self._session_lock = threading.RLock()
         self._finished_lock = threading.Lock()
-        # operations running in this client, by storage entry: a second call of one joins it
-        self._running: dict[str, Future[ApiResult]] = {}
-        self._running_lock = threading.Lock()
+        # operations running in this process on this storage, by entry: a second call of one,
+        # from this client or another on the same storage, joins it
+        self._storage_id = shared_identity(self.storage)
         self.timeout = timeout
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
 
@@ -238,13 +241,15 @@ class OrderingClient:
         """
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         if idempotency_key is not None:
-            return self._send("POST", path, content=content, key=idempotency_key, auth=self._bearer)
+            own = _StoredKey(key=idempotency_key, diner_id=self.session().diner_id, resumed=False)
+            return self._send_as_its_diner(path, content, own)
         entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, body))
-        with self._running_lock:
-            running = self._running.get(entry)
+        running_key = (self._storage_id, entry)
+        with _RUNNING_LOCK:
+            running = _RUNNING.get(running_key)
             joining = running is not None
             if running is None:
-                running = self._running[entry] = Future()
+                running = _RUNNING[running_key] = Future()
         if joining:
             return running.result()  # a double tap: the first call's answer, or its error
         try:
@@ -253,8 +258,8 @@ class OrderingClient:
             running.set_exception(error)
             raise
         finally:
-            with self._running_lock:
-                del self._running[entry]
+            with _RUNNING_LOCK:
+                del _RUNNING[running_key]
         running.set_result(result)
         return result
 
@@ -263,26 +268,34 @@ class OrderingClient:
         explicit ``operation_id``, whose key outlives its success (see :meth:`write`)."""
         self._prune_finished()
         stored = self._operation_key(entry)
+        try:
+            result = self._send_as_its_diner(path, content, stored)
+        except OrderAlreadyPlacedError:
+            self._finish(entry, keep=keep)
+            raise
+        except ApiError:
+            self.storage.delete(entry)
+            raise
+        self._finish(entry, keep=keep)
+        return result
+
+    def _send_as_its_diner(self, path: str, content: bytes, stored: _StoredKey) -> ApiResult:
+        """POST with ``stored``'s key, every attempt as the diner it was made for; a 401 once
+        the key may have reached the server is a :class:`SessionChangedError` (the key may
+        have placed the order: forgotten, the next call would order again)."""
 
         def as_its_diner() -> dict[str, str]:
             stored.attempts += 1
             return self._bearer_of(stored)
 
         try:
-            result = self._send("POST", path, content=content, key=stored.key, auth=as_its_diner)
-        except OrderAlreadyPlacedError:
-            self._finish(entry, keep=keep)
-            raise
+            return self._send("POST", path, content=content, key=stored.key, auth=as_its_diner)
         except ApiError as error:
             if error.status == 401 and stored.may_have_reached_the_server:
-                # the key may have placed the order: forgotten, the next call would order again
                 raise SessionChangedError(
                     idempotency_key=stored.key, previous_diner_id=stored.diner_id, diner_id=None
                 ) from error
-            self.storage.delete(entry)
             raise
-        self._finish(entry, keep=keep)
-        return result
 
     def end_session(self) -> None:
         """Sign the diner out (``POST /api/v1/diner-sessions/end/``) and forget the session."""
@@ -400,8 +413,8 @@ class OrderingClient:
             index = self._finished_index()
             now = time.time()
             expired = [e for e, created in index.items() if now - created >= self.operation_ttl]
-            with self._running_lock:
-                expired = [e for e in expired if e not in self._running]
+            with _RUNNING_LOCK:
+                expired = [e for e in expired if (self._storage_id, e) not in _RUNNING]
             if not expired:
                 return
             for entry in expired:

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,18 @@ class Storage(Protocol):
     def get(self, key: str) -> str | None: ...
     def set(self, key: str, value: str) -> None: ...
     def delete(self, key: str) -> None: ...
+
+
+def shared_identity(storage: object) -> Hashable:
+    """What two storages share when they hold the same entries: a :class:`JsonFileStorage`'s
+    file, any other storage object itself."""
+    if isinstance(storage, JsonFileStorage):
+        return ("file", storage.path)
+    return ("object", id(storage))
+
+
+_FILE_LOCKS: dict[Path, threading.Lock] = {}
+_FILE_LOCKS_LOCK = threading.Lock()
 
 
 class MemoryStorage:
@@ -47,11 +60,15 @@ class MemoryStorage:
 class JsonFileStorage:
     """One JSON object in ``path``, rewritten whole on every change through a temporary file
     and an atomic rename, so a crash mid-write leaves the previous version, never half a file.
-    For one process at a time (an app's own data directory)."""
+    For one process at a time (an app's own data directory); within it, any number of
+    clients and storages of the same file share its entries and its running operations."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).expanduser()
-        self._lock = threading.Lock()
+        self.path = Path(path).expanduser().resolve()
+        # one lock per file in this process: two storages of one file would each rewrite the
+        # whole file and lose the other's change
+        with _FILE_LOCKS_LOCK:
+            self._lock = _FILE_LOCKS.setdefault(self.path, threading.Lock())
 
     def get(self, key: str) -> str | None:
         with self._lock:
