@@ -184,7 +184,17 @@ class DinerSessionAdmin(admin.ModelAdmin):
     list_select_related = ["tenant"]
     search_fields = ["diner_id", "tenant__slug"]
     exclude = ["secret_hash"]
-    readonly_fields = ["tenant", "diner_id", "client", "is_guest", "created_at", "expires_at"]
+    # every field: staff end sessions (the action), nothing else; an editable revoked_at let
+    # staff bring an ended session back
+    readonly_fields = [
+        "tenant",
+        "diner_id",
+        "client",
+        "is_guest",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    ]
     actions = ["end"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -18,6 +19,7 @@ from ordering.actors import describe_actors
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition, Payment
 from ordering.services.lifecycle import transition_order
+from ordering.shown_names import shown_name
 
 S = OrderStatus
 
@@ -127,8 +129,20 @@ class OrderAdmin(admin.ModelAdmin):
         return False  # the transition log and payments must outlive nothing
 
 
+class DishForm(forms.ModelForm):
+    """Staff editing a dish name it as the dashboard does: readable as stored."""
+
+    class Meta:
+        model = Dish
+        fields = ["name", "description", "price", "active"]
+
+    def clean_name(self) -> str:
+        return shown_name(self.cleaned_data["name"])
+
+
 @admin.register(Dish)
 class DishAdmin(admin.ModelAdmin):
+    form = DishForm
     list_display = ["name", "tenant", "price", "stock", "active"]
     list_filter = ["active", "tenant"]
     list_select_related = ["tenant"]

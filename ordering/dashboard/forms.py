@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -13,29 +12,11 @@ from django.utils import timezone
 from ordering.models import Coupon
 from ordering.models.menu import MAX_DESCRIPTION_CHARS, MAX_STOCK
 from ordering.services.lifecycle import MERCHANT_TARGETS
+from ordering.shown_names import shown_name
 from tenants.diner_sessions import DINER_ID_RE
 from tenants.models import ApiClient, Membership
 
 MONEY = {"max_digits": 10, "decimal_places": 2}
-
-
-# Characters that reorder the text after them (bidirectional embeddings, overrides and
-# isolates): in a name, they make what the dashboard and the admin show read differently from
-# what is stored (a dish "Pizza" followed by a price written backwards).
-_REORDERING = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def shown_name(value: str) -> str:
-    """A name people read in lists: stripped, with a visible character, and without
-    characters that reorder the text around them."""
-    value = value.strip()
-    if _REORDERING.intersection(value):
-        raise forms.ValidationError("Remove the characters that reverse the text's direction.")
-    if not any(
-        not ch.isspace() and unicodedata.category(ch) not in {"Cf", "Cc", "Zs"} for ch in value
-    ):
-        raise forms.ValidationError("Enter a name with a visible character.")
-    return value
 
 
 class DishCreateForm(forms.Form):

@@ -282,6 +282,18 @@ def test_an_api_client_s_kind_and_flags_cannot_be_edited(staff, mine):
     )
 
 
+@pytest.mark.parametrize("name", ["\u3164", "Pizza \u202e99.5"])
+def test_staff_cannot_give_a_dish_a_name_that_reads_otherwise(staff, mine, name):
+    pizza = mine.dishes["pizza"]
+    answer = staff.post(
+        f"/admin/ordering/dish/{pizza.pk}/change/",
+        {"name": name, "description": "", "price": "9.00", "active": "on"},
+    )
+    assert answer.status_code == 200 and "name" in answer.context["adminform"].form.errors
+    pizza.refresh_from_db()
+    assert pizza.name != name
+
+
 @pytest.mark.parametrize("action", ["suspend", "reactivate"])
 def test_a_suspension_or_reactivation_in_the_admin_reaches_the_api_at_once(staff, mine, action):
     # given the key's tenant read (and cached) by this process in its current status

@@ -363,7 +363,9 @@ def test_api_key_is_shown_once_and_works(merchant, mine):
     assert client.secret_hash not in again.content.decode()
 
 
-@pytest.mark.parametrize("name", ["\u200b\u200b", "Kiosk\u202e", "\u2067x"])
+@pytest.mark.parametrize(
+    "name", ["\u200b\u200b", "Kiosk\u202e", "\u2067x", "\u3164", "\uffa0\u2800", "\u034f\ufe0f"]
+)
 def test_an_api_key_s_name_must_read_as_it_is_stored(merchant, mine, name):
     r = post_form(merchant, "/dashboard/api-keys/", {"name": name, "kind": "merchant"})
     assert r.status_code == 400 and "name" in r.context["form"].errors

@@ -570,6 +570,15 @@ def test_staff_end_sessions_in_the_admin_and_never_see_secret_hashes(
         {"action": "end", "_selected_action": [str(session.pk)]},
     )
     assert_401(as_diner(token), "SESSION_REVOKED")
+    # and the ended session's form changes nothing: its end cannot be cleared (red: the old
+    # token worked again)
+    admin_client.post(
+        f"/admin/tenants/dinersession/{session.pk}/change/",
+        {"revoked_at_0": "", "revoked_at_1": "", "diner_id": "someone-else"},
+    )
+    session.refresh_from_db()
+    assert session.revoked_at is not None and session.diner_id != "someone-else"
+    assert_401(as_diner(token), "SESSION_REVOKED")
 
 
 def test_a_diner_sees_no_internal_fields_and_a_merchant_key_sees_them(
