@@ -18,6 +18,8 @@
  * cart's id) to decide what "the same operation" means. A call of an operation this client is
  * still running (a double tap) sends nothing: it waits for the running call and returns its
  * result, or throws its error.
+ * Another client sharing the storage (another tab) waits for the whole operation instead
+ * (`locks.ts`), then finds its stored key: unfinished, it resumes it; kept, it gets the replay.
  *
  * A key is the diner's: the server scopes it to the session's diner. Every attempt of an
  * operation is sent as the diner its key was made for; when the current session's diner is
@@ -39,6 +41,7 @@ import {
 } from "./errors.js";
 import type { components } from "./generated/openapi.js";
 import { type IssuedTokens, type KeySource, uuidKeys } from "./keys.js";
+import { withLock } from "./locks.js";
 import {
   defaultRetryPolicy,
   isRetryableStatus,
@@ -95,7 +98,10 @@ export interface WriteOptions {
    * `operationTtlMs`, so calling it again replays the first answer instead of running it again;
    * with the default id, the same request after a final answer is a new operation. */
   operationId?: string;
-  /** Use this key instead of a stored one (it is then not stored). */
+  /** Send this key of your own instead of the operation's. It is sent as the current session's
+   * diner and stored with that diner while its outcome is unknown, like an operation's key:
+   * sent again (after `RetriesExhaustedError` or `SessionChangedError`) by another diner, it is
+   * not sent but throws `SessionChangedError`. A final answer forgets it. */
   idempotencyKey?: string;
 }
 
@@ -213,23 +219,35 @@ export class OrderingClient {
    */
   async write<T>(path: string, body: unknown, options: WriteOptions = {}): Promise<ApiResult<T>> {
     const content = body === null || body === undefined ? "" : JSON.stringify(body);
-    if (options.idempotencyKey !== undefined) {
-      const { dinerId } = await this.session();
-      const key: KeyInFlight = { key: options.idempotencyKey, dinerId, createdAt: Date.now(), mayHaveReached: false };
-      return this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+    const own = options.idempotencyKey;
+    if (own !== undefined) {
+      // The caller's key, stored with its diner like an operation's. Calls with it take turns
+      // rather than join: one with another payload gets its own answer (a 422).
+      const entry = `${this.prefix}key:${own}`;
+      return withLock(this.storage, entry, () => this.operation<T>(entry, path, content, false, own));
     }
     const entry = `${this.prefix}op:${options.operationId ?? requestId("POST", path, body)}`;
     const running = this.running.get(entry);
     if (running) return running as Promise<ApiResult<T>>; // a double tap: the first call's outcome
     const keep = options.operationId !== undefined;
-    const operation = this.operation<T>(entry, path, content, keep).finally(() => this.running.delete(entry));
+    // Other clients sharing the storage wait for the whole operation (locks.ts), then find its
+    // stored key, unfinished or kept, instead of making a second one.
+    const operation = withLock(this.storage, entry, () => this.operation<T>(entry, path, content, keep)).finally(() =>
+      this.running.delete(entry),
+    );
     this.running.set(entry, operation);
     return operation;
   }
 
-  private async operation<T>(entry: string, path: string, content: string, keep: boolean): Promise<ApiResult<T>> {
+  private async operation<T>(
+    entry: string,
+    path: string,
+    content: string,
+    keep: boolean,
+    own?: string,
+  ): Promise<ApiResult<T>> {
     await this.pruneFinished();
-    const key = await this.operationKey(entry);
+    const key = await this.operationKey(entry, own);
     try {
       const result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
       await this.finished(entry, key, keep);
@@ -269,7 +287,8 @@ export class OrderingClient {
    * Concurrent callers share one request.
    */
   session(): Promise<Session> {
-    this.pendingSession ??= this.currentSession().finally(() => {
+    // One client at a time across those sharing the storage (locks.ts): they share one guest.
+    this.pendingSession ??= withLock(this.storage, `${this.prefix}session`, () => this.currentSession()).finally(() => {
       this.pendingSession = null;
     });
     return this.pendingSession;
@@ -329,9 +348,10 @@ export class OrderingClient {
 
   // --- keys ----------------------------------------------------------------------------
 
-  /** The stored key of this operation, or a new one, stored before it is ever sent;
-   * `SessionChangedError` when the stored one is another diner's (module comment). */
-  private async operationKey(entry: string): Promise<KeyInFlight> {
+  /** The stored key of this operation, or a new one (`own`, the caller's, if given), stored
+   * before it is ever sent; `SessionChangedError` when the stored one is another diner's
+   * (module comment). */
+  private async operationKey(entry: string, own?: string): Promise<KeyInFlight> {
     const { dinerId } = await this.session();
     const raw = await this.storage.getItem(entry);
     if (raw) {
@@ -342,7 +362,7 @@ export class OrderingClient {
         return { key: stored.key, dinerId, createdAt: stored.createdAt, mayHaveReached: true };
       }
     }
-    const key = await this.keys.nextKey(this.issueTokens, dinerId);
+    const key = own ?? (await this.keys.nextKey(this.issueTokens, dinerId));
     const record: StoredOperation = { key, createdAt: Date.now(), dinerId };
     await this.storage.setItem(entry, JSON.stringify(record));
     return { key, dinerId, createdAt: record.createdAt, mayHaveReached: false };

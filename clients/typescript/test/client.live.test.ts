@@ -130,8 +130,10 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
   });
 
   test("a key reused for another payload is a programming error, never retried", async () => {
-    const { client, wire } = clientOf(live!.api);
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.api, { storage });
     await client.placeOrder(orderBody(1), { idempotencyKey: "cart-7" });
+    assert.equal(await storage.getItem(entryOf("key:cart-7")), null); // a final answer forgets it
 
     const reused = await client.placeOrder(orderBody(3), { idempotencyKey: "cart-7" }).catch((e: unknown) => e);
 
@@ -139,6 +141,7 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.deepEqual([reused.status, reused.code], [422, "IDEMPOTENCY_KEY_REUSED"]);
     assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [201, 422]);
     assert.equal(await ordersOf((await client.session()).dinerId), 1);
+    assert.equal(await storage.getItem(entryOf("key:cart-7")), null);
   });
 
   test("a 400 is final: not retried, and its key forgotten", async () => {
@@ -225,6 +228,33 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(a, b); // the second joined the first
     assert.equal(wire.posts(ORDERS).length, 1);
     assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
+  test("two clients sharing one storage (two tabs) run an operation once: the second replays it", async () => {
+    // No session yet: the two share the one guest they open. Reads are slow (AsyncStorage's
+    // are async), so without turns each would find no key stored and make its own.
+    const items = memoryStorage();
+    const storage = {
+      ...items,
+      getItem: async (key: string) => {
+        const value = items.getItem(key);
+        await sleepMs(50);
+        return value;
+      },
+    };
+    const tabs = [clientOf(live!.api, { storage }), clientOf(live!.api, { storage })];
+
+    const results = await Promise.all(
+      tabs.map(({ client }) => client.placeOrder(orderBody(2), { operationId: "cart-two-tabs" })),
+    );
+
+    assert.equal(await ordersOf((await tabs[0]!.client.session()).dinerId), 1);
+    assert.deepEqual(results.map((r) => r.replayed).sort(), [false, true]);
+    assert.equal(results[0]!.data.id, results[1]!.data.id);
+    assert.equal(results[0]!.idempotencyKey, results[1]!.idempotencyKey);
+    assert.equal(tabs.flatMap(({ wire }) => wire.posts("/api/v1/diner-sessions/")).length, 1);
+    const [first, second] = tabs.flatMap(({ wire }) => wire.posts(ORDERS)).sort((x, y) => x.sent - y.sent);
+    assert.ok(second!.sent >= first!.answered); // the second waited for the whole operation
   });
 
   test("the same order written another way is the same operation", async () => {
@@ -359,6 +389,38 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.deepEqual([again.previousDinerId, again.dinerId], [first.dinerId, second.dinerId]);
     assert.equal(wire.posts(ORDERS).length, 2); // nothing sent as the new guest
     assert.deepEqual([await ordersOf(first.dinerId), await ordersOf(second.dinerId)], [1, 0]);
+  });
+
+  test("a 401 on a retry with the caller's own key: sending that key again does not order as a new guest", async () => {
+    const storage = memoryStorage();
+    const wire = recordingFetch();
+    let revoking: Promise<void> = Promise.resolve();
+    const client = new OrderingClient({
+      baseUrl: live!.proxy,
+      publishableKey: live!.publishableKey,
+      retry: FAST,
+      storage,
+      fetch: async (input, init) => (await revoking, wire.fetch(input, init)), // the retry waits for it
+      onRetry: () => void (revoking = revokeSessions(first.dinerId)),
+    });
+    const first = await client.session();
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const changed = await client.placeOrder(orderBody(2), { idempotencyKey: "cart-revoked" }).catch((e: unknown) => e);
+
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.deepEqual([changed.idempotencyKey, changed.previousDinerId, changed.dinerId], ["cart-revoked", first.dinerId, undefined]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [null, 401]);
+    const again = await client.placeOrder(orderBody(2), { idempotencyKey: "cart-revoked" }).catch((e: unknown) => e);
+    const second = await client.session();
+    assert.ok(again instanceof SessionChangedError, String(again));
+    assert.deepEqual([again.previousDinerId, again.dinerId], [first.dinerId, second.dinerId]);
+    assert.deepEqual([await ordersOf(first.dinerId), await ordersOf(second.dinerId)], [1, 0]);
+    assert.equal(wire.posts(ORDERS).length, 2); // nothing sent as the new guest
+    const stored = JSON.parse((await storage.getItem(entryOf("key:cart-revoked")))!) as { key: string; dinerId: string };
+    assert.deepEqual([stored.key, stored.dinerId], ["cart-revoked", first.dinerId]); // still kept
+    const placed = await client.placeOrder(orderBody(2), { idempotencyKey: "cart-revoked-2" });
+    assert.deepEqual([placed.status, placed.replayed], [201, false]); // a new key places it knowingly
   });
 
   test("a 401 on a key that cannot have reached the server is final, and the key forgotten", async () => {

@@ -1,6 +1,7 @@
 // The client's handling of answers that a live server does not give on demand, with a fake
 // fetch: an answer no longer kept, a login page in place of a session, a request that never
-// answers, a deployment hiding X-Idempotent-Result; and the default lifetime of a stored key.
+// answers, a deployment hiding X-Idempotent-Result; the default lifetime of a stored key; and
+// which clients sharing storage take turns (Web Locks, faked here, or this realm's registry).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
@@ -11,8 +12,10 @@ import {
   OrderAlreadyPlacedError,
   OrderingClient,
   type ClientOptions,
+  type KeyValueStorage,
   RetriesExhaustedError,
   requestId,
+  SessionChangedError,
 } from "../src/index.js";
 
 const HOUR = 3_600_000;
@@ -132,4 +135,122 @@ test("a deployment that hides X-Idempotent-Result (CORS without exposing it) nev
 
   assert.ok(failed instanceof RetriesExhaustedError && failed.lastError.message.includes("X-Idempotent-Result"));
   assert.equal(keys.length, 3);
+});
+
+const sleepMs = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Storage objects over one set of items, each read taking a while: each call gives another
+ * object, as two tabs' `localStorage` or two processes' views of one file are. */
+function sharedItems(): () => KeyValueStorage {
+  const items = new Map<string, string>();
+  return () => ({
+    getItem: async (key) => {
+      const value = items.get(key) ?? null;
+      await sleepMs(20);
+      return value;
+    },
+    setItem: (key, value) => void items.set(key, value),
+    removeItem: (key) => void items.delete(key),
+  });
+}
+
+/** Clients of one fake server, one per storage, placing orders that take 30 ms (the first one
+ * answered 503 with `failFirst`; one attempt each then); notes the keys sent, the most order
+ * requests in flight at once and the guest sessions opened. */
+function clientsOf(storages: KeyValueStorage[], failFirst = false) {
+  const keys: (string | null)[] = [];
+  let inFlight = 0;
+  const seen = { maxInFlight: 0, sessions: 0 };
+  const fakeFetch: typeof fetch = async (input, init) => {
+    if (new URL(String(input)).pathname === "/api/v1/diner-sessions/") {
+      seen.sessions++;
+      return new Response(JSON.stringify(SESSION), { status: 201 });
+    }
+    keys.push(new Headers(init?.headers).get("idempotency-key"));
+    seen.maxInFlight = Math.max(seen.maxInFlight, ++inFlight);
+    await sleepMs(30);
+    inFlight--;
+    return failFirst && keys.length === 1 ? new Response("{}", { status: 503 }) : placed();
+  };
+  const clients = storages.map(
+    (storage) =>
+      new OrderingClient({
+        baseUrl: "http://api.test",
+        publishableKey: "pk_test.secret",
+        fetch: fakeFetch,
+        storage,
+        retry: failFirst ? { maxAttempts: 1 } : {},
+      }),
+  );
+  return { clients, keys, seen };
+}
+
+test("with navigator.locks, clients sharing storage through other objects (tabs) take turns", async () => {
+  const names: string[] = [];
+  const tails = new Map<string, Promise<unknown>>();
+  const locks = {
+    request<T>(name: string, callback: () => Promise<T>): Promise<T> {
+      names.push(name);
+      const held = (tails.get(name) ?? Promise.resolve()).then(() => callback());
+      tails.set(name, held.catch(() => undefined));
+      return held;
+    },
+  };
+  const before = Object.getOwnPropertyDescriptor(globalThis, "navigator");
+  Object.defineProperty(globalThis, "navigator", { value: { locks }, configurable: true });
+  try {
+    const tab = sharedItems();
+    const { clients, keys, seen } = clientsOf([tab(), tab()]);
+
+    await Promise.all(clients.map((client) => client.placeOrder(ORDER, { operationId: "cart-9" })));
+
+    assert.equal(keys.length, 2);
+    assert.equal(keys[1], keys[0]); // the second found the first's kept key
+    assert.equal(seen.maxInFlight, 1);
+    assert.ok(names.includes(entryOf("op:cart-9")) && names.includes(entryOf("session")), names.join());
+  } finally {
+    if (before) Object.defineProperty(globalThis, "navigator", before);
+    else delete (globalThis as { navigator?: unknown }).navigator;
+  }
+});
+
+test("without navigator.locks, clients take turns on one storage object, not on two over one data", async () => {
+  assert.equal((globalThis as { navigator?: { locks?: unknown } }).navigator?.locks, undefined); // Node 20
+  const oneObject = sharedItems()();
+  const together = clientsOf([oneObject, oneObject]);
+  await Promise.all(together.clients.map((client) => client.placeOrder(ORDER, { operationId: "cart-10" })));
+  const byRequest = clientsOf([oneObject, oneObject]); // the default id: forgotten after the answer
+  await Promise.all(byRequest.clients.map((client) => client.placeOrder(ORDER)));
+  const unfinished = clientsOf([oneObject, oneObject], true); // the first one's outcome unknown
+  const outcomes = await Promise.allSettled(unfinished.clients.map((client) => client.placeOrder(ORDER)));
+  const fresh = sharedItems()(); // no session yet, two operations: one guest opened
+  const twoCarts = clientsOf([fresh, fresh]);
+  await Promise.all(twoCarts.clients.map((client, i) => client.placeOrder(ORDER, { operationId: `cart-${20 + i}` })));
+  const view = sharedItems(); // two processes' views of one file
+  const apart = clientsOf([view(), view()]);
+  await Promise.all(apart.clients.map((client) => client.placeOrder(ORDER, { operationId: "cart-11" })));
+
+  assert.deepEqual([together.keys.length, together.keys[1] === together.keys[0], together.seen.maxInFlight], [2, true, 1]);
+  assert.deepEqual([byRequest.keys.length, byRequest.keys[1] === byRequest.keys[0], byRequest.seen.maxInFlight], [2, false, 1]);
+  assert.deepEqual(outcomes.map((o) => o.status), ["rejected", "fulfilled"]);
+  assert.deepEqual([unfinished.keys.length, unfinished.keys[1] === unfinished.keys[0]], [2, true]); // resumed
+  assert.deepEqual([twoCarts.seen.sessions, twoCarts.seen.maxInFlight], [1, 2]);
+  assert.deepEqual([apart.keys.length, apart.keys[1] === apart.keys[0], apart.seen.maxInFlight], [2, false, 2]);
+});
+
+test("the caller's own key with an unknown outcome is kept with its diner: another diner does not send it", async () => {
+  const storage = memoryStorage();
+  const unavailable = () => new Response("{}", { status: 503 });
+  const { client, keys } = fakeApi([unavailable], { storage, retry: { maxAttempts: 1 } });
+
+  const unknown = await client.placeOrder(ORDER, { idempotencyKey: "own-1" }).catch((e: unknown) => e);
+  const stored = JSON.parse(storage.getItem(entryOf("key:own-1")) as string) as { key: string; dinerId: string };
+  storage.setItem(entryOf("session"), JSON.stringify({ token: "t2", dinerId: "guest_2", expiresAt: Date.now() + HOUR }));
+  const changed = await client.placeOrder(ORDER, { idempotencyKey: "own-1" }).catch((e: unknown) => e);
+
+  assert.ok(unknown instanceof RetriesExhaustedError && unknown.idempotencyKey === "own-1", String(unknown));
+  assert.deepEqual([stored.key, stored.dinerId], ["own-1", "guest_1"]);
+  assert.ok(changed instanceof SessionChangedError, String(changed));
+  assert.deepEqual([changed.previousDinerId, changed.dinerId], ["guest_1", "guest_2"]);
+  assert.deepEqual(keys, ["own-1"]); // sent once, as guest_1
 });
