@@ -344,6 +344,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "OrderStatusEnum": "ordering.models.orders.OrderStatus",
     },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "idempotency.web.openapi.declare_retry_after",
+    ],
 }
 
 # --- diner sessions (tenants/diner_sessions.py, docs/tenancy.md) ----------------------------

@@ -51,7 +51,8 @@ _KEY_SCHEMA = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_KEY_LENGTH,
-    "pattern": "^[\\x20-\\x2b\\x2d-\\x7e]+$",
+    # HTTP strips a header value's outer spaces, so the key never starts or ends with one
+    "pattern": "^[\\x21-\\x2b\\x2d-\\x7e]([\\x20-\\x2b\\x2d-\\x7e]*[\\x21-\\x2b\\x2d-\\x7e])?$",
 }
 
 IDEMPOTENCY_KEY_REQUIRED = OpenApiParameter(
@@ -79,11 +80,13 @@ def answer_headers(*successes: int) -> list[OpenApiParameter]:
     return [
         OpenApiParameter(
             "X-Idempotent-Result",
-            {"type": "string", "enum": ["MISS", "HIT"]},
+            {"type": "string", "enum": ["MISS", "HIT", "IN_PROGRESS", "REUSED"]},
             OpenApiParameter.HEADER,
-            response=ran_or_replayed,
+            response=[*ran_or_replayed, 409, 422],
             description="MISS: this request ran the operation; HIT: the first answer to this "
-            "key, replayed byte for byte. An answer without it is not the API's.",
+            "key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first "
+            "request with this key is still running; REUSED (422): the key was sent with "
+            "another payload. A success answer without it is not the API's.",
         ),
         OpenApiParameter(
             "Idempotent-Replayed",
@@ -102,10 +105,30 @@ def answer_headers(*successes: int) -> list[OpenApiParameter]:
         ),
         OpenApiParameter(
             "Retry-After",
-            {"type": "integer", "minimum": 0},
+            RETRY_AFTER_SCHEMA,
             OpenApiParameter.HEADER,
-            response=[409, 429, 503],
-            description="Seconds to wait before sending again (the same key is still in "
-            "progress, a rate limit, or a dependency unavailable).",
+            response=[409],
+            description="On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again.",
         ),
     ]
+
+
+RETRY_AFTER_SCHEMA = {"type": "integer", "minimum": 0}
+
+
+def declare_retry_after(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every 429 and 503 answer of the API carries
+    ``Retry-After`` (a rate limit's window, a dependency's wait), so the schema says so on
+    each, however its view declared it."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                if status in ("429", "503"):
+                    response.setdefault("headers", {}).setdefault(
+                        "Retry-After",
+                        {
+                            "schema": RETRY_AFTER_SCHEMA,
+                            "description": "Seconds to wait before sending again.",
+                        },
+                    )
+    return result

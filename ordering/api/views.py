@@ -135,8 +135,9 @@ class OrderListCreateView(APIView):
                 "Location",
                 OpenApiTypes.URI,
                 OpenApiParameter.HEADER,
-                response=[201],
-                description="The order's URL.",
+                response=[201, 409],
+                description="The order's URL (on 409 ORDER_ALREADY_PLACED, the order the key "
+                "placed).",
             ),
         ],
         # 503: no order ID can be issued right now (ORDER_ID_UNAVAILABLE, with Retry-After).

@@ -324,6 +324,8 @@ def test_the_schema_declares_the_key_s_bounds_and_the_answers_idempotency_header
     # the pattern is the engine's rule: printable ASCII, no comma
     pattern = re.compile(key["schema"]["pattern"])
     assert pattern.match("order-1 ~!") and not pattern.match("a,b") and not pattern.match("é")
+    # HTTP strips a header's outer spaces: a key of spaces is empty, " a" is "a"
+    assert not any(pattern.match(k) for k in (" ", "   ", " abc", "abc "))
     created = create["responses"]["201"]
     assert set(created["headers"]) == {
         "X-Idempotent-Result",
@@ -331,8 +333,22 @@ def test_the_schema_declares_the_key_s_bounds_and_the_answers_idempotency_header
         "Idempotency-Redacted",
         "Location",
     }
-    assert created["headers"]["X-Idempotent-Result"]["schema"]["enum"] == ["MISS", "HIT"]
-    assert "Retry-After" in create["responses"]["409"]["headers"]
+    assert created["headers"]["X-Idempotent-Result"]["schema"]["enum"][:2] == ["MISS", "HIT"]
+    conflict = create["responses"]["409"]["headers"]
+    assert {"Retry-After", "Location", "X-Idempotent-Result"} <= set(conflict)
+    assert "IN_PROGRESS" in conflict["X-Idempotent-Result"]["schema"]["enum"]
+    assert (
+        "REUSED" in create["responses"]["422"]["headers"]["X-Idempotent-Result"]["schema"]["enum"]
+    )
+    # every 429 and 503 of the API says how long to wait
+    waits = [
+        answer
+        for operations in schema["paths"].values()
+        for operation in operations.values()
+        for status, answer in operation["responses"].items()
+        if status in ("429", "503")
+    ]
+    assert len(waits) >= 8 and all("Retry-After" in answer["headers"] for answer in waits)
     pay = schema["paths"]["/api/v1/orders/{order_id}/pay/"]["post"]
     assert "X-Idempotent-Result" in pay["responses"]["200"]["headers"]
     assert "API key missing" not in create["responses"]["401"]["description"]  # Bearer only

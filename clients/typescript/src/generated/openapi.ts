@@ -559,6 +559,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -604,6 +606,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -650,6 +654,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -707,6 +713,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -786,6 +794,8 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -795,6 +805,8 @@ export interface operations {
             /** @description Temporarily unavailable (Retry-After) */
             503: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -874,6 +886,8 @@ export interface operations {
             /** @description Temporarily unavailable (Retry-After) */
             503: {
                 headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -999,13 +1013,13 @@ export interface operations {
             /** @description The order, placed by this request (MISS) or by the first request with this key (HIT, the same bytes). */
             201: {
                 headers: {
-                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
-                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     /** @description On a replay only. */
                     "Idempotent-Replayed"?: "true";
                     /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
                     "Idempotency-Redacted"?: string;
-                    /** @description The order's URL. */
+                    /** @description The order's URL (on 409 ORDER_ALREADY_PLACED, the order the key placed). */
                     Location?: string;
                     [name: string]: unknown;
                 };
@@ -1052,8 +1066,12 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
+                    /** @description The order's URL (on 409 ORDER_ALREADY_PLACED, the order the key placed). */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1081,6 +1099,8 @@ export interface operations {
             /** @description Idempotency key reused with another payload, or a business refusal */
             422: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1090,7 +1110,7 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1101,7 +1121,7 @@ export interface operations {
             /** @description Temporarily unavailable (Retry-After) */
             503: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1184,8 +1204,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
-                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
-                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     /** @description On a replay only. */
                     "Idempotent-Replayed"?: "true";
                     /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
@@ -1235,7 +1255,9 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1264,6 +1286,8 @@ export interface operations {
             /** @description Idempotency key reused with another payload, or a business refusal */
             422: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1273,7 +1297,7 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1299,8 +1323,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
-                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
-                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     /** @description On a replay only. */
                     "Idempotent-Replayed"?: "true";
                     /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
@@ -1350,7 +1374,9 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1379,6 +1405,8 @@ export interface operations {
             /** @description Idempotency key reused with another payload, or a business refusal */
             422: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1388,7 +1416,7 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1420,8 +1448,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
-                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte. An answer without it is not the API's. */
-                    "X-Idempotent-Result"?: "MISS" | "HIT";
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     /** @description On a replay only. */
                     "Idempotent-Replayed"?: "true";
                     /** @description On a replay that left personal fields null: their JSON paths, comma-separated. */
@@ -1471,7 +1499,9 @@ export interface operations {
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
@@ -1500,6 +1530,8 @@ export interface operations {
             /** @description Idempotency key reused with another payload, or a business refusal */
             422: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1509,7 +1541,7 @@ export interface operations {
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
-                    /** @description Seconds to wait before sending again (the same key is still in progress, a rate limit, or a dependency unavailable). */
+                    /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
                 };
