@@ -16,6 +16,9 @@ idempotency engine may be about to fingerprint the payload. Here a too-large bod
 A browser page's query string holding a NUL character is answered 400: PostgreSQL refuses NUL
 in text, so a list filter of the admin given one (``?status__exact=%00``) failed in the
 database, a 500. No page of ours has a use for one. (The API validates its own parameters.)
+Likewise an admin action's selected rows (``_selected_action``) that are not keys at all: every
+model the admin lists has an integer or UUID key (a test holds this), and Django's admin let a
+value of another shape fail in the key's conversion, a 500.
 
 API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py``); other paths
 (dashboard forms, the admin) a short plain-text answer.
@@ -23,6 +26,7 @@ API paths (``/api/``) get the shared problem+json shape (``config/api_errors.py`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from io import BytesIO
 
@@ -54,12 +58,10 @@ class RequestSizeLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith("/api/") and _query_holds_nul(request):
-            return HttpResponse(
-                "A query parameter holds a NUL character",
-                status=400,
-                content_type="text/plain; charset=utf-8",
-            )
+        if not request.path.startswith("/api/"):
+            refused = _unusable_page_input(request)
+            if refused:
+                return HttpResponse(refused, status=400, content_type="text/plain; charset=utf-8")
         limit = max_request_bytes()
         declared = _declared_length(request)
         if declared is not None:
@@ -73,6 +75,23 @@ class RequestSizeLimitMiddleware:
             if not fits:
                 return too_large_response(request, limit)
         return self.get_response(request)
+
+
+def _unusable_page_input(request: HttpRequest) -> str | None:
+    """Why a browser page's request carries input no page of ours can use, if it does."""
+    if _query_holds_nul(request):
+        return "A query parameter holds a NUL character"
+    if (
+        request.method == "POST"
+        and request.path.startswith("/admin/")
+        and not all(_ROW_KEY.match(key) for key in request.POST.getlist("_selected_action"))
+    ):
+        return "The selected rows are not rows of this list"
+    return None
+
+
+# an integer or UUID primary key, as the admin writes it in a list's checkboxes
+_ROW_KEY = re.compile(r"\A(?:[0-9]{1,20}|[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12})\Z")
 
 
 def _query_holds_nul(request: HttpRequest) -> bool:

@@ -328,6 +328,26 @@ def test_a_nul_in_a_list_filter_is_a_400_not_a_500(staff, mine, url):
     assert answer.status_code == 400 and b"NUL" in answer.content
 
 
+@pytest.mark.parametrize("selected", ["abc", "1 OR 1=1", "\x00", "1e3"])
+def test_an_admin_action_on_rows_that_are_not_keys_is_a_400(staff, mine, selected):
+    # Django's admin converted them to the key's type and failed: a 500
+    staff.raise_request_exception = False
+    answer = run_action(staff, "/admin/tenants/tenant/", "suspend", [selected])
+    assert answer.status_code == 400 and b"not rows of this list" in answer.content
+    assert Tenant.objects.get(pk=mine.tenant.pk).status == Tenant.Status.ACTIVE
+
+
+def test_every_model_the_admin_lists_has_an_integer_or_uuid_key():
+    # what the guard of admin actions' selected rows relies on (config/request_limits.py)
+    from django.contrib import admin
+    from django.db import models
+
+    kinds = (models.AutoField, models.BigAutoField, models.BigIntegerField, models.IntegerField)
+    for model in admin.site._registry:
+        key = model._meta.pk
+        assert isinstance(key, (*kinds, models.UUIDField)), (model, key)
+
+
 def test_tenants_list_counts_members_and_keys_and_can_suspend(staff, mine, theirs):
     page = staff.get("/admin/tenants/tenant/")
     rows = {t.slug: (t.member_count, t.active_key_count) for t in page.context["cl"].result_list}
