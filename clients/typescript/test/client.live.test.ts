@@ -64,6 +64,25 @@ async function revokeSessions(dinerId: string): Promise<void> {
   await sleepMs(live!.sessionStateCacheMs + 200);
 }
 
+/** A client through the dropping proxy whose first order answer is lost, and whose diner's
+ * sessions the merchant revokes before the retry (the retry waits for the revocation). */
+async function revokedBeforeTheRetry() {
+  const storage = memoryStorage();
+  const wire = recordingFetch();
+  let revoking: Promise<void> = Promise.resolve();
+  const client = new OrderingClient({
+    baseUrl: live!.proxy,
+    publishableKey: live!.publishableKey,
+    retry: FAST,
+    storage,
+    fetch: async (input, init) => (await revoking, wire.fetch(input, init)),
+    onRetry: () => void (revoking = revokeSessions(first.dinerId)),
+  });
+  const first = await client.session();
+  await control("drop", { count: 1, method: "POST", path: ORDERS });
+  return { storage, wire, client, first };
+}
+
 describe("live server", { skip: live ? false : "run by tests/clients/test_typescript_client.py" }, () => {
   test("an answer lost after commit is replayed byte for byte and orders once", async () => {
     const events: RetryEvent[] = [];
@@ -361,19 +380,7 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
   });
 
   test("a 401 on a retry keeps the key: calling again does not order as a new guest", async () => {
-    const storage = memoryStorage();
-    const wire = recordingFetch();
-    let revoking: Promise<void> = Promise.resolve();
-    const client = new OrderingClient({
-      baseUrl: live!.proxy,
-      publishableKey: live!.publishableKey,
-      retry: FAST,
-      storage,
-      fetch: async (input, init) => (await revoking, wire.fetch(input, init)), // the retry waits for it
-      onRetry: () => void (revoking = revokeSessions(first.dinerId)),
-    });
-    const first = await client.session();
-    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const { storage, wire, client, first } = await revokedBeforeTheRetry();
 
     const changed = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
 
@@ -392,19 +399,7 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
   });
 
   test("a 401 on a retry with the caller's own key: sending that key again does not order as a new guest", async () => {
-    const storage = memoryStorage();
-    const wire = recordingFetch();
-    let revoking: Promise<void> = Promise.resolve();
-    const client = new OrderingClient({
-      baseUrl: live!.proxy,
-      publishableKey: live!.publishableKey,
-      retry: FAST,
-      storage,
-      fetch: async (input, init) => (await revoking, wire.fetch(input, init)), // the retry waits for it
-      onRetry: () => void (revoking = revokeSessions(first.dinerId)),
-    });
-    const first = await client.session();
-    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const { storage, wire, client, first } = await revokedBeforeTheRetry();
 
     const changed = await client.placeOrder(orderBody(2), { idempotencyKey: "cart-revoked" }).catch((e: unknown) => e);
 
