@@ -20,6 +20,7 @@ from ordering.models import Coupon, Dish
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 from tests.support.auth import diner_token
+from tests.support.migrations import back_to_latest  # noqa: F401 - a fixture for migration tests
 
 
 def pytest_configure(config: pytest.Config) -> None:

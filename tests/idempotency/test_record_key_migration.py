@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from idempotency.core.keys import key_digest, redis_key_for, redis_key_from_digest
+from tests.support.migrations import migrate_to
 
 BEFORE = [("idempotency", "0004_audit_stored_body_permission_staff_access_log")]
 AFTER = [("idempotency", "0005_rawkeys_digest_record_keys")]
 LOOKS_LIKE_A_DIGEST = "0123456789abcdef0123456789abcdef"  # a client may send 32 hex chars
 
 
-@pytest.fixture
-def back_to_latest() -> Iterator[None]:
-    """Leave every app at its latest migration for the tests after this one."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
 def test_existing_records_keep_the_digest_their_redis_key_ends_with(back_to_latest: None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    old = executor.loader.project_state(BEFORE).apps.get_model("idempotency", "IdempotencyRecord")
+    old = migrate_to(BEFORE).get_model("idempotency", "IdempotencyRecord")
     now = timezone.now()
     raw_keys = ["order-1", "auto:" + "f" * 64, LOOKS_LIKE_A_DIGEST, *(f"k{i}" for i in range(1200))]
     old.objects.bulk_create(
@@ -45,11 +31,7 @@ def test_existing_records_keep_the_digest_their_redis_key_ends_with(back_to_late
         for key in raw_keys
     )
 
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(AFTER)
-
-    new = executor.loader.project_state(AFTER).apps.get_model("idempotency", "IdempotencyRecord")
+    new = migrate_to(AFTER).get_model("idempotency", "IdempotencyRecord")
     stored = set(new.objects.values_list("key", flat=True))
     assert stored == {key_digest(key) for key in raw_keys}  # every row, the 32-hex one once
     assert not stored & set(raw_keys)

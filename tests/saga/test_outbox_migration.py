@@ -5,31 +5,20 @@ the time the sweeper sends them again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from tests.support.migrations import migrate_to
 
 BEFORE = [("ordering", "0011_conflict_paid_twice")]
 AFTER = [("ordering", "0012_outbox_consumed")]
 
 
-@pytest.fixture
-def back_to_latest() -> Iterator[None]:
-    yield
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
 def test_earlier_rows_count_as_consumed_when_processed_or_old(back_to_latest: None) -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    old = executor.loader.project_state(BEFORE).apps
+    old = migrate_to(BEFORE)
     tenant = old.get_model("tenants", "Tenant").objects.create(slug="mig", name="Mig")
     order = old.get_model("ordering", "Order")._base_manager.create(
         id=1, tenant=tenant, subtotal=0, total=0, number=1, business_day=timezone.now().date()
@@ -54,11 +43,7 @@ def test_earlier_rows_count_as_consumed_when_processed_or_old(back_to_latest: No
     recent = event(3, now)
     unpublished = event(4, None)
 
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(AFTER)
-
-    new = executor.loader.project_state(AFTER).apps.get_model("ordering", "OutboxEvent")
+    new = migrate_to(AFTER).get_model("ordering", "OutboxEvent")
     consumed = dict(new._base_manager.values_list("pk", "consumed_at"))
     assert consumed[processed.pk] is not None and consumed[long_ago.pk] is not None
     assert consumed[recent.pk] is None and consumed[unpublished.pk] is None
@@ -72,9 +57,7 @@ def test_rows_waiting_for_a_consumer_are_due_when_the_sweeper_would_have_sent_th
     its last send (doubled for each send before the last); the others are not due at all."""
     settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
     before, after = [("ordering", "0012_outbox_consumed")], [("ordering", "0013_outbox_resend_at")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    old = executor.loader.project_state(before).apps
+    old = migrate_to(before)
     tenant = old.get_model("tenants", "Tenant").objects.create(slug="mig", name="Mig")
     order = old.get_model("ordering", "Order")._base_manager.create(
         id=1, tenant=tenant, subtotal=0, total=0, number=1, business_day=timezone.now().date()
@@ -92,11 +75,7 @@ def test_rows_waiting_for_a_consumer_are_due_when_the_sweeper_would_have_sent_th
     consumed = event(3, published_at=last, last_publish_at=last, consumed_at=last)
     unpublished = event(4, last_publish_at=last, publish_attempts=1)
 
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(after)
-
-    new = executor.loader.project_state(after).apps.get_model("ordering", "OutboxEvent")
+    new = migrate_to(after).get_model("ordering", "OutboxEvent")
     resend_at = dict(new._base_manager.values_list("pk", "resend_at"))
     assert resend_at[once.pk] == last + timedelta(minutes=10)
     assert resend_at[thrice.pk] == last + timedelta(minutes=40)
