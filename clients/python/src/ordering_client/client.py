@@ -583,17 +583,13 @@ class _StoredKey:
 def _from_the_api(response: httpx.Response, key: str | None) -> bool:
     """Whether a success answer came from the API. To a request sent with an
     ``Idempotency-Key``: its idempotency engine labels every one (``X-Idempotent-Result``).
-    To any other: a 204, or a JSON body. Any other answer (a captive portal's or a proxy's
-    page) says nothing about the request."""
+    To any other: a 204, or a JSON answer (its ``Content-Type``; the body is parsed once, by
+    whoever reads it). Any other answer (a captive portal's or a proxy's page) says nothing
+    about the request."""
     if key is not None:
         return "x-idempotent-result" in response.headers
-    if response.status_code == 204:
-        return True
-    try:
-        json.loads(response.content)
-    except ValueError:
-        return False
-    return True
+    media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return response.status_code == 204 or media_type.endswith(("/json", "+json"))
 
 
 def _request_id(method: str, path: str, body: Mapping[str, Any] | None) -> str:
