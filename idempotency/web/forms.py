@@ -12,17 +12,20 @@ first submit still running) is not shown to a person as the API's JSON problem: 
 back to the form's page (303) with a message saying what happened, to submit it anew. The
 form's page is the one the browser says it posted from (``Referer``, on this site): a form
 often posts to a URL of its own that only takes POST, and a redirect there showed a blank 405.
+A browser that sends no ``Referer`` (a privacy setting, ``Referrer-Policy: no-referrer``) is
+sent to the page the view names (``form_page``), else back to the URL it posted to.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from functools import wraps
+from functools import partial, wraps
 from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency.core import engine, responses
@@ -49,6 +52,9 @@ REFUSED = {
 }
 
 View = Callable[..., HttpResponse]
+# Where a refused form goes when the browser did not say where it posted from: a URL name or a
+# path (``resolve_url``), or a callable given the view's request and arguments
+FormPage = str | Callable[..., str]
 
 
 def idempotent_form(
@@ -56,11 +62,14 @@ def idempotent_form(
     fields: Sequence[str] | None = None,
     auto_key_window: int = 60,
     notice: str = ALREADY_APPLIED,
+    form_page: FormPage | None = None,
 ) -> Callable[[View], View]:
     """Decorate a view whose POST changes state. GET (and other safe methods) pass through.
 
     ``fields``: the POST fields that define the action (None: all but the CSRF token and the
     idempotency token). Duplicates in flight wait for the first (2 s), as a person would.
+    ``form_page``: the page showing the form, for a view that takes only POST (a URL name, a
+    path, or a callable given the view's request and arguments); None: the URL posted to.
     """
     policy = Policy(
         fields=tuple(fields) if fields is not None else None,
@@ -92,14 +101,15 @@ def idempotent_form(
             )
             if prepared is None:
                 return view(request, *args, **kwargs)
+            back = partial(_form_page, request, form_page, args, kwargs)
             if isinstance(prepared, HttpResponse):
-                return _back_to_the_form(request, prepared)
+                return _back_to_the_form(request, prepared, back)
             request.idempotency = prepared.scoped
             response = engine.process(prepared, lambda: view(request, *args, **kwargs))
             if response.get(responses.RESULT_HEADER) == "HIT":
                 # a notice when the host uses the messages framework; the replay either way
                 messages.info(request, notice, fail_silently=True)
-            return _back_to_the_form(request, response)
+            return _back_to_the_form(request, response, back)
 
         wrapper.idempotency_policy = policy  # type: ignore[attr-defined]
         return wrapper
@@ -107,24 +117,32 @@ def idempotent_form(
     return decorate
 
 
-def _back_to_the_form(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def _back_to_the_form(
+    request: HttpRequest, response: HttpResponse, back: Callable[[], str]
+) -> HttpResponse:
     """``response``, unless it is the engine's own refusal (a problem+json): then a redirect
-    to the form's page, with the refusal in words (when the host uses messages)."""
+    to the form's page (``back()``), with the refusal in words (when the host uses messages)."""
     if response.get("Content-Type") != "application/problem+json":
         return response
     text = REFUSED.get(json.loads(response.content).get("code"))
     if text is None:
         return response
     messages.error(request, text, fail_silently=True)
-    return HttpResponseRedirect(_form_page(request), status=303)
+    return HttpResponseRedirect(back(), status=303)
 
 
-def _form_page(request: HttpRequest) -> str:
+def _form_page(
+    request: HttpRequest, named: FormPage | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> str:
     """The page the form was posted from: the ``Referer`` when it is this site's, else the
-    URL posted to."""
+    view's ``form_page``, else the URL posted to."""
     referer = request.META.get("HTTP_REFERER", "")
     if referer and url_has_allowed_host_and_scheme(
         referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         return referer
+    if callable(named):
+        return named(request, *args, **kwargs)
+    if named is not None:
+        return resolve_url(named)
     return request.get_full_path()

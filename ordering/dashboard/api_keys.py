@@ -52,7 +52,7 @@ def api_keys(request: HttpRequest) -> HttpResponse:
 
 @member_required(Area.API_KEYS)
 @require_POST
-@idempotent_form(fields=())
+@idempotent_form(fields=(), form_page="dash-api-keys")
 def api_key_revoke(request: HttpRequest, client_id: int) -> HttpResponse:
     client = found(clients_of(tenant_of(request)).filter(pk=client_id).first())
     revoke_api_key(client=client)

@@ -37,7 +37,7 @@ def coupons(request: HttpRequest) -> HttpResponse:
 
 @member_required(Area.COUPONS)
 @require_POST
-@idempotent_form(fields=())
+@idempotent_form(fields=(), form_page="dash-coupons")
 def coupon_deactivate(request: HttpRequest, coupon_id: int) -> HttpResponse:
     tenant = tenant_of(request)
     found(coupon_of(tenant=tenant, coupon_id=coupon_id))

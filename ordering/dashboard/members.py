@@ -41,7 +41,7 @@ def members(request: HttpRequest) -> HttpResponse:
 
 @member_required(Area.MEMBERS)
 @require_POST
-@idempotent_form(fields=("role",))
+@idempotent_form(fields=("role",), form_page="dash-members")
 def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
     found(Membership.objects.filter(tenant=tenant_of(request), pk=membership_id).first())
     form = MemberRoleForm(request.POST)
@@ -63,7 +63,7 @@ def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
 
 @member_required(Area.MEMBERS)
 @require_POST
-@idempotent_form(fields=())
+@idempotent_form(fields=(), form_page="dash-members")
 def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
     try:
         removed = remove_member(tenant=tenant_of(request), membership_id=membership_id)

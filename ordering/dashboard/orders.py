@@ -175,7 +175,10 @@ def order_transition(request: HttpRequest, order_id: int) -> HttpResponse:
     return _apply_move(request, order_id)
 
 
-@idempotent_form(fields=("to",))
+@idempotent_form(
+    fields=("to",),
+    form_page=lambda request, order_id: reverse("dash-order", kwargs={"order_id": order_id}),
+)
 def _apply_move(request: HttpRequest, order_id: int) -> HttpResponse:
     """A double click replays the first answer (a redirect) with a notice; a move the order
     no longer allows (another tab, a colleague) is refused with a message and recorded as a

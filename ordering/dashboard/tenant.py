@@ -15,7 +15,7 @@ from tenants.selectors import switch_tenant
 
 @member_required(Area.ACCOUNT)
 @require_POST
-@idempotent_form(fields=("tenant_id",))
+@idempotent_form(fields=("tenant_id",), form_page="board")
 def switch_tenant_view(request: HttpRequest) -> HttpResponse:
     """Only a tenant the user is a member of can become current; anything else changes nothing."""
     try:

@@ -178,6 +178,40 @@ def test_same_token_with_other_fields_is_refused(merchant, mine):
     assert audit.differing_fields == ["to"]
 
 
+def _colleague(world: World) -> int:
+    return Membership.objects.get(user=make_merchant(world.tenant, "colleague", "staff")).pk
+
+
+# (the URL posted to, which takes only POST; the page showing its form)
+POST_ONLY = {
+    "order-transition": (CASES["order-transition"].action, CASES["order-transition"].page),
+    "coupon-deactivate": (CASES["coupon-deactivate"].action, CASES["coupon-deactivate"].page),
+    "api-key-revoke": (CASES["api-key-revoke"].action, CASES["api-key-revoke"].page),
+    "member-role": (
+        lambda w: f"/dashboard/members/{_colleague(w)}/role/",
+        lambda w: "/dashboard/members/",
+    ),
+    "member-remove": (
+        lambda w: f"/dashboard/members/{_colleague(w)}/remove/",
+        lambda w: "/dashboard/members/",
+    ),
+    "switch-tenant": (lambda w: "/dashboard/switch-tenant/", lambda w: "/dashboard/"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", list(POST_ONLY))
+def test_a_refused_button_without_a_referer_lands_on_its_page(merchant, mine, name):
+    """A browser that sends no ``Referer`` is sent to the page showing the form, with the
+    refusal in words, not to the URL it posted to, which takes only POST (red: a blank 405)."""
+    action, page = POST_ONLY[name]
+    posted_to = action(mine)
+    refused = merchant.post(posted_to, {"role": "staff", "idempotency_key": "bad\u00e9token"})
+    assert refused.status_code == 303 and refused["Location"] == page(mine)
+    shown = merchant.get(refused["Location"])
+    assert shown.status_code == 200 and "token is not valid" in shown.text
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_double_submit_moves_the_order_once(tenant, engine_mode):
     """Two requests with the same token at the same instant (two threads, two connections):

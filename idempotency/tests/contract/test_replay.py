@@ -167,6 +167,30 @@ def test_a_refused_form_goes_back_to_the_page_it_was_posted_from(
     assert refused.status_code == 303 and refused["Location"] == back_to
 
 
+@pytest.mark.parametrize(
+    ("action", "referer", "back_to"),
+    [
+        ("/notes/form/send/", None, "/notes/form/"),
+        ("/notes/form/send/", "http://testserver/notes/?page=2", "http://testserver/notes/?page=2"),
+        ("/notes/form/send/", "https://elsewhere.example/", "/notes/form/"),
+        ("/notes/form/lunch/send/", None, "/notes/form/?board=lunch"),
+    ],
+    ids=["named-page", "referer-first", "foreign-referer", "callable-page"],
+)
+def test_a_refused_form_without_a_referer_goes_to_the_page_the_view_names(
+    engine_mode, client, tenant, action, referer, back_to
+):
+    """A form that posts to a POST-only URL, from a browser that sends no ``Referer``, goes
+    back to the view's ``form_page`` (a URL name, or a callable given the view's arguments),
+    not to a blank 405 at the URL it posted to (red: the URL posted to)."""
+    extra = {"HTTP_REFERER": referer} if referer else {}
+    body = {"text": "hello", "idempotency_key": "form-send"}
+    assert client.post(action, body, **caller(tenant, "alice")).status_code == 302
+    refused = client.post(action, {**body, "text": "other"}, **caller(tenant, "alice"), **extra)
+    assert refused.status_code == 303 and refused["Location"] == back_to
+    assert Note.objects.count() == 1
+
+
 @pytest.mark.parametrize("token", ["tok_notmine", "tok_" + "a" * 40 + ".sig"])
 def test_a_form_carrying_an_api_token_goes_back_to_the_form(engine_mode, client, tenant, token):
     """A form's key shaped like a pre-issued API token is refused as not valid, in words, not

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -139,3 +140,18 @@ def note_form(request: HttpRequest) -> HttpResponse:
             return HttpResponse("failed", status=500)
         return redirect(f"/notes/{note.pk}/")
     return render(request, "testapp/note_form.html")
+
+
+def _send_note(request: HttpRequest) -> HttpResponse:
+    note = _write(request, request.POST.get("text", ""))
+    return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
+
+
+# Forms posting to a URL that takes only POST, as a dashboard's buttons do: a refused one is
+# sent to the page the view names when the browser gave no Referer
+note_send = require_POST(idempotent_form(fields=("text",), form_page="note-form")(_send_note))
+note_send_to_board = require_POST(
+    idempotent_form(
+        fields=("text",), form_page=lambda request, board: f"/notes/form/?board={board}"
+    )(lambda request, board: _send_note(request))
+)
