@@ -125,17 +125,20 @@ def no_redis(tenant_key: str) -> None:
 def clean_engine_state() -> Any:
     """Each test starts with no idempotency entries or rate counters of the app's tenants
     (tenant pks restart with every test database, so leftovers of an earlier run would replay
-    or eat a budget), an empty local cache and no cached session states. Other tests' keys
-    (non-numeric tenant tags) are left alone."""
+    or eat a budget), an empty local cache, no cached session states and no pause of the
+    broker's sends left by an earlier test's failed one. Other tests' keys (non-numeric tenant
+    tags) are left alone."""
     import redis
 
     from idempotency.core.tenant_policy import reset_tenant_policy_cache
     from idempotency.stores import nodes as stores
     from idempotency.stores.audit_stream import discard_all
     from ordering import order_ids
+    from ordering.background import dispatch
     from tenants import credential_cache, session_state
 
     discard_all()
+    dispatch._broker = dispatch.broker_breaker()
     session_state.clear()
     reset_tenant_policy_cache()  # tenant pks restart: no policy of an earlier test's tenant
     client = redis.Redis.from_url(settings.REDIS_URL or "redis://127.0.0.1:6379/0")

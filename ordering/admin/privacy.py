@@ -156,10 +156,10 @@ class TenantAdmin(BaseTenantAdmin):
             except OffboardingRefused as exc:
                 self.message_user(request, str(exc), messages.WARNING)
                 continue
-            dispatch.enqueue(dispatch.OFFBOARD_TENANT, job.pk)
-            self.message_user(
-                request, f"Offboarding {job.pk} of {tenant.slug} started.", messages.SUCCESS
-            )
+            if send_offboarding(self, request, job):
+                self.message_user(
+                    request, f"Offboarding {job.pk} of {tenant.slug} started.", messages.SUCCESS
+                )
         return None
 
 
@@ -220,6 +220,23 @@ class TenantOffboardingAdmin(ReadOnlyAdmin):
     @admin.action(description="Continue selected jobs", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[TenantOffboarding]) -> None:
         jobs = list(queryset.exclude(phase=TenantOffboarding.Phase.DONE))
-        for job in jobs:
-            dispatch.enqueue(dispatch.OFFBOARD_TENANT, job.pk)
-        self.message_user(request, f"{len(jobs)} job(s) continued.", messages.SUCCESS)
+        sent = sum(send_offboarding(self, request, job) for job in jobs)
+        self.message_user(request, f"{sent} job(s) continued.", messages.SUCCESS)
+
+
+def send_offboarding(
+    model_admin: admin.ModelAdmin, request: HttpRequest, job: TenantOffboarding
+) -> bool:
+    """Send the job's task; when the broker cannot take it, say so and that the job (already
+    recorded) is continued from its list, instead of a server error. Sent or not."""
+    try:
+        dispatch.enqueue(dispatch.OFFBOARD_TENANT, job.pk)
+    except Exception as exc:
+        model_admin.message_user(
+            request,
+            f"Offboarding {job.pk} is recorded, but its task could not be sent now ({exc}). "
+            "Continue it from the tenant offboardings' list once the task queue answers.",
+            messages.WARNING,
+        )
+        return False
+    return True

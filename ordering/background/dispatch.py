@@ -3,16 +3,26 @@
 The outbox, dead letters and the simulated provider send messages, but the tasks that consume
 them sit above them (``tasks`` imports the consumers and the saga). Naming the task instead of
 importing it keeps the imports running one way.
+
+A send the broker does not take within its socket timeout (2 s, ``config/celery.py``) fails,
+and every caller leaves its message to a sweeper or a retry. While a broker hangs, each send
+would wait that long; so one failed send stops this process sending for a few seconds
+(``BROKER_PAUSE_SECONDS``, a circuit breaker): sends in that time fail at once with
+:class:`BrokerUnavailable`, then one send probes the broker again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task, current_app
 from django.db import connections
+
+from idempotency.stores.breaker import BreakerState, CircuitBreaker
 
 logger = logging.getLogger(__name__)
 
@@ -22,19 +32,63 @@ SWEEP_OUTBOX = "ordering.sweep_outbox"
 OFFBOARD_TENANT = "ordering.offboard_tenant"
 # Names of the timer threads that run delayed tasks in eager mode (tests wait for them).
 DELAYED_THREAD_PREFIX = "delayed-task:"
+# How long one failed send stops this process sending, before one send probes the broker again
+BROKER_PAUSE_SECONDS = 5.0
+
+
+class BrokerUnavailable(Exception):
+    """Not sent, not even tried: a send from this process failed moments ago."""
+
+
+def broker_breaker(clock: Callable[[], float] = time.monotonic) -> CircuitBreaker:
+    """The breaker in front of this process's sends: open after one failed send, or after
+    three slower than the broker's socket timeout in ten seconds; closed again by one send
+    that works."""
+    return CircuitBreaker(
+        "celery-broker",
+        window_seconds=10.0,
+        min_calls=1,
+        error_rate_threshold=1e-9,  # any failed send among the window's
+        p99_threshold_ms=2_000.0,
+        open_seconds=BROKER_PAUSE_SECONDS,
+        probes_to_close=1,
+        clock=clock,
+    )
+
+
+_broker = broker_breaker()
+
+
+def broker_paused() -> bool:
+    """Are this process's sends paused by a recent failure? (Asking takes no probe.)"""
+    return _broker.state is BreakerState.OPEN
 
 
 def enqueue(task_name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:
     """Send the task called ``task_name`` to the configured queue (read at call time, so a test
     session can use a queue of its own); in eager mode (no broker) it runs right here, or, with
-    a ``countdown``, in this process once the countdown has passed."""
+    a ``countdown``, in this process once the countdown has passed.
+
+    Raises what the broker's client raised, or :class:`BrokerUnavailable` while a recent
+    failure pauses this process's sends."""
     task = current_app.tasks[task_name]
-    if countdown and task.app.conf.task_always_eager:
-        _run_later(task, countdown, args, kwargs)
+    if task.app.conf.task_always_eager:  # no broker: nothing to pause
+        if countdown:
+            _run_later(task, countdown, args, kwargs)
+        else:
+            task.apply_async(args=args, kwargs=kwargs)
         return
-    task.apply_async(
-        args=args, kwargs=kwargs, countdown=countdown, queue=task.app.conf.task_default_queue
-    )
+    if not _broker.allow():
+        raise BrokerUnavailable(f"the broker failed a send in the last {BROKER_PAUSE_SECONDS} s")
+    started = time.monotonic()
+    try:
+        task.apply_async(
+            args=args, kwargs=kwargs, countdown=countdown, queue=task.app.conf.task_default_queue
+        )
+    except Exception:
+        _broker.record(seconds=time.monotonic() - started, ok=False)
+        raise
+    _broker.record(seconds=time.monotonic() - started, ok=True)
 
 
 def _run_later(task: Task, delay: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

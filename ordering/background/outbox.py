@@ -87,6 +87,10 @@ def publish_event(*, event_id: int) -> bool:
     """
     try:
         dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, event_id)
+    except dispatch.BrokerUnavailable:
+        # not tried: the row stays as it is, its attempts counting sends only
+        logger.info("outbox event %s left to the sweeper: the broker failed just now", event_id)
+        return False
     except Exception as exc:
         logger.warning("outbox event %s not published (the sweeper retries): %s", event_id, exc)
         OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
@@ -125,7 +129,8 @@ def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int
 
     The grace period leaves the on-commit publish time to do its job. Each row is claimed with
     a conditional ``UPDATE`` of ``last_publish_at`` before it is sent, so two sweepers running
-    at once do not both send it (if they did, consumers would absorb the duplicate).
+    at once do not both send it (if they did, consumers would absorb the duplicate). A sweep
+    stops at a send that fails (the broker down or hung), leaving the rest to the next one.
     """
     grace = settings.OUTBOX_PUBLISH_GRACE_SECONDS if grace_seconds is None else grace_seconds
     cutoff = timezone.now() - timedelta(seconds=grace)
@@ -136,6 +141,8 @@ def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int
     for event_id in (
         OutboxEvent.all_tenants.filter(due).order_by("id").values_list("id", flat=True)[:limit]
     ):
+        if dispatch.broker_paused():
+            break  # a send just failed: the next sweep goes on from here
         claimed = OutboxEvent.all_tenants.filter(due, pk=event_id).update(last_publish_at=Now())
         if claimed and publish_event(event_id=event_id):
             published += 1
@@ -153,6 +160,8 @@ def _send_unconsumed_again(*, limit: int) -> int:
     for event_id, attempts, resend_at in due.order_by("resend_at").values_list(
         "id", "publish_attempts", "resend_at"
     )[:limit]:
+        if dispatch.broker_paused():
+            break
         claimed = due.filter(pk=event_id, resend_at=resend_at).update(
             last_publish_at=Now(),
             publish_attempts=F("publish_attempts") + 1,

@@ -16,6 +16,8 @@ from ordering.models import DinerErasure, Order, TenantOffboarding
 from tenants.models import DinerSession, Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.test_erase_diner import place
+from tests.support.broker import sending_to
+from tests.support.live_server import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -87,6 +89,26 @@ def test_staff_offboard_a_tenant_as_a_task(staff, make_tenant, settings, tmp_pat
     [archive] = tmp_path.glob("leaving-*.zip")
     assert Path(job.export_path) == archive
     assert staff.get(f"/admin/ordering/tenantoffboarding/{job.pk}/change/").status_code == 200
+
+
+def test_an_offboarding_whose_task_cannot_be_sent_is_recorded_and_continued_later(
+    staff, make_tenant, settings, tmp_path, celery_eager
+):
+    """The task queue refusing connections: the job is recorded and staff are told to continue
+    it, instead of a server error after the job was written; continued, it runs (red: 500)."""
+    settings.OFFBOARDING_EXPORT_DIR = tmp_path
+    leaving = make_tenant(slug="leaving")
+    with sending_to(f"redis://127.0.0.1:{free_port()}/0"):  # nothing listens there
+        r = run_action(staff, "/admin/tenants/tenant/", "offboard", [leaving.pk], typed="leaving")
+        assert r.status_code == 302
+        shown = staff.get(r["Location"]).content.decode()
+        job = TenantOffboarding.objects.get()
+        assert f"Offboarding {job.pk} is recorded, but its task could not be sent now" in shown
+        assert not job.is_done and Tenant.objects.filter(pk=leaving.pk).exists()
+    r = run_action(staff, "/admin/ordering/tenantoffboarding/", "resume", [job.pk])
+    assert r.status_code == 302
+    assert TenantOffboarding.objects.get().is_done
+    assert not Tenant.objects.filter(pk=leaving.pk).exists()
 
 
 def test_offboarding_needs_the_permission_to_delete_tenants(tenant):
