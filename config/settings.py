@@ -90,7 +90,7 @@ elif not ALLOWED_HOSTS:
     )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "config.admin_site.PlatformAdminConfig",  # django.contrib.admin, on the site above
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

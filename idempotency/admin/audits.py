@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from idempotency.admin.lookups import OfferedFiltersOnly
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
 from idempotency.core.keys import key_digest
@@ -69,7 +70,7 @@ CSV_COLUMNS = [
 ]
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(OfferedFiltersOnly, admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

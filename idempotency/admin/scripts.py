@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from idempotency.admin.lookups import OfferedFiltersOnly
 from idempotency.models import LuaScriptChange, LuaScriptVersion
 from idempotency.scripts.versions import (
     KNOWN_SCRIPTS,
@@ -94,7 +95,7 @@ class ChangeInline(admin.TabularInline):
 
 
 @admin.register(LuaScriptVersion)
-class LuaScriptVersionAdmin(admin.ModelAdmin):
+class LuaScriptVersionAdmin(OfferedFiltersOnly, admin.ModelAdmin):
     list_display = [
         "name",
         "version",
