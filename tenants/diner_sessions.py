@@ -39,9 +39,11 @@ from django.utils import timezone
 from tenants.models import ApiClient, DinerSession, Tenant
 from tenants.session_state import SessionState, forget, session_state
 
-# Diner ids a merchant backend may name; "guest_" is reserved for ids made here.
+# Diner ids a merchant backend may name; "guest_" and "erased-" are reserved for ids made
+# here: guests', and the pseudonyms an erasure leaves on a diner's orders.
 DINER_ID_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,64}$")
 GUEST_PREFIX = "guest_"
+ERASED_PREFIX = "erased-"
 MAX_TOKEN_LENGTH = 512
 _SALT = "tenants.diner_sessions"
 
@@ -75,8 +77,9 @@ class IssuedSession:
 
 
 def is_reserved_diner_id(diner_id: str) -> bool:
-    """Guest ids are made here only; a merchant backend cannot sign in as a guest."""
-    return diner_id.startswith(GUEST_PREFIX)
+    """Guest ids and erasure pseudonyms are made here only: a merchant backend can sign in
+    neither as a guest nor as an erased diner (whose orders would be its again)."""
+    return diner_id.startswith((GUEST_PREFIX, ERASED_PREFIX))
 
 
 def _hash(secret: str) -> str:

@@ -45,12 +45,14 @@ class OpenSessionIn(serializers.Serializer):
         DINER_ID_PATTERN,
         required=False,
         help_text="Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; "
-        "not starting with 'guest_').",
+        "not starting with 'guest_' or 'erased-').",
     )
 
     def validate_diner_id(self, value: str) -> str:
         if is_reserved_diner_id(value):
-            raise serializers.ValidationError("Diner ids starting with 'guest_' are reserved.")
+            raise serializers.ValidationError(
+                "Diner ids starting with 'guest_' or 'erased-' are reserved."
+            )
         return value
 
 

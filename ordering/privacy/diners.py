@@ -30,13 +30,13 @@ from django.utils.crypto import salted_hmac
 
 from idempotency import erasure
 from ordering.models import DinerErasure, Order, OrderTransition, OutboxEvent
-from tenants.diner_sessions import DINER_ID_RE
+from tenants.diner_sessions import DINER_ID_RE, ERASED_PREFIX
 from tenants.models import DinerSession, Tenant
 from tenants.session_state import forget
 
 _HASH_SALT = "ordering.privacy.diner"
 _PSEUDONYM_SALT = "ordering.privacy.pseudonym"
-PSEUDONYM_PREFIX = "erased-"
+PSEUDONYM_PREFIX = ERASED_PREFIX  # reserved: no session can be opened for such a diner id
 
 
 def diner_hash(diner_id: str) -> str:

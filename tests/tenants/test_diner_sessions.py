@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.contrib.admin.models import LogEntry
 from django.core import signing
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -104,6 +105,10 @@ def test_merchant_key_signs_in_the_named_diner(merchant: Any, menu: Any) -> None
         pytest.param({"diner_id": "bad id!"}, 400, "VALIDATION_ERROR", id="bad-diner-id"),
         pytest.param({"diner_id": "x" * 65}, 400, "VALIDATION_ERROR", id="too-long"),
         pytest.param({"diner_id": "guest_abc"}, 400, "VALIDATION_ERROR", id="reserved-guest"),
+        # an erasure's pseudonym: its orders would be a live diner's again (red: 201)
+        pytest.param(
+            {"diner_id": "erased-9183c7c73c5b7af0"}, 400, "VALIDATION_ERROR", id="reserved-erased"
+        ),
     ],
 )
 def test_merchant_sign_in_needs_a_valid_diner_id(
@@ -579,6 +584,10 @@ def test_staff_end_sessions_in_the_admin_and_never_see_secret_hashes(
     session.refresh_from_db()
     assert session.revoked_at is not None and session.diner_id != "someone-else"
     assert_401(as_diner(token), "SESSION_REVOKED")
+    # the admin's action log names the session by its id, never its diner's: the log outlives
+    # the diner's erasure (red: "<restaurant>:<diner id> (<id>)")
+    logged = LogEntry.objects.filter(object_id=str(session.pk))
+    assert {entry.object_repr for entry in logged} == {f"diner session {session.pk}"}
 
 
 def test_a_diner_sees_no_internal_fields_and_a_merchant_key_sees_them(

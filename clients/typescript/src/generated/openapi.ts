@@ -296,7 +296,7 @@ export interface components {
             quantity: number;
         };
         OpenSessionIn: {
-            /** @description Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; not starting with 'guest_'). */
+            /** @description Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; not starting with 'guest_' or 'erased-'). */
             diner_id?: string;
         };
         Order: {
