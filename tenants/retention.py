@@ -1,6 +1,6 @@
 """The retention purge: what has outlived its retention is deleted, in bounded batches.
 
-Six kinds of rows, each with its own clock:
+Seven kinds of rows, each with its own clock:
 
 - ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
 - ``duplicate_audits``: older than the tenant's audit retention (default 30 days);
@@ -10,7 +10,9 @@ Six kinds of rows, each with its own clock:
   may be a mistyped password, the address and user agent) once older than the lockout's
   cool-off, when they no longer lock anything;
 - ``login_records`` and ``login_failures``: the logins it logged, successful or failed (name,
-  address, user agent), older than ``LOGIN_RECORD_RETENTION_DAYS`` (30).
+  address, user agent), older than ``LOGIN_RECORD_RETENTION_DAYS`` (30);
+- ``browser_sessions``: dashboard and admin sessions past their expiry (Django never deletes
+  them by itself; one may still hold a newly issued API key that was never shown).
 
 Celery beat runs :func:`purge_expired_data` every ``RETENTION_PURGE_SECONDS``
 (``tenants.tasks``); each kind is deleted ``PURGE_BATCH_SIZE`` rows per ``DELETE``, at most
@@ -26,6 +28,7 @@ from datetime import datetime, timedelta
 
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.conf import settings
+from django.contrib.sessions.models import Session
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -36,6 +39,10 @@ from tenants.models import DinerSession, RetentionTally
 
 def expired_diner_sessions(now: datetime) -> Q:
     return Q(expires_at__lte=now)
+
+
+def expired_browser_sessions(now: datetime) -> Q:
+    return Q(expire_date__lt=now)
 
 
 def expired_login_attempts(now: datetime) -> Q:
@@ -54,6 +61,7 @@ KINDS: dict[str, tuple[type, Callable[[datetime], Q]]] = {
     "login_attempts": (AccessAttempt, expired_login_attempts),
     "login_records": (AccessLog, expired_login_records),
     "login_failures": (AccessFailureLog, expired_login_records),
+    "browser_sessions": (Session, expired_browser_sessions),
 }
 
 

@@ -183,11 +183,12 @@ class OrderListCreateView(APIView):
         )
 
     def handle_exception(self, exc: Exception) -> Response:
-        """The key placed an order whose stored answer is gone (its record expired, was
-        purged, or went with an erasure): the engine found nothing to replay and ran the
-        view, whose order met the orders' own unique key. That order is the answer's
-        subject, not a 500: 409 ``ORDER_ALREADY_PLACED`` names it. Not replayed as if it were
-        this request's result: without the record the payload cannot be compared."""
+        """The key placed an order whose stored answer is gone (its record expired or was
+        purged): the engine found nothing to replay and ran the view, whose order met the
+        orders' own unique key. That order is the answer's subject, not a 500: 409
+        ``ORDER_ALREADY_PLACED`` names it. Not replayed as if it were this request's result:
+        without the record the payload cannot be compared. (An erasure clears its diner's
+        orders' keys with the records: a key sent again after it places a new order.)"""
         if isinstance(exc, IntegrityError) and getattr(self.request, "idempotency", None):
             placed = (
                 Order.all_tenants.filter(

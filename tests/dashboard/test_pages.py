@@ -102,11 +102,14 @@ def test_order_page_shows_lines_payment_and_log(merchant, mine):
 
 def test_order_page_shows_how_to_reach_the_diner(merchant, mine):
     Order.all_tenants.filter(pk=mine.order.pk).update(
-        contact_phone="+39 06 1234567", delivery_address="Via Roma 1"
+        contact_phone="+39 06 1234567", delivery_address="\u202eVia Roma 1", note="ring"
     )
     html = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
-    assert "<dt>Phone</dt><dd>+39 06 1234567</dd>" in html
-    assert "<dt>Deliver to</dt><dd>Via Roma 1</dd>" in html
+    # each isolated from the page's text direction: a right-to-left override a diner typed
+    # reorders its own value only (red: the bare value)
+    assert '<dt>Phone</dt><dd><bdi class="diner-text">+39 06 1234567</bdi></dd>' in html
+    assert '<dt>Deliver to</dt><dd><bdi class="diner-text">\u202eVia Roma 1</bdi></dd>' in html
+    assert '<strong>Note:</strong> <bdi class="diner-text">ring</bdi>' in html
 
 
 def test_order_page_shows_the_short_number_and_times_in_the_tenants_zone(merchant, mine):

@@ -12,6 +12,8 @@ import redis
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
@@ -20,7 +22,7 @@ from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from tenants.models import DinerSession
-from tenants.retention import overdue_rows, purge_expired_data
+from tenants.retention import KINDS, overdue_rows, purge_expired_data
 from tests.conftest import api_for
 from tests.observability.test_metrics import TOKEN, scrape, value
 from tests.support.auth import diner_token
@@ -128,6 +130,20 @@ def test_expired_diner_sessions_are_purged_and_live_ones_kept(tenant):
     assert list(DinerSession.objects.values_list("diner_id", flat=True)) == ["here"]
 
 
+def test_expired_browser_sessions_are_purged_and_live_ones_kept():
+    """A dashboard session past its expiry goes, with what it held (red: Django deletes none
+    by itself, and the row stayed)."""
+    gone, kept = SessionStore(), SessionStore()
+    for store in (gone, kept):
+        store["dashboard_new_api_key"] = "pk_live.secret"
+        store.create()
+    Session.objects.filter(pk=gone.session_key).update(
+        expire_date=timezone.now() - timedelta(seconds=1)
+    )
+    assert purge_expired_data()["browser_sessions"] == 1
+    assert list(Session.objects.values_list("pk", flat=True)) == [kept.session_key]
+
+
 def test_the_login_throttle_s_records_are_purged_after_their_time(settings):
     # what the login throttle keeps about people: the name typed (a mistyped password, too),
     # the address, the user agent; a failed attempt locks nothing after the cool-off
@@ -173,6 +189,9 @@ def test_metrics_count_rows_purged_and_overdue(tenant, settings, client):
     purged = value(after, "retention_purged_rows_total", **kinds)
     assert purged - value(before, "retention_purged_rows_total", **kinds) == 3
     assert value(after, "retention_purged_rows_total", kind="duplicate_audits") >= 1
+    # every kind the purge deletes has its overdue gauge, as docs/data-protection.md lists them
+    for kind in KINDS:
+        assert value(after, "retention_overdue_rows", kind=kind) == 0
 
 
 @pytest.mark.parametrize(

@@ -167,6 +167,20 @@ def test_erasing_twice_is_safe(tenant, settings):
     assert DinerErasure.objects.filter(diner_hash=diner_hash("zoe")).count() == 2
 
 
+def test_a_key_sent_again_after_the_erasure_places_a_new_order(tenant, settings):
+    """Nothing links a key sent before the erasure to its order any more: no record, no key
+    digest on the order (docs/data-protection.md); the order placed again is the diner's new
+    one, the erased one keeps its pseudonym."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    before = place(api_for(tenant, diner="zoe"), menu, "k1")
+    erasure = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    again = place(api_for(tenant, diner="zoe"), menu, "k1")
+    assert (before.status_code, again.status_code) == (201, 201)
+    assert again["X-Idempotent-Result"] == "MISS" and again.json()["id"] != before.json()["id"]
+    assert Order.all_tenants.get(pk=before.json()["id"]).diner_id == erasure.pseudonym
+
+
 def test_other_processes_drop_the_erased_replies(tenant, settings):
     settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
     # given another process's local cache holding the diner's reply, listening for purges
