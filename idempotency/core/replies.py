@@ -18,17 +18,24 @@ the :class:`StoredResponse` built here) serialises to at most ``MAX_STORED_REPLY
 Redaction (``redact``, :mod:`idempotency.core.redaction`) runs first, so the cap counts the
 redacted body. A body redaction applies to but cannot search (not JSON) is kept in the same
 pointer / marker / not-at-all form as an oversized one.
+
+A streamed body (``StreamingHttpResponse``, ``FileResponse``) is never read here: it may be
+larger than memory, and it is the first caller's, produced as it is sent, after the engine's
+transaction committed. It is kept in that same form too, its size the ``Content-Length`` the
+response declares (a ``FileResponse`` of a file does), else ``unknown``.
 """
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponseBase
 
 from idempotency.core.conf import engine_setting
 from idempotency.core.outcomes import StoredResponse
 from idempotency.core.redaction import REDACTED_HEADER, NotJson, redact_body
 
 OMITTED_HEADER = "Idempotent-Body-Omitted"
+# The marker's value when the size of the body is not known (a stream of undeclared length)
+UNKNOWN_SIZE = "unknown"
 
 
 class ReplyTooLarge(Exception):
@@ -36,13 +43,15 @@ class ReplyTooLarge(Exception):
     result cannot be kept, so the request must not take effect."""
 
 
-def to_stored(response: HttpResponse, *, redact: tuple[str, ...] = ()) -> StoredResponse | None:
+def to_stored(response: HttpResponseBase, *, redact: tuple[str, ...] = ()) -> StoredResponse | None:
     """The reply a retry will get (status, allow-listed headers, never ``Set-Cookie``, body),
     with the values at the ``redact`` paths blanked (:mod:`idempotency.core.redaction`), cut
     to the cap as the module docstring says; None for a refusal that cannot be kept."""
     cap = engine_setting("MAX_STORED_REPLY_BYTES")
     allowed = {h.lower() for h in engine_setting("REPLAY_HEADERS")}
     headers = tuple((k, v) for k, v in response.items() if k.lower() in allowed)
+    if response.streaming:
+        return _without_body(response, headers, cap)
     body = response.content
     if redact and body:
         try:
@@ -59,7 +68,7 @@ def to_stored(response: HttpResponse, *, redact: tuple[str, ...] = ()) -> Stored
 
 
 def _without_body(
-    response: HttpResponse, headers: tuple[tuple[str, str], ...], cap: int
+    response: HttpResponseBase, headers: tuple[tuple[str, str], ...], cap: int
 ) -> StoredResponse | None:
     """A pointer to the resource, a marker of the omitted body, or None for a refusal."""
     location = response.get("Location", "")
@@ -68,7 +77,7 @@ def _without_body(
     elif response.status_code >= 400:
         return None
     else:
-        marker = (OMITTED_HEADER, str(len(response.content)))
+        marker = (OMITTED_HEADER, omitted_size(response))
         kept = StoredResponse(
             status=response.status_code,
             headers=(*((k, v) for k, v in headers if k.lower() != "content-type"), marker),
@@ -76,3 +85,10 @@ def _without_body(
     if kept.size > cap:
         raise ReplyTooLarge(f"{kept.size} bytes of status and headers; the cap is {cap}")
     return kept
+
+
+def omitted_size(response: HttpResponseBase) -> str:
+    """The value of the marker: the body's size in bytes, read without consuming a stream."""
+    if response.streaming:
+        return response.get("Content-Length", UNKNOWN_SIZE)
+    return str(len(response.content))

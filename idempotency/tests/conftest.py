@@ -56,6 +56,7 @@ def clean_engine() -> Iterator[None]:
         refuse_after_write=set(),
         refuse=set(),
         committed=[],
+        chunks_sent=0,
     )
     executions.reset()
     tenant_redaction.clear()

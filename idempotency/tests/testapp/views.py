@@ -14,13 +14,15 @@ automatic-key view before anything is written.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.request import Request
@@ -39,6 +41,7 @@ behaviour: dict[str, Any] = {
     "refuse_after_write": set(),
     "refuse": set(),
     "committed": [],
+    "chunks_sent": 0,
 }
 HOLD_DEADLINE_SECONDS = 120.0  # a test that never releases its hold fails, it does not hang
 
@@ -155,3 +158,41 @@ note_send_to_board = require_POST(
         fields=("text",), form_page=lambda request, board: f"/notes/form/?board={board}"
     )(lambda request, board: _send_note(request))
 )
+
+
+# Streamed answers: the note is written, then the body is produced chunk by chunk as it is
+# sent; ``behaviour["chunks_sent"]`` counts the chunks produced so far.
+STREAM_CHUNKS = (b"id,text\n", b"1,soup\n", b"2,bread\n")
+
+
+def _chunks() -> Iterator[bytes]:
+    for chunk in STREAM_CHUNKS:
+        behaviour["chunks_sent"] += 1
+        yield chunk
+
+
+class NoteStreamCreate(APIView):
+    """A create whose answer is a ``StreamingHttpResponse`` of unknown length."""
+
+    @idempotent(required=True, fields=("text",))
+    def post(self, request: Request) -> StreamingHttpResponse:
+        _write(request, str(request.data.get("text", "")))
+        return StreamingHttpResponse(_chunks(), status=201, content_type="text/csv")
+
+
+class NoteFileCreate(APIView):
+    """A create whose answer is a ``FileResponse`` (its length declared)."""
+
+    @idempotent(required=True, fields=("text",))
+    def post(self, request: Request) -> FileResponse:
+        _write(request, str(request.data.get("text", "")))
+        return FileResponse(io.BytesIO(b"".join(STREAM_CHUNKS)), content_type="text/csv")
+
+
+@idempotent_form(fields=("text",))
+def note_form_stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """A form whose answer is streamed (an export, say)."""
+    if request.method == "POST":
+        _write(request, request.POST.get("text", ""))
+        return StreamingHttpResponse(_chunks(), content_type="text/csv")
+    return render(request, "testapp/note_form.html")
