@@ -79,7 +79,7 @@ class IdempotentRequest:
     endpoint: str
     request_meta: dict = field(default_factory=dict)
     # Renders a resource URL afresh, for replays of bodies stored as a pointer.
-    render_pointer: Callable[[str], HttpResponse] | None = None
+    render_pointer: Callable[[str], HttpResponse | None] | None = None
     # Set when the key is a pre-issued token: the claim consumes it (idempotency/core/tokens.py).
     token: TokenUse | None = None
     # Which Lua script versions run (idempotency/scripts/registry.py): the tenant's region for

@@ -23,6 +23,9 @@ A streamed body (``StreamingHttpResponse``, ``FileResponse``) is never read here
 larger than memory, and it is the first caller's, produced as it is sent, after the engine's
 transaction committed. It is kept in that same form too, its size the ``Content-Length`` the
 response declares (a ``FileResponse`` of a file does), else ``unknown``.
+
+A pointer keeps the marker header as well: a replay drops it when it renders the resource, and
+answers the marker when the resource cannot be rendered (``idempotency/core/responses.py``).
 """
 
 from __future__ import annotations
@@ -72,12 +75,14 @@ def _without_body(
 ) -> StoredResponse | None:
     """A pointer to the resource, a marker of the omitted body, or None for a refusal."""
     location = response.get("Location", "")
+    marker = (OMITTED_HEADER, omitted_size(response))
     if location:
-        kept = StoredResponse(status=response.status_code, headers=headers, pointer=location)
+        kept = StoredResponse(
+            status=response.status_code, headers=(*headers, marker), pointer=location
+        )
     elif response.status_code >= 400:
         return None
     else:
-        marker = (OMITTED_HEADER, omitted_size(response))
         kept = StoredResponse(
             status=response.status_code,
             headers=(*((k, v) for k, v in headers if k.lower() != "content-type"), marker),

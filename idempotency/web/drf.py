@@ -101,11 +101,16 @@ def _run_view(
     return response
 
 
-def _render_get(request: Request, url: str) -> HttpResponse:
-    """GET ``url`` in-process as the same caller (same credentials), for pointer replays."""
+def _render_get(request: Request, url: str) -> HttpResponse | None:
+    """GET ``url`` in-process as the same caller (same credentials), for pointer replays;
+    None for another site's URL, whose path may name an unrelated resource here. A path this
+    site does not serve raises ``Resolver404`` (the replay then answers without the body)."""
+    parts = urlsplit(url)
+    if parts.netloc and parts.netloc != request.get_host():
+        return None
     get = copy.copy(request._request)
     get.method = "GET"
-    get.path = get.path_info = urlsplit(url).path
+    get.path = get.path_info = parts.path
     match = resolve(get.path_info)
     response = match.func(get, *match.args, **match.kwargs)
     if hasattr(response, "render"):

@@ -48,7 +48,7 @@ def prepare(
     policy: Policy,
     payload: dict[str, Any],
     raw_key: str | None,
-    render_pointer: Callable[[str], HttpResponse] | None = None,
+    render_pointer: Callable[[str], HttpResponse | None] | None = None,
 ) -> IdempotentRequest | HttpResponse | None:
     """The engine request; a 400 refusal; or None when the request is not idempotent
     (no tenant identity, or no key on an endpoint that neither requires nor derives one).

@@ -25,8 +25,10 @@ from django.db import transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+from rest_framework.generics import RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import ModelSerializer
 from rest_framework.views import APIView
 
 from idempotency import business_atomic, idempotent, idempotent_form
@@ -196,3 +198,34 @@ def note_form_stream(request: HttpRequest) -> HttpResponse | StreamingHttpRespon
         _write(request, request.POST.get("text", ""))
         return StreamingHttpResponse(_chunks(), content_type="text/csv")
     return render(request, "testapp/note_form.html")
+
+
+class LocatedNoteCreate(APIView):
+    """The create with the ``Location`` the request names (``{pk}`` is the note's id), for
+    replays of a body kept as a pointer to a resource that cannot be rendered."""
+
+    @idempotent(required=True, fields=("text", "location"))
+    def post(self, request: Request) -> Response:
+        note = _write(request, str(request.data.get("text", "")))
+        location = str(request.data["location"]).format(pk=note.pk)
+        return Response(
+            {"id": note.pk, "text": note.text}, status=201, headers={"Location": location}
+        )
+
+
+def show_note_strictly(request: HttpRequest, pk: int) -> HttpResponse:
+    """A resource view that raises ``Note.DoesNotExist`` for a deleted note (a 500 if served)."""
+    return HttpResponse(f"note {Note.objects.get(pk=pk).text}")
+
+
+class NoteSerializer(ModelSerializer):
+    class Meta:
+        model = Note
+        fields = ("id", "text")
+
+
+class NoteDetail(RetrieveAPIView):
+    """A DRF detail view: a deleted note is its 404 ``{"detail": "No Note matches…"}``."""
+
+    queryset = Note.objects.all()
+    serializer_class = NoteSerializer

@@ -1,0 +1,79 @@
+"""Replays of a body kept as a pointer (over the cap, with a ``Location``): the resource is
+rendered afresh when it can be; when it cannot (another site's URL, a path not served here,
+the resource deleted), the replay is the marker of a body not kept, under the stored status:
+never a 404 or a 500 for an operation that succeeded, nor an error's body under a 2xx."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from idempotency.stores import nodes
+from idempotency.tests.conftest import caller
+from idempotency.tests.testapp import executions
+from idempotency.tests.testapp.models import Note
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def small_cap(settings: Any) -> None:
+    """Every answer of these tests is over the cap: kept as a pointer to its ``Location``."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": 250}
+
+
+def post_located(tenant: str, key: str, location: str) -> Any:
+    body = {"text": "x" * 180, "location": location}
+    return Client().post(
+        "/notes/located/",
+        body,
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+        **caller(tenant),
+    )
+
+
+@pytest.mark.parametrize(
+    ("location", "delete"),
+    [
+        # its path names a resource here, /notes/<pk>/: another site's is not ours to render
+        ("https://elsewhere.example/notes/{pk}/", False),
+        ("/nowhere/{pk}/", False),
+        ("/notes/{pk}/strict/", True),
+        ("/notes/{pk}/api/", True),
+    ],
+    ids=["another-site", "a-path-not-served", "deleted-view-raises", "deleted-drf-detail-404"],
+)
+def test_a_pointer_that_cannot_be_rendered_replays_the_omitted_body_marker(
+    engine_mode, tenant, location, delete
+):
+    """Red before: another site's URL rendered this site's page, an unserved path replayed a
+    404, a view raising ``DoesNotExist`` a 500, and a DRF detail view its 404 body under the
+    201 (a client told its create failed creates again)."""
+    # given a create whose answer was kept as a pointer
+    first = post_located(tenant, "k-gone", location)
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    if delete:
+        Note.objects.all().delete()
+    # when its retry arrives at another process (no local cache)
+    nodes.local_cache().clear()
+    again = post_located(tenant, "k-gone", location)
+    # then the stored status and headers, with the marker of a body not kept
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == b"" and "Content-Type" not in again
+    assert again["Idempotent-Body-Omitted"] == str(len(first.content))
+    assert again["Location"] == first["Location"]
+    assert executions.runs(tenant, "k-gone") == 1
+
+
+def test_a_pointer_to_a_live_resource_replays_it_without_the_marker(engine_mode, tenant):
+    first = post_located(tenant, "k-live", "/notes/{pk}/api/")
+    nodes.local_cache().clear()
+    again = post_located(tenant, "k-live", "/notes/{pk}/api/")
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert json.loads(again.content) == {"id": Note.objects.get().pk, "text": "x" * 180}
+    assert again["Content-Type"] == "application/json"
+    assert "Idempotent-Body-Omitted" not in again and again["Location"] == first["Location"]
