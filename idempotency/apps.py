@@ -7,4 +7,5 @@ class IdempotencyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from idempotency import checks  # noqa: F401  (registers the settings checks)
+        # registers the settings checks and the databases' check
+        from idempotency import checks, database_checks  # noqa: F401

@@ -1,0 +1,38 @@
+"""System check of the databases the engine shares with the host's views.
+
+The engine's guarantees (a refusal or a crash leaves neither the view's writes nor the record;
+a committed write always has its record, so a retry replays) hold because the record commits
+in the same transaction as the view's writes. That transaction, the database claim and the
+records are on ``DATABASES["default"]``: a view whose models ``DATABASE_ROUTERS`` (or a
+``using=``) send to another database writes outside it, and loses them silently. Django cannot
+tell which database a view writes to, so the check warns whenever there is more than one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Tags, Warning, register
+from django.db import DEFAULT_DB_ALIAS
+
+
+@register(Tags.compatibility)
+def check_views_write_to_the_engines_database(
+    app_configs: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    others = [alias for alias in settings.DATABASES if alias != DEFAULT_DB_ALIAS]
+    if not others:
+        return []
+    return [
+        Warning(
+            f"More than one database is configured ({', '.join(others)} besides default): the "
+            'idempotency engine\'s transaction, claim and records are on DATABASES["default"]. '
+            "A decorated view's writes to another database (DATABASE_ROUTERS, using=) are not "
+            "in that transaction: a refused or crashed request may keep them without a record, "
+            "and its retry runs the view again.",
+            hint="Keep the writes of @idempotent and @idempotent_form views on the default "
+            'database, then silence this warning (SILENCED_SYSTEM_CHECKS = ["idempotency.W003"]).',
+            id="idempotency.W003",
+        )
+    ]
