@@ -51,6 +51,7 @@ from idempotency.core.replies import to_stored
 from idempotency.core.tenant_policy import tenant_record_ttl, tenant_redaction
 from idempotency.core.transactions import (
     Opening,
+    WriterBusy,
     engine_transaction,
     new_savepoint,
     roll_back_to,
@@ -60,6 +61,7 @@ from idempotency.core.transactions import (
 from idempotency.scripts.registry import ScriptRef, registry
 from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
+from idempotency.stores.audit_pending import pending
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
@@ -321,6 +323,14 @@ def _execute(
         # A duplicate holds the database claim (reject policy, or the wait budget ran out).
         _release(store, req, owner)
         _audit(req, "IN_PROGRESS", source="database")
+        return responses.in_progress(None)
+    except WriterBusy:
+        # SQLite's writer lock, held by another request for longer than the database's
+        # timeout: nothing ran. The audit waits in the in-process batch, as the database is
+        # what is busy (writing it now would wait that timeout again).
+        _release(store, req, owner)
+        metrics.count(tenant=req.scoped.tenant, endpoint=req.endpoint, outcome="IN_PROGRESS")
+        pending.record(_event(req, "IN_PROGRESS", source="database"))
         return responses.in_progress(None)
     except (_AlreadyCommitted, IntegrityError):
         # A duplicate won the race in the database (Redis lost the claim, or database-only

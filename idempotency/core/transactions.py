@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
@@ -160,12 +160,31 @@ def own_transaction() -> Iterator[EngineTransaction]:
         yield EngineTransaction(outermost=outermost)
 
 
+class WriterBusy(Exception):
+    """SQLite's one writer lock stayed taken for the database's whole ``timeout`` when the
+    engine's transaction began (``BEGIN IMMEDIATE``, the database claim there, ADR 0005):
+    nothing ran, so the request is answered as a key still in progress, to retry later."""
+
+
 @contextmanager
 def engine_transaction() -> Iterator[EngineTransaction]:
-    """The engine's transaction around a view (used by ``engine._execute``)."""
-    with own_transaction() as tx:
-        token = _in_engine_transaction.set(True)
-        try:
-            yield tx
-        finally:
-            _in_engine_transaction.reset(token)
+    """The engine's transaction around a view (used by ``engine._execute``); raises
+    :class:`WriterBusy` when it cannot begin for SQLite's lock. A lock error once it began
+    (a deferred transaction's first write, its commit) is not one: the view may have run."""
+    began = False
+    try:
+        with own_transaction() as tx:
+            began = True
+            token = _in_engine_transaction.set(True)
+            try:
+                yield tx
+            finally:
+                _in_engine_transaction.reset(token)
+    except OperationalError as exc:
+        if began or not _writer_lock_busy(exc):
+            raise
+        raise WriterBusy from exc
+
+
+def _writer_lock_busy(exc: OperationalError) -> bool:
+    return connection.vendor == "sqlite" and "database is locked" in str(exc)
