@@ -16,7 +16,8 @@ AUTO_KEY_PREFIX = "auto:"
 
 
 class InvalidKey(ValueError):
-    """The header is present but is not 1-255 printable ASCII characters, or holds a comma."""
+    """The header is present but is not 1-255 printable ASCII characters, holds a comma, or
+    starts with the prefix reserved for automatic keys."""
 
 
 def validate_key(raw: str) -> str:
@@ -25,13 +26,18 @@ def validate_key(raw: str) -> str:
     A server joins a header sent twice into one value with a comma (``K,K``): taken as a key,
     it would differ from the single ``K`` the same client sends on its next try, and the
     operation would run twice. So a comma, which a key made as advised (a UUID) never holds,
-    is refused."""
+    is refused. So is a key starting with ``auto:``, the prefix of the keys the engine derives
+    for keyless requests (:func:`automatic_key`): sent by a client, it could name an automatic
+    key's record, and a refusal or replay meant for identical keyless requests would answer
+    it."""
     if not raw or len(raw) > MAX_KEY_LENGTH:
         raise InvalidKey(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} characters")
     if not (raw.isascii() and raw.isprintable()):  # ASCII's printable range is 0x20-0x7E
         raise InvalidKey("Idempotency-Key must be printable ASCII")
     if "," in raw:
         raise InvalidKey("Idempotency-Key must be sent once, and hold no comma")
+    if raw.startswith(AUTO_KEY_PREFIX):
+        raise InvalidKey(f"Idempotency-Key must not start with {AUTO_KEY_PREFIX!r} (reserved)")
     return raw
 
 
@@ -48,7 +54,11 @@ class ScopedKey:
     """One idempotency key inside its scope, with every name the layers use for it.
 
     Each name (most are hashes) is computed once per key: a request asks for them several
-    times (local cache, claim, finish, audit), and frozen fields cannot make them stale."""
+    times (local cache, claim, finish, audit), and frozen fields cannot make them stale.
+
+    ``automatic``: the engine derived the key for a keyless request (:func:`automatic_key`).
+    Said by the caller that derived it, never read from the key's spelling: a client's key
+    can never get an automatic key's short window or its refusals' treatment."""
 
     tenant: str
     principal: str
@@ -56,6 +66,7 @@ class ScopedKey:
     route: str
     key: str
     buckets: int = 1
+    automatic: bool = False
 
     @cached_property
     def scope(self) -> str:
@@ -63,7 +74,7 @@ class ScopedKey:
 
     @property
     def is_automatic(self) -> bool:
-        return self.key.startswith(AUTO_KEY_PREFIX)
+        return self.automatic
 
     @cached_property
     def business_key(self) -> str:

@@ -95,6 +95,7 @@ def prepare(
         route=route,
         key=key,
         buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
+        automatic=raw_key is None,
     )
     token = None
     if tokens.is_token(key):

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from idempotency.core import responses
+from idempotency.core.keys import ScopedKey, key_digest
 from idempotency.models import IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.tests.conftest import caller, post_form, post_note
@@ -81,6 +82,36 @@ def test_a_refusal_under_an_explicit_key_stands(engine_mode, tenant):
     assert (first.status_code, again.status_code) == (409, 409)
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
     assert Note.objects.count() == 0
+
+
+def test_a_client_key_with_the_automatic_prefix_is_refused(engine_mode, client, tenant):
+    """``auto:`` is the prefix of the keys the engine derives for keyless requests: a client
+    that sends one gets 400, on the API and in a form, and nothing runs (red when accepted:
+    its record got the 60 s automatic window, and the same key after it ran the view again)."""
+    api = auto_note(tenant, "soup", key="auto:client-chosen-1")
+    assert api.status_code == 400
+    assert json.loads(api.content)["code"] == "IDEMPOTENCY_KEY_INVALID"
+    form = post_form(client, tenant, token="auto:client-chosen-1")
+    assert form.status_code == 303 and form["Location"] == "/notes/form/"
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+
+
+def test_only_a_derived_key_gets_the_automatic_window(engine_mode, tenant):
+    """An explicit key on a view with an automatic-key policy replays for ``TTL_SECONDS``; only
+    the key derived for a keyless request lives for the window. Whether a key is automatic is
+    said by who made it, never read from its spelling."""
+    auto_note(tenant, "soup", key="k-chosen")
+    auto_note(tenant, "stew")
+    lifetimes = {
+        record.key: (record.expires_at - record.created_at).total_seconds()
+        for record in IdempotencyRecord.objects.all()
+    }
+    assert lifetimes.pop(key_digest("k-chosen")) == 72 * 3600
+    assert list(lifetimes.values()) == [60]
+    spelt_like_one = ScopedKey(
+        tenant=tenant, principal="alice", method="POST", route="notes/auto/", key="auto:x"
+    )
+    assert spelt_like_one.is_automatic is False
 
 
 @pytest.mark.parametrize(
