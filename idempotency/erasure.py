@@ -24,12 +24,12 @@ from itertools import count
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.urls import URLPattern, URLResolver, get_resolver
 from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
-from idempotency.core.keys import redis_key_for, redis_key_from_digest
+from idempotency.core.keys import MAX_SCOPE_LENGTH, redis_key_for, redis_key_from_digest, scope_of
 from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
@@ -170,7 +170,24 @@ def write_routes() -> set[str]:
 
 def principal_scopes(principal: str, routes: Iterable[str]) -> set[str]:
     """Every scope ``principal`` can have had: its write methods on the given routes."""
-    return {f"{principal}|{method}|{route}"[:255] for route in routes for method in WRITE_METHODS}
+    return {
+        scope_of(principal=principal, method=method, route=route)
+        for route in routes
+        for method in WRITE_METHODS
+    }
+
+
+def _principal_records(principal: str) -> Q:
+    """The principal's records: their scopes start with ``<principal>|``, unless the scope was
+    too long to keep whole (:func:`~idempotency.core.keys.scope_of`), when its readable prefix
+    may have lost the principal's end; those are found by their exact names, one per write
+    method and route, as the principal's Redis keys are."""
+    long_scopes = {
+        scope
+        for scope in principal_scopes(principal, write_routes())
+        if len(scope) == MAX_SCOPE_LENGTH
+    }
+    return Q(scope__startswith=f"{principal}|") | Q(scope__in=long_scopes)
 
 
 def forget_principal(
@@ -188,7 +205,7 @@ def forget_principal(
     told about every key removed."""
     records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
     done = Forgotten(
-        records=forget_records(records.filter(scope__startswith=f"{principal}|"), batch=batch)
+        records=forget_records(records.filter(_principal_records(principal)), batch=batch)
     )
     if also_records_showing:
         done.records += forget_records(
@@ -198,7 +215,9 @@ def forget_principal(
         )
     drain_audits()  # audits still waiting in a Redis stream would land after the delete
     done.audits = delete_in_batches(
-        DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal), batch=batch
+        # an audit keeps at most 255 characters of the principal (AuditEvent.as_row)
+        DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal[:255]),
+        batch=batch,
     )
     done.redis_keys = _forget_principal_keys(tenant_key, principal, batch=batch)
     return done

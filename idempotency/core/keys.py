@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 MAX_KEY_LENGTH = 255
+MAX_SCOPE_LENGTH = 255  # IdempotencyRecord.scope
 AUTO_KEY_PREFIX = "auto:"
 
 
@@ -70,7 +71,7 @@ class ScopedKey:
 
     @cached_property
     def scope(self) -> str:
-        return f"{self.principal}|{self.method}|{self.route}"[:255]
+        return scope_of(principal=self.principal, method=self.method, route=self.route)
 
     @property
     def is_automatic(self) -> bool:
@@ -91,6 +92,22 @@ class ScopedKey:
         return redis_key_for(
             tenant=self.tenant, scope=self.scope, key=self.key, buckets=self.buckets
         )
+
+
+def scope_of(*, principal: str, method: str, route: str) -> str:
+    """``<principal>|<method>|<route>``, as records, claim keys and advisory locks name it.
+
+    It must fit the record's column (:data:`MAX_SCOPE_LENGTH`), and two distinct scopes must
+    never share a name: cut short, every endpoint of a long principal had the same scope, and
+    one endpoint's key replayed another's answer. So a scope of :data:`MAX_SCOPE_LENGTH`
+    characters or more is kept as a readable prefix, ``#`` and the SHA-256 of the whole scope,
+    exactly :data:`MAX_SCOPE_LENGTH` long: shorter scopes are kept as they are, and cannot
+    collide with one of those."""
+    full = f"{principal}|{method}|{route}"
+    if len(full) < MAX_SCOPE_LENGTH:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()
+    return f"{full[: MAX_SCOPE_LENGTH - len(digest) - 1]}#{digest}"
 
 
 def tenant_hash_tag(tenant: str) -> str:

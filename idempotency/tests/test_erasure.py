@@ -10,7 +10,7 @@ from idempotency import erasure
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.stores.audit_stream import drain_audits
-from idempotency.tests.conftest import idem_keys, post_note, suite_redis
+from idempotency.tests.conftest import caller, idem_keys, post_note, suite_redis
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +31,26 @@ def test_forgetting_a_principal_leaves_the_others(tenant: str) -> None:
     assert again["X-Idempotent-Result"] == "HIT" and again.content == first["bob"].content
     fresh = post_note(client, tenant, key="k1", principal="alice")
     assert fresh["X-Idempotent-Result"] == "MISS"
+
+
+@pytest.mark.parametrize("length", [180, 250, 300], ids=["prefix-keeps-it", "cut", "over-255"])
+def test_forgetting_a_principal_whose_scopes_were_too_long(tenant: str, length: int) -> None:
+    """A scope too long to keep whole keeps a readable prefix and a digest; its principal's
+    records, audits and Redis entries are found all the same, and nobody else's."""
+    client = Client()
+    principal = "p" * length
+    for path in ("/notes/", "/notes/wait/"):
+        for who in (principal, "bob"):
+            headers = caller(tenant, who) | {"HTTP_IDEMPOTENCY_KEY": "k1"}
+            for _ in range(2):  # the second one is a replay: an audit
+                client.post(path, {"text": "hi"}, content_type="application/json", **headers)
+    drain_audits()
+    keys_before = len(idem_keys())
+    done = erasure.forget_principal(tenant_key=tenant, principal=principal)
+    assert (done.records, done.audits) == (2, 2)
+    assert len(idem_keys()) == keys_before - 2
+    assert IdempotencyRecord.objects.count() == 2
+    assert set(DuplicateAudit.objects.values_list("principal", flat=True)) == {"bob"}
 
 
 def test_forgetting_a_tenant_keys_and_records(tenant: str) -> None:

@@ -255,6 +255,36 @@ def test_another_principal_or_tenant_is_another_key(engine_mode, client, tenant,
     assert post_note(client, tenant, key="shared-key").content == mine.content
 
 
+def test_a_long_principal_keeps_each_endpoint_its_own_answers(engine_mode, client, tenant):
+    """A scope too long for its column keeps a digest of the whole (red when cut to 255
+    characters: every endpoint of this principal had one scope, and the second endpoint's
+    request replayed the first's answer without running)."""
+    principal = "p" * 250
+    headers = caller(tenant, principal) | {"HTTP_IDEMPOTENCY_KEY": "k-long"}
+    post = lambda path: client.post(  # noqa: E731
+        path, {"text": "hi"}, content_type="application/json", **headers
+    )
+    first, other = post("/notes/"), post("/notes/wait/")
+    assert (first.status_code, other.status_code) == (201, 201)
+    assert other["X-Idempotent-Result"] == "MISS" and other.content != first.content
+    nodes.local_cache().clear()
+    assert post("/notes/").content == first.content
+    assert post("/notes/wait/").content == other.content
+    assert Note.objects.count() == 2
+
+
+def test_a_scope_too_long_to_keep_whole_is_bounded_and_its_own():
+    def scoped(route: str) -> ScopedKey:
+        return ScopedKey(tenant="t", principal="p" * 250, method="POST", route=route, key="k")
+
+    one, two = scoped("notes/"), scoped("notes/wait/")
+    assert len(one.scope) == len(two.scope) == 255
+    assert one.scope != two.scope and one.scope.startswith("p" * 190)
+    assert one.redis_key != two.redis_key and one.business_key != two.business_key
+    short = ScopedKey(tenant="t", principal="alice", method="POST", route="notes/", key="k")
+    assert short.scope == "alice|POST|notes/"
+
+
 def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant):
     behaviour["fail_once"] = {"flaky"}
     failed = post_note(client, tenant, key="k-5xx", text="flaky")
