@@ -13,6 +13,7 @@ from functools import cached_property
 
 MAX_KEY_LENGTH = 255
 MAX_SCOPE_LENGTH = 255  # IdempotencyRecord.scope
+MAX_TENANT_LENGTH = 64  # IdempotencyRecord.tenant_key, and the audits' and counts' tenant_key
 AUTO_KEY_PREFIX = "auto:"
 
 

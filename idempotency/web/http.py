@@ -8,6 +8,7 @@ signature for this tenant and principal; the claim then consumes it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +26,18 @@ from idempotency.core.fingerprint import (
     keyed_version,
 )
 from idempotency.core.hashing import hash_keys, key_by_id
-from idempotency.core.keys import InvalidKey, ScopedKey, automatic_key, validate_key
+from idempotency.core.keys import (
+    MAX_TENANT_LENGTH,
+    InvalidKey,
+    ScopedKey,
+    automatic_key,
+    validate_key,
+)
 from idempotency.core.tenant_policy import tenant_record_ttl
 
 KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
+
+logger = logging.getLogger(__name__)
 
 
 def business_payload(
@@ -57,6 +66,8 @@ def prepare(
     if identity is None:
         return None
     tenant, principal = identity
+    if len(tenant) > MAX_TENANT_LENGTH:
+        return _tenant_too_long(tenant)
     keys = hash_keys()
     version = keyed_version(keys[0].id)
     try:
@@ -122,6 +133,26 @@ def prepare(
         fingerprint_version=version,
         field_hashes_under=lambda other: _field_hashes_under(payload, other),
         render_pointer=render_pointer,
+    )
+
+
+def _tenant_too_long(tenant: str) -> HttpResponse:
+    """The refusal of a request whose tenant the records cannot keep, before the view runs.
+
+    Its record would fail to insert after the view ran: a 500, the view's writes rolled back,
+    on every request. The host's resolver is at fault, not the client, so it is also logged
+    as an error (a 400 alone would not page anyone)."""
+    logger.error(
+        'IDEMPOTENCY["SCOPE_RESOLVER"] gave a tenant of %d characters (at most %d): %.80r…',
+        len(tenant),
+        MAX_TENANT_LENGTH,
+        tenant,
+    )
+    return responses.problem(
+        400,
+        IdempotencyErrorCode.TENANT_INVALID,
+        f"This site's tenant identifier is over {MAX_TENANT_LENGTH} characters: the request "
+        "cannot be made idempotent, and nothing was done.",
     )
 
 

@@ -285,6 +285,18 @@ def test_a_scope_too_long_to_keep_whole_is_bounded_and_its_own():
     assert short.scope == "alice|POST|notes/"
 
 
+def test_a_tenant_too_long_to_keep_is_refused_before_the_view_runs(engine_mode, client, caplog):
+    """A tenant over 64 characters cannot be kept in the records: refused with 400 and logged
+    as the resolver's error, before the view runs (red: the view ran, its record failed to
+    insert, and every request answered 500)."""
+    refused = post_note(client, "t" * 65, key="k-tenant")
+    assert refused.status_code == 400
+    assert json.loads(refused.content)["code"] == "IDEMPOTENCY_TENANT_INVALID"
+    assert "SCOPE_RESOLVER" in caplog.text
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+    assert post_note(client, "t" * 64, key="k-tenant").status_code == 201
+
+
 def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant):
     behaviour["fail_once"] = {"flaky"}
     failed = post_note(client, tenant, key="k-5xx", text="flaky")
