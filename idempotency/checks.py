@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -265,6 +266,10 @@ def _redis_url(value: Any) -> Problem | None:
         parse_url(value)
     except ValueError as exc:
         return f"is not a Redis URL ({value!r}): {exc}"
+    database = urlsplit(value).path.removeprefix("/")
+    if urlsplit(value).scheme != "unix" and database and not database.isdigit():
+        # redis-py ignores a path that is not a number and silently uses database 0
+        return f"names the database {database!r} ({value!r}): the path must be a number, e.g. /0"
     return None
 
 

@@ -109,6 +109,27 @@ def test_a_malformed_setting_is_named(settings, name):
 
 
 @pytest.mark.parametrize(
+    "url",
+    ["redis://127.0.0.1:6379/notanumber", "redis://127.0.0.1:6379/1/2", "redis://h:6379/-1"],
+    ids=["word", "two-parts", "negative"],
+)
+def test_a_redis_url_whose_database_is_not_a_number_is_an_error(settings, url):
+    """redis-py ignores such a path and uses database 0 (red: the check passed)."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": url}
+    [error] = [m for m in run_checks() if m.id.startswith("idempotency.") and m.is_serious()]
+    assert error.id == "idempotency.E003"
+    assert error.msg.startswith('IDEMPOTENCY["REDIS_URL"] names the database')
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/12", "redis://127.0.0.1:6379", "unix:///tmp/redis.sock?db=3"]
+)
+def test_a_redis_url_with_a_database_number_or_none_passes(settings, url):
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": url}
+    assert errors_with(settings) == []
+
+
+@pytest.mark.parametrize(
     ("changes", "expected"),
     [
         ({"SCOPE_RESOLVER": None}, 'IDEMPOTENCY["SCOPE_RESOLVER"] is not set'),
