@@ -20,6 +20,7 @@ from functools import wraps
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError
 from django.http import HttpResponse
 from django.urls import resolve
@@ -29,9 +30,20 @@ from rest_framework.views import APIView
 from idempotency.core import engine
 from idempotency.core.conf import Policy, engine_setting
 from idempotency.core.redaction import check_paths
-from idempotency.web.http import KEY_HEADER, business_payload, prepare
+from idempotency.web.http import (
+    KEY_HEADER,
+    business_payload,
+    first_parameter,
+    prepare,
+    refuse_async,
+)
 
 Handler = Callable[..., HttpResponse]
+_NOT_A_HANDLER = (
+    "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "
+    "{name}, a plain function view: make it an APIView's method, or use @idempotent_form for "
+    "a plain Django view"
+)
 
 
 def idempotent(
@@ -57,8 +69,17 @@ def idempotent(
     )
 
     def decorate(handler: Handler) -> Handler:
+        refuse_async(handler, decorator="@idempotent")
+        if first_parameter(handler) == "request":
+            raise ImproperlyConfigured(_NOT_A_HANDLER.format(name=handler.__qualname__))
+
         @wraps(handler)
-        def wrapper(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(view: APIView, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not isinstance(view, APIView):  # a function view whose request is not so named
+                raise ImproperlyConfigured(_NOT_A_HANDLER.format(name=handler.__qualname__))
+            return protected(view, *args, **kwargs)
+
+        def protected(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
             request.idempotency = None
             if not engine_setting("ENABLED"):
                 return handler(view, request, *args, **kwargs)

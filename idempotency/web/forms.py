@@ -24,6 +24,7 @@ from functools import partial, wraps
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -31,7 +32,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
-from idempotency.web.http import KEY_HEADER, business_payload, prepare
+from idempotency.web.http import (
+    KEY_HEADER,
+    business_payload,
+    first_parameter,
+    prepare,
+    refuse_async,
+)
 
 FORM_FIELD = "idempotency_key"
 ALREADY_APPLIED = "This was already submitted; showing the result of the first submit."
@@ -52,6 +59,10 @@ REFUSED = {
 }
 
 View = Callable[..., HttpResponse]
+_A_METHOD = (
+    "@idempotent_form decorates a view function (def add_note(request)), not {name}, a method "
+    "of a class-based view: decorate it with @method_decorator(idempotent_form(...))"
+)
 # Where a refused form goes when the browser did not say where it posted from: a URL name or a
 # path (``resolve_url``), or a callable given the view's request and arguments
 FormPage = str | Callable[..., str]
@@ -82,8 +93,14 @@ def idempotent_form(
     )
 
     def decorate(view: View) -> View:
+        refuse_async(view, decorator="@idempotent_form")
+        if first_parameter(view) == "self":
+            raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
+
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not isinstance(request, HttpRequest):  # a method whose self is not so named
+                raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
             request.idempotency = None
             if request.method != "POST" or not engine_setting("ENABLED"):
                 return view(request, *args, **kwargs)

@@ -8,10 +8,13 @@ signature for this tenant and principal; the claim then consumes it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from idempotency import metrics
@@ -38,6 +41,27 @@ from idempotency.core.tenant_policy import tenant_record_ttl
 KEY_HEADER = "HTTP_IDEMPOTENCY_KEY"
 
 logger = logging.getLogger(__name__)
+
+
+def first_parameter(view: Callable[..., Any]) -> str | None:
+    """The name of the view's first parameter as written (not through ``functools.wraps``:
+    ``method_decorator`` hands a decorator the bound method, wrapped to look like the method)."""
+    try:
+        parameters = list(inspect.signature(view, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return None
+    return parameters[0].name if parameters else None
+
+
+def refuse_async(view: Callable[..., Any], *, decorator: str) -> None:
+    """The engine runs a view inside its database transaction and stores the response it
+    returns: an ``async def`` view returns a coroutine, which it can do neither with. Refused
+    when the module is imported, not at the first request (a 500)."""
+    if iscoroutinefunction(view):
+        raise ImproperlyConfigured(
+            f"{decorator} cannot decorate {view.__qualname__}, an async view: the engine "
+            "protects sync views only (def, not async def)"
+        )
 
 
 def business_payload(

@@ -14,6 +14,7 @@ urlpatterns = [
     path("notes/auto/", views.AutoKeyNoteCreate.as_view(), name="notes-auto"),
     path("deliveries/", views.DeliveryCreate.as_view(), name="deliveries"),
     path("notes/form/", views.note_form, name="note-form"),
+    path("notes/form/class/", views.NoteFormView.as_view(), name="note-form-class"),
     path("notes/form/send/", views.note_send, name="note-send"),
     path("notes/form/<slug:board>/send/", views.note_send_to_board, name="note-send-to-board"),
     path("notes/<int:pk>/", show_note, name="note"),

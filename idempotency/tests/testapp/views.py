@@ -24,6 +24,8 @@ from typing import Any
 from django.db import transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils.decorators import method_decorator
+from django.views import View
 from django.views.decorators.http import require_POST
 from rest_framework.generics import RetrieveAPIView
 from rest_framework.request import Request
@@ -230,3 +232,15 @@ class NoteDetail(RetrieveAPIView):
 
     queryset = Note.objects.all()
     serializer_class = NoteSerializer
+
+
+@method_decorator(idempotent_form(fields=("text",)), name="post")
+class NoteFormView(View):
+    """The form view as a class: the README's way to decorate a class-based view's ``post``."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, "testapp/note_form.html")
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        note = _write(request, request.POST.get("text", ""))
+        return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")

@@ -1,0 +1,90 @@
+"""``@idempotent`` and ``@idempotent_form`` put on what they cannot protect say so, naming the
+view, when the module is imported where that can be told, else on the first request; never
+a 500 from deep inside the engine."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory
+from rest_framework.response import Response
+
+from idempotency import idempotent, idempotent_form
+from idempotency.tests.conftest import caller
+from idempotency.tests.testapp.models import Note
+
+
+def test_an_async_form_view_is_refused_when_decorated():
+    """(red: a 500 on the first POST, ``'coroutine' object has no attribute 'status_code'``)"""
+
+    async def add_note(request: HttpRequest) -> HttpResponse:
+        return HttpResponse()
+
+    with pytest.raises(ImproperlyConfigured, match=r"add_note, an async view: .* sync views only"):
+        idempotent_form(fields=("text",))(add_note)
+
+
+def test_an_async_drf_handler_is_refused_when_decorated():
+    """(red: DRF's assertion on the first request, about a coroutine returned as a response)"""
+    with pytest.raises(ImproperlyConfigured, match=r"CreateNote.post, an async view"):
+
+        class CreateNote:
+            @idempotent(required=True)
+            async def post(self, request: HttpRequest) -> Response:
+                return Response(status=201)
+
+
+def test_a_plain_function_view_under_the_drf_decorator_is_refused_when_decorated():
+    """(red: a 500 on the first request, ``missing 1 required positional argument``)"""
+
+    def create_note(request: HttpRequest) -> Response:
+        return Response(status=201)
+
+    with pytest.raises(ImproperlyConfigured, match=r"not .*create_note, a plain function view"):
+        idempotent(required=True)(create_note)
+
+
+def test_a_plain_function_view_the_decorator_cannot_tell_is_refused_when_called():
+    def create_note(req: HttpRequest) -> Response:  # its request not named "request"
+        return Response(status=201)
+
+    view = idempotent(required=True)(create_note)
+    with pytest.raises(ImproperlyConfigured, match="a plain function view"):
+        view(RequestFactory().post("/notes/"))
+
+
+def test_a_class_based_views_method_under_the_form_decorator_is_refused_when_decorated():
+    """(red: a 500 on the first POST, ``'AddNote' object has no attribute 'method'``)"""
+    with pytest.raises(ImproperlyConfigured, match=r"AddNote.post, a method .*method_decorator"):
+
+        class AddNote:
+            @idempotent_form(fields=("text",))
+            def post(self, request: HttpRequest) -> HttpResponse:
+                return HttpResponse()
+
+
+def test_a_method_the_form_decorator_cannot_tell_is_refused_when_called():
+    class AddNote:
+        @idempotent_form(fields=("text",))
+        def post(this, request: HttpRequest) -> HttpResponse:
+            return HttpResponse()
+
+    with pytest.raises(ImproperlyConfigured, match="method_decorator"):
+        AddNote().post(RequestFactory().post("/notes/form/class/"))
+
+
+@pytest.mark.django_db
+def test_a_class_based_form_view_under_method_decorator_applies_a_resubmit_once(
+    engine_mode, tenant
+):
+    """As the README says: ``@method_decorator(idempotent_form(...), name="post")``."""
+    client = Client()
+    assert client.get("/notes/form/class/").status_code == 200
+    form = {"text": "hi", "idempotency_key": "form-class-1"}
+    first = client.post("/notes/form/class/", form, **caller(tenant))
+    again = client.post("/notes/form/class/", form, **caller(tenant))
+    assert (first.status_code, again.status_code) == (302, 302)
+    assert first["X-Idempotent-Result"] == "MISS" and again["X-Idempotent-Result"] == "HIT"
+    assert again["Location"] == first["Location"]
+    assert Note.objects.count() == 1
