@@ -64,6 +64,9 @@ NOT_ANSWERED_BY_THE_API = {
     OrderingErrorCode.INVALID_TRANSITION_TARGET,
     # dashboard-side: a user without a membership sees a page, not an API error
     TenantErrorCode.NOT_A_MEMBER,
+    # the engine's refusal of a tenant over 64 characters: the product's resolver gives a
+    # tenant's primary key, never that long
+    IdempotencyErrorCode.TENANT_INVALID,
 }
 DINER = "d1"
 ORDERS = "/api/v1/orders/"

@@ -70,10 +70,11 @@ def test_a_character_is_accepted_exactly_when_it_is_0x20_to_0x7e_but_the_comma()
         assert accepted is expected, hex(code)
 
 
-def test_the_scope_is_principal_method_route_cut_to_255_characters() -> None:
+def test_the_scope_is_principal_method_route_bounded_by_a_digest_of_the_whole() -> None:
     assert SCOPED.scope == "diner:d-1|POST|api/v1/orders/"
     long = ScopedKey(tenant="1", principal="p" * 300, method="POST", route="r", key="k")
-    assert long.scope == "p" * 255
+    whole = hashlib.sha256(("p" * 300 + "|POST|r").encode()).hexdigest()
+    assert long.scope == "p" * 190 + "#" + whole and len(long.scope) == 255
 
 
 def test_the_redis_key_is_tagged_by_tenant_and_hashes_scope_and_key() -> None:
@@ -108,10 +109,12 @@ def test_the_business_key_is_64_hex_characters_of_tenant_scope_and_key() -> None
 
 
 def test_only_automatic_keys_say_so() -> None:
-    automatic = dataclasses.replace(SCOPED, key=automatic_key("ab" * 32))
+    automatic = dataclasses.replace(SCOPED, key=automatic_key("ab" * 32), automatic=True)
     assert automatic.key == "auto:" + "ab" * 32
     assert automatic.is_automatic is True
     assert SCOPED.is_automatic is False
+    # said by who derived the key, never read from its spelling
+    assert dataclasses.replace(SCOPED, key=automatic_key("ab" * 32)).is_automatic is False
 
 
 def test_a_scoped_key_cannot_change_once_its_names_are_derived() -> None:
