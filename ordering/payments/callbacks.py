@@ -270,23 +270,24 @@ def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decisio
             return _Decision(Outcome.IGNORED, audit="HIT", reason="payment_voided")
         return _Decision(Outcome.IGNORED, audit="CONFLICT", reason="failed_after_succeeded")
     if (event.amount, event.currency) != (payment.amount, payment.currency):
-        return _conflict(ProviderConflict.Kind.AMOUNT_MISMATCH)
+        return _once_per_payment(ProviderConflict.Kind.AMOUNT_MISMATCH, payment)
     if payment.status in (P.SUCCEEDED, P.REFUNDED):
         return _Decision(Outcome.DUPLICATE, audit="HIT", reason="already_succeeded")
     if order.status in CANCELLED_OR_CANCELLING:
-        return _taken_unwanted(ProviderConflict.Kind.PAID_AFTER_CANCEL, payment)
+        return _once_per_payment(ProviderConflict.Kind.PAID_AFTER_CANCEL, payment)
     if order.status in PAID_STATUSES:  # paid again after a decline, and both took the money
-        return _taken_unwanted(ProviderConflict.Kind.PAID_TWICE, payment)
+        return _once_per_payment(ProviderConflict.Kind.PAID_TWICE, payment)
     if payment.status == P.VOIDED or order.status != OrderStatus.PAYING:
         return _conflict(ProviderConflict.Kind.UNEXPECTED_STATE)
     return _Decision(Outcome.APPLIED, effect=_Effect.MARK_PAID)
 
 
-def _taken_unwanted(kind: str, payment: Payment) -> _Decision:
-    """Money taken that the order did not want (cancelled, or paid by another payment): a
-    conflict for staff to refund, once per payment and kind. The provider may report the same
-    capture again under another event id (a second event, reconciliation's answer): that is a
-    duplicate, not a second conflict that staff could refund a second time."""
+def _once_per_payment(kind: str, payment: Payment) -> _Decision:
+    """Money taken that the order did not want (cancelled, or paid by another payment), or
+    reported with another amount: a conflict for staff, once per payment and kind. The
+    provider may report the same capture again under another event id (a second event,
+    reconciliation's answer): that is a duplicate, not a second conflict that staff could
+    refund a second time."""
     if ProviderConflict.all_tenants.filter(payment=payment, kind=kind).exists():
         return _Decision(Outcome.DUPLICATE, audit="HIT", reason="conflict_already_recorded")
     return _conflict(kind)

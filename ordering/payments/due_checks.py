@@ -5,7 +5,9 @@ checks are. Queries only (no provider, no callback code), so the metrics view ca
 A payment is asked about while the provider could still have news of it that we have not
 heard: it is not settled on our side (pending; failed, as a declined card may be followed by
 one that pays; voided, as a diner may pay after the order was cancelled), no success event of
-it has reached us, and it is younger than ``PAYMENT_RECONCILE_MAX_AGE_SECONDS``. The first
+it for its own amount and currency has reached us (one reporting another amount is a conflict
+for staff that leaves it pending: the provider's own record says what it took), and it is
+younger than ``PAYMENT_RECONCILE_MAX_AGE_SECONDS``. The first
 check is ``PAYMENT_RECONCILE_AFTER_SECONDS`` after it started; each answer puts the next one
 off by the payment's age (at least ``PAYMENT_RECONCILE_RECHECK_SECONDS``), so a payment is
 asked about some ten times in a week, not two thousand; an unanswered ask puts it off by
@@ -30,7 +32,12 @@ OPEN_ON_OUR_SIDE = (Payment.Status.PENDING, Payment.Status.FAILED, Payment.Statu
 def reconcilable(now: datetime) -> QuerySet[Payment]:
     """Payments that are asked about, due or not (``due_at`` annotated)."""
     after = timedelta(seconds=settings.PAYMENT_RECONCILE_AFTER_SECONDS)
-    success_heard = PaymentCallback.all_tenants.filter(payment=OuterRef("pk"), status="succeeded")
+    success_heard = PaymentCallback.all_tenants.filter(
+        payment=OuterRef("pk"),
+        status="succeeded",
+        amount=OuterRef("amount"),
+        currency=OuterRef("currency"),
+    )
     return (
         Payment.all_tenants.filter(
             status__in=OPEN_ON_OUR_SIDE,

@@ -143,6 +143,27 @@ def test_money_taken_for_an_order_cancelled_meanwhile_goes_to_staff(tenant, menu
 
 
 @pytest.mark.django_db
+def test_a_success_reported_with_another_amount_is_asked_about_and_the_order_paid(tenant, menu):
+    """A success event whose amount is not the payment's is a conflict that leaves it pending;
+    the provider's own record is then asked, and pays the order (red: the reported success
+    counted as heard, so the order stayed PAYING for good, its payment never asked about).
+    Another such event is the same conflict, not a second one for staff."""
+    order, payment = paid_without_callback(tenant, menu["pizza"])
+    client = APIClient()
+    for event_id in ("evt_wrong", "evt_wrong_again"):
+        wrong = post_callback(
+            client, *signed(payment, event_id=event_id, amount=payment.amount - 1)
+        )
+        assert wrong.json()["result"] in ("conflict", "duplicate")
+    assert ProviderConflict.all_tenants.filter(payment=payment).count() == 1
+    assert reconcile_payments(now=later(AFTER + 5)) == {"applied": 1}
+    order.refresh_from_db()
+    payment.refresh_from_db()
+    assert order.status == OrderStatus.PAID and payment.status == Payment.Status.SUCCEEDED
+    assert paid_events(order) == 1
+
+
+@pytest.mark.django_db
 def test_a_provider_that_cannot_be_asked_is_asked_again_soon_and_said_so(tenant, menu):
     _, payment = paying_order(tenant, menu["pizza"])
     Payment.all_tenants.filter(pk=payment.pk).update(provider="gone")  # no longer configured
