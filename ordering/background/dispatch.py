@@ -6,9 +6,10 @@ importing it keeps the imports running one way.
 
 A send the broker does not take within its socket timeout (2 s, ``config/celery.py``, on each
 of the publish's three attempts: about 8 s in all) fails, and every caller leaves its message
-to a sweeper or a retry. While a broker hangs, each send would wait that long; so one failed send stops this process sending for a few seconds
-(``BROKER_PAUSE_SECONDS``, a circuit breaker): sends in that time fail at once with
-:class:`BrokerUnavailable`, then one send probes the broker again.
+to a sweeper or a retry. While a broker hangs, each send would wait that long; so one failed
+send stops this process sending for a few seconds (``BROKER_PAUSE_SECONDS``, a circuit
+breaker): sends in that time fail at once with :class:`BrokerUnavailable`, then one send
+probes the broker again.
 """
 
 from __future__ import annotations
