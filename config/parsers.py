@@ -37,7 +37,7 @@ class StrictJSONParser(JSONParser):
             if not codecs.lookup(encoding)._is_text_encoding:  # e.g. charset=zlib, rot13
                 raise LookupError(f"{encoding} is not a text encoding")
             text = stream.read().decode(encoding)
-        except (LookupError, UnicodeDecodeError) as exc:
+        except (LookupError, UnicodeError) as exc:  # UnicodeError: punycode's, undefined's
             raise ParseError(clip(f"Cannot decode the body: {exc}")) from None
         try:
             data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)

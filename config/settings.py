@@ -118,6 +118,8 @@ MIDDLEWARE = [
     # an API answer's Allow names no OPTIONS, which the API answers with 405
     "config.allow_header.AllowWithoutOptionsMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
+    # a body in a charset other than UTF-8 is 415, before any parser decodes it
+    "config.body_charset.BodyCharsetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.csp.SettingsPolicyCSPMiddleware",

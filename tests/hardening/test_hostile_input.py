@@ -215,6 +215,11 @@ def test_undeclared_keys_colliding_after_nfc_are_ignored(http: APIClient, world_
     assert post_order(http, world_a, body).status_code == 201
 
 
+MULTIPART = (
+    b'--XyZ\r\nContent-Disposition: form-data; name="payment_method"\r\n\r\ncard\r\n--XyZ--\r\n'
+)
+
+
 @pytest.mark.parametrize(
     "content_type, raw, status, code",
     [
@@ -228,10 +233,28 @@ def test_undeclared_keys_colliding_after_nfc_are_ignored(http: APIClient, world_
             id="form-encoded",
         ),
         pytest.param(
-            "application/json; charset=utf-16", None, 400, "INVALID_JSON", id="charset-utf16"
+            "application/json; charset=utf-16",
+            None,
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            id="charset-utf16",
         ),
-        pytest.param("application/json; charset=rot13", None, 400, "INVALID_JSON", id="rot13"),
-        pytest.param("application/json; charset=zlib", None, 400, "INVALID_JSON", id="zlib"),
+        *[
+            pytest.param(
+                f"{media_type}; charset={charset}",
+                raw,
+                415,
+                "UNSUPPORTED_MEDIA_TYPE",
+                id=f"{media_type.split('/')[1][:9]}-{charset}",
+            )
+            # punycode and undefined fail decoding with a bare UnicodeError (a 500 once)
+            for charset in ("punycode", "undefined", "rot13", "zlib", "latin-1", "no-such")
+            for media_type, raw in [
+                ("application/json", None),
+                ("application/x-www-form-urlencoded", b"items=1&payment_method=card"),
+                ("multipart/form-data; boundary=XyZ", MULTIPART),
+            ]
+        ],
     ],
 )
 def test_unexpected_media_types_and_charsets_are_refused(
@@ -247,6 +270,41 @@ def test_unexpected_media_types_and_charsets_are_refused(
     response = post_order(http, world_a, body, content_type=content_type)
     assert_problem(response, status, code)
     nothing_written()
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "UTF-8", "utf8", "us-ascii"])
+def test_utf8_under_any_of_its_names_is_read(http: APIClient, world_a: World, charset: str) -> None:
+    body = json.dumps(valid(world_a.dish.pk)).encode()
+    response = post_order(http, world_a, body, content_type=f"application/json; charset={charset}")
+    assert response.status_code == 201, response.content[:300]
+
+
+@pytest.mark.parametrize("charset", ["punycode", "undefined"])
+def test_a_session_opened_in_an_exotic_charset_is_refused(
+    http: APIClient, world_a: World, charset: str
+) -> None:
+    # given only the app's publishable key, as the probe had
+    sessions_before = DinerSession.objects.count()
+    response = http.generic(
+        "POST",
+        "/api/v1/diner-sessions/",
+        b"{}",
+        content_type=f"application/json; charset={charset}",
+        HTTP_AUTHORIZATION=world_a.auth("publishable"),
+    )
+    assert_problem(response, 415, "UNSUPPORTED_MEDIA_TYPE")
+    assert DinerSession.objects.count() == sessions_before
+
+
+def test_a_dashboard_form_in_an_exotic_charset_is_refused(http: APIClient, db: None) -> None:
+    response = http.generic(
+        "POST",
+        "/dashboard/login/",
+        b"username=a&password=b",
+        content_type="application/x-www-form-urlencoded; charset=punycode",
+    )
+    assert response.status_code == 415, response.content[:300]
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
 
 
 # --- wrong types in every field ---------------------------------------------------------

@@ -1,0 +1,62 @@
+"""Refuse a request body declared in a charset other than UTF-8 (or its subset, ASCII).
+
+Every parser behind a view decodes a body with the charset its ``Content-Type`` names: our JSON
+parser, DRF's form and multipart parsers, Django's ``request.POST`` for the dashboard's forms.
+Python's codecs include some that fail with a bare ``UnicodeError`` (``punycode``,
+``undefined``), which none of those parsers expects: ``charset=punycode`` on any form or JSON
+body was a 500. JSON exchanged between systems must be UTF-8 (RFC 8259 §8.1), and browsers send
+our forms, whose pages are UTF-8, as UTF-8; so rather than making each parser survive every
+codec, a body in any other declared charset is refused here, before anything decodes it:
+415 ``UNSUPPORTED_MEDIA_TYPE`` on an API path, a plain-text 415 on the dashboard's and the
+admin's. A ``Content-Type`` without a charset is read as UTF-8, as before. Requests without a
+body are not looked at: no parser runs for them.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from config.api_errors import problem_http_response
+
+# codec names (as codecs.lookup gives them) of the charsets a body may be declared in
+ACCEPTED_CHARSETS = frozenset({"utf-8", "ascii"})
+
+
+class BodyCharsetMiddleware:
+    """415 for a body whose declared charset is not in :data:`ACCEPTED_CHARSETS`."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        charset = request.content_params.get("charset")
+        if charset is not None and _has_body(request) and not is_accepted_charset(charset):
+            return _refused(request)
+        return self.get_response(request)
+
+
+def is_accepted_charset(charset: str) -> bool:
+    """Whether ``charset`` names UTF-8 or ASCII, under any of their aliases (``utf8``,
+    ``UTF-8``, ``us-ascii``…). An unknown name is not accepted."""
+    try:
+        return codecs.lookup(charset).name in ACCEPTED_CHARSETS
+    except LookupError:
+        return False
+
+
+def _has_body(request: HttpRequest) -> bool:
+    """A declared length above zero (a chunked body has one by now: ``RequestSizeLimitMiddleware``
+    runs first and sets it), or a chunked body."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+    return chunked or length != "0"
+
+
+def _refused(request: HttpRequest) -> HttpResponse:
+    detail = "Send the body in UTF-8: no other charset is accepted"
+    if request.path.startswith("/api/"):
+        return problem_http_response(415, "UNSUPPORTED_MEDIA_TYPE", detail)
+    return HttpResponse(detail, status=415, content_type="text/plain; charset=utf-8")
