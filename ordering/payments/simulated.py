@@ -38,14 +38,18 @@ from ordering.payments.signatures import (
 )
 from ordering.simulation import fail_if_planned, hang_if_planned, record_operation
 
-_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# Matched whole (fullmatch): a pattern ending in ``$`` also matches before a final newline.
+_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+# ASCII digits only and at most 19 of them: ``str.isdigit`` is also true of "²" and of
+# 5,000 digits, which ``int()`` refuses (a 500 once)
+_ORDER_ID_RE = re.compile(r"[0-9]{1,19}")
 # what the provider's books call each outcome of a payment, the one that wins first
 _STATUS_OF: dict[str, CallbackStatus] = {
     SimulatedOperation.Kind.PAYMENT_SUCCEEDED: "succeeded",
     SimulatedOperation.Kind.PAYMENT_FAILED: "failed",
 }
 _BOOKED = {status: kind for kind, status in _STATUS_OF.items()}
-_CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
+_CURRENCY_RE = re.compile(r"[A-Z]{3}")
 
 
 class SimulatedProvider:
@@ -112,7 +116,7 @@ class SimulatedProvider:
         event_id = _text(data, "event_id", _ID_RE)
         txn_id = _text(data, "provider_txn_id", _ID_RE)
         order_ref = str(data.get("order_id", ""))
-        if not order_ref.isdigit() or not 0 < int(order_ref) < 2**63:
+        if not _ORDER_ID_RE.fullmatch(order_ref) or not 0 < int(order_ref) < 2**63:
             raise CallbackPayloadInvalid("order_id must be the order's id (digits)")
         status = data.get("status")
         if status not in ("succeeded", "failed"):
@@ -139,7 +143,7 @@ class SimulatedProvider:
 
 def _text(data: dict[str, Any], field: str, pattern: re.Pattern[str]) -> str:
     value = data.get(field)
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise CallbackPayloadInvalid(f"{field} is missing or malformed")
     return value
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 
@@ -248,6 +249,42 @@ def test_a_signed_but_malformed_body_is_400(deliver, paying, tenant):
     }
     response = deliver(body, headers)
     assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+
+
+def _signed_body(data: dict[str, object]) -> tuple[bytes, dict[str, str]]:
+    """``data`` sent as the provider would, validly signed."""
+    body = json.dumps(data).encode()
+    ts = int(time.time())
+    secret = webhook_secrets("simulated")[0]
+    return body, {
+        TIMESTAMP_HEADER: str(ts),
+        SIGNATURE_HEADER: sign(secret=secret, timestamp=ts, body=body),
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("order_id", "\u00b2", id="order-id-superscript-two"),  # "²".isdigit()
+        pytest.param("order_id", "\u0661", id="order-id-arabic-indic-one"),
+        pytest.param("order_id", "1" * 5000, id="order-id-5000-digits"),
+        pytest.param("order_id", "9" * 20, id="order-id-20-digits"),
+        pytest.param("order_id", "1\n", id="order-id-newline"),
+        pytest.param("event_id", "ev1\n", id="event-id-newline"),
+        pytest.param("provider_txn_id", "{txn}\n", id="txn-id-newline"),
+        pytest.param("currency", "{currency}\n", id="currency-newline"),
+    ],
+)
+def test_a_signed_callback_with_a_malformed_field_is_400(deliver, paying, tenant, field, value):
+    """Red before: "²" and 5,000 digits passed ``isdigit`` and failed in ``int()`` (500); a
+    pattern ending in ``$`` let a value ending in a newline through."""
+    order, payment = paying
+    data = json.loads(signed(payment)[0])
+    data[field] = value.format(txn=payment.provider_txn_id, currency=payment.currency)
+    response = deliver(*_signed_body(data))
+    assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
     assert PaymentCallback.objects.for_tenant(tenant).count() == 0
 
 
