@@ -130,7 +130,10 @@ def _verified(token: str) -> SessionClaims:
             expires_at=int(raw["e"]),
             secret=str(raw["k"]),
         )
-    except (signing.BadSignature, KeyError, TypeError, ValueError):
+    # Claims no token of ours holds fail their conversion: int() of Infinity raises
+    # OverflowError, UUID(hex=<a number>) AttributeError. Only the signing key can make them,
+    # and they are refused as any unusable token is.
+    except (signing.BadSignature, KeyError, TypeError, ValueError, OverflowError, AttributeError):
         raise SessionRefused("SESSION_INVALID", "Unknown or forged session token") from None
 
 

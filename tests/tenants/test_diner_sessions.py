@@ -270,6 +270,23 @@ def test_forged_tampered_and_rebound_tokens_are_401(
         assert_401(as_diner(bad), "SESSION_INVALID")
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"e": float("inf")}, id="expiry-Infinity"),  # int() raises OverflowError
+        pytest.param({"e": float("-inf")}, id="expiry-minus-Infinity"),
+        pytest.param({"e": float("nan")}, id="expiry-NaN"),
+        pytest.param({"t": float("inf")}, id="tenant-Infinity"),
+        pytest.param({"s": 12345}, id="session-id-a-number"),  # UUID(hex=...) AttributeError
+        pytest.param({"e": "soon"}, id="expiry-text"),
+    ],
+)
+def test_signed_claims_no_session_can_hold_are_401(publishable: Any, changes: dict) -> None:
+    """Only the signing key can make these (robustness, not a forgery): still no 500."""
+    token = open_guest(publishable[1]).json()["token"]
+    assert_401(as_diner(forge(**{**claims_of(token), **changes})), "SESSION_INVALID")
+
+
 def test_an_expired_token_is_401(publishable: Any, settings: Any) -> None:
     settings.DINER_SESSION_TTL_SECONDS = 1
     token = open_guest(publishable[1]).json()["token"]
