@@ -26,6 +26,7 @@ from rest_framework.views import APIView
 from idempotency.core import responses, tokens
 from idempotency.core.conf import engine_setting, required_hook
 from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.web.fields import BoundedListField
 from idempotency.web.throttle import TenantRateThrottle
 
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
@@ -51,14 +52,15 @@ class IssuedTokensOut(serializers.Serializer):
 
 
 class CheckTokensIn(serializers.Serializer):
-    tokens = serializers.ListField(
+    tokens = BoundedListField(
         child=serializers.CharField(max_length=255, trim_whitespace=False), min_length=1
     )
 
     def get_fields(self) -> dict[str, serializers.Field]:
-        # as IssueTokensIn: ``maxItems`` in the schema is this deployment's bound
+        # as IssueTokensIn: ``maxItems`` in the schema is this deployment's bound; a longer
+        # list is refused before any token in it is looked at (idempotency.web.fields)
         fields = super().get_fields()
-        fields["tokens"] = serializers.ListField(
+        fields["tokens"] = BoundedListField(
             child=serializers.CharField(max_length=255, trim_whitespace=False),
             min_length=1,
             max_length=engine_setting("TOKEN_MAX_BATCH"),

@@ -7,6 +7,7 @@ import io
 import pytest
 from rest_framework.exceptions import ParseError
 
+from config import parsers
 from config.parsers import StrictJSONParser
 
 
@@ -17,3 +18,42 @@ def test_a_body_the_codec_cannot_decode_is_a_parse_error(encoding: str) -> None:
     # before a view runs, and the parser still never lets one through as a 500
     with pytest.raises(ParseError, match="Cannot decode the body"):
         StrictJSONParser().parse(io.BytesIO(b'{"a": 1}'), None, {"encoding": encoding})
+
+
+def parse(body: bytes) -> object:
+    return StrictJSONParser().parse(io.BytesIO(body), None, {"encoding": "utf-8"})
+
+
+def test_a_body_of_at_most_max_values_values_is_read() -> None:
+    # the object, its one member's list and that many numbers
+    body = b'{"tokens": [%s]}' % b",".join([b"0"] * (parsers.MAX_VALUES - 2))
+    assert len(parse(body)["tokens"]) == parsers.MAX_VALUES - 2  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "element",
+    [b"0", b"[]", b"{}", b'"x"', b"null"],
+    ids=["number", "list", "object", "str", "null"],
+)
+def test_a_body_of_more_values_is_refused_before_it_is_walked(
+    monkeypatch: pytest.MonkeyPatch, element: bytes
+) -> None:
+    # given a body one value over the limit, and one of the probe's 350,000 elements
+    walked: list[object] = []
+    monkeypatch.setattr(parsers, "_nfc", lambda value: walked.append(value) or value)
+    for count in (parsers.MAX_VALUES - 1, 350_000):
+        body = b'{"tokens": [%s]}' % b",".join([element] * count)
+        with pytest.raises(ParseError, match="more than 10000 values"):
+            parse(body)
+    # then nothing after the count ran over the values (NFC, and all that reads request.data)
+    assert walked == []
+
+
+@pytest.mark.parametrize(("levels", "refused"), [(32, False), (33, True)])
+def test_nesting_is_refused_below_max_depth(levels: int, refused: bool) -> None:
+    body = b"[" * levels + b"]" * levels
+    if refused:
+        with pytest.raises(ParseError, match="nested deeper than 32 levels"):
+            parse(body)
+    else:
+        assert parse(body) is not None

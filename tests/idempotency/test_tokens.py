@@ -19,6 +19,7 @@ import redis
 from django.conf import settings as django_settings
 from django.utils import timezone
 from redis.cluster import RedisCluster
+from rest_framework import serializers
 
 from idempotency.core.keys import redis_key_for
 from idempotency.core.outcomes import Outcome, StoredResponse
@@ -394,6 +395,55 @@ def test_batch_check_reports_each_token_in_one_round_trip(
 def test_batch_check_size_is_validated(api: Any, tokens: list[str]) -> None:
     r = api.post(CHECK, {"tokens": tokens}, format="json")
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+@pytest.fixture
+def validated_tokens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The token values the check's serializer validated, one by one."""
+    seen: list[object] = []
+    validate = serializers.CharField.run_validation
+
+    def counting(field: serializers.CharField, data: object = serializers.empty) -> object:
+        seen.append(data)
+        return validate(field, data)
+
+    monkeypatch.setattr(serializers.CharField, "run_validation", counting)
+    return seen
+
+
+def test_an_over_long_check_is_refused_before_any_token_is_validated(
+    api: Any, validated_tokens: list[object]
+) -> None:
+    # given one element more than a batch holds, none of them a token
+    r = api.post(CHECK, {"tokens": [[]] * 1001}, format="json")
+    # then one message, no element looked at, and a small answer
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+    assert r.json()["errors"] == {"tokens": ["Ensure this field has no more than 1000 elements."]}
+    assert validated_tokens == []
+    assert len(r.content) < 300
+
+
+def test_a_check_of_bad_elements_names_only_the_first_few(
+    api: Any, validated_tokens: list[object]
+) -> None:
+    r = api.post(CHECK, {"tokens": [[]] * 1000}, format="json")
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+    assert sorted(r.json()["errors"]["tokens"], key=int) == [str(i) for i in range(10)]
+    assert len(validated_tokens) == 10
+    assert len(r.content) < 1000
+
+
+def test_the_probe_s_megabyte_of_empty_lists_is_refused_by_the_parser(
+    api: Any, validated_tokens: list[object]
+) -> None:
+    # the probe's body: 340,000 [] (just under 1 MiB; 13-17 s of a worker and an 11 MB answer
+    # before)
+    body = b'{"tokens":[' + b",".join([b"[]"] * 340_000) + b"]}"
+    r = api.generic("POST", CHECK, body, content_type="application/json")
+    assert r.status_code == 400 and r.json()["code"] == "INVALID_JSON"
+    assert "more than 10000 values" in r.json()["detail"]
+    assert validated_tokens == []
+    assert len(r.content) < 300
 
 
 def test_the_schema_gives_this_deployment_s_batch_bounds(settings: Any, api: Any) -> None:
