@@ -1,4 +1,4 @@
-"""A long list costs the token API one length check, and a short error."""
+"""The token API's fields take JSON values as sent, and a long list costs one length check."""
 
 from __future__ import annotations
 
@@ -7,13 +7,30 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from idempotency.web.fields import MAX_ELEMENT_ERRORS, BoundedListField
+from idempotency.web.fields import (
+    MAX_ELEMENT_ERRORS,
+    BoundedListField,
+    StrictCharField,
+    StrictIntegerField,
+)
 
 
 def refusal(field: serializers.Field, value: Any) -> Any:
     with pytest.raises(serializers.ValidationError) as refused:
         field.run_validation(value)
     return refused.value.detail
+
+
+@pytest.mark.parametrize("value", ["1", "5", 1.0, 5.5, True, False, None, [], {}], ids=repr)
+def test_an_integer_is_a_json_number_without_a_fraction(value: Any) -> None:
+    assert StrictIntegerField().run_validation(5) == 5
+    assert refusal(StrictIntegerField(), value)
+
+
+@pytest.mark.parametrize("value", [1, 1.5, True, None, [], {}, ["a"]], ids=repr)
+def test_text_is_a_json_string(value: Any) -> None:
+    assert StrictCharField().run_validation("tok_x") == "tok_x"
+    assert refusal(StrictCharField(), value)
 
 
 class CountingChild(serializers.CharField):

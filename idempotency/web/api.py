@@ -26,20 +26,20 @@ from rest_framework.views import APIView
 from idempotency.core import responses, tokens
 from idempotency.core.conf import engine_setting, required_hook
 from idempotency.core.error_codes import IdempotencyErrorCode
-from idempotency.web.fields import BoundedListField
+from idempotency.web.fields import BoundedListField, StrictCharField, StrictIntegerField
 from idempotency.web.throttle import TenantRateThrottle
 
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
 
 
 class IssueTokensIn(serializers.Serializer):
-    count = serializers.IntegerField(min_value=1, default=1)
+    count = StrictIntegerField(min_value=1, default=1)
 
     def get_fields(self) -> dict[str, serializers.Field]:
         # the bound is a setting, read when the serializer is used, so the OpenAPI schema
         # (``maximum``) says what this deployment enforces
         fields = super().get_fields()
-        fields["count"] = serializers.IntegerField(
+        fields["count"] = StrictIntegerField(
             min_value=1, max_value=engine_setting("TOKEN_MAX_BATCH"), default=1
         )
         return fields
@@ -53,7 +53,7 @@ class IssuedTokensOut(serializers.Serializer):
 
 class CheckTokensIn(serializers.Serializer):
     tokens = BoundedListField(
-        child=serializers.CharField(max_length=255, trim_whitespace=False), min_length=1
+        child=StrictCharField(max_length=255, trim_whitespace=False), min_length=1
     )
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -61,7 +61,7 @@ class CheckTokensIn(serializers.Serializer):
         # list is refused before any token in it is looked at (idempotency.web.fields)
         fields = super().get_fields()
         fields["tokens"] = BoundedListField(
-            child=serializers.CharField(max_length=255, trim_whitespace=False),
+            child=StrictCharField(max_length=255, trim_whitespace=False),
             min_length=1,
             max_length=engine_setting("TOKEN_MAX_BATCH"),
         )

@@ -1,6 +1,13 @@
-"""DRF fields of the token API whose cost is bounded by their declared bounds.
+"""DRF fields that take a JSON value as it was sent: no coercion, and a bounded cost.
 
-DRF's ``ListField`` validates every element before it checks
+**No coercion.** DRF's ``IntegerField`` turns ``"1"``, ``1.0`` and ``true`` into ``1``, and its
+``CharField`` turns ``1`` into ``"1"``. The fingerprint does not (``"1"`` and ``1`` are different
+operations to it), so a client that sent an operation once as a string and once as a number
+under one key got 422 ``IDEMPOTENCY_KEY_REUSED`` for what the view had read as the same input.
+Here an integer is a JSON number without a fraction, and text is a JSON string; anything else
+is the field's ``invalid`` error (400 ``VALIDATION_ERROR``).
+
+**A bounded cost.** DRF's ``ListField`` validates every element before it checks
 ``max_length`` (a validator, run after), and lists an error for each element that fails: a 1 MB
 body of 350,000 ``[]`` in a list of at most 1,000 tokens cost seconds of validation and an
 11 MB error answer. :class:`BoundedListField` refuses an over-long list before it looks at an
@@ -15,6 +22,33 @@ from rest_framework import serializers
 
 MAX_ELEMENT_ERRORS = 10
 """The most elements of one list whose errors an error answer names (validation stops there)."""
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer only as a JSON number without a fraction: not a string, a float or a
+    boolean (``bool`` is an ``int`` in Python, and DRF would read ``true`` as 1)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class _StringOnly:
+    """Text only as a JSON string (DRF's text fields read a number as its digits)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")  # type: ignore[attr-defined]
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+class StrictCharField(_StringOnly, serializers.CharField):
+    """A ``CharField`` that takes JSON strings only."""
+
+
+class StrictRegexField(_StringOnly, serializers.RegexField):
+    """A ``RegexField`` that takes JSON strings only."""
 
 
 class BoundedListField(serializers.ListField):

@@ -9,7 +9,9 @@ belongs to the restaurant's back office (the provider's transaction id, who move
 API key prefixes). The schema declares those fields as optional, so both shapes conform to it.
 
 The input serializers build their fields once per class, not once per request
-(:mod:`config.prebuilt_fields`).
+(:mod:`config.prebuilt_fields`), and take each value as the JSON type it was sent in
+(:mod:`idempotency.web.fields`): ``"1"`` is no quantity and ``1`` no note, as the idempotency
+fingerprint, which tells ``"1"`` from ``1``, sees them too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.prebuilt_fields import PrebuiltFieldsSerializer
+from idempotency.web.fields import StrictCharField, StrictIntegerField, StrictRegexField
 from ordering.api.rendering import shown_payment
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.services.lifecycle import MERCHANT_TARGETS
@@ -48,7 +51,7 @@ class DishSerializer(serializers.ModelSerializer):
         "answers 400 QUANTITY_INVALID",
     }
 )
-class QuantityField(serializers.IntegerField):
+class QuantityField(StrictIntegerField):
     """Bounded here only by what a quantity can be at all (a 32-bit count, else
     ``VALIDATION_ERROR``): the placing service refuses more than ``MAX_QUANTITY_PER_LINE``
     portions of a dish (lines of one dish added up) with its own documented code,
@@ -66,17 +69,17 @@ class NamingChoiceField(serializers.ChoiceField):
 
 
 class ItemInSerializer(PrebuiltFieldsSerializer):
-    dish_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    dish_id = StrictIntegerField(min_value=1, max_value=2**63 - 1)
     quantity = QuantityField(min_value=1, max_value=2**31 - 1)
 
 
 class ContactInSerializer(PrebuiltFieldsSerializer):
     """How to reach the diner: kept on the order, never in a stored reply (redacted)."""
 
-    phone = serializers.RegexField(
+    phone = StrictRegexField(
         r"^\+?[0-9 ().-]{3,32}$", required=False, allow_blank=True, max_length=32, default=""
     )
-    address = serializers.CharField(required=False, allow_blank=True, max_length=300, default="")
+    address = StrictCharField(required=False, allow_blank=True, max_length=300, default="")
 
 
 REDACTED_IN_REPLAYS = (
@@ -97,10 +100,10 @@ class ContactSerializer(serializers.Serializer):
 class PlaceOrderInSerializer(PrebuiltFieldsSerializer):
     items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
     payment_method = NamingChoiceField(choices=PAYMENT_METHODS)
-    coupon_code = serializers.CharField(
+    coupon_code = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=40, trim_whitespace=True
     )
-    note = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    note = StrictCharField(required=False, allow_blank=True, max_length=500, default="")
     contact = ContactInSerializer(required=False)
 
 

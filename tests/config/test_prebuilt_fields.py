@@ -19,13 +19,18 @@ from ordering.api.serializers import PlaceOrderInSerializer
 ORDER_INPUTS = {
     "one line": {"items": [{"dish_id": 7, "quantity": 2}], "payment_method": "card"},
     "everything": {
-        "items": [{"dish_id": 7, "quantity": 2}, {"dish_id": "8", "quantity": "1"}],
+        "items": [{"dish_id": 7, "quantity": 2}, {"dish_id": 8, "quantity": 1}],
         "payment_method": "wallet",
         "coupon_code": "  TEN ",
         "note": "no onions",
         "contact": {"phone": "+1 (555) 010-0100", "address": "1 Main St"},
     },
     "no items": {"items": [], "payment_method": "card"},
+    "numbers as strings": {
+        "items": [{"dish_id": "8", "quantity": "1"}],
+        "payment_method": "card",
+        "note": 5,
+    },
     "items missing": {"payment_method": "card"},
     "unknown payment method": {"items": [{"dish_id": 7, "quantity": 1}], "payment_method": "iou"},
     "quantity zero and dish id a word": {

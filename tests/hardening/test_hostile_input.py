@@ -369,8 +369,10 @@ def test_a_dashboard_form_in_an_exotic_charset_is_refused(http: APIClient, db: N
 # sweep fast — the per-test database and engine reset costs more than a request.
 
 NOT_A_LIST = ["a string", 1, {}, None, True, [], ["x"], [1], [None]]
-NOT_AN_INT = ["abc", "1e3", "", 1.5, True, None, [], {}, 0, -1, 2**63, 10**40]
-NOT_A_TEXT = [[], {}, True, ["a"], {"a": 1}]
+# a number sent as a string, or with a fraction of zero, is not coerced either: the fingerprint
+# tells "1" from 1, so the input must too
+NOT_AN_INT = ["abc", "1e3", "", "1", " 2", 1.0, 1.5, True, None, [], {}, 0, -1, 2**63, 10**40]
+NOT_A_TEXT = [[], {}, True, ["a"], {"a": 1}, 1, 0, 1.5]
 WRONG_VALUES: dict[str, list[Any]] = {
     "items": NOT_A_LIST,
     "dish_id": NOT_AN_INT,
@@ -408,6 +410,19 @@ def test_a_wrong_value_in_any_field_is_a_validation_error(
             )
             assert top_level in assert_problem(response, 400, "VALIDATION_ERROR")["errors"]
             assert business_rows() == before
+
+
+@pytest.mark.parametrize(
+    "contact",
+    [{"phone": 5551234}, {"phone": 5.5}, {"address": 12}, {"address": True}],
+    ids=["phone-number", "phone-float", "address-number", "address-true"],
+)
+def test_contact_text_sent_as_a_number_is_a_validation_error(
+    http: APIClient, world_a: World, nothing_written: Callable[[], None], contact: dict
+) -> None:
+    response = post_order(http, world_a, valid(world_a.dish.pk, contact=contact))
+    assert "contact" in assert_problem(response, 400, "VALIDATION_ERROR")["errors"]
+    nothing_written()
 
 
 @pytest.mark.parametrize("missing", ["items", "payment_method"])

@@ -125,6 +125,10 @@ def test_count_defaults_to_one(api: Any) -> None:
         pytest.param(-1, id="negative"),
         pytest.param(1001, id="over-1000"),
         pytest.param("many", id="not-a-number"),
+        # numbers in another JSON type are not coerced
+        pytest.param("5", id="a-string-of-digits"),
+        pytest.param(5.0, id="a-float"),
+        pytest.param(True, id="true"),
     ],
 )
 def test_count_out_of_range_is_a_validation_error(
@@ -390,7 +394,11 @@ def test_batch_check_reports_each_token_in_one_round_trip(
 
 @pytest.mark.parametrize(
     "tokens",
-    [pytest.param([], id="empty"), pytest.param(["t"] * 1001, id="over-1000")],
+    [
+        pytest.param([], id="empty"),
+        pytest.param(["t"] * 1001, id="over-1000"),
+        pytest.param([12345], id="a-number-for-a-token"),
+    ],
 )
 def test_batch_check_size_is_validated(api: Any, tokens: list[str]) -> None:
     r = api.post(CHECK, {"tokens": tokens}, format="json")
