@@ -5,7 +5,8 @@ records with their reply bodies (PostgreSQL), duplicate-hit audits (PostgreSQL),
 under the tenant's hash tag ``{t:<tenant>}`` or ``{t:<tenant>:<bucket>}``, claim entries
 (``idem:{…}:<scope hash>:<key hash>``), pre-issued tokens (``idem:{…}:tok:<id>``, worth
 ``p:<principal>`` unused or ``u:<claim key>`` once consumed), token quota ledgers
-(``idem:{…}:tokq``) and rate counters (``rl:{…}:<principal hash>:<window>s``). Finished results
+(``idem:{…}:tokq``, and ``idem:{…}:tokq:<principal hash>`` per principal) and rate
+counters (``rl:{…}:<principal hash>:<window>s``). Finished results
 are also held in every process's local cache, which drops a key when it is announced on the
 invalidation channel.
 
@@ -249,6 +250,9 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
                 head = rest.split(b":", 1)[0]
                 if kind.startswith(b"rl:"):
                     if head.decode("utf-8", "replace") == rate_hash:
+                        doomed.append(key)
+                elif head == b"tokq":
+                    if rest == b"tokq:" + rate_hash.encode():  # its ledger (core/tokens.py)
                         doomed.append(key)
                 elif head == b"tok":
                     value = values.get(key) or b""

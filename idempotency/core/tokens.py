@@ -31,6 +31,14 @@ follows expiry and use, and is never low (at most one bucket's worth of expired 
 A hot tenant split into sub-buckets (``HOT_TENANT_BUCKETS``) gets one ledger per sub-bucket with
 an even share of its quota; a batch of tokens is issued into one of them.
 
+**A principal's share.** One principal alone (a guest session issuing 100 batches of 1,000)
+could fill the tenant's quota and lock every other diner and the merchant out of tokens for
+24 h. So each principal also has at most a share of it outstanding (:data:`PRINCIPAL_SHARE`:
+1/50, 2,000 by default, at least one batch), counted in a ledger of its own beside the
+tenant's (``idem:{t:<tenant>}:tokq:<sha256(principal)[:16]>``), checked first, and
+kept by the same Lua calls: both ledgers are checked and added to in one ``issue_tokens.lua``,
+and a used token leaves both in ``claim_token.lua``.
+
 **Database-only mode** (no Redis, breaker open, Redis error during the claim): a validly
 signed token is accepted as a plain key. The idempotency record still makes the operation run
 once and replay for retries; what is lost is only "one token, one operation": the token can
@@ -113,21 +121,27 @@ class TokensUnavailable(Exception):
 
 
 class QuotaExceeded(Exception):
-    """Issuing would pass the tenant's quota of outstanding tokens; nothing was issued."""
+    """Issuing would pass the tenant's quota of outstanding tokens, or the principal's share
+    of it (``per_principal``); nothing was issued."""
 
-    def __init__(self, *, limit: int, retry_after_seconds: int) -> None:
+    def __init__(
+        self, *, limit: int, retry_after_seconds: int, per_principal: bool = False
+    ) -> None:
         super().__init__(f"the quota of {limit} outstanding tokens is reached")
         self.limit = limit
         self.retry_after_seconds = retry_after_seconds
+        self.per_principal = per_principal
 
 
 @dataclass(frozen=True)
 class StoreResult:
-    """What ``issue_tokens.lua`` answered: stored, or refused by the quota."""
+    """What ``issue_tokens.lua`` answered: stored, or refused by a quota (``refused_by``:
+    "principal" or "tenant")."""
 
     stored: bool
     outstanding: int
     retry_after_ms: int = 0
+    refused_by: str | None = None
 
 
 class TokenStatus(StrEnum):
@@ -245,6 +259,16 @@ def quota_key(*, tenant: str, token: str, buckets: int = 1, namespace: str = "id
     return f"{namespace}:{_tag(tenant, token, buckets)}:tokq"
 
 
+def principal_quota_key(
+    *, tenant: str, token: str, principal: str, buckets: int = 1, namespace: str = "idem"
+) -> str:
+    """The ledger of ``principal``'s outstanding tokens beside :func:`quota_key`'s (same hash
+    tag): ``<namespace>:{t:<tenant>}:tokq:<sha256(principal)[:16]>``, the principal hash the
+    rate counters use, so erasing a principal finds it."""
+    digest = hashlib.sha256(principal.encode()).hexdigest()[:16]
+    return f"{quota_key(tenant=tenant, token=token, buckets=buckets, namespace=namespace)}:{digest}"
+
+
 def token_use(
     *, tenant: str, principal: str, token: str, claim_key: str, mark_ttl_seconds: int, buckets: int
 ) -> TokenUse:
@@ -256,6 +280,9 @@ def token_use(
         mark_ttl_ms=mark_ttl_seconds * 1000,
         quota_key=quota_key(tenant=tenant, token=token, buckets=buckets),
         quota_bucket_ms=QUOTA_BUCKET_MS,
+        principal_quota_key=principal_quota_key(
+            tenant=tenant, token=token, principal=principal, buckets=buckets
+        ),
     )
 
 
@@ -276,30 +303,47 @@ def store_tokens(
     namespace: str = "idem",
     limit: int | None = None,
     bucket_ms: int = QUOTA_BUCKET_MS,
+    principal_limit: int | None = None,
 ) -> StoreResult:
     """Store ``tokens`` as unused, each under its own key with a TTL, and count them in the
-    quota ledger of their hash tag: one Lua call per tag (tokens from :func:`new_tokens` with a
-    ``sub_bucket`` share one tag: one round trip). With ``limit``, tokens that would bring the
-    ledger's outstanding count above it are refused together and nothing is stored.
-    ``bucket_ms`` is the ledger's bucket width (what ``claim_token.lua`` is told on use)."""
+    quota ledgers of their hash tag, the tenant's and the principal's: one Lua call per tag
+    (tokens from :func:`new_tokens` with a ``sub_bucket`` share one tag: one round trip). With
+    ``limit`` (the tenant's ledger) or ``principal_limit`` (the principal's), tokens that would
+    bring a ledger's outstanding count above it are refused together and nothing is stored.
+    ``bucket_ms`` is the ledgers' bucket width (what ``claim_token.lua`` is told on use)."""
     groups: dict[str, list[str]] = {}
     for token in tokens:
         groups.setdefault(_tag(tenant, token, buckets), []).append(token)
-    if limit is not None and len(groups) > 1:
+    if (limit is not None or principal_limit is not None) and len(groups) > 1:
         raise ValueError("tokens under a limit must share one hash tag (new_tokens(sub_bucket=))")
     result = StoreResult(stored=True, outstanding=0)
     for group in groups.values():
-        keys = [quota_key(tenant=tenant, token=group[0], buckets=buckets, namespace=namespace)]
+        keys = [
+            quota_key(tenant=tenant, token=group[0], buckets=buckets, namespace=namespace),
+            principal_quota_key(
+                tenant=tenant,
+                token=group[0],
+                principal=principal,
+                buckets=buckets,
+                namespace=namespace,
+            ),
+        ]
         keys += [
             token_key(tenant=tenant, token=token, buckets=buckets, namespace=namespace)
             for token in group
         ]
         args = [-1 if limit is None else limit, ttl_seconds * 1000, _UNUSED + principal]
-        stored, outstanding, third = _issue_script()(
-            keys=keys, args=[*args, bucket_ms], client=client
+        args += [bucket_ms, -1 if principal_limit is None else principal_limit]
+        stored, outstanding, third, *refused_by = _issue_script()(
+            keys=keys, args=args, client=client
         )
         if not stored:
-            return StoreResult(stored=False, outstanding=int(outstanding), retry_after_ms=third)
+            return StoreResult(
+                stored=False,
+                outstanding=int(outstanding),
+                retry_after_ms=third,
+                refused_by=refused_by[0].decode() if refused_by else None,
+            )
         result = StoreResult(stored=True, outstanding=int(outstanding))
     return result
 
@@ -357,6 +401,7 @@ def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
         tenant=tenant, principal=principal, count=count, buckets=buckets, sub_bucket=sub_bucket
     )
     quota = token_quota(tenant)
+    per_principal = principal_token_quota(quota)
 
     def store(client: Any) -> StoreResult:
         return store_tokens(
@@ -367,14 +412,18 @@ def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
             ttl_seconds=ttl,
             buckets=buckets,
             limit=math.ceil(quota / buckets),
+            principal_limit=math.ceil(per_principal / buckets),
         )
 
     result = _on_node(tenant, store)
     if result is None:
         raise TokensUnavailable
     if not result.stored:
+        by_principal = result.refused_by == "principal"
         raise QuotaExceeded(
-            limit=quota, retry_after_seconds=max(1, math.ceil(result.retry_after_ms / 1000))
+            limit=per_principal if by_principal else quota,
+            retry_after_seconds=max(1, math.ceil(result.retry_after_ms / 1000)),
+            per_principal=by_principal,
         )
     return IssuedTokens(tokens=tokens, expires_at=expires_at, ttl_seconds=ttl)
 
@@ -385,6 +434,17 @@ def token_quota(tenant: str) -> int:
     lookup = engine_hook("TOKEN_QUOTA_FOR_TENANT")
     own = lookup(tenant) if lookup is not None else None
     return int(own or engine_setting("TOKEN_QUOTA"))
+
+
+PRINCIPAL_SHARE = 50
+"""A principal may hold 1/``PRINCIPAL_SHARE`` of its tenant's quota (2,000 of the default
+100,000; a tenant's own quota scales it) and always at least one full batch. A constant for
+now: a setting of its own belongs in ``core/conf.py`` and ``checks.py``."""
+
+
+def principal_token_quota(quota: int) -> int:
+    """The most tokens one principal may hold outstanding under a tenant quota of ``quota``."""
+    return max(int(engine_setting("TOKEN_MAX_BATCH")), math.ceil(quota / PRINCIPAL_SHARE))
 
 
 def check_tokens(*, tenant: str, principal: str, tokens: Sequence[str]) -> list[TokenStatus]:

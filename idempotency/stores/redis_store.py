@@ -69,8 +69,8 @@ class TokenUse:
 
     ``unused_value`` is the token key's value while issued and unused, ``used_value`` the mark
     that names this operation once consumed, kept ``mark_ttl_ms``. Consuming it also takes it
-    off the tenant's count of outstanding tokens (``quota_key``, buckets of
-    ``quota_bucket_ms``; ``issue_tokens.lua``).
+    off the tenant's and its principal's counts of outstanding tokens (``quota_key`` and
+    ``principal_quota_key``, buckets of ``quota_bucket_ms``; ``issue_tokens.lua``).
     """
 
     key: str
@@ -79,6 +79,7 @@ class TokenUse:
     mark_ttl_ms: int
     quota_key: str
     quota_bucket_ms: int
+    principal_quota_key: str
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ class RedisIdempotencyStore:
             _check_token("token value", token.unused_value)
             _check_token("token mark", token.used_value)
             _check_ms("mark_ttl_ms", token.mark_ttl_ms)
-            keys += [token.key, token.quota_key]
+            keys += [token.key, token.quota_key, token.principal_quota_key]
             args += [token.unused_value, token.used_value, token.mark_ttl_ms, token.quota_bucket_ms]
             prelude = _script_source("claim_token_prelude")
             source = "\n".join((prelude, source or _script_source("claim")))

@@ -5,9 +5,10 @@
 ``{"results": [{"token": ..., "status": "unused" | "used" | "unknown" | "invalid"}]}``.
 Both answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` (with ``Retry-After``) while the tenant's
 Redis node cannot be used. Issuing counts against the caller's write rate limit, and answers 429
-``IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED`` (``limit``; ``Retry-After``: until the oldest outstanding
-tokens expire) when the tenant would pass its quota of outstanding tokens; checking writes
-nothing and does not.
+``IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED`` (``limit``, ``scope``; ``Retry-After``: until the oldest
+outstanding tokens expire) when the caller would pass its share of outstanding tokens
+(``scope``: "principal") or the tenant its quota ("tenant"); checking writes nothing and does
+not.
 
 Their OpenAPI description needs drf-spectacular (the engine's ``openapi`` extra); without it
 the views work the same and are simply left undescribed.
@@ -93,13 +94,15 @@ def _unavailable() -> HttpResponse:
 
 
 def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
+    holder = "You (this diner, or this key)" if exc.per_principal else "This tenant"
     response = responses.problem(
         429,
         IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED,
-        f"This tenant may have at most {exc.limit} idempotency tokens outstanding (issued, "
-        "neither used nor expired); use or let expire the ones it holds, or send your own "
+        f"{holder} may have at most {exc.limit} idempotency tokens outstanding (issued, "
+        "neither used nor expired); use or let expire the ones held, or send your own "
         "Idempotency-Key.",
         limit=exc.limit,
+        scope="principal" if exc.per_principal else "tenant",
     )
     response["Retry-After"] = str(exc.retry_after_seconds)
     return response

@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 import redis
 
-from idempotency.core.tokens import QUOTA_BUCKET_MS, new_tokens, quota_key, store_tokens
+from idempotency.core import tokens
+from idempotency.core.tokens import (
+    QUOTA_BUCKET_MS,
+    new_tokens,
+    principal_quota_key,
+    quota_key,
+    store_tokens,
+)
+from tenants.models import ApiClient
+from tests.conftest import api_for
 from tests.idempotency.test_tokens import REDIS_URL, client, no_rate_limit
 
 __all__ = ["client", "no_rate_limit"]  # fixtures shared with the token tests
@@ -36,7 +45,14 @@ def outstanding(client: redis.Redis, tenant: Any, token: str) -> int:
     return sum(int(count) for count in ledger.values())
 
 
+@pytest.fixture
+def only_the_tenant_s_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A principal's share is the whole quota: one principal tests the tenant's bound."""
+    monkeypatch.setattr(tokens, "PRINCIPAL_SHARE", 1)
+
+
 @pytest.mark.django_db
+@pytest.mark.usefixtures("only_the_tenant_s_quota")
 def test_one_key_cannot_mint_tokens_past_the_default_quota(settings: Any, api: Any) -> None:
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 2500}
     assert [issue(api, n).status_code for n in (1000, 1000, 500)] == [201, 201, 201]
@@ -51,6 +67,7 @@ def test_one_key_cannot_mint_tokens_past_the_default_quota(settings: Any, api: A
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("only_the_tenant_s_quota")
 def test_a_refused_batch_stores_nothing(
     settings: Any, api: Any, tenant: Any, client: redis.Redis
 ) -> None:
@@ -66,6 +83,7 @@ def test_a_refused_batch_stores_nothing(
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("only_the_tenant_s_quota")
 def test_a_tenant_of_its_own_quota(settings: Any, api: Any, tenant: Any) -> None:
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 10}
     tenant.token_quota = 1200
@@ -176,3 +194,100 @@ def test_a_hot_tenant_issues_each_batch_into_one_sub_bucket_with_its_share(
 
     assert placed.status_code == 201
     assert sum(int(v) for v in client.hgetall(ledger).values()) == 99
+
+
+# --- a principal's share of the quota ----------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_one_guest_cannot_use_up_the_tenant_s_quota(api: Any, tenant: Any) -> None:
+    """The probe: one guest session issued 100 batches of 1,000 and every other diner and the
+    merchant got 429 for 24 h. With the defaults, it holds at most 2,000."""
+    assert [issue(api, 1000).status_code for _ in range(2)] == [201, 201]
+
+    refused = issue(api, 1)
+
+    assert refused.status_code == 429
+    body = refused.json()
+    assert (body["code"], body["limit"], body["scope"]) == (
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED",
+        2000,
+        "principal",
+    )
+    assert body["detail"].startswith("You (this diner, or this key) may have at most 2000")
+    assert 24 * 3600 - 5 <= int(refused["Retry-After"]) <= 24 * 3600 + QUOTA_BUCKET_MS // 1000
+    # and everyone else still gets tokens
+    assert issue(api_for(tenant, diner="diner-2"), 1000).status_code == 201
+    assert issue(api_for(tenant, kind=ApiClient.Kind.MERCHANT), 1000).status_code == 201
+
+
+@pytest.mark.django_db
+def test_the_tenant_s_quota_still_binds_principals_together(settings: Any, tenant: Any) -> None:
+    # each principal may hold max(1/50 of 1,500, one batch of 1,000) = 1,000
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 1500}
+    assert issue(api_for(tenant, diner="d1"), 1000).status_code == 201
+
+    refused = issue(api_for(tenant, diner="d2"), 600)
+
+    assert refused.status_code == 429
+    assert (refused.json()["limit"], refused.json()["scope"]) == (1500, "tenant")
+
+
+@pytest.mark.django_db
+def test_a_used_token_gives_its_place_back_to_its_principal(
+    settings: Any, api: Any, menu: Any, tenant: Any, client: redis.Redis
+) -> None:
+    # each principal may hold max(1/50 of 150, one batch of 3) = 3
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 150, "TOKEN_MAX_BATCH": 3}
+    tokens = issue(api, 3).json()["tokens"]
+    assert issue(api, 1).status_code == 429
+    body = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"}
+
+    placed = api.post("/api/v1/orders/", body, format="json", HTTP_IDEMPOTENCY_KEY=tokens[0])
+
+    assert placed.status_code == 201
+    principal = placed.wsgi_request.user.principal_id
+    ledger = principal_quota_key(tenant=str(tenant.pk), token=tokens[0], principal=principal)
+    assert sum(int(v) for v in client.hgetall(ledger).values()) == 2
+    assert issue(api, 1).status_code == 201
+    assert issue(api, 1).status_code == 429
+
+
+def test_concurrent_issuers_never_pass_the_principal_s_share(client: redis.Redis) -> None:
+    # given twelve batches of 100 for one principal, under a tenant quota they all fit in
+    tenant = f"principal-race-{uuid.uuid4().hex}"
+    batches = [new_tokens(tenant=tenant, principal="p", count=100) for _ in range(12)]
+    barrier = threading.Barrier(len(batches))
+    results: list[Any] = []
+
+    def issue_batch(tokens: list[str]) -> None:
+        own = redis.Redis.from_url(REDIS_URL)
+        try:
+            barrier.wait()
+            results.append(
+                store_tokens(
+                    own,
+                    tenant=tenant,
+                    principal="p",
+                    tokens=tokens,
+                    ttl_seconds=60,
+                    limit=10_000,
+                    principal_limit=500,
+                )
+            )
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=issue_batch, args=(b,)) for b in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    # then exactly five were stored, the others refused by the principal's share
+    assert sorted(r.stored for r in results) == [False] * 7 + [True] * 5
+    assert {r.refused_by for r in results if not r.stored} == {"principal"}
+    mine = client.hgetall(principal_quota_key(tenant=tenant, token=batches[0][0], principal="p"))
+    theirs = client.hgetall(quota_key(tenant=tenant, token=batches[0][0]))
+    assert sum(int(v) for v in mine.values()) == sum(int(v) for v in theirs.values()) == 500
+    assert len(client.keys(f"idem:{{t:{tenant}}}:tok:*")) == 500

@@ -17,6 +17,7 @@ from django.core.management import call_command
 
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
+from idempotency.core.tokens import principal_quota_key
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
@@ -101,6 +102,11 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     assert outstanding_tokens(tenant_key) == 1  # zoe's unused one
     zoe_rate = rate_key(tenant=tenant_key, principal="diner:zoe", window_seconds=60).encode()
     assert zoe_rate in tenant_keys(tenant_key)
+    # zoe's own count of outstanding tokens (one key per tenant without sub-buckets)
+    zoe_ledger = principal_quota_key(
+        tenant=tenant_key, token="tok_x.y", principal="diner:zoe"
+    ).encode()
+    assert zoe_ledger in tenant_keys(tenant_key)
 
     Order.all_tenants.filter(pk__in=[pk for (pk,) in zoe_orders]).update(
         contact_phone="+33 6 12 34 56 78", delivery_address="4 rue des Lilas"
@@ -137,6 +143,7 @@ def test_erase_diner_leaves_nothing_of_theirs(topology, tenant, make_tenant, set
     }
     assert not zoe_claims & set(left)
     assert zoe_rate not in left
+    assert zoe_ledger not in left
     assert outstanding_tokens(tenant_key) == 0  # the quota no longer counts the erased token
     # zoe's token is refused: the session is gone
     assert zoe["api"].get("/api/v1/orders/").status_code == 401

@@ -7,6 +7,7 @@
 -- KEYS[1]          the idempotency key (the claim entry of claim.lua)
 -- KEYS[2]          the token's key, idem:{<same hash tag>}:tok:<id>: same slot as KEYS[1]
 -- KEYS[3]          the quota ledger of outstanding tokens (issue_tokens.lua), same slot
+-- KEYS[4]          the ledger of the principal's outstanding tokens (issue_tokens.lua), same slot
 -- ARGV[1..n-4]     claim.lua's arguments
 -- ARGV[n-3]        the token's value while unused: "p:<principal>"
 -- ARGV[n-2]        its value once consumed by this operation: "u:<KEYS[1]>"
@@ -26,12 +27,14 @@ local n = #ARGV
 local token_key, unused, used, mark_ms = KEYS[2], ARGV[n - 3], ARGV[n - 2], ARGV[n - 1]
 local token = redis.call('GET', token_key)
 if token == unused then
-  -- consumed: no longer outstanding, so it leaves its expiry bucket of the quota ledger
+  -- consumed: no longer outstanding, so it leaves its expiry bucket of both quota ledgers
   local expires_at = redis.call('PEXPIRETIME', token_key)
   if expires_at > 0 then
     local bucket = math.floor(expires_at / tonumber(ARGV[n]))
-    if tonumber(redis.call('HGET', KEYS[3], bucket) or '0') > 0 then
-      redis.call('HINCRBY', KEYS[3], bucket, -1)
+    for ledger = 3, 4 do
+      if tonumber(redis.call('HGET', KEYS[ledger], bucket) or '0') > 0 then
+        redis.call('HINCRBY', KEYS[ledger], bucket, -1)
+      end
     end
   end
   redis.call('SET', token_key, used, 'PX', mark_ms)
