@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from config.api_errors import ApiError
 from idempotency.core.ratelimit import check_rate
+from idempotency.web.fields import StrictRegexField
 from idempotency.web.openapi import problems
 from idempotency.web.throttle import RateLimited, TenantRateThrottle
 from tenants.diner_sessions import (
@@ -41,7 +42,7 @@ DINER_ID_PATTERN = DINER_ID_RE.pattern
 
 
 class OpenSessionIn(serializers.Serializer):
-    diner_id = serializers.RegexField(
+    diner_id = StrictRegexField(
         DINER_ID_PATTERN,
         required=False,
         help_text="Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; "

@@ -104,6 +104,7 @@ def test_merchant_key_signs_in_the_named_diner(merchant: Any, menu: Any) -> None
         pytest.param({}, 400, "VALIDATION_ERROR", id="merchant-without-diner"),
         pytest.param({"diner_id": "bad id!"}, 400, "VALIDATION_ERROR", id="bad-diner-id"),
         pytest.param({"diner_id": "x" * 65}, 400, "VALIDATION_ERROR", id="too-long"),
+        pytest.param({"diner_id": 1}, 400, "VALIDATION_ERROR", id="a-number"),  # red: "1"
         pytest.param({"diner_id": "guest_abc"}, 400, "VALIDATION_ERROR", id="reserved-guest"),
         # an erasure's pseudonym: its orders would be a live diner's again (red: 201)
         pytest.param(
