@@ -87,6 +87,10 @@ DEFAULTS: dict[str, Any] = {
     # (tenant_key) -> the tenant's own ceiling | None
     "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": None,
     "RATE_LIMIT_CEILING_FOR_TENANT": None,
+    # dotted path: (request) -> the share (0 < share <= 1) of the tenant's ceiling that request
+    # may fill, or None for all of it; it is refused once the tenant's counter reaches
+    # ceil(ceiling * share). None: every request may fill the whole ceiling
+    "RATE_LIMIT_CEILING_SHARE": None,
     # how long a process keeps a tenant's looked-up rate before asking again
     "RATE_LIMIT_CACHE_SECONDS": 30.0,
     # Pre-issued one-time tokens (seed 2.4, idempotency/core/tokens.py)

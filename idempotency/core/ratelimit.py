@@ -20,11 +20,17 @@ What the caller can rely on:
   principals (fresh sessions, other diners) never multiply a tenant's budget. Counted in the
   same Lua call as the principal (``ratelimit_ceiling.lua``: both keys share the tenant's hash
   tag), so it costs no extra round trip; a request its principal's limit refuses is not
-  counted against the tenant. A tenant split into N sub-buckets gets ``ceil(ceiling / N)`` per
-  bucket (a principal's counter and its bucket's tenant counter must share a slot), so its
-  total stays within ``ceiling + N - 1``.
+  counted against the tenant, nor is one the ceiling refuses (so refusals never keep the
+  tenant counter above its ceiling). A tenant split into N sub-buckets gets
+  ``ceil(ceiling / N)`` per bucket (a principal's counter and its bucket's tenant counter
+  must share a slot), so its total stays within ``ceiling + N - 1``.
   The window starts with the principal's first request, on Redis's clock (no app-server clock
   is involved), and ``Retry-After`` is the window's remaining time.
+- **Share of the ceiling**: the ``RATE_LIMIT_CEILING_SHARE`` hook (request -> share) may let
+  a request fill only a share of the ceiling: it is refused once the tenant's counter reaches
+  ``ceil(ceiling * share)`` (at least 1; per bucket for a split tenant), while a request of
+  share 1.0 still passes up to the full ceiling on the same counter. Callers anyone can
+  become (guests) then cannot take the whole ceiling from the tenant's own writes.
 - **Every request counts**, replays included: the throttle runs before the engine, so a
   client hammering one key is limited like any other (it protects the server, and a replay
   is not free).
@@ -60,6 +66,7 @@ from idempotency.stores.nodes import run_on_node
 __all__ = [
     "RateDecision",
     "ceiling_key",
+    "ceiling_share",
     "check_rate",
     "check_write_rate",
     "hit",
@@ -154,6 +161,13 @@ def hit_with_ceiling(
     )
 
 
+def ceiling_share(ceiling: int, share: float) -> int:
+    """The part of a window's ``ceiling`` that a request with ``share`` may fill: rounded up,
+    at least 1 (a share of 0.8 of 3,000 is 2,400; of 1 it is 1)."""
+    # rounded first so that float noise (20 * 0.7 = 14.000000000000002) does not add one
+    return max(1, math.ceil(round(ceiling * share, 9)))
+
+
 def limit_per_window(per_minute: int, window_seconds: int) -> int:
     """The per-minute rate scaled to one window, at least 1 (a 1 s window of 600/min is 10)."""
     return max(1, math.ceil(per_minute * window_seconds / 60))
@@ -188,10 +202,13 @@ def reset_rate_cache() -> None:
         _rates.clear()
 
 
-def check_write_rate(*, tenant: str, principal: str) -> RateDecision | None:
-    """Count one write of ``principal`` in ``tenant``. None means "not limited": no rate
-    configured, the engine switched off (``ENABLED``), or Redis unusable (fail open, see the
-    module docstring)."""
+def check_write_rate(*, tenant: str, principal: str, share: float = 1.0) -> RateDecision | None:
+    """Count one write of ``principal`` in ``tenant``; ``share`` (0 < share <= 1) is the part
+    of the tenant's ceiling this write may fill. None means "not limited": no rate configured,
+    the engine switched off (``ENABLED``), or Redis unusable (fail open, see the module
+    docstring)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"a share of the ceiling must be more than 0 and at most 1, not {share}")
     if not engine_setting("ENABLED"):
         return None
     per_minute = _per_minute(
@@ -210,7 +227,7 @@ def check_write_rate(*, tenant: str, principal: str) -> RateDecision | None:
     # No per-principal rate: only the ceiling limits (a limit that can never be reached).
     limit = limit_per_window(per_minute, window) if per_minute else 2**62
     ceiling = (
-        math.ceil(limit_per_window(ceiling_per_minute, window) / buckets)
+        ceiling_share(math.ceil(limit_per_window(ceiling_per_minute, window) / buckets), share)
         if ceiling_per_minute
         else None
     )

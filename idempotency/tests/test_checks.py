@@ -59,6 +59,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "RATE_LIMIT_FOR_TENANT": ("builtins.nonexistent", "cannot be imported"),
     "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": (2.5, "must be None or a whole number"),
     "RATE_LIMIT_CEILING_FOR_TENANT": (True, "must be a dotted path to a function"),
+    "RATE_LIMIT_CEILING_SHARE": ("idempotency.no_such_module.share", "cannot be imported"),
     "RATE_LIMIT_CACHE_SECONDS": ("30", "must be a number"),
     "TOKEN_TTL_SECONDS": (-86400, "must be a positive integer"),
     "TOKEN_MAX_BATCH": (0, "must be a positive integer"),

@@ -8,7 +8,7 @@ from rest_framework import exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle
 
-from idempotency.core.conf import required_hook
+from idempotency.core.conf import engine_hook, required_hook
 from idempotency.core.ratelimit import RateDecision, check_write_rate
 
 
@@ -33,7 +33,8 @@ class TenantRateThrottle(BaseThrottle):
     Runs in DRF's ``initial()``, after authentication and permissions (a refused or
     unauthenticated request costs nothing) and before the handler and so before the
     idempotency engine. Raises :class:`RateLimited` itself so that ``Retry-After`` comes from
-    the counter's PTTL.
+    the counter's PTTL. The ``RATE_LIMIT_CEILING_SHARE`` hook, if set, says what share of the
+    tenant's ceiling this request may fill (None: all of it).
     """
 
     def allow_request(self, request: Any, view: Any) -> bool:
@@ -43,7 +44,11 @@ class TenantRateThrottle(BaseThrottle):
         if identity is None:
             return True
         tenant, principal = identity
-        decision = check_write_rate(tenant=tenant, principal=principal)
+        share_of = engine_hook("RATE_LIMIT_CEILING_SHARE")
+        share = share_of(request) if share_of is not None else None
+        decision = check_write_rate(
+            tenant=tenant, principal=principal, share=1.0 if share is None else share
+        )
         if decision is None or decision.allowed:
             return True
         raise RateLimited(decision)

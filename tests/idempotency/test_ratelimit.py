@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from idempotency.core.ratelimit import (
     ceiling_key,
+    ceiling_share,
     check_write_rate,
     hit,
     hit_with_ceiling,
@@ -226,10 +227,90 @@ def test_ceiling_counts_only_what_the_principal_limit_allowed(client: redis.Redi
         ]
         assert [d.allowed for d in others] == [True, True, True, False, False]
         assert [d.scope for d in others[3:]] == ["tenant", "tenant"]
-        assert others[3].limit == 5 and others[3].count == 6
+        assert others[3].limit == 5 and others[3].count == 5
+        assert int(client.get(tenant_counter)) == 5
         assert 0 < client.pttl(tenant_counter) <= 60_000
     finally:
         client.delete(tenant_counter, counter_key, *neighbours)
+
+
+def test_a_request_the_ceiling_refuses_is_not_counted_on_the_tenant(client: redis.Redis) -> None:
+    """Refusals leave the tenant counter at the ceiling, so a caller with a larger ceiling on
+    the same counter still finds the room it was promised; the principal's own counter still
+    counts its refused requests."""
+    tenant = f"rl-test-{uuid.uuid4().hex}"
+    keys = [rate_key(tenant=tenant, principal=f"p{i}", window_seconds=60) for i in range(10)]
+    tenant_counter = ceiling_key(keys[0])
+    try:
+        decisions = [
+            hit_with_ceiling(client, key=key, limit=5, ceiling=3, window_ms=60_000) for key in keys
+        ]
+        assert [d.allowed for d in decisions] == [True] * 3 + [False] * 7
+        assert {(d.scope, d.count, d.limit) for d in decisions[3:]} == {("tenant", 3, 3)}
+        assert int(client.get(tenant_counter)) == 3
+        assert int(client.get(keys[-1])) == 1  # counted on its principal all the same
+        bigger = hit_with_ceiling(client, key=keys[0], limit=5, ceiling=4, window_ms=60_000)
+        assert bigger.allowed and int(client.get(tenant_counter)) == 4
+    finally:
+        client.delete(tenant_counter, *keys)
+
+
+def test_a_refusal_on_a_tenant_counter_without_expiry_starts_its_window(
+    client: redis.Redis,
+) -> None:
+    tenant = f"rl-test-{uuid.uuid4().hex}"
+    key = rate_key(tenant=tenant, principal="p", window_seconds=60)
+    tenant_counter = ceiling_key(key)
+    client.set(tenant_counter, 9)  # written by something else, with no TTL
+    try:
+        refused = hit_with_ceiling(client, key=key, limit=5, ceiling=9, window_ms=5_000)
+        assert (refused.allowed, refused.scope, refused.count) == (False, "tenant", 9)
+        assert refused.reset_ms == 5_000 and 0 < client.pttl(tenant_counter) <= 5_000
+    finally:
+        client.delete(tenant_counter, key)
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "share", "expected"),
+    [
+        pytest.param(3000, 0.8, 2400, id="guests-of-the-default"),
+        pytest.param(20, 0.7, 14, id="no-float-noise"),
+        pytest.param(5, 0.5, 3, id="rounded-up"),
+        pytest.param(1, 0.1, 1, id="at-least-one"),
+        pytest.param(7, 1.0, 7, id="whole"),
+    ],
+)
+def test_a_share_of_the_ceiling(ceiling: int, share: float, expected: int) -> None:
+    assert ceiling_share(ceiling, share) == expected
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.01])
+def test_a_share_outside_0_to_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="share"):
+        check_write_rate(tenant="1", principal="p", share=share)
+
+
+def test_half_shares_stop_at_half_the_ceiling_and_whole_shares_go_on(
+    settings: Any, tenant: Any, client: redis.Redis
+) -> None:
+    """One tenant counter, two ceilings: writes of share 0.5 are refused once it reaches 5 of
+    10, writes of share 1.0 still pass up to 10, and no refusal is counted on it."""
+    limit(settings, 600, ceiling=10, RATE_LIMIT_FOR_TENANT=None, RATE_LIMIT_CEILING_FOR_TENANT=None)
+
+    def write(principal: str, share: float) -> Any:
+        decision = check_write_rate(tenant=str(tenant.pk), principal=principal, share=share)
+        assert decision is not None
+        return decision
+
+    halves = [write(f"guest:{i}", 0.5) for i in range(8)]
+    assert [d.allowed for d in halves] == [True] * 5 + [False] * 3
+    assert {(d.scope, d.limit) for d in halves[5:]} == {("tenant", 5)}
+    wholes = [write(f"merchant:{i % 2}", 1.0) for i in range(7)]
+    assert [d.allowed for d in wholes] == [True] * 5 + [False] * 2
+    assert {(d.scope, d.limit) for d in wholes[5:]} == {("tenant", 10)}
+    assert not write("guest:late", 0.5).allowed
+    tenant_counter = ceiling_key(rate_key(tenant=str(tenant.pk), principal="x", window_seconds=60))
+    assert int(client.get(tenant_counter)) == 10
 
 
 def test_ceiling_key_shares_the_principal_counters_hash_tag() -> None:
