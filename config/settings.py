@@ -45,6 +45,19 @@ def env_bounded(name: str, default: int, *, low: int, high: int) -> int:
     return value
 
 
+def env_share(name: str, default: float) -> float:
+    """A share (more than 0, at most 1) from the environment; anything else stops the server
+    from starting."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if not 0 < value <= 1:
+        raise ImproperlyConfigured(f"{name} must be more than 0 and at most 1, not {value}")
+    return value
+
+
 _YEAR = 365 * 86400
 
 
@@ -371,6 +384,10 @@ CREDENTIAL_CACHE_SECONDS = float(os.environ.get("CREDENTIAL_CACHE_SECONDS", 60.0
 # the client's behind TRUSTED_PROXIES or with gunicorn's PROXY protocol).
 DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
 DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_IP", 20))
+# The share of a tenant's write ceiling (API_TENANT_WRITE_CEILING_PER_MINUTE or its own) that
+# all guest sessions together may fill: anyone can open guests with the public publishable key,
+# so they stop at this share and the rest of each window stays the merchant's (0 < share <= 1).
+API_GUEST_CEILING_SHARE = env_share("API_GUEST_CEILING_SHARE", 0.8)
 
 # `manage.py seed_demo` keeps the demo's full API keys here (DEBUG only, git-ignored) so that a
 # re-run can print them again; the database has only their hashes.
@@ -452,6 +469,9 @@ IDEMPOTENCY = {
     )
     or None,
     "RATE_LIMIT_CEILING_FOR_TENANT": "tenants.models.write_ceiling_per_minute_of",
+    # Guest sessions fill at most API_GUEST_CEILING_SHARE of that ceiling; the rest is left
+    # to the merchant's keys and the diners they sign in (tenants/ceiling_share.py)
+    "RATE_LIMIT_CEILING_SHARE": "tenants.ceiling_share.ceiling_share_of",
     "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
     # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
     "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),

@@ -198,6 +198,14 @@ def test_hsts_and_the_https_redirect_are_configurable() -> None:
     assert values["hsts"] == 600 and values["redirect"] is False and values["proxy"] is None
 
 
+@pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
+def test_a_guest_ceiling_share_outside_0_to_1_stops_the_server(share: str) -> None:
+    code, _, stderr = settings_with({**production_environment(), "API_GUEST_CEILING_SHARE": share})
+
+    assert code != 0
+    assert "API_GUEST_CEILING_SHARE must be" in stderr
+
+
 def test_check_deploy_passes_with_exactly_the_documented_environment() -> None:
     done = run_manage("check", "--deploy", "--fail-level", "WARNING", env=production_environment())
 
