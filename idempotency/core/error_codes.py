@@ -11,6 +11,8 @@ class IdempotencyErrorCode(StrEnum):
     PAYLOAD_INVALID = "IDEMPOTENCY_PAYLOAD_INVALID"  # 400: the body has no canonical form
     # 400: the SCOPE_RESOLVER gave a tenant longer than the records keep (MAX_TENANT_LENGTH)
     TENANT_INVALID = "IDEMPOTENCY_TENANT_INVALID"
+    # 400: the SCOPE_RESOLVER gave a principal holding "|", the scope's separator
+    PRINCIPAL_INVALID = "IDEMPOTENCY_PRINCIPAL_INVALID"
     # Pre-issued tokens (idempotency/core/tokens.py)
     TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID"  # 400: malformed, forged, or another caller's
     TOKEN_USED = "IDEMPOTENCY_TOKEN_USED"  # 409: already consumed on another endpoint

@@ -95,6 +95,10 @@ class ScopedKey:
         )
 
 
+# Between a scope's principal, method and route; a principal may not hold it (web/http.py)
+SCOPE_SEPARATOR = "|"
+
+
 def scope_of(*, principal: str, method: str, route: str) -> str:
     """``<principal>|<method>|<route>``, as records, claim keys and advisory locks name it.
 
@@ -104,7 +108,7 @@ def scope_of(*, principal: str, method: str, route: str) -> str:
     characters or more is kept as a readable prefix, ``#`` and the SHA-256 of the whole scope,
     exactly :data:`MAX_SCOPE_LENGTH` long: shorter scopes are kept as they are, and cannot
     collide with one of those."""
-    full = f"{principal}|{method}|{route}"
+    full = SCOPE_SEPARATOR.join((principal, method, route))
     if len(full) < MAX_SCOPE_LENGTH:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()

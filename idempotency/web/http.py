@@ -31,6 +31,7 @@ from idempotency.core.fingerprint import (
 from idempotency.core.hashing import hash_keys, key_by_id
 from idempotency.core.keys import (
     MAX_TENANT_LENGTH,
+    SCOPE_SEPARATOR,
     InvalidKey,
     ScopedKey,
     automatic_key,
@@ -92,6 +93,8 @@ def prepare(
     tenant, principal = identity
     if len(tenant) > MAX_TENANT_LENGTH:
         return _tenant_too_long(tenant)
+    if SCOPE_SEPARATOR in principal:
+        return _principal_unusable(principal)
     keys = hash_keys()
     version = keyed_version(keys[0].id)
     try:
@@ -177,6 +180,24 @@ def _tenant_too_long(tenant: str) -> HttpResponse:
         IdempotencyErrorCode.TENANT_INVALID,
         f"This site's tenant identifier is over {MAX_TENANT_LENGTH} characters: the request "
         "cannot be made idempotent, and nothing was done.",
+    )
+
+
+def _principal_unusable(principal: str) -> HttpResponse:
+    """The refusal of a principal holding the scope's separator, before the view runs: its
+    scopes (``<principal>|<method>|<route>``) would read as another principal's, so erasing
+    principal ``a`` would take the records of ``a|b`` as well, and ``a|b``'s retry would run
+    again. The host's resolver is at fault: logged as an error too."""
+    logger.error(
+        'IDEMPOTENCY["SCOPE_RESOLVER"] gave a principal holding %r: %.80r…',
+        SCOPE_SEPARATOR,
+        principal,
+    )
+    return responses.problem(
+        400,
+        IdempotencyErrorCode.PRINCIPAL_INVALID,
+        f"This site's caller identifier holds {SCOPE_SEPARATOR!r}: the request cannot be made "
+        "idempotent, and nothing was done.",
     )
 
 

@@ -67,6 +67,9 @@ NOT_ANSWERED_BY_THE_API = {
     # the engine's refusal of a tenant over 64 characters: the product's resolver gives a
     # tenant's primary key, never that long
     IdempotencyErrorCode.TENANT_INVALID,
+    # and of a principal holding "|": the product's principals (diner:<id>, api:<prefix>, …)
+    # are made of characters that exclude it
+    IdempotencyErrorCode.PRINCIPAL_INVALID,
 }
 DINER = "d1"
 ORDERS = "/api/v1/orders/"

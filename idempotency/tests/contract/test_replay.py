@@ -285,6 +285,19 @@ def test_a_scope_too_long_to_keep_whole_is_bounded_and_its_own():
     assert short.scope == "alice|POST|notes/"
 
 
+def test_a_principal_holding_the_scope_separator_is_refused_before_the_view_runs(
+    engine_mode, client, tenant, caplog
+):
+    """A principal ``alice|x`` would make scopes that erasing ``alice`` takes too (its records
+    matched as ``alice|…``): refused with 400 and logged as the resolver's error, before the
+    view runs (red: 201, the principal's records open to another's erasure)."""
+    refused = post_note(client, tenant, key="k-pipe", principal="alice|x")
+    assert refused.status_code == 400
+    assert json.loads(refused.content)["code"] == "IDEMPOTENCY_PRINCIPAL_INVALID"
+    assert "SCOPE_RESOLVER" in caplog.text
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+
+
 def test_a_tenant_too_long_to_keep_is_refused_before_the_view_runs(engine_mode, client, caplog):
     """A tenant over 64 characters cannot be kept in the records: refused with 400 and logged
     as the resolver's error, before the view runs (red: the view ran, its record failed to
