@@ -143,20 +143,22 @@ def test_expired_tokens_leave_the_count(client: redis.Redis) -> None:
     assert [int(b) for b in client.hkeys(ledger)] != [bucket]  # the old bucket was dropped
 
 
-def test_concurrent_issuers_never_pass_the_quota(client: redis.Redis) -> None:
-    tenant = f"quota-race-{uuid.uuid4().hex}"
+def issued_at_once(tenant: str, **limits: int) -> tuple[list[list[str]], list[Any]]:
+    """Twelve batches of 100 tokens of principal ``p``, stored by twelve threads released
+    together, each on a connection of its own; the batches and what each store answered."""
     batches = [new_tokens(tenant=tenant, principal="p", count=100) for _ in range(12)]
     barrier = threading.Barrier(len(batches))
-    stored: list[bool] = []
+    results: list[Any] = []
 
     def issue_batch(tokens: list[str]) -> None:
         own = redis.Redis.from_url(REDIS_URL)
         try:
             barrier.wait()
-            result = store_tokens(
-                own, tenant=tenant, principal="p", tokens=tokens, ttl_seconds=60, limit=500
+            results.append(
+                store_tokens(
+                    own, tenant=tenant, principal="p", tokens=tokens, ttl_seconds=60, **limits
+                )
             )
-            stored.append(result.stored)
         finally:
             own.close()
 
@@ -165,6 +167,13 @@ def test_concurrent_issuers_never_pass_the_quota(client: redis.Redis) -> None:
         thread.start()
     for thread in threads:
         thread.join(30)
+    return batches, results
+
+
+def test_concurrent_issuers_never_pass_the_quota(client: redis.Redis) -> None:
+    tenant = f"quota-race-{uuid.uuid4().hex}"
+    batches, results = issued_at_once(tenant, limit=500)
+    stored = [r.stored for r in results]
 
     assert sorted(stored) == [False] * 7 + [True] * 5
     ledger = client.hgetall(quota_key(tenant=tenant, token=batches[0][0]))
@@ -256,33 +265,7 @@ def test_a_used_token_gives_its_place_back_to_its_principal(
 def test_concurrent_issuers_never_pass_the_principal_s_share(client: redis.Redis) -> None:
     # given twelve batches of 100 for one principal, under a tenant quota they all fit in
     tenant = f"principal-race-{uuid.uuid4().hex}"
-    batches = [new_tokens(tenant=tenant, principal="p", count=100) for _ in range(12)]
-    barrier = threading.Barrier(len(batches))
-    results: list[Any] = []
-
-    def issue_batch(tokens: list[str]) -> None:
-        own = redis.Redis.from_url(REDIS_URL)
-        try:
-            barrier.wait()
-            results.append(
-                store_tokens(
-                    own,
-                    tenant=tenant,
-                    principal="p",
-                    tokens=tokens,
-                    ttl_seconds=60,
-                    limit=10_000,
-                    principal_limit=500,
-                )
-            )
-        finally:
-            own.close()
-
-    threads = [threading.Thread(target=issue_batch, args=(b,)) for b in batches]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    batches, results = issued_at_once(tenant, limit=10_000, principal_limit=500)
 
     # then exactly five were stored, the others refused by the principal's share
     assert sorted(r.stored for r in results) == [False] * 7 + [True] * 5

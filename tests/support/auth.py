@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rest_framework.test import APIClient
+
 from tenants.api_keys import issue_api_key
 from tenants.diner_sessions import open_session
 from tenants.models import ApiClient, Tenant
@@ -19,3 +21,10 @@ def diner_token(
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def with_auth(header: str) -> APIClient:
+    """An API client that sends ``Authorization: <header>`` on every request."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    return client

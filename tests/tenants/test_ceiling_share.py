@@ -7,7 +7,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from idempotency.core.ratelimit import reset_rate_cache
 from ordering.models import Order, OrderStatus
@@ -16,16 +15,11 @@ from tenants.ceiling_share import ceiling_share_of
 from tenants.diner_sessions import open_session
 from tenants.models import ApiClient
 from tenants.principals import ApiPrincipal, CredentialKind
+from tests.support.auth import with_auth
 
 pytestmark = pytest.mark.django_db
 SESSIONS = "/api/v1/diner-sessions/"
 TOKENS = "/api/v1/idempotency-tokens/"
-
-
-def with_auth(header: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=header)
-    return client
 
 
 @pytest.fixture

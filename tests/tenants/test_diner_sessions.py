@@ -27,15 +27,10 @@ from tenants.models import ApiClient, DinerSession
 from tenants.permissions import CAPABILITIES, Capability
 from tenants.principals import CredentialKind
 from tests.conftest import api_for
+from tests.support.auth import with_auth
 
 pytestmark = pytest.mark.django_db
 SESSIONS = "/api/v1/diner-sessions/"
-
-
-def with_auth(header: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=header)
-    return client
 
 
 @pytest.fixture
