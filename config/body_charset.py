@@ -10,6 +10,11 @@ codec, a body in any other declared charset is refused here, before anything dec
 415 ``UNSUPPORTED_MEDIA_TYPE`` on an API path, a plain-text 415 on the dashboard's and the
 admin's. A ``Content-Type`` without a charset is read as UTF-8, as before. Requests without a
 body are not looked at: no parser runs for them.
+
+A form-urlencoded body is stricter: Django reads one only when its charset is ``utf-8`` by
+that very name (any other, an alias of UTF-8 too, is its ``BadRequest``, which the CSRF check
+then met again, reading the form once more: a 500 on any admin or dashboard form), so only that
+name, or none, is accepted for it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from config.api_errors import problem_http_response
 
 # codec names (as codecs.lookup gives them) of the charsets a body may be declared in
 ACCEPTED_CHARSETS = frozenset({"utf-8", "ascii"})
+FORM = "application/x-www-form-urlencoded"
 
 
 class BodyCharsetMiddleware:
@@ -33,8 +39,14 @@ class BodyCharsetMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         charset = request.content_params.get("charset")
-        if charset is not None and _has_body(request) and not is_accepted_charset(charset):
-            return _refused(request)
+        if charset is not None and _has_body(request):
+            readable = (
+                charset.lower() == "utf-8"
+                if request.content_type == FORM
+                else is_accepted_charset(charset)
+            )
+            if not readable:
+                return _refused(request)
         return self.get_response(request)
 
 
@@ -48,8 +60,7 @@ def is_accepted_charset(charset: str) -> bool:
 
 
 def _has_body(request: HttpRequest) -> bool:
-    """A declared length above zero (a chunked body has one by now: ``RequestSizeLimitMiddleware``
-    runs first and sets it), or a chunked body."""
+    """A declared length above zero, or a chunked body."""
     length = request.META.get("CONTENT_LENGTH") or "0"
     chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
     return chunked or length != "0"

@@ -130,9 +130,10 @@ MIDDLEWARE = [
     "config.api_error_pages.ApiErrorPagesMiddleware",
     # an API answer's Allow names no OPTIONS, which the API answers with 405
     "config.allow_header.AllowWithoutOptionsMiddleware",
-    "config.request_limits.RequestSizeLimitMiddleware",
-    # a body in a charset other than UTF-8 is 415, before any parser decodes it
+    # a body in a charset other than UTF-8 is 415, before anything decodes it (the size
+    # guard below reads an admin form's fields)
     "config.body_charset.BodyCharsetMiddleware",
+    "config.request_limits.RequestSizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.csp.SettingsPolicyCSPMiddleware",

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.test import Client
 from django.urls import resolve
 from rest_framework.fields import empty
 from rest_framework.test import APIClient
@@ -362,6 +363,45 @@ def test_a_dashboard_form_in_an_exotic_charset_is_refused(http: APIClient, db: N
     )
     assert response.status_code == 415, response.content[:300]
     assert response["Content-Type"] == "text/plain; charset=utf-8"
+
+
+@pytest.mark.parametrize(
+    ("path", "charset"),
+    [
+        ("/admin/login/", "latin-1"),
+        ("/admin/login/", "UTF8"),
+        ("/admin/ordering/order/", "punycode"),
+        ("/dashboard/login/", "UTF8"),
+        ("/dashboard/login/", "ascii"),
+    ],
+)
+def test_a_page_form_in_a_charset_django_does_not_read_is_refused(
+    db: None, path: str, charset: str
+) -> None:
+    """Django reads a form-urlencoded body only as UTF-8 under that very name: any other
+    charset, an alias of UTF-8 too, is 415, before anything reads the form (red: the admin's
+    page-input guard read it first, Django refused it, and the CSRF check, reading it again,
+    made a 500 — with a cookie of the caller's own, no login needed)."""
+    client = Client(enforce_csrf_checks=True)
+    client.cookies["csrftoken"] = "abcdefghijklmnopqrstuvwxyzABCDEF"
+    response = client.generic(
+        "POST",
+        path,
+        b"username=a&password=b",
+        content_type=f"application/x-www-form-urlencoded; charset={charset}",
+        HTTP_ORIGIN="http://testserver",
+    )
+    assert response.status_code == 415, response.content[:300]
+
+
+def test_a_page_form_in_utf_8_is_read(db: None) -> None:
+    response = Client().generic(
+        "POST",
+        "/dashboard/login/",
+        b"username=a&password=b",
+        content_type="application/x-www-form-urlencoded; charset=UTF-8",
+    )
+    assert response.status_code == 200  # the sign-in page again, with its error
 
 
 # --- wrong types in every field ---------------------------------------------------------
