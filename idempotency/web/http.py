@@ -92,9 +92,20 @@ def prepare(
         return None
     tenant, principal = identity
     if len(tenant) > MAX_TENANT_LENGTH:
-        return _tenant_too_long(tenant)
+        # its record would fail to insert after the view ran: a 500 on every request
+        return _unusable_identity(
+            IdempotencyErrorCode.TENANT_INVALID,
+            f"a tenant of {len(tenant)} characters (at most {MAX_TENANT_LENGTH})",
+            tenant,
+        )
     if SCOPE_SEPARATOR in principal:
-        return _principal_unusable(principal)
+        # its scopes would read as another principal's: erasing principal "a" would take the
+        # records of "a|b" too, and "a|b"'s retry would run again
+        return _unusable_identity(
+            IdempotencyErrorCode.PRINCIPAL_INVALID,
+            f"a principal holding {SCOPE_SEPARATOR!r}",
+            principal,
+        )
     keys = hash_keys()
     version = keyed_version(keys[0].id)
     try:
@@ -163,41 +174,16 @@ def prepare(
     )
 
 
-def _tenant_too_long(tenant: str) -> HttpResponse:
-    """The refusal of a request whose tenant the records cannot keep, before the view runs.
-
-    Its record would fail to insert after the view ran: a 500, the view's writes rolled back,
-    on every request. The host's resolver is at fault, not the client, so it is also logged
-    as an error (a 400 alone would not page anyone)."""
-    logger.error(
-        'IDEMPOTENCY["SCOPE_RESOLVER"] gave a tenant of %d characters (at most %d): %.80r…',
-        len(tenant),
-        MAX_TENANT_LENGTH,
-        tenant,
-    )
+def _unusable_identity(code: IdempotencyErrorCode, what: str, value: str) -> HttpResponse:
+    """The refusal, before the view runs, of a request whose tenant or principal the engine
+    cannot keep apart (``what`` says why). The host's resolver is at fault, not the client, so
+    it is also logged as an error (a 400 alone would not page anyone)."""
+    logger.error('IDEMPOTENCY["SCOPE_RESOLVER"] gave %s: %.80r…', what, value)
     return responses.problem(
         400,
-        IdempotencyErrorCode.TENANT_INVALID,
-        f"This site's tenant identifier is over {MAX_TENANT_LENGTH} characters: the request "
-        "cannot be made idempotent, and nothing was done.",
-    )
-
-
-def _principal_unusable(principal: str) -> HttpResponse:
-    """The refusal of a principal holding the scope's separator, before the view runs: its
-    scopes (``<principal>|<method>|<route>``) would read as another principal's, so erasing
-    principal ``a`` would take the records of ``a|b`` as well, and ``a|b``'s retry would run
-    again. The host's resolver is at fault: logged as an error too."""
-    logger.error(
-        'IDEMPOTENCY["SCOPE_RESOLVER"] gave a principal holding %r: %.80r…',
-        SCOPE_SEPARATOR,
-        principal,
-    )
-    return responses.problem(
-        400,
-        IdempotencyErrorCode.PRINCIPAL_INVALID,
-        f"This site's caller identifier holds {SCOPE_SEPARATOR!r}: the request cannot be made "
-        "idempotent, and nothing was done.",
+        code,
+        f"This site's identifiers for the caller are not usable ({what}): the request cannot "
+        "be made idempotent, and nothing was done.",
     )
 
 
