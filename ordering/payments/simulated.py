@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 from uuid import uuid4
 
@@ -50,6 +50,10 @@ _STATUS_OF: dict[str, CallbackStatus] = {
 }
 _BOOKED = {status: kind for kind, status in _STATUS_OF.items()}
 _CURRENCY_RE = re.compile(r"[A-Z]{3}")
+# A decimal as JSON writes one, in ASCII: ``Decimal()`` itself also reads "19_00" as 1,900,
+# other scripts' digits, and text with spaces or a newline around it. An exponent of more
+# digits than this would be out of range anyway, and of 20 ``Decimal()`` refuses.
+_AMOUNT_RE = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]{1,4})?")
 
 
 class SimulatedProvider:
@@ -121,12 +125,9 @@ class SimulatedProvider:
         status = data.get("status")
         if status not in ("succeeded", "failed"):
             raise CallbackPayloadInvalid("status must be 'succeeded' or 'failed'")
-        try:
-            amount = Decimal(str(data.get("amount")))
-        except InvalidOperation:
-            raise CallbackPayloadInvalid("amount must be a decimal string") from None
-        # Checked before quantize(), which raises for huge exponents (1e999999).
-        if not amount.is_finite() or amount.adjusted() > 12:
+        amount = _amount(data.get("amount"))
+        # Checked before quantize(), which raises for large exponents (1e9999).
+        if amount.adjusted() > 12:
             raise CallbackPayloadInvalid("amount out of range")
         if amount < 0 or amount != amount.quantize(Decimal("0.01")):
             raise CallbackPayloadInvalid("amount must be a non-negative amount with 2 decimals")
@@ -139,6 +140,15 @@ class SimulatedProvider:
             amount=amount,
             currency=currency,
         )
+
+
+def _amount(value: Any) -> Decimal:
+    """The callback's amount: a decimal string, or a JSON number (read by its text; ``true``
+    and ``null`` are the text "True" and "None", no amount)."""
+    text = str(value)
+    if not _AMOUNT_RE.fullmatch(text):
+        raise CallbackPayloadInvalid("amount must be a decimal string")
+    return Decimal(text)
 
 
 def _text(data: dict[str, Any], field: str, pattern: re.Pattern[str]) -> str:

@@ -274,14 +274,25 @@ def _signed_body(data: dict[str, object]) -> tuple[bytes, dict[str, str]]:
         pytest.param("event_id", "ev1\n", id="event-id-newline"),
         pytest.param("provider_txn_id", "{txn}\n", id="txn-id-newline"),
         pytest.param("currency", "{currency}\n", id="currency-newline"),
+        # Decimal() reads each of these as an amount: 1,900 from "19_00", 19 from Arabic-Indic
+        # digits, and it strips the spaces and the newline
+        pytest.param("amount", "19_00", id="amount-underscore"),
+        pytest.param("amount", "\u0661\u0669.00", id="amount-arabic-indic-digits"),
+        pytest.param("amount", " 19.00", id="amount-leading-space"),
+        pytest.param("amount", "19.00\n", id="amount-newline"),
+        pytest.param("amount", True, id="amount-boolean"),
+        pytest.param("amount", None, id="amount-null"),
     ],
 )
 def test_a_signed_callback_with_a_malformed_field_is_400(deliver, paying, tenant, field, value):
     """Red before: "²" and 5,000 digits passed ``isdigit`` and failed in ``int()`` (500); a
-    pattern ending in ``$`` let a value ending in a newline through."""
+    pattern ending in ``$`` let a value ending in a newline through; an amount was whatever
+    ``Decimal()`` made of the text."""
     order, payment = paying
     data = json.loads(signed(payment)[0])
-    data[field] = value.format(txn=payment.provider_txn_id, currency=payment.currency)
+    if isinstance(value, str):
+        value = value.format(txn=payment.provider_txn_id, currency=payment.currency)
+    data[field] = value
     response = deliver(*_signed_body(data))
     assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
     assert state(order) == (S.PAYING, Payment.Status.PENDING)
