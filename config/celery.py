@@ -44,6 +44,11 @@ app.conf.update(
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
+    # A worker that loses its broker keeps reconnecting for as long as the outage lasts
+    # (every 30 s at most). Celery's default gives up after 100 attempts, about 46 minutes,
+    # and stops the worker: after a long Redis outage the outbox and the sagas would then wait
+    # for someone to start it again.
+    broker_connection_max_retries=None,
     # A publish that cannot reach the broker gives up quickly: the outbox row stays unpublished
     # and the sweeper sends it later, so a request never hangs on a broker outage. This bounds
     # connecting; a broker that accepts and then never answers (a hung or paused Redis) is
