@@ -6,6 +6,11 @@ learn that it exists.
 
 Role rule: every view is wrapped in :func:`member_required` with the :class:`Area` it belongs to;
 ``tenants.permissions.DASHBOARD_ACCESS`` says which role reaches which area (403 below it).
+
+Form rule: a form acts on the restaurant whose page showed it. The restaurant is the session's
+choice, and a user of several switches it for every tab at once; so each dashboard form carries
+the restaurant it was shown for (``{% form_restaurant %}``, :data:`FORM_TENANT_FIELD`), and a
+submit from a page of another restaurant than the current one changes nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from ordering.services.menu import MenuError
@@ -26,6 +32,8 @@ from tenants.selectors import current_membership, memberships_of
 
 View = Callable[..., HttpResponse]
 T = TypeVar("T")
+# The hidden field naming the restaurant a form was shown for (``{% form_restaurant %}``)
+FORM_TENANT_FIELD = "form_restaurant"
 
 
 class TenantRequest(HttpRequest):
@@ -51,6 +59,8 @@ def member_required(area: Area) -> Callable[[View], View]:
             if membership is None:
                 return render(request, "dashboard/no_tenant.html", status=403)
             request.membership = membership
+            if _shown_for_another_restaurant(request, membership):
+                return _not_applied_here(request, membership)
             if not role_reaches(membership.role, area):
                 return forbidden(request, area)
             with timezone.override(membership.tenant.zone):
@@ -60,6 +70,26 @@ def member_required(area: Area) -> Callable[[View], View]:
         return wrapper
 
     return decorate
+
+
+def _shown_for_another_restaurant(request: HttpRequest, membership: Membership) -> bool:
+    """A POST from a form shown while another restaurant was current (the user switched, or
+    lost that restaurant, in another tab since). A POST without the field (not one of the
+    dashboard's forms) is judged by the current restaurant alone, as before."""
+    if request.method != "POST":
+        return False
+    shown_for = request.POST.get(FORM_TENANT_FIELD)
+    return shown_for is not None and shown_for != str(membership.tenant_id)
+
+
+def _not_applied_here(request: HttpRequest, membership: Membership) -> HttpResponse:
+    messages.error(
+        request,
+        "Nothing was done: that form was shown for another restaurant, and the dashboard now "
+        f"works in {membership.tenant.name} (switched in another tab). Open the page again "
+        "here, or switch back, to submit it.",
+    )
+    return redirect("board")
 
 
 def may_reach(request: HttpRequest, area: Area) -> bool:

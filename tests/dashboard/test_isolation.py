@@ -3,13 +3,15 @@ nothing; lists never show another tenant's rows; anonymous users are sent to log
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from idempotency.models import DuplicateAudit
-from ordering.models import Coupon, Dish, Order, OrderTransition
-from tenants.models import ApiClient
+from ordering.models import Coupon, DinerErasure, Dish, Order, OrderTransition
+from tenants.models import ApiClient, Membership
 from tests.dashboard.conftest import World, form_token
 
 pytestmark = pytest.mark.django_db
@@ -166,3 +168,71 @@ def test_users_without_a_membership_get_403(mine, url):
     r = client.post(fill(url, mine)) if url in ALL_POSTS else client.get(fill(url, mine))
     assert r.status_code == 403
     assert snapshot(mine) == before
+
+
+HIDDEN_RE = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
+# A form of each kind that creates or erases something: the page showing it, where it posts,
+# what the person typed, and what it would leave behind in a restaurant
+FORMS_OF_A_PAGE = {
+    "api-key-issue": (
+        "/dashboard/api-keys/",
+        {"name": "Kiosk", "kind": "merchant"},
+        lambda tenant: ApiClient.objects.filter(tenant=tenant, name="Kiosk").exists(),
+    ),
+    "coupon-create": (
+        "/dashboard/coupons/",
+        {"code": "HALF", "kind": "percent", "value": "50"},
+        lambda tenant: Coupon.all_tenants.filter(tenant=tenant, code="HALF").exists(),
+    ),
+    "dish-create": (
+        "/dashboard/menu/",
+        {"name": "Calzone", "price": "9.00", "stock": "5", "active": "on"},
+        lambda tenant: Dish.all_tenants.filter(tenant=tenant, name="Calzone").exists(),
+    ),
+    "member-add": (
+        "/dashboard/members/",
+        {"username": "carol", "role": "owner"},
+        lambda tenant: Membership.objects.filter(tenant=tenant, user__username="carol").exists(),
+    ),
+    "diner-erase": (
+        "/dashboard/privacy/",
+        {"diner_id": "diner-1", "confirm": "on"},
+        lambda tenant: DinerErasure.objects.filter(tenant=tenant).exists(),
+    ),
+}
+
+
+def switch_to(client: Client, tenant_pk: int) -> None:
+    token = form_token(client.get("/dashboard/").content.decode())
+    client.post("/dashboard/switch-tenant/", {"tenant_id": tenant_pk, "idempotency_key": token})
+
+
+@pytest.mark.parametrize("name", list(FORMS_OF_A_PAGE))
+def test_a_form_shown_for_one_restaurant_does_nothing_after_a_switch_in_another_tab(
+    client, mine, theirs, name
+):
+    """A user of two restaurants opens a form of one, switches to the other in a second tab
+    (the current restaurant is the session's, every tab's), then submits the first tab's form:
+    it acts on neither restaurant, and the page says why."""
+    page, typed, left_in = FORMS_OF_A_PAGE[name]
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
+    User.objects.create_user("carol", password="pw-carol-123")
+    client.force_login(mine.user)
+    switch_to(client, theirs.tenant.pk)
+    html = client.get(page).content.decode()
+    form = html[html.index(f'action="{page}"') :]
+    shown = dict(HIDDEN_RE.findall(form[: form.index("</form>")]))
+    assert shown["form_restaurant"] == str(theirs.tenant.pk)
+
+    switch_to(client, mine.tenant.pk)  # the second tab
+    r = client.post(page, {**shown, **typed}, follow=True)
+
+    assert r.redirect_chain == [("/dashboard/", 302)]
+    assert "Nothing was done: that form was shown for another restaurant" in r.content.decode()
+    assert not left_in(mine.tenant) and not left_in(theirs.tenant)
+    # the same form shown for the current restaurant does what it says
+    html = client.get(page).content.decode()
+    form = html[html.index(f'action="{page}"') :]
+    shown = dict(HIDDEN_RE.findall(form[: form.index("</form>")]))
+    client.post(page, {**shown, **typed})
+    assert left_in(mine.tenant)
