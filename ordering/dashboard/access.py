@@ -18,12 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
@@ -52,9 +55,10 @@ def member_required(area: Area) -> Callable[[View], View]:
     """
 
     def decorate(view: View) -> View:
-        @login_required
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return _to_log_in(request)
             membership = current_membership(request)
             if membership is None:
                 return render(request, "dashboard/no_tenant.html", status=403)
@@ -70,6 +74,35 @@ def member_required(area: Area) -> Callable[[View], View]:
         return wrapper
 
     return decorate
+
+
+def _to_log_in(request: HttpRequest) -> HttpResponse:
+    """The sign-in page, then back. A form submitted after its session ended (expired, or
+    signed out in another tab) did nothing: the person is told so, and comes back to the page
+    the form was on, not to the URL it posted to (most take only POST: a blank 405)."""
+    if request.method in ("GET", "HEAD"):
+        return redirect_to_login(request.get_full_path())
+    messages.error(
+        request,
+        "You were signed out, so nothing was done. Sign in, then submit the form again.",
+    )
+    return redirect_to_login(_form_page(request))
+
+
+def _form_page(request: HttpRequest) -> str:
+    """The dashboard page a form was posted from (the ``Referer``, when it is one of this
+    site's dashboard pages), else the board."""
+    referer = urlsplit(request.META.get("HTTP_REFERER", ""))
+    page = urlunsplit(("", "", referer.path, referer.query, ""))
+    host = {request.get_host()}
+    secure = request.is_secure()
+    if (
+        referer.path.startswith("/dashboard/")
+        and url_has_allowed_host_and_scheme(urlunsplit(referer), host, require_https=secure)
+        and url_has_allowed_host_and_scheme(page, host, require_https=secure)
+    ):
+        return page
+    return reverse("board")
 
 
 def _shown_for_another_restaurant(request: HttpRequest, membership: Membership) -> bool:

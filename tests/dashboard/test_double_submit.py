@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -20,6 +21,7 @@ from idempotency.web.forms import ALREADY_APPLIED
 from ordering.models import Coupon, Dish, OrderStatus, OrderTransition
 from tenants.models import ApiClient, Membership
 from tests.dashboard.conftest import World, build_world, form_token, make_merchant
+from tests.dashboard.factories import PASSWORD
 
 S = OrderStatus
 
@@ -257,3 +259,27 @@ def test_other_member_of_the_same_tenant_cannot_replay_my_token(merchant, mine):
     colleague.force_login(make_merchant(mine.tenant, "dave", role="manager"))
     r = colleague.post(case.action(mine), {**case.data(mine), "idempotency_key": token})
     assert r.status_code == 400 and "A dish with this name exists." in r.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_form_submitted_after_its_session_ended_does_nothing_and_says_so(client, mine, name):
+    """The session expired (or the person signed out in another tab) while the form was open:
+    the submit changes nothing, the sign-in page says so, and signing in leads back to the
+    form's page (the URL it posted to takes only POST: it was a blank 405)."""
+    case = CASES[name]
+    client.force_login(mine.user)
+    page = case.page(mine)
+    body = {**case.data(mine), "idempotency_key": token_for(client, case, mine)}
+    client.logout()
+    before = case.effect(mine)
+
+    r = client.post(case.action(mine), body, HTTP_REFERER=f"http://testserver{page}")
+
+    assert r.status_code == 302 and r["Location"] == f"/dashboard/login/?next={quote(page)}"
+    assert case.effect(mine) == before
+    assert "You were signed out, so nothing was done" in client.get(r["Location"]).content.decode()
+    back = client.post(
+        r["Location"], {"username": mine.user.username, "password": PASSWORD}, follow=True
+    )
+    assert back.redirect_chain == [(page, 302)] and back.status_code == 200
