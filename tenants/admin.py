@@ -170,9 +170,8 @@ class ApiClientAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
         clients = list(queryset.filter(revoked_at__isnull=True))
-        for client in clients:
-            revoke_api_key(client=client)
-        self.message_user(request, f"{len(clients)} key(s) revoked.", messages.SUCCESS)
+        revoked = sum(revoke_api_key(client=client) for client in clients)
+        self.message_user(request, f"{revoked} key(s) revoked.", messages.SUCCESS)
 
 
 @admin.register(DinerSession)

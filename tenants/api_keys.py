@@ -67,12 +67,13 @@ def authenticate_api_key(raw_key: str) -> ApiClient | None:
     return client
 
 
-def revoke_api_key(*, client: ApiClient) -> None:
+def revoke_api_key(*, client: ApiClient) -> bool:
     """Revoke a key; requests with it fail from now on, and so do the diner sessions it
     opened (every process within 1 s, :mod:`tenants.credential_cache`). Revoking twice
-    changes nothing."""
-    ApiClient.objects.filter(pk=client.pk, revoked_at__isnull=True).update(
+    changes nothing: False when the key was revoked already (another tab, a colleague)."""
+    revoked = ApiClient.objects.filter(pk=client.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
     client.refresh_from_db(fields=["revoked_at"])
     credential_cache.announce(credential_cache.EVERYTHING)  # the key and its sessions
+    return revoked == 1

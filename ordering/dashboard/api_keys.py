@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
@@ -55,6 +56,13 @@ def api_keys(request: HttpRequest) -> HttpResponse:
 @idempotent_form(fields=(), form_page="dash-api-keys")
 def api_key_revoke(request: HttpRequest, client_id: int) -> HttpResponse:
     client = found(clients_of(tenant_of(request)).filter(pk=client_id).first())
-    revoke_api_key(client=client)
-    messages.success(request, f"Revoked key {client.prefix} ({client.name}).")
+    if revoke_api_key(client=client):
+        messages.success(request, f"Revoked key {client.prefix} ({client.name}).")
+    else:
+        revoked_at = timezone.localtime(client.revoked_at).strftime("%Y-%m-%d %H:%M %Z")
+        messages.info(
+            request,
+            f"Key {client.prefix} ({client.name}) was revoked already, at {revoked_at}; "
+            "nothing changed.",
+        )
     return redirect("dash-api-keys")

@@ -393,6 +393,29 @@ def test_api_key_revoke(merchant, mine):
     assert ApiClient.objects.get(pk=mine.api_client.pk).revoked_at is not None
 
 
+def test_revoking_a_key_revoked_in_another_tab_says_it_was_revoked_already(merchant, mine):
+    """Two tabs show the key's "Revoke" button; the second click changes nothing and must not
+    report a revocation of its own."""
+
+    def revoke_button() -> str:
+        page = merchant.get("/dashboard/api-keys/").content.decode()
+        return form_token(page[page.index(f'data-client-id="{mine.api_client.pk}"') :])
+
+    url = f"/dashboard/api-keys/{mine.api_client.pk}/revoke/"
+    first_tab, second_tab = revoke_button(), revoke_button()
+
+    first = merchant.post(url, {"idempotency_key": first_tab}, follow=True)
+    revoked_at = ApiClient.objects.get(pk=mine.api_client.pk).revoked_at
+    second = merchant.post(url, {"idempotency_key": second_tab}, follow=True)
+
+    prefix = mine.api_client.prefix
+    assert f"Revoked key {prefix}" in first.content.decode()
+    said = second.content.decode()
+    assert f"Revoked key {prefix}" not in said
+    assert f"Key {prefix} ({mine.api_client.name}) was revoked already" in said
+    assert ApiClient.objects.get(pk=mine.api_client.pk).revoked_at == revoked_at
+
+
 def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, theirs):
     from tenants.models import Membership
 
