@@ -30,8 +30,9 @@ from tenants.permissions import Area
 HOURS = 24
 LATEST = 10
 PROBLEM_OUTCOMES = ("REUSED", "CONFLICT", "IN_PROGRESS")
-# Audits name the resource by the URL the first answer pointed at (API or dashboard).
-ORDER_REF = re.compile(r"^/(?:api/v1|dashboard)/orders/(?P<order_id>\d+)/$")
+# Audits name the resource by the URL the first answer pointed at (API or dashboard); a
+# payment callback's audit names its order by the bare id.
+ORDER_REF = re.compile(r"^(?:/(?:api/v1|dashboard)/orders/(?P<order_id>\d+)/|(?P<bare_id>\d+))$")
 # What a request did, by its method and route (audits record "POST api/v1/orders/").
 REQUEST_NAMES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(p), name)
@@ -55,6 +56,19 @@ OUTCOME_WORDS = {
     "CONFLICT": "Not done again: already done elsewhere",
     "IN_PROGRESS": "Asked to wait: the first was still running",
 }
+
+
+# A payment callback's CONFLICT is no duplicate made elsewhere: the provider reported a payment
+# that does not fit the order (another amount, a cancelled or already paid order, a failure
+# after a success), and it was not applied (``ordering/payments/callbacks.py``).
+CALLBACK = re.compile(r"^POST /?api/v1/payments/callback/$")
+CALLBACK_CONFLICT = "Not applied: the payment provider reported what does not fit the order"
+
+
+def outcome_words(audit: DuplicateAudit) -> str:
+    if audit.outcome == "CONFLICT" and CALLBACK.match(audit.endpoint):
+        return CALLBACK_CONFLICT
+    return OUTCOME_WORDS.get(audit.outcome, audit.get_outcome_display())
 
 
 def request_name(endpoint: str) -> str:
@@ -81,7 +95,7 @@ def rows(tenant: Tenant, audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
     order_ids = {}
     for audit in audits:
         match = ORDER_REF.match(audit.resource_ref)
-        order_ids[audit.pk] = int(match["order_id"]) if match else None
+        order_ids[audit.pk] = int(match["order_id"] or match["bare_id"]) if match else None
     orders = (
         Order.objects.for_tenant(tenant)
         .only("id", "number")
@@ -94,7 +108,7 @@ def rows(tenant: Tenant, audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
             AuditRow(
                 audit=audit,
                 request=request_name(audit.endpoint),
-                outcome=OUTCOME_WORDS.get(audit.outcome, audit.get_outcome_display()),
+                outcome=outcome_words(audit),
                 order_label=order.number_label if order else None,
                 order_url=reverse("dash-order", kwargs={"order_id": order.pk}) if order else None,
             )

@@ -498,6 +498,34 @@ def test_idempotency_page_shows_repeats_refusals_and_their_orders_in_plain_words
         assert word not in html.split("<main")[1], word
 
 
+def test_a_payment_the_provider_reported_wrong_is_not_called_a_duplicate_and_links_its_order(
+    merchant, mine
+):
+    """A callback's CONFLICT (another amount, an order cancelled or paid already) was not
+    applied and is under review: not "already done elsewhere". Its audit names the order by
+    its bare id, as ``ordering/payments/callbacks.py`` writes it."""
+    audit(
+        mine.tenant,
+        "CONFLICT",
+        timezone.now(),
+        key="provider-event",
+        source="database",
+        endpoint="POST /api/v1/payments/callback/",
+        resource_ref=str(mine.order.pk),
+    )
+
+    html = merchant.get("/dashboard/idempotency/").content.decode()
+    problems = html.split('id="problems"')[1].split("</table>")[0]
+
+    assert "Payment confirmation (payment provider)" in problems
+    assert "Not applied: the payment provider reported what does not fit the order" in problems
+    assert "already done elsewhere" not in problems
+    assert (
+        f'<a href="/dashboard/orders/{mine.order.pk}/">Order {mine.order.number_label}</a>'
+        in problems
+    )
+
+
 def test_idempotency_page_hours_are_in_the_tenants_zone(merchant, mine):
     mine.tenant.time_zone = "Asia/Kolkata"  # UTC+05:30: hours land on :30
     mine.tenant.save()
