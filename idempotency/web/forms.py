@@ -1,11 +1,12 @@
 """Plain-Django integration: ``@idempotent_form`` makes a form-handling view apply once.
 
 Each rendered form carries a one-time token in a hidden field (``{% idempotency_field %}``
-renders it). A double click, a re-submit after "back", or the same form in two tabs reach the
-view with the same token: the first submit runs, the others get the first answer (usually a
-redirect) and a notice that the action was already applied. A form without a token still gets
-the automatic key (same user, same fields, within the window), so even a hand-built POST cannot
-apply twice by a double click.
+renders it). A double click, a re-submit of a page the browser kept, or the same page's form in
+two tabs reach the view with the same token: the first submit runs, the others get the first
+answer (usually a redirect) and a notice that the action was already applied. A page rendered
+anew (a reload, or "back" to a page sent with ``no-store``) holds a new token: a new action.
+A form without a token still gets the automatic key (same user, same fields, within the
+window), so even a hand-built POST cannot apply twice by a double click.
 
 What the engine refuses (a token reused with other values, a malformed or foreign token, a
 first submit still running) is not shown to a person as the API's JSON problem: they are sent

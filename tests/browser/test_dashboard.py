@@ -222,3 +222,33 @@ def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_ser
     problem = page.locator("#problems tbody tr").first.inner_text()
     assert "Refused: same request key, different contents" in problem and "items" in problem
     screenshot(page, "idempotency-live.png")
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "button"),
+    [
+        ("/dashboard/api-keys/", {"#id_name": "till"}, "Create key"),
+        ("/dashboard/menu/", {"#id_name": "Focaccia", "#id_price": "4.00"}, "Add dish"),
+        ("/dashboard/coupons/", {"#id_code": "WELCOME5", "#id_value": "5.00"}, "Create coupon"),
+    ],
+)
+def test_back_after_a_create_brings_an_empty_form_not_the_one_just_sent(
+    page, live_server, path, fields, button
+):
+    """The dashboard's pages are ``no-store``, so "back" fetches the form's page anew, with a
+    new one-time token: submitted again, it would be a new action. Chromium used to restore
+    the typed values into it, so one more click made a second key named alike; a create form
+    comes back empty instead (red without ``autocomplete="off"``)."""
+    open_shop()
+    log_in(page, live_server.url, "roma-owner", path)
+    for selector, value in fields.items():
+        page.fill(selector, value)
+    sent_token = page.locator("form.stacked input[name=idempotency_key]").input_value()
+    with page.expect_navigation():
+        page.get_by_role("button", name=button).click()
+    assert page.locator(".errorlist").count() == 0  # it was applied
+    page.go_back()
+    page.wait_for_load_state("load")
+    assert page.locator("form.stacked input[name=idempotency_key]").input_value() != sent_token
+    for selector in fields:
+        assert page.locator(selector).input_value() == ""
