@@ -500,6 +500,25 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert parse_retry_after("soon") is None
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("Thu, 01 Jan 2026 12:00:05 GMT", id="imf-fixdate"),
+        pytest.param("Thursday, 01-Jan-26 12:00:05 GMT", id="rfc850"),
+        pytest.param("Thu Jan  1 12:00:05 2026", id="asctime"),
+        pytest.param("Thu, 01 Jan 2026 12:00:05 -0000", id="zone-unknown"),
+    ],
+)
+def test_retry_after_reads_every_http_date_format_as_gmt(value: str) -> None:
+    """RFC 9110 has a recipient read all three HTTP date formats, every one in GMT. An asctime
+    date names no zone: read as a local time, it could not be compared with the clock, and the
+    call raised ``TypeError`` out of its retry loop instead of waiting."""
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after(value, now=now) == 5.0
+
+
 # --- one diner per key, kept keys, and answers that name an order ---------------------------
 
 

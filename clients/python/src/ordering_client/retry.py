@@ -70,4 +70,8 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        # asctime dates carry no zone (and "-0000" says none is known): RFC 9110 has every
+        # HTTP date in GMT, and a recipient must read all three of its formats
+        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
