@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from django.conf import settings
 from django.utils import timezone
 from ordering_client import (
@@ -32,13 +33,20 @@ from ordering_client import (
 )
 from ordering_client.retry import parse_retry_after
 
+from idempotency.core.tokens import token_key
 from idempotency.models import IdempotencyRecord
 from idempotency.purge import purge_record
 from ordering.models import Order, Payment, WorkerLease
 from ordering.worker_ids import WORKER_IDS
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
-from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
+from tests.clients.conftest import (
+    LEASE_SECONDS,
+    REDIS_URL,
+    RowLock,
+    Shop,
+    exhaust_write_rate,
+)
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, free_port
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
@@ -441,6 +449,39 @@ def test_pre_issued_tokens_come_in_batches_one_per_operation_and_replay_after_a_
     keys = [r.idempotency_key for r in results]
     assert all(k.startswith("tok_") for k in keys) and len(set(keys)) == 3
     assert results[0].replayed and results[0].body == proxy.dropped[0].body
+    assert shop.orders_of(client.session().diner_id) == 3
+
+
+def forget_the_tokens_of(shop: Shop) -> int:
+    """What a Redis that came back without its data does to a tenant's unused tokens: they are
+    gone (only this tenant's token keys are deleted; its claims and the record stay)."""
+    node = redis.Redis.from_url(REDIS_URL)
+    keys = list(node.scan_iter(match=token_key(tenant=str(shop.tenant.pk), token="tok_*.x")))
+    if keys:
+        node.delete(*keys)
+    node.close()
+    return len(keys)
+
+
+def test_a_batch_redis_lost_costs_no_order_the_client_takes_new_keys(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    """After the server's Redis lost the tenant's unused tokens (restarted empty, a failover),
+    the next token the client spends is refused 422 IDEMPOTENCY_TOKEN_UNKNOWN before anything
+    ran. The client drops the batch and sends the order once more with a new key (red without
+    it: that order, and every later one until the batch is spent, fails with the 422)."""
+    client = make_client(client_server.url, keys=TokenKeys(batch_size=5))
+    first = client.place_order(shop.order_body(1))
+    assert forget_the_tokens_of(shop) >= 4
+
+    later = [client.place_order(shop.order_body(n)) for n in (2, 3)]
+
+    refused = [e for e in wire.posts(ORDERS) if e.status == 422]
+    assert len(refused) == 1
+    assert len(wire.posts("/api/v1/idempotency-tokens/")) == 2
+    assert [r.status for r in later] == [201, 201]
+    keys = [first.idempotency_key, *(r.idempotency_key for r in later)]
+    assert all(k.startswith("tok_") for k in keys) and len(set(keys)) == 3
     assert shop.orders_of(client.session().diner_id) == 3
 
 

@@ -64,6 +64,8 @@ KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 _RUNNING: dict[tuple[Hashable, str], Future[ApiResult]] = {}
 _RUNNING_LOCK = threading.Lock()
 ALREADY_PLACED = "ORDER_ALREADY_PLACED"
+TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN"
+TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID"
 OPERATION_TTL = 72 * 3600.0  # the server's replay retention, by default
 
 
@@ -269,7 +271,19 @@ class OrderingClient:
         self._prune_finished()
         stored = self._operation_key(entry)
         try:
-            result = self._send_as_its_diner(path, content, stored)
+            try:
+                result = self._send_as_its_diner(path, content, stored)
+            except ApiError as error:
+                if not _token_refused_unsent(error, stored):
+                    raise
+                # A pre-issued token the server no longer knows (its Redis came back without
+                # its data) or cannot verify, refused before anything ran: the rest of the
+                # batch is as stale, so it goes, and the operation takes a new key once.
+                discard = getattr(self.keys, "discard_batch", None)
+                if discard is not None:
+                    discard()
+                stored = self._new_operation_key(entry, stored.diner_id)
+                result = self._send_as_its_diner(path, content, stored)
         except OrderAlreadyPlacedError:
             self._finish(entry, keep=keep)
             raise
@@ -379,6 +393,10 @@ class OrderingClient:
                     diner_id=diner_id,
                 )
             return _StoredKey(key=str(stored["key"]), diner_id=earlier, resumed=True)
+        return self._new_operation_key(entry, diner_id)
+
+    def _new_operation_key(self, entry: str, diner_id: str) -> _StoredKey:
+        """A new key for the operation, stored before it is ever sent."""
         key = self.keys.next_key(self._issue_tokens, diner_id)
         record = {"key": key, "created_at": time.time(), "diner_id": diner_id}
         self.storage.set(entry, json.dumps(record))
@@ -578,6 +596,18 @@ class _StoredKey:
     @property
     def may_have_reached_the_server(self) -> bool:
         return self.resumed or self.attempts > 1
+
+
+def _token_refused_unsent(error: ApiError, stored: _StoredKey) -> bool:
+    """Whether the server refused a pre-issued token as unknown (expired, or lost by a Redis
+    that came back empty) or invalid, to the first attempt of a key never sent before: the
+    refusal came before any claim, and no earlier attempt can have run the operation, so a
+    new key cannot make it run twice. Any other attempt's refusal is final as it is."""
+    return (
+        error.code in (TOKEN_UNKNOWN, TOKEN_INVALID)
+        and stored.key.startswith("tok_")
+        and not stored.may_have_reached_the_server
+    )
 
 
 def _from_the_api(response: httpx.Response, key: str | None) -> bool:

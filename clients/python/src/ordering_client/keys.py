@@ -49,7 +49,10 @@ class TokenKeys:
     diner changes, and a token is not handed out within ``expiry_margin`` seconds of its
     expiry. When tokens cannot be had (the server answers 503 while its Redis is down, or any
     other failure), the operation gets a UUID v4 instead: a token is a convenience, never a
-    reason for an order to fail.
+    reason for an order to fail. A token the server refuses as unknown or invalid before
+    anything ran (a Redis that came back without its data no longer knows the batch) makes
+    the client drop the batch (:meth:`discard_batch`) and send the operation once more with
+    a new key.
     """
 
     def __init__(self, batch_size: int = 20, *, expiry_margin: float = 3600.0) -> None:
@@ -76,3 +79,10 @@ class TokenKeys:
                 self._expires_at = batch.expires_at
                 self._diner_id = batch.diner_id
             return self._tokens.popleft()
+
+    def discard_batch(self) -> None:
+        """Forget the tokens held: the server refused one as unknown (its Redis lost them)
+        or invalid, so the next operation asks for a new batch."""
+        with self._lock:
+            self._tokens.clear()
+            self._expires_at = 0.0
