@@ -23,6 +23,7 @@ from django.conf import settings
 
 from idempotency.core.conf import engine_setting
 from idempotency.core.ratelimit import limit_per_window, rate_key
+from idempotency.core.tokens import token_key
 from ordering.models import Dish, Order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
@@ -132,3 +133,14 @@ def exhaust_write_rate(shop: Shop, diner_id: str, *, for_ms: int) -> None:
     client = redis.Redis.from_url(REDIS_URL)
     client.set(key, limit, px=for_ms)
     client.close()
+
+
+def forget_the_tokens_of(shop: Shop) -> int:
+    """What a Redis that came back without its data does to a tenant's unused tokens: they are
+    gone (only this tenant's token keys are deleted; its claims and the record stay)."""
+    node = redis.Redis.from_url(REDIS_URL)
+    keys = list(node.scan_iter(match=token_key(tenant=str(shop.tenant.pk), token="tok_*.x")))
+    if keys:
+        node.delete(*keys)
+    node.close()
+    return len(keys)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from django.conf import settings
 from django.utils import timezone
 from ordering_client import (
@@ -33,7 +32,6 @@ from ordering_client import (
 )
 from ordering_client.retry import parse_retry_after
 
-from idempotency.core.tokens import token_key
 from idempotency.models import IdempotencyRecord
 from idempotency.purge import purge_record
 from ordering.models import Order, Payment, WorkerLease
@@ -42,10 +40,10 @@ from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.clients.conftest import (
     LEASE_SECONDS,
-    REDIS_URL,
     RowLock,
     Shop,
     exhaust_write_rate,
+    forget_the_tokens_of,
 )
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, free_port
@@ -450,17 +448,6 @@ def test_pre_issued_tokens_come_in_batches_one_per_operation_and_replay_after_a_
     assert all(k.startswith("tok_") for k in keys) and len(set(keys)) == 3
     assert results[0].replayed and results[0].body == proxy.dropped[0].body
     assert shop.orders_of(client.session().diner_id) == 3
-
-
-def forget_the_tokens_of(shop: Shop) -> int:
-    """What a Redis that came back without its data does to a tenant's unused tokens: they are
-    gone (only this tenant's token keys are deleted; its claims and the record stay)."""
-    node = redis.Redis.from_url(REDIS_URL)
-    keys = list(node.scan_iter(match=token_key(tenant=str(shop.tenant.pk), token="tok_*.x")))
-    if keys:
-        node.delete(*keys)
-    node.close()
-    return len(keys)
 
 
 def test_a_batch_redis_lost_costs_no_order_the_client_takes_new_keys(

@@ -28,12 +28,18 @@ from django.db import connections
 from ordering.models import Payment
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
-from tests.clients.conftest import LEASE_SECONDS, RowLock, Shop, exhaust_write_rate
+from tests.clients.conftest import (
+    LEASE_SECONDS,
+    RowLock,
+    Shop,
+    exhaust_write_rate,
+    forget_the_tokens_of,
+)
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
-NODE_TESTS = 39  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
+NODE_TESTS = 40  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +74,7 @@ def _control_actions(
             shop, p["diner_id"], for_ms=int(p["for_ms"])
         ),
         "orders-of": lambda p: {"count": shop.orders_of(p["diner_id"])},
+        "forget-tokens": lambda p: {"count": forget_the_tokens_of(shop)},
         "payments-of": lambda p: {
             "count": Payment.objects.for_tenant(shop.tenant)
             .filter(order_id=int(p["order_id"]))

@@ -62,6 +62,8 @@ export type PlaceOrderInput = Schemas["PlaceOrderIn"];
 
 const KEY_REUSED = "IDEMPOTENCY_KEY_REUSED";
 const ALREADY_PLACED = "ORDER_ALREADY_PLACED";
+const TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN";
+const TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID";
 /** How long the server replays a key's first answer by default (the restaurant's retention). */
 const SERVER_REPLAY_MS = 72 * 3_600_000;
 
@@ -247,9 +249,20 @@ export class OrderingClient {
     own?: string,
   ): Promise<ApiResult<T>> {
     await this.pruneFinished();
-    const key = await this.operationKey(entry, own);
+    let key = await this.operationKey(entry, own);
     try {
-      const result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+      let result: ApiResult<T>;
+      try {
+        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+      } catch (error) {
+        if (own !== undefined || !tokenRefusedUnsent(error, key)) throw error;
+        // A pre-issued token the server no longer knows (its Redis came back without its data)
+        // or cannot verify, refused before anything ran: the rest of the batch is as stale, so
+        // it goes, and the operation takes a new key once.
+        this.keys.discardBatch?.();
+        key = await this.newOperationKey(entry, key.dinerId);
+        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+      }
       await this.finished(entry, key, keep);
       return result;
     } catch (error) {
@@ -362,6 +375,12 @@ export class OrderingClient {
         return { key: stored.key, dinerId, createdAt: stored.createdAt, mayHaveReached: true };
       }
     }
+    return this.newOperationKey(entry, dinerId, own);
+  }
+
+  /** A new key for the operation (`own`, the caller's, if given), stored before it is ever
+   * sent. */
+  private async newOperationKey(entry: string, dinerId: string, own?: string): Promise<KeyInFlight> {
     const key = own ?? (await this.keys.nextKey(this.issueTokens, dinerId));
     const record: StoredOperation = { key, createdAt: Date.now(), dinerId };
     await this.storage.setItem(entry, JSON.stringify(record));
@@ -532,6 +551,19 @@ export class OrderingClient {
       clearTimeout(timer);
     }
   }
+}
+
+/** Whether the server refused a pre-issued token as unknown (expired, or lost by a Redis that
+ * came back empty) or invalid, to the first attempt of a key never sent before: the refusal came
+ * before any claim, and no earlier attempt can have run the operation, so a new key cannot make
+ * it run twice. Any other attempt's refusal is final as it is. */
+function tokenRefusedUnsent(error: unknown, key: KeyInFlight): boolean {
+  return (
+    error instanceof ApiError &&
+    (error.code === TOKEN_UNKNOWN || error.code === TOKEN_INVALID) &&
+    key.key.startsWith("tok_") &&
+    !key.mayHaveReached
+  );
 }
 
 function bearerHeader(token: string): Record<string, string> {

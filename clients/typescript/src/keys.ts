@@ -17,6 +17,9 @@ export type TokenIssuer = (count: number) => Promise<IssuedTokens>;
 
 export interface KeySource {
   nextKey(issue: TokenIssuer, dinerId: string): Promise<string>;
+  /** Forget the keys held: the server refused one as unknown or invalid before anything ran
+   * (its Redis lost the batch). Optional: sources that hold none need not have it. */
+  discardBatch?(): void;
 }
 
 /** A random UUID v4: `crypto.randomUUID` where it exists (browsers, Node), else from
@@ -44,7 +47,9 @@ export function uuidKeys(): KeySource {
  * session's diner changes (tokens are bound to a diner), and no token is handed out within
  * `expiryMarginMs` of its expiry. When tokens cannot be had (503 while the server's Redis is
  * down, or any other failure) the operation gets a UUID v4: a token is a convenience, never a
- * reason for an order to fail.
+ * reason for an order to fail. A token the server refuses as unknown or invalid before anything
+ * ran (a Redis that came back without its data no longer knows the batch) makes the client drop
+ * the batch (`discardBatch`) and send the operation once more with a new key.
  */
 export function tokenKeys(options: { batchSize?: number; expiryMarginMs?: number } = {}): KeySource {
   const batchSize = options.batchSize ?? 20;
@@ -68,6 +73,9 @@ export function tokenKeys(options: { batchSize?: number; expiryMarginMs?: number
         }
       }
       return usable(dinerId) ? batch.tokens.shift()! : randomUuid();
+    },
+    discardBatch() {
+      batch = { tokens: [], expiresAt: 0, dinerId: "" };
     },
   };
 }

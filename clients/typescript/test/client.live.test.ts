@@ -329,6 +329,24 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(await ordersOf((await client.session()).dinerId), 3);
   });
 
+  test("a batch the server's Redis lost costs no order: the client takes new keys", async () => {
+    // Red without the client's re-key: the 422 IDEMPOTENCY_TOKEN_UNKNOWN fails that order, and
+    // every later one until the batch is spent.
+    const { client, wire } = clientOf(live!.api, { keys: tokenKeys({ batchSize: 5 }) });
+    const first = await client.placeOrder(orderBody(1));
+    const { count } = await control<{ count: number }>("forget-tokens");
+    assert.ok(count >= 4, `forgot ${count} tokens`);
+
+    const later = [await client.placeOrder(orderBody(2)), await client.placeOrder(orderBody(3))];
+
+    assert.equal(wire.posts(ORDERS).filter((e) => e.status === 422).length, 1);
+    assert.equal(wire.posts("/api/v1/idempotency-tokens/").length, 2);
+    assert.deepEqual(later.map((r) => r.status), [201, 201]);
+    const keys = [first, ...later].map((r) => r.idempotencyKey!);
+    assert.ok(keys.every((k) => k.startsWith("tok_")) && new Set(keys).size === 3, keys.join());
+    assert.equal(await ordersOf((await client.session()).dinerId), 3);
+  });
+
   test("without tokens on the server the client falls back to UUID v4 keys", async () => {
     const { client, wire } = clientOf(live!.databaseOnly, { keys: tokenKeys() });
 
