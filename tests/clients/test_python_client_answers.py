@@ -1,8 +1,8 @@
 """What the Python client takes for an answer. ``timeout`` bounds a whole attempt: an answer
-trickled a byte at a time (each read well within httpx's own read timeout) is given up at the
-deadline and retried like any lost answer, instead of holding the call for as long as the
-server likes. And a success page that is not the API's (a captive portal) says nothing about
-the operation: it is retried with the same key."""
+trickled a byte at a time (each read well within httpx's own read timeout), its head or its
+body, is given up at the deadline and retried like any lost answer, instead of holding the
+call for as long as the server likes. And a success page that is not the API's (a captive
+portal) says nothing about the operation: it is retried with the same key."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class TricklingServer:
     """Answers every request 200 with a JSON body sent one byte at a time; counts the bytes
     of the body each connection took before the client hung up."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, head_too: bool = False) -> None:
+        self.head_too = head_too  # the status line and headers trickled too
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self.sent: list[int] = []
@@ -54,8 +55,13 @@ class TricklingServer:
             body = b'"' + b"x" * (BODY_BYTES - 2) + b'"'
             head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             head += f"Content-Length: {len(body)}\r\n\r\n"
+            if self.head_too:  # a header of padding: the head alone takes 10 s
+                head = head[:-2] + "X-Padding: " + "p" * 180 + "\r\n\r\n"
             try:
-                conn.sendall(head.encode())
+                if self.head_too:
+                    body = head.encode() + body
+                else:
+                    conn.sendall(head.encode())
                 for byte in body:
                     if self._stop.wait(0.05):
                         break
@@ -93,6 +99,25 @@ def test_an_answer_slower_than_the_timeout_is_given_up_at_the_deadline(
     # alone: each byte arrives within it, and the whole body is read)
     assert trickling.answered.wait(timeout=60)
     assert trickling.sent and max(trickling.sent) < BODY_BYTES
+
+
+def test_a_head_slower_than_the_timeout_is_given_up_at_the_deadline() -> None:
+    """The status line and headers trickled a byte at a time: each read is well within
+    httpx's read timeout, and the deadline was checked only while reading the body, so the
+    attempt lasted as long as the server went on (red: about 10 s here, for a 1 s timeout)."""
+    trickling = TricklingServer(head_too=True)
+    client = OrderingClient(
+        trickling.url, "pk_test.secret", timeout=1.0, retry=RetryPolicy(max_attempts=1)
+    )
+    started = time.monotonic()
+    with pytest.raises(RetriesExhaustedError) as raised:
+        client.menu()
+    took = time.monotonic() - started
+    client.close()
+    trickling.close()
+    assert isinstance(raised.value.last_error, NetworkError)
+    assert "ReadTimeout" in str(raised.value.last_error)
+    assert took < 1.5
 
 
 def test_a_success_page_not_from_the_api_is_an_unknown_outcome_retried_with_the_key() -> None:

@@ -34,7 +34,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -537,28 +537,49 @@ class OrderingClient:
     def _attempt(self, request: httpx.Request) -> httpx.Response:
         """One attempt, its answer read in full within ``timeout`` of sending it. httpx's own
         timeout bounds each phase and each read, so an answer trickled a few bytes at a time
-        could hold an attempt (and the operation) for ever; past the deadline it is a
-        ``ReadTimeout``, retried like any lost answer."""
+        (its status line and headers as much as its body) could hold an attempt (and the
+        operation) for ever. So the attempt runs in a thread of its own, which this one waits
+        for until the deadline; past it the attempt is a ``ReadTimeout``, retried like any lost
+        answer, and the abandoned thread hangs up at its next read."""
         deadline = time.monotonic() + self.timeout
-        streamed = self._http.send(request, stream=True)
+        outcome: Future[httpx.Response] = Future()
+        threading.Thread(
+            target=self._receive, args=(request, deadline, outcome), daemon=True
+        ).start()
+        wait([outcome], timeout=max(0.0, deadline - time.monotonic()))
+        if not outcome.done():
+            raise httpx.ReadTimeout(f"no whole answer within {self.timeout} s", request=request)
+        return outcome.result()
+
+    def _receive(
+        self, request: httpx.Request, deadline: float, outcome: Future[httpx.Response]
+    ) -> None:
+        """Send ``request`` and read its whole answer into ``outcome`` (or the error)."""
         try:
-            body = bytearray()
-            for chunk in streamed.iter_bytes():
-                body += chunk
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout(
-                        f"no whole answer within {self.timeout} s", request=request
-                    )
-        finally:
-            streamed.close()
+            streamed = self._http.send(request, stream=True)
+            try:
+                body = bytearray()
+                for chunk in streamed.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout(
+                            f"no whole answer within {self.timeout} s", request=request
+                        )
+            finally:
+                streamed.close()
+        except BaseException as error:  # handed to the waiting thread, which raises it
+            outcome.set_exception(error)
+            return
         # the body as read (decoded): its encoding headers no longer describe it
         headers = [
             (name, value)
             for name, value in streamed.headers.multi_items()
             if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
         ]
-        return httpx.Response(
-            streamed.status_code, headers=headers, content=bytes(body), request=request
+        outcome.set_result(
+            httpx.Response(
+                streamed.status_code, headers=headers, content=bytes(body), request=request
+            )
         )
 
     # --- lifetime ----------------------------------------------------------------------
