@@ -232,6 +232,25 @@ def test_a_key_reused_for_another_payload_is_a_programming_error_never_retried(
     assert shop.orders_of(client.session().diner_id) == 1
 
 
+def test_another_payload_under_a_kept_operation_id_does_not_free_it_for_a_second_order(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    """cart-7 placed; the cart edited and sent again under cart-7 is refused 422. The key
+    still stands for the first order: sent again, that order replays (red when the 422 made
+    the client forget the key: the first order, sent again, got a new key and was placed
+    twice)."""
+    client = make_client(client_server.url)
+    first = client.place_order(shop.order_body(1), operation_id="cart-7")
+
+    with pytest.raises(IdempotencyKeyReusedError):
+        client.place_order(shop.order_body(3), operation_id="cart-7")
+    again = client.place_order(shop.order_body(1), operation_id="cart-7")
+
+    assert again.replayed and again.idempotency_key == first.idempotency_key
+    assert [e.status for e in wire.posts(ORDERS)] == [201, 422, 201]
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
 def test_a_400_is_final_not_retried_and_its_key_forgotten(
     client_server: LiveServer, shop: Shop, make_client, wire
 ) -> None:

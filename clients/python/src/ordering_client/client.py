@@ -235,7 +235,9 @@ class OrderingClient:
         ``operation_id`` the key is kept after the success answer, until ``operation_ttl``,
         so calling again replays it; by default it is forgotten then. Raises
         :class:`ApiError` for a final error answer (the operation is over: its key is
-        forgotten), :class:`IdempotencyKeyReusedError` for a key reused with another payload,
+        forgotten), :class:`IdempotencyKeyReusedError` for a key reused with another payload
+        (a key that may already have run the operation stays stored: its first payload still
+        replays),
         :class:`OrderAlreadyPlacedError` for a key that placed an order whose answer is no
         longer kept (kept like a success), :class:`RetriesExhaustedError` when the outcome is
         unknown and :class:`SessionChangedError` when the diner changed under the operation
@@ -286,6 +288,14 @@ class OrderingClient:
                 result = self._send_as_its_diner(path, content, stored)
         except OrderAlreadyPlacedError:
             self._finish(entry, keep=keep)
+            raise
+        except IdempotencyKeyReusedError:
+            # Another payload under a key that may already have run this operation (kept after
+            # its success, or resumed with its outcome unknown): the key still stands for that
+            # first payload, so it stays. Forgotten, the first payload sent again under this
+            # operation would get a new key and run a second time.
+            if not stored.may_have_reached_the_server:
+                self.storage.delete(entry)
             raise
         except ApiError:
             self.storage.delete(entry)

@@ -44,9 +44,11 @@ class IdempotencyKeyReusedError(ApiError):
     """422 ``IDEMPOTENCY_KEY_REUSED``: this key was already used for a *different* request.
 
     A programming error, never a transient one: the calling code reused a key (or an
-    ``operation_id``) for another payload. Nothing was executed. The client forgets the key it
-    had stored for the operation, so the next call makes a new one; fix the caller instead of
-    retrying.
+    ``operation_id``) for another payload. Nothing was executed. A stored key that may already
+    have run the operation (kept after its success, or resumed with its outcome unknown) stays
+    stored: the ``operation_id`` still stands for its first payload, which replays, and every
+    other payload under it is refused again. Fix the caller (a new ``operation_id`` for a new
+    payload) instead of retrying.
     """
 
 
