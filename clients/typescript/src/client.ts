@@ -268,6 +268,11 @@ export class OrderingClient {
     } catch (error) {
       if (error instanceof OrderAlreadyPlacedError) {
         await this.finished(entry, key, keep); // placed, as a success would have: kept alike
+      } else if (error instanceof IdempotencyKeyReusedError && key.mayHaveReached) {
+        // Another payload under a key that may already have run this operation (kept after its
+        // success, or resumed with its outcome unknown): the key still stands for that first
+        // payload, so it stays. Forgotten, the first payload sent again under this operation
+        // would get a new key and run a second time.
       } else if (error instanceof ApiError || (error instanceof SessionChangedError && !key.mayHaveReached)) {
         // A final answer, or a session change before the key was ever sent: nothing to protect.
         await this.storage.removeItem(entry);

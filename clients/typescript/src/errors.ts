@@ -38,8 +38,11 @@ export class ApiError extends OrderingError {
 /**
  * 422 `IDEMPOTENCY_KEY_REUSED`: this key was already used for a *different* request.
  * A programming error, never a transient one: the calling code reused a key (or an
- * `operationId`) for another payload. Nothing was executed; the client forgets the key it had
- * stored for the operation, so the next call makes a new one. Fix the caller; do not retry.
+ * `operationId`) for another payload. Nothing was executed. A stored key that may already have
+ * run the operation (kept after its success, or resumed with its outcome unknown) stays stored:
+ * the `operationId` still stands for its first payload, which replays, and any other payload
+ * under it is refused again. Fix the caller (a new `operationId` for a new payload); do not
+ * retry.
  */
 export class IdempotencyKeyReusedError extends ApiError {
   override name = "IdempotencyKeyReusedError";

@@ -163,6 +163,21 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(await storage.getItem(entryOf("key:cart-7")), null);
   });
 
+  test("another payload under a kept operationId does not free it for a second order", async () => {
+    // Red when the 422 made the client forget the key: the first order, sent again, got a new
+    // key and was placed twice.
+    const { client, wire } = clientOf(live!.api);
+    const first = await client.placeOrder(orderBody(1), { operationId: "cart-7" });
+
+    await assert.rejects(client.placeOrder(orderBody(3), { operationId: "cart-7" }), IdempotencyKeyReusedError);
+    const again = await client.placeOrder(orderBody(1), { operationId: "cart-7" });
+
+    assert.ok(again.replayed);
+    assert.equal(again.idempotencyKey, first.idempotencyKey);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [201, 422, 201]);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
   test("a 400 is final: not retried, and its key forgotten", async () => {
     const storage = memoryStorage();
     const { client, wire } = clientOf(live!.api, { storage });
