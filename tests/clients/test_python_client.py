@@ -300,6 +300,46 @@ def crash_mid_order(
     return raised, diner
 
 
+def set_tenant_status(server: LiveServer, shop: Shop, status: str, *, menu_answers: int) -> None:
+    """Suspend or reactivate the restaurant, and wait until the live server says so."""
+    type(shop.tenant).objects.filter(pk=shop.tenant.pk).update(status=status)
+    wait_until(
+        lambda: (
+            httpx.get(
+                f"{server.url}/api/v1/menu/",
+                headers={"Authorization": f"Api-Key {shop.publishable_key}"},
+            ).status_code
+            == menu_answers
+        ),
+        what=f"the menu to answer {menu_answers}",
+    )
+
+
+def test_a_refusal_from_before_the_engine_to_a_resumed_key_keeps_it(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """The order was placed but its answer lost; the retry met 403 TENANT_SUSPENDED, an
+    answer of the authentication, given before the engine looked at the key. It says nothing
+    of the order: the key stays, and once the restaurant is back the same call replays (red
+    when any 4xx forgot the key: the call made a new one and ordered a second time)."""
+    client = make_client(proxy.url, retry=RetryPolicy(max_attempts=1))
+    proxy.drop_responses(1, path=ORDERS)
+    with pytest.raises(RetriesExhaustedError):
+        client.place_order(shop.order_body(), operation_id="cart-9")
+
+    set_tenant_status(client_server, shop, "suspended", menu_answers=403)
+    with pytest.raises(ApiError) as refused:
+        client.place_order(shop.order_body(), operation_id="cart-9")
+    set_tenant_status(client_server, shop, "active", menu_answers=200)
+    again = client.place_order(shop.order_body(), operation_id="cart-9")
+
+    assert (refused.value.status, refused.value.code) == (403, "TENANT_SUSPENDED")
+    assert again.replayed
+    assert [e.status for e in wire.posts(ORDERS)] == [None, 403, 201]
+    assert len({e.key for e in wire.posts(ORDERS)}) == 1
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
 def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
 ) -> None:

@@ -297,8 +297,14 @@ class OrderingClient:
             if not stored.may_have_reached_the_server:
                 self.storage.delete(entry)
             raise
-        except ApiError:
-            self.storage.delete(entry)
+        except ApiError as error:
+            # The key's own final answer (the engine labels it X-Idempotent-Result), or a key
+            # that never reached the server: forgotten. A refusal from before the engine (403
+            # TENANT_SUSPENDED, 415, ...) to a key that may already have run the operation says
+            # nothing of it: the key stays, so the same call later replays instead of ordering
+            # again.
+            if "x-idempotent-result" in error.headers or not stored.may_have_reached_the_server:
+                self.storage.delete(entry)
             raise
         self._finish(entry, keep=keep)
         return result
