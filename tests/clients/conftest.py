@@ -144,3 +144,11 @@ def forget_the_tokens_of(shop: Shop) -> int:
         node.delete(*keys)
     node.close()
     return len(keys)
+
+
+def set_tenant_status(shop: Shop, status: str) -> None:
+    """Suspend or reactivate the restaurant through the product (``save``), which announces
+    it to every process of the live server (tenants/credential_cache.py)."""
+    tenant = Tenant.objects.get(pk=shop.tenant.pk)
+    tenant.status = status
+    tenant.save()

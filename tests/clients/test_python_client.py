@@ -44,6 +44,7 @@ from tests.clients.conftest import (
     Shop,
     exhaust_write_rate,
     forget_the_tokens_of,
+    set_tenant_status,
 )
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer, free_port
@@ -300,9 +301,9 @@ def crash_mid_order(
     return raised, diner
 
 
-def set_tenant_status(server: LiveServer, shop: Shop, status: str, *, menu_answers: int) -> None:
+def tenant_status(server: LiveServer, shop: Shop, status: str, *, menu_answers: int) -> None:
     """Suspend or reactivate the restaurant, and wait until the live server says so."""
-    type(shop.tenant).objects.filter(pk=shop.tenant.pk).update(status=status)
+    set_tenant_status(shop, status)
     wait_until(
         lambda: (
             httpx.get(
@@ -327,10 +328,10 @@ def test_a_refusal_from_before_the_engine_to_a_resumed_key_keeps_it(
     with pytest.raises(RetriesExhaustedError):
         client.place_order(shop.order_body(), operation_id="cart-9")
 
-    set_tenant_status(client_server, shop, "suspended", menu_answers=403)
+    tenant_status(client_server, shop, "suspended", menu_answers=403)
     with pytest.raises(ApiError) as refused:
         client.place_order(shop.order_body(), operation_id="cart-9")
-    set_tenant_status(client_server, shop, "active", menu_answers=200)
+    tenant_status(client_server, shop, "active", menu_answers=200)
     again = client.place_order(shop.order_body(), operation_id="cart-9")
 
     assert (refused.value.status, refused.value.code) == (403, "TENANT_SUSPENDED")

@@ -34,12 +34,13 @@ from tests.clients.conftest import (
     Shop,
     exhaust_write_rate,
     forget_the_tokens_of,
+    set_tenant_status,
 )
 from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
-NODE_TESTS = 41  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
+NODE_TESTS = 42  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,7 @@ def _control_actions(
         ),
         "orders-of": lambda p: {"count": shop.orders_of(p["diner_id"])},
         "forget-tokens": lambda p: {"count": forget_the_tokens_of(shop)},
+        "tenant-status": lambda p: set_tenant_status(shop, p["status"]),
         "payments-of": lambda p: {
             "count": Payment.objects.for_tenant(shop.tenant)
             .filter(order_id=int(p["order_id"]))

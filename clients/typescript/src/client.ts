@@ -273,8 +273,14 @@ export class OrderingClient {
         // success, or resumed with its outcome unknown): the key still stands for that first
         // payload, so it stays. Forgotten, the first payload sent again under this operation
         // would get a new key and run a second time.
-      } else if (error instanceof ApiError || (error instanceof SessionChangedError && !key.mayHaveReached)) {
-        // A final answer, or a session change before the key was ever sent: nothing to protect.
+      } else if (
+        (error instanceof ApiError && (error.headers.has("x-idempotent-result") || !key.mayHaveReached)) ||
+        (error instanceof SessionChangedError && !key.mayHaveReached)
+      ) {
+        // The key's own final answer (the engine labels it X-Idempotent-Result), or a key never
+        // sent: nothing to protect. A refusal from before the engine (403 TENANT_SUSPENDED,
+        // ...) to a key that may already have run says nothing of it: the key stays, so the
+        // same call later replays instead of ordering again.
         await this.storage.removeItem(entry);
       }
       throw error;

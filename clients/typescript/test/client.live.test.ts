@@ -44,6 +44,17 @@ async function ordersOf(dinerId: string): Promise<number> {
   return (await control<{ count: number }>("orders-of", { diner_id: dinerId })).count;
 }
 
+/** Suspend or reactivate the restaurant, and wait until the live server's menu answers `menuStatus`. */
+async function tenantStatus(status: "suspended" | "active", menuStatus: number): Promise<void> {
+  await control("tenant-status", { status });
+  for (let tries = 0; tries < 200; tries++) {
+    const menu = await fetch(`${live!.api}/api/v1/menu/`, { headers: { Authorization: `Api-Key ${live!.publishableKey}` } });
+    if (menu.status === menuStatus) return;
+    await sleepMs(50);
+  }
+  assert.fail(`the menu never answered ${menuStatus}`);
+}
+
 /** The client's storage entries: its session, an operation's key, the finished-ops index. */
 const entryOf = (name: string) => `ordering-client:${live!.publishableKey.split(".")[0]}:${name}`;
 
@@ -175,6 +186,26 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.ok(again.replayed);
     assert.equal(again.idempotencyKey, first.idempotencyKey);
     assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [201, 422, 201]);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
+  test("a refusal from before the engine to a resumed key keeps it: no second order", async () => {
+    // The order placed, its answer lost; the retry met 403 TENANT_SUSPENDED from authentication,
+    // which never looks at the key. Red when any 4xx forgot the key: once the restaurant is back,
+    // the call made a new key and ordered a second time.
+    const { client, wire } = clientOf(live!.proxy, { retry: { ...FAST, maxAttempts: 1 } });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    await assert.rejects(client.placeOrder(orderBody(), { operationId: "cart-9" }), RetriesExhaustedError);
+
+    await tenantStatus("suspended", 403);
+    const refused = await client.placeOrder(orderBody(), { operationId: "cart-9" }).catch((e: unknown) => e);
+    await tenantStatus("active", 200);
+    const again = await client.placeOrder(orderBody(), { operationId: "cart-9" });
+
+    assert.ok(refused instanceof ApiError && refused.status === 403 && refused.code === "TENANT_SUSPENDED", String(refused));
+    assert.ok(again.replayed);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [null, 403, 201]);
+    assert.equal(new Set(wire.posts(ORDERS).map((e) => e.key)).size, 1);
     assert.equal(await ordersOf((await client.session()).dinerId), 1);
   });
 
