@@ -60,12 +60,17 @@ export function isRetryableStatus(status: number, code: string | null): boolean 
   return status >= 500 || status === 429 || (status === 409 && code === IN_PROGRESS);
 }
 
+/** `Sun Nov  6 08:49:37 1994`: the one HTTP date form without a zone. */
+const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
+
 /** Milliseconds from a `Retry-After` header (delta-seconds or an HTTP date); null if absent or
  * unreadable. */
 export function parseRetryAfter(value: string | null, now: number = Date.now()): number | null {
   if (!value) return null;
   const trimmed = value.trim();
   if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
-  const when = Date.parse(trimmed);
+  // RFC 9110's asctime form names no zone, and Date.parse would read it in the device's own
+  // (off by hours, east or west of UTC); every HTTP date is in GMT.
+  const when = Date.parse(ASCTIME.test(trimmed) ? `${trimmed} GMT` : trimmed);
   return Number.isNaN(when) ? null : Math.max(0, when - now);
 }

@@ -34,6 +34,24 @@ test("Retry-After is read as seconds or an HTTP date", () => {
   assert.equal(parseRetryAfter(null, now), null);
 });
 
+test("Retry-After in every HTTP date form is GMT, wherever the device is", () => {
+  // Red when the asctime form (no zone) is read in the device's time zone: 8 h in Los Angeles,
+  // so the client gave up at once; nothing to wait in Tokyo.
+  const now = Date.parse("2026-01-01T12:00:00Z");
+  const zone = process.env.TZ;
+  try {
+    for (const tz of ["UTC", "America/Los_Angeles", "Asia/Tokyo"]) {
+      process.env.TZ = tz;
+      assert.equal(parseRetryAfter("Thu, 01 Jan 2026 12:00:05 GMT", now), 5000, tz);
+      assert.equal(parseRetryAfter("Thursday, 01-Jan-26 12:00:05 GMT", now), 5000, tz);
+      assert.equal(parseRetryAfter("Thu Jan  1 12:00:05 2026", now), 5000, tz);
+    }
+  } finally {
+    if (zone === undefined) delete process.env.TZ;
+    else process.env.TZ = zone;
+  }
+});
+
 test("UUID v4 keys without crypto.randomUUID", () => {
   const crypto = globalThis.crypto;
   const v4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
