@@ -135,11 +135,13 @@ class AuditStreamCursor(models.Model):
 
 class StaffAccessLog(models.Model):
     """Who looked at what personal data in the admin, and when: each view of a stored reply
-    body and each export of audits is one row (read-only evidence, never edited)."""
+    body and each export of audits is one row (read-only evidence, never edited). The host
+    logs its own pages of personal data here too (``VIEW_PERSONAL_DATA``, with their model)."""
 
     class Action(models.TextChoices):
         VIEW_STORED_BODY = "view_stored_body", "Viewed a stored reply body"
         EXPORT_AUDITS = "export_audits", "Exported duplicate audits (CSV)"
+        VIEW_PERSONAL_DATA = "view_personal_data", "Viewed personal data (the host's pages)"
 
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=32, choices=Action.choices)

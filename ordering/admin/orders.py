@@ -4,17 +4,26 @@ Staff never edit an order's money or status fields by hand: status changes go th
 services as the API and the dashboard (one conditional update each, logged with actor
 ``staff:<username>``), and amounts are read-only: an order's page is a view, its moves are the
 list's actions.
+
+What a diner wrote on an order (the note, the phone number, the delivery address) is shown
+only to staff with the ``ordering.view_diner_details`` permission, and each such view is written
+to the staff access log, as a stored reply body is (``idempotency.admin.audits``); the
+lifecycle, the money and the lines need none of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html_join
 
+from idempotency.admin.audits import log_access
+from idempotency.models import StaffAccessLog
 from ordering.actors import describe_actors
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition, Payment
@@ -22,6 +31,13 @@ from ordering.services.lifecycle import transition_order
 from ordering.shown_names import shown_name
 
 S = OrderStatus
+# What a diner wrote on an order, by field and label
+DINER_DETAILS = {"note": "note", "contact_phone": "phone", "delivery_address": "address"}
+HIDDEN_DINER_DETAILS = "(hidden: seeing them needs the “view diner details” permission)"
+
+
+def may_see_diner_details(request: HttpRequest) -> bool:
+    return request.user.has_perm("ordering.view_diner_details")
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -106,8 +122,42 @@ class OrderAdmin(admin.ModelAdmin):
         _move_action(S.CANCELLED, "Cancel (refund if paid)"),
     ]
 
+    def get_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return self.get_readonly_fields(request, obj)
+
     def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
-        return [f.name for f in Order._meta.fields]
+        shown = [f.name for f in Order._meta.fields if f.name not in DINER_DETAILS]
+        details = "diner_details" if may_see_diner_details(request) else "diner_details_hidden"
+        return [*shown, details]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Showing a diner's details to a permitted user is logged, before the page is sent."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if (
+            request.method == "GET"
+            and response.status_code == 200
+            and may_see_diner_details(request)
+        ):
+            log_access(request, StaffAccessLog.Action.VIEW_PERSONAL_DATA, Order, [object_id])
+        return response
+
+    @admin.display(description="what the diner wrote")
+    def diner_details(self, order: Order) -> str:
+        return format_html_join(
+            "\n",
+            "<div>{}: <bdi>{}</bdi></div>",
+            ((label, getattr(order, field) or "-") for field, label in DINER_DETAILS.items()),
+        )
+
+    @admin.display(description="what the diner wrote")
+    def diner_details_hidden(self, order: Order) -> str:
+        return HIDDEN_DINER_DETAILS
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         """The list's actions (the lifecycle moves) need "change"; an order's own page changes

@@ -101,6 +101,9 @@ class Order(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [
+            ("view_diner_details", "Can see what diners wrote on orders (note, phone, address)")
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"], name="uniq_order_tenant_idempotency_key"

@@ -1,5 +1,6 @@
-"""Staff see less (issue 15, item 6): stored reply bodies only with a dedicated permission, and
-every view of a body and every export of audits written to the staff access log."""
+"""Staff see less (issue 15, item 6): stored reply bodies, and what diners wrote on orders, only
+with a dedicated permission, and every view of either and every export of audits written to
+the staff access log."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from django.utils import timezone
 from idempotency.admin.audits import HIDDEN_BODY
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
+from ordering.admin.orders import HIDDEN_DINER_DETAILS
+from ordering.models import Dish, Order
+from tenants.models import Tenant
+from tests.dashboard.factories import make_order
 
 pytestmark = pytest.mark.django_db
 
@@ -105,3 +110,42 @@ def test_the_access_log_is_read_only_evidence(record):
     assert viewer.post(url + "change/", {"actor": "someone-else"}).status_code == 403
     assert viewer.post(url + "delete/", {"post": "yes"}).status_code == 403
     assert StaffAccessLog.objects.get().actor == "staff-3"
+
+
+@pytest.fixture
+def order_with_details() -> Order:
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    dish = Dish.objects.for_tenant(tenant).create(tenant=tenant, name="Pizza", price="8.50", stock=5)
+    order = make_order(tenant, dish)
+    Order.all_tenants.filter(pk=order.pk).update(
+        note="ring twice, flat 4B", contact_phone="+44 7700 900123", delivery_address="1 Via Roma"
+    )
+    return order
+
+
+def test_without_the_permission_an_order_s_page_hides_what_the_diner_wrote(order_with_details):
+    """Red before: any staff user who could view orders read the note, phone and address."""
+    staff = staff_with("view_order")
+    page = staff.get(f"/admin/ordering/order/{order_with_details.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200 and order_with_details.number_label in html
+    assert "ring twice" not in html and "7700" not in html and "Via Roma" not in html
+    assert HIDDEN_DINER_DETAILS in html
+    assert not StaffAccessLog.objects.exists()
+
+
+def test_with_the_permission_what_the_diner_wrote_is_shown_and_the_view_is_logged(
+    order_with_details,
+):
+    staff = staff_with("view_order", "view_diner_details")
+    page = staff.get(f"/admin/ordering/order/{order_with_details.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "ring twice, flat 4B" in html and "+44 7700 900123" in html and "1 Via Roma" in html
+    [entry] = StaffAccessLog.objects.all()
+    assert (entry.actor, entry.action, entry.object_type) == (
+        "staff-2",
+        "view_personal_data",
+        "ordering.Order",
+    )
+    assert entry.object_ids == [str(order_with_details.pk)] and entry.row_count == 1
