@@ -211,6 +211,9 @@ def _redis_reachable() -> Iterator[None]:
         redis.exceptions.ConnectionError,
         redis.exceptions.TimeoutError,
         redis.exceptions.RedisClusterException,  # no node of a cluster reachable
+        # A cluster that lost a master (no replica, or before one is promoted): every master
+        # answers CLUSTERDOWN, so no lease can be claimed or renewed there.
+        redis.exceptions.ClusterDownError,
     ) as exc:
         raise LeaseStoreUnavailable(f"Redis unreachable: {exc}") from exc
 

@@ -35,8 +35,9 @@ from ordering.worker_ids import (
     default_stores,
     lease_worker_id,
 )
+from tenants.redis_routing import _cluster_client
 from tests.conftest import use_topology
-from tests.support.redis_nodes import RedisNode
+from tests.support.redis_nodes import RedisNode, start_cluster, wait_until
 
 LeaseFactory = Callable[..., WorkerLeaseHandle]
 
@@ -303,6 +304,41 @@ def test_lease_follows_the_routing_and_survives_losing_its_node(
         handle.release()
     finally:
         node.remove()
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_a_cluster_that_is_down_sends_leases_to_the_database(
+    transactional_db: None, settings: Any
+) -> None:
+    # given the leases on a Redis Cluster of three masters and no replicas
+    nodes = start_cluster(3)
+    try:
+        use_topology(settings, cluster=nodes[0].url)
+        handle = lease_worker_id(lease_seconds=30)  # its heartbeat stays out of the way
+        assert handle.worker_id < 64
+        # when a master that holds neither the lease nor the client's address is lost: the
+        # others, the lease's among them, answer every command CLUSTERDOWN
+        holder = _cluster_client(nodes[0].url).get_node_from_key(f"{KEY_PREFIX}{handle.worker_id}")
+        lost = next(n for n in nodes[1:] if n.port != holder.port)
+        lost.stop()
+        wait_until(
+            lambda: nodes[0].client().cluster("info")["cluster_state"] == "fail",
+            what="the cluster's failure",
+        )
+        # then the lease store counts as unreachable, like a node that refuses connections:
+        # the renewal fails over to the database's half, and a new process leases there
+        with pytest.raises(LeaseStoreUnavailable):
+            handle.renew()
+        handle.fail_over_if_expiring(interval=30)
+        assert handle.worker_id >= 64 and handle.is_valid()
+        fresh = lease_worker_id(lease_seconds=3)
+        assert fresh.worker_id >= 64 and fresh.worker_id != handle.worker_id
+        fresh.release()
+        handle.release()
+    finally:
+        for node in nodes:
+            node.remove()
 
 
 def test_lease_store_can_be_forced_to_the_database(transactional_db: None, settings: Any) -> None:
