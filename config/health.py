@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from tenants.redis_routing import all_clients
 
@@ -55,7 +55,7 @@ def _redis_state(client: object) -> str:
     try:
         client.ping()  # type: ignore[attr-defined]
         return "ok"
-    except (RedisError, OSError):
+    except (RedisError, RedisClusterException, OSError):  # a cluster with no node reachable
         return "unavailable"
 
 

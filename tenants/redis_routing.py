@@ -16,8 +16,10 @@ its Lua scripts on (:func:`client_for_tenant`) go through the same :func:`alias_
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -25,6 +27,7 @@ from django.core.cache import BaseCache, caches
 from django_redis import get_redis_connection
 from django_redis.pool import ConnectionFactory
 from redis.cluster import RedisCluster
+from redis.connection import Encoder, parse_url
 
 from tenants.routing import stable_hash
 
@@ -92,7 +95,68 @@ class ClusterConnectionFactory(ConnectionFactory):
 @cache
 def _cluster_client(url: str) -> RedisCluster:
     timeout = getattr(settings, "REDIS_SOCKET_TIMEOUT", 1.0)
-    return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return _LazyRedisCluster(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+class _LazyRedisCluster(RedisCluster):
+    """A ``RedisCluster`` that reads the cluster's slot map on first use, not when it is made.
+
+    redis-py asks the startup node (the node of ``REDIS_CLUSTER_URL``) for the slot map in the
+    constructor and raises ``RedisClusterException`` when it cannot. The constructor runs where
+    a caller looks the client up (``get_redis_connection``), outside the guards every caller
+    puts around its commands: a process that made its client while that node was unreachable
+    (a gunicorn worker replacing a crashed one during an outage, or after that one master
+    failed over) answered 500 to every request that touches Redis, the diner's sign-in
+    included. Here the first command makes it, and the next one after a failure tries again;
+    a failure is the ``RedisClusterException`` every caller already treats as an outage.
+    """
+
+    def __init__(self, url: str, **kwargs: Any) -> None:  # no super().__init__: deferred
+        self.__dict__.update(
+            _lazy_url=url,
+            _lazy_kwargs=kwargs,
+            _lazy_lock=threading.RLock(),
+            _lazy_building=False,
+            _lazy_built=False,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for attributes not set yet: the ones RedisCluster.__init__ sets.
+        state = self.__dict__
+        if name.startswith("_lazy") or state.get("_lazy_built"):
+            raise AttributeError(name)
+        with state["_lazy_lock"]:
+            if state["_lazy_building"]:  # RedisCluster.__init__ probing its own attributes
+                raise AttributeError(name)
+            if not state["_lazy_built"]:
+                state["_lazy_building"] = True
+                try:
+                    RedisCluster.__init__(self, url=state["_lazy_url"], **state["_lazy_kwargs"])
+                finally:
+                    state["_lazy_building"] = False
+                state["_lazy_built"] = True
+        return object.__getattribute__(self, name)
+
+    def get_connection_kwargs(self) -> dict[str, Any]:
+        """The options the nodes' connections get, known without a connection."""
+        if self.__dict__.get("_lazy_built"):
+            return super().get_connection_kwargs()
+        return {**parse_url(self._lazy_url), **self._lazy_kwargs}
+
+    def get_encoder(self) -> Encoder:
+        """What ``register_script`` hashes a script with, known without a connection."""
+        if self.__dict__.get("_lazy_built"):
+            return super().get_encoder()
+        options = self.get_connection_kwargs()
+        return Encoder(
+            options.get("encoding", "utf-8"),
+            options.get("encoding_errors", "strict"),
+            options.get("decode_responses", False),
+        )
+
+    def close(self) -> None:
+        if self.__dict__.get("_lazy_built"):
+            super().close()
 
 
 def all_clients() -> list:

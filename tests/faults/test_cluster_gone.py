@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from idempotency.stores import nodes as stores
 from ordering.models import Order
@@ -19,7 +20,7 @@ from tenants.diner_sessions import revoke_diner
 from tenants.models import Tenant
 from tests.conftest import api_for, menu_for, use_topology
 from tests.flows.test_idempotent_orders import post_order
-from tests.support.redis_nodes import RedisNode, start_cluster
+from tests.support.redis_nodes import RedisNode, start_cluster, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -56,3 +57,36 @@ def test_with_every_master_gone_orders_replay_and_revocations_go_on(
     assert Order.objects.for_tenant(tenant).count() == 2
     assert revoke_diner(tenant=tenant, diner_id="leaving") == 1
     assert post_order(api, menu, key="after-the-revocation").status_code == 401
+
+
+def test_a_process_that_starts_while_the_cluster_is_gone_places_orders_from_the_database(
+    settings: Any, cluster: list[RedisNode], make_tenant: Callable[..., Tenant]
+) -> None:
+    # A gunicorn worker started during the outage (a replacement for a crashed one, a deploy)
+    # makes its cluster client then: its first request must not be the 500 of a client that
+    # could not be built, and once a node answers again the same client is used.
+    use_topology(settings, cluster=cluster[0].url)
+    for node in cluster:
+        node.stop()
+    tenant = make_tenant()
+    api, menu = api_for(tenant, diner="starting"), menu_for(tenant, 100)
+
+    first = post_order(api, menu, key="placed-while-gone")
+    assert first.status_code == 201, first.content
+    replay = post_order(api, menu, key="placed-while-gone")
+    assert replay["X-Idempotent-Result"] == "HIT" and replay.content == first.content
+    assert Order.objects.for_tenant(tenant).count() == 1
+    ready = Client().get("/readyz")  # a probe reports the cluster, it does not fail with it
+    assert ready.status_code == 200 and ready.json()["redis"] == ["unavailable"]
+
+    for node in cluster:
+        node.start()
+    wait_until(
+        lambda: all(n.client().cluster("info")["cluster_state"] == "ok" for n in cluster),
+        what="the cluster back",
+    )
+    stores.local_cache().clear()
+    assert post_order(api, menu, key="placed-while-gone").content == first.content
+    after = post_order(api, menu, key="placed-after-the-outage")
+    assert after.status_code == 201, after.content
+    assert Order.objects.for_tenant(tenant).count() == 2
