@@ -8,7 +8,6 @@ sees the tenant's orders).
 from __future__ import annotations
 
 from django.db import IntegrityError
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
@@ -133,7 +132,9 @@ class OrderListCreateView(APIView):
             *answer_headers(201),
             OpenApiParameter(
                 "Location",
-                OpenApiTypes.URI,
+                # a path on this site, as HTTP allows (RFC 9110 10.2.2: a URI-reference), not
+                # the absolute URI that format "uri" demands
+                {"type": "string", "format": "uri-reference"},
                 OpenApiParameter.HEADER,
                 response=[201, 409],
                 description="The order's URL (on 409 ORDER_ALREADY_PLACED, the order the key "
