@@ -363,6 +363,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "idempotency.web.openapi.declare_retry_after",
+        "config.schema_hooks.declare_refusals_of_every_operation",
     ],
 }
 

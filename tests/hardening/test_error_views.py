@@ -231,3 +231,37 @@ def test_the_schema_ignores_a_version_parameter(api_caller: Client, version: str
     assert response.status_code == 200
     assert response["Content-Disposition"] == api_caller.get("/api/schema/")["Content-Disposition"]
     assert "X-Injected" not in response
+
+
+def served_operations(caller: Client) -> list[tuple[str, str, dict]]:
+    """(method, a concrete path, the operation) for every operation the served schema lists."""
+    schema = caller.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    return [
+        (method, path.replace("{order_id}", "1").replace("{diner_id}", "someone"), operation)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+
+
+def test_every_operation_declares_the_refusals_it_answers_before_any_view(
+    api_caller: Client, settings: object
+) -> None:
+    # 406 (DRF negotiates before it authenticates) and 413 (a middleware, before any view) came
+    # from every operation, and the schema declared neither on any.
+    settings.MAX_REQUEST_BYTES = 64
+    undeclared = []
+    for method, path, operation in served_operations(api_caller):
+        send = getattr(api_caller, method)
+        refused = send(path, HTTP_ACCEPT="application/xml")
+        assert_problem(refused, 406, "NOT_ACCEPTABLE")
+        answered = ["406"]
+        if method == "post":
+            too_large = send(path, "{" + " " * 100 + "}", content_type="application/json")
+            assert_problem(too_large, 413, "REQUEST_TOO_LARGE")
+            answered.append("413")
+        for status in answered:
+            declared = operation["responses"].get(status)
+            if not declared or "application/problem+json" not in declared.get("content", {}):
+                undeclared.append(f"{method.upper()} {path}: {status}")
+    assert not undeclared, undeclared

@@ -538,6 +538,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -603,6 +612,24 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
@@ -644,6 +671,24 @@ export interface operations {
             };
             /** @description Tenant suspended, or not allowed for this API client */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -710,6 +755,24 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
@@ -766,6 +829,15 @@ export interface operations {
             };
             /** @description Tenant suspended, or not allowed for this API client */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -865,6 +937,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -931,6 +1012,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     v1_orders_retrieve: {
@@ -983,6 +1073,15 @@ export interface operations {
             };
             /** @description Not found for this caller */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1056,6 +1155,15 @@ export interface operations {
             };
             /** @description Not found for this caller */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1186,6 +1294,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     v1_orders_cancel_create: {
@@ -1245,6 +1362,15 @@ export interface operations {
             };
             /** @description Not found for this caller */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1364,6 +1490,15 @@ export interface operations {
             };
             /** @description Not found for this caller */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1496,6 +1631,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Conflict: state changed, stock, or the same key still in progress */
             409: {
                 headers: {
@@ -1604,6 +1748,15 @@ export interface operations {
             };
             /** @description Not found for this caller */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No media type the API answers in is acceptable (it answers JSON) */
+            406: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,41 @@
+"""drf-spectacular postprocessing: the refusals every operation of the API can answer.
+
+Two of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+them, and the schema declared neither on any operation while the server answered both on all:
+
+- 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
+  runs the view, so an ``Accept`` naming no JSON type is refused on every operation, with or
+  without credentials;
+- 413 ``REQUEST_TOO_LARGE``: ``config/request_limits.py`` refuses a body over
+  ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path (sign-out, refresh and
+  a diner's revocation, which read no body, included).
+
+A client generated from the schema (or schemathesis's ``status_code_conformance``) took these
+answers for undocumented ones. This hook adds them where a view did not, as the shared
+problem+json shape.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+EVERY_OPERATION = {"406": "No media type the API answers in is acceptable (it answers JSON)"}
+EVERY_BODY = {"413": "Request body too large"}
+BODY_METHODS = frozenset({"post", "put", "patch"})
+
+
+def declare_refusals_of_every_operation(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue  # a path item's own "parameters", "summary", …
+            responses = operation["responses"]
+            refusals = {**EVERY_OPERATION, **(EVERY_BODY if method in BODY_METHODS else {})}
+            for status, description in refusals.items():
+                responses.setdefault(
+                    status, {"content": deepcopy(PROBLEM_CONTENT), "description": description}
+                )
+            operation["responses"] = dict(sorted(responses.items()))
+    return result
