@@ -357,6 +357,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    # Request bodies are documented as JSON only. The API also parses forms (README, 415), but a
+    # form cannot carry what most bodies hold: an order's items (a list of objects), an integer
+    # (`count`: a form's values are strings, and no field converts one), the payment callback
+    # (read as raw JSON bytes, its signature over them). The schema offered form and multipart
+    # encodings for every body, so a client generated from it could pick one that always fails.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     "ENUM_NAME_OVERRIDES": {
         "OrderStatusEnum": "ordering.models.orders.OrderStatus",
     },

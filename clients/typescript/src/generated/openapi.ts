@@ -498,8 +498,6 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["OpenSessionIn"];
-                "application/x-www-form-urlencoded": components["schemas"]["OpenSessionIn"];
-                "multipart/form-data": components["schemas"]["OpenSessionIn"];
             };
         };
         responses: {
@@ -796,8 +794,6 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["IssueTokensIn"];
-                "application/x-www-form-urlencoded": components["schemas"]["IssueTokensIn"];
-                "multipart/form-data": components["schemas"]["IssueTokensIn"];
             };
         };
         responses: {
@@ -897,8 +893,6 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["CheckTokensIn"];
-                "application/x-www-form-urlencoded": components["schemas"]["CheckTokensIn"];
-                "multipart/form-data": components["schemas"]["CheckTokensIn"];
             };
         };
         responses: {
@@ -1104,8 +1098,6 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["PlaceOrderIn"];
-                "application/x-www-form-urlencoded": components["schemas"]["PlaceOrderIn"];
-                "multipart/form-data": components["schemas"]["PlaceOrderIn"];
             };
         };
         responses: {
@@ -1576,8 +1568,6 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["TransitionIn"];
-                "application/x-www-form-urlencoded": components["schemas"]["TransitionIn"];
-                "multipart/form-data": components["schemas"]["TransitionIn"];
             };
         };
         responses: {
@@ -1709,12 +1699,6 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": {
-                    [key: string]: unknown;
-                };
-                "application/x-www-form-urlencoded": {
-                    [key: string]: unknown;
-                };
-                "multipart/form-data": {
                     [key: string]: unknown;
                 };
             };
