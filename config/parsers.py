@@ -2,13 +2,14 @@
 
 DRF's ``JSONParser`` maps ``ValueError`` to 400 but not ``RecursionError`` (10 000 nested
 arrays), and Python's ``json`` turns ``1e999999`` into ``inf`` and accepts ``NaN``/``Infinity``,
-which no business field wants and which cannot be fingerprinted. Here all of these are a
-400 ``INVALID_JSON``, and so are nesting deeper than ``MAX_DEPTH`` and a body of more than
-``MAX_VALUES`` values: no request of the API needs more than about a thousand (1,000 tokens to
-check, 50 lines of an order), and what reads a body after the parser (this module's own NFC
-pass, the idempotency fingerprint, the serializers, an error naming each bad element) costs in
-proportion to its values. A 1 MB body of 350,000 ``[]`` took a worker 13 to 17 s to refuse;
-here it costs its ``json.loads`` (tens of ms) and a count that stops at the limit.
+which no business field wants and which cannot be fingerprinted; and it keeps the last of
+two members of one name. Here all of these are a 400 ``INVALID_JSON``, and so are nesting
+deeper than ``MAX_DEPTH`` and a body of more than ``MAX_VALUES`` values: no request of the API
+needs more than about a thousand (1,000 tokens to check, 50 lines of an order), and what reads
+a body after the parser (this module's own NFC pass, the idempotency fingerprint, the
+serializers, an error naming each bad element) costs in proportion to its values. A 1 MB body
+of 350,000 ``[]`` took a worker 13 to 17 s to refuse; here it costs its ``json.loads`` (tens of
+ms) and a count that stops at the limit.
 
 The body is then read as the idempotency fingerprint reads it (``idempotency.core.fingerprint``):
 every string value in Unicode NFC, and a top-level member whose value is ``null`` as absent.
@@ -49,12 +50,39 @@ class StrictJSONParser(JSONParser):
             data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
             raise ParseError(clip(f"JSON parse error - {exc.__class__.__name__}: {exc}")) from None
-        refused = _shape_refusal(data)
+        refused = _shape_refusal(data) or _repeated_name(text)
         if refused:
             raise ParseError(refused)
         if isinstance(data, dict):
             data = {name: value for name, value in data.items() if value is not None}
         return _nfc(data)
+
+
+def _repeated_name(text: str) -> str | None:
+    """Why ``text``, a body already parsed and within the bounds, is ambiguous, if it is: an
+    object naming a member twice. ``json`` keeps the last value without a word, where another
+    reader of the same bytes (a gateway, a log, the client's own tests) may keep the first, and
+    the fingerprint already refuses names that only collide once normalised. Read a second time
+    with the names kept in pairs, and only after the bounds held: parsing pairs costs twice as
+    much as parsing, which a refused body of 350,000 objects should not pay."""
+    try:
+        json.loads(text, object_pairs_hook=_unique_names)
+    except _RepeatedName as exc:
+        return f"JSON names the member {clip(repr(exc.name))} twice in one object"
+    return None
+
+
+class _RepeatedName(Exception):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedName(next(name for name, _ in pairs if name in seen or seen.add(name)))
+    return members
 
 
 def _refuse_constant(name: str) -> float:

@@ -57,3 +57,17 @@ def test_nesting_is_refused_below_max_depth(levels: int, refused: bool) -> None:
             parse(body)
     else:
         assert parse(body) is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"a": 1, "a": 1}', b'{"a": [{"b": 1, "c": {"d": 1, "d": 2}}]}', b'[{"x": 1, "x": 2}]'],
+    ids=["top-level", "nested", "in-a-list"],
+)
+def test_a_member_named_twice_in_one_object_is_refused(body: bytes) -> None:
+    with pytest.raises(ParseError, match="twice in one object"):
+        parse(body)
+
+
+def test_the_same_name_in_two_objects_is_read() -> None:
+    assert parse(b'[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]

@@ -227,6 +227,33 @@ def test_invalid_json_is_400(api):
     assert_error(r, 400, "INVALID_JSON")
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        '{{"items": [{pizza}], "items": [{pasta}], "payment_method": "card"}}',
+        '{{"items": [{pasta}], "payment_method": "card", "payment_method": "cash"}}',
+        '{{"items": [{{"dish_id": {pasta_id}, "quantity": 1, "quantity": 9}}], '
+        '"payment_method": "card"}}',
+    ],
+    ids=["items-twice", "payment-method-twice", "quantity-twice-in-a-line"],
+)
+def test_a_body_naming_a_member_twice_is_400_and_places_nothing(api, menu, template):
+    # json kept the last of the two silently (the first list of items was dropped and an order
+    # of the second placed), where a gateway or the client's own log may read the first; names
+    # that collide only once normalised were already refused as ambiguous.
+    line = '{{"dish_id": {}, "quantity": 1}}'
+    body = template.format(
+        pizza=line.format(menu["pizza"].pk),
+        pasta=line.format(menu["pasta"].pk),
+        pasta_id=menu["pasta"].pk,
+    )
+    body_json = assert_error(
+        post_new(api, body, content_type="application/json"), 400, "INVALID_JSON"
+    )
+    assert "twice" in body_json["detail"]
+    assert Order.all_tenants.count() == 0
+
+
 def test_unknown_order_is_404(api):
     assert_error(api.get("/api/v1/orders/123/"), 404, "ORDER_NOT_FOUND")
     assert_error(api.post("/api/v1/orders/99999999999999999999/pay/"), 404, "ORDER_NOT_FOUND")
