@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import jsonschema_rs
 import pytest
 import redis
 from django.contrib.admin.models import LogEntry
@@ -113,6 +114,22 @@ def test_merchant_sign_in_needs_a_valid_diner_id(
     r = with_auth(f"Api-Key {merchant[1]}").post(SESSIONS, body, format="json")
     assert (r.status_code, r.json()["code"]) == (status, code)
     assert DinerSession.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "diner_id",
+    ["alice", "a.b:c@d-e_f", "Guest_x", "guest", "guest_abc", "erased-9183c7c73c5b7af0", "x" * 65],
+)
+def test_the_schema_s_diner_id_pattern_admits_what_a_sign_in_takes(
+    client: Any, merchant: Any, diner_id: str
+) -> None:
+    # The pattern declared the characters and length only: "guest_…" and "erased-…" matched it
+    # and were refused (400), so a client generated from the schema could send them.
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    declared = schema["components"]["schemas"]["OpenSessionIn"]["properties"]["diner_id"]
+    admitted = jsonschema_rs.validator_for(declared).is_valid(diner_id)
+    r = with_auth(f"Api-Key {merchant[1]}").post(SESSIONS, {"diner_id": diner_id}, format="json")
+    assert (r.status_code == 201) == admitted, (diner_id, declared, r.status_code)
 
 
 def test_publishable_key_cannot_name_a_diner(publishable: Any) -> None:
