@@ -53,8 +53,10 @@ class IssuedTokensOut(serializers.Serializer):
 
 
 class CheckTokensIn(serializers.Serializer):
+    # min_length=1: an empty token is refused (400, "may not be blank") before min_length is
+    # read; it is there so the schema says so (minLength), as the server does
     tokens = BoundedListField(
-        child=StrictCharField(max_length=255, trim_whitespace=False), min_length=1
+        child=StrictCharField(min_length=1, max_length=255, trim_whitespace=False), min_length=1
     )
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -62,7 +64,7 @@ class CheckTokensIn(serializers.Serializer):
         # list is refused before any token in it is looked at (idempotency.web.fields)
         fields = super().get_fields()
         fields["tokens"] = BoundedListField(
-            child=StrictCharField(max_length=255, trim_whitespace=False),
+            child=StrictCharField(min_length=1, max_length=255, trim_whitespace=False),
             min_length=1,
             max_length=engine_setting("TOKEN_MAX_BATCH"),
         )

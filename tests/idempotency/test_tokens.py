@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.test import Client
 from django.utils import timezone
 from redis.cluster import RedisCluster
 from rest_framework import serializers
@@ -403,6 +404,17 @@ def test_batch_check_reports_each_token_in_one_round_trip(
 def test_batch_check_size_is_validated(api: Any, tokens: list[str]) -> None:
     r = api.post(CHECK, {"tokens": tokens}, format="json")
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize("token", ["", "t", "t" * 255, "t" * 256], ids=len)
+def test_the_schema_s_token_bounds_are_those_a_check_takes(api: Any, token: str) -> None:
+    # An empty token is refused (400) and the schema declared no minLength: a client generated
+    # from it could send one.
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    declared = schema["components"]["schemas"]["CheckTokensIn"]["properties"]["tokens"]["items"]
+    admitted = declared.get("minLength", 0) <= len(token) <= declared["maxLength"]
+    r = api.post(CHECK, {"tokens": [token]}, format="json")
+    assert (r.status_code == 200) == admitted, (declared, r.status_code, r.content)
 
 
 @pytest.fixture
