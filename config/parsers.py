@@ -47,29 +47,24 @@ class StrictJSONParser(JSONParser):
         except (LookupError, UnicodeError) as exc:  # UnicodeError: punycode's, undefined's
             raise ParseError(clip(f"Cannot decode the body: {exc}")) from None
         try:
-            data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            data = json.loads(
+                text,
+                parse_constant=_refuse_constant,
+                parse_float=_finite_float,
+                object_pairs_hook=_unique_names,
+            )
+        except _RepeatedName as exc:
+            raise ParseError(
+                f"JSON names the member {clip(repr(exc.name))} twice in one object"
+            ) from None
         except (ValueError, RecursionError) as exc:
             raise ParseError(clip(f"JSON parse error - {exc.__class__.__name__}: {exc}")) from None
-        refused = _shape_refusal(data) or _repeated_name(text)
+        refused = _shape_refusal(data)
         if refused:
             raise ParseError(refused)
         if isinstance(data, dict):
             data = {name: value for name, value in data.items() if value is not None}
         return _nfc(data)
-
-
-def _repeated_name(text: str) -> str | None:
-    """Why ``text``, a body already parsed and within the bounds, is ambiguous, if it is: an
-    object naming a member twice. ``json`` keeps the last value without a word, where another
-    reader of the same bytes (a gateway, a log, the client's own tests) may keep the first, and
-    the fingerprint already refuses names that only collide once normalised. Read a second time
-    with the names kept in pairs, and only after the bounds held: parsing pairs costs twice as
-    much as parsing, which a refused body of 350,000 objects should not pay."""
-    try:
-        json.loads(text, object_pairs_hook=_unique_names)
-    except _RepeatedName as exc:
-        return f"JSON names the member {clip(repr(exc.name))} twice in one object"
-    return None
 
 
 class _RepeatedName(Exception):
@@ -78,6 +73,11 @@ class _RepeatedName(Exception):
 
 
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Each object of the body, refused when it names a member twice: ``json`` keeps the last
+    value without a word, where another reader of the same bytes (a gateway, a log, the
+    client's own tests) may keep the first, and the fingerprint already refuses names that
+    only collide once normalised. Checked in the one parse: a second parse with the names
+    kept in pairs cost as much again on every body."""
     members = dict(pairs)
     if len(members) != len(pairs):
         seen: set[str] = set()
