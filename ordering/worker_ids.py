@@ -29,6 +29,13 @@ Renewal extends the lease if we still hold it, and takes it back if it lapsed an
 which the generator refuses to issue IDs. Without taking back a lapsed lease, any store outage
 longer than L would leave the process unable to issue IDs until restarted.
 
+The gap assumes a lease ends only by lapsing. A Redis node that loses its data (restarted
+without persistence, flushed, failed over to a replica that had not seen the lease) frees the
+id at once, and another process can lease it while this one still vouches for it, until its
+next renewal (at most L/3) finds the other owner. Meanwhile both can issue the same IDs: the
+second ``INSERT`` of an id fails on the order's primary key, so no order is written over
+another, and that request fails, its transaction (its idempotency record with it) rolled back.
+
 Fork safety: a forked child (gunicorn, Celery prefork) inherits the parent's handle but not its
 heartbeat thread, and must not use the parent's id. Every accessor compares the process id and,
 in a child, leases a fresh id first; the parent's lease is left alone.

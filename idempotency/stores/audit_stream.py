@@ -24,8 +24,10 @@ repeated drains never write an entry twice; entries up to the cursor are trimmed
 
 What can be lost: a duplicate whose request was still running when its process died, before
 the XADD or the commit (its client saw no answer either); the first-execution counts and
-fallback events a SIGKILLed process held (at most ``AUDIT_FLUSH_SECONDS`` worth); and stream
-entries trimmed by the cap before a drain copied them.
+fallback events a SIGKILLed process held (at most ``AUDIT_FLUSH_SECONDS`` worth); stream
+entries trimmed by the cap before a drain copied them; and the entries no drain had copied yet
+when their node lost its data (a restart without persistence, a flush, a failover to a replica
+that had not received them).
 :mod:`idempotency.stores.stream_metrics` shows each node's backlog and the age of its oldest
 entry not yet copied, read at scrape time (true whichever process drains), to alert on long
 before the cap.

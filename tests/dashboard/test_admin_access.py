@@ -115,7 +115,9 @@ def test_the_access_log_is_read_only_evidence(record):
 @pytest.fixture
 def order_with_details() -> Order:
     tenant = Tenant.objects.create(slug="roma", name="Roma")
-    dish = Dish.objects.for_tenant(tenant).create(tenant=tenant, name="Pizza", price="8.50", stock=5)
+    dish = Dish.objects.for_tenant(tenant).create(
+        tenant=tenant, name="Pizza", price="8.50", stock=5
+    )
     order = make_order(tenant, dish)
     Order.all_tenants.filter(pk=order.pk).update(
         note="ring twice, flat 4B", contact_phone="+44 7700 900123", delivery_address="1 Via Roma"
