@@ -58,13 +58,29 @@ class StrictJSONParser(JSONParser):
                 f"JSON names the member {clip(repr(exc.name))} twice in one object"
             ) from None
         except (ValueError, RecursionError) as exc:
-            raise ParseError(clip(f"JSON parse error - {exc.__class__.__name__}: {exc}")) from None
+            raise ParseError(clip(f"JSON parse error - {_why(exc)}")) from None
         refused = _shape_refusal(data)
         if refused:
             raise ParseError(refused)
         if isinstance(data, dict):
             data = {name: value for name, value in data.items() if value is not None}
         return _nfc(data)
+
+
+def _why(error: ValueError | RecursionError) -> str:
+    """What was wrong with the body, in the JSON's terms: the decoder's own message (with the
+    line and column), this module's refusals, and for what the interpreter raised (a nesting
+    deeper than its recursion limit, an integer past its digit limit) a sentence of ours, not
+    its message, which names its internals (``sys.set_int_max_str_digits``)."""
+    if isinstance(error, RecursionError):
+        return f"nested deeper than {MAX_DEPTH} levels"
+    if isinstance(error, (json.JSONDecodeError, _Refused)):
+        return str(error)
+    return "a number has too many digits"
+
+
+class _Refused(ValueError):
+    """A value this parser refuses (``NaN``, a number out of range)."""
 
 
 class _RepeatedName(Exception):
@@ -86,13 +102,13 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number")
+    raise _Refused(f"{name} is not a number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"number out of range: {clip(text)}")
+        raise _Refused(f"number out of range: {clip(text)}")
     return value
 
 

@@ -71,3 +71,26 @@ def test_a_member_named_twice_in_one_object_is_refused(body: bytes) -> None:
 
 def test_the_same_name_in_two_objects_is_read() -> None:
     assert parse(b'[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 32 levels"),
+        (b'{"count": ' + b"7" * 5000 + b"}", "a number has too many digits"),
+        (b'{"amount": NaN}', "NaN is not a number"),
+        (b'{"amount": 1e400}', "number out of range: 1e400"),
+        (b'{"a": }', "Expecting value: line 1 column 7"),
+    ],
+    ids=["recursion-limit", "int-digit-limit", "nan", "infinite", "malformed"],
+)
+def test_a_parse_error_says_what_is_wrong_with_the_json_not_the_interpreter_s_internals(
+    body: bytes, said: str
+) -> None:
+    """Red before: "RecursionError: maximum recursion depth exceeded …" and "… use
+    sys.set_int_max_str_digits() to increase the limit" reached the caller's ``detail``."""
+    with pytest.raises(ParseError) as refused:
+        parse(body)
+    detail = str(refused.value.detail)
+    assert detail.startswith(f"JSON parse error - {said}")
+    assert "Error" not in detail and "sys." not in detail
