@@ -81,8 +81,37 @@ class ReadOnlyAdmin(OfferedFiltersOnly, admin.ModelAdmin):
         return False
 
 
+class LogsPersonalDataViews:
+    """For a model admin whose object page shows personal data to some users: each such page
+    sent (a GET answered 200) is written to ``StaffAccessLog`` as ``access_action``, before the
+    page leaves. ``shows_personal_data(request)`` says whether this user's page holds it."""
+
+    access_action: str
+
+    def shows_personal_data(self, request: HttpRequest) -> bool:
+        raise NotImplementedError
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        response = super().change_view(  # type: ignore[misc]
+            request, object_id, form_url, extra_context
+        )
+        if (
+            request.method == "GET"
+            and response.status_code == 200
+            and self.shows_personal_data(request)
+        ):
+            log_access(request, self.access_action, self.model, [object_id])  # type: ignore[attr-defined]
+        return response
+
+
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
+class IdempotencyRecordAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin):
     list_display = ["short_key", "tenant", "scope", "response_status", "created_at"]
     list_filter = [TenantFilter, "response_status", "created_at"]
     search_fields = ["scope"]
@@ -107,20 +136,10 @@ class IdempotencyRecordAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return ["body_preview" if may_see_bodies(request) else "body_hidden"]
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        """Showing a body to a permitted user is logged, before the page is sent."""
-        response = super().change_view(request, object_id, form_url, extra_context)
-        if request.method == "GET" and response.status_code == 200 and may_see_bodies(request):
-            log_access(
-                request, StaffAccessLog.Action.VIEW_STORED_BODY, IdempotencyRecord, [object_id]
-            )
-        return response
+    access_action = StaffAccessLog.Action.VIEW_STORED_BODY
+
+    def shows_personal_data(self, request: HttpRequest) -> bool:
+        return may_see_bodies(request)
 
     @admin.display(description="response body (first 2 kB)")
     def body_preview(self, obj: IdempotencyRecord) -> str:

@@ -14,15 +14,14 @@ lifecycle, the money and the lines need none of it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.html import format_html_join
 
-from idempotency.admin.audits import log_access
+from idempotency.admin.audits import LogsPersonalDataViews
 from idempotency.models import StaffAccessLog
 from ordering.actors import describe_actors
 from ordering.errors import OrderingError
@@ -106,13 +105,14 @@ def _move_action(target: str, label: str) -> Callable[..., None]:
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
+class OrderAdmin(LogsPersonalDataViews, admin.ModelAdmin):
     list_display = ["number", "id", "tenant", "status", "amount", "created_at"]
     list_filter = ["status", "tenant", "payment_method", "created_at"]
     list_select_related = ["tenant"]
     search_fields = ["=id", "=diner_id", "=idempotency_key"]
     date_hierarchy = "created_at"
     inlines = [OrderLineInline, PaymentInline, OrderTransitionInline]
+    access_action = StaffAccessLog.Action.VIEW_PERSONAL_DATA
     actions = [
         _move_action(S.ACCEPTED, "Accept"),
         _move_action(S.PREPARING, "Start preparing"),
@@ -130,22 +130,8 @@ class OrderAdmin(admin.ModelAdmin):
         details = "diner_details" if may_see_diner_details(request) else "diner_details_hidden"
         return [*shown, details]
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        """Showing a diner's details to a permitted user is logged, before the page is sent."""
-        response = super().change_view(request, object_id, form_url, extra_context)
-        if (
-            request.method == "GET"
-            and response.status_code == 200
-            and may_see_diner_details(request)
-        ):
-            log_access(request, StaffAccessLog.Action.VIEW_PERSONAL_DATA, Order, [object_id])
-        return response
+    def shows_personal_data(self, request: HttpRequest) -> bool:
+        return may_see_diner_details(request)
 
     @admin.display(description="what the diner wrote")
     def diner_details(self, order: Order) -> str:
