@@ -6,7 +6,6 @@ embedded SQLite default, because its claims are about PostgreSQL's behaviour.
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -32,12 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # In this process audits are drained by the tests themselves (audit_stream.drain_audits()), so a
     # background thread never touches the database outside a test's transaction.
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "AUDIT_IN_BACKGROUND": False}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -47,7 +47,8 @@ from tests.clients.conftest import (
     set_tenant_status,
 )
 from tests.support.fault_proxy import DroppingProxy
-from tests.support.live_server import LiveServer, free_port
+from tests.support.live_server import LiveServer
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -10,7 +10,7 @@ import redis
 from django.db import connection
 from django.test import Client
 
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -37,8 +37,9 @@ from tests.flows.test_exactly_once_without_redis import (
     operation,
 )
 from tests.flows.test_storm import fire
-from tests.support.live_server import PROJECT_ROOT, free_port
+from tests.support.live_server import PROJECT_ROOT
 from tests.support.pgbouncer import PgBouncer, running_pgbouncer
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = pytest.mark.slow

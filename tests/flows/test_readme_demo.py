@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from ordering.models import Coupon, Order, OutboxEvent
-from tests.support.live_server import free_port
+from tests.support.ports import free_port
 from tests.support.view_executions import executions, server_env
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,21 +26,16 @@ import redis
 from redis.cluster import RedisCluster
 
 from idempotency.stores.redis_store import RedisIdempotencyStore
+from tests.support.ports import free_port
 
 SHARED_REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:
     """A throwaway ``redis-server`` on loopback that nothing else talks to."""
 
     def __init__(self, *, cluster: bool = False) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.cluster = cluster
         self._dir = tempfile.mkdtemp(prefix="idem-redis-")
         self._process: subprocess.Popen[bytes] | None = None
@@ -72,7 +66,7 @@ class RedisServer:
                 "--cluster-config-file",
                 "nodes.conf",
                 "--cluster-port",
-                str(_free_port()),
+                str(free_port()),
             ]
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL)
         try:

@@ -27,7 +27,8 @@ from idempotency.core.ratelimit import (
 from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tenants.models import ApiClient
-from tests.conftest import api_for, free_port
+from tests.conftest import api_for
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS
 
 REDIS_URL = django_settings.REDIS_URL or "redis://127.0.0.1:6379/0"

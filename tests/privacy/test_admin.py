@@ -17,7 +17,7 @@ from tenants.models import DinerSession, Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.test_erase_diner import place
 from tests.support.broker import sending_to
-from tests.support.live_server import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ import httpx
 import pytest
 
 from config.gunicorn import WORKER_READY_MESSAGE
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -112,12 +112,6 @@ class LiveServer:
                 )
             )
         return entries
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

@@ -23,13 +23,14 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
+
+from tests.support.ports import free_port
 
 OS_USER = "postgres"
 DB_USER = "postgres"
@@ -38,12 +39,6 @@ HOST = "127.0.0.1"
 
 class PostgresFailed(RuntimeError):
     """initdb or pg_ctl failed; the message ends with the server log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def postgres_bin_dir() -> Path:

@@ -7,7 +7,6 @@ tests that stop, restart or slow a node (RECIPES §3: stop with SIGTERM, fresh c
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -16,12 +15,7 @@ from pathlib import Path
 import redis
 
 from tests.support import waiting
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
 
 
 class RedisNode:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 
-from tests.support.redis_nodes import free_port
+from tests.support.ports import free_port
 
 
 class SlowProxy:
