@@ -47,6 +47,8 @@ REQUEST_NAMES: list[tuple[re.Pattern[str], str]] = [
         (r"^POST /?dashboard/menu/", "Change the menu (dashboard)"),
         (r"^POST /?dashboard/coupons/", "Change coupons (dashboard)"),
         (r"^POST /?dashboard/api-keys/", "Change API keys (dashboard)"),
+        (r"^POST /?dashboard/members/", "Change members (dashboard)"),
+        (r"^POST /?dashboard/privacy/", "Erase a diner's data (dashboard)"),
         (r"^POST /?dashboard/switch-tenant/$", "Switch restaurant (dashboard)"),
     ]
 ]

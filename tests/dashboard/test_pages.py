@@ -11,11 +11,13 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.core.exceptions import ValidationError
 from django.templatetags.static import static
+from django.urls import resolve
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent, save_events
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
@@ -593,3 +595,26 @@ def test_signing_out_ends_on_the_dashboard_s_sign_in_page(merchant, mine):
     page = signed_out.content.decode()
     assert "You are signed out." in page and "Django site admin" not in page
     assert merchant.get("/dashboard/")["Location"].startswith("/dashboard/login/")
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        "orders/1/transition/",
+        "menu/",
+        "menu/1/",
+        "coupons/",
+        "coupons/1/deactivate/",
+        "api-keys/",
+        "api-keys/1/revoke/",
+        "members/",
+        "members/1/role/",
+        "members/1/remove/",
+        "privacy/",
+        "switch-tenant/",
+    ],
+)
+def test_every_dashboard_form_s_duplicates_are_named_for_what_they_did(route: str) -> None:
+    """Red before for the members' and the privacy page's forms: "Other request"."""
+    resolve(f"/dashboard/{route}")  # a route the dashboard has
+    assert request_name(f"POST dashboard/{route}") != "Other request"
