@@ -55,6 +55,14 @@ MERCHANT_TARGETS = (*MERCHANT_MOVES, S.CANCELLED)
 EXPIRY_ACTOR = "platform:unpaid-expiry"
 
 
+def _move_words(move: Callable[[], None]) -> str:
+    """A move as the API and the dashboard name it to people: by the status it leads to ("A
+    move to ACCEPTED"), not by the model's method (``accept``, ``request_cancel``). Each of the
+    order's moves leads to one status, whatever it starts from."""
+    transition = next(iter(move._django_fsm.transitions.values()))  # type: ignore[attr-defined]
+    return f"A move to {transition.target}"
+
+
 def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> OrderTransition:
     """Run one FSM move on ``order`` and persist it; the caller holds the transaction.
 
@@ -65,7 +73,7 @@ def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> O
     try:
         move()
     except TransitionNotAllowed:
-        raise _conflict(order, f"{move.__name__} is not allowed from {from_status}.") from None
+        raise _conflict(order, f"{_move_words(move)} is not allowed from {from_status}.") from None
     try:
         _save_move(order, from_status)
     except ConcurrentTransition:

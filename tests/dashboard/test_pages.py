@@ -161,7 +161,7 @@ def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, m
     r = merchant.post(url + "transition/", {"to": S.ACCEPTED, "idempotency_key": tab_2})
     assert r.status_code == 302
     assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.ACCEPTED).count() == 1
-    assert "Not applied: accept is not allowed from ACCEPTED. It is ACCEPTED now" in (
+    assert "Not applied: A move to ACCEPTED is not allowed from ACCEPTED. It is ACCEPTED now" in (
         merchant.get(url).content.decode()
     )
     from idempotency.stores.audit_stream import drain_audits
