@@ -230,6 +230,7 @@ def test_idempotency_page_draws_the_hit_rate_and_lists_duplicates(page, live_ser
         ("/dashboard/api-keys/", {"#id_name": "till"}, "Create key"),
         ("/dashboard/menu/", {"#id_name": "Focaccia", "#id_price": "4.00"}, "Add dish"),
         ("/dashboard/coupons/", {"#id_code": "WELCOME5", "#id_value": "5.00"}, "Create coupon"),
+        ("/dashboard/members/", {"#id_username": "newcomer"}, "Add member"),
     ],
 )
 def test_back_after_a_create_brings_an_empty_form_not_the_one_just_sent(
@@ -240,6 +241,7 @@ def test_back_after_a_create_brings_an_empty_form_not_the_one_just_sent(
     the typed values into it, so one more click made a second key named alike; a create form
     comes back empty instead (red without ``autocomplete="off"``)."""
     open_shop()
+    User.objects.create_user("newcomer", password=PASSWORD)  # whom the members' form adds
     log_in(page, live_server.url, "roma-owner", path)
     for selector, value in fields.items():
         page.fill(selector, value)
