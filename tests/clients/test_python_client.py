@@ -342,6 +342,31 @@ def test_a_refusal_from_before_the_engine_to_a_resumed_key_keeps_it(
     assert shop.orders_of(client.session().diner_id) == 1
 
 
+def test_the_engine_s_final_refusal_to_a_resumed_key_forgets_it(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """The other side of the rule above: a refusal the engine gave under the key (it carries
+    X-Idempotent-Result) is the operation's final answer, so the key goes and the same call
+    later is a new operation (red when every refusal to a resumed key kept it: the key was
+    sent a third time, and the refusal replayed for ever)."""
+    body = {**shop.order_body(), "items": [{"dish_id": shop.dish.pk + 1000, "quantity": 1}]}
+    client = make_client(proxy.url, retry=RetryPolicy(max_attempts=1))
+    proxy.drop_responses(1, path=ORDERS)
+    with pytest.raises(RetriesExhaustedError):
+        client.place_order(body, operation_id="cart-10")
+
+    with pytest.raises(ApiError) as replayed:
+        client.place_order(body, operation_id="cart-10")
+    with pytest.raises(ApiError) as anew:
+        client.place_order(body, operation_id="cart-10")
+
+    assert (replayed.value.status, replayed.value.code) == (422, "DISH_NOT_FOUND")
+    assert replayed.value.headers["x-idempotent-result"] == "HIT"
+    assert anew.value.headers["x-idempotent-result"] == "MISS"
+    keys = [e.key for e in wire.posts(ORDERS)]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2]
+
+
 def test_a_restarted_app_resends_with_the_stored_key_and_session_and_gets_the_replay(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, tmp_path: Path
 ) -> None:

@@ -209,6 +209,27 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(await ordersOf((await client.session()).dinerId), 1);
   });
 
+  test("the engine's final refusal to a resumed key forgets it", async () => {
+    // The other side of the rule above: a refusal the engine gave under the key carries
+    // X-Idempotent-Result, so it is the operation's final answer and the same call later is a new
+    // operation. Red when every refusal to a resumed key kept it: the refusal replayed for ever.
+    const { client, wire } = clientOf(live!.proxy, { retry: { ...FAST, maxAttempts: 1 } });
+    const body = { items: [{ dish_id: live!.dishId + 1000, quantity: 1 }], payment_method: "card" as const };
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    await assert.rejects(client.placeOrder(body, { operationId: "cart-10" }), RetriesExhaustedError);
+
+    const replayed = await client.placeOrder(body, { operationId: "cart-10" }).catch((e: unknown) => e);
+    const anew = await client.placeOrder(body, { operationId: "cart-10" }).catch((e: unknown) => e);
+
+    assert.ok(replayed instanceof ApiError && replayed.code === "DISH_NOT_FOUND", String(replayed));
+    assert.equal(replayed.headers.get("x-idempotent-result"), "HIT");
+    assert.ok(anew instanceof ApiError && anew.headers.get("x-idempotent-result") === "MISS", String(anew));
+    const keys = wire.posts(ORDERS).map((e) => e.key);
+    assert.equal(keys.length, 3);
+    assert.equal(keys[0], keys[1]);
+    assert.notEqual(keys[1], keys[2]);
+  });
+
   test("a 400 is final: not retried, and its key forgotten", async () => {
     const storage = memoryStorage();
     const { client, wire } = clientOf(live!.api, { storage });
