@@ -154,13 +154,23 @@ def _form_page(
 ) -> str:
     """The page the form was posted from: the ``Referer`` when it is this site's, else the
     view's ``form_page``, else the URL posted to."""
-    referer = request.META.get("HTTP_REFERER", "")
-    if referer and url_has_allowed_host_and_scheme(
-        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
+    referer = same_site_referer(request)
+    if referer is not None:
         return referer
     if callable(named):
         return named(request, *args, **kwargs)
     if named is not None:
         return resolve_url(named)
     return request.get_full_path()
+
+
+def same_site_referer(request: HttpRequest) -> str | None:
+    """The page the browser says the request came from (``Referer``), when it is one of this
+    site's (its host, and HTTPS when the request is); else ``None``. Anyone can write the
+    header, so it is only ever a page to send the person back to."""
+    referer = request.META.get("HTTP_REFERER", "")
+    if referer and url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return referer
+    return None

@@ -26,8 +26,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 
+from idempotency.web.forms import same_site_referer
 from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
 from tenants.permissions import DASHBOARD_ACCESS, Area, areas_of, role_reaches
@@ -92,16 +92,11 @@ def _to_log_in(request: HttpRequest) -> HttpResponse:
 def _form_page(request: HttpRequest) -> str:
     """The dashboard page a form was posted from (the ``Referer``, when it is one of this
     site's dashboard pages), else the board."""
-    referer = urlsplit(request.META.get("HTTP_REFERER", ""))
-    page = urlunsplit(("", "", referer.path, referer.query, ""))
-    host = {request.get_host()}
-    secure = request.is_secure()
-    if (
-        referer.path.startswith("/dashboard/")
-        and url_has_allowed_host_and_scheme(urlunsplit(referer), host, require_https=secure)
-        and url_has_allowed_host_and_scheme(page, host, require_https=secure)
-    ):
-        return page
+    referer = same_site_referer(request)
+    if referer is not None:
+        page = urlsplit(referer)
+        if page.path.startswith("/dashboard/"):
+            return urlunsplit(("", "", page.path, page.query, ""))
     return reverse("board")
 
 

@@ -283,3 +283,25 @@ def test_a_form_submitted_after_its_session_ended_does_nothing_and_says_so(clien
         r["Location"], {"username": mine.user.username, "password": PASSWORD}, follow=True
     )
     assert back.redirect_chain == [(page, 302)] and back.status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "referer",
+    [
+        None,
+        "http://evil.example/dashboard/orders/1/",
+        "http://testserver/admin/",
+        "http://testserver//evil.example/dashboard/",
+    ],
+    ids=["none", "another-site", "not-the-dashboard", "scheme-relative-path"],
+)
+def test_after_a_session_ended_sign_in_leads_only_to_this_site_s_dashboard(client, mine, referer):
+    """Where a form came from is the Referer, which anyone can write: only one of this site's
+    dashboard pages is taken as the page to come back to, else the board."""
+    case = CASES["dish-create"]
+    headers = {} if referer is None else {"HTTP_REFERER": referer}
+    r = client.post(case.action(mine), case.data(mine), **headers)
+    assert (
+        r.status_code == 302 and r["Location"] == f"/dashboard/login/?next={quote('/dashboard/')}"
+    )
