@@ -35,6 +35,7 @@ from config.api_errors import clip
 
 MAX_DEPTH = 32
 MAX_VALUES = 10_000  # every value counts: objects, arrays, strings, numbers, booleans, nulls
+TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
 
 
 class StrictJSONParser(JSONParser):
@@ -73,7 +74,7 @@ def _why(error: ValueError | RecursionError) -> str:
     deeper than its recursion limit, an integer past its digit limit) a sentence of ours, not
     its message, which names its internals (``sys.set_int_max_str_digits``)."""
     if isinstance(error, RecursionError):
-        return f"nested deeper than {MAX_DEPTH} levels"
+        return TOO_DEEP
     if isinstance(error, (json.JSONDecodeError, _Refused)):
         return str(error)
     return "a number has too many digits"
@@ -138,7 +139,7 @@ def _shape_refusal(data: Any) -> str | None:
             value = list(value.values())
         if isinstance(value, list):
             if level > MAX_DEPTH:
-                return f"JSON nested deeper than {MAX_DEPTH} levels"
+                return f"JSON {TOO_DEEP}"
             values += len(value)
             if values > MAX_VALUES:
                 return f"JSON body of more than {MAX_VALUES} values"
