@@ -51,6 +51,7 @@ from ordering.metrics import clock_backsteps
 from ordering.worker_ids import (
     WORKER_IDS,
     ForkSafeLock,
+    LeaseStoreUnavailable,
     WorkerLeaseHandle,
     WorkerLeaseLost,
     lease_worker_id,
@@ -65,6 +66,7 @@ __all__ = [
     "decode_order_id",
     "dish_bucket",
     "next_order_id",
+    "recheck_process_lease",
 ]
 
 logger = logging.getLogger(__name__)
@@ -279,3 +281,22 @@ def release_process_lease() -> None:
         generator = _process_generator
     if generator is not None:
         generator._lease.release()
+
+
+def recheck_process_lease() -> None:
+    """An order ID this process issued was already in the database: renew its lease now.
+
+    Two live processes hold one worker id only after a Redis node lost its data and handed the
+    id out again (:mod:`ordering.worker_ids`). The renewal finds the other owner and leases a
+    fresh id at once, instead of at the heartbeat's next turn (up to a third of the lease
+    later), so the process stops issuing IDs the other one may issue too. When the lease is
+    still ours, it is just extended.
+    """
+    with _process_generator_lock:
+        generator = _process_generator
+    if generator is None:
+        return
+    try:
+        generator._lease.renew()
+    except LeaseStoreUnavailable as exc:
+        logger.warning("order-ID worker lease not rechecked after an ID collision: %s", exc)

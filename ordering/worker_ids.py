@@ -34,7 +34,10 @@ without persistence, flushed, failed over to a replica that had not seen the lea
 id at once, and another process can lease it while this one still vouches for it, until its
 next renewal (at most L/3) finds the other owner. Meanwhile both can issue the same IDs: the
 second ``INSERT`` of an id fails on the order's primary key, so no order is written over
-another, and that request fails, its transaction (its idempotency record with it) rolled back.
+another; that request is answered 503 ``ORDER_ID_UNAVAILABLE`` (``Retry-After: 1``), its
+transaction (its idempotency record with it) rolled back, and its process renews its lease at
+once (:func:`ordering.order_ids.recheck_process_lease`), which finds the other owner and gives
+the id up, so the retry is numbered under an id of its own.
 
 Fork safety: a forked child (gunicorn, Celery prefork) inherits the parent's handle but not its
 heartbeat thread, and must not use the parent's id. Every accessor compares the process id and,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -17,7 +17,12 @@ from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Order, OrderLine, OrderStatus, OrderTransition
 from ordering.one_statement import insert_together
-from ordering.order_ids import ClockMovedBackwards, dish_bucket, next_order_id
+from ordering.order_ids import (
+    ClockMovedBackwards,
+    dish_bucket,
+    next_order_id,
+    recheck_process_lease,
+)
 from ordering.order_numbers import business_day, numbered
 from ordering.prefetch import with_related
 from ordering.services.stock import take_stock
@@ -57,7 +62,8 @@ def place_order(
     between two orders of the same dishes; it reads the name and price the lines freeze too:
     :mod:`ordering.services.stock`), the coupon with a conditional increment of its use count;
     then one statement takes the day's short order number and writes the order, its lines and
-    its first transition. Any refusal rolls the whole transaction back.
+    its first transition. Any refusal rolls the whole transaction back, including an order ID
+    the database already holds (:func:`_order_id_collision`).
     Lines of the same dish are merged; the first item's dish is the order's primary dish.
 
     The order comes back with its lines, its transition log and its (empty) payments in hand
@@ -65,47 +71,58 @@ def place_order(
     back what was just written.
     """
     quantities = _merge_lines(items)
-    with business_atomic():
-        dishes = take_stock(tenant=tenant, quantities=quantities)  # stock.py
-        subtotal = sum((dishes[d].price * q for d, q in quantities.items()), start=Decimal("0.00"))
-        coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
-        discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
-        primary_dish_id = next(iter(quantities))
-        day = business_day(tenant)
-        number = numbered(tenant=tenant, day=day)  # last: see order_numbers.py
-        order = Order(
-            id=_issue_order_id(tenant=tenant, primary_dish_id=primary_dish_id),
-            tenant=tenant,
-            number=number.placeholder,  # taken by the statement that writes the order
-            business_day=day,
-            diner_id=diner_id or "",
-            placed_by_client=client,
-            payment_method=payment_method,
-            coupon=coupon,
-            subtotal=subtotal,
-            discount=discount,
-            total=subtotal - discount,
-            note=note,
-            contact_phone=contact_phone,
-            delivery_address=delivery_address,
-            idempotency_key=idempotency_key,
-        )
-        lines = [
-            OrderLine(
+    try:
+        with business_atomic():
+            dishes = take_stock(tenant=tenant, quantities=quantities)  # stock.py
+            subtotal = sum(
+                (dishes[d].price * q for d, q in quantities.items()), start=Decimal("0.00")
+            )
+            coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
+            discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
+            primary_dish_id = next(iter(quantities))
+            day = business_day(tenant)
+            number = numbered(tenant=tenant, day=day)  # last: see order_numbers.py
+            order = Order(
+                id=_issue_order_id(tenant=tenant, primary_dish_id=primary_dish_id),
+                tenant=tenant,
+                number=number.placeholder,  # taken by the statement that writes the order
+                business_day=day,
+                diner_id=diner_id or "",
+                placed_by_client=client,
+                payment_method=payment_method,
+                coupon=coupon,
+                subtotal=subtotal,
+                discount=discount,
+                total=subtotal - discount,
+                note=note,
+                contact_phone=contact_phone,
+                delivery_address=delivery_address,
+                idempotency_key=idempotency_key,
+            )
+            lines = [
+                OrderLine(
+                    tenant=tenant,
+                    order=order,
+                    dish_id=dish_id,
+                    dish_name=dishes[dish_id].name,
+                    unit_price=dishes[dish_id].price,
+                    quantity=quantity,
+                    line_total=dishes[dish_id].price * quantity,
+                )
+                for dish_id, quantity in quantities.items()
+            ]
+            created = OrderTransition(
                 tenant=tenant,
                 order=order,
-                dish_id=dish_id,
-                dish_name=dishes[dish_id].name,
-                unit_price=dishes[dish_id].price,
-                quantity=quantity,
-                line_total=dishes[dish_id].price * quantity,
+                from_status="",
+                to_status=OrderStatus.CREATED,
+                actor=actor,
             )
-            for dish_id, quantity in quantities.items()
-        ]
-        created = OrderTransition(
-            tenant=tenant, order=order, from_status="", to_status=OrderStatus.CREATED, actor=actor
-        )
-        insert_together([order], lines, [created], leading=number)  # one_statement.py
+            insert_together([order], lines, [created], leading=number)  # one_statement.py
+    except IntegrityError as exc:
+        if not _order_id_taken(exc):
+            raise
+        raise _order_id_collision() from exc
     return with_related(order, lines=lines, transitions=[created], payments=[])
 
 
@@ -133,6 +150,31 @@ def _issue_order_id(*, tenant: Tenant, primary_dish_id: int) -> int:
         f"Orders cannot be numbered right now; retry in {retry_after} s with the same "
         f"Idempotency-Key",
         headers={"Retry-After": str(retry_after)},
+    )
+
+
+def _order_id_taken(exc: IntegrityError) -> bool:
+    """Whether the order's ``INSERT`` failed on its primary key: its ID was issued before."""
+    diag = getattr(exc.__cause__, "diag", None)
+    name = getattr(diag, "constraint_name", None)
+    if name is not None:
+        return name == f"{Order._meta.db_table}_pkey"
+    return f"{Order._meta.db_table}.id" in str(exc)  # SQLite names the column
+
+
+def _order_id_collision() -> OrderingError:
+    """The 503 for an order whose ID another process had already used.
+
+    Only two processes holding one worker id issue the same ID, which happens after a Redis node
+    lost its data (:mod:`ordering.worker_ids`); this process rechecks its lease at once, which
+    gives the shared id up. The transaction was rolled back, nothing was written and the engine
+    keeps no answer for a 5xx, so a retry with the same key places the order under a new ID.
+    """
+    recheck_process_lease()
+    return OrderingError(
+        OrderingErrorCode.ORDER_ID_UNAVAILABLE,
+        "The order's ID was taken by another server; retry in 1 s with the same Idempotency-Key",
+        headers={"Retry-After": "1"},
     )
 
 

@@ -14,12 +14,13 @@ import pytest
 from rest_framework.test import APIClient
 
 from ordering.models import Coupon, Dish, Order
-from ordering.order_ids import ClockMovedBackwards
+from ordering.order_ids import ClockMovedBackwards, decode_order_id
 from tenants.models import Tenant
 from tests.support.order_id_conditions import (
     all_worker_ids_leased_elsewhere,
     clock_stepped_back,
     lease_given_back,
+    worker_id_shared_with_another_process,
 )
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +102,44 @@ def test_a_lease_given_back_answers_503_and_another_process_places_the_retry(
         refused, retry_after="17", tenant=tenant, menu=menu, coupon=coupon
     )
     assert_retry_places_exactly_one_order(api, tenant=tenant, menu=menu, coupon=coupon)
+
+
+def test_an_id_another_process_issued_too_answers_503_and_the_retry_gets_a_fresh_worker_id(
+    api: APIClient, tenant: Tenant, menu: dict[str, Dish], coupon: Coupon
+) -> None:
+    with worker_id_shared_with_another_process() as shared:
+        # given the other process placed an order under the shared worker id
+        with shared.as_the_other_process():
+            theirs = api.post(
+                "/api/v1/orders/",
+                {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "cash"},
+                format="json",
+                HTTP_IDEMPOTENCY_KEY="the-other-process-s-order",
+            )
+        assert theirs.status_code == 201, theirs.content
+        shared_id = shared.other.worker_id
+        # when this process issues the same ID for the next order of that dish and shard
+        refused = place(api, menu)
+        # then it is a 503 to retry, nothing of it written, and this process has already
+        # given the shared id up for one of its own (no heartbeat ran: 300 s leases)
+        assert refused.status_code == 503, refused.content
+        assert refused["Retry-After"] == "1"
+        assert refused.json()["code"] == "ORDER_ID_UNAVAILABLE"
+        assert "retry in 1 s with the same Idempotency-Key" in refused.json()["detail"]
+        assert list(Order.objects.for_tenant(tenant).values_list("pk", flat=True)) == [
+            int(theirs.json()["id"])
+        ]
+        assert Dish.objects.for_tenant(tenant).get(pk=menu["pizza"].pk).stock == 49
+        coupon.refresh_from_db()
+        assert coupon.used_count == 0
+        assert shared.ours.is_valid() and shared.ours.worker_id != shared_id
+        # and the retry with the same key places the order once, under the new id
+        placed, replayed = place(api, menu), place(api, menu)
+        assert placed.status_code == 201, placed.content
+        assert replayed.json()["id"] == placed.json()["id"]
+        assert decode_order_id(int(placed.json()["id"])).worker_id == shared.ours.worker_id
+        assert Order.objects.for_tenant(tenant).count() == 2
+        assert Dish.objects.for_tenant(tenant).get(pk=menu["pizza"].pk).stock == 47
 
 
 @pytest.mark.parametrize(
