@@ -46,9 +46,12 @@ from tenants.principals import ApiPrincipal
 
 # Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
 AUTO_KEY_WINDOW = 60
+# An order id is a positive 64-bit integer, past JavaScript's exact 2**53: the answers write it
+# as a string, and the path declares it as those digits, so a client generated from the schema
+# (TypeScript's ``number`` for an integer) never rounds it to another order's id.
 ORDER_ID = OpenApiParameter(
     "order_id",
-    {"type": "integer", "format": "int64", "minimum": 1},
+    {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"},
     OpenApiParameter.PATH,
 )
 # Personal data in an order's answer: never kept in a stored reply (docs/data-protection.md).

@@ -24,7 +24,7 @@ def _ids(name: str) -> list[int]:
     return [int(value) for value in os.environ.get(name, "").split(",") if value.strip()]
 
 
-ORDER_IDS = _ids("HARDENING_ORDER_IDS")
+ORDER_IDS = [str(order_id) for order_id in _ids("HARDENING_ORDER_IDS")]  # as the schema has them
 DISH_IDS = _ids("HARDENING_DISH_IDS")
 
 

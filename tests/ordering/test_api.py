@@ -396,6 +396,31 @@ def test_the_schema_s_location_header_admits_the_location_the_server_sends(clien
         assert validator.is_valid(placed["Location"]), (status, declared, placed["Location"])
 
 
+def test_the_schema_declares_an_order_id_in_a_path_as_the_answers_write_it(client, api, menu):
+    # An order id is past JavaScript's exact 2**53. The path parameter was declared an int64, so
+    # the TypeScript types generated from the schema made it a `number`, which rounds it to
+    # another id; the answers write it as a string of digits, and the path now declares those.
+    placed = place(api, menu)
+    order_id = placed.json()["id"]
+    assert isinstance(order_id, str) and int(order_id) > 2**53
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    declared = {
+        f"{method.upper()} {path}": parameter["schema"]
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "order_id"
+    }
+    assert len(declared) == 4, declared
+    for operation, parameter in declared.items():
+        assert parameter["type"] == "string", operation
+        validator = jsonschema_rs.validator_for(parameter)
+        assert validator.is_valid(order_id), operation
+        for not_an_id in ("0", "-1", "1.5", "1e3", " 1", "12345678901234567890"):
+            assert not validator.is_valid(not_an_id), (operation, not_an_id)
+    assert api.get(f"/api/v1/orders/{order_id}/").json()["id"] == order_id
+
+
 def test_the_schema_offers_request_bodies_only_in_json(client, api):
     # Every body used to be offered as JSON, form-urlencoded and multipart. A form cannot hold an
     # order's items nor an integer (a form's values are strings, and no field converts one), and

@@ -1236,7 +1236,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                order_id: number;
+                order_id: string;
             };
             cookie?: never;
         };
@@ -1305,7 +1305,7 @@ export interface operations {
                 "Idempotency-Key"?: string;
             };
             path: {
-                order_id: number;
+                order_id: string;
             };
             cookie?: never;
         };
@@ -1433,7 +1433,7 @@ export interface operations {
                 "Idempotency-Key"?: string;
             };
             path: {
-                order_id: number;
+                order_id: string;
             };
             cookie?: never;
         };
@@ -1561,7 +1561,7 @@ export interface operations {
                 "Idempotency-Key"?: string;
             };
             path: {
-                order_id: number;
+                order_id: string;
             };
             cookie?: never;
         };
