@@ -16,10 +16,14 @@ refusal (406: raised afresh every time), and a header longer than
 :data:`MAX_REMEMBERED_HEADER`. The table holds at most :data:`MAX_REMEMBERED` decisions and is
 emptied when full, so a client sending ever new headers costs memory once and then only
 misses.
+
+A format the view has no renderer for (``?format=xml``) is refused as an ``Accept`` header it
+cannot satisfy, 406 ``NOT_ACCEPTABLE``; DRF answers 404, as if the resource did not exist.
 """
 
 from __future__ import annotations
 
+from rest_framework.exceptions import NotAcceptable
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
@@ -61,3 +65,9 @@ class RememberingContentNegotiation(DefaultContentNegotiation):
             _decisions.clear()
         _decisions[key] = (renderers.index(renderer), media_type)  # renderers compare by identity
         return renderer, media_type
+
+    def filter_renderers(self, renderers: list[BaseRenderer], format: str) -> list[BaseRenderer]:
+        named = [renderer for renderer in renderers if renderer.format == format]
+        if not named:
+            raise NotAcceptable("No answer in the format the request names (?format=)")
+        return named

@@ -1,6 +1,7 @@
 """DRF's content negotiation with its decisions remembered (config/negotiation.py): the same
-renderer and media type as DRF's own for every header, renderer set and format; each decision
-made once; refusals, named formats and long headers never kept; the table bounded."""
+renderer and media type as DRF's own for every header, renderer set and format (a format no
+renderer writes refused as 406, where DRF answers 404); each decision made once; refusals,
+named formats and long headers never kept; the table bounded."""
 
 from __future__ import annotations
 
@@ -89,8 +90,10 @@ CASES = [
 
 def test_every_decision_is_drfs_own_the_first_time_and_every_time_after():
     # given DRF's decision for every header, renderer set and format
-    expected = [decide(DefaultContentNegotiation(), *case) for case in CASES]
-    assert NotAcceptable in expected and Http404 in expected  # refusals are among the cases
+    drf = [decide(DefaultContentNegotiation(), *case) for case in CASES]
+    assert NotAcceptable in drf and Http404 in drf  # refusals are among the cases
+    # (a format no renderer writes is 406 here, where DRF says the resource does not exist)
+    expected = [NotAcceptable if decided is Http404 else decided for decided in drf]
     # when the remembering negotiator decides each of them three times, in one table
     rounds = [[decide(Remembering(), *case) for case in CASES] for _ in range(3)]
     # then every round answers exactly as DRF did, with this call's own renderer instance
@@ -194,6 +197,17 @@ def test_threads_deciding_at_once_each_get_the_answer_for_their_own_header():
 
 def test_the_api_negotiates_with_it():
     assert isinstance(APIView().get_content_negotiator(), Remembering)
+
+
+@pytest.mark.django_db
+def test_a_format_the_api_does_not_write_is_406_not_a_missing_resource(publishable_api, client):
+    # DRF answered `?format=xml` (or `api`, its browsable pages, which this API does not serve)
+    # with 404 "Not found", as if the menu did not exist.
+    for fmt in ("xml", "api", "yaml"):
+        refused = publishable_api.get("/api/v1/menu/", {"format": fmt})
+        assert (refused.status_code, refused.json()["code"]) == (406, "NOT_ACCEPTABLE"), fmt
+    assert publishable_api.get("/api/v1/menu/", {"format": "json"}).status_code == 200
+    assert client.get("/api/schema/", {"format": "yaml"}).status_code == 200
 
 
 @pytest.mark.django_db
