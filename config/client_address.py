@@ -53,6 +53,31 @@ def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) 
     return client
 
 
+# An IPv6 client is given a whole /64 (a home, a phone, a cloud machine) and may send from any
+# address in it: per-address limits count it as one.
+IPV6_CLIENT_PREFIX = 64
+
+
+def limited_address(address: str) -> str:
+    """What per-address limits (guest sessions opened, the login lockout) count ``address``
+    as: an IPv4 address itself, an IPv6 one as its /64 (written as the network's first
+    address, e.g. ``2001:db8:1:2::``), so that a client cannot earn a fresh budget, or a fresh
+    round of password guesses, by moving to another address of its own network. Anything that
+    is not an address is counted as it is."""
+    parsed = _canonical(address)
+    if parsed is None:
+        return address
+    if isinstance(parsed, IPv6Address):
+        return str(IPv6Network((parsed, IPV6_CLIENT_PREFIX), strict=False).network_address)
+    return str(parsed)
+
+
+def limited_address_of(request: HttpRequest) -> str:
+    """:func:`limited_address` of the request's client (``REMOTE_ADDR``, the client's behind
+    the site's proxies); also django-axes' ``AXES_CLIENT_IP_CALLABLE``."""
+    return limited_address(request.META.get("REMOTE_ADDR", ""))
+
+
 def _canonical(address: str) -> IPv4Address | IPv6Address | None:
     try:
         parsed = ip_address(address)

@@ -248,7 +248,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # Login throttling (django-axes) on the dashboard's and the admin's login: after
 # LOGIN_FAILURE_LIMIT failures of one account from one address, that pair is locked out for
 # LOGIN_LOCKOUT_MINUTES (429). Per account *and* address, so nobody can lock a merchant out
-# from elsewhere; the address is REMOTE_ADDR, the client's behind TRUSTED_PROXIES.
+# from elsewhere; the address is REMOTE_ADDR, the client's behind TRUSTED_PROXIES (an IPv6
+# client's /64).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -259,6 +260,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+# An IPv6 client counts as its /64, every address of which it may send from: without this, a
+# fresh address for each guess was never locked out.
+AXES_CLIENT_IP_CALLABLE = "config.client_address.limited_address_of"
 # Its logs of logins (name, address, user agent) are purged after this many days, its failed
 # attempts once past the cool-off (tenants/retention.py, docs/data-protection.md).
 LOGIN_RECORD_RETENTION_DAYS = env_bounded("LOGIN_RECORD_RETENTION_DAYS", 30, low=1, high=3650)

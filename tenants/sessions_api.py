@@ -24,6 +24,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from config.api_errors import ApiError
+from config.client_address import limited_address_of
 from idempotency.core.ratelimit import check_rate
 from idempotency.web.fields import StrictRegexField
 from idempotency.web.openapi import problems
@@ -98,7 +99,7 @@ class SessionOpenThrottle(BaseThrottle):
 
     The address is ``REMOTE_ADDR``, the client's behind the site's proxies
     (``config/client_address.py``, docs/tenancy.md), or every diner would share the proxy's
-    budget."""
+    budget; an IPv6 client is counted by its /64, all of which it may send from."""
 
     def allow_request(self, request: Any, view: Any) -> bool:
         principal: ApiPrincipal = request.user
@@ -107,7 +108,7 @@ class SessionOpenThrottle(BaseThrottle):
         tenant = str(principal.tenant.pk)
         decision = check_rate(
             tenant=tenant,
-            counter=f"open-session:ip:{request.META.get('REMOTE_ADDR', '')}",
+            counter=f"open-session:ip:{limited_address_of(request)}",
             per_minute=settings.DINER_SESSION_OPEN_RATE_PER_IP,
             outer=(
                 f"open-session:client:{principal.client.pk}",

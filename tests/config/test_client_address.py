@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from rest_framework.test import APIClient
 
-from config.client_address import client_address, trusted_networks
+from config.client_address import client_address, limited_address, trusted_networks
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.dashboard.factories import PASSWORD
@@ -112,3 +112,52 @@ def test_behind_the_proxy_wrong_passwords_lock_out_only_their_own_address(settin
     assert attacker == [200] * 4 + [429]
     assert login(PASSWORD, "203.0.113.66") == 429  # that address is locked out
     assert login(PASSWORD, "198.51.100.10") == 302  # tina, from her own, is not (red: 429)
+
+
+@pytest.mark.parametrize(
+    ("address", "counted_as"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        # one IPv6 client is given a whole /64 and may pick any address in it
+        ("2001:db8:1:2::1", "2001:db8:1:2::"),
+        ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"),
+        ("2001:0DB8:1:2::5", "2001:db8:1:2::"),
+        ("2001:db8:1:3::1", "2001:db8:1:3::"),
+        ("::ffff:203.0.113.7", "203.0.113.7"),
+        ("", ""),
+    ],
+)
+def test_per_address_limits_count_an_ipv6_client_by_its_64(address, counted_as):
+    assert limited_address(address) == counted_as
+
+
+@pytest.mark.django_db
+def test_one_ipv6_client_cannot_earn_budget_by_changing_address_in_its_64(tenant, settings):
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
+    _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    app = APIClient()
+    app.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+
+    def opened(address: str) -> int:
+        return app.post("/api/v1/diner-sessions/", format="json", REMOTE_ADDR=address).status_code
+
+    # red: 201, 201, 201 (every address of the /64 had a budget of its own)
+    assert [opened(f"2001:db8:1:2::{i}") for i in range(1, 4)] == [201, 201, 429]
+    assert opened("2001:db8:1:3::1") == 201  # another /64: another client
+
+
+@pytest.mark.django_db
+def test_one_ipv6_client_cannot_guess_passwords_from_every_address_in_its_64(settings):
+    from django.contrib.auth.models import User
+
+    User.objects.create_user("tina", password=PASSWORD)
+
+    def login(password: str, address: str) -> int:
+        browser = Client(REMOTE_ADDR=address)
+        answer = browser.post("/dashboard/login/", {"username": "tina", "password": password})
+        return 302 if "_auth_user_id" in browser.session else answer.status_code
+
+    # red: [200] * 6 (a fresh address of the /64 for each guess is never locked out)
+    assert [login("wrong", f"2001:db8:1:2::{i}") for i in range(1, 7)] == [200] * 4 + [429] * 2
+    assert login(PASSWORD, "2001:db8:1:2::99") == 429
+    assert login(PASSWORD, "2001:db8:7:7::1") == 302  # tina, from her own network, is not
