@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -15,7 +15,7 @@ from django.db.models.functions import Cast
 
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Dish, Order, OrderLine
+from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus
 from ordering.models.orders import number_label
 from ordering.prefetch import (
     compiled_read,
@@ -116,8 +116,19 @@ def _order_read(
 # --- dashboard reads (merchant pages); another tenant's id is "not found", never "forbidden" --
 
 
-# How many orders the board shows: the newest ones.
+# How many orders the board shows: the newest ones, and as many again of the open ones.
 BOARD_SIZE = 200
+# The orders the kitchen still has to act on: paid for and not finished (a refund under way
+# included). Anyone holding the app's public key can place and cancel orders, hundreds a
+# minute, so the newest orders alone could all be that; these it cannot make without paying.
+BOARD_OPEN_STATUSES = (
+    OrderStatus.PAID,
+    OrderStatus.ACCEPTED,
+    OrderStatus.PREPARING,
+    OrderStatus.READY,
+    OrderStatus.DELIVERING,
+    OrderStatus.CANCELLING,
+)
 # The columns of an order that its card shows (BoardCard's, in order); the card's other
 # content, its lines, is written once, with the order.
 BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at")
@@ -148,11 +159,16 @@ class BoardCard:
 
 
 def board_cards(*, tenant: Tenant, limit: int = BOARD_SIZE) -> list[BoardCard]:
-    """The newest ``limit`` orders as the board's cards, from two reads of plain values: the
-    orders' columns the cards show, then those orders' lines (written with each order, so an
-    order read first has all of them). No model instances: every open board renders its
-    cards again whenever one changes."""
-    rows = list(_board_window(tenant, limit).values_list(*BOARD_CARD_COLUMNS))
+    """The newest ``limit`` orders, and the newest ``limit`` open ones
+    (:data:`BOARD_OPEN_STATUSES`) however old, as the board's cards, newest first, from three
+    reads of plain values: the two windows' columns the cards show, then those orders' lines
+    (written with each order, so an order read first has all of them). No model instances:
+    every open board renders its cards again whenever one changes."""
+    rows = _newest_first(
+        row
+        for window in _board_windows(tenant, limit)
+        for row in window.values_list(*BOARD_CARD_COLUMNS)
+    )
     lines: dict[int, list[BoardLine]] = {row[0]: [] for row in rows}
     read = OrderLine.objects.for_tenant(tenant).filter(order_id__in=list(lines)).order_by("id")
     for order_id, quantity, dish_name in read.values_list("order_id", "quantity", "dish_name"):
@@ -168,22 +184,37 @@ def board_version(*, tenant: Tenant, limit: int = BOARD_SIZE) -> str:
     SQL compiled once per process: a poll of a board that has not changed costs this one
     small query instead of rendering every card again.
     """
-    texts = values_read(
-        ("board_version", limit),
-        lambda: _card_texts(tenant, limit),
-        [tenant.pk],
-        using=router.db_for_read(Order),
-    )
+    newest, open_ = _board_windows(tenant, limit)
+    using = router.db_for_read(Order)
+    texts = [
+        values_read(("board_version", limit), lambda: _texts(newest), [tenant.pk], using=using),
+        values_read(
+            ("board_version_open", limit),
+            lambda: _texts(open_),
+            [tenant.pk, *BOARD_OPEN_STATUSES],
+            using=using,
+        ),
+    ]
     return hashlib.blake2b(repr(texts).encode(), digest_size=16).hexdigest()
 
 
-def _card_texts(tenant: Tenant, limit: int) -> QuerySet[Order]:
-    as_text = (Cast(column, TextField()) for column in BOARD_VERSION_COLUMNS)
-    return _board_window(tenant, limit).values_list(*as_text)
+def _texts(window: QuerySet[Order]) -> QuerySet[Order]:
+    return window.values_list(*(Cast(column, TextField()) for column in BOARD_VERSION_COLUMNS))
 
 
-def _board_window(tenant: Tenant, limit: int) -> QuerySet[Order]:
-    return orders_of(tenant=tenant).order_by("-created_at", "-id")[:limit]
+def _board_windows(tenant: Tenant, limit: int) -> tuple[QuerySet[Order], QuerySet[Order]]:
+    """The board's two windows: the newest ``limit`` orders, and the newest ``limit`` open
+    ones. Two reads, each served by an index (the newest by creation, the open ones by
+    status), where one read of either kind would go through every order of the tenant."""
+    orders = orders_of(tenant=tenant).order_by("-created_at", "-id")
+    return orders[:limit], orders.filter(status__in=BOARD_OPEN_STATUSES)[:limit]
+
+
+def _newest_first(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows of :data:`BOARD_CARD_COLUMNS` from both windows, each order once, newest first."""
+    created_at = BOARD_CARD_COLUMNS.index("created_at")
+    once = {row[0]: row for row in rows}
+    return sorted(once.values(), key=lambda row: (row[created_at], row[0]), reverse=True)
 
 
 def order_for_dashboard(*, tenant: Tenant, order_id: int) -> Order | None:

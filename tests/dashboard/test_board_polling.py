@@ -22,7 +22,7 @@ from ordering import prefetch
 from ordering.dashboard.orders import BOARD_COLUMNS
 from ordering.models import Order, OrderStatus, Payment
 from ordering.selectors import board_cards, board_version
-from ordering.services.lifecycle import transition_order
+from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.placing import ItemRequest, place_order
 from ordering.templatetags.order_age import age_label
 from tests.dashboard.conftest import World, make_order
@@ -36,7 +36,7 @@ def poll(client: Client, tag: str | None = None):
     return client.get(FRAGMENT, **({"HTTP_IF_NONE_MATCH": tag} if tag else {}))
 
 
-def test_an_unchanged_board_is_answered_304_by_one_read_of_the_cards_columns(merchant, mine):
+def test_an_unchanged_board_is_answered_304_by_reading_the_cards_columns_alone(merchant, mine):
     page = merchant.get("/dashboard/")
     first = poll(merchant)
     assert first.status_code == 200 and first["ETag"].startswith('"')
@@ -48,7 +48,9 @@ def test_an_unchanged_board_is_answered_304_by_one_read_of_the_cards_columns(mer
     assert again.status_code == 304 and again.content == b""
     assert "no-store" in again["Cache-Control"]
     orders_read = [q["sql"] for q in queries if "ordering_" in q["sql"]]
-    assert len(orders_read) == 1 and "ordering_orderline" not in orders_read[0]
+    # the newest orders' and the open ones' (test_newer_orders_never_push_a_paid_order_off...)
+    assert len(orders_read) == 2
+    assert not any("ordering_orderline" in sql for sql in orders_read)
 
 
 def test_the_tag_weakened_by_a_compressing_proxy_still_matches(merchant, mine):
@@ -118,17 +120,34 @@ def test_a_change_on_the_board_is_answered_with_the_new_columns(merchant, mine, 
 
 
 def test_the_version_covers_the_newest_orders_only(mine):
-    """An order older than the board's newest ``limit`` is not on it: its moves leave the
-    version; a new order, which pushes the oldest shown one off, changes it."""
+    """An unpaid or finished order older than the board's newest ``limit`` is not on it: its
+    moves leave the version; a new order, which pushes the oldest shown one off, changes it."""
+    old = make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
     for _ in range(2):
         make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
     window_of_two = board_version(tenant=mine.tenant, limit=2)
 
-    move(mine)  # mine.order: the oldest, third of three
+    cancel_order(tenant=mine.tenant, order_id=old.pk, actor="t")  # third newest of four
     assert board_version(tenant=mine.tenant, limit=2) == window_of_two
 
     make_order(mine.tenant, mine.dishes["pasta"], S.CREATED)
     assert board_version(tenant=mine.tenant, limit=2) != window_of_two
+
+
+def test_newer_orders_never_push_a_paid_order_off_the_board(mine):
+    """Anyone holding the app's public key can place and cancel orders, hundreds a minute:
+    an order the kitchen still has to act on (paid, not finished) stays on the board, and
+    its moves on the version, however many orders came after it."""
+    for _ in range(3):
+        make_order(mine.tenant, mine.dishes["pasta"], S.CANCELLED)
+    # red: only the three newest, cancelled ones (mine.order, PAID, the oldest, was gone)
+    cards = board_cards(tenant=mine.tenant, limit=2)
+    assert [card.status for card in cards] == [S.CANCELLED, S.CANCELLED, S.PAID]
+    assert cards[-1].pk == mine.order.pk
+    version = board_version(tenant=mine.tenant, limit=2)
+
+    move(mine)
+    assert board_version(tenant=mine.tenant, limit=2) != version
 
 
 def test_a_new_deploy_of_the_columns_template_changes_the_tag(merchant, mine, settings):
@@ -191,11 +210,11 @@ def test_the_version_s_read_is_compiled_once_per_process(mine, theirs, monkeypat
     monkeypatch.setattr(prefetch, "_VALUES_READS", {})
     with compiled_models() as compiled:
         versions = [board_version(tenant=w.tenant) for w in (mine, theirs, mine)]
-    assert compiled.count(Order) == 1
+    assert compiled.count(Order) == 2  # each of the two windows, once
     assert versions[0] == versions[2] != versions[1]
 
 
-def test_the_cards_are_the_newest_orders_read_as_plain_values_in_two_statements(mine, theirs):
+def test_the_cards_are_the_newest_orders_read_as_plain_values_in_three_statements(mine, theirs):
     d = mine.dishes
     mixed = place_order(
         tenant=mine.tenant,
@@ -207,7 +226,7 @@ def test_the_cards_are_the_newest_orders_read_as_plain_values_in_two_statements(
 
     with CaptureQueriesContext(connection) as queries:
         cards = board_cards(tenant=mine.tenant)
-    assert len(queries) == 2
+    assert len(queries) == 3  # the newest orders, the open ones, their lines
     assert [card.pk for card in cards] == [mixed.pk, mine.order.pk]  # newest first, mine only
     for card in cards:
         order = Order.all_tenants.get(pk=card.pk)
