@@ -18,6 +18,7 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -25,7 +26,7 @@ from rest_framework.views import APIView
 
 from config.api_errors import ApiError
 from config.client_address import limited_address_of
-from idempotency.core.ratelimit import check_rate
+from idempotency.core.ratelimit import RateDecision, check_rate
 from idempotency.web.fields import StrictRegexField
 from idempotency.web.openapi import problems
 from idempotency.web.throttle import RateLimited, TenantRateThrottle
@@ -93,6 +94,22 @@ def _session_body(issued: IssuedSession) -> dict[str, Any]:
     }
 
 
+class TooManySessionsOpened(RateLimited):
+    """429 ``RATE_LIMITED`` for a guest session refused: the detail names the budget that ran
+    out (this address's or this key's), where the engine's words are about writes and the
+    tenant's ceiling, which opening a session is neither."""
+
+    def __init__(self, decision: RateDecision) -> None:
+        super().__init__(decision)
+        # check_rate's outer counter, here the key's, refuses with the tenant's scope
+        whose = "with this key" if decision.scope == "tenant" else "from this address"
+        self.detail = ErrorDetail(
+            f"Too many guest sessions opened {whose}: the limit is {decision.limit} per "
+            f"window; retry in {decision.retry_after_seconds} s.",
+            code=self.default_code,
+        )
+
+
 class SessionOpenThrottle(BaseThrottle):
     """Guest sessions (a publishable key) are counted per client address and, when that
     allows them, per key, in one Redis call; a merchant key's sign-ins count as its writes.
@@ -117,7 +134,7 @@ class SessionOpenThrottle(BaseThrottle):
         )
         if decision is None or decision.allowed:
             return True
-        raise RateLimited(decision)
+        raise TooManySessionsOpened(decision)
 
 
 class DinerSessionsView(APIView):

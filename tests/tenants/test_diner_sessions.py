@@ -545,6 +545,29 @@ def test_guest_sessions_are_limited_per_client_address_then_per_key(
     assert open_guest(other_key).status_code == 201
 
 
+def test_a_refused_session_says_which_budget_of_guest_sessions_ran_out(
+    publishable: Any, settings: Any
+) -> None:
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 1
+    settings.DINER_SESSION_OPEN_RATE_PER_KEY = 2
+    app = with_auth(f"Api-Key {publishable[1]}")
+
+    def refusal(address: str) -> str:
+        answer = app.post(SESSIONS, format="json", REMOTE_ADDR=address)
+        return answer.json()["detail"] if answer.status_code == 429 else ""
+
+    assert refusal("10.0.0.1") == ""
+    # red: "Too many writes: the limit is 1 per window; ..." (no write was made)
+    assert refusal("10.0.0.1").startswith(
+        "Too many guest sessions opened from this address: the limit is 1 per window; retry in "
+    )
+    assert refusal("10.0.0.2") == ""
+    # red: "Too many writes: this tenant's ceiling is 2 per window; ..." (it is the key's)
+    assert refusal("10.0.0.3").startswith(
+        "Too many guest sessions opened with this key: the limit is 2 per window; retry in "
+    )
+
+
 def test_an_address_s_budget_is_each_restaurant_s_own(
     publishable: Any, make_tenant: Any, settings: Any
 ) -> None:
