@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import unicodedata
 
 import pytest
 from rest_framework.exceptions import ParseError
@@ -94,3 +96,41 @@ def test_a_parse_error_says_what_is_wrong_with_the_json_not_the_interpreter_s_in
     detail = str(refused.value.detail)
     assert detail.startswith(f"JSON parse error - {said}")
     assert "Error" not in detail and "sys." not in detail
+
+
+# Two combining marks of different classes (below, above): NFC sorts each run of them, one
+# step per pair out of order, so a run's cost grows with the square of its length.
+BELOW, ABOVE = "\u0316", "\u0301"
+
+
+def body_with(name: str, value: str) -> bytes:
+    return json.dumps({name: value}, ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("where", ["value", "name"])
+def test_a_string_with_more_combining_marks_in_a_row_than_unicode_s_stream_safe_limit_is_refused(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # given half a megabyte of marks after one letter, which took a worker more than the
+    # 30 s gunicorn allows to put in NFC, in a value (this parser's NFC) or a member's name
+    # (the idempotency fingerprint's)
+    normalised: list[str] = []
+    real = unicodedata.normalize
+    monkeypatch.setattr(
+        parsers.unicodedata, "normalize", lambda form, s: normalised.append(s) or real(form, s)
+    )
+    zalgo = "a" + (ABOVE + BELOW) * 125_000
+    body = body_with(zalgo, "x") if where == "name" else body_with("note", zalgo)
+    # red: the value was normalised (minutes), the name passed on as it was
+    with pytest.raises(ParseError, match="more than 30 combining characters in a row"):
+        parse(body)
+    assert normalised == []
+
+
+def test_a_string_within_the_stream_safe_limit_is_read_in_nfc() -> None:
+    # 30 marks in a row, out of canonical order, after each letter: the most any text needs
+    run = (ABOVE + BELOW) * 15
+    parsed = parse(body_with("note", ("a" + run) * 100))
+    assert parsed == {"note": unicodedata.normalize("NFC", ("a" + run) * 100)}
+    named = parse(body_with("a" + run, "x"))
+    assert named == {"a" + run: "x"}  # names are left as sent (the fingerprint's to normalise)

@@ -249,3 +249,35 @@ def test_the_canonical_form_of_version_1_is_pinned_byte_for_byte() -> None:
     assert fingerprint(payload, ("items", "note", "coupon_code", "absent")) == (
         hashlib.sha256(b"v1:" + expected).hexdigest()
     )
+
+
+# Two combining marks of different classes (below, above): NFC sorts each run of them, one
+# step per pair out of order, so a run's cost grows with the square of its length.
+ZALGO = "a" + "\u0301\u0316" * 125_000
+
+
+@pytest.mark.parametrize("where", ["value", "name", "nested name"])
+def test_a_string_past_unicode_s_stream_safe_limit_has_no_canonical_form(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # given half a megabyte of combining marks after one letter, which took a worker minutes
+    # to put in NFC (a form body reaches the fingerprint without the JSON parser's refusal)
+    normalised: list[str] = []
+    real = unicodedata.normalize
+    monkeypatch.setattr(unicodedata, "normalize", lambda f, s: normalised.append(s) or real(f, s))
+    data: dict[str, Any] = {
+        "value": {"note": ZALGO},
+        "name": {ZALGO: "x", "note": "n"},
+        "nested name": {"contact": {ZALGO: "x"}},
+    }[where]
+    # then it is refused (the engine's 400 IDEMPOTENCY_PAYLOAD_INVALID) before any NFC of it
+    with pytest.raises(ValueError, match="more than 30 combining characters in a row"):
+        fingerprint(data, ["note", "contact"])
+    assert ZALGO not in normalised
+
+
+def test_thirty_combining_marks_in_a_row_are_put_in_nfc() -> None:
+    run = "\u0301\u0316" * 15
+    assert fingerprint({"note": "a" + run}, ["note"]) == fingerprint(
+        {"note": unicodedata.normalize("NFC", "a" + run)}, ["note"]
+    )
