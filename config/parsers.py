@@ -25,18 +25,17 @@ from __future__ import annotations
 import codecs
 import json
 import math
-import unicodedata
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from config.api_errors import clip
+from idempotency.core.fingerprint import stream_safe_nfc
 
 MAX_DEPTH = 32
 MAX_VALUES = 10_000  # every value counts: objects, arrays, strings, numbers, booleans, nulls
 TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels"
-MAX_NON_STARTERS = 30  # combining characters in a row: Unicode's stream-safe limit (UAX #15)
 
 
 class StrictJSONParser(JSONParser):
@@ -116,10 +115,11 @@ def _finite_float(text: str) -> float:
 
 def _nfc(value: Any) -> Any:
     """``value`` with every string in it in NFC (recursion is bounded by ``MAX_DEPTH``).
-    Member names are left as sent, but refused like values past the stream-safe limit: the
-    idempotency fingerprint puts them in NFC."""
+    Member names are left as sent, but refused like values past Unicode's stream-safe limit
+    (:func:`idempotency.core.fingerprint.stream_safe_nfc`): the idempotency fingerprint puts
+    them in NFC."""
     if isinstance(value, str):
-        return value if unicodedata.is_normalized("NFC", value) else _normalised(value)
+        return _normalised(value)
     if isinstance(value, dict):
         return {_stream_safe(name): _nfc(item) for name, item in value.items()}
     if isinstance(value, list):
@@ -128,25 +128,15 @@ def _nfc(value: Any) -> Any:
 
 
 def _normalised(text: str) -> str:
-    return unicodedata.normalize("NFC", _stream_safe(text))
+    try:
+        return stream_safe_nfc(text)
+    except ValueError as exc:
+        raise ParseError(str(exc)) from None
 
 
-def _stream_safe(text: str) -> str:
-    """``text``, if putting it in NFC costs time in proportion to its length: no more than
-    ``MAX_NON_STARTERS`` combining characters in a row (Unicode's stream-safe text format,
-    UAX #15, which no text needs to pass). NFC sorts each run of them by class, at a cost that
-    grows with the square of the run's length: one letter and half a megabyte of marks took a
-    worker minutes. Only a string not in NFC already is counted (its check is cheap)."""
-    if unicodedata.is_normalized("NFC", text):
-        return text
-    run = 0
-    for char in text:
-        run = run + 1 if unicodedata.combining(char) else 0
-        if run > MAX_NON_STARTERS:
-            raise ParseError(
-                f"a string holds more than {MAX_NON_STARTERS} combining characters in a row"
-            )
-    return text
+def _stream_safe(name: str) -> str:
+    _normalised(name)
+    return name
 
 
 def _shape_refusal(data: Any) -> str | None:

@@ -44,6 +44,7 @@ __all__ = [
     "key_id_of",
     "keyed_fingerprints",
     "keyed_version",
+    "stream_safe_nfc",
 ]
 
 FINGERPRINT_VERSION = 1
@@ -220,7 +221,7 @@ def _normalised_items(value: Mapping[object, object]) -> dict[str, object]:
 def _key(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"field names must be str, not {type(name).__name__}")
-    return _nfc(name)
+    return stream_safe_nfc(name)
 
 
 MAX_NON_STARTERS = 30
@@ -228,7 +229,7 @@ MAX_NON_STARTERS = 30
 #15), which no text needs to pass."""
 
 
-def _nfc(text: str) -> str:
+def stream_safe_nfc(text: str) -> str:
     """``text`` in NFC; a ``ValueError`` (no canonical form) past :data:`MAX_NON_STARTERS`.
 
     NFC sorts each run of combining characters by class, at a cost that grows with the square
@@ -256,7 +257,7 @@ def _render(value: object) -> str:
     if isinstance(value, int | float | Decimal):
         return _render_number(value)
     if isinstance(value, str):
-        return _json_string(_nfc(value))
+        return _json_string(stream_safe_nfc(value))
     if isinstance(value, Mapping):
         return _render_mapping(value)
     if isinstance(value, list | tuple):
