@@ -26,7 +26,7 @@ $(NODE_STAMP): $(NODE_CLIENT)/package-lock.json
 
 ## Set up and serve the demo on http://127.0.0.1:8000 (SQLite unless DATABASE_URL is set), with
 ## a Celery worker in the background when REDIS_URL is set (else tasks run eagerly in-process).
-## The demo and the tests run with DEBUG=1 (development secrets); anything else is production.
+## The demo and the tests run with DEBUG=1 (development secrets); unset or 0 is production.
 run: export DEBUG = 1
 run: install
 	$(PY) manage.py migrate --noinput

@@ -21,11 +21,24 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off")
+
+
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
+    """A yes/no setting: one of ``_YES`` or ``_NO`` (any case); unset or empty, ``default``.
+    Anything else stops the server from starting: read as "no", a typo turned off what it
+    names (``IDEMPOTENCY_ENABLED=ture`` ran the site without the engine, so a retried order was
+    placed twice; ``SECURE_SSL_REDIRECT=ye`` served plain HTTP)."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if not value:
         return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if value in _YES or value in _NO:
+        return value in _YES
+    raise ImproperlyConfigured(
+        f"{name} must be one of {', '.join(_YES)} or {', '.join(_NO)}, not {raw!r}"
+    )
 
 
 def env_list(name: str, default: str = "") -> list[str]:

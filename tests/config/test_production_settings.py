@@ -49,7 +49,8 @@ SHOW_SETTINGS = (
     "'session': s.SESSION_COOKIE_SECURE, 'csrf': s.CSRF_COOKIE_SECURE, "
     "'httponly': s.SESSION_COOKIE_HTTPONLY, 'hsts': s.SECURE_HSTS_SECONDS, "
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
-    "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}}))"
+    "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
+    "'engine_on': s.IDEMPOTENCY['ENABLED']}))"
 )
 
 
@@ -196,6 +197,38 @@ def test_hsts_and_the_https_redirect_are_configurable() -> None:
     assert code == 0, stderr
     assert values is not None
     assert values["hsts"] == 600 and values["redirect"] is False and values["proxy"] is None
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("IDEMPOTENCY_ENABLED", "ture", id="engine-typo"),
+        pytest.param("IDEMPOTENCY_ENABLED", "enabled", id="engine-word"),
+        pytest.param("SECURE_SSL_REDIRECT", "flase", id="redirect-typo"),
+        pytest.param("HSTS_INCLUDE_SUBDOMAINS", "y", id="hsts-letter"),
+        pytest.param("DEBUG", "2", id="debug-number"),
+    ],
+)
+def test_a_yes_or_no_setting_spelt_neither_way_stops_the_server(name: str, value: str) -> None:
+    """Read as "no", a typo turned off what it names: IDEMPOTENCY_ENABLED=ture ran the site
+    without the engine, and the same order sent twice was placed twice."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert (
+        f"ImproperlyConfigured: {name} must be one of 1, true, yes, on or 0, false, no, off, "
+        f"not {value!r}"
+    ) in stderr
+
+
+@pytest.mark.parametrize("name", ["IDEMPOTENCY_ENABLED", "SECURE_SSL_REDIRECT", "DEBUG"])
+def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
+    """An empty value (``NAME=`` in an env file, a template's unset variable) is no value."""
+    code, values, stderr = settings_with({**production_environment(), name: ""})
+
+    assert code == 0, stderr
+    assert values is not None
+    assert (values["engine_on"], values["redirect"], values["debug"]) == (True, True, False)
 
 
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
