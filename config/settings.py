@@ -1,10 +1,10 @@
 """Settings for the ordering platform, driven by environment variables.
 
 Production is the default: with ``DEBUG`` unset the settings refuse to start without a real
-``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS`` and, when the simulated payment provider is on,
-its own secret (README, "Run it in production"). ``make run`` and ``make test`` set
-``DEBUG=1``: the embedded demo (SQLite, no Redis, the idempotency engine database-only) and the
-test suite run with development defaults.
+``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS``, a ``DATABASE_URL`` and, when the simulated
+payment provider is on, its own secret (README, "Run it in production"). ``make run`` and
+``make test`` set ``DEBUG=1``: the embedded demo (SQLite, no Redis, the idempotency engine
+database-only) and the test suite run with development defaults.
 """
 
 from __future__ import annotations
@@ -186,9 +186,17 @@ TEMPLATES = [
 # request) and checks it before reusing it after a request, without a query when it is idle
 # (config/postgresql/), so a restarted PostgreSQL or a PgBouncer that dropped it costs a
 # reconnect, not an error (docs/adr/0006).
+# Off DEBUG there is no default: without DATABASE_URL (or with a typo in its name) each host
+# would keep its orders and idempotency records in a SQLite file of its own checkout.
+_database_url = os.environ.get("DATABASE_URL", "").strip()
+if not _database_url and not DEBUG:
+    raise ImproperlyConfigured(
+        "DATABASE_URL must name the PostgreSQL database when DEBUG is off "
+        "(postgres://user@host:5432/name); SQLite is the demo's"
+    )
 DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+    "default": dj_database_url.parse(
+        _database_url or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 300)),
         conn_health_checks=True,
     )

@@ -50,7 +50,7 @@ SHOW_SETTINGS = (
     "'httponly': s.SESSION_COOKIE_HTTPONLY, 'hsts': s.SECURE_HSTS_SECONDS, "
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
-    "'engine_on': s.IDEMPOTENCY['ENABLED']}))"
+    "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE']}))"
 )
 
 
@@ -229,6 +229,28 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
     assert code == 0, stderr
     assert values is not None
     assert (values["engine_on"], values["redirect"], values["debug"]) == (True, True, False)
+
+
+@pytest.mark.parametrize("url", [None, ""], ids=["unset", "empty"])
+def test_production_refuses_to_start_without_a_database_url(url: str | None) -> None:
+    """Off DEBUG a missing DATABASE_URL (a typo in its name) ran the site on a SQLite file of
+    the checkout, each host with its own orders and idempotency records."""
+    env = without(production_environment(), "DATABASE_URL")
+    if url is not None:
+        env["DATABASE_URL"] = url
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
+
+
+def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() -> None:
+    code, values, stderr = settings_with({"DEBUG": "1", "DATABASE_URL": ""})
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["database"] == "django.db.backends.sqlite3"
 
 
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
