@@ -19,6 +19,8 @@ from ordering.background.dead_letters import (
 )
 from ordering.models import DeadLetter
 
+DONE = {"requeue": "requeued", "discard": "discarded"}
+
 
 class Command(BaseCommand):
     help = "List, requeue or discard dead letters."
@@ -37,11 +39,14 @@ class Command(BaseCommand):
             letters = DeadLetter.objects.order_by("-created_at")
             if not options["all"]:
                 letters = letters.filter(state=DeadLetter.State.OPEN)
-            for letter in letters[:200]:
+            shown = letters[:200]
+            for letter in shown:
                 self.stdout.write(
                     f"{letter.pk}\t{letter.state}\t{letter.created_at:%Y-%m-%d %H:%M:%S}\t"
                     f"{letter.key}\tattempts={letter.attempts}\t{letter.error[:120]}"
                 )
+            if not shown:
+                self.stdout.write("no dead letters" if options["all"] else "no open dead letters")
             return
         if not options["ids"]:
             raise CommandError(f"{options['action']} needs at least one dead letter id")
@@ -56,6 +61,6 @@ class Command(BaseCommand):
                 failed = True
                 self.stderr.write(str(exc))
             else:
-                self.stdout.write(f"{letter_id}: {options['action']}d")
+                self.stdout.write(f"{letter_id}: {DONE[options['action']]}")
         if failed:
             raise CommandError("some dead letters were not open")
