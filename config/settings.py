@@ -99,7 +99,7 @@ def production_secret(name: str, development: str, *, min_chars: int) -> str:
     ):
         raise ImproperlyConfigured(
             f"{name} must be set to a secret of your own when DEBUG is off: at least "
-            f"{min_chars} characters, no surrounding spaces "
+            f"{min_chars} characters, at least 5 of them different, no surrounding spaces "
             "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
     return value

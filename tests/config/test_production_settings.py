@@ -174,6 +174,21 @@ def test_production_refuses_to_start_with_a_public_or_missing_secret(
     assert f"ImproperlyConfigured: {message}" in stderr
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("SECRET_KEY", "a" * 60, id="secret-key-of-one-character"),
+        pytest.param("METRICS_TOKEN", "ab" * 20, id="metrics-token-of-two-characters"),
+    ],
+)
+def test_a_long_secret_of_too_few_characters_is_refused_for_that(name: str, value: str) -> None:
+    """The refusal named only the length, which a 60-character value already had."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert "at least 5 of them different" in stderr
+
+
 def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
     code, values, stderr = settings_with({"DEBUG": "1"})
 
