@@ -89,6 +89,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ".venv/bin/python -m bench.chaos"
 SECRET_KEY = "bench-chaos-not-a-secret-" + "x" * 32
 HASH_KEY = "bench-chaos-hash-key-not-a-secret-" + "y" * 24  # not SECRET_KEY
+PROVIDER_SECRET = "bench-chaos-provider-secret-not-a-secret-" + "z" * 8  # nor either of them
 DB_NAME = "chaos"
 ORDERS_PATH = "/api/v1/orders/"
 IN_PROGRESS_CODE = "IDEMPOTENCY_REQUEST_IN_PROGRESS"
@@ -220,7 +221,7 @@ def server_env(opts: Options, database_url: str, redis_url: str, metrics_dir: Pa
         "SECURE_SSL_REDIRECT": "0",  # plain HTTP on loopback, no TLS proxy in front
         # off DEBUG a payment provider must be configured; orders never reach it here
         "SIMULATED_PROVIDER": "1",
-        "SIMULATED_PROVIDER_SECRET": SECRET_KEY,
+        "SIMULATED_PROVIDER_SECRET": PROVIDER_SECRET,
         "PAYMENT_DEFAULT_PROVIDER": "simulated",
         "API_WRITE_RATE_PER_MINUTE": "0",
         "API_TENANT_WRITE_CEILING_PER_MINUTE": "0",

@@ -81,12 +81,16 @@ _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
 _DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
 
 
-def production_secret(name: str, development: str, *, min_chars: int) -> str:
+def production_secret(
+    name: str, development: str, *, min_chars: int, unlike: dict[str, str] | None = None
+) -> str:
     """The secret ``name`` from the environment; with DEBUG, the repository's ``development``
     value when it is unset. Off DEBUG the server does not start with a missing, public, short
     or padded one, or one of fewer than five different characters: whoever guesses it forges
     what it signs or keys (sessions, payment callbacks, the hashes that stand for diners'
-    data), and a value read with a stray space is another secret than the one meant."""
+    data), and a value read with a stray space is another secret than the one meant. Nor with
+    the value of a secret named in ``unlike``: some are held by other hands too (the payment
+    provider, Prometheus), and whoever holds one must not hold another's power with it."""
     value = os.environ.get(name, "")
     if DEBUG:
         return value or development
@@ -102,6 +106,9 @@ def production_secret(name: str, development: str, *, min_chars: int) -> str:
             f"{min_chars} characters, at least 5 of them different, no surrounding spaces "
             "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
+    for other_name, other in (unlike or {}).items():
+        if value == other:
+            raise ImproperlyConfigured(f"{name} must be a secret other than {other_name}")
     return value
 
 
@@ -438,7 +445,9 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 # Optional; when set, a secret like the others. Honoured over HTTPS only (DEBUG aside).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 if METRICS_TOKEN:
-    METRICS_TOKEN = production_secret("METRICS_TOKEN", "", min_chars=32)
+    METRICS_TOKEN = production_secret(
+        "METRICS_TOKEN", "", min_chars=32, unlike={"SECRET_KEY": SECRET_KEY}
+    )
 
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
@@ -533,9 +542,12 @@ if BENCH_ENDPOINTS:
 # during a rotation the previous ones still verify: IDEMPOTENCY_HASH_KEYS_PREVIOUS="1:<secret>".
 # A key of its own: with SECRET_KEY's, whoever learns one (a leaked session signer) could
 # also test guesses of a phone number or a diner's id against the hashes that stand for them.
-_hash_key = production_secret("IDEMPOTENCY_HASH_KEY", _DEV_HASH_KEY, min_chars=32)
-if not DEBUG and _hash_key == SECRET_KEY:
-    raise ImproperlyConfigured("IDEMPOTENCY_HASH_KEY must be a secret other than SECRET_KEY")
+_hash_key = production_secret(
+    "IDEMPOTENCY_HASH_KEY",
+    _DEV_HASH_KEY,
+    min_chars=32,
+    unlike={"SECRET_KEY": SECRET_KEY, "METRICS_TOKEN": METRICS_TOKEN},
+)
 IDEMPOTENCY["HASH_KEYS"] = [
     (int(os.environ.get("IDEMPOTENCY_HASH_KEY_ID", 1)), _hash_key),
     *[
@@ -616,7 +628,14 @@ PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERA
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):
     _simulated_secret = production_secret(
-        "SIMULATED_PROVIDER_SECRET", _DEV_SIMULATED_PROVIDER_SECRET, min_chars=32
+        "SIMULATED_PROVIDER_SECRET",
+        _DEV_SIMULATED_PROVIDER_SECRET,
+        min_chars=32,
+        unlike={
+            "SECRET_KEY": SECRET_KEY,
+            "IDEMPOTENCY_HASH_KEY": _hash_key,
+            "METRICS_TOKEN": METRICS_TOKEN,
+        },
     )
     PAYMENT_PROVIDERS["simulated"] = {
         "ADAPTER": "ordering.payments.simulated.SimulatedProvider",

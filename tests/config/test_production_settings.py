@@ -132,6 +132,26 @@ def test_without_debug_in_the_environment_the_app_runs_as_production() -> None:
             id="the-hash-key-is-the-secret-key",
         ),
         pytest.param(
+            {"SECRET_KEY": STRONG, "SIMULATED_PROVIDER_SECRET": STRONG},
+            "SIMULATED_PROVIDER_SECRET must be a secret other than SECRET_KEY",
+            id="the-provider-secret-is-the-secret-key",
+        ),
+        pytest.param(
+            {"IDEMPOTENCY_HASH_KEY": STRONG, "SIMULATED_PROVIDER_SECRET": STRONG},
+            "SIMULATED_PROVIDER_SECRET must be a secret other than IDEMPOTENCY_HASH_KEY",
+            id="the-provider-secret-is-the-hash-key",
+        ),
+        pytest.param(
+            {"SECRET_KEY": STRONG, "METRICS_TOKEN": STRONG},
+            "METRICS_TOKEN must be a secret other than SECRET_KEY",
+            id="the-metrics-token-is-the-secret-key",
+        ),
+        pytest.param(
+            {"METRICS_TOKEN": STRONG, "IDEMPOTENCY_HASH_KEY": STRONG},
+            "IDEMPOTENCY_HASH_KEY must be a secret other than METRICS_TOKEN",
+            id="the-hash-key-is-the-metrics-token",
+        ),
+        pytest.param(
             {"SIMULATED_PROVIDER_SECRET": "x"},
             "SIMULATED_PROVIDER_SECRET must be set",
             id="a-short-provider-secret",
