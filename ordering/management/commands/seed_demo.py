@@ -5,8 +5,12 @@ Safe to run again: tenants, users, dishes and coupons are found by their natural
 duplicated, and the demo API keys are kept. The database holds only hashes of keys, so to print
 them again a run in DEBUG keeps the demo's full keys in a local, git-ignored file
 (``DEMO_KEYS_FILE``, default ``var/demo_keys.json``). When that file is missing, does not match
-the active keys, or DEBUG is off (the file is never written then), or with ``--rotate-keys``,
-the demo keys are revoked and fresh ones issued. Owner passwords are new on every run.
+the active keys, or with ``--rotate-keys``, the demo keys are revoked and fresh ones issued.
+Owner passwords are new on every run.
+
+Only with DEBUG (``make run`` sets it): on a production site it would make a superuser called
+``staff`` (or give the one of that name a new password, printed) and open two restaurants with
+live keys.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
@@ -57,6 +61,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG:
+            raise CommandError(
+                "seed_demo loads the demo's data: only with DEBUG=1 (as `make run` sets it), "
+                "never on a production site (it makes a superuser 'staff')"
+            )
         stored = {} if options["rotate_keys"] else _read_key_file()
         with transaction.atomic():
             result = {"tenants": [seed_tenant(spec, stored) for spec in DEMO_TENANTS]}
