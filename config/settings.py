@@ -563,19 +563,33 @@ IDEMPOTENCY["HASH_KEYS"] = [
 # saga, payment providers and stale-lease recovery. See docs/payments-and-saga.md.
 
 
-def _broker_next_to(redis_url: str) -> str:
+def _broker_next_to(redis_url: str, *, name: str) -> str:
     """``redis_url``'s server with the next database index: broker keys never share a database
-    with idempotency keys (a test's cleanup of one cannot touch the other)."""
+    with idempotency keys (a test's cleanup of one cannot touch the other). A URL with no next
+    database (15, the last of Redis's 16) or none that can be read stops the server: the
+    broker would land in another's database, or in one made of a port number."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(redis_url)
-    db = int((parts.path or "/0").lstrip("/") or 0)
-    return urlunsplit(parts._replace(path=f"/{(db + 1) % 16}"))
+    index = parts.path.lstrip("/") or "0"
+    if parts.scheme not in ("redis", "rediss") or not index.isdigit():
+        raise ImproperlyConfigured(
+            f"{name} must be redis://host:port/<database number>, not {redis_url!r} "
+            "(or set CELERY_BROKER_URL)"
+        )
+    if int(index) >= 15:
+        raise ImproperlyConfigured(
+            f"{name} uses database {index}, the last: set CELERY_BROKER_URL "
+            "(the broker takes the next database by default)"
+        )
+    return urlunsplit(parts._replace(path=f"/{int(index) + 1}"))
 
 
 _redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
-    _broker_next_to(_redis_for_broker) if _redis_for_broker else ""
+    _broker_next_to(_redis_for_broker, name="REDIS_URL" if REDIS_URL else "REDIS_SHARDS")
+    if _redis_for_broker
+    else ""
 )
 # No broker (the embedded demo): tasks run in the process that sends them, after the commit
 # that scheduled them. Production (DEBUG off) must name a broker.

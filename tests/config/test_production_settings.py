@@ -288,6 +288,37 @@ def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() 
     assert values["database"] == "django.db.backends.sqlite3"
 
 
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        pytest.param(
+            "redis.example.com:6379",
+            "REDIS_URL must be redis://host:port/<database number>, not 'redis.example.com:6379'",
+            id="no-scheme",
+        ),
+        pytest.param(
+            "redis://redis.example.com:6379/cache",
+            "REDIS_URL must be redis://host:port/<database number>",
+            id="a-named-database",
+        ),
+        pytest.param(
+            "redis://redis.example.com:6379/15",
+            "REDIS_URL uses database 15, the last: set CELERY_BROKER_URL",
+            id="the-last-database",
+        ),
+    ],
+)
+def test_a_redis_url_the_broker_cannot_be_placed_beside_stops_the_server(
+    url: str, message: str
+) -> None:
+    """The broker takes REDIS_URL's next database: a URL without one was a ValueError ("invalid
+    literal for int()"), and database 15 put the broker in database 0, another's perhaps."""
+    code, _, stderr = settings_with({**production_environment(), "REDIS_URL": url})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
 def test_a_guest_ceiling_share_outside_0_to_1_stops_the_server(share: str) -> None:
     code, _, stderr = settings_with({**production_environment(), "API_GUEST_CEILING_SHARE": share})
