@@ -27,12 +27,18 @@ from django.http import HttpRequest, HttpResponse
 Network = IPv4Network | IPv6Network
 
 
-def trusted_networks(entries: Sequence[str]) -> list[Network]:
-    """``TRUSTED_PROXIES`` parsed; a malformed entry stops the server from starting."""
+def trusted_networks(entries: Sequence[str], *, setting: str = "TRUSTED_PROXIES") -> list[Network]:
+    """``setting``'s addresses or networks parsed; a malformed entry stops the server from
+    starting."""
     try:
         return [ip_network(entry, strict=False) for entry in entries]
     except ValueError as exc:
-        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {exc}") from None
+        raise ImproperlyConfigured(f"{setting}: {exc}") from None
+
+
+def within(address: str, networks: Sequence[Network]) -> bool:
+    """Whether ``address`` (however it is written) lies in one of ``networks``."""
+    return _within(address, networks)
 
 
 def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) -> str:

@@ -31,6 +31,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from config.client_address import Network, trusted_networks, within
 from idempotency.stores.stream_metrics import stream_registry
 from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
@@ -72,8 +73,14 @@ def _allowed(request: HttpRequest) -> bool:
 
 
 def _allowed_address(request: HttpRequest) -> bool:
-    allowed = settings.METRICS_ALLOWED_IPS
-    return bool(allowed) and request.META.get("REMOTE_ADDR", "") in allowed
+    """The caller's address lies in ``METRICS_ALLOWED_IPS`` (addresses or networks, as
+    ``TRUSTED_PROXIES``), compared as addresses, not as text."""
+    allowed = _allowed_networks()
+    return bool(allowed) and within(request.META.get("REMOTE_ADDR", ""), allowed)
+
+
+def _allowed_networks() -> list[Network]:
+    return trusted_networks(settings.METRICS_ALLOWED_IPS, setting="METRICS_ALLOWED_IPS")
 
 
 class MetricsByAddressMiddleware:
@@ -82,6 +89,7 @@ class MetricsByAddressMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        _allowed_networks()  # a malformed entry stops the server now, not at a scrape
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if (

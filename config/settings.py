@@ -439,8 +439,8 @@ TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 
 # --- metrics ----------------------------------------------------------------------------
 # GET /metrics answers a caller sending "Authorization: Bearer <METRICS_TOKEN>", or one whose
-# address is in METRICS_ALLOWED_IPS (comma-separated; empty by default: no address is trusted,
-# loopback included); anyone else gets 404 (config/metrics_view.py).
+# address is in METRICS_ALLOWED_IPS (addresses or networks, comma-separated; empty by default:
+# no address is trusted, loopback included); anyone else gets 404 (config/metrics_view.py).
 METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 # Optional; when set, a secret like the others. Honoured over HTTPS only (DEBUG aside).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")

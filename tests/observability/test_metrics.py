@@ -6,8 +6,11 @@ import re
 import time
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from config.metrics_view import MetricsByAddressMiddleware
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_stream import stream_key
 from idempotency.stores.nodes import node_name
@@ -74,6 +77,30 @@ def test_an_explicit_allow_list_admits_its_addresses_only(client, settings):
     settings.METRICS_ALLOWED_IPS = ["10.9.8.7"]
     assert client.get("/metrics", REMOTE_ADDR="10.9.8.7").status_code == 200
     assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "listed, scraper",
+    [
+        pytest.param("10.9.8.0/24", "10.9.8.7", id="a-network"),
+        pytest.param("fd00::0009", "fd00::9", id="an-ipv6-address-spelt-out"),
+        pytest.param("10.9.8.7", "::ffff:10.9.8.7", id="ipv4-through-a-dual-stack-socket"),
+    ],
+)
+def test_the_allow_list_admits_a_listed_network_or_address_however_it_is_written(
+    client, settings, listed, scraper
+):
+    """The list was compared as text: a network, as TRUSTED_PROXIES takes, or another spelling
+    of the scraper's address answered Prometheus 404, as if it were anyone."""
+    settings.METRICS_ALLOWED_IPS = [listed]
+    assert client.get("/metrics", REMOTE_ADDR=scraper).status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="10.9.9.7").status_code == 404
+
+
+def test_an_allow_list_entry_that_is_no_address_stops_the_server(settings):
+    settings.METRICS_ALLOWED_IPS = ["prometheus.internal"]
+    with pytest.raises(ImproperlyConfigured, match=r"METRICS_ALLOWED_IPS: 'prometheus\.internal'"):
+        MetricsByAddressMiddleware(lambda request: HttpResponse())
 
 
 def test_outcomes_breaker_outbox_and_conflicts_are_exported(
