@@ -24,9 +24,10 @@ from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DinerErasure, Order, OrderTransition
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession
-from tests.conftest import api_for, menu_for
+from tests.conftest import api_for, menu_for, use_topology
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.support.concurrency import at_once
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -218,6 +219,20 @@ def test_command_refuses_an_unknown_tenant(db):
 
     with pytest.raises(CommandError, match="no tenant with slug 'nope'"):
         call_command("erase_diner", "nope", "zoe")
+
+
+def test_command_names_the_redis_node_that_did_not_answer_and_what_to_do(tenant, settings):
+    """It stopped with redis-py's traceback (ConnectionError, Error 111)."""
+    from django.core.management.base import CommandError
+
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    use_topology(settings, shards=[f"redis://127.0.0.1:{free_port()}/0"])
+
+    with pytest.raises(CommandError, match=r"a Redis node did not answer .*: run it again"):
+        call_command("erase_diner", tenant.slug, "zoe")
+
+    assert not DinerErasure.objects.exists()
 
 
 def test_only_replies_that_show_the_diner_go(tenant, settings):

@@ -2,7 +2,8 @@
 
 Erase one diner of one tenant (``TENANT`` is the tenant's slug): sessions, stored replies,
 audits, tokens and Redis keys go; orders stay for the accounts under a pseudonym
-(:mod:`ordering.privacy.diners`). Prints what was removed. Running it twice is safe.
+(:mod:`ordering.privacy.diners`). Prints what was removed. Running it twice is safe, and so is
+running it again after a Redis node failed to answer (it says so).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ordering.privacy.diners import NotADinerId, erase_diner
 from tenants.models import Tenant
@@ -34,6 +36,11 @@ class Command(BaseCommand):
             log = erase_diner(tenant=tenant, diner_id=options["diner_id"], requested_by=who)
         except NotADinerId as exc:
             raise CommandError(str(exc)) from None
+        except (RedisError, RedisClusterException) as exc:
+            raise CommandError(
+                f"a Redis node did not answer ({exc}); the erasure stopped and logged nothing: "
+                "run it again once every node answers, and it finishes what is left"
+            ) from None
         self.stdout.write(
             f"erasure {log.pk}: diner now {log.pseudonym}; removed {json.dumps(log.counts)}"
         )
