@@ -11,7 +11,7 @@ database-only with the same contract.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
@@ -202,9 +202,48 @@ class Policy:
     redact: tuple[str, ...] = ()
     keep_refusals: bool = True
 
+    def __post_init__(self) -> None:
+        """A malformed option is a ``ValueError`` when the view is decorated: a negative
+        ``ttl_seconds`` stored results that had expired when written, so every retry ran the
+        view again; an unknown ``in_flight`` quietly meant ``"reject"``."""
+        for name in ("ttl_seconds", "auto_key_window"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value <= 0
+            ):
+                raise ValueError(
+                    f"{name} must be a positive whole number of seconds or None, not {value!r}"
+                )
+        if self.in_flight not in ("reject", "wait"):
+            raise ValueError(f'in_flight must be "reject" or "wait", not {self.in_flight!r}')
+        wait = self.wait_seconds
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
+            raise ValueError(f"wait_seconds must be a positive number, not {wait!r}")
+
     def effective_ttl(self, *, automatic: bool, tenant_ttl: int | None = None) -> int:
         """An automatic key's window; else the tenant's record TTL (its data, its retention),
         the endpoint's, or ``TTL_SECONDS``."""
         if automatic:
             return self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
         return tenant_ttl or self.ttl_seconds or engine_setting("TTL_SECONDS")
+
+
+def field_names(fields: Sequence[str] | None) -> tuple[str, ...] | None:
+    """A decorator's ``fields`` as its policy keeps them (None: the whole body).
+
+    A string is refused (``ValueError``): ``fields=("text")``, a one-field tuple without its
+    comma, was the fields ``t``, ``e``, ``x``, ``t``, found in no body, so every payload counted
+    as the same operation and a key reused with another text replayed the first answer
+    instead of 422."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        raise ValueError(
+            f"fields must be a list of field names, not the string {fields!r} "
+            f"(a one-field tuple needs its comma: ({fields!r},))"
+        )
+    names = tuple(fields)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"fields must be a list of field names, not {fields!r}")
+    return names

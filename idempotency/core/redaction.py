@@ -38,6 +38,12 @@ class NotJson(Exception):
 def check_paths(paths: Iterable[str]) -> tuple[str, ...]:
     """``paths`` as a tuple, each checked against the syntax above (``ValueError`` names the
     first bad one), duplicates dropped, in their first order."""
+    if isinstance(paths, str):
+        # ("diner.phone") without its comma: the letters d, i, n… would be the paths
+        raise ValueError(
+            f"redact must be a list of paths, not the string {paths!r} "
+            f"(a one-path tuple needs its comma: ({paths!r},))"
+        )
     checked: list[str] = []
     for path in paths:
         if not isinstance(path, str) or not PATH_RE.fullmatch(path):

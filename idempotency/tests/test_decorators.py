@@ -74,6 +74,40 @@ def test_a_method_the_form_decorator_cannot_tell_is_refused_when_called():
         AddNote().post(RequestFactory().post("/notes/form/class/"))
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param({"fields": ("text")}, r"not the string 'text'", id="fields-without-comma"),
+        pytest.param({"redact": ("phone")}, r"not the string 'phone'", id="redact-without-comma"),
+        pytest.param({"ttl_seconds": -60}, r"ttl_seconds must be a positive", id="negative-ttl"),
+        pytest.param({"ttl_seconds": 1.5}, r"ttl_seconds must be a positive", id="fractional-ttl"),
+        pytest.param({"auto_key_window": -1}, r"auto_key_window must be", id="negative-window"),
+        pytest.param({"in_flight": "queue"}, r'in_flight must be "reject" or "wait"', id="queue"),
+        pytest.param({"wait_seconds": 0}, r"wait_seconds must be a positive", id="no-wait"),
+    ],
+)
+def test_a_malformed_drf_option_is_refused_when_decorated(options, message):
+    """(red: ``fields=("text")`` hashed the fields t, e, x, t, in no body, so a key reused with
+    another text replayed the first answer instead of 422; ``ttl_seconds=-60`` stored results
+    already expired, so database-only every retry ran the view again, and under Redis the
+    answer was a 500 after the view's commit)"""
+    with pytest.raises(ValueError, match=message):
+        idempotent(required=True, **options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param({"fields": ("text")}, r"not the string 'text'", id="fields-without-comma"),
+        pytest.param({"fields": ("text", 3)}, r"a list of field names", id="fields-not-names"),
+        pytest.param({"auto_key_window": 0}, r"auto_key_window must be", id="no-window"),
+    ],
+)
+def test_a_malformed_form_option_is_refused_when_decorated(options, message):
+    with pytest.raises(ValueError, match=message):
+        idempotent_form(**options)
+
+
 @pytest.mark.django_db
 def test_a_class_based_form_view_under_method_decorator_applies_a_resubmit_once(
     engine_mode, tenant

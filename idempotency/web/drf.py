@@ -28,7 +28,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from idempotency.core import engine
-from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.conf import Policy, engine_setting, field_names
 from idempotency.core.redaction import check_paths
 from idempotency.web.http import (
     KEY_HEADER,
@@ -57,10 +57,11 @@ def idempotent(
     redact: Sequence[str] = (),
 ) -> Callable[[Handler], Handler]:
     """Make a DRF handler idempotent; see :class:`idempotency.core.conf.Policy` for the options.
-    A malformed ``redact`` path is a ``ValueError`` at import time, not at the first request."""
+    A malformed option (a ``redact`` path, ``fields`` given as one string, a TTL that is not a
+    positive number) is a ``ValueError`` at import time, not at the first request."""
     policy = Policy(
         required=required,
-        fields=tuple(fields) if fields is not None else None,
+        fields=field_names(fields),
         ttl_seconds=ttl_seconds,
         auto_key_window=auto_key_window,
         in_flight=in_flight,

@@ -31,7 +31,7 @@ from django.shortcuts import resolve_url
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency.core import engine, responses
-from idempotency.core.conf import Policy, engine_setting
+from idempotency.core.conf import Policy, engine_setting, field_names
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.web.http import (
     KEY_HEADER,
@@ -84,7 +84,7 @@ def idempotent_form(
     path, or a callable given the view's request and arguments); None: the URL posted to.
     """
     policy = Policy(
-        fields=tuple(fields) if fields is not None else None,
+        fields=field_names(fields),
         auto_key_window=auto_key_window,
         in_flight="wait",
         # a refused form (its page with the errors) changed nothing; kept, it would hold the
