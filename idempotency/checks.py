@@ -174,7 +174,10 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
 def check_hash_keys_off_debug(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Off DEBUG the keyed hashes need a secret of their own (as SECRET_KEY must be set):
     without one they fall back to a key derived from SECRET_KEY, meant for development."""
-    if settings.DEBUG or getattr(settings, "IDEMPOTENCY", {}).get("HASH_KEYS"):
+    configured = getattr(settings, "IDEMPOTENCY", {})
+    if not isinstance(configured, Mapping):
+        return []  # idempotency.E001 names that
+    if settings.DEBUG or configured.get("HASH_KEYS"):
         return []
     return [
         Error(
@@ -281,7 +284,9 @@ def _channel_prefix(value: Any) -> Problem | None:
 
 
 def _header_names(value: Any) -> Problem | None:
-    if isinstance(value, str) or not all(isinstance(h, str) and h for h in value):
+    if not isinstance(value, list | tuple | set | frozenset) or not all(
+        isinstance(h, str) and h for h in value
+    ):
         return f"must be a list of header names, not {value!r}"
     return None
 

@@ -109,6 +109,26 @@ def test_a_malformed_setting_is_named(settings, name):
     assert message.startswith(f'IDEMPOTENCY["{name}"] ') and problem in message
 
 
+@pytest.mark.parametrize("value", [None, 5, {"Location": 1}], ids=["none", "int", "dict"])
+def test_replay_headers_that_are_not_a_list_are_named(settings, value):
+    """(red: ``manage.py check`` stopped on a TypeError, ``'NoneType' object is not
+    iterable``, naming no setting)"""
+    [message] = errors_with(settings, REPLAY_HEADERS=value)
+    assert message.startswith('IDEMPOTENCY["REPLAY_HEADERS"] must be a list of header names')
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "off-debug"])
+def test_engine_settings_that_are_not_a_dict_are_named(settings, debug):
+    """(red off DEBUG: the HASH_KEYS check stopped ``manage.py check`` on an AttributeError,
+    ``'list' object has no attribute 'get'``)"""
+    settings.IDEMPOTENCY = []
+    settings.DEBUG = debug
+    serious = [m for m in run_checks() if m.id.startswith("idempotency.") and m.is_serious()]
+    assert [(m.id, m.msg) for m in serious] == [
+        ("idempotency.E001", "IDEMPOTENCY must be a dict of engine settings")
+    ]
+
+
 @pytest.mark.parametrize(
     "url",
     ["redis://127.0.0.1:6379/notanumber", "redis://127.0.0.1:6379/1/2", "redis://h:6379/-1"],
