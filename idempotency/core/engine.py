@@ -287,15 +287,16 @@ def _execute(
 ) -> HttpResponse:
     stored: StoredResponse | None = None
     doomed = False
-    # The tenant's policy is read before the view runs: a refused write leaves the transaction
-    # unusable for queries until it is rolled back, and its refusal is stored all the same
-    # (both are cached on the request).
-    _ = req.redact, req.ttl_seconds
     committed: db_store.CommittedResult | None = None
     # Without a Redis claim (or with DATABASE_CLAIM_UNDER_REDIS) the key is claimed in the
     # database, in this transaction (ADR 0005).
     database_claim_held = store is None or engine_setting("DATABASE_CLAIM_UNDER_REDIS")
     try:
+        # The tenant's policy is read before the view runs: a refused write leaves the
+        # transaction unusable for queries until it is rolled back, and its refusal is stored
+        # all the same (both are cached on the request). A hook that fails here releases the
+        # key, as any failure does.
+        _ = req.redact, req.ttl_seconds
         with engine_transaction() as tx:
             # Under a Redis claim the lease keeps duplicates out while a doomed refusal is
             # recorded after the rollback: no savepoint needed there.

@@ -27,7 +27,21 @@ def tenant_redaction(tenant: str) -> tuple[str, ...]:
 
 def tenant_record_ttl(tenant: str) -> int | None:
     """Seconds ``tenant``'s finished results replay, or None for the endpoint's / default."""
-    return _lookup("RECORD_TTL_FOR_TENANT", tenant, lambda ttl: int(ttl) if ttl else None, None)
+    return _lookup("RECORD_TTL_FOR_TENANT", tenant, _record_ttl, None)
+
+
+def _record_ttl(ttl: Any) -> int | None:
+    """The hook's answer checked: None (or 0) for the endpoint's or default TTL, else seconds
+    over 0. A negative number is a ``ValueError``: its records were written already expired, so
+    nothing replayed and every retry ran the view again."""
+    if not ttl:
+        return None
+    seconds = int(ttl)
+    if seconds <= 0:
+        raise ValueError(
+            f"RECORD_TTL_FOR_TENANT returned {ttl!r}: a number of seconds over 0, or None"
+        )
+    return seconds
 
 
 def reset_tenant_policy_cache() -> None:
