@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
+from rest_framework import generics, serializers
 from rest_framework.response import Response
 
 from idempotency import idempotent, idempotent_form
@@ -52,6 +53,29 @@ def test_a_plain_function_view_the_decorator_cannot_tell_is_refused_when_called(
     view = idempotent(required=True)(create_note)
     with pytest.raises(ImproperlyConfigured, match="a plain function view"):
         view(RequestFactory().post("/notes/"))
+
+
+def test_a_method_not_given_the_request_is_refused_when_called():
+    """(red: a 500 from inside the engine, ``'TextSerializer' object has no attribute
+    'META'``, naming neither the decorator nor the method)"""
+
+    class TextSerializer(serializers.Serializer):
+        text = serializers.CharField()
+
+    class CreateNote(generics.CreateAPIView):
+        serializer_class = TextSerializer
+        authentication_classes: list = []
+        permission_classes: list = []
+
+        @idempotent(required=True)
+        def perform_create(self, serializer: TextSerializer) -> None:
+            raise AssertionError("never reached")
+
+    request = RequestFactory().post("/notes/", {"text": "hi"}, content_type="application/json")
+    with pytest.raises(
+        ImproperlyConfigured, match=r"not .*CreateNote.perform_create, called with TextSerializer"
+    ):
+        CreateNote.as_view()(request)
 
 
 def test_a_class_based_views_method_under_the_form_decorator_is_refused_when_decorated():

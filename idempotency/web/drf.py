@@ -44,6 +44,11 @@ _NOT_A_HANDLER = (
     "{name}, a plain function view: make it an APIView's method, or use @idempotent_form for "
     "a plain Django view"
 )
+_NOT_GIVEN_A_REQUEST = (
+    "@idempotent decorates a handler method of a DRF APIView, called with the request "
+    "(def post(self, request), a viewset's create or action), not {name}, called with "
+    "{given}: decorate the handler that receives the request"
+)
 
 
 def idempotent(
@@ -78,6 +83,13 @@ def idempotent(
         def wrapper(view: APIView, *args: Any, **kwargs: Any) -> HttpResponse:
             if not isinstance(view, APIView):  # a function view whose request is not so named
                 raise ImproperlyConfigured(_NOT_A_HANDLER.format(name=handler.__qualname__))
+            if not args or not isinstance(args[0], Request):  # perform_create(self, serializer)
+                raise ImproperlyConfigured(
+                    _NOT_GIVEN_A_REQUEST.format(
+                        name=handler.__qualname__,
+                        given=type(args[0]).__name__ if args else "no argument",
+                    )
+                )
             return protected(view, *args, **kwargs)
 
         def protected(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
