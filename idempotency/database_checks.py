@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS
 
 
@@ -21,6 +21,19 @@ from django.db import DEFAULT_DB_ALIAS
 def check_views_write_to_the_engines_database(
     app_configs: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
+    default_engine = str(settings.DATABASES.get(DEFAULT_DB_ALIAS, {}).get("ENGINE") or "")
+    if default_engine in ("", "django.db.backends.dummy"):
+        # Django's "default": {} of a multi-database site: every decorated request would stop
+        # on "settings.DATABASES is improperly configured", behind only the warning below
+        return [
+            Error(
+                'DATABASES["default"] names no database, while the idempotency engine\'s '
+                "transaction, claim and records are there: every request to an @idempotent or "
+                "@idempotent_form view would fail.",
+                hint='Make the database the decorated views write to DATABASES["default"].',
+                id="idempotency.E005",
+            )
+        ]
     others = [alias for alias in settings.DATABASES if alias != DEFAULT_DB_ALIAS]
     if not others:
         return []

@@ -27,3 +27,13 @@ def test_a_second_database_is_a_warning_that_the_engine_is_on_default(settings: 
     assert not warning.is_serious()
     assert "(orders besides default)" in warning.msg
     assert 'transaction, claim and records are on DATABASES["default"]' in warning.msg
+
+
+def test_an_empty_default_database_is_an_error(settings: Any) -> None:
+    """Django's ``"default": {}`` of a multi-database site (red: only W003, then every
+    decorated request stopped on "settings.DATABASES is improperly configured")."""
+    settings.DATABASES = {"default": {}, "main": dict(settings.DATABASES["default"])}
+    [error] = [m for m in run_checks() if m.id.startswith("idempotency.E005")]
+    assert error.is_serious()
+    assert error.msg.startswith('DATABASES["default"] names no database')
+    assert engine_warnings() == []
