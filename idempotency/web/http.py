@@ -8,6 +8,7 @@ signature for this tenant and principal; the claim then consumes it.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse
 
 from idempotency import metrics
@@ -68,12 +70,30 @@ def refuse_async(view: Callable[..., Any], *, decorator: str) -> None:
 def business_payload(
     data: Any, fields: tuple[str, ...] | None, path: dict[str, Any]
 ) -> dict[str, Any]:
-    """The declared body fields plus the path parameters (the order id is part of "pay")."""
+    """The declared body fields plus the path parameters (the order id is part of "pay").
+    An uploaded file counts as its name and the SHA-256 of its content (a multipart body's
+    values are lists, a file's too)."""
     body = dict(data) if hasattr(data, "keys") else {"body": data}
     if fields is not None:
         body = {name: body.get(name) for name in fields}
+    body = {name: _uploads_digested(value) for name, value in body.items()}
     body["path"] = {name: str(value) for name, value in path.items()}
     return body
+
+
+def _uploads_digested(value: Any) -> Any:
+    """``value`` with each uploaded file in it (or in its list) as ``{"name", "sha256"}``: a
+    file has no canonical form of its own, and every upload was refused as a body with none.
+    The file is read in chunks and rewound, so the view reads it whole."""
+    if isinstance(value, list):
+        return [_uploads_digested(item) for item in value]
+    if not isinstance(value, UploadedFile):
+        return value
+    digest = hashlib.sha256()
+    for chunk in value.chunks():
+        digest.update(chunk)
+    value.seek(0)
+    return {"name": value.name, "sha256": digest.hexdigest()}
 
 
 def prepare(

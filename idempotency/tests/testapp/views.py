@@ -91,6 +91,20 @@ class AutoKeyNoteCreate(APIView):
         return _create(request)
 
 
+class AttachmentNoteCreate(APIView):
+    """A multipart create: a text, an uploaded file and a repeated ``tags`` field define it;
+    the note keeps the text and the file's content, so a test sees the view read the file."""
+
+    @idempotent(required=True, fields=("text", "attachment", "tags"))
+    def post(self, request: Request) -> Response:
+        upload = request.data.get("attachment")
+        content = upload.read().decode() if upload is not None else ""
+        note = _write(request, f"{request.data.get('text', '')}:{content}")
+        assert note is not None
+        body = {"id": note.pk, "text": note.text, "tags": request.data.getlist("tags")}
+        return Response(body, status=201)
+
+
 def _create(request: Request) -> Response:
     text = str(request.data.get("text", ""))
     if text in behaviour["refuse_after_write"]:
