@@ -110,6 +110,11 @@ def idempotent_form(
                 for k, v in request.POST.items()
                 if k not in {"csrfmiddlewaretoken", FORM_FIELD}
             }
+            # a file is part of the action: the form sent again with another one is the key
+            # reused with other values, not a replay of the first upload
+            data.update(
+                (k, files if len(files) > 1 else files[0]) for k, files in request.FILES.lists()
+            )
             raw_key = request.POST.get(FORM_FIELD) or request.META.get(KEY_HEADER)
             prepared = prepare(
                 request,

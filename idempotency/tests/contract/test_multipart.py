@@ -64,3 +64,25 @@ def test_another_list_under_the_same_key_is_refused(engine_mode, client, tenant)
     assert other.status_code == 422
     assert json.loads(other.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert Note.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_form_sent_again_with_another_file_is_refused(engine_mode, client, tenant):
+    """The page's form sent again (the same one-time key) with another file is the key
+    reused with other values (red: the file was not fingerprinted, so it replayed the first
+    upload's answer as applied, and the second file was never stored)."""
+
+    def send(content: bytes) -> Any:
+        form = {
+            "text": "receipt",
+            "idempotency_key": "form-upload-1",
+            "attachment": SimpleUploadedFile("receipt.txt", content),
+        }
+        return client.post("/notes/form/upload/", form, **caller(tenant))
+
+    first, again, other = send(b"scan-1"), send(b"scan-1"), send(b"scan-2")
+
+    assert first.status_code == 302 and again["X-Idempotent-Result"] == "HIT"
+    assert again["Location"] == first["Location"]
+    assert other.status_code == 303 and other["Location"] == "/notes/form/upload/"
+    assert list(Note.objects.values_list("text", flat=True)) == ["receipt:scan-1"]

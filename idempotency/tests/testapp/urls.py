@@ -17,6 +17,7 @@ urlpatterns = [
     path("notes/form/", views.note_form, name="note-form"),
     path("notes/form/class/", views.NoteFormView.as_view(), name="note-form-class"),
     path("notes/form/send/", views.note_send, name="note-send"),
+    path("notes/form/upload/", views.note_form_upload, name="note-form-upload"),
     path("notes/form/<slug:board>/send/", views.note_send_to_board, name="note-send-to-board"),
     path("notes/<int:pk>/", show_note, name="note"),
     path("notes/<int:pk>/strict/", views.show_note_strictly, name="note-strict"),

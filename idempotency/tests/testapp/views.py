@@ -164,6 +164,15 @@ def note_form(request: HttpRequest) -> HttpResponse:
     return render(request, "testapp/note_form.html")
 
 
+@idempotent_form(fields=("text", "attachment"))
+def note_form_upload(request: HttpRequest) -> HttpResponse:
+    """A form with a file: the note keeps the text and the file's content."""
+    upload = request.FILES.get("attachment")
+    content = upload.read().decode() if upload is not None else ""
+    note = _write(request, f"{request.POST.get('text', '')}:{content}")
+    return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
+
+
 def _send_note(request: HttpRequest) -> HttpResponse:
     note = _write(request, request.POST.get("text", ""))
     return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
