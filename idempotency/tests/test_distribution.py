@@ -7,6 +7,7 @@ wheel in a virtualenv of its own (``IDEMPOTENCY_STANDALONE=1``).
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 from importlib import metadata
 from importlib.util import find_spec
@@ -79,3 +80,14 @@ def test_a_host_on_autofield_gets_no_pending_migration_inside_the_engine():
     out = StringIO()
     call_command("makemigrations", "idempotency", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_no_module_at_the_top_of_the_engine_hides_one_of_python_s_own():
+    # Any `python -m …` run inside the engine's folder (`python -m build`, `python -m pytest`)
+    # puts that folder first on the import path, where a `selectors.py` of ours hid the standard
+    # library's module that asyncio and subprocess import: the command failed before it began.
+    folder = Path(idempotency.__file__).parent
+    names = {path.stem for path in folder.glob("*.py")} | {
+        path.name for path in folder.iterdir() if (path / "__init__.py").exists()
+    }
+    assert not names & sys.stdlib_module_names

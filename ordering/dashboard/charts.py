@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from idempotency.selectors import HourlyHits
+from idempotency.reports import HourlyHits
 
 WIDTH = 720
 HEIGHT = 220

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from idempotency.models import DuplicateAudit
-from idempotency.selectors import hourly_hits, latest_audits, outcome_totals
+from idempotency.reports import hourly_hits, latest_audits, outcome_totals
 from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.charts import hit_rate_chart
 from ordering.models import Order

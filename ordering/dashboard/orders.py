@@ -17,7 +17,7 @@ from django.views.decorators.http import etag, require_POST, require_safe
 
 from idempotency.audit import AuditEvent
 from idempotency.core.hashing import keyed_digest
-from idempotency.selectors import has_committed_result
+from idempotency.reports import has_committed_result
 from idempotency.stores.audit_stream import report
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta

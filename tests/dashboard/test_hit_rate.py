@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from idempotency.audit import AuditEvent, save_events
-from idempotency.selectors import HourlyHits, hourly_hits, outcome_totals
+from idempotency.reports import HourlyHits, hourly_hits, outcome_totals
 from ordering.dashboard.charts import PLOT_BOTTOM, PLOT_TOP, hit_rate_chart
 
 NOW = datetime(2030, 5, 17, 14, 25, tzinfo=UTC)
