@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ordering.models import Coupon
 from ordering.models.menu import MAX_DESCRIPTION_CHARS, MAX_STOCK
+from ordering.privacy.diners import NotADinerId, check_diner_id
 from ordering.services.lifecycle import MERCHANT_TARGETS
 from ordering.shown_names import shown_name
 from tenants.diner_sessions import DINER_ID_RE
@@ -127,3 +128,11 @@ class EraseDinerForm(forms.Form):
     confirm = forms.BooleanField(
         label="I understand this cannot be undone: their orders stay, anonymised"
     )
+
+    def clean_diner_id(self) -> str:
+        diner_id: str = self.cleaned_data["diner_id"]
+        try:
+            check_diner_id(diner_id)
+        except NotADinerId as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return diner_id

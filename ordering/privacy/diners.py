@@ -45,7 +45,21 @@ def diner_hash(diner_id: str) -> str:
 
 
 class NotADinerId(ValueError):
-    """No diner can have this id (sessions only carry ids of ``DINER_ID_RE``)."""
+    """No diner can have this id (sessions only carry ids of ``DINER_ID_RE``, and never one
+    of the reserved pseudonym prefix)."""
+
+
+def check_diner_id(diner_id: str) -> None:
+    """Raise :class:`NotADinerId` for an id no diner can have. A pseudonym is one: erasing it
+    would rename the erased diner's orders to a pseudonym of the pseudonym, and a later
+    erasure of the diner (an order that was in flight) would put their orders under two."""
+    if not DINER_ID_RE.match(diner_id):
+        raise NotADinerId(f"{diner_id!r} is not a diner id (1-64 of A-Za-z0-9_.:@-)")
+    if diner_id.startswith(PSEUDONYM_PREFIX):
+        raise NotADinerId(
+            f"{diner_id!r} is the pseudonym of a diner erased already, not a diner id "
+            "(erase the diner by the id their app or backend uses)"
+        )
 
 
 def erase_diner(
@@ -75,8 +89,7 @@ def erase_diners(
     sessions once for all of them: every diner's sessions end first, then one wait, then each
     is erased (staff erasing forty diners at once wait one second, not forty)."""
     for _, diner_id in diners:
-        if not DINER_ID_RE.match(diner_id):
-            raise NotADinerId(f"{diner_id!r} is not a diner id (1-64 of A-Za-z0-9_.:@-)")
+        check_diner_id(diner_id)
     sessions = [_end_sessions(tenant=tenant, diner_id=diner_id) for tenant, diner_id in diners]
     time.sleep(settings.DINER_SESSION_STATE_CACHE_SECONDS)
     return [

@@ -62,3 +62,20 @@ def test_a_manager_may_not(tenant):
         "/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}
     )
     assert r.status_code == 403 and not DinerErasure.objects.exists()
+
+
+def test_the_pseudonym_an_erasure_showed_is_refused_with_the_reason(tenant, settings):
+    """The orders list and the erasure log show the pseudonym; an owner who pastes it is told
+    why nothing happens (red when it was erased as a diner: the orders changed name)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    owner = logged_in(tenant, "owner")
+    assert (
+        owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}).status_code == 302
+    )
+    pseudonym = DinerErasure.objects.get().pseudonym
+    r = owner.post("/dashboard/privacy/", {"diner_id": pseudonym, "confirm": "on"})
+    assert r.status_code == 400
+    assert "is the pseudonym of a diner erased already" in r.content.decode()
+    assert DinerErasure.objects.count() == 1
+    assert Order.all_tenants.get().diner_id == pseudonym

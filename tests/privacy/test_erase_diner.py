@@ -267,6 +267,27 @@ def test_what_no_diner_can_be_called_is_refused_before_anything_goes(tenant, din
     assert replay_is_identical(api_for(tenant, diner="gina"), menu, "g1", first)
 
 
+def test_a_pseudonym_is_refused_and_the_erased_orders_keep_theirs(tenant, settings):
+    """Staff or an owner pasting the pseudonym an erasure showed (red when it was taken for a
+    diner id: the orders went under a pseudonym of the pseudonym, and the diner's late order,
+    erased afterwards, under the first one: one diner's orders under two names)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1")
+    first = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    with pytest.raises(NotADinerId, match="pseudonym of a diner erased already"):
+        erase_diner(tenant=tenant, diner_id=first.pseudonym, requested_by="staff:alice")
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="pseudonym of a diner erased already"):
+        call_command("erase_diner", tenant.slug, first.pseudonym)
+    assert DinerErasure.objects.count() == 1
+    place(api_for(tenant, diner="zoe"), menu, "k2")  # a request that was in flight
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    diners = set(Order.all_tenants.filter(tenant=tenant).values_list("diner_id", flat=True))
+    assert diners == {first.pseudonym}
+
+
 def test_an_order_placed_after_an_erasure_joins_the_same_pseudonym(tenant, make_tenant, settings):
     """The docs advise erasing again after a request that was in flight: every order of the
     diner ends under one pseudonym (red with a new random one per run); the same id in
