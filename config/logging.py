@@ -3,14 +3,17 @@
 A line logged while a tenant's request runs drops the fields of
 ``settings.LOG_FIELDS_TENANT_MAY_KEEP`` that the tenant does not keep (``Tenant.log_fields``).
 A line about a request logged after it ran (Django's own ``django.request`` line of a 4xx or
-5xx) takes the context the request ran with, which the middleware left on it.
+5xx) takes the context the request ran with, which the middleware left on it, and writes a
+URL parameter of its path named as a dropped field (a diner id, an order id) as its name.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
+from typing import Any
 
 from django.conf import settings
 
@@ -43,9 +46,33 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         if context.log_fields is not None:
-            for name in set(settings.LOG_FIELDS_TENANT_MAY_KEEP) - context.log_fields:
+            dropped = set(settings.LOG_FIELDS_TENANT_MAY_KEEP) - context.log_fields
+            for name in dropped:
                 line.pop(name, None)
+            _mask_request_path(line, getattr(record, "request", None), dropped)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)
+
+
+_ROUTE_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+def _mask_request_path(line: dict[str, Any], request: Any, dropped: set[str]) -> None:
+    """A line about a request (Django's ``django.request`` line of a 4xx or 5xx) names its
+    path, and a path can carry what the tenant chose not to log: a URL parameter named as a
+    dropped field (``/api/v1/diners/<diner_id>/…``, ``/api/v1/orders/<order_id>/…``) is
+    written as its name, in ``msg`` and in ``request``."""
+    match = getattr(request, "resolver_match", None)
+    if match is None or not match.route or not dropped & set(match.kwargs):
+        return
+
+    def parameter(found: re.Match[str]) -> str:
+        name = found[1]
+        return f"<{name}>" if name in dropped else str(match.kwargs.get(name, found[0]))
+
+    masked = "/" + _ROUTE_PARAMETER.sub(parameter, match.route)
+    line["msg"] = str(line["msg"]).replace(request.path, masked)
+    if "request" in line:
+        line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
 
 
 class RefusedHostFilter(logging.Filter):

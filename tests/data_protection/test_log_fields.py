@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.http import HttpRequest, HttpResponse
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 
 from config.logging import JsonFormatter
 from config.request_context import RequestContextMiddleware
@@ -66,3 +66,60 @@ def test_each_tenant_keeps_the_log_fields_it_chose(make_tenant, log_stream):
     assert set(default) == ALWAYS | {
         "dish", "request_id", "idempotency_key_hmac", "order_id", "diner_id",
     }  # fmt: skip
+
+
+@pytest.fixture
+def request_lines() -> Iterator[io.StringIO]:
+    """What Django logs about a request answered 4xx (``django.request``), as JSON lines."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(
+    ("log_fields", "shown"),
+    [
+        ([], "/api/v1/diners/<diner_id>/revoke-sessions/"),
+        (["order_id"], "/api/v1/diners/<diner_id>/revoke-sessions/"),
+        (None, "/api/v1/diners/zoe.private/revoke-sessions/"),
+    ],
+    ids=["keeps-none", "keeps-order-id", "keeps-default"],
+)
+def test_a_request_line_names_the_diner_of_its_path_only_if_the_tenant_keeps_diner_ids(
+    make_tenant, request_lines, log_fields, shown
+):
+    """Red when the path went into the line as sent: a tenant that keeps no diner ids in its
+    logs had one in every 4xx line of ``/api/v1/diners/<id>/…``, in ``msg`` and ``request``."""
+    tenant = make_tenant("logs", log_fields=log_fields)
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    # given a request of the tenant's key answered 405 (a GET where POST is expected)
+    r = Client().get(
+        "/api/v1/diners/zoe.private/revoke-sessions/", HTTP_AUTHORIZATION=f"Api-Key {key}"
+    )
+    assert r.status_code == 405
+    [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
+    assert line["msg"] == f"Method Not Allowed: {shown}"
+    assert line["request"] == f"<WSGIRequest: GET '{shown}'>"
+    assert line["tenant"] == str(tenant.pk)
+
+
+def test_a_request_line_names_the_order_of_its_path_only_if_the_tenant_keeps_order_ids(
+    make_tenant, request_lines
+):
+    kept, dropped = (
+        make_tenant("keeps", log_fields=["order_id"]),
+        make_tenant("drops", log_fields=[]),
+    )
+    for tenant in (kept, dropped):
+        _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+        r = Client().get("/api/v1/orders/12345/pay/", HTTP_AUTHORIZATION=f"Api-Key {key}")
+        assert r.status_code == 405
+    messages = [json.loads(x)["msg"] for x in request_lines.getvalue().splitlines()]
+    assert messages == [
+        "Method Not Allowed: /api/v1/orders/12345/pay/",
+        "Method Not Allowed: /api/v1/orders/<order_id>/pay/",
+    ]
