@@ -3,8 +3,12 @@ Redis entries and every process's cached copy go; other principals and tenants s
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from idempotency import erasure
 from idempotency.models import DuplicateAudit, IdempotencyRecord
@@ -74,3 +78,30 @@ def test_tenant_patterns_do_not_reach_a_longer_tenant_id() -> None:
     assert any(fnmatch.fnmatchcase("idem:{t:1}:a:b", p) for p in patterns)
     assert any(fnmatch.fnmatchcase("rl:{t:1:3}:a:60s", p) for p in patterns)
     assert not any(fnmatch.fnmatchcase("idem:{t:12}:a:b", p) for p in patterns)
+
+
+def test_forgetting_reads_only_the_stored_replies_that_show_the_principal(tenant: str) -> None:
+    """The database finds the replies that show the principal, byte for byte (red when every
+    reply of the tenant was read into the process to search it: one query per batch of the
+    tenant's records, seconds per erasure for a busy tenant)."""
+    client = Client()
+    for n in range(5):
+        post_note(client, tenant, key=f"b{n}", principal="bob", text=f"note {n}")
+    post_note(client, tenant, key="c1", principal="carol", text="for alice")
+    post_note(client, tenant, key="c2", principal="carol", text="For Alice")
+    with CaptureQueriesContext(connection) as queries:
+        done = erasure.forget_principal(
+            tenant_key=tenant,
+            principal="alice",
+            also_records_showing=(b'"text":"for alice"',),
+            batch=2,
+        )
+    assert done.records == 1
+    reads = [
+        q["sql"] for q in queries if q["sql"].startswith("SELECT") and "response_body" in q["sql"]
+    ]
+    # alice's own records (none: one empty batch), then the one batch holding carol's reply
+    # that shows her and the empty batch after it; not the tenant's seven replies, two a time
+    assert len(reads) == 3
+    texts = {json.loads(bytes(r.response_body))["text"] for r in IdempotencyRecord.objects.all()}
+    assert texts == {f"note {n}" for n in range(5)} | {"For Alice"}
