@@ -322,7 +322,8 @@ def forget_records(
 ) -> int:
     """Delete the records of ``queryset`` (only those whose body ``matching`` accepts, if
     given) in batches, each batch's Redis entries with them, and announce their keys to local
-    caches; at most ``max_batches`` batches if given. Returns how many records were deleted."""
+    caches; at most ``max_batches`` batches if given. Returns how many records were deleted.
+    A batch whose entries Redis could not delete keeps its records (the error propagates)."""
     deleted = 0
     last_id = 0
     buckets_of = engine_setting("HOT_TENANT_BUCKETS")
@@ -338,13 +339,17 @@ def forget_records(
         chosen = [r for r in rows if matching is None or matching(bytes(r[4]))]
         if not chosen:
             continue
-        deleted += IdempotencyRecord.objects.filter(id__in=[r[0] for r in chosen]).delete()[0]
         keys = [
             redis_key_from_digest(tenant=t, scope=s, digest=k, buckets=buckets_of.get(t, 1))
             for _, t, s, k, _ in chosen
         ]
-        _delete_entries(keys, tenant_key=chosen[0][1])
-        announce(keys)
+        # The rows commit only once their entries are gone: a Redis error rolls them back, and
+        # running again finds them. Committed first, they left the entries behind with nothing
+        # to find them by, and another caller's reply kept replaying what was erased.
+        with transaction.atomic():
+            deleted += IdempotencyRecord.objects.filter(id__in=[r[0] for r in chosen]).delete()[0]
+            _delete_entries(keys, tenant_key=chosen[0][1])
+            announce(keys)
     return deleted
 
 

@@ -13,19 +13,23 @@ from idempotency import erasure
 from idempotency.core.outcomes import StoredResponse
 from idempotency.stores import nodes as stores
 from idempotency.stores.local_cache import InvalidationListener, LocalResultCache
+from idempotency.stores.redis_store import PACKED_MARKER, unpack_reply
 from tests.conftest import use_topology
 
 
 def tenant_keys(tenant_key: str) -> dict[bytes, bytes]:
     """Every key under the tenant's hash tag on every node or cluster primary, with its
-    content (a hash's fields and values, a string's value) joined into bytes."""
+    content (a hash's fields and values, a string's value) joined into bytes; a stored reply
+    as written before it was compressed (a search of the packed bytes finds nothing)."""
     found: dict[bytes, bytes] = {}
     for client in erasure.node_clients():
         for pattern in erasure.tenant_key_patterns(tenant_key):
             for key in client.scan_iter(match=pattern, count=1000):
                 kind = client.type(key)
                 if kind == b"hash":
-                    content = b"|".join(k + b"=" + v for k, v in client.hgetall(key).items())
+                    content = b"|".join(
+                        k + b"=" + _plain(v) for k, v in client.hgetall(key).items()
+                    )
                 elif kind == b"string":
                     content = client.get(key) or b""
                 else:
@@ -48,6 +52,10 @@ def topology(request: pytest.FixtureRequest, settings: Any) -> str:
         for client in erasure.node_clients():
             client.flushall()
     return request.param
+
+
+def _plain(value: bytes) -> bytes:
+    return unpack_reply(value).to_bytes() if value.startswith(PACKED_MARKER) else value
 
 
 def dropped_by_another_process(tenant_key: str, key: str, action: Callable[[], Any]) -> bool:

@@ -10,10 +10,13 @@ replays are byte-identical to their first answers.
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
+from redis.exceptions import RedisError
 
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
@@ -24,10 +27,12 @@ from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DinerErasure, Order, OrderTransition
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession
+from tenants.retention import purge_expired_data
 from tests.conftest import api_for, menu_for, use_topology
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.support.concurrency import at_once
 from tests.support.ports import free_port
+from tests.support.redis_nodes import RedisNode
 
 pytestmark = pytest.mark.django_db
 
@@ -265,6 +270,40 @@ def test_what_no_diner_can_be_called_is_refused_before_anything_goes(tenant, din
         call_command("erase_diner", tenant.slug, diner_id)
     assert not DinerErasure.objects.exists()
     assert replay_is_identical(api_for(tenant, diner="gina"), menu, "g1", first)
+
+
+@pytest.mark.fault
+def test_an_erasure_stopped_by_redis_is_finished_by_running_it_again(tenant, settings):
+    """A Redis node down mid-erasure stops it with the error, and running it again
+    finishes it, as the docs say (red when the merchant's record, deleted before its Redis
+    entry, stayed deleted: the second run had nothing to find the entry by, and the
+    merchant's retry kept replaying the erased diner's id and note for the TTL)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        menu = menu_for(tenant)
+        order_id = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice").json()["id"]
+        assert b'"diner_id":"zoe"' in cancel_as_merchant(tenant, order_id).content
+        # given zoe's own stored replies expired and were purged (the merchant's is younger)
+        IdempotencyRecord.objects.filter(scope__startswith="diner:zoe|").update(
+            expires_at=timezone.now() - timedelta(seconds=1)
+        )
+        assert purge_expired_data()["idempotency_records"] == 1
+        # when the node goes down during the erasure (its data kept), then it stops with
+        # the error
+        node.client().save()
+        node.stop()
+        with pytest.raises(RedisError):
+            erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+        node.start()
+        # and once it is back, running it again leaves no reply that shows zoe
+        erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+        left = tenant_keys(str(tenant.pk))
+        assert not [k for k, content in left.items() if b"ring twice" in content]
+        assert not [k for k, content in left.items() if b"zoe" in content]
+    finally:
+        node.remove()
 
 
 def test_a_pseudonym_is_refused_and_the_erased_orders_keep_theirs(tenant, settings):
