@@ -58,6 +58,19 @@ def env_bounded(name: str, default: int, *, low: int, high: int) -> int:
     return value
 
 
+def env_number(name: str, default: float, *, low: float, high: float) -> float:
+    """A number setting (seconds, mostly) within ``low..high``; anything else stops the server
+    from starting, naming the setting, instead of a bare ``ValueError`` or a negative period."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if not low <= value <= high:  # NaN is within no range
+        raise ImproperlyConfigured(f"{name} must be within {low}..{high}, not {raw}")
+    return value
+
+
 def env_share(name: str, default: float) -> float:
     """A share (more than 0, at most 1) from the environment; anything else stops the server
     from starting."""
@@ -204,7 +217,7 @@ if not _database_url and not DEBUG:
 DATABASES = {
     "default": dj_database_url.parse(
         _database_url or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 300)),
+        conn_max_age=env_bounded("DB_CONN_MAX_AGE", 300, low=0, high=86_400),
         conn_health_checks=True,
     )
 }
@@ -236,7 +249,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 REDIS_SHARDS = [u.strip() for u in os.environ.get("REDIS_SHARDS", "").split(",") if u.strip()]
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "")
-REDIS_SOCKET_TIMEOUT = float(os.environ.get("REDIS_SOCKET_TIMEOUT", 1.0))
+REDIS_SOCKET_TIMEOUT = env_number("REDIS_SOCKET_TIMEOUT", 1.0, low=0.01, high=60)
 
 
 def redis_cache(url: str, **options: object) -> dict:
@@ -282,8 +295,8 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 5))
-AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("LOGIN_LOCKOUT_MINUTES", 15)))
+AXES_FAILURE_LIMIT = env_bounded("LOGIN_FAILURE_LIMIT", 5, low=1, high=1000)
+AXES_COOLOFF_TIME = timedelta(minutes=env_bounded("LOGIN_LOCKOUT_MINUTES", 15, low=1, high=525_600))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -326,7 +339,7 @@ WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 # Request bodies above this answer 413 REQUEST_TOO_LARGE before anything reads them
 # (config/request_limits.py); Django's own check on reading request.body uses the same number.
-MAX_REQUEST_BYTES = int(os.environ.get("MAX_REQUEST_BYTES", 1024 * 1024))
+MAX_REQUEST_BYTES = env_bounded("MAX_REQUEST_BYTES", 1024 * 1024, low=1024, high=1 << 30)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 
 # --- HTTPS (off DEBUG) --------------------------------------------------------------------
@@ -337,7 +350,7 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", 31536000))
+    SECURE_HSTS_SECONDS = env_bounded("HSTS_SECONDS", 31536000, low=0, high=2 * _YEAR)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", False)
     # Asking browsers to preload HTTPS-only for the whole domain cannot be undone quickly: the
@@ -407,11 +420,15 @@ SPECTACULAR_SETTINGS = {
 
 # --- diner sessions (tenants/diner_sessions.py, docs/tenancy.md) ----------------------------
 # A Bearer token lives this long; a refresh moves it on, but never past the session's max age.
-DINER_SESSION_TTL_SECONDS = int(os.environ.get("DINER_SESSION_TTL_SECONDS", 24 * 3600))
-DINER_SESSION_MAX_AGE_SECONDS = int(os.environ.get("DINER_SESSION_MAX_AGE_SECONDS", 30 * 24 * 3600))
+DINER_SESSION_TTL_SECONDS = env_bounded("DINER_SESSION_TTL_SECONDS", 24 * 3600, low=60, high=_YEAR)
+DINER_SESSION_MAX_AGE_SECONDS = env_bounded(
+    "DINER_SESSION_MAX_AGE_SECONDS", 30 * 24 * 3600, low=60, high=10 * _YEAR
+)
 # Each process keeps a session's or API key's state this long when it cannot hear the credential
 # feed: a revoked session or key is refused by every process at most this long after it.
-DINER_SESSION_STATE_CACHE_SECONDS = float(os.environ.get("DINER_SESSION_STATE_CACHE_SECONDS", 1.0))
+DINER_SESSION_STATE_CACHE_SECONDS = env_number(
+    "DINER_SESSION_STATE_CACHE_SECONDS", 1.0, low=0, high=3600
+)
 # Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
 OFFBOARDING_EXPORT_DIR = Path(
     os.environ.get("OFFBOARDING_EXPORT_DIR", BASE_DIR / "var" / "offboarding")
@@ -419,11 +436,15 @@ OFFBOARDING_EXPORT_DIR = Path(
 # ... unless the process hears the credential feed (Redis pub/sub), which announces every
 # revocation at once: then a session's or API key's state is kept up to this long
 # (tenants/credential_cache.py).
-CREDENTIAL_CACHE_SECONDS = float(os.environ.get("CREDENTIAL_CACHE_SECONDS", 60.0))
+CREDENTIAL_CACHE_SECONDS = env_number("CREDENTIAL_CACHE_SECONDS", 60.0, low=0, high=3600)
 # Guest sessions opened per minute, per publishable key and per client address (REMOTE_ADDR,
 # the client's behind TRUSTED_PROXIES or with gunicorn's PROXY protocol).
-DINER_SESSION_OPEN_RATE_PER_KEY = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_KEY", 600))
-DINER_SESSION_OPEN_RATE_PER_IP = int(os.environ.get("DINER_SESSION_OPEN_RATE_PER_IP", 20))
+DINER_SESSION_OPEN_RATE_PER_KEY = env_bounded(
+    "DINER_SESSION_OPEN_RATE_PER_KEY", 600, low=1, high=100_000_000
+)
+DINER_SESSION_OPEN_RATE_PER_IP = env_bounded(
+    "DINER_SESSION_OPEN_RATE_PER_IP", 20, low=1, high=100_000_000
+)
 # The share of a tenant's write ceiling (API_TENANT_WRITE_CEILING_PER_MINUTE or its own) that
 # all guest sessions together may fill: anyone can open guests with the public publishable key,
 # so they stop at this share and the rest of each window stays the merchant's (0 < share <= 1).
@@ -451,8 +472,10 @@ if METRICS_TOKEN:
 
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
-ORDER_ID_MAX_CLOCK_BACKSTEP_MS = int(os.environ.get("ORDER_ID_MAX_CLOCK_BACKSTEP_MS", 200))
-ORDER_ID_LEASE_SECONDS = int(os.environ.get("ORDER_ID_LEASE_SECONDS", 30))
+ORDER_ID_MAX_CLOCK_BACKSTEP_MS = env_bounded(
+    "ORDER_ID_MAX_CLOCK_BACKSTEP_MS", 200, low=0, high=60_000
+)
+ORDER_ID_LEASE_SECONDS = env_bounded("ORDER_ID_LEASE_SECONDS", 30, low=3, high=3600)
 # "redis" (Redis with the database as fallback, when Redis is configured) or "database" (always
 # the database: use it while changing the Redis topology, see docs/scaling.md).
 ORDER_ID_LEASE_STORE = os.environ.get("ORDER_ID_LEASE_STORE", "redis")
@@ -495,14 +518,15 @@ IDEMPOTENCY = {
     "TENANT_LABELS": "tenants.idempotency_scope.tenant_labels",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
     "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
-    "TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TTL_SECONDS", 72 * 3600)),
-    "LEASE_MS": int(os.environ.get("IDEMPOTENCY_LEASE_MS", 30_000)),
-    "AUTO_KEY_WINDOW_SECONDS": int(os.environ.get("IDEMPOTENCY_AUTO_KEY_WINDOW", 60)),
+    "TTL_SECONDS": env_bounded("IDEMPOTENCY_TTL_SECONDS", 72 * 3600, low=60, high=_YEAR),
+    "LEASE_MS": env_bounded("IDEMPOTENCY_LEASE_MS", 30_000, low=100, high=3_600_000),
+    "AUTO_KEY_WINDOW_SECONDS": env_bounded("IDEMPOTENCY_AUTO_KEY_WINDOW", 60, low=1, high=86_400),
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
     "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
     # API writes per principal (a diner, or a secret server key) per minute
     # (Tenant.write_rate_per_minute overrides; 0: no default limit)
-    "RATE_LIMIT_PER_MINUTE": int(os.environ.get("API_WRITE_RATE_PER_MINUTE", 600)) or None,
+    "RATE_LIMIT_PER_MINUTE": env_bounded("API_WRITE_RATE_PER_MINUTE", 600, low=0, high=100_000_000)
+    or None,
     "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
     # API writes per minute of a whole tenant, all principals together
     # (Tenant.write_ceiling_per_minute overrides; 0: no default ceiling)
@@ -514,9 +538,11 @@ IDEMPOTENCY = {
     # Guest sessions fill at most API_GUEST_CEILING_SHARE of that ceiling; the rest is left
     # to the merchant's keys and the diners they sign in (tenants/ceiling_share.py)
     "RATE_LIMIT_CEILING_SHARE": "tenants.ceiling_share.ceiling_share_of",
-    "TOKEN_TTL_SECONDS": int(os.environ.get("IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600)),
+    "TOKEN_TTL_SECONDS": env_bounded(
+        "IDEMPOTENCY_TOKEN_TTL_SECONDS", 24 * 3600, low=60, high=_YEAR
+    ),
     # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
-    "TOKEN_QUOTA": int(os.environ.get("IDEMPOTENCY_TOKEN_QUOTA", 100_000)),
+    "TOKEN_QUOTA": env_bounded("IDEMPOTENCY_TOKEN_QUOTA", 100_000, low=1, high=100_000_000),
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
     # Also take the database claim under a Redis claim (ADR 0005): a duplicate that falls back
     # to the database because Redis died mid-run then waits for that run (one more statement)
@@ -548,14 +574,22 @@ _hash_key = production_secret(
     min_chars=32,
     unlike={"SECRET_KEY": SECRET_KEY, "METRICS_TOKEN": METRICS_TOKEN},
 )
-IDEMPOTENCY["HASH_KEYS"] = [
-    (int(os.environ.get("IDEMPOTENCY_HASH_KEY_ID", 1)), _hash_key),
-    *[
-        (int(key_id), secret)
-        for key_id, _, secret in (
-            e.partition(":") for e in env_list("IDEMPOTENCY_HASH_KEYS_PREVIOUS")
+
+
+def _previous_hash_key(entry: str) -> tuple[int, str]:
+    """One ``<id>:<secret>`` of ``IDEMPOTENCY_HASH_KEYS_PREVIOUS`` (the secret may hold colons)."""
+    key_id, colon, secret = entry.partition(":")
+    if not (colon and key_id.strip().isdigit() and secret):
+        raise ImproperlyConfigured(
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS must list <id>:<secret> entries, comma-separated; "
+            f"one entry is {entry[:3]!r}…"
         )
-    ],
+    return int(key_id), secret
+
+
+IDEMPOTENCY["HASH_KEYS"] = [
+    (env_bounded("IDEMPOTENCY_HASH_KEY_ID", 1, low=1, high=327), _hash_key),
+    *[_previous_hash_key(entry) for entry in env_list("IDEMPOTENCY_HASH_KEYS_PREVIOUS")],
 ]
 
 # --- celery / payments ------------------------------------------------------------------
@@ -601,22 +635,22 @@ if not CELERY_BROKER_URL:
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 # Seconds before a delivered-but-unacknowledged message goes back to the queue. Must exceed the
 # longest task run *and* the longest retry countdown (a worker holds ETA messages unacked).
-CELERY_VISIBILITY_TIMEOUT = int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", 900))
+CELERY_VISIBILITY_TIMEOUT = env_bounded("CELERY_VISIBILITY_TIMEOUT", 900, low=1, high=86_400)
 # Seconds between the worker's sweeps that put such messages back (kombu >= 5.7).
-CELERY_RESTORE_INTERVAL = int(os.environ.get("CELERY_RESTORE_INTERVAL", 5))
+CELERY_RESTORE_INTERVAL = env_bounded("CELERY_RESTORE_INTERVAL", 5, low=1, high=3600)
 
 # Outbox: rows still unpublished this long after their commit are published by the sweeper.
-OUTBOX_PUBLISH_GRACE_SECONDS = float(os.environ.get("OUTBOX_PUBLISH_GRACE_SECONDS", 10))
-OUTBOX_SWEEP_SECONDS = float(os.environ.get("OUTBOX_SWEEP_SECONDS", 30))
+OUTBOX_PUBLISH_GRACE_SECONDS = env_number("OUTBOX_PUBLISH_GRACE_SECONDS", 10, low=0, high=86_400)
+OUTBOX_SWEEP_SECONDS = env_number("OUTBOX_SWEEP_SECONDS", 30, low=0.1, high=86_400)
 # An event sent but not consumed this long after its send (the broker lost it) is sent again,
 # the wait doubling after each send (ordering/background/outbox.py); 0 turns this off.
 OUTBOX_REDELIVER_AFTER_SECONDS = env_bounded(
     "OUTBOX_REDELIVER_AFTER_SECONDS", 600, low=0, high=86400
 )
-STALE_LEASE_SWEEP_SECONDS = float(os.environ.get("STALE_LEASE_SWEEP_SECONDS", 30))
+STALE_LEASE_SWEEP_SECONDS = env_number("STALE_LEASE_SWEEP_SECONDS", 30, low=0.1, high=86_400)
 # How often the engine's audit streams are copied into the database
 # (idempotency/stores/audit_stream.py)
-AUDIT_DRAIN_SECONDS = float(os.environ.get("AUDIT_DRAIN_SECONDS", 5))
+AUDIT_DRAIN_SECONDS = env_number("AUDIT_DRAIN_SECONDS", 5, low=0.1, high=86_400)
 CELERY_BEAT_SCHEDULE = {
     "drain-idempotency-audits": {
         "task": "ordering.drain_idempotency_audits",
@@ -631,14 +665,16 @@ CELERY_BEAT_SCHEDULE = {
 
 # Cancel saga: retries per step after the first attempt, then a dead letter. Backoff is
 # base * 2^(attempt-1), capped, with jitter.
-SAGA_MAX_RETRIES = int(os.environ.get("SAGA_MAX_RETRIES", 3))
-SAGA_RETRY_BASE_SECONDS = float(os.environ.get("SAGA_RETRY_BASE_SECONDS", 2.0))
-SAGA_RETRY_MAX_SECONDS = float(os.environ.get("SAGA_RETRY_MAX_SECONDS", 300.0))
+SAGA_MAX_RETRIES = env_bounded("SAGA_MAX_RETRIES", 3, low=0, high=100)
+SAGA_RETRY_BASE_SECONDS = env_number("SAGA_RETRY_BASE_SECONDS", 2.0, low=0.01, high=3600)
+SAGA_RETRY_MAX_SECONDS = env_number("SAGA_RETRY_MAX_SECONDS", 300.0, low=0.01, high=86_400)
 
 # Payment providers: name -> adapter class and webhook secret(s) (a list allows rotation: the
 # first signs, any verifies). The simulated provider is for the demo and tests only: it is on
 # when DEBUG is, or when SIMULATED_PROVIDER=1; off DEBUG it needs its own secret.
-PAYMENT_CALLBACK_TOLERANCE_SECONDS = int(os.environ.get("PAYMENT_CALLBACK_TOLERANCE", 300))
+PAYMENT_CALLBACK_TOLERANCE_SECONDS = env_bounded(
+    "PAYMENT_CALLBACK_TOLERANCE", 300, low=1, high=86_400
+)
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):
     _simulated_secret = production_secret(
@@ -675,7 +711,7 @@ PAYMENT_RECONCILE_RECHECK_SECONDS = env_bounded(
 PAYMENT_RECONCILE_MAX_AGE_SECONDS = env_bounded(
     "PAYMENT_RECONCILE_MAX_AGE_SECONDS", 7 * 86400, low=0, high=_YEAR
 )
-PAYMENT_RECONCILE_SECONDS = float(os.environ.get("PAYMENT_RECONCILE_SECONDS", 60))
+PAYMENT_RECONCILE_SECONDS = env_number("PAYMENT_RECONCILE_SECONDS", 60, low=0.1, high=86_400)
 CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
     "task": "ordering.reconcile_payments",
     "schedule": PAYMENT_RECONCILE_SECONDS,
@@ -683,7 +719,9 @@ CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
 # An order still CREATED this long after it was placed gives its portions back (ordering/
 # expiry.py); 0: never. Swept by a beat task this often.
 UNPAID_ORDER_EXPIRY_SECONDS = env_bounded("UNPAID_ORDER_EXPIRY_SECONDS", 1800, low=0, high=_YEAR)
-UNPAID_ORDER_EXPIRY_SWEEP_SECONDS = float(os.environ.get("UNPAID_ORDER_EXPIRY_SWEEP_SECONDS", 60))
+UNPAID_ORDER_EXPIRY_SWEEP_SECONDS = env_number(
+    "UNPAID_ORDER_EXPIRY_SWEEP_SECONDS", 60, low=0.1, high=86_400
+)
 CELERY_BEAT_SCHEDULE["expire-unpaid-orders"] = {
     "task": "ordering.expire_unpaid_orders",
     "schedule": UNPAID_ORDER_EXPIRY_SWEEP_SECONDS,
@@ -703,7 +741,9 @@ DELIVERY_ADAPTER = os.environ.get(
 # Stale-lease recovery (idempotency/stores/instances.py, ordering/instances.py): every process that
 # takes leases heartbeats an instance id; one silent this long is dead and its leases reclaimed.
 IDEMPOTENCY["INSTANCE_REGISTRY"] = env_bool("INSTANCE_REGISTRY", True)
-IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"] = float(os.environ.get("INSTANCE_HEARTBEAT_SECONDS", 5))
+IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"] = env_number(
+    "INSTANCE_HEARTBEAT_SECONDS", 5, low=0.1, high=3600
+)
 IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = float(
     os.environ.get("INSTANCE_DEAD_AFTER_SECONDS", 15)
 )
@@ -718,18 +758,24 @@ IDEMPOTENCY["TENANT_POLICY_CACHE_SECONDS"] = float(
 )
 # Retention: a tenant's own values (Tenant.record_ttl_hours, .audit_retention_days) must lie
 # within these platform bounds; the admin refuses others.
-RETENTION_RECORD_TTL_HOURS_MIN = int(os.environ.get("RETENTION_RECORD_TTL_HOURS_MIN", 1))
-RETENTION_RECORD_TTL_HOURS_MAX = int(os.environ.get("RETENTION_RECORD_TTL_HOURS_MAX", 30 * 24))
-RETENTION_AUDIT_DAYS_MIN = int(os.environ.get("RETENTION_AUDIT_DAYS_MIN", 1))
-RETENTION_AUDIT_DAYS_MAX = int(os.environ.get("RETENTION_AUDIT_DAYS_MAX", 365))
-IDEMPOTENCY["AUDIT_RETENTION_DAYS"] = int(os.environ.get("RETENTION_AUDIT_DAYS", 30))
+RETENTION_RECORD_TTL_HOURS_MIN = env_bounded(
+    "RETENTION_RECORD_TTL_HOURS_MIN", 1, low=1, high=87_600
+)
+RETENTION_RECORD_TTL_HOURS_MAX = env_bounded(
+    "RETENTION_RECORD_TTL_HOURS_MAX", 30 * 24, low=1, high=87_600
+)
+RETENTION_AUDIT_DAYS_MIN = env_bounded("RETENTION_AUDIT_DAYS_MIN", 1, low=1, high=3650)
+RETENTION_AUDIT_DAYS_MAX = env_bounded("RETENTION_AUDIT_DAYS_MAX", 365, low=1, high=3650)
+IDEMPOTENCY["AUDIT_RETENTION_DAYS"] = env_bounded("RETENTION_AUDIT_DAYS", 30, low=1, high=3650)
 IDEMPOTENCY["RECORD_TTL_FOR_TENANT"] = "tenants.models.record_ttl_seconds_of"
 IDEMPOTENCY["AUDIT_RETENTION_OVERRIDES"] = "tenants.models.audit_retention_overrides"
 # The purge (tenants/retention.py) runs on Celery beat: rows per DELETE, and DELETEs per kind
 # and run (what is left is reported as overdue and purged by the next run).
-IDEMPOTENCY["PURGE_BATCH_SIZE"] = int(os.environ.get("RETENTION_PURGE_BATCH_SIZE", 1000))
-RETENTION_PURGE_MAX_BATCHES = int(os.environ.get("RETENTION_PURGE_MAX_BATCHES", 100))
-RETENTION_PURGE_SECONDS = float(os.environ.get("RETENTION_PURGE_SECONDS", 3600))
+IDEMPOTENCY["PURGE_BATCH_SIZE"] = env_bounded(
+    "RETENTION_PURGE_BATCH_SIZE", 1000, low=1, high=1_000_000
+)
+RETENTION_PURGE_MAX_BATCHES = env_bounded("RETENTION_PURGE_MAX_BATCHES", 100, low=1, high=1_000_000)
+RETENTION_PURGE_SECONDS = env_number("RETENTION_PURGE_SECONDS", 3600, low=1, high=86_400)
 CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
     "task": "tenants.purge_expired_data",
     "schedule": RETENTION_PURGE_SECONDS,

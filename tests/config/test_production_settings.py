@@ -266,6 +266,36 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
     assert (values["engine_on"], values["redirect"], values["debug"]) == (True, True, False)
 
 
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("HSTS_SECONDS", "1y", "HSTS_SECONDS must be an integer, not '1y'"),
+        ("DB_CONN_MAX_AGE", "abc", "DB_CONN_MAX_AGE must be an integer, not 'abc'"),
+        ("IDEMPOTENCY_TTL_SECONDS", "-5", "IDEMPOTENCY_TTL_SECONDS must be within 60.."),
+        ("IDEMPOTENCY_HASH_KEY_ID", "abc", "IDEMPOTENCY_HASH_KEY_ID must be an integer"),
+        ("ORDER_ID_LEASE_SECONDS", "0", "ORDER_ID_LEASE_SECONDS must be within 3..3600, not 0"),
+        ("REDIS_SOCKET_TIMEOUT", "fast", "REDIS_SOCKET_TIMEOUT must be a number, not 'fast'"),
+        ("OUTBOX_SWEEP_SECONDS", "nan", "OUTBOX_SWEEP_SECONDS must be within 0.1..86400"),
+        ("CREDENTIAL_CACHE_SECONDS", "-1", "CREDENTIAL_CACHE_SECONDS must be within 0..3600"),
+        (
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
+            "an-old-secret-without-its-id-0123456789",
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS must list <id>:<secret> entries",
+        ),
+    ],
+)
+def test_a_number_setting_that_is_no_number_or_out_of_range_stops_the_server_naming_it(
+    name: str, value: str, message: str
+) -> None:
+    """Each was read by a bare int() or float(): a ValueError that named no setting, or a
+    negative period taken as it was."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+    assert "ValueError" not in stderr
+
+
 @pytest.mark.parametrize("url", [None, ""], ids=["unset", "empty"])
 def test_production_refuses_to_start_without_a_database_url(url: str | None) -> None:
     """Off DEBUG a missing DATABASE_URL (a typo in its name) ran the site on a SQLite file of
