@@ -776,6 +776,9 @@ IDEMPOTENCY["PURGE_BATCH_SIZE"] = env_bounded(
 )
 RETENTION_PURGE_MAX_BATCHES = env_bounded("RETENTION_PURGE_MAX_BATCHES", 100, low=1, high=1_000_000)
 RETENTION_PURGE_SECONDS = env_number("RETENTION_PURGE_SECONDS", 3600, low=1, high=86_400)
+# What a diner wrote on an order (note, phone, address) is cleared this long after the order
+# was completed or cancelled (ordering/privacy/contact_retention.py), by the same purge.
+ORDER_CONTACT_RETENTION_DAYS = env_bounded("ORDER_CONTACT_RETENTION_DAYS", 30, low=1, high=3650)
 CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
     "task": "tenants.purge_expired_data",
     "schedule": RETENTION_PURGE_SECONDS,

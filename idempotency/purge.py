@@ -45,19 +45,41 @@ def delete_in_batches(
 ) -> int:
     """Delete the rows of ``model`` matching ``expired(now)``, at most ``batch_size`` per
     ``DELETE`` and ``max_batches`` batches (None: until none is left); returns how many."""
+    return in_batches(
+        model._default_manager,
+        expired,
+        apply=lambda rows: rows.delete()[0],
+        batch_size=batch_size,
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
+
+
+def in_batches(
+    manager: models.Manager,
+    expired: Callable[[datetime], Q],
+    *,
+    apply: Callable[[models.QuerySet], int],
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """``apply`` (a delete, or an update that clears columns) to the rows of ``manager``
+    matching ``expired(now)``, at most ``batch_size`` rows and ``max_batches`` batches (None:
+    until none is left), each batch in a transaction of its own; returns how many rows
+    ``apply`` counted."""
     size = batch_size or engine_setting("PURGE_BATCH_SIZE")
     total = batches = 0
-    manager = model._default_manager
     while max_batches is None or batches < max_batches:
         with transaction.atomic():
             condition = expired(timezone.now())
             ids = list(manager.filter(condition).order_by("pk").values_list("pk", flat=True)[:size])
             if not ids:
                 break
-            deleted = manager.filter(condition, pk__in=ids).delete()[0]
+            done = apply(manager.filter(condition, pk__in=ids))
             if on_batch is not None:
-                on_batch(deleted)
-        total += deleted
+                on_batch(done)
+        total += done
         batches += 1
     return total
 

@@ -11,3 +11,6 @@ class OrderingConfig(AppConfig):
         # autodiscovery, which looks for <app>.tasks, would not find them).
         from ordering.api import openapi  # noqa: F401 - schema extension
         from ordering.background import tasks  # noqa: F401
+        from ordering.privacy import contact_retention
+
+        contact_retention.register()

@@ -1,6 +1,7 @@
 """The retention purge: what has outlived its retention is deleted, in bounded batches.
 
-Seven kinds of rows, each with its own clock:
+Seven kinds of rows, each with its own clock, and the kinds other apps register
+(:func:`register_kind`; the ordering app clears what diners wrote on long-finished orders):
 
 - ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
 - ``duplicate_audits``: older than the tenant's audit retention (default 30 days);
@@ -65,12 +66,29 @@ KINDS: dict[str, tuple[type, Callable[[datetime], Q]]] = {
 }
 
 
+# kind -> how its rows are purged, for a kind that is not deleted (delete_in_batches's call)
+PURGES: dict[str, Callable[..., int]] = {}
+
+
+def register_kind(
+    kind: str, model: type, expired: Callable[[datetime], Q], purge: Callable[..., int]
+) -> None:
+    """Add a kind of another app to the purge and its overdue gauge: ``purge(model, expired,
+    *, max_batches, on_batch)`` purges the rows matching ``expired(now)`` in batches, as
+    :func:`idempotency.purge.delete_in_batches` does, and returns how many it purged. Called
+    from an app's ``ready()``: this app knows nothing of the others."""
+    KINDS[kind] = (model, expired)
+    PURGES[kind] = purge
+
+
 def purge_expired_data(*, max_batches: int | None = None) -> dict[str, int]:
-    """Purge every kind (at most ``max_batches`` DELETEs each, default
-    ``RETENTION_PURGE_MAX_BATCHES``); rows deleted per kind."""
+    """Purge every kind (at most ``max_batches`` batches each, default
+    ``RETENTION_PURGE_MAX_BATCHES``); rows purged per kind."""
     limit = max_batches or settings.RETENTION_PURGE_MAX_BATCHES
     return {
-        kind: delete_in_batches(model, expired, max_batches=limit, on_batch=_tally(kind))
+        kind: PURGES.get(kind, delete_in_batches)(
+            model, expired, max_batches=limit, on_batch=_tally(kind)
+        )
         for kind, (model, expired) in KINDS.items()
     }
 

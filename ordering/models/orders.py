@@ -65,6 +65,13 @@ def every_payment_declined(order: Order) -> bool:
     return 0 < len(statuses) < MAX_PAYMENT_ATTEMPTS and set(statuses) == {Payment.Status.FAILED}
 
 
+# Finished orders that still hold what a diner wrote (note, phone, address): the retention
+# purge clears them once they are old enough (ordering/privacy/contact_retention.py).
+CONTACT_TO_CLEAR = models.Q(status__in=[S.COMPLETED, S.CANCELLED]) & (
+    ~models.Q(note="") | ~models.Q(contact_phone="") | ~models.Q(delivery_address="")
+)
+
+
 class Order(ConcurrentTransitionMixin, models.Model):
     id = models.BigIntegerField(primary_key=True, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="orders")
@@ -113,6 +120,14 @@ class Order(ConcurrentTransitionMixin, models.Model):
             ),
             models.UniqueConstraint(
                 fields=["tenant", "business_day", "number"], name="uniq_order_number_per_day"
+            ),
+        ]
+        indexes = [
+            # The finished orders that still hold what a diner wrote: the retention purge clears
+            # them (ordering/privacy/contact_retention.py) and /metrics counts those overdue,
+            # reading this small index instead of every order; a cleared order leaves it.
+            models.Index(
+                fields=["updated_at"], condition=CONTACT_TO_CLEAR, name="order_contact_to_clear"
             ),
         ]
 

@@ -21,6 +21,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.models import Order, OrderStatus
+from ordering.services.placing import ItemRequest, place_order
 from tenants.models import DinerSession
 from tenants.retention import KINDS, overdue_rows, purge_expired_data
 from tests.conftest import api_for
@@ -171,6 +173,52 @@ def test_the_login_throttle_s_records_are_purged_after_their_time(settings):
     assert list(AccessLog.objects.values_list("username", flat=True)) == ["recent"]
     assert list(AccessFailureLog.objects.values_list("username", flat=True)) == ["recent"]
     assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["locking"]
+
+
+def test_what_diners_wrote_on_orders_finished_long_ago_is_cleared_and_nothing_else(
+    tenant, menu_for_tenant, settings
+):
+    """A note, phone and address were kept until the restaurant left the platform, though
+    nothing needs them once the order is done (red: the purge had no such kind)."""
+    settings.ORDER_CONTACT_RETENTION_DAYS = 30
+    dish = menu_for_tenant(tenant)
+    now = timezone.now()
+    cases = {  # name -> (status, last change)
+        "completed-31d": (OrderStatus.COMPLETED, now - timedelta(days=31)),
+        "cancelled-31d": (OrderStatus.CANCELLED, now - timedelta(days=31)),
+        "completed-29d": (OrderStatus.COMPLETED, now - timedelta(days=29)),
+        "paid-60d": (OrderStatus.PAID, now - timedelta(days=60)),
+    }
+    orders = {}
+    for name, (status, changed) in cases.items():
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+            payment_method="card",
+            diner_id=f"diner-{name}",
+            note=f"ring twice ({name})",
+            contact_phone="+44 20 7946 0000",
+            delivery_address=f"1 {name} Street",
+            actor="test",
+        )
+        Order.all_tenants.filter(pk=order.pk).update(status=status, updated_at=changed)
+        orders[name] = order.pk
+
+    purged = purge_expired_data()
+
+    assert purged["order_contact_details"] == 2
+    written = {
+        name: Order.all_tenants.values_list(
+            "note", "contact_phone", "delivery_address", "diner_id", "total", "updated_at"
+        ).get(pk=pk)
+        for name, pk in orders.items()
+    }
+    for name, (note, phone, address, diner_id, total, updated_at) in written.items():
+        cleared = name in ("completed-31d", "cancelled-31d")
+        assert (note == "", phone == "", address == "") == (cleared, cleared, cleared), name
+        assert (diner_id, total, updated_at) == (f"diner-{name}", dish.price, cases[name][1])
+    assert overdue_rows()["order_contact_details"] == 0
+    assert purge_expired_data()["order_contact_details"] == 0  # nothing left to clear
 
 
 def test_metrics_count_rows_purged_and_overdue(tenant, settings, client):

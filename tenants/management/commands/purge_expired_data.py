@@ -11,7 +11,10 @@ from tenants.retention import purge_expired_data
 
 
 class Command(BaseCommand):
-    help = "Delete expired idempotency records, audits past retention and expired diner sessions."
+    help = (
+        "Delete what has outlived its retention (docs/data-protection.md), and clear what diners "
+        "wrote on orders finished long ago."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for kind, rows in purge_expired_data().items():

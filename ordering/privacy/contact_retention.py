@@ -1,0 +1,55 @@
+"""What a diner wrote on an order is cleared once the order has long been finished.
+
+An order's note, contact phone and delivery address are for the restaurant to make and deliver
+it; the books need none of them. Kept until the tenant left, they were personal data with no
+use. ``ORDER_CONTACT_RETENTION_DAYS`` (30) after an order was completed or cancelled (its last
+change, ``updated_at``), the retention purge (:mod:`tenants.retention`, Celery beat and
+``manage.py purge_expired_data``) writes them empty, in batches; the order, its lines, money and
+diner id stay. The update leaves ``updated_at`` as it was: nothing the board shows changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+
+from idempotency.purge import OnBatch, in_batches
+from ordering.models import Order
+from ordering.models.orders import CONTACT_TO_CLEAR
+from tenants.retention import register_kind
+
+KIND = "order_contact_details"
+CLEARED = ("note", "contact_phone", "delivery_address")
+
+
+def contact_details_past_retention(now: datetime) -> Q:
+    """Finished orders, last changed before the retention, that still hold something a diner
+    wrote (the condition of the partial index ``order_contact_to_clear``, which serves it)."""
+    cutoff = now - timedelta(days=settings.ORDER_CONTACT_RETENTION_DAYS)
+    return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff)
+
+
+def clear_in_batches(
+    model: type[Order],
+    expired: Callable[[datetime], Q],
+    *,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Write the cleared fields empty on the orders matching ``expired(now)``, in the purge's
+    batches (at most ``max_batches``); returns how many orders."""
+    return in_batches(
+        model.all_tenants,
+        expired,
+        apply=lambda orders: orders.update(**dict.fromkeys(CLEARED, "")),
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
+
+
+def register() -> None:
+    """Make the retention purge clear them (from the ordering app's ``ready()``)."""
+    register_kind(KIND, Order, contact_details_past_retention, clear_in_batches)
