@@ -85,9 +85,13 @@ def limited_address_of(request: HttpRequest) -> str:
 
 
 def _canonical(address: str) -> IPv4Address | IPv6Address | None:
+    """``address`` parsed, or None. An IPv6 address with a zone (``fe80::1%eth0``) names a link
+    of the host that wrote it, not a client, and its zone is any text of any length."""
     try:
         parsed = ip_address(address)
     except ValueError:
+        return None
+    if getattr(parsed, "scope_id", None) is not None:
         return None
     return getattr(parsed, "ipv4_mapped", None) or parsed
 

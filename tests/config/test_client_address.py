@@ -36,6 +36,10 @@ NETS = trusted_networks([PROXY, "10.0.1.0/24", "fd00::/8"])
         (PROXY, "6.6.6.6, rubbish, 203.0.113.7", "203.0.113.7"),
         # every hop ours: the leftmost
         (PROXY, "10.0.1.3, 10.0.1.9", "10.0.1.3"),
+        # an IPv6 address with a zone (a link of the sender's own host) is no client address:
+        # its zone is any text, and the address is stored in audits (red: 5,000 characters)
+        (PROXY, "fe80::1%" + "x" * 5000, PROXY),
+        (PROXY, "6.6.6.6, 2001:db8::1%eth0", PROXY),
         # a dual-stack server sees our proxy as IPv4 mapped into IPv6 (red: the proxy's own)
         ("::ffff:10.0.0.2", "203.0.113.7", "203.0.113.7"),
         # one client, one spelling: one limit
