@@ -14,11 +14,11 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from django.db import transaction
-from django.db.models import F
 
 from ordering.background.inbox import record_processed
 from ordering.background.saga import SagaOutcome, run_cancel_saga
-from ordering.models import EventType, OutboxEvent, SalesDay
+from ordering.background.sales import count_sale
+from ordering.models import EventType, OutboxEvent
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +51,11 @@ def on_order_paid(event: OutboxEvent) -> ConsumeResult:
         if not record_processed(event):
             return ConsumeResult.DUPLICATE
         order = event.order
-        day, _ = SalesDay.all_tenants.get_or_create(
-            tenant_id=event.tenant_id, day=event.created_at.date(), currency=order.currency
-        )
-        SalesDay.all_tenants.filter(pk=day.pk).update(
-            paid_orders=F("paid_orders") + 1, revenue=F("revenue") + order.total
+        count_sale(
+            tenant_id=event.tenant_id,
+            day=event.created_at.date(),
+            currency=order.currency,
+            amount=order.total,
         )
     return ConsumeResult.PROCESSED
 

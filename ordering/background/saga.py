@@ -40,9 +40,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from ordering.background.dead_letters import record_dead_letter
 from ordering.background.inbox import is_processed, record_processed
+from ordering.background.sales import count_refund
 from ordering.delivery import delivery_adapter
 from ordering.models import Compensation, Order, OrderStatus, OutboxEvent, Payment
 from ordering.models.payments import payment_of_record
@@ -189,6 +191,12 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
             if _mark_done(compensation, result):
                 Payment.all_tenants.filter(pk=payment.pk, status=P.SUCCEEDED).update(
                     status=P.REFUNDED
+                )
+                count_refund(
+                    tenant_id=order.tenant_id,
+                    day=timezone.now().date(),
+                    currency=payment.currency,
+                    amount=refund.amount,
                 )
         return
     with transaction.atomic():

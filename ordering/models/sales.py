@@ -1,7 +1,11 @@
-"""Paid sales per tenant and day: the read model the ``order.paid`` consumer maintains.
+"""Paid sales per tenant and day: the read model the ``order.paid`` consumer and the cancel
+saga's refund maintain.
 
-Its counters are incremented, not recomputed, so a double-processed event would show as a
-double count; :class:`~ordering.models.ProcessedEvent` is what keeps it exact.
+A sale counts on the day it was paid; its refund, if the order is cancelled, on the day the
+money went back (``refunded_orders``, ``refunds``), so a day already reported does not change
+and the day's net is ``revenue - refunds``. The counters are incremented, not recomputed, so a
+double-processed event would show as a double count: :class:`~ordering.models.ProcessedEvent`
+keeps the sales exact, the refund step's compensation row the refunds.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ class SalesDay(models.Model):
     currency = models.CharField(max_length=3)
     paid_orders = models.PositiveIntegerField(default=0)
     revenue = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    refunded_orders = models.PositiveIntegerField(default=0)
+    refunds = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
 
     all_tenants = models.Manager()
     objects = TenantManager()
@@ -33,4 +39,7 @@ class SalesDay(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.day}: {self.paid_orders} paid, {self.revenue} {self.currency}"
+        return (
+            f"{self.day}: {self.paid_orders} paid, {self.revenue} {self.currency}; "
+            f"{self.refunded_orders} refunded, {self.refunds} {self.currency}"
+        )

@@ -33,6 +33,7 @@ from ordering.models import (
     OutboxEvent,
     Payment,
     ProcessedEvent,
+    SalesDay,
     SimulatedOperation,
 )
 from ordering.payments.registry import get_provider
@@ -106,6 +107,34 @@ def test_running_it_again_changes_nothing(tenant, menu, coupon):
     assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.DUPLICATE
     assert effects(tenant, menu, coupon, order, payment) == DONE
     assert ProcessedEvent.objects.for_tenant(tenant).get(event=event).duplicates == 2
+
+
+def refunds_booked(tenant) -> list[tuple[int, object, str]]:
+    return [
+        (day.refunded_orders, day.refunds, day.currency)
+        for day in SalesDay.objects.for_tenant(tenant).filter(refunded_orders__gt=0)
+    ]
+
+
+@pytest.mark.django_db
+def test_the_refund_is_booked_in_the_daily_sales_once(tenant, menu, coupon):
+    # given a paid order whose cancel was requested
+    _, payment, event = cancelled(tenant, menu)
+    # when the saga runs, and runs again (a redelivery)
+    run_cancel_saga(event=event)
+    run_cancel_saga(event=event)
+    # then the day's sales show the money given back, once
+    assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
+
+
+@pytest.mark.django_db
+def test_a_payment_never_captured_is_voided_and_books_no_refund(tenant, menu, coupon):
+    # given an order in CANCELLING whose payment is still pending when the saga runs
+    _, payment, event = cancelled(tenant, menu)
+    Payment.all_tenants.filter(pk=payment.pk).update(status=Payment.Status.PENDING)
+    # when the saga voids it, then no refund is booked
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    assert refunds_booked(tenant) == []
 
 
 @pytest.mark.django_db
@@ -288,6 +317,7 @@ def test_two_runs_at_once_apply_each_step_once(tenant, menu, coupon):
     assert effects(tenant, menu, coupon, order, payment) == DONE
     assert OrderTransition.objects.for_tenant(tenant).filter(to_status=S.CANCELLED).count() == 1
     assert Compensation.objects.for_tenant(tenant).count() == len(STEPS)
+    assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
 
 
 @pytest.mark.django_db(transaction=True)
