@@ -63,17 +63,21 @@ def _move_words(move: Callable[[], None]) -> str:
     return f"A move to {transition.target}"
 
 
-def apply_transition(order: Order, move: Callable[[], None], *, actor: str) -> OrderTransition:
+def apply_transition(
+    order: Order, move: Callable[[], None], *, actor: str, refusal: str | None = None
+) -> OrderTransition:
     """Run one FSM move on ``order`` and persist it; the caller holds the transaction.
 
     The move checks its source status and conditions once, as it runs (a condition such as
     "no payment attached" can turn false between a separate check and the move when another
-    transaction commits in between)."""
+    transaction commits in between). ``refusal`` is what a refused move tells the client when
+    the caller knows why better than "not allowed from <status>" (a condition failed)."""
     from_status = order.status
     try:
         move()
     except TransitionNotAllowed:
-        raise _conflict(order, f"{_move_words(move)} is not allowed from {from_status}.") from None
+        reason = refusal or f"{_move_words(move)} is not allowed from {from_status}."
+        raise _conflict(order, reason) from None
     try:
         _save_move(order, from_status)
     except ConcurrentTransition:

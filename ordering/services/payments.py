@@ -7,9 +7,12 @@ provider's transaction id) is what the signed callback later names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import transaction
 
 from ordering.models import Order, OrderStatus, Payment
+from ordering.models.orders import MAX_PAYMENT_ATTEMPTS
 from ordering.one_statement import insert_together
 from ordering.payments.registry import default_provider
 from ordering.prefetch import with_related
@@ -44,9 +47,14 @@ def pay_order(
         order = access_paying_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
         )
-        move = order.pay_again if order.status == OrderStatus.PAYING else order.start_payment
+        again = order.status == OrderStatus.PAYING
         earlier = list(order.payments.all())
-        apply_transition(order, move, actor=actor)
+        apply_transition(
+            order,
+            order.pay_again if again else order.start_payment,
+            actor=actor,
+            refusal=pay_again_refusal(earlier) if again else None,
+        )
         intent = provider.start_payment(order=order, amount=order.total, currency=order.currency)
         payment = Payment(
             tenant=tenant,
@@ -61,3 +69,21 @@ def pay_order(
     # the newest first, as Payment.Meta.ordering reads them
     with_related(order, payments=[payment, *earlier])
     return order, payment
+
+
+def pay_again_refusal(payments: Sequence[Payment]) -> str | None:
+    """Why an order in PAYING cannot be paid again, in the diner's terms (None: it can, as far
+    as its ``payments`` go). The move's own condition (``every_payment_declined``) decides;
+    this only words its refusal: "not allowed from PAYING" told a diner neither to wait for
+    the pending payment nor that the order had taken all the payments it may."""
+    if any(payment.status == Payment.Status.PENDING for payment in payments):
+        return (
+            "A payment of this order is still pending: the payment provider decides it; "
+            "pay again only once it is declined."
+        )
+    if len(payments) >= MAX_PAYMENT_ATTEMPTS:
+        return (
+            f"This order's {MAX_PAYMENT_ATTEMPTS} payments were all declined, the most one "
+            "order may start: cancel it and order again."
+        )
+    return None

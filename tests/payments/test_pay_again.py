@@ -109,6 +109,11 @@ def test_paying_again_is_refused_while_a_payment_is_pending_or_once_paid(tenant,
         pay(tenant, order)
     assert refused.value.error_code == "ORDER_STATUS_CONFLICT"
     assert refused.value.extra["order_status"] == S.PAYING
+    # the diner is told why: wait for the provider, do not pay twice
+    assert refused.value.detail.startswith(
+        "A payment of this order is still pending: the payment provider decides it; "
+        "pay again only once it is declined."
+    )
     assert statuses(order) == [P.PENDING]
     assert succeed(payment) == "applied"
     with pytest.raises(OrderingError) as refused:
@@ -126,6 +131,11 @@ def test_an_order_takes_at_most_its_attempts_of_payment(tenant, menu):
     with pytest.raises(OrderingError) as refused:
         pay(tenant, order)
     assert refused.value.error_code == "ORDER_STATUS_CONFLICT"
+    # the diner is told why, and what is left to do
+    assert refused.value.detail.startswith(
+        f"This order's {MAX_PAYMENT_ATTEMPTS} payments were all declined, the most one order "
+        "may start: cancel it and order again."
+    )
     # the refusal no longer offers paying again; cancelling is still open
     targets = [m["to"] for m in refused.value.extra["allowed_moves"]]
     assert S.PAYING not in targets and S.CANCELLED in targets
