@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ordering', '0015_diner_details_permission'),
+        ('ordering', '0016_order_contact_to_clear'),
     ]
 
     operations = [
