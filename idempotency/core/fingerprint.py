@@ -23,6 +23,7 @@ differed without storing the values themselves.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -240,12 +241,28 @@ def stream_safe_nfc(text: str) -> str:
         return text
     run = 0
     for char in text:
-        run = run + 1 if unicodedata.combining(char) else 0
-        if run > MAX_NON_STARTERS:
+        leading, trailing, length = _non_starters(char)
+        if run + leading > MAX_NON_STARTERS:
             raise ValueError(
                 f"a string holds more than {MAX_NON_STARTERS} combining characters in a row"
             )
+        run = run + length if leading == length else trailing
     return unicodedata.normalize("NFC", text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _non_starters(char: str) -> tuple[int, int, int]:
+    """How many combining characters (non-starters) ``char``'s canonical decomposition begins
+    and ends with, and how long it is: what NFC sorts is the decomposition, and a few
+    characters that are no combining character themselves decompose into them (TIBETAN VOWEL
+    SIGN II is U+0F71 U+0F72), so counting ``char`` alone let a run of them through."""
+    if not unicodedata.decomposition(char):
+        count = 1 if unicodedata.combining(char) else 0
+        return count, count, 1
+    marks = [unicodedata.combining(part) != 0 for part in unicodedata.normalize("NFD", char)]
+    leading = next((i for i, mark in enumerate(marks) if not mark), len(marks))
+    trailing = next((i for i, mark in enumerate(reversed(marks)) if not mark), len(marks))
+    return leading, trailing, len(marks)
 
 
 def _render(value: object) -> str:

@@ -134,3 +134,24 @@ def test_a_string_within_the_stream_safe_limit_is_read_in_nfc() -> None:
     assert parsed == {"note": unicodedata.normalize("NFC", ("a" + run) * 100)}
     named = parse(body_with("a" + run, "x"))
     assert named == {"a" + run: "x"}  # names are left as sent (the fingerprint's to normalise)
+
+
+def test_a_run_of_characters_that_decompose_into_combining_marks_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a letter and 150,000 TIBETAN VOWEL SIGN II, no combining mark itself (class 0)
+    # but U+0F71 U+0F72 in NFC's sort: 50 KB of them held a worker 20 s
+    real = unicodedata.normalize
+
+    def normalize_short(form: str, text: str) -> str:
+        assert len(text) < 1000, "the whole run was put in NFC"  # red: minutes, not a refusal
+        return real(form, text)
+
+    monkeypatch.setattr(unicodedata, "normalize", normalize_short)
+    # then the parser counts the marks they decompose into, and refuses the run
+    with pytest.raises(ParseError, match="more than 30 combining characters in a row"):
+        parse(body_with("note", "a" + "\u0f73" * 150_000))
+    monkeypatch.undo()
+    assert parse(body_with("note", "a" + "\u0f73" * 15)) == {
+        "note": unicodedata.normalize("NFC", "a" + "\u0f73" * 15)
+    }
