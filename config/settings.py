@@ -530,8 +530,8 @@ IDEMPOTENCY = {
     "RATE_LIMIT_FOR_TENANT": "tenants.models.write_rate_per_minute_of",
     # API writes per minute of a whole tenant, all principals together
     # (Tenant.write_ceiling_per_minute overrides; 0: no default ceiling)
-    "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": int(
-        os.environ.get("API_TENANT_WRITE_CEILING_PER_MINUTE", 3000)
+    "RATE_LIMIT_TENANT_CEILING_PER_MINUTE": env_bounded(
+        "API_TENANT_WRITE_CEILING_PER_MINUTE", 3000, low=0, high=100_000_000
     )
     or None,
     "RATE_LIMIT_CEILING_FOR_TENANT": "tenants.models.write_ceiling_per_minute_of",
@@ -728,8 +728,8 @@ CELERY_BEAT_SCHEDULE["expire-unpaid-orders"] = {
 }
 # Demo only: the simulated provider confirms each payment by itself (a signed callback through
 # the webhook service) this many seconds after it was started; 0 leaves it to `simulate_payment`.
-SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = float(
-    os.environ.get("SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS", 0)
+SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = env_number(
+    "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS", 0, low=0, high=86_400
 )
 # The courier service the cancel saga tells to stand down. No courier partner is integrated
 # yet: production uses the null adapter (nothing to cancel), the demo and tests the simulated one.

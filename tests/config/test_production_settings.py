@@ -278,6 +278,26 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
         ("OUTBOX_SWEEP_SECONDS", "nan", "OUTBOX_SWEEP_SECONDS must be within 0.1..86400"),
         ("CREDENTIAL_CACHE_SECONDS", "-1", "CREDENTIAL_CACHE_SECONDS must be within 0..3600"),
         (
+            "API_TENANT_WRITE_CEILING_PER_MINUTE",
+            "3k",
+            "API_TENANT_WRITE_CEILING_PER_MINUTE must be an integer, not '3k'",
+        ),
+        (
+            "API_TENANT_WRITE_CEILING_PER_MINUTE",
+            "-5",
+            "API_TENANT_WRITE_CEILING_PER_MINUTE must be within 0..",
+        ),
+        (
+            "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS",
+            "2s",
+            "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS must be a number, not '2s'",
+        ),
+        (
+            "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS",
+            "nan",
+            "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS must be within 0..",
+        ),
+        (
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
             "an-old-secret-without-its-id-0123456789",
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS must list <id>:<secret> entries",
