@@ -62,17 +62,24 @@ def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) 
 # An IPv6 client is given a whole /64 (a home, a phone, a cloud machine) and may send from any
 # address in it: per-address limits count it as one.
 IPV6_CLIENT_PREFIX = 64
+# An IPv4 client that reaches an IPv6-only site through a NAT64 translator arrives with its
+# address in the last 32 bits of the well-known prefix (RFC 6052): every such client is in one
+# /64, so each is counted as the IPv4 address it stands for.
+NAT64_WELL_KNOWN_PREFIX = IPv6Network("64:ff9b::/96")
 
 
 def limited_address(address: str) -> str:
     """What per-address limits (guest sessions opened, the login lockout) count ``address``
     as: an IPv4 address itself, an IPv6 one as its /64 (written as the network's first
     address, e.g. ``2001:db8:1:2::``), so that a client cannot earn a fresh budget, or a fresh
-    round of password guesses, by moving to another address of its own network. Anything that
-    is not an address is counted as it is."""
+    round of password guesses, by moving to another address of its own network; an IPv4
+    client behind a NAT64 translator (:data:`NAT64_WELL_KNOWN_PREFIX`) as its IPv4 address.
+    Anything that is not an address is counted as it is."""
     parsed = _canonical(address)
     if parsed is None:
         return address
+    if parsed in NAT64_WELL_KNOWN_PREFIX:
+        return str(IPv4Address(int(parsed) & 0xFFFF_FFFF))
     if isinstance(parsed, IPv6Address):
         return str(IPv6Network((parsed, IPV6_CLIENT_PREFIX), strict=False).network_address)
     return str(parsed)

@@ -135,6 +135,24 @@ def test_per_address_limits_count_an_ipv6_client_by_its_64(address, counted_as):
     assert limited_address(address) == counted_as
 
 
+@pytest.mark.parametrize(
+    ("address", "counted_as"),
+    [
+        ("64:ff9b::203.0.113.7", "203.0.113.7"),
+        ("64:ff9b::cb00:7108", "203.0.113.8"),
+    ],
+)
+def test_an_ipv4_client_behind_a_nat64_translator_is_counted_by_its_own_address(
+    address, counted_as
+):
+    # given an IPv6-only site that IPv4 clients reach through a NAT64 translator, which writes
+    # each one's address into the well-known prefix 64:ff9b::/96 (RFC 6052)
+    # then each is counted as its IPv4 address (red: all as 64:ff9b::, one /64, so every IPv4
+    # diner shared one budget of guest sessions, and five wrong passwords from anyone locked
+    # an account out for all of them)
+    assert limited_address(address) == counted_as
+
+
 @pytest.mark.django_db
 def test_one_ipv6_client_cannot_earn_budget_by_changing_address_in_its_64(tenant, settings):
     settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
