@@ -173,6 +173,12 @@ def _imported(path: str) -> Callable[..., Any]:
     return import_string(path)
 
 
+MAX_WAIT_SECONDS = 2_147_483
+"""The longest ``wait_seconds``: PostgreSQL's longest ``lock_timeout``, which a claim in the
+database waits with. Past it (``float("inf")`` included) every request under ``"wait"`` was
+a 500 from the claim, not a refusal when the view was decorated."""
+
+
 @dataclass(frozen=True)
 class Policy:
     """How one endpoint takes part in idempotency.
@@ -217,8 +223,15 @@ class Policy:
         if self.in_flight not in ("reject", "wait"):
             raise ValueError(f'in_flight must be "reject" or "wait", not {self.in_flight!r}')
         wait = self.wait_seconds
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
-            raise ValueError(f"wait_seconds must be a positive number, not {wait!r}")
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not 0 < wait <= MAX_WAIT_SECONDS  # NaN is within no range
+        ):
+            raise ValueError(
+                f"wait_seconds must be a positive number of seconds up to {MAX_WAIT_SECONDS}, "
+                f"not {wait!r}"
+            )
 
     def effective_ttl(self, *, automatic: bool, tenant_ttl: int | None = None) -> int:
         """An automatic key's window; else the tenant's record TTL (its data, its retention),

@@ -108,6 +108,13 @@ def test_a_method_the_form_decorator_cannot_tell_is_refused_when_called():
         pytest.param({"auto_key_window": -1}, r"auto_key_window must be", id="negative-window"),
         pytest.param({"in_flight": "queue"}, r'in_flight must be "reject" or "wait"', id="queue"),
         pytest.param({"wait_seconds": 0}, r"wait_seconds must be a positive", id="no-wait"),
+        pytest.param(
+            {"in_flight": "wait", "wait_seconds": float("inf")},
+            r"wait_seconds must be a positive number of seconds up to 2147483, not inf",
+            id="endless-wait",
+        ),
+        pytest.param({"wait_seconds": float("nan")}, r"wait_seconds must be", id="nan-wait"),
+        pytest.param({"wait_seconds": 10_000_000}, r"up to 2147483", id="past-lock-timeout"),
     ],
 )
 def test_a_malformed_drf_option_is_refused_when_decorated(options, message):
