@@ -53,7 +53,7 @@ def check_diner_id(diner_id: str) -> None:
     """Raise :class:`NotADinerId` for an id no diner can have. A pseudonym is one: erasing it
     would rename the erased diner's orders to a pseudonym of the pseudonym, and a later
     erasure of the diner (an order that was in flight) would put their orders under two."""
-    if not DINER_ID_RE.match(diner_id):
+    if not DINER_ID_RE.fullmatch(diner_id):
         raise NotADinerId(f"{diner_id!r} is not a diner id (1-64 of A-Za-z0-9_.:@-)")
     if diner_id.startswith(PSEUDONYM_PREFIX):
         raise NotADinerId(

@@ -383,3 +383,13 @@ def test_a_reply_that_shows_the_diner_one_way_only_goes_too(tenant, settings, re
     assert b"zoe" in bytes(stored.response_body)
     erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
     assert not [r for r in IdempotencyRecord.objects.all() if b"zoe" in bytes(r.response_body)]
+
+
+@pytest.mark.parametrize("diner_id", ["zoe\n", "zoe\r\n", ""], ids=["newline", "crlf", "empty"])
+def test_an_id_no_diner_can_have_is_refused_with_nothing_logged(tenant, diner_id):
+    """A line read with its newline ('zoe\\n' from a file or a script) is no diner's id: the
+    sessions never carry one. (red for 'zoe\\n': '$' matches before a final newline, so it was
+    taken, logged as an erasure and given a pseudonym, while zoe's own data stayed.)"""
+    with pytest.raises(NotADinerId, match="is not a diner id"):
+        erase_diner(tenant=tenant, diner_id=diner_id, requested_by="staff:alice")
+    assert DinerErasure.objects.count() == 0
