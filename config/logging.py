@@ -4,7 +4,8 @@ A line logged while a tenant's request runs drops the fields of
 ``settings.LOG_FIELDS_TENANT_MAY_KEEP`` that the tenant does not keep (``Tenant.log_fields``).
 A line about a request logged after it ran (Django's own ``django.request`` line of a 4xx or
 5xx) takes the context the request ran with, which the middleware left on it, and writes a
-URL parameter of its path named as a dropped field (a diner id, an order id) as its name.
+URL parameter of its path named as a dropped field (a diner id, an order id) as its name; a
+request refused before its tenant was known has every such parameter written as its name.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class JsonFormatter(logging.Formatter):
             for name in dropped:
                 line.pop(name, None)
             _mask_request_path(line, getattr(record, "request", None), dropped)
+        elif not context.tenant:
+            # refused before its tenant was known (a credential refused, or an Accept header or
+            # ?format= the API cannot write, which DRF refuses before it authenticates): the
+            # path may carry the id of a diner whose restaurant keeps none in its logs
+            optional = set(settings.LOG_FIELDS_TENANT_MAY_KEEP)
+            _mask_request_path(line, getattr(record, "request", None), optional)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)
 
 

@@ -123,3 +123,29 @@ def test_a_request_line_names_the_order_of_its_path_only_if_the_tenant_keeps_ord
         "Method Not Allowed: /api/v1/orders/12345/pay/",
         "Method Not Allowed: /api/v1/orders/<order_id>/pay/",
     ]
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        pytest.param({"path": "?format=xml"}, id="format-406"),
+        pytest.param({"HTTP_ACCEPT": "application/xml"}, id="accept-406"),
+        pytest.param({"key": "nobody.s-key"}, id="unknown-key-401"),
+    ],
+)
+def test_a_request_refused_before_its_tenant_is_known_names_no_diner_of_its_path(
+    make_tenant, request_lines, refused
+):
+    """DRF refuses an answer format it cannot write before it authenticates, so the line had no
+    tenant and kept the path as sent (red: the diner id of a tenant that keeps none in its
+    logs, in msg and request); nor can a line whose credential was refused say whose it is."""
+    tenant = make_tenant("logs", log_fields=[])
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    options = dict(refused)
+    path = "/api/v1/diners/zoe.private/revoke-sessions/" + options.pop("path", "")
+    credential = options.pop("key", key)
+    r = Client().post(path, HTTP_AUTHORIZATION=f"Api-Key {credential}", **options)
+    assert r.status_code in (401, 406)
+    [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
+    assert "zoe.private" not in json.dumps(line)
+    assert line["msg"].endswith(": /api/v1/diners/<diner_id>/revoke-sessions/")
