@@ -31,9 +31,20 @@ def trusted_networks(entries: Sequence[str], *, setting: str = "TRUSTED_PROXIES"
     """``setting``'s addresses or networks parsed; a malformed entry stops the server from
     starting."""
     try:
-        return [ip_network(entry, strict=False) for entry in entries]
+        return [_network(entry) for entry in entries]
     except ValueError as exc:
         raise ImproperlyConfigured(f"{setting}: {exc}") from None
+
+
+def _network(entry: str) -> Network:
+    """An entry as a network, an IPv4 one written mapped into IPv6 (``::ffff:10.0.0.5``, as a
+    dual-stack socket shows an IPv4 client) as IPv4: the addresses it is matched against are
+    read so (:func:`_canonical`), and as IPv6 it matched none of them."""
+    network = ip_network(entry, strict=False)
+    mapped = getattr(network.network_address, "ipv4_mapped", None)
+    if mapped is not None and network.prefixlen >= 96:
+        return IPv4Network((mapped, network.prefixlen - 96))
+    return network
 
 
 def within(address: str, networks: Sequence[Network]) -> bool:

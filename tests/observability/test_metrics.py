@@ -85,6 +85,12 @@ def test_an_explicit_allow_list_admits_its_addresses_only(client, settings):
         pytest.param("10.9.8.0/24", "10.9.8.7", id="a-network"),
         pytest.param("fd00::0009", "fd00::9", id="an-ipv6-address-spelt-out"),
         pytest.param("10.9.8.7", "::ffff:10.9.8.7", id="ipv4-through-a-dual-stack-socket"),
+        # the scraper's address as a dual-stack socket shows it (REMOTE_ADDR, gunicorn's log)
+        pytest.param(
+            "::ffff:10.9.8.7", "::ffff:10.9.8.7", id="listed-as-a-dual-stack-socket-shows"
+        ),
+        pytest.param("::ffff:10.9.8.7", "10.9.8.7", id="listed-mapped-scraped-over-ipv4"),
+        pytest.param("::ffff:10.9.8.0/120", "10.9.8.7", id="a-mapped-network"),
     ],
 )
 def test_the_allow_list_admits_a_listed_network_or_address_however_it_is_written(
