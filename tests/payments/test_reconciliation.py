@@ -270,7 +270,9 @@ def test_reconciliation_and_the_late_callback_at_the_same_instant_pay_once(tenan
             reconcile_payments, lambda b=body, h=headers: post_callback(APIClient(), b, h)
         )
         outcomes = sorted([posted.json()["result"], *reconciled])
-        assert outcomes == ["applied", "duplicate"], (reconciled, posted)
+        # one of them applies it; the other is a duplicate, or, on a busy machine where the
+        # callback had committed before reconciliation read the due payments, never asked
+        assert outcomes in (["applied", "duplicate"], ["applied"]), (reconciled, posted)
         order.refresh_from_db()
         assert order.status == OrderStatus.PAID and paid_events(order) == 1
 
