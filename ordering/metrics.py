@@ -49,10 +49,18 @@ class DatabaseCollector(Collector):
             "Dead letters waiting for staff (requeue or discard)",
             value=DeadLetter._default_manager.filter(state=DeadLetter.State.OPEN).count(),
         )
+        payments = Payment.all_tenants.filter(status=Payment.Status.PENDING)
         yield GaugeMetricFamily(
             "ordering_payments_pending",
             "Payments waiting for the provider (the diner has not paid, or its callback is late)",
-            value=Payment.all_tenants.filter(status=Payment.Status.PENDING).count(),
+            value=payments.count(),
+        )
+        started = payments.aggregate(oldest=Min("created_at"))["oldest"]
+        yield GaugeMetricFamily(
+            "ordering_payments_pending_oldest_seconds",
+            "Age of the oldest payment still waiting for its provider: its order stays PAYING, "
+            "holding its portions, until the provider settles it",
+            value=(timezone.now() - started).total_seconds() if started else 0.0,
         )
         yield GaugeMetricFamily(
             "ordering_payments_reconcile_overdue_seconds",

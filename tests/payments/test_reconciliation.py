@@ -237,13 +237,17 @@ def test_the_metrics_show_pending_payments_and_how_late_their_check_is(tenant, m
         raise AssertionError(name)
 
     assert scraped("ordering_payments_pending") == 0
+    assert scraped("ordering_payments_pending_oldest_seconds") == 0
     _, payment = paying_order(tenant, menu["pizza"])
     assert scraped("ordering_payments_pending") == 1
+    assert 0 <= scraped("ordering_payments_pending_oldest_seconds") < 60
     assert scraped("ordering_payments_reconcile_overdue_seconds") == 0  # not due yet
     Payment.all_tenants.filter(pk=payment.pk).update(
         created_at=timezone.now() - timedelta(seconds=AFTER + 120)
     )
     assert 119 <= scraped("ordering_payments_reconcile_overdue_seconds") < 200
+    # the age of the oldest payment still waiting (PaymentPendingForADay tickets past a day)
+    assert AFTER + 119 <= scraped("ordering_payments_pending_oldest_seconds") < AFTER + 200
     reconcile_payments()
     assert scraped("ordering_payments_reconcile_overdue_seconds") == 0  # asked: due again later
     assert scraped("ordering_payments_unanswered_seconds") == 0
