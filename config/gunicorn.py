@@ -20,9 +20,19 @@ import tempfile
 from typing import Any
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, *, low: int) -> int:
+    """A whole-number setting of at least ``low``; unset or empty, ``default``. Anything else
+    stops gunicorn with a message naming the setting (a bare ``int()`` named none)."""
     raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise RuntimeError(f"{name} must be a whole number of at least {low}, not {raw!r}")
+    return value
 
 
 wsgi_app = "config.wsgi:application"
@@ -31,14 +41,14 @@ worker_class = "sync"
 # gunicorn's rule of thumb for sync workers. Every worker that places orders leases one of the
 # 128 order-ID worker ids (ordering/worker_ids.py): keep workers x hosts within the capacity plan
 # in docs/scaling.md (Celery workers place no orders and hold none).
-workers = _env_int("GUNICORN_WORKERS", 2 * multiprocessing.cpu_count() + 1)
+workers = _env_int("GUNICORN_WORKERS", 2 * multiprocessing.cpu_count() + 1, low=1)
 # A request running longer than this is killed (and its worker replaced); the idempotency
 # engine rolls its transaction back and the key's lease lets the client retry.
-timeout = _env_int("GUNICORN_TIMEOUT", 30)
+timeout = _env_int("GUNICORN_TIMEOUT", 30, low=1)
 # On SIGTERM, workers finish their current request for up to this long before being killed.
-graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30)
-keepalive = _env_int("GUNICORN_KEEPALIVE", 2)
-backlog = _env_int("GUNICORN_BACKLOG", 2048)
+graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30, low=0)
+keepalive = _env_int("GUNICORN_KEEPALIVE", 2, low=0)
+backlog = _env_int("GUNICORN_BACKLOG", 2048, low=1)
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
 errorlog = os.environ.get("GUNICORN_ERROR_LOG", "-")
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")

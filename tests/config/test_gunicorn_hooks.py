@@ -1,11 +1,19 @@
-"""What config/gunicorn.py's hooks do in a worker."""
+"""What config/gunicorn.py's hooks do in a worker, and how it reads its settings."""
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from config.gunicorn import post_worker_init
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_worker_freezes_what_loading_the_app_made_then_says_it_is_ready():
@@ -27,3 +35,36 @@ def test_a_worker_freezes_what_loading_the_app_made_then_says_it_is_ready():
         assert logged == ["Worker ready (pid: 4321)"]
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "low"),
+    [("GUNICORN_WORKERS", "x", 1), ("GUNICORN_WORKERS", "0", 1), ("GUNICORN_TIMEOUT", "30s", 1)],
+)
+def test_a_setting_that_is_no_whole_number_stops_gunicorn_naming_it(name, value, low):
+    """A bare int() stopped gunicorn with "invalid literal for int()", naming no setting."""
+    read = subprocess.run(
+        [sys.executable, "-c", "import config.gunicorn"],
+        cwd=ROOT,
+        env={**os.environ, name: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert read.returncode != 0
+    assert f"{name} must be a whole number of at least {low}, not {value!r}" in read.stderr
+    assert "invalid literal" not in read.stderr
+
+
+def test_the_settings_left_unset_or_empty_take_their_defaults():
+    read = subprocess.run(
+        [sys.executable, "-c", "import config.gunicorn as g; print(g.timeout, g.keepalive)"],
+        cwd=ROOT,
+        env={**os.environ, "GUNICORN_TIMEOUT": "", "GUNICORN_KEEPALIVE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (read.returncode, read.stdout.split()) == (0, ["30", "0"]), read.stderr
