@@ -97,7 +97,9 @@ def idempotent(
             if not engine_setting("ENABLED"):
                 return handler(view, request, *args, **kwargs)
             # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
-            payload = business_payload(request.data, policy.fields, kwargs)
+            payload = business_payload(
+                request.data, policy.fields, kwargs, with_files=bool(request.FILES)
+            )
             prepared = prepare(
                 request,
                 policy=policy,

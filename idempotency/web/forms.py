@@ -119,7 +119,9 @@ def idempotent_form(
             prepared = prepare(
                 request,
                 policy=policy,
-                payload=business_payload(data, policy.fields, kwargs),
+                payload=business_payload(
+                    data, policy.fields, kwargs, with_files=bool(request.FILES)
+                ),
                 raw_key=raw_key,
             )
             if prepared is None:

@@ -68,15 +68,17 @@ def refuse_async(view: Callable[..., Any], *, decorator: str) -> None:
 
 
 def business_payload(
-    data: Any, fields: tuple[str, ...] | None, path: dict[str, Any]
+    data: Any, fields: tuple[str, ...] | None, path: dict[str, Any], *, with_files: bool = False
 ) -> dict[str, Any]:
     """The declared body fields plus the path parameters (the order id is part of "pay").
     An uploaded file counts as its name and the SHA-256 of its content (a multipart body's
-    values are lists, a file's too)."""
+    values are lists, a file's too). Only a request that sent files (``with_files``) is walked
+    for them: a JSON body, every API write's, holds none."""
     body = dict(data) if hasattr(data, "keys") else {"body": data}
     if fields is not None:
         body = {name: body.get(name) for name in fields}
-    body = {name: _uploads_digested(value) for name, value in body.items()}
+    if with_files:
+        body = {name: _uploads_digested(value) for name, value in body.items()}
     body["path"] = {name: str(value) for name, value in path.items()}
     return body
 
