@@ -34,7 +34,7 @@ class ConsumeResult(StrEnum):
 def handle_event(*, event_id: int) -> ConsumeResult:
     """Run the consumer of outbox event ``event_id``.
 
-    May raise ``ordering.background.saga.RetryLater`` (the task retries it with backoff).
+    May raise ``ordering.background.steps.RetryLater`` (the task retries it with backoff).
     """
     event = OutboxEvent.all_tenants.select_related("tenant").filter(pk=event_id).first()
     if event is None:

@@ -16,14 +16,9 @@ Why each step happens at most once, whoever runs the saga how often:
   before it recorded that calls again on redelivery and gets the first result back, no second
   refund. External calls are made outside any transaction (no locks held across the network).
 
-Failures: a step that raises is retried with exponential backoff and jitter
-(``SAGA_RETRY_BASE_SECONDS`` x 2^(attempt-1), capped at ``SAGA_RETRY_MAX_SECONDS``), at most
-``SAGA_MAX_RETRIES`` times (3) after the first attempt. Attempts are counted per step in the
-database, so a worker killed mid-step also counts — a message that kills every worker ends up in
-the dead letters too. After the last failure the step is marked failed and a ``DeadLetter`` is
-written; the order stays CANCELLING, flagged by the open dead letter, until staff requeue it
-(``ordering.background.dead_letters.requeue_dead_letter``: fresh retries from the failed
-step) or discard it.
+Failures: a step that raises is retried with backoff, then dead-lettered
+(:mod:`ordering.background.steps`); the order stays CANCELLING, flagged by the open dead letter,
+until staff requeue it (fresh retries from the failed step) or discard it.
 
 When every step is done, the conditional FSM move ``finish_cancel`` makes the order CANCELLED
 and the event is recorded as processed, in one transaction.
@@ -32,19 +27,20 @@ and the event is recorded as processed, in one transaction.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from enum import StrEnum
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Now
 from django.utils import timezone
 
-from ordering.background.dead_letters import record_dead_letter
 from ordering.background.inbox import is_processed, record_processed
 from ordering.background.sales import count_refund
+from ordering.background.steps import (
+    begin_attempt,
+    compensation_for,
+    mark_done,
+    step_failed,
+)
 from ordering.delivery import delivery_adapter
 from ordering.models import Compensation, Order, OrderStatus, OutboxEvent, Payment
 from ordering.models.payments import payment_of_record
@@ -71,33 +67,14 @@ class SagaOutcome(StrEnum):
     NOT_CANCELLING = "not_cancelling"
 
 
-class RetryLater(Exception):
-    """A step failed and has retries left: run the saga again in ``countdown`` seconds."""
-
-    def __init__(self, *, step: str, attempt: int, countdown: float, error: str) -> None:
-        super().__init__(f"{step} failed (attempt {attempt}), retry in {countdown:.2f} s: {error}")
-        self.step = step
-        self.attempt = attempt
-        self.countdown = countdown
-
-
 def compensation_id_for(*, order_id: int, step: str) -> str:
     return f"cancel:{order_id}:{step}"
-
-
-def backoff_seconds(attempt: int) -> float:
-    """Delay before retry number ``attempt`` (1-based): exponential, capped, "equal jitter"
-    (half fixed, half random), so retries of many sagas failing together spread out."""
-    ceiling = min(
-        settings.SAGA_RETRY_MAX_SECONDS, settings.SAGA_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
-    )
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
 def run_cancel_saga(*, event: OutboxEvent) -> SagaOutcome:
     """Run (or resume) the cancel saga of ``event``'s order; safe to call any number of times.
 
-    Raises :class:`RetryLater` when a step failed with retries left.
+    Raises :class:`ordering.background.steps.RetryLater` when a step failed with retries left.
     """
     if is_processed(event):
         with transaction.atomic():
@@ -108,55 +85,41 @@ def run_cancel_saga(*, event: OutboxEvent) -> SagaOutcome:
         logger.error("cancel saga for order %s, which is %s: skipped", order.pk, order.status)
         return SagaOutcome.NOT_CANCELLING
     for step in STEPS:
-        compensation = _compensation_for(order=order, step=step)
+        compensation = compensation_for(
+            order=order,
+            step=step,
+            compensation_id=compensation_id_for(order_id=order.pk, step=step),
+        )
         if compensation.status == Compensation.Status.DONE:
             continue
         if compensation.status == Compensation.Status.FAILED:
             return SagaOutcome.DEAD_LETTERED  # waits for staff: requeue or discard
-        attempt = _begin_attempt(compensation)
+        attempt = begin_attempt(compensation)
         try:
             STEP_RUNNERS[step](order, compensation)
         except Exception as exc:
-            return _step_failed(event, order, compensation, attempt, exc)
+            step_failed(  # raises RetryLater while retries are left
+                order=order,
+                compensation=compensation,
+                attempt=attempt,
+                exc=exc,
+                task=SAGA_TASK,
+                payload={"args": [event.pk], "step": step, "order_id": str(order.pk)},
+            )
+            return SagaOutcome.DEAD_LETTERED
     _finish(event=event, order=order)
     return SagaOutcome.COMPLETED
 
 
-def _compensation_for(*, order: Order, step: str) -> Compensation:
-    compensation, _ = Compensation.all_tenants.get_or_create(
-        compensation_id=compensation_id_for(order_id=order.pk, step=step),
-        defaults={"tenant_id": order.tenant_id, "order": order, "step": step},
-    )
-    return compensation
-
-
-def _begin_attempt(compensation: Compensation) -> int:
-    Compensation.all_tenants.filter(pk=compensation.pk, status=Compensation.Status.PENDING).update(
-        attempts=F("attempts") + 1
-    )
-    compensation.refresh_from_db(fields=["attempts"])
-    return compensation.attempts
-
-
-def _mark_done(compensation: Compensation, result: dict | None = None) -> bool:
-    """The step's once-only gate; call it in the transaction that applies the step's effect
-    and apply the effect only if it returns True."""
-    return bool(
-        Compensation.all_tenants.filter(
-            pk=compensation.pk, status=Compensation.Status.PENDING
-        ).update(status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error="")
-    )
-
-
 def _restore_stock(order: Order, compensation: Compensation) -> None:
     with transaction.atomic():
-        if _mark_done(compensation):
+        if mark_done(compensation):
             return_stock(order)
 
 
 def _return_coupon(order: Order, compensation: Compensation) -> None:
     with transaction.atomic():
-        if _mark_done(compensation, {"coupon_id": order.coupon_id}):
+        if mark_done(compensation, {"coupon_id": order.coupon_id}):
             return_coupon(order)
 
 
@@ -165,7 +128,7 @@ def _cancel_delivery(order: Order, compensation: Compensation) -> None:
         order=order, idempotency_key=compensation.compensation_id
     )
     with transaction.atomic():
-        _mark_done(
+        mark_done(
             compensation,
             {"reference": cancellation.reference, "replayed": cancellation.replayed},
         )
@@ -188,7 +151,7 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
                 "amount": str(refund.amount),
                 "replayed": refund.replayed,
             }
-            if _mark_done(compensation, result):
+            if mark_done(compensation, result):
                 Payment.all_tenants.filter(pk=payment.pk, status=P.SUCCEEDED).update(
                     status=P.REFUNDED
                 )
@@ -200,7 +163,7 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
                 )
         return
     with transaction.atomic():
-        if _mark_done(compensation, {"refund_id": None}) and payment is not None:
+        if mark_done(compensation, {"refund_id": None}) and payment is not None:
             Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(status=P.VOIDED)
 
 
@@ -210,44 +173,6 @@ STEP_RUNNERS: dict[str, Callable[[Order, Compensation], None]] = {
     Step.CANCEL_DELIVERY: _cancel_delivery,
     Step.REFUND_PAYMENT: _refund_payment,
 }
-
-
-def _step_failed(
-    event: OutboxEvent, order: Order, compensation: Compensation, attempt: int, exc: Exception
-) -> SagaOutcome:
-    error = f"{type(exc).__name__}: {exc}"[:2000]
-    if attempt <= settings.SAGA_MAX_RETRIES:
-        Compensation.all_tenants.filter(pk=compensation.pk).update(last_error=error)
-        countdown = backoff_seconds(attempt)
-        logger.warning(
-            "cancel saga of order %s: %s failed (attempt %d), retry in %.2f s: %s",
-            order.pk,
-            compensation.step,
-            attempt,
-            countdown,
-            error,
-        )
-        raise RetryLater(step=compensation.step, attempt=attempt, countdown=countdown, error=error)
-    with transaction.atomic():
-        if Compensation.all_tenants.filter(
-            pk=compensation.pk, status=Compensation.Status.PENDING
-        ).update(status=Compensation.Status.FAILED, last_error=error):
-            record_dead_letter(
-                key=compensation.compensation_id,
-                task=SAGA_TASK,
-                payload={"args": [event.pk], "step": compensation.step, "order_id": str(order.pk)},
-                error=error,
-                attempts=attempt,
-                tenant=order.tenant,
-                order=order,
-            )
-    logger.error(
-        "cancel saga of order %s: %s failed %d times; dead-lettered, order stays CANCELLING",
-        order.pk,
-        compensation.step,
-        attempt,
-    )
-    return SagaOutcome.DEAD_LETTERED
 
 
 def _finish(*, event: OutboxEvent, order: Order) -> None:

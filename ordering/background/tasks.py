@@ -10,7 +10,7 @@ from django.conf import settings
 
 from ordering.background import consumers, dispatch, outbox
 from ordering.background.dead_letters import record_dead_letter
-from ordering.background.saga import RetryLater, backoff_seconds
+from ordering.background.steps import RetryLater, backoff_seconds
 
 logger = logging.getLogger(__name__)
 

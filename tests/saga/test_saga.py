@@ -17,13 +17,8 @@ from ordering.background.dead_letters import (
     requeue_dead_letter,
 )
 from ordering.background.outbox import sweep_outbox
-from ordering.background.saga import (
-    STEPS,
-    RetryLater,
-    SagaOutcome,
-    backoff_seconds,
-    run_cancel_saga,
-)
+from ordering.background.saga import STEPS, SagaOutcome, run_cancel_saga
+from ordering.background.steps import RetryLater, backoff_seconds
 from ordering.models import (
     Compensation,
     DeadLetter,

@@ -1,0 +1,126 @@
+"""One compensation step, applied at most once however often it runs.
+
+Shared by the cancel saga (:mod:`ordering.background.saga`) and the refund of money the
+provider took that no order wanted (:mod:`ordering.payments.capture_refunds`). A step has a
+``Compensation`` row, unique by its ``compensation_id``; its effect is committed together with
+:func:`mark_done`'s conditional ``UPDATE … WHERE status = 'pending'``, so of two runs (a
+redelivery racing a retry) exactly one applies it. An external call (a refund, a courier's
+cancel) carries the ``compensation_id`` as its idempotency key: a run killed after the provider
+acted, before it recorded that, calls again and gets the first result back.
+
+Attempts are counted in the row (a worker killed mid-step counts too). A step that raised is
+retried with exponential backoff and jitter (``SAGA_RETRY_BASE_SECONDS`` x 2^(attempt-1),
+capped at ``SAGA_RETRY_MAX_SECONDS``) at most ``SAGA_MAX_RETRIES`` times after the first
+attempt; then the row is marked failed and a ``DeadLetter`` is written for staff, who requeue
+(``ordering.background.dead_letters.requeue_dead_letter``: the row pending again, fresh
+retries) or discard it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from ordering.background.dead_letters import record_dead_letter
+from ordering.models import Compensation, Order
+
+logger = logging.getLogger(__name__)
+
+
+class RetryLater(Exception):
+    """A step failed and has retries left: run it again in ``countdown`` seconds."""
+
+    def __init__(self, *, step: str, attempt: int, countdown: float, error: str) -> None:
+        super().__init__(f"{step} failed (attempt {attempt}), retry in {countdown:.2f} s: {error}")
+        self.step = step
+        self.attempt = attempt
+        self.countdown = countdown
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Delay before retry number ``attempt`` (1-based): exponential, capped, "equal jitter"
+    (half fixed, half random), so retries of many steps failing together spread out."""
+    ceiling = min(
+        settings.SAGA_RETRY_MAX_SECONDS, settings.SAGA_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    )
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def compensation_for(*, order: Order, step: str, compensation_id: str) -> Compensation:
+    """The step's row, created pending the first time it is asked for."""
+    compensation, _ = Compensation.all_tenants.get_or_create(
+        compensation_id=compensation_id,
+        defaults={"tenant_id": order.tenant_id, "order": order, "step": step},
+    )
+    return compensation
+
+
+def begin_attempt(compensation: Compensation) -> int:
+    """Count one more attempt of a pending step (and when it began); the attempt's number."""
+    Compensation.all_tenants.filter(pk=compensation.pk, status=Compensation.Status.PENDING).update(
+        attempts=F("attempts") + 1, updated_at=Now()
+    )
+    compensation.refresh_from_db(fields=["attempts"])
+    return compensation.attempts
+
+
+def mark_done(compensation: Compensation, result: dict | None = None) -> bool:
+    """The step's once-only gate; call it in the transaction that applies the step's effect
+    and apply the effect only if it returns True."""
+    return bool(
+        Compensation.all_tenants.filter(
+            pk=compensation.pk, status=Compensation.Status.PENDING
+        ).update(status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error="")
+    )
+
+
+def step_failed(
+    *,
+    order: Order,
+    compensation: Compensation,
+    attempt: int,
+    exc: Exception,
+    task: str,
+    payload: dict[str, Any],
+) -> None:
+    """Attempt ``attempt`` of the step raised ``exc``: :class:`RetryLater` while retries are
+    left; after the last, the step is failed and dead-lettered (``task`` with ``payload`` is
+    what a requeue sends again) and this returns."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    if attempt <= settings.SAGA_MAX_RETRIES:
+        Compensation.all_tenants.filter(pk=compensation.pk).update(last_error=error)
+        countdown = backoff_seconds(attempt)
+        logger.warning(
+            "order %s: %s failed (attempt %d), retry in %.2f s: %s",
+            order.pk,
+            compensation.step,
+            attempt,
+            countdown,
+            error,
+        )
+        raise RetryLater(step=compensation.step, attempt=attempt, countdown=countdown, error=error)
+    with transaction.atomic():
+        if Compensation.all_tenants.filter(
+            pk=compensation.pk, status=Compensation.Status.PENDING
+        ).update(status=Compensation.Status.FAILED, last_error=error):
+            record_dead_letter(
+                key=compensation.compensation_id,
+                task=task,
+                payload=payload,
+                error=error,
+                attempts=attempt,
+                tenant=order.tenant,
+                order=order,
+            )
+    logger.error(
+        "order %s: %s failed %d times; dead-lettered for staff",
+        order.pk,
+        compensation.step,
+        attempt,
+    )
