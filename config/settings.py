@@ -716,6 +716,11 @@ CELERY_BEAT_SCHEDULE["reconcile-payments"] = {
     "task": "ordering.reconcile_payments",
     "schedule": PAYMENT_RECONCILE_SECONDS,
 }
+# refunds of money no order wanted (ordering/payments/capture_refunds.py) whose message was lost
+CELERY_BEAT_SCHEDULE["resend-capture-refunds"] = {
+    "task": "ordering.resend_capture_refunds",
+    "schedule": PAYMENT_RECONCILE_SECONDS,
+}
 # An order still CREATED this long after it was placed gives its portions back (ordering/
 # expiry.py); 0: never. Swept by a beat task this often.
 UNPAID_ORDER_EXPIRY_SECONDS = env_bounded("UNPAID_ORDER_EXPIRY_SECONDS", 1800, low=0, high=_YEAR)

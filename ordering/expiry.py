@@ -8,7 +8,8 @@ order in PAYING whose every payment was declined that long ago: stock and coupon
 as ``platform:unpaid-expiry``. An order with a payment still pending, or any other, is never
 expired: whether the diner paid is the provider's to say (:mod:`ordering.payments.
 reconciliation`). If a declined payment turns out paid after all, reconciliation or the late
-callback finds it, and money taken for a cancelled order is a conflict for staff. Runs from
+callback finds it, and money taken for a cancelled order is refunded
+(:mod:`ordering.payments.capture_refunds`). Runs from
 Celery beat every ``UNPAID_ORDER_EXPIRY_SWEEP_SECONDS``.
 """
 

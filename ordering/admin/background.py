@@ -24,6 +24,7 @@ from ordering.background.dead_letters import (
     requeue_dead_letter,
 )
 from ordering.models import DeadLetter, OutboxEvent, ProviderConflict
+from ordering.payments.capture_refunds import CaptureRefundRunning
 from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
 
 
@@ -158,7 +159,7 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
     ) -> HttpResponse | None:
         form = confirmed_form(request, ResolveConflictForm)
         if form.is_valid():
-            done = skipped = 0
+            done = skipped = refunding = 0
             for pk in queryset.order_by("pk").values_list("pk", flat=True):
                 try:
                     resolve_conflict(
@@ -170,11 +171,21 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
                     done += 1
                 except ConflictNotOpen:
                     skipped += 1
+                except CaptureRefundRunning:
+                    refunding += 1
             self.message_user(request, f"{done} conflict(s) resolved.", messages.SUCCESS)
             if skipped:
                 self.message_user(
                     request,
                     f"{skipped} were resolved already; left as they were.",
+                    messages.WARNING,
+                )
+            if refunding:
+                self.message_user(
+                    request,
+                    f"{refunding} are being refunded by the platform; left open: each closes "
+                    "by itself when its refund is done, or can be resolved here once the "
+                    "refund has failed for good (dead letters).",
                     messages.WARNING,
                 )
             return None

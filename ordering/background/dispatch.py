@@ -31,6 +31,7 @@ HANDLE_OUTBOX_EVENT = "ordering.handle_outbox_event"
 COMPLETE_SIMULATED_PAYMENT = "ordering.complete_simulated_payment"
 SWEEP_OUTBOX = "ordering.sweep_outbox"
 OFFBOARD_TENANT = "ordering.offboard_tenant"
+REFUND_UNWANTED_CAPTURE = "ordering.refund_unwanted_capture"
 # Names of the timer threads that run delayed tasks in eager mode (tests wait for them).
 DELAYED_THREAD_PREFIX = "delayed-task:"
 # How long one failed send stops this process sending, before one send probes the broker again

@@ -138,8 +138,11 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
     """Refund the payment that took the money; void one never captured; nothing if there is
     none."""
     P = Payment.Status
+    # money no order wanted has a refund of its own (ordering/payments/capture_refunds.py)
     payment = payment_of_record(
-        list(Payment.all_tenants.filter(order=order).order_by("-created_at"))
+        list(
+            Payment.all_tenants.filter(order=order, unwanted_capture=False).order_by("-created_at")
+        )
     )
     if payment is not None and payment.status in (P.SUCCEEDED, P.REFUNDED):
         refund = get_provider(payment.provider).refund(

@@ -98,6 +98,28 @@ def reconcile_payments() -> dict[str, int]:
     return reconcile()
 
 
+@shared_task(bind=True, name=dispatch.REFUND_UNWANTED_CAPTURE, max_retries=None)
+def refund_unwanted_capture(self: Task, compensation_id: str) -> str:
+    """Give back money the provider took that no order wanted. A provider failure with
+    retries left comes back as :class:`RetryLater` (the step counts its attempts); after the
+    last, the step is dead-lettered. Anything else raised leaves the step pending, for the
+    resend sweep."""
+    from ordering.payments.capture_refunds import refund_unwanted_capture as refund
+
+    try:
+        return refund(compensation_id=compensation_id)
+    except RetryLater as exc:
+        raise self.retry(countdown=exc.countdown, exc=exc) from None
+
+
+@shared_task(name="ordering.resend_capture_refunds")
+def resend_capture_refunds() -> int:
+    """Send again the refunds of unwanted captures whose message was lost (beat)."""
+    from ordering.payments.capture_refunds import resend_due_capture_refunds
+
+    return resend_due_capture_refunds()
+
+
 @shared_task(name="ordering.expire_unpaid_orders")
 def expire_unpaid_orders() -> int:
     """Give back the portions of orders left unpaid (beat). Two runs at once expire each

@@ -67,6 +67,10 @@ class ProviderConflict(models.Model):
         PAID_TWICE = "paid_twice", "Captured for an order another payment had already paid"
         UNEXPECTED_STATE = "unexpected_state", "Success for an order not awaiting payment"
 
+    # money taken that the order did not want: the platform gives it back by itself
+    # (ordering/payments/capture_refunds.py); the other kinds wait for staff
+    REFUNDED_BY_PLATFORM = frozenset({Kind.PAID_AFTER_CANCEL, Kind.PAID_TWICE})
+
     # How each kind reads for the restaurant (the dashboard); staff read the labels above.
     MERCHANT_WORDS = {
         Kind.AMOUNT_MISMATCH: "the payment provider reported a different amount",
@@ -105,6 +109,10 @@ class ProviderConflict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on order {self.order_id} ({self.provider}:{self.provider_txn_id})"
+
+    @property
+    def refunded_by_platform(self) -> bool:
+        return self.kind in self.REFUNDED_BY_PLATFORM
 
     @property
     def for_merchant(self) -> str:

@@ -1,6 +1,7 @@
 """Saga bookkeeping: one row per compensation step, and dead letters for staff.
 
-A :class:`Compensation` is keyed by its ``compensation_id`` (``cancel:<order>:<step>``), unique,
+A :class:`Compensation` is keyed by its ``compensation_id`` (``cancel:<order>:<step>`` for a
+step of the cancel saga, ``refund-capture:<payment>`` for money no order wanted), unique,
 so a step's effect is applied by exactly one conditional ``UPDATE ... WHERE status <> 'done'``
 and never twice, whoever retries or redelivers. External calls carry the same id as their
 idempotency key, so a provider that saw the call before a crash answers with the first result.
@@ -24,6 +25,7 @@ class Compensation(models.Model):
         RETURN_COUPON = "return_coupon", "Return coupon"
         CANCEL_DELIVERY = "cancel_delivery", "Cancel delivery"
         REFUND_PAYMENT = "refund_payment", "Refund payment"
+        REFUND_CAPTURE = "refund_capture", "Refund money taken that no order wanted"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -51,6 +53,14 @@ class Compensation(models.Model):
         ordering = ["order_id", "id"]
         constraints = [
             models.UniqueConstraint(fields=["compensation_id"], name="uniq_compensation_id"),
+        ]
+        indexes = [
+            # the sweep of capture refunds whose message was lost reads only the pending ones
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(step="refund_capture", status="pending"),
+                name="compensation_capture_pending",
+            ),
         ]
 
     def __str__(self) -> str:

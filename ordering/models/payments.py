@@ -26,6 +26,10 @@ class Payment(models.Model):
     amount = models.DecimalField(max_digits=12, decimal_places=2)
     currency = models.CharField(max_length=3, default="EUR")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # money the provider took that its order did not want (taken after the order was
+    # cancelled, or after another payment had paid it): given back by a refund of its own
+    # (ordering/payments/capture_refunds.py), never the one a cancel of the order refunds
+    unwanted_capture = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # reconciliation (ordering/payments/due_checks.py): the provider's last answer, when to ask
@@ -63,6 +67,9 @@ def payment_of_record(payments: Sequence[Payment]) -> Payment | None:
     money (succeeded, or refunded since) if one did, else the newest. An order paid again
     after a declined card holds several; when a success came for the declined one after all,
     the newer one was voided, and this is the one that paid: the one its answer shows and its
-    refund returns."""
+    refund returns. An unwanted capture, refunded on its own, never paid the order."""
     taken = (Payment.Status.SUCCEEDED, Payment.Status.REFUNDED)
-    return next((p for p in payments if p.status in taken), payments[0] if payments else None)
+    return next(
+        (p for p in payments if p.status in taken and not p.unwanted_capture),
+        payments[0] if payments else None,
+    )

@@ -45,6 +45,7 @@ from ordering.models import (
     ProviderConflict,
 )
 from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
+from ordering.payments.capture_refunds import schedule_capture_refund
 from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
 from ordering.payments.signatures import verify
@@ -284,11 +285,17 @@ def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decisio
 
 def _once_per_payment(kind: str, payment: Payment) -> _Decision:
     """Money taken that the order did not want (cancelled, or paid by another payment), or
-    reported with another amount: a conflict for staff, once per payment and kind. The
-    provider may report the same capture again under another event id (a second event,
-    reconciliation's answer): that is a duplicate, not a second conflict that staff could
-    refund a second time."""
-    if ProviderConflict.all_tenants.filter(payment=payment, kind=kind).exists():
+    reported with another amount: a conflict, once per payment and kind. The provider may
+    report the same capture again under another event id (a second event, reconciliation's
+    answer): that is a duplicate, not a second conflict to refund a second time. Money the
+    order did not want is one kind for this: a capture reported as paid twice, then again
+    once the order was cancelled, is the same money."""
+    kinds = (
+        ProviderConflict.REFUNDED_BY_PLATFORM
+        if kind in ProviderConflict.REFUNDED_BY_PLATFORM
+        else {kind}
+    )
+    if ProviderConflict.all_tenants.filter(payment=payment, kind__in=kinds).exists():
         return _Decision(Outcome.DUPLICATE, audit="HIT", reason="conflict_already_recorded")
     return _conflict(kind)
 
@@ -300,8 +307,9 @@ def _conflict(kind: str) -> _Decision:
 def _carry_out(
     decision: _Decision, *, order: Order, payment: Payment, event: CallbackEvent, provider: str
 ) -> None:
-    """Write what ``decision`` says: the conflict for staff, the failed payment, or the
-    payment captured and the order PAID with its outbox event."""
+    """Write what ``decision`` says: the conflict (and, for money the order did not want, the
+    platform's refund of it), the failed payment, or the payment captured and the order PAID
+    with its outbox event."""
     if decision.conflict is not None:
         ProviderConflict.objects.for_tenant(order.tenant).create(
             tenant=order.tenant,
@@ -316,6 +324,8 @@ def _carry_out(
             reported_amount=event.amount,
             reported_currency=event.currency,
         )
+        if decision.conflict in ProviderConflict.REFUNDED_BY_PLATFORM:
+            schedule_capture_refund(order=order, payment=payment)
     if decision.effect is _Effect.FAIL_PAYMENT:
         Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(
             status=P.FAILED,
@@ -324,7 +334,7 @@ def _carry_out(
     elif decision.effect is _Effect.MARK_PAID:
         # this payment captured; in the same statement, one the diner started after this one
         # was declined, still pending, is voided: its success would take the money twice
-        # (then a ``paid_twice`` conflict for staff)
+        # (then a ``paid_twice`` conflict, refunded by the platform)
         Payment.all_tenants.filter(
             Q(pk=payment.pk, status__in=[P.PENDING, P.FAILED]) | Q(order=order, status=P.PENDING)
         ).update(status=Case(When(pk=payment.pk, then=Value(P.SUCCEEDED)), default=Value(P.VOIDED)))

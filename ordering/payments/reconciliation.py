@@ -8,7 +8,7 @@ about (:meth:`ordering.payments.base.PaymentProvider.settled_event`) on the sche
 :mod:`ordering.payments.due_checks` sets. An answer goes through the same path as a callback
 (:func:`ordering.payments.callbacks.apply_provider_event`), under the provider's own event id:
 whichever of the two arrives second is a duplicate in the inbox, so the order is paid once (and
-money taken for a cancelled order is a conflict for staff).
+money taken for a cancelled order is refunded: :mod:`ordering.payments.capture_refunds`).
 
 Runs from Celery beat every ``PAYMENT_RECONCILE_SECONDS`` and as ``manage.py
 reconcile_payments``. ``ordering_payments_reconcile_overdue_seconds`` (how late the oldest due

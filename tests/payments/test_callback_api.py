@@ -160,13 +160,17 @@ def test_currency_mismatch_is_a_conflict_too(deliver, paying, tenant):
     assert state(order) == (S.PAYING, Payment.Status.PENDING)
 
 
-def test_success_after_the_order_was_cancelled_is_a_conflict(deliver, paying, tenant):
+def test_success_after_the_order_was_cancelled_is_a_conflict_the_platform_refunds(
+    deliver, paying, tenant
+):
     order, payment = paying
     cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
     response = deliver(*signed(payment))
     assert response.status_code == 200 and response.json()["conflict"] == "paid_after_cancel"
-    assert state(order) == (S.CANCELLED, Payment.Status.VOIDED)
-    assert ProviderConflict.objects.for_tenant(tenant).get().kind == "paid_after_cancel"
+    # the order stays cancelled; the money goes back (tests/payments/test_capture_refunds.py)
+    assert state(order) == (S.CANCELLED, Payment.Status.REFUNDED)
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    assert (conflict.kind, conflict.resolved_by) == ("paid_after_cancel", "platform:capture-refund")
     assert len(audits("CONFLICT")) == 1
 
 

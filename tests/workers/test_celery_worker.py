@@ -22,9 +22,11 @@ from ordering.models import (
     OutboxEvent,
     Payment,
     ProcessedEvent,
+    ProviderConflict,
     SalesDay,
     SimulatedOperation,
 )
+from ordering.payments.simulated import complete_payment
 from ordering.services.lifecycle import apply_transition, cancel_order
 from ordering.simulation import plan_fault
 from tests.payments.helpers import paid_order, paying_order
@@ -113,6 +115,44 @@ def test_a_worker_killed_mid_step_is_redelivered_and_the_step_happens_once(
         ("cancel_delivery", "done", 1),
         ("refund_payment", "done", 2),
     ]
+
+
+def test_money_taken_after_a_cancel_is_refunded_once_by_a_worker_killed_mid_refund(
+    celery_worker: CeleryWorker, tenant, menu
+):
+    # given an order cancelled while its payment was pending, and a provider that performs
+    # a refund and then answers slowly (3 s)
+    order, payment = paying_order(tenant, menu["pizza"], quantity=2)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, delay_times=1, delay_seconds=3)
+    # when the provider reports the payment taken after all
+    result = complete_payment(
+        provider_name=payment.provider, provider_txn_id=payment.provider_txn_id
+    )
+    assert (result.outcome, result.conflict) == ("conflict", "paid_after_cancel")
+    # and the worker refunding it is SIGKILLed while the provider answers
+    wait_for(
+        lambda: SimulatedOperation.objects.filter(kind="refund").exists(),
+        worker=celery_worker,
+    )
+    celery_worker.kill()
+    celery_worker.start()
+    # then the redelivered message finishes the refund without moving the money again
+    wait_for(
+        lambda: Payment.all_tenants.get(pk=payment.pk).status == Payment.Status.REFUNDED,
+        worker=celery_worker,
+    )
+    refund = SimulatedOperation.objects.get(kind="refund")
+    assert (refund.calls, refund.amount, refund.reference) == (
+        2,
+        Decimal("19.00"),
+        payment.provider_txn_id,
+    )
+    step = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_CAPTURE)
+    assert (step.status, step.attempts, step.result["replayed"]) == ("done", 2, True)
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    assert (conflict.resolved, conflict.outcome) == (True, "refunded")
+    assert status_of(order) == S.CANCELLED
 
 
 def test_a_step_failing_twice_then_succeeding_ends_cancelled(celery_worker, tenant, menu):

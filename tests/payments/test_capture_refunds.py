@@ -1,0 +1,327 @@
+"""Money the provider took that no order wanted (captured after a cancel, or a second payment)
+goes back to the diner by itself, once: never twice, never beside the cancel's own refund, and
+never after staff settled it by hand."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from ordering.background.dead_letters import DeadLetterNotOpen, requeue_dead_letter
+from ordering.background.saga import SagaOutcome, run_cancel_saga
+from ordering.background.steps import RetryLater
+from ordering.models import (
+    Compensation,
+    DeadLetter,
+    EventType,
+    OrderStatus,
+    OutboxEvent,
+    Payment,
+    ProviderConflict,
+    SalesDay,
+    SimulatedOperation,
+)
+from ordering.payments.capture_refunds import (
+    CaptureRefundRunning,
+    RefundOutcome,
+    capture_refund_id,
+    refund_unwanted_capture,
+    resend_due_capture_refunds,
+)
+from ordering.payments.conflicts import ConflictNotOpen, resolve_conflict
+from ordering.payments.simulated import complete_payment, signed_callback
+from ordering.services.lifecycle import cancel_order
+from ordering.services.payments import pay_order
+from ordering.simulation import plan_fault
+from tenants.models import ApiClient
+from tests.conftest import api_for
+from tests.dashboard.factories import make_merchant
+from tests.payments.helpers import paying_order, post_callback
+from tests.support.broker import sending_to
+from tests.support.concurrency import at_once
+
+pytestmark = pytest.mark.django_db
+S, P = OrderStatus, Payment.Status
+Kind = ProviderConflict.Kind
+
+
+def refunds() -> list[tuple[str, str, Decimal]]:
+    """Refunds the simulated provider made: (payment's txn id, idempotency key, amount)."""
+    return list(
+        SimulatedOperation.objects.filter(kind="refund")
+        .order_by("pk")
+        .values_list("reference", "idempotency_key", "amount")
+    )
+
+
+def capture(payment: Payment, *, event_id: str | None = None) -> str:
+    """The provider's signed "succeeded" callback for ``payment``; the webhook's result."""
+    body, headers = signed_callback(payment=payment, event_id=event_id or uuid.uuid4().hex)
+    return post_callback(APIClient(), body, headers).json()["result"]
+
+
+@pytest.fixture
+def cancelled_then_captured(tenant, menu, django_capture_on_commit_callbacks):
+    """An order cancelled while its payment was pending, then the provider's capture of it,
+    delivered with what its transaction scheduled after commit (the refund's task, eager)."""
+    order, payment = paying_order(tenant, menu["pizza"], quantity=2)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with django_capture_on_commit_callbacks(execute=True):
+        result = capture(payment)
+    assert result == "conflict"
+    return order, payment
+
+
+def test_money_taken_after_the_cancel_is_refunded_once_and_its_conflict_closes(
+    cancelled_then_captured, tenant
+):
+    order, payment = cancelled_then_captured
+    # then the provider refunded the capture, once, under the step's own key
+    assert refunds() == [(payment.provider_txn_id, capture_refund_id(payment.pk), Decimal("19.00"))]
+    payment.refresh_from_db()
+    order.refresh_from_db()
+    assert (order.status, payment.status, payment.unwanted_capture) == (
+        S.CANCELLED,
+        P.REFUNDED,
+        True,
+    )
+    # and staff find the conflict resolved by the platform, with the refund named
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    assert (conflict.kind, conflict.resolved, conflict.outcome, conflict.resolved_by) == (
+        Kind.PAID_AFTER_CANCEL,
+        True,
+        ProviderConflict.Outcome.REFUNDED,
+        "platform:capture-refund",
+    )
+    assert "sim_re_" in conflict.resolution_note and "19.00 EUR" in conflict.resolution_note
+    # and the sales book is untouched: the money was never a sale
+    assert not SalesDay.objects.for_tenant(tenant).exists()
+
+
+def test_the_same_capture_reported_again_or_the_refund_run_again_moves_no_money(
+    cancelled_then_captured, tenant, django_capture_on_commit_callbacks
+):
+    _, payment = cancelled_then_captured
+    # when the provider reports the capture again under another event id
+    with django_capture_on_commit_callbacks(execute=True):
+        assert capture(payment) == "duplicate"
+    # and the refund's message is delivered again
+    assert refund_unwanted_capture(compensation_id=capture_refund_id(payment.pk)) == (
+        RefundOutcome.ALREADY_DONE
+    )
+    # then there is still one refund, one conflict, one step
+    assert len(refunds()) == 1
+    assert ProviderConflict.objects.for_tenant(tenant).count() == 1
+    step = Compensation.objects.for_tenant(tenant).get(step=Compensation.Step.REFUND_CAPTURE)
+    assert (step.status, step.attempts) == ("done", 1)
+
+
+def test_a_second_payment_taken_is_refunded_and_the_cancel_refunds_only_the_one_that_paid(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    # given an order paid again after a decline, the declined payment then taken after all
+    order, first = paying_order(tenant, menu["pizza"])
+    complete_payment(
+        provider_name=first.provider, provider_txn_id=first.provider_txn_id, status="failed"
+    )
+    order, second = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(first) == "applied"
+    # when the provider reports the second one taken too
+    with django_capture_on_commit_callbacks(execute=True):
+        assert capture(second) == "conflict"
+    # then that money goes back at once, and the order stays paid by the first
+    assert refunds() == [(second.provider_txn_id, capture_refund_id(second.pk), Decimal("9.50"))]
+    order.refresh_from_db()
+    assert order.status == S.PAID
+    # and when the diner cancels the order, the saga refunds the payment that paid it, only
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    event = OutboxEvent.objects.for_tenant(tenant).get(
+        order=order, event_type=EventType.CANCEL_REQUESTED
+    )
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    assert sorted(reference for reference, _, _ in refunds()) == sorted(
+        [first.provider_txn_id, second.provider_txn_id]
+    )
+    assert dict(Payment.objects.for_tenant(tenant).values_list("pk", "status")) == {
+        first.pk: P.REFUNDED,
+        second.pk: P.REFUNDED,
+    }
+    # and the order's answer shows the payment that paid it
+    shown = (
+        api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+        .get(f"/api/v1/orders/{order.pk}/")
+        .json()["payment"]
+    )
+    assert shown["provider_txn_id"] == first.provider_txn_id
+
+
+def test_a_capture_reported_paid_twice_and_again_after_the_cancel_is_one_refund(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    # given a second payment's capture recorded as paid twice, its refund's message not yet run
+    order, first = paying_order(tenant, menu["pizza"])
+    complete_payment(
+        provider_name=first.provider, provider_txn_id=first.provider_txn_id, status="failed"
+    )
+    order, second = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(first) == "applied"
+    with django_capture_on_commit_callbacks(execute=False):
+        assert capture(second) == "conflict"
+    # when the order is cancelled and the provider reports the same money again
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(second) == "duplicate"
+    # then it is the same money: one conflict, one refund step
+    assert ProviderConflict.objects.for_tenant(tenant).filter(payment=second).count() == 1
+    assert (
+        Compensation.objects.for_tenant(tenant)
+        .filter(step=Compensation.Step.REFUND_CAPTURE)
+        .count()
+        == 1
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_of_the_refund_at_once_refund_once(tenant, menu):
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with sending_to("memory://"):
+        assert capture(payment) == "conflict"
+    compensation_id = capture_refund_id(payment.pk)
+    # when two workers run the refund at the same instant (a redelivery beside the first)
+    results = at_once(
+        lambda: refund_unwanted_capture(compensation_id=compensation_id),
+        lambda: refund_unwanted_capture(compensation_id=compensation_id),
+    )
+    # then one recorded it, and the provider moved the money once
+    assert sorted(results) == sorted([RefundOutcome.REFUNDED, RefundOutcome.ALREADY_DONE]), results
+    operation = SimulatedOperation.objects.get(kind="refund")
+    assert operation.amount == Decimal("9.50")
+    payment.refresh_from_db()
+    assert payment.status == P.REFUNDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_that_keeps_failing_waits_for_staff_and_cannot_run_after_they_settle_it(
+    tenant, menu, settings
+):
+    settings.SAGA_MAX_RETRIES = 1
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=10)
+    with sending_to("memory://"):  # the refund's message is sent, and not run
+        assert capture(payment) == "conflict"
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    compensation_id = capture_refund_id(payment.pk)
+    # while the platform's refund is pending, staff cannot resolve the conflict by hand
+    with pytest.raises(CaptureRefundRunning):
+        resolve_conflict(conflict_id=conflict.pk, outcome="refunded", note="n", actor="staff:a")
+    # when the provider fails the first attempt and its one retry
+    with pytest.raises(RetryLater):
+        refund_unwanted_capture(compensation_id=compensation_id)
+    assert refund_unwanted_capture(compensation_id=compensation_id) == (RefundOutcome.DEAD_LETTERED)
+    # then staff find a dead letter, and the conflict still open
+    letter = DeadLetter.objects.get(key=compensation_id)
+    assert (letter.state, letter.attempts, letter.order_id) == ("open", 2, order.pk)
+    conflict.refresh_from_db()
+    assert not conflict.resolved and not refunds()
+    # when staff settle it by hand (refunded at the provider's own dashboard)
+    resolve_conflict(
+        conflict_id=conflict.pk, outcome="refunded", note="refunded by hand", actor="staff:a"
+    )
+    # then the platform's refund is closed with it: its letter cannot be requeued, and a
+    # message still in flight moves no money
+    letter.refresh_from_db()
+    assert letter.state == "discarded"
+    with pytest.raises(DeadLetterNotOpen):
+        requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:b")
+    assert refund_unwanted_capture(compensation_id=compensation_id) == (RefundOutcome.ALREADY_DONE)
+    assert not refunds()
+    conflict.refresh_from_db()
+    assert (conflict.resolved_by, conflict.resolution_note) == ("staff:a", "refunded by hand")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_requeued_refund_cannot_be_settled_by_hand_while_it_runs(tenant, menu, settings):
+    settings.SAGA_MAX_RETRIES = 0
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    with sending_to("memory://"):
+        assert capture(payment) == "conflict"
+        compensation_id = capture_refund_id(payment.pk)
+        assert refund_unwanted_capture(compensation_id=compensation_id) == (
+            RefundOutcome.DEAD_LETTERED
+        )
+        # when staff requeue the letter (its message not yet run)
+        letter = DeadLetter.objects.get(key=compensation_id)
+        requeue_dead_letter(dead_letter_id=letter.pk, actor="staff:b")
+    # then the conflict cannot be resolved by hand meanwhile
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    with pytest.raises(CaptureRefundRunning):
+        resolve_conflict(conflict_id=conflict.pk, outcome="refunded", note="n", actor="staff:a")
+    # and the refund, run, resolves it: resolving it again is refused
+    assert refund_unwanted_capture(compensation_id=compensation_id) == RefundOutcome.REFUNDED
+    assert len(refunds()) == 1
+    with pytest.raises(ConflictNotOpen):
+        resolve_conflict(conflict_id=conflict.pk, outcome="refunded", note="n", actor="staff:a")
+
+
+def test_a_refund_whose_message_was_lost_is_sent_again_by_the_sweep(
+    tenant, menu, settings, django_capture_on_commit_callbacks
+):
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    # given a capture whose refund's message was never sent (the process died at the commit)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert capture(payment) == "conflict"
+    # when the sweep runs before the longest retry wait has passed, it leaves it alone
+    assert resend_due_capture_refunds() == 0
+    # and once it has passed, it sends it: the refund runs (eagerly here), once
+    later = timezone.now() + timedelta(seconds=settings.SAGA_RETRY_MAX_SECONDS + 61)
+    assert resend_due_capture_refunds(now=later) == 1
+    assert len(refunds()) == 1
+    assert resend_due_capture_refunds(now=later + timedelta(hours=1)) == 0
+
+
+def test_staff_resolving_a_conflict_being_refunded_are_told_and_it_stays_open(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert capture(payment) == "conflict"
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("ops", password="x-123456789"))
+    answer = staff.post(
+        "/admin/ordering/providerconflict/",
+        {
+            "action": "resolve",
+            ACTION_CHECKBOX_NAME: [str(conflict.pk)],
+            "apply": "1",
+            "outcome": "refunded",
+            "note": "done at the provider",
+        },
+        follow=True,
+    )
+    assert answer.status_code == 200
+    shown = [str(m) for m in answer.context["messages"]]
+    assert "0 conflict(s) resolved." in shown
+    assert any("1 are being refunded by the platform" in m for m in shown), shown
+    conflict.refresh_from_db()
+    assert not conflict.resolved
+    # and the restaurant's page of the order says the platform is refunding it
+    merchant = Client()
+    merchant.force_login(make_merchant(tenant, "owner"))
+    page = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+    assert "money was taken after the order was cancelled" in page
+    assert "The platform is refunding it to the diner." in page
+    assert "Platform staff will refund or confirm it." not in page
