@@ -724,6 +724,12 @@ CELERY_BEAT_SCHEDULE["resend-capture-refunds"] = {
 # An order still CREATED this long after it was placed gives its portions back (ordering/
 # expiry.py); 0: never. Swept by a beat task this often.
 UNPAID_ORDER_EXPIRY_SECONDS = env_bounded("UNPAID_ORDER_EXPIRY_SECONDS", 1800, low=0, high=_YEAR)
+# An order whose payment is still pending this long after it started, once reconciliation has
+# asked the provider and it had nothing settled, is cancelled and the payment voided (a capture
+# after that is refunded: ordering/payments/capture_refunds.py); 0: never.
+PENDING_PAYMENT_EXPIRY_SECONDS = env_bounded(
+    "PENDING_PAYMENT_EXPIRY_SECONDS", 6 * 3600, low=0, high=_YEAR
+)
 UNPAID_ORDER_EXPIRY_SWEEP_SECONDS = env_number(
     "UNPAID_ORDER_EXPIRY_SWEEP_SECONDS", 60, low=0.1, high=86_400
 )

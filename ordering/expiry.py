@@ -5,12 +5,16 @@ card forgotten or declined) would otherwise hold those portions for good, and th
 them sold out. So the platform cancels, as the diner could have, an order still CREATED
 ``UNPAID_ORDER_EXPIRY_SECONDS`` after it was placed (30 minutes; 0 turns this off), and an
 order in PAYING whose every payment was declined that long ago: stock and coupon back, logged
-as ``platform:unpaid-expiry``. An order with a payment still pending, or any other, is never
-expired: whether the diner paid is the provider's to say (:mod:`ordering.payments.
-reconciliation`). If a declined payment turns out paid after all, reconciliation or the late
-callback finds it, and money taken for a cancelled order is refunded
-(:mod:`ordering.payments.capture_refunds`). Runs from
-Celery beat every ``UNPAID_ORDER_EXPIRY_SWEEP_SECONDS``.
+as ``platform:unpaid-expiry``.
+
+A payment still pending is the provider's to settle (:mod:`ordering.payments.reconciliation`
+asks it), so its order is left alone for longer: ``PENDING_PAYMENT_EXPIRY_SECONDS`` (6 hours;
+0: never) after the payment started, and only once reconciliation has asked the provider and
+it had nothing settled. Then the order is cancelled the same way and the payment voided. No
+money is lost either way: a payment the provider takes after all, like any declined one found
+paid by reconciliation or a late callback, is money no order wanted, and the platform refunds
+it (:mod:`ordering.payments.capture_refunds`). Runs from Celery beat every
+``UNPAID_ORDER_EXPIRY_SWEEP_SECONDS``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from ordering.models import Order, OrderStatus, Payment
@@ -32,22 +36,20 @@ logger = logging.getLogger(__name__)
 def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> int:
     """Cancel up to ``batch`` orders of each kind left unpaid past the window, oldest first;
     how many. An order the diner starts paying (or pays) meanwhile is left as it is."""
+    now = now or timezone.now()
     window = settings.UNPAID_ORDER_EXPIRY_SECONDS
-    if window <= 0:
-        return 0
-    cutoff = (now or timezone.now()) - timedelta(seconds=window)
-    never_paid = Order.all_tenants.filter(status=OrderStatus.CREATED, created_at__lt=cutoff)
-    payments = Payment.all_tenants.filter(order=OuterRef("pk"))
-    declined = Order.all_tenants.filter(
-        Exists(payments),
-        ~Exists(payments.exclude(status=Payment.Status.FAILED)),
-        ~Exists(payments.filter(updated_at__gte=cutoff)),
-        status=OrderStatus.PAYING,
-        updated_at__lt=cutoff,
-    )
+    kinds: list[QuerySet[Order]] = []
+    if window > 0:
+        cutoff = now - timedelta(seconds=window)
+        kinds.append(Order.all_tenants.filter(status=OrderStatus.CREATED, created_at__lt=cutoff))
+        kinds.append(_declined(cutoff))
+    pending_started_before = None
+    if settings.PENDING_PAYMENT_EXPIRY_SECONDS > 0:
+        pending_started_before = now - timedelta(seconds=settings.PENDING_PAYMENT_EXPIRY_SECONDS)
+        kinds.append(_stalled(pending_started_before))
     due = [
         row
-        for orders in (never_paid, declined)
+        for orders in kinds
         for row in orders.order_by("created_at", "pk").values_list("tenant_id", "pk")[:batch]
     ]
     tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in due})
@@ -56,7 +58,39 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
         if tenant_id not in tenants:  # offboarded meanwhile
             continue
         try:
-            expired += expire_unpaid_order(tenant=tenants[tenant_id], order_id=order_id)
+            expired += expire_unpaid_order(
+                tenant=tenants[tenant_id],
+                order_id=order_id,
+                pending_started_before=pending_started_before,
+            )
         except Exception:  # this order alone: the others are still expired
             logger.exception("order %s could not be expired", order_id)
     return expired
+
+
+def _declined(cutoff: datetime) -> QuerySet[Order]:
+    """PAYING orders whose payments were all declined, the last before ``cutoff``."""
+    payments = Payment.all_tenants.filter(order=OuterRef("pk"))
+    return Order.all_tenants.filter(
+        Exists(payments),
+        ~Exists(payments.exclude(status=Payment.Status.FAILED)),
+        ~Exists(payments.filter(updated_at__gte=cutoff)),
+        status=OrderStatus.PAYING,
+        updated_at__lt=cutoff,
+    )
+
+
+def _stalled(started_before: datetime) -> QuerySet[Order]:
+    """PAYING orders whose pending payment started before ``started_before`` and was asked
+    about at the provider, which had nothing settled (else it would not be pending)."""
+    payments = Payment.all_tenants.filter(order=OuterRef("pk"))
+    return Order.all_tenants.filter(
+        Exists(
+            payments.filter(
+                status=Payment.Status.PENDING,
+                created_at__lt=started_before,
+                checked_at__isnull=False,
+            )
+        ),
+        status=OrderStatus.PAYING,
+    )

@@ -114,6 +114,18 @@ def no_redis(tenant_key: str) -> None:
     return None
 
 
+@pytest.fixture
+def celery_eager() -> Iterator[None]:
+    """Celery tasks run in the test process, right after the commit that schedules them: for
+    tests of what a task does, not of the broker (that is tests/workers/)."""
+    from config.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
 @pytest.fixture(autouse=True)
 def clean_engine_state() -> Any:
     """Each test starts with no idempotency entries or rate counters of the app's tenants

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 from django.db import connections, router, transaction
 from django.db.models import F
@@ -171,24 +172,44 @@ def cancel_order(
     return order
 
 
-def expire_unpaid_order(*, tenant: Tenant, order_id: int) -> bool:
+def expire_unpaid_order(
+    *, tenant: Tenant, order_id: int, pending_started_before: datetime | None = None
+) -> bool:
     """Cancel an order left unpaid, as the diner could: still CREATED, or PAYING with every
-    payment declined. Its portions and coupon go back. False, with nothing changed, when it is
-    neither any more, a pay or a callback that committed first included (the move's
-    conditional update refuses then)."""
+    payment declined, or (with ``pending_started_before``) PAYING with its one pending payment
+    started before then and already asked about at the provider, which had nothing settled.
+    Its portions and coupon go back, and a pending payment is voided: should the provider take
+    it after all, the platform refunds it (:mod:`ordering.payments.capture_refunds`). False,
+    with nothing changed, when it is none of these any more, a pay or a callback that
+    committed first included (the move's conditional update refuses then)."""
     try:
         with described_conflicts(), transaction.atomic():
             order = access_paying_order(
                 tenant=tenant, order_id=order_id, related=("lines", "payments")
             )
-            statuses = {payment.status for payment in order.payments.all()}
-            declined = order.status == S.PAYING and statuses == {Payment.Status.FAILED}
-            if order.status != S.CREATED and not declined:
+            if order.status != S.CREATED and not _stalled(order, pending_started_before):
                 return False
             _cancel_unpaid(order, actor=EXPIRY_ACTOR)
     except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)
         return False
     return True
+
+
+def _stalled(order: Order, pending_started_before: datetime | None) -> bool:
+    """PAYING, every payment declined but perhaps one pending, started before
+    ``pending_started_before`` (None: none may be pending) and answered by the provider since
+    (reconciliation's ``checked_at``)."""
+    if order.status != S.PAYING:
+        return False
+    payments = list(order.payments.all())
+    pending = [p for p in payments if p.status == Payment.Status.PENDING]
+    if any(p.status not in (Payment.Status.FAILED, Payment.Status.PENDING) for p in payments):
+        return False
+    if not pending:
+        return bool(payments)
+    return pending_started_before is not None and all(
+        p.created_at < pending_started_before and p.checked_at is not None for p in pending
+    )
 
 
 def access_paying_order(

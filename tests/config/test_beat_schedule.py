@@ -19,6 +19,7 @@ def test_beat_runs_the_periodic_tasks_readme_names_and_the_worker_knows_them() -
         "tenants.purge_expired_data",
         "ordering.reconcile_payments",
         "ordering.expire_unpaid_orders",
+        "ordering.resend_capture_refunds",
     }
     app.loader.import_default_modules()  # what a worker does as it starts
     assert tasks <= set(app.tasks)
@@ -29,6 +30,7 @@ def test_beat_runs_the_periodic_tasks_readme_names_and_the_worker_knows_them() -
     [
         ("UNPAID_ORDER_EXPIRY_SECONDS", "99999999999"),
         ("UNPAID_ORDER_EXPIRY_SECONDS", "-1"),
+        ("PENDING_PAYMENT_EXPIRY_SECONDS", "-1"),
         ("PAYMENT_RECONCILE_MAX_AGE_SECONDS", "half an hour"),
         ("PAYMENT_RECONCILE_BATCH", "0"),
     ],

@@ -20,13 +20,14 @@ from ordering.models import (
     OrderTransition,
     Payment,
     ProviderConflict,
+    SimulatedOperation,
 )
 from ordering.models.menu import MAX_STOCK
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.reconciliation import reconcile_payments
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from ordering.payments.simulated import book, complete_payment, signed_callback
-from ordering.services.lifecycle import EXPIRY_ACTOR
+from ordering.services.lifecycle import EXPIRY_ACTOR, expire_unpaid_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
 from tests.conftest import api_for, menu_for
@@ -194,5 +195,131 @@ def test_a_success_arriving_as_a_declined_order_expires_is_either_paid_or_a_conf
         )
         if expired == 1:  # the expiry came first: the money is staff's to give back
             assert (status(order), answered.outcome) == (S.CANCELLED, "conflict")
+        else:  # the callback came first: the order is paid, not expired
+            assert (status(order), answered.outcome) == (S.PAID, "applied")
+
+
+def pending(tenant, menu, *, hours_ago: float) -> tuple[Order, Payment]:
+    """An order in PAYING whose one payment started ``hours_ago`` and is still pending."""
+    order = placed(tenant, menu, minutes_ago=hours_ago * 60 + 5)
+    _, payment = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    Payment.all_tenants.filter(pk=payment.pk).update(
+        created_at=timezone.now() - timedelta(hours=hours_ago)
+    )
+    payment.refresh_from_db()
+    return order, payment
+
+
+@pytest.fixture
+def pending_window(settings):
+    settings.PENDING_PAYMENT_EXPIRY_SECONDS = 6 * 3600
+    settings.PAYMENT_RECONCILE_AFTER_SECONDS = 0
+
+
+@pytest.mark.django_db
+def test_an_order_whose_payment_stays_pending_gives_its_portions_back_once_the_provider_was_asked(
+    tenant, menu, pending_window
+):
+    old, old_payment = pending(tenant, menu, hours_ago=7)
+    young, _ = pending(tenant, menu, hours_ago=5)
+    assert stock(menu["pasta"]) == 46
+    # not before the provider was asked about it: it may have taken the money
+    assert expire_unpaid_orders() == 0
+    assert (status(old), status(young)) == (S.PAYING, S.PAYING)
+    # once reconciliation asked, and the provider had nothing settled
+    assert reconcile_payments() == {"open": 2}
+    assert expire_unpaid_orders() == 1  # red: 0, the portions held for good
+    assert (status(old), status(young)) == (S.CANCELLED, S.PAYING)
+    assert stock(menu["pasta"]) == 48
+    old_payment.refresh_from_db()
+    assert old_payment.status == Payment.Status.VOIDED
+    log = OrderTransition.all_tenants.get(order=old, to_status=S.CANCELLED)
+    assert (log.from_status, log.actor) == (S.PAYING, EXPIRY_ACTOR)
+    assert expire_unpaid_orders() == 0  # once
+
+
+@pytest.mark.django_db
+def test_a_pending_payment_taken_after_its_order_expired_is_refunded(
+    tenant, menu, pending_window, celery_eager, django_capture_on_commit_callbacks
+):
+    order, payment = pending(tenant, menu, hours_ago=7)
+    reconcile_payments()
+    assert expire_unpaid_orders() == 1
+    # when the provider takes the money after all
+    with django_capture_on_commit_callbacks(execute=True):
+        result = complete_payment(
+            provider_name=payment.provider, provider_txn_id=payment.provider_txn_id
+        )
+    # then the order stays cancelled and the money goes back, once
+    assert (result.outcome, result.conflict) == ("conflict", "paid_after_cancel")
+    payment.refresh_from_db()
+    assert (status(order), payment.status) == (S.CANCELLED, Payment.Status.REFUNDED)
+    refund = SimulatedOperation.objects.get(kind="refund")
+    assert (refund.reference, refund.amount) == (payment.provider_txn_id, payment.amount)
+
+
+@pytest.mark.django_db
+def test_a_pending_window_of_zero_expires_no_order_with_a_pending_payment(
+    tenant, menu, pending_window, settings
+):
+    settings.PENDING_PAYMENT_EXPIRY_SECONDS = 0
+    order, _ = pending(tenant, menu, hours_ago=24 * 30)
+    reconcile_payments()
+    assert expire_unpaid_orders() == 0 and status(order) == S.PAYING
+
+
+@pytest.mark.django_db
+def test_an_order_paid_again_after_it_was_chosen_is_left_to_its_new_payment(
+    tenant, menu, pending_window
+):
+    # given an order chosen for its old pending payment, which is then declined and paid again
+    order, old = pending(tenant, menu, hours_ago=7)
+    reconcile_payments()
+    decided_at = timezone.now() - timedelta(hours=6)
+    complete_payment(
+        provider_name=old.provider, provider_txn_id=old.provider_txn_id, status="failed"
+    )
+    pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    # when the expiry's cancel reaches it
+    assert not expire_unpaid_order(
+        tenant=tenant, order_id=order.pk, pending_started_before=decided_at
+    )
+    # then it is left as it is: the new payment is the provider's to settle
+    assert status(order) == S.PAYING
+
+
+@pytest.mark.django_db
+def test_the_cancel_itself_refuses_a_payment_the_provider_was_never_asked_about(
+    tenant, menu, pending_window
+):
+    order, _ = pending(tenant, menu, hours_ago=7)
+    started_before = timezone.now() - timedelta(hours=6)
+    assert not expire_unpaid_order(
+        tenant=tenant, order_id=order.pk, pending_started_before=started_before
+    )
+    assert status(order) == S.PAYING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_success_arriving_as_a_stalled_order_expires_is_either_paid_or_refunded(
+    tenant, menu, pending_window
+):
+    for _ in range(6):  # which comes first varies from round to round
+        order, payment = pending(tenant, menu, hours_ago=7)
+        reconcile_payments()
+        book(payment=payment, status="succeeded")
+        body, headers = signed_callback(payment=payment, status="succeeded")
+        expired, answered = at_once(
+            expire_unpaid_orders,
+            lambda b=body, h=headers, name=payment.provider: handle_payment_callback(
+                provider_name=name,
+                raw_body=b,
+                timestamp=h[TIMESTAMP_HEADER],
+                signature=h[SIGNATURE_HEADER],
+            ),
+        )
+        if expired == 1:  # the expiry came first: the money no order wanted goes back
+            assert (status(order), answered.conflict) == (S.CANCELLED, "paid_after_cancel")
+            assert Payment.all_tenants.get(pk=payment.pk).unwanted_capture
         else:  # the callback came first: the order is paid, not expired
             assert (status(order), answered.outcome) == (S.PAID, "applied")

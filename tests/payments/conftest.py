@@ -3,16 +3,9 @@ schedules them): they test the webhook, not the broker (that is tests/workers/).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def celery_eager() -> Iterator[None]:
-    from config.celery import app
-
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = before
+def _tasks_run_eagerly(celery_eager: None) -> None:
+    """Every test here takes the root conftest's ``celery_eager``."""
