@@ -52,8 +52,8 @@ def on_order_paid(event: OutboxEvent) -> ConsumeResult:
             return ConsumeResult.DUPLICATE
         order = event.order
         count_sale(
-            tenant_id=event.tenant_id,
-            day=event.created_at.date(),
+            tenant=event.tenant,
+            at=event.created_at,
             currency=order.currency,
             amount=order.total,
         )

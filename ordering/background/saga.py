@@ -159,8 +159,8 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
                     status=P.REFUNDED
                 )
                 count_refund(
-                    tenant_id=order.tenant_id,
-                    day=timezone.now().date(),
+                    tenant=order.tenant,
+                    at=timezone.now(),
                     currency=payment.currency,
                     amount=refund.amount,
                 )

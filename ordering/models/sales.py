@@ -1,11 +1,12 @@
 """Paid sales per tenant and day: the read model the ``order.paid`` consumer and the cancel
 saga's refund maintain.
 
-A sale counts on the day it was paid; its refund, if the order is cancelled, on the day the
-money went back (``refunded_orders``, ``refunds``), so a day already reported does not change
-and the day's net is ``revenue - refunds``. The counters are incremented, not recomputed, so a
-double-processed event would show as a double count: :class:`~ordering.models.ProcessedEvent`
-keeps the sales exact, the refund step's compensation row the refunds.
+A sale counts on the day it was paid, in the tenant's time zone; its refund, if the order is
+cancelled, on the day the money went back (``refunded_orders``, ``refunds``), so a day already
+reported does not change and the day's net is ``revenue - refunds``. The counters are
+incremented, not recomputed, so a double-processed event would show as a double count:
+:class:`~ordering.models.ProcessedEvent` keeps the sales exact, the refund step's compensation
+row the refunds.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ lost publish is found by the sweeper; consumers apply each event once."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -24,6 +24,7 @@ from ordering.models import (
     SimulatedOperation,
 )
 from ordering.services.lifecycle import cancel_order
+from tenants.models import Tenant
 from tests.payments.helpers import paid_order
 
 pytestmark = pytest.mark.django_db
@@ -266,3 +267,19 @@ def test_every_end_of_a_consumer_marks_its_event_consumed(tenant, menu):
         OutboxEvent.all_tenants.filter(pk=paid.pk).update(consumed_at=None)
         handle_outbox_event.apply(args=[paid.pk])
         assert OutboxEvent.all_tenants.get(pk=paid.pk).consumed_at is not None
+
+
+def test_a_sale_is_booked_on_the_restaurant_s_day_not_the_server_s(tenant, menu):
+    # given a restaurant in Shanghai (UTC+8) and an order paid at 17:30 UTC, 01:30 there
+    Tenant.objects.filter(pk=tenant.pk).update(time_zone="Asia/Shanghai")
+    paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(
+        created_at=datetime(2026, 12, 6, 17, 30, tzinfo=UTC)
+    )
+    # when its sale is counted
+    assert consumers.handle_event(event_id=event.pk) == consumers.ConsumeResult.PROCESSED
+    # then it is the 7th's sale there, not the 6th's (red: the server's UTC date)
+    assert list(SalesDay.objects.for_tenant(tenant).values_list("day", "paid_orders")) == [
+        (date(2026, 12, 7), 1)
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
@@ -34,6 +35,7 @@ from ordering.models import (
 from ordering.payments.registry import get_provider
 from ordering.services.lifecycle import cancel_order
 from ordering.simulation import plan_fault
+from tenants.models import Tenant
 from tests.payments.helpers import paid_order
 
 S = OrderStatus
@@ -120,6 +122,20 @@ def test_the_refund_is_booked_in_the_daily_sales_once(tenant, menu, coupon):
     run_cancel_saga(event=event)
     # then the day's sales show the money given back, once
     assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
+
+
+@pytest.mark.django_db
+def test_a_refund_is_booked_on_the_restaurant_s_day(tenant, menu, coupon):
+    # given a restaurant whose date differs from the server's UTC date right now
+    now = timezone.now()
+    zone = "Etc/GMT+12" if now.hour < 10 else "Pacific/Kiritimati"  # UTC-12, UTC+14
+    Tenant.objects.filter(pk=tenant.pk).update(time_zone=zone)
+    _, _, event = cancelled(tenant, menu)
+    # when the saga refunds the order
+    run_cancel_saga(event=event)
+    # then the refund is booked on the restaurant's date (red: the server's)
+    refunded = SalesDay.objects.for_tenant(tenant).filter(refunded_orders=1).get()
+    assert refunded.day == now.astimezone(ZoneInfo(zone)).date() != now.date()
 
 
 @pytest.mark.django_db
