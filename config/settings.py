@@ -45,6 +45,21 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_json_object(name: str) -> dict:
+    """A JSON object setting; unset or empty, ``{}``. Anything else stops the server from
+    starting, naming the setting (a bare ``JSONDecodeError`` named only a line and column)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object, not {raw!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, not {raw!r}")
+    return value
+
+
 def env_bounded(name: str, default: int, *, low: int, high: int) -> int:
     """An integer setting within ``low..high``; anything else stops the server from starting
     (a period of years would overflow the date arithmetic of every sweep that reads it)."""
@@ -517,12 +532,12 @@ IDEMPOTENCY = {
     "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
     "TENANT_LABELS": "tenants.idempotency_scope.tenant_labels",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
-    "FORCE_SCRIPTS": json.loads(os.environ.get("IDEMPOTENCY_FORCE_SCRIPTS", "{}")),
+    "FORCE_SCRIPTS": env_json_object("IDEMPOTENCY_FORCE_SCRIPTS"),
     "TTL_SECONDS": env_bounded("IDEMPOTENCY_TTL_SECONDS", 72 * 3600, low=60, high=_YEAR),
     "LEASE_MS": env_bounded("IDEMPOTENCY_LEASE_MS", 30_000, low=100, high=3_600_000),
     "AUTO_KEY_WINDOW_SECONDS": env_bounded("IDEMPOTENCY_AUTO_KEY_WINDOW", 60, low=1, high=86_400),
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
-    "BREAKER": json.loads(os.environ.get("IDEMPOTENCY_BREAKER", "{}")),
+    "BREAKER": env_json_object("IDEMPOTENCY_BREAKER"),
     # API writes per principal (a diner, or a secret server key) per minute
     # (Tenant.write_rate_per_minute overrides; 0: no default limit)
     "RATE_LIMIT_PER_MINUTE": env_bounded("API_WRITE_RATE_PER_MINUTE", 600, low=0, high=100_000_000)

@@ -256,6 +256,24 @@ def test_a_yes_or_no_setting_spelt_neither_way_stops_the_server(name: str, value
     ) in stderr
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("IDEMPOTENCY_BREAKER", '{"open_seconds": 5', id="breaker-cut-short"),
+        pytest.param("IDEMPOTENCY_BREAKER", "[5]", id="breaker-list"),
+        pytest.param("IDEMPOTENCY_FORCE_SCRIPTS", "claim=/tmp/claim.lua", id="scripts-not-json"),
+    ],
+)
+def test_a_json_setting_that_is_no_json_object_stops_the_server_naming_it(
+    name: str, value: str
+) -> None:
+    """A bare JSONDecodeError named a line and a column, not the setting."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {name} must be a JSON object, not {value!r}" in stderr
+
+
 @pytest.mark.parametrize("name", ["IDEMPOTENCY_ENABLED", "SECURE_SSL_REDIRECT", "DEBUG"])
 def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
     """An empty value (``NAME=`` in an env file, a template's unset variable) is no value."""
