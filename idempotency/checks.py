@@ -20,7 +20,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
-from idempotency.core.conf import DEFAULTS
+from idempotency.core.conf import DEFAULTS, MAX_TTL_SECONDS
 from idempotency.stores.breaker import CircuitBreaker
 
 Problem = str  # what is wrong, as a sentence that follows the setting's name
@@ -64,6 +64,8 @@ POSITIVE_INTS = (
     "AUDIT_QUEUE_MAX",
     "AUDIT_WRITE_ATTEMPTS",
 )
+# periods added to a date: more than MAX_TTL_SECONDS overflows it
+PERIODS = ("TTL_SECONDS", "AUTO_KEY_WINDOW_SECONDS", "TOKEN_TTL_SECONDS")
 POSITIVE_NUMBERS = (
     "AUDIT_FLUSH_SECONDS",
     "SCRIPT_REFRESH_SECONDS",
@@ -134,6 +136,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
             found.append((name, problem))
     checks: list[tuple[tuple[str, ...], Callable[[Any], Problem | None]]] = [
         (POSITIVE_INTS, _positive_int),
+        (PERIODS, _period),
         (POSITIVE_NUMBERS, lambda v: _number(v, minimum_exclusive=0)),
         (NON_NEGATIVE_NUMBERS, lambda v: _number(v, minimum=0)),
         (BOOLEANS, lambda v: None if isinstance(v, bool) else "must be True or False"),
@@ -238,6 +241,12 @@ def _hook_problem(value: Any, *, required: bool) -> Problem | None:
 def _positive_int(value: Any) -> Problem | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return f"must be a positive integer, not {value!r}"
+    return None
+
+
+def _period(value: Any) -> Problem | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TTL_SECONDS:
+        return f"must be at most {MAX_TTL_SECONDS} seconds (ten years), not {value!r}"
     return None
 
 

@@ -174,6 +174,9 @@ def _imported(path: str) -> Callable[..., Any]:
 
 
 MAX_WAIT_SECONDS = 2_147_483
+# The longest a result may replay or a window last: ten years. Far past it, a record's expiry
+# (now + TTL) overflows Python's dates, and the request that stores it fails after its view ran.
+MAX_TTL_SECONDS = 10 * 366 * 86_400
 """The longest ``wait_seconds``: PostgreSQL's longest ``lock_timeout``, which a claim in the
 database waits with. Past it (``float("inf")`` included) every request under ``"wait"`` was
 a 500 from the claim, not a refusal when the view was decorated."""
@@ -215,10 +218,13 @@ class Policy:
         for name in ("ttl_seconds", "auto_key_window"):
             value = getattr(self, name)
             if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value <= 0
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 0 < value <= MAX_TTL_SECONDS
             ):
                 raise ValueError(
-                    f"{name} must be a positive whole number of seconds or None, not {value!r}"
+                    f"{name} must be a positive whole number of seconds up to "
+                    f"{MAX_TTL_SECONDS}, or None, not {value!r}"
                 )
         if self.in_flight not in ("reject", "wait"):
             raise ValueError(f'in_flight must be "reject" or "wait", not {self.in_flight!r}')

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.conf import MAX_TTL_SECONDS, engine_hook, engine_setting
 from idempotency.core.redaction import check_paths
 
 _cache: dict[tuple[str, str], tuple[float, Any]] = {}
@@ -32,14 +32,16 @@ def tenant_record_ttl(tenant: str) -> int | None:
 
 def _record_ttl(ttl: Any) -> int | None:
     """The hook's answer checked: None (or 0) for the endpoint's or default TTL, else seconds
-    over 0. A negative number is a ``ValueError``: its records were written already expired, so
-    nothing replayed and every retry ran the view again."""
+    over 0, up to ``MAX_TTL_SECONDS``. Anything else is a ``ValueError`` before the view runs:
+    a negative number wrote records already expired, so nothing replayed and every retry ran
+    the view again; a huge one overflowed the record's expiry after the view had run."""
     if not ttl:
         return None
     seconds = int(ttl)
-    if seconds <= 0:
+    if not 0 < seconds <= MAX_TTL_SECONDS:
         raise ValueError(
-            f"RECORD_TTL_FOR_TENANT returned {ttl!r}: a number of seconds over 0, or None"
+            f"RECORD_TTL_FOR_TENANT returned {ttl!r}: a number of seconds over 0 up to "
+            f"{MAX_TTL_SECONDS}, or None"
         )
     return seconds
 

@@ -109,6 +109,16 @@ def test_a_malformed_setting_is_named(settings, name):
     assert message.startswith(f'IDEMPOTENCY["{name}"] ') and problem in message
 
 
+@pytest.mark.parametrize("name", ["TTL_SECONDS", "AUTO_KEY_WINDOW_SECONDS", "TOKEN_TTL_SECONDS"])
+def test_a_period_past_ten_years_is_named(settings, name):
+    """(red: the check passed, and every request overflowed the record's expiry date after
+    its view ran)"""
+    [message] = errors_with(settings, **{name: 10**12})
+    assert message == (
+        f'IDEMPOTENCY["{name}"] must be at most 316224000 seconds (ten years), not 1000000000000'
+    )
+
+
 @pytest.mark.parametrize("value", [None, 5, {"Location": 1}], ids=["none", "int", "dict"])
 def test_replay_headers_that_are_not_a_list_are_named(settings, value):
     """(red: ``manage.py check`` stopped on a TypeError, ``'NoneType' object is not

@@ -106,6 +106,7 @@ def test_a_method_the_form_decorator_cannot_tell_is_refused_when_called():
         pytest.param({"ttl_seconds": -60}, r"ttl_seconds must be a positive", id="negative-ttl"),
         pytest.param({"ttl_seconds": 1.5}, r"ttl_seconds must be a positive", id="fractional-ttl"),
         pytest.param({"auto_key_window": -1}, r"auto_key_window must be", id="negative-window"),
+        pytest.param({"ttl_seconds": 10**12}, r"up to 316224000", id="ttl-past-dates"),
         pytest.param({"in_flight": "queue"}, r'in_flight must be "reject" or "wait"', id="queue"),
         pytest.param({"wait_seconds": 0}, r"wait_seconds must be a positive", id="no-wait"),
         pytest.param(
