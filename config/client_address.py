@@ -61,7 +61,7 @@ def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) 
         return remote
     client = remote
     for entry in reversed(forwarded_for.split(",")):
-        candidate = _canonical(entry.strip())
+        candidate = _canonical(_without_port(entry.strip()))
         if candidate is None:
             break  # not an address: nothing further left was written by a proxy we trust
         client = str(candidate)
@@ -100,6 +100,22 @@ def limited_address_of(request: HttpRequest) -> str:
     """:func:`limited_address` of the request's client (``REMOTE_ADDR``, the client's behind
     the site's proxies); also django-axes' ``AXES_CLIENT_IP_CALLABLE``."""
     return limited_address(request.META.get("REMOTE_ADDR", ""))
+
+
+def _without_port(entry: str) -> str:
+    """An ``X-Forwarded-For`` entry's address: some proxies write the port the client sent
+    from (``203.0.113.7:51234``, ``[2001:db8::1]:51234``), or an IPv6 address in brackets.
+    Read as no address, every client behind such a proxy counted as the proxy itself, one
+    budget for all. A bare IPv6 address is left whole: its colons are its own."""
+    if entry.startswith("["):
+        address, bracket, rest = entry[1:].partition("]")
+        if bracket and (not rest or (rest[0] == ":" and rest[1:].isdigit())):
+            return address
+        return entry
+    address, colon, port = entry.partition(":")
+    if colon and port.isdigit() and "." in address:
+        return address
+    return entry
 
 
 def _canonical(address: str) -> IPv4Address | IPv6Address | None:

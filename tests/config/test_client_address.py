@@ -45,6 +45,16 @@ NETS = trusted_networks([PROXY, "10.0.1.0/24", "fd00::/8"])
         # one client, one spelling: one limit
         (PROXY, "::ffff:203.0.113.7", "203.0.113.7"),
         (PROXY, "2001:0DB8:0::1", "2001:db8::1"),
+        # a proxy that writes the client's port, or brackets an IPv6 address (red: the proxy's
+        # own address, one budget for every client behind it)
+        (PROXY, "203.0.113.7:51234", "203.0.113.7"),
+        (PROXY, "[2001:db8::1]:51234", "2001:db8::1"),
+        (PROXY, "[2001:db8::1]", "2001:db8::1"),
+        (PROXY, "6.6.6.6, 203.0.113.7:443, 10.0.1.9:80", "203.0.113.7"),
+        # and still no address: a port that is no number, a bracket left open
+        (PROXY, "203.0.113.7:http", PROXY),
+        (PROXY, "[2001:db8::1:51234", PROXY),
+        (PROXY, "[2001:db8::1]x", PROXY),
     ],
 )
 def test_the_client_is_the_rightmost_address_that_is_not_our_proxy(remote, forwarded, client):
