@@ -135,11 +135,16 @@ class AuditStreamCursor(models.Model):
 
 class StaffAccessLog(models.Model):
     """Who looked at what personal data in the admin, and when: each view of a stored reply
-    body and each export of audits is one row (read-only evidence, never edited). The host
-    logs its own pages of personal data here too (``VIEW_PERSONAL_DATA``, with their model)."""
+    body, of an audit's request details (the client's address and user agent) and each export
+    of audits is one row (read-only evidence, never edited). The host logs its own pages of
+    personal data here too (``VIEW_PERSONAL_DATA``, with their model)."""
 
     class Action(models.TextChoices):
         VIEW_STORED_BODY = "view_stored_body", "Viewed a stored reply body"
+        VIEW_REQUEST_DETAILS = (
+            "view_request_details",
+            "Viewed an audit's request details (client address, user agent)",
+        )
         EXPORT_AUDITS = "export_audits", "Exported duplicate audits (CSV)"
         VIEW_PERSONAL_DATA = "view_personal_data", "Viewed personal data (the host's pages)"
 

@@ -160,7 +160,7 @@ class ResolutionForm(forms.Form):
 
 
 @admin.register(DuplicateAudit)
-class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
+class DuplicateAuditAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin):
     list_display = [
         "at",
         "outcome",
@@ -177,6 +177,11 @@ class DuplicateAuditAdmin(TenantLabelsMixin, ReadOnlyAdmin):
     readonly_fields = ["request_details"]
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
+    # an audit's page shows the request's client address and user agent: personal data
+    access_action = StaffAccessLog.Action.VIEW_REQUEST_DETAILS
+
+    def shows_personal_data(self, request: HttpRequest) -> bool:
+        return True
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

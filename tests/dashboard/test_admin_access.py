@@ -100,6 +100,30 @@ def test_an_export_carries_hashed_keys_and_is_logged():
     assert entry.object_ids == [str(a.pk) for a in audits]
 
 
+def test_an_audit_s_page_shows_the_client_s_address_and_the_view_is_logged():
+    """An audit's page shows the request's client address and user agent (red: no log)."""
+    audit = DuplicateAudit.objects.create(
+        tenant_key="1",
+        endpoint="POST api/v1/orders/",
+        key=keyed_digest("raw-x"),
+        outcome="HIT",
+        at=timezone.now(),
+        request_meta={"client_ip": "203.0.113.7", "user_agent": "DinerApp/2.1"},
+    )
+    staff = staff_with("view_duplicateaudit")
+    listing = staff.get("/admin/idempotency/duplicateaudit/")
+    assert listing.status_code == 200 and not StaffAccessLog.objects.exists()
+    page = staff.get(f"/admin/idempotency/duplicateaudit/{audit.pk}/change/")
+    assert page.status_code == 200 and "203.0.113.7" in page.content.decode()
+    [entry] = StaffAccessLog.objects.all()
+    assert (entry.actor, entry.action, entry.object_type, entry.object_ids) == (
+        "staff-1",
+        "view_request_details",
+        "idempotency.DuplicateAudit",
+        [str(audit.pk)],
+    )
+
+
 def test_the_access_log_is_read_only_evidence(record):
     viewer = staff_with("view_idempotencyrecord", "view_stored_body", "view_staffaccesslog")
     viewer.get(f"/admin/idempotency/idempotencyrecord/{record.pk}/change/")
