@@ -30,6 +30,7 @@ from enum import Enum
 from django.conf import settings
 from django.db import connection, router, transaction
 from django.db.models import Case, F, Q, QuerySet, Value, When
+from django.urls import reverse
 from django.utils import timezone
 
 from idempotency.audit import AuditEvent
@@ -368,7 +369,8 @@ def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Deci
                 "currency": event.currency,
                 "reason": decision.reason,
             },
-            resource_ref=str(order.pk),
+            # the order's URL, as the API's own audits name it (the admin's search matches it)
+            resource_ref=reverse("order-detail", kwargs={"order_id": order.pk}),
         ),
         in_transaction=True,
     )

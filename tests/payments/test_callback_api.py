@@ -119,7 +119,7 @@ def test_the_same_event_again_is_a_duplicate_that_changes_nothing(deliver, payin
     assert (audit.tenant_key, audit.key, audit.resource_ref) == (
         str(tenant.pk),
         keyed_digest("simulated:evt_a"),
-        str(order.pk),
+        f"/api/v1/orders/{order.pk}/",
     )
     assert audit.principal == "provider:simulated" and audit.source == "database"
 
