@@ -11,6 +11,7 @@ from django.conf import settings
 from ordering.background import consumers, dispatch, outbox
 from ordering.background.dead_letters import record_dead_letter
 from ordering.background.steps import RetryLater, backoff_seconds
+from ordering.models import OutboxEvent
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +36,18 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
             outbox.expect_retry(event_id=event_id, countdown=countdown)
             raise self.retry(countdown=countdown, exc=exc) from None
         outbox.mark_consumed(event_id=event_id)
+        # the letter names the event's order, which its page and the admin then flag
+        about = (
+            OutboxEvent.all_tenants.select_related("tenant", "order").filter(pk=event_id).first()
+        )
         record_dead_letter(
             key=f"task:{self.name}:{event_id}",
             task=self.name,
             payload={"args": [event_id]},
             error=f"{type(exc).__name__}: {exc}"[:2000],
             attempts=attempt,
+            tenant=about.tenant if about else None,
+            order=about.order if about else None,
         )
         logger.exception("outbox event %s dead-lettered after %d attempts", event_id, attempt)
         return consumers.ConsumeResult.DEAD_LETTERED

@@ -11,9 +11,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ordering.background import consumers, dispatch
+from ordering.background.dead_letters import is_flagged
 from ordering.background.outbox import emit_event, expect_retry, publish_event, sweep_outbox
 from ordering.background.tasks import handle_outbox_event
 from ordering.models import (
+    DeadLetter,
     EventType,
     Order,
     OrderStatus,
@@ -283,3 +285,22 @@ def test_a_sale_is_booked_on_the_restaurant_s_day_not_the_server_s(tenant, menu)
     assert list(SalesDay.objects.for_tenant(tenant).values_list("day", "paid_orders")) == [
         (date(2026, 12, 7), 1)
     ]
+
+
+def test_an_event_no_consumer_can_handle_is_dead_lettered_naming_its_order(tenant, menu, settings):
+    # given an order.paid event of a type this version has no consumer for (written by a
+    # newer release during a rolling deploy), whose handling fails on every attempt
+    settings.SAGA_MAX_RETRIES = 0
+    order, _ = paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(event_type="order.refunded_partly")
+    # when the task gives up on it
+    assert handle_outbox_event.apply(args=[event.pk]).get() == "dead_lettered"
+    # then staff find a letter that names the order and its restaurant (red: neither)
+    letter = DeadLetter.objects.get()
+    assert (letter.key, letter.order_id, letter.tenant_id) == (
+        f"task:ordering.handle_outbox_event:{event.pk}",
+        order.pk,
+        tenant.pk,
+    )
+    assert is_flagged(order)
