@@ -177,28 +177,6 @@ def test_a_declined_order_found_paid_after_all_is_a_conflict_for_staff(tenant, m
     assert status(order) == S.CANCELLED
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_success_arriving_as_a_declined_order_expires_is_either_paid_or_a_conflict(tenant, menu):
-    for _ in range(6):  # which comes first varies from round to round
-        order = declined(tenant, menu, minutes_ago=31)
-        payment = Payment.all_tenants.get(order=order)
-        book(payment=payment, status="succeeded")
-        body, headers = signed_callback(payment=payment, status="succeeded")
-        expired, answered = at_once(
-            expire_unpaid_orders,
-            lambda b=body, h=headers, name=payment.provider: handle_payment_callback(
-                provider_name=name,
-                raw_body=b,
-                timestamp=h[TIMESTAMP_HEADER],
-                signature=h[SIGNATURE_HEADER],
-            ),
-        )
-        if expired == 1:  # the expiry came first: the money is staff's to give back
-            assert (status(order), answered.outcome) == (S.CANCELLED, "conflict")
-        else:  # the callback came first: the order is paid, not expired
-            assert (status(order), answered.outcome) == (S.PAID, "applied")
-
-
 def pending(tenant, menu, *, hours_ago: float) -> tuple[Order, Payment]:
     """An order in PAYING whose one payment started ``hours_ago`` and is still pending."""
     order = placed(tenant, menu, minutes_ago=hours_ago * 60 + 5)
@@ -300,13 +278,24 @@ def test_the_cancel_itself_refuses_a_payment_the_provider_was_never_asked_about(
     assert status(order) == S.PAYING
 
 
+def declined_long_ago(tenant, menu) -> tuple[Order, Payment]:
+    order = declined(tenant, menu, minutes_ago=31)
+    return order, Payment.all_tenants.get(order=order)
+
+
+def stalled(tenant, menu) -> tuple[Order, Payment]:
+    order, payment = pending(tenant, menu, hours_ago=7)
+    reconcile_payments()
+    return order, payment
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_success_arriving_as_a_stalled_order_expires_is_either_paid_or_refunded(
-    tenant, menu, pending_window
+@pytest.mark.parametrize("unpaid", [declined_long_ago, stalled], ids=["declined", "pending"])
+def test_a_success_arriving_as_an_unpaid_order_expires_is_either_paid_or_refunded(
+    tenant, menu, pending_window, unpaid
 ):
     for _ in range(6):  # which comes first varies from round to round
-        order, payment = pending(tenant, menu, hours_ago=7)
-        reconcile_payments()
+        order, payment = unpaid(tenant, menu)
         book(payment=payment, status="succeeded")
         body, headers = signed_callback(payment=payment, status="succeeded")
         expired, answered = at_once(

@@ -22,6 +22,7 @@ from ordering.models import (
     Compensation,
     DeadLetter,
     EventType,
+    Order,
     OrderStatus,
     OutboxEvent,
     Payment,
@@ -66,6 +67,18 @@ def capture(payment: Payment, *, event_id: str | None = None) -> str:
     """The provider's signed "succeeded" callback for ``payment``; the webhook's result."""
     body, headers = signed_callback(payment=payment, event_id=event_id or uuid.uuid4().hex)
     return post_callback(APIClient(), body, headers).json()["result"]
+
+
+def paid_by_a_declined_payment(tenant, dish) -> tuple[Order, Payment, Payment]:
+    """An order paid again after a declined card, the declined payment then taken after all
+    (paying the order, the second one voided): the order, the first and the second payment."""
+    order, first = paying_order(tenant, dish)
+    complete_payment(
+        provider_name=first.provider, provider_txn_id=first.provider_txn_id, status="failed"
+    )
+    order, second = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(first) == "applied"
+    return order, first, second
 
 
 @pytest.fixture
@@ -128,12 +141,7 @@ def test_a_second_payment_taken_is_refunded_and_the_cancel_refunds_only_the_one_
     tenant, menu, django_capture_on_commit_callbacks
 ):
     # given an order paid again after a decline, the declined payment then taken after all
-    order, first = paying_order(tenant, menu["pizza"])
-    complete_payment(
-        provider_name=first.provider, provider_txn_id=first.provider_txn_id, status="failed"
-    )
-    order, second = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
-    assert capture(first) == "applied"
+    order, first, second = paid_by_a_declined_payment(tenant, menu["pizza"])
     # when the provider reports the second one taken too
     with django_capture_on_commit_callbacks(execute=True):
         assert capture(second) == "conflict"
@@ -167,12 +175,7 @@ def test_a_capture_reported_paid_twice_and_again_after_the_cancel_is_one_refund(
     tenant, menu, django_capture_on_commit_callbacks
 ):
     # given a second payment's capture recorded as paid twice, its refund's message not yet run
-    order, first = paying_order(tenant, menu["pizza"])
-    complete_payment(
-        provider_name=first.provider, provider_txn_id=first.provider_txn_id, status="failed"
-    )
-    order, second = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
-    assert capture(first) == "applied"
+    order, _, second = paid_by_a_declined_payment(tenant, menu["pizza"])
     with django_capture_on_commit_callbacks(execute=False):
         assert capture(second) == "conflict"
     # when the order is cancelled and the provider reports the same money again
