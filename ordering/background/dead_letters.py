@@ -65,7 +65,13 @@ def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
         letter = DeadLetter.objects.get(pk=dead_letter_id)
         Compensation.all_tenants.filter(
             compensation_id=letter.key, status=Compensation.Status.FAILED
-        ).update(status=Compensation.Status.PENDING, attempts=0, last_error="")
+        ).update(
+            # updated now: a refund's resend sweep waits on it before sending it again
+            status=Compensation.Status.PENDING,
+            attempts=0,
+            last_error="",
+            updated_at=Now(),
+        )
         args = list(letter.payload.get("args", []))
         kwargs = dict(letter.payload.get("kwargs", {}))
         if letter.task == dispatch.HANDLE_OUTBOX_EVENT and args:

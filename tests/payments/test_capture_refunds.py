@@ -328,3 +328,28 @@ def test_staff_resolving_a_conflict_being_refunded_are_told_and_it_stays_open(
     assert "money was taken after the order was cancelled" in page
     assert "The platform is refunding it to the diner." in page
     assert "Platform staff will refund or confirm it." not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_requeued_refund_is_not_sent_again_by_the_sweep_while_its_message_is_fresh(
+    tenant, menu, settings
+):
+    settings.SAGA_MAX_RETRIES = 0
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    compensation_id = capture_refund_id(payment.pk)
+    with sending_to("memory://"):
+        assert capture(payment) == "conflict"
+        assert refund_unwanted_capture(compensation_id=compensation_id) == (
+            RefundOutcome.DEAD_LETTERED
+        )
+        # the failed attempt was long ago; staff requeue it now
+        Compensation.all_tenants.filter(compensation_id=compensation_id).update(
+            updated_at=timezone.now() - timedelta(hours=1)
+        )
+        requeue_dead_letter(
+            dead_letter_id=DeadLetter.objects.get(key=compensation_id).pk, actor="staff:b"
+        )
+        # then the sweep leaves the requeued message alone (red: sent a second copy at once)
+        assert resend_due_capture_refunds() == 0
