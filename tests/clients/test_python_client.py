@@ -709,6 +709,47 @@ def test_a_key_of_the_caller_s_own_is_sent_as_the_call_s_diner_only(
     assert Order.objects.for_tenant(shop.tenant).count() == 1
 
 
+def test_a_key_of_the_caller_s_own_whose_outcome_is_unknown_is_not_sent_as_another_diner(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """``idempotency_key=``: every answer is lost (the order was placed), then the merchant
+    revokes the diner's sessions; the app calls again with the same key, as the README's
+    RetriesExhaustedError advice says. Red without storing the key with its diner: a 401
+    ApiError, then the key sent as a new guest placed a second order (the TypeScript client
+    raised SessionChangedError both times)."""
+    client = make_client(proxy.url, retry=RetryPolicy(max_attempts=2, base_delay=0.05))
+    diner = client.session().diner_id
+    proxy.drop_responses(2, path=ORDERS)
+    own = str(uuid.uuid4())
+    with pytest.raises(RetriesExhaustedError):
+        client.place_order(shop.order_body(2), idempotency_key=own)
+    revoke_sessions(client_server, shop, diner)
+
+    with pytest.raises(SessionChangedError) as revoked:
+        client.place_order(shop.order_body(2), idempotency_key=own)
+    with pytest.raises(SessionChangedError) as changed:
+        client.place_order(shop.order_body(2), idempotency_key=own)
+
+    assert (revoked.value.idempotency_key, revoked.value.diner_id) == (own, None)
+    assert changed.value.previous_diner_id == diner != changed.value.diner_id
+    assert [e.status for e in wire.posts()] == [None, None, 401]
+    assert Order.objects.for_tenant(shop.tenant).count() == 1
+
+
+def test_a_key_of_the_caller_s_own_is_forgotten_after_its_final_answer(
+    client_server: LiveServer, shop: Shop, make_client
+) -> None:
+    storage = MemoryStorage()
+    client = make_client(client_server.url, storage=storage)
+    own = str(uuid.uuid4())
+
+    placed = client.place_order(shop.order_body(), idempotency_key=own)
+    replayed = client.place_order(shop.order_body(), idempotency_key=own)
+
+    assert (placed.replayed, replayed.replayed) == (False, True)
+    assert not [k for k in storage._items if own in k]
+
+
 def test_a_retry_after_the_session_was_refreshed_goes_on_as_the_same_diner(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
 ) -> None:

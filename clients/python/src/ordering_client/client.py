@@ -232,7 +232,10 @@ class OrderingClient:
     ) -> ApiResult:
         """POST ``body`` to ``path`` as one operation (see the module docstring).
 
-        ``idempotency_key`` overrides the stored key (it is then not stored). With an explicit
+        ``idempotency_key`` sends the caller's key instead of the operation's, as the current
+        session's diner; while its outcome is unknown it is stored with that diner like an
+        operation's key, so sent again as another diner it raises
+        :class:`SessionChangedError` instead of running again. With an explicit
         ``operation_id`` the key is kept after the success answer, until ``operation_ttl``,
         so calling again replays it; by default it is forgotten then. Raises
         :class:`ApiError` for a final error answer (the operation is over: its key is
@@ -245,20 +248,29 @@ class OrderingClient:
         (the key is kept).
         """
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        if idempotency_key is not None:
-            own = _StoredKey(key=idempotency_key, diner_id=self.session().diner_id, resumed=False)
-            return self._send_as_its_diner(path, content, own)
-        entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, body))
+        own = idempotency_key
+        if own is not None:
+            entry = self._prefix + "key:" + own
+        else:
+            entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, body))
         running_key = (self._storage_id, entry)
-        with _RUNNING_LOCK:
-            running = _RUNNING.get(running_key)
-            joining = running is not None
-            if running is None:
-                running = _RUNNING[running_key] = Future()
-        if joining:
-            return running.result()  # a double tap: the first call's answer, or its error
+        while True:
+            with _RUNNING_LOCK:
+                running = _RUNNING.get(running_key)
+                joining = running is not None
+                if running is None:
+                    running = _RUNNING[running_key] = Future()
+            if not joining:
+                break
+            if own is None:
+                return running.result()  # a double tap: the first call's answer, or its error
+            # The caller's own key: calls with it take turns rather than join, as one with
+            # another payload gets its own answer (a 422).
+            wait([running])
         try:
-            result = self._operation(entry, path, content, keep=operation_id is not None)
+            result = self._operation(
+                entry, path, content, keep=operation_id is not None and own is None, own=own
+            )
         except BaseException as error:
             running.set_exception(error)
             raise
@@ -268,16 +280,19 @@ class OrderingClient:
         running.set_result(result)
         return result
 
-    def _operation(self, entry: str, path: str, content: bytes, *, keep: bool) -> ApiResult:
+    def _operation(
+        self, entry: str, path: str, content: bytes, *, keep: bool, own: str | None = None
+    ) -> ApiResult:
         """Send the operation with its key, every attempt as the key's diner. ``keep``: an
-        explicit ``operation_id``, whose key outlives its success (see :meth:`write`)."""
+        explicit ``operation_id``, whose key outlives its success (see :meth:`write`).
+        ``own``: the caller's key, stored with its diner like an operation's key."""
         self._prune_finished()
-        stored = self._operation_key(entry)
+        stored = self._operation_key(entry, own)
         try:
             try:
                 result = self._send_as_its_diner(path, content, stored)
             except ApiError as error:
-                if not _token_refused_unsent(error, stored):
+                if own is not None or not _token_refused_unsent(error, stored):
                     raise
                 # A pre-issued token the server no longer knows (its Redis came back without
                 # its data) or cannot verify, refused before anything ran: the rest of the
@@ -396,9 +411,10 @@ class OrderingClient:
 
     # --- keys --------------------------------------------------------------------------
 
-    def _operation_key(self, entry: str) -> _StoredKey:
-        """The stored key of this operation, or a new one, stored before it is ever sent;
-        :class:`SessionChangedError` when the stored one is another diner's (module doc)."""
+    def _operation_key(self, entry: str, own: str | None = None) -> _StoredKey:
+        """The stored key of this operation, or a new one (``own``, the caller's, if given),
+        stored before it is ever sent; :class:`SessionChangedError` when the stored one is
+        another diner's (module doc)."""
         diner_id = self.session().diner_id
         stored = self._live_record(entry)
         if stored is not None:
@@ -410,11 +426,12 @@ class OrderingClient:
                     diner_id=diner_id,
                 )
             return _StoredKey(key=str(stored["key"]), diner_id=earlier, resumed=True)
-        return self._new_operation_key(entry, diner_id)
+        return self._new_operation_key(entry, diner_id, own)
 
-    def _new_operation_key(self, entry: str, diner_id: str) -> _StoredKey:
-        """A new key for the operation, stored before it is ever sent."""
-        key = self.keys.next_key(self._issue_tokens, diner_id)
+    def _new_operation_key(self, entry: str, diner_id: str, own: str | None = None) -> _StoredKey:
+        """A new key for the operation (``own``, the caller's, if given), stored before it is
+        ever sent."""
+        key = own if own is not None else self.keys.next_key(self._issue_tokens, diner_id)
         record = {"key": key, "created_at": time.time(), "diner_id": diner_id}
         self.storage.set(entry, json.dumps(record))
         return _StoredKey(key=key, diner_id=diner_id, resumed=False)
