@@ -6,7 +6,8 @@ strings; paths accept the digits.
 Orders are shown two ways, chosen in one place (:func:`ordering.api.rendering.shown_order`,
 which writes these shapes): a merchant's secret key sees every field; a diner does not see what
 belongs to the restaurant's back office (the provider's transaction id, who moved the order,
-API key prefixes). The schema declares those fields as optional, so both shapes conform to it.
+API key prefixes). The schema declares those fields as optional, so both shapes conform to it;
+every other field of an answer is read-only and required, as every answer carries it.
 
 The input serializers build their fields once per class, not once per request
 (:mod:`config.prebuilt_fields`), and take each value as the JSON type it was sent in
@@ -37,6 +38,7 @@ class DishSerializer(serializers.ModelSerializer):
     class Meta:
         model = Dish
         fields = ["id", "name", "description", "price", "stock", "available"]
+        read_only_fields = fields
 
     def get_available(self, dish: Dish) -> bool:
         return dish.active and dish.stock > 0
@@ -115,12 +117,14 @@ class OrderLineSerializer(serializers.ModelSerializer):
     class Meta:
         model = OrderLine
         fields = ["dish_id", "dish_name", "unit_price", "quantity", "line_total"]
+        read_only_fields = fields
 
 
 class DinerPaymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Payment
         fields = ["provider", "method", "amount", "currency", "status"]
+        read_only_fields = fields
 
 
 class PaymentSerializer(DinerPaymentSerializer):
@@ -134,6 +138,10 @@ class DinerTransitionSerializer(serializers.ModelSerializer):
     class Meta:
         model = OrderTransition
         fields = ["from_status", "to_status", "at"]
+        read_only_fields = ["to_status", "at"]
+        # Required, as every answer carries it, but not read-only: the schema of a read-only
+        # choice drops the blank one, and an order's first transition comes from "".
+        extra_kwargs = {"from_status": {"required": True}}
 
 
 class TransitionSerializer(DinerTransitionSerializer):
@@ -183,6 +191,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
         ]
+        read_only_fields = fields
 
     payment_serializer: type[serializers.ModelSerializer] = PaymentSerializer
 

@@ -421,6 +421,47 @@ def test_the_schema_declares_an_order_id_in_a_path_as_the_answers_write_it(clien
     assert api.get(f"/api/v1/orders/{order_id}/").json()["id"] == order_id
 
 
+def as_json_schema(schema):
+    """An OpenAPI 3.0 schema as JSON Schema reads it: ``nullable`` admits null."""
+    if isinstance(schema, list):
+        return [as_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    converted = {name: as_json_schema(value) for name, value in schema.items()}
+    if converted.pop("nullable", False):
+        return {"anyOf": [converted, {"type": "null"}]}
+    return converted
+
+
+def test_the_schema_requires_every_field_every_answer_carries(client, api, menu):
+    # An order's status, currency, discount, note and diner were declared optional (their model
+    # fields have defaults), so the TypeScript types made `order.status` possibly undefined
+    # although every answer carries it. Only the merchant-only fields are optional.
+    order_id = place(api, menu).json()["id"]
+    assert api.post(f"/api/v1/orders/{order_id}/pay/").status_code == 200
+    order = api.get(f"/api/v1/orders/{order_id}/").json()
+    listed = api.get("/api/v1/orders/").json()["results"][0]
+    dish = api.get("/api/v1/menu/").json()[0]
+    schemas = as_json_schema(
+        client.get("/api/schema/", HTTP_ACCEPT="application/json").json()["components"]
+    )
+    answers = {
+        "OrderDetail": order,
+        "Order": listed,
+        "OrderLine": order["lines"][0],
+        "Payment": order["payment"],
+        "Transition": order["transitions"][0],
+        "Dish": dish,
+    }
+    for name, answer in answers.items():
+        schema = schemas["schemas"][name]
+        conforms = jsonschema_rs.validator_for({**as_json_schema(schema), "components": schemas})
+        assert conforms.is_valid(answer), (name, answer)
+        assert set(answer) <= set(schema["required"]), (name, set(answer) - set(schema["required"]))
+        optional = set(schema["properties"]) - set(schema["required"])
+        assert optional <= {"provider_txn_id", "actor"}, (name, optional)
+
+
 def test_the_schema_offers_request_bodies_only_in_json(client, api):
     # Every body used to be offered as JSON, form-urlencoded and multipart. A form cannot hold an
     # order's items nor an integer (a form's values are strings, and no field converts one), and

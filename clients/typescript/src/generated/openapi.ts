@@ -272,11 +272,11 @@ export interface components {
         };
         Dish: {
             readonly id: number;
-            name: string;
-            description?: string;
+            readonly name: string;
+            readonly description: string;
             /** Format: decimal */
-            price: string;
-            stock?: number;
+            readonly price: string;
+            readonly stock: number;
             readonly available: boolean;
         };
         IssueTokensIn: {
@@ -310,18 +310,18 @@ export interface components {
              * @description The restaurant's calendar day of the number
              */
             readonly business_day: string | null;
-            status?: components["schemas"]["OrderStatusEnum"];
-            diner_id?: string;
-            payment_method: string;
+            readonly status: components["schemas"]["OrderStatusEnum"];
+            readonly diner_id: string;
+            readonly payment_method: string;
             readonly coupon_code: string | null;
             /** Format: decimal */
-            subtotal: string;
+            readonly subtotal: string;
             /** Format: decimal */
-            discount?: string;
+            readonly discount: string;
             /** Format: decimal */
-            total: string;
-            currency?: string;
-            note?: string;
+            readonly total: string;
+            readonly currency: string;
+            readonly note: string;
             readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
             readonly payment: components["schemas"]["Payment"] | null;
@@ -341,18 +341,18 @@ export interface components {
              * @description The restaurant's calendar day of the number
              */
             readonly business_day: string | null;
-            status?: components["schemas"]["OrderStatusEnum"];
-            diner_id?: string;
-            payment_method: string;
+            readonly status: components["schemas"]["OrderStatusEnum"];
+            readonly diner_id: string;
+            readonly payment_method: string;
             readonly coupon_code: string | null;
             /** Format: decimal */
-            subtotal: string;
+            readonly subtotal: string;
             /** Format: decimal */
-            discount?: string;
+            readonly discount: string;
             /** Format: decimal */
-            total: string;
-            currency?: string;
-            note?: string;
+            readonly total: string;
+            readonly currency: string;
+            readonly note: string;
             readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
             readonly payment: components["schemas"]["Payment"] | null;
@@ -364,12 +364,12 @@ export interface components {
         };
         OrderLine: {
             readonly dish_id: number;
-            dish_name: string;
+            readonly dish_name: string;
             /** Format: decimal */
-            unit_price: string;
-            quantity: number;
+            readonly unit_price: string;
+            readonly quantity: number;
             /** Format: decimal */
-            line_total: string;
+            readonly line_total: string;
         };
         /**
          * @description * `CREATED` - Created
@@ -395,14 +395,14 @@ export interface components {
             results: components["schemas"]["Order"][];
         };
         Payment: {
-            provider: string;
+            readonly provider: string;
             /** @description Shown to merchant keys only. */
             provider_txn_id?: string;
-            method: string;
+            readonly method: string;
             /** Format: decimal */
-            amount: string;
-            currency?: string;
-            status?: components["schemas"]["PaymentStatusEnum"];
+            readonly amount: string;
+            readonly currency: string;
+            readonly status: components["schemas"]["PaymentStatusEnum"];
         };
         PaymentCallbackResult: {
             result: components["schemas"]["ResultEnum"];
@@ -469,8 +469,8 @@ export interface components {
             status: string;
         };
         Transition: {
-            from_status?: components["schemas"]["OrderStatusEnum"] | components["schemas"]["BlankEnum"];
-            to_status: components["schemas"]["OrderStatusEnum"];
+            from_status: components["schemas"]["OrderStatusEnum"] | components["schemas"]["BlankEnum"];
+            readonly to_status: components["schemas"]["OrderStatusEnum"];
             /** @description Shown to merchant keys only. */
             actor?: string;
             /** Format: date-time */
