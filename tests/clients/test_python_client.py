@@ -750,6 +750,28 @@ def test_a_key_of_the_caller_s_own_is_forgotten_after_its_final_answer(
     assert not [k for k in storage._items if own in k]
 
 
+@pytest.mark.parametrize("lost", [True, False], ids=["answer-lost", "already-ended"])
+def test_signing_out_a_session_that_has_ended_is_done_not_an_error(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire, lost: bool
+) -> None:
+    """The sign-out's answer is lost and the retry finds the session ended (401), or the
+    merchant had ended it already: the diner is signed out either way (red: ApiError 401)."""
+    storage = MemoryStorage()
+    client = make_client(proxy.url, storage=storage)
+    diner = client.session().diner_id
+    if lost:
+        proxy.drop_responses(1, path="/api/v1/diner-sessions/end/")
+    else:
+        revoke_sessions(client_server, shop, diner)
+
+    client.end_session()
+
+    ends = [e.status for e in wire.posts("/api/v1/diner-sessions/end/")]
+    assert ends == ([None, 401] if lost else [401])
+    assert not [k for k in storage._items if k.endswith(":session")]
+    assert client.session().diner_id != diner
+
+
 def test_a_retry_after_the_session_was_refreshed_goes_on_as_the_same_diner(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
 ) -> None:

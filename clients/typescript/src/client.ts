@@ -295,10 +295,20 @@ export class OrderingClient {
     await this.updateIndex((index) => void (index[entry] = key.createdAt));
   }
 
-  /** Sign the diner out (`POST /api/v1/diner-sessions/end/`) and forget the session. */
+  /** Sign the diner out (`POST /api/v1/diner-sessions/end/`) and forget the session. A 401 says
+   * the session has ended already (a retry after the sign-out's answer was lost, or a session
+   * revoked or expired): the diner is signed out, not an error. */
   async endSession(): Promise<void> {
-    if ((await this.storedSession()) !== null) {
-      await this.send("POST", "/api/v1/diner-sessions/end/", { auth: this.bearer, content: "" });
+    const session = await this.storedSession();
+    if (session !== null) {
+      try {
+        await this.send("POST", "/api/v1/diner-sessions/end/", {
+          auth: async () => bearerHeader(session.token),
+          content: "",
+        });
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 401)) throw error;
+      }
     }
     await this.storage.removeItem(`${this.prefix}session`);
   }

@@ -114,6 +114,23 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal((await client.orders()).count, 1);
   });
 
+  test("signing out a session whose answer was lost, or that had ended, is done, not an error", async () => {
+    for (const lost of [true, false]) {
+      const storage = memoryStorage();
+      const { client, wire } = clientOf(live!.proxy, { storage });
+      const { dinerId } = await client.session();
+      if (lost) await control("drop", { count: 1, method: "POST", path: "/api/v1/diner-sessions/end/" });
+      else await revokeSessions(dinerId);
+
+      await client.endSession(); // red: ApiError 401 SESSION_REVOKED
+
+      const ends = wire.posts("/api/v1/diner-sessions/end/").map((e) => e.status);
+      assert.deepEqual(ends, lost ? [null, 401] : [401]);
+      assert.equal(storage.getItem(entryOf("session")), null);
+      assert.notEqual((await client.session()).dinerId, dinerId);
+    }
+  });
+
   test("a request still running answers 409, then the client gets its replay", async () => {
     const events: RetryEvent[] = [];
     const storage = memoryStorage(); // one diner: the order's, then the impatient payer's

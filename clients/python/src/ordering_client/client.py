@@ -344,10 +344,22 @@ class OrderingClient:
             raise
 
     def end_session(self) -> None:
-        """Sign the diner out (``POST /api/v1/diner-sessions/end/``) and forget the session."""
+        """Sign the diner out (``POST /api/v1/diner-sessions/end/``) and forget the session.
+        A 401 says the session has ended already (a retry after the sign-out's answer was
+        lost, or a session revoked or expired): the diner is signed out, not an error."""
         with self._session_lock:
-            if self._stored_session() is not None:
-                self._send("POST", "/api/v1/diner-sessions/end/", content=b"", auth=self._bearer)
+            session = self._stored_session()
+            if session is not None:
+                try:
+                    self._send(
+                        "POST",
+                        "/api/v1/diner-sessions/end/",
+                        content=b"",
+                        auth=lambda: _bearer_header(session.token),
+                    )
+                except ApiError as error:
+                    if error.status != 401:
+                        raise
             self.storage.delete(self._prefix + "session")
 
     # --- the session -------------------------------------------------------------------
