@@ -72,17 +72,24 @@ IDEMPOTENCY_KEY_OPTIONAL = OpenApiParameter(
 )
 
 
+# Refusals a view gives under a key, kept and replayed as the key's answer (a 409 or 422 of the
+# engine's own, IN_PROGRESS or REUSED, carries the header too).
+KEPT_REFUSALS = (400, 404, 409, 422)
+
+
 def answer_headers(*successes: int) -> list[OpenApiParameter]:
     """The headers the engine puts on an operation's answers: on its success statuses
-    ``successes`` whether it ran or was replayed (and what a replay left out), and on a refusal
-    that asks for a wait, how long."""
+    ``successes`` and on the refusals it keeps as the key's answer (400, 404, 409, 422) whether
+    it ran or was replayed (and what a replay left out), and on a refusal that asks for a wait,
+    how long."""
     ran_or_replayed = list(successes)
+    kept = [*ran_or_replayed, *KEPT_REFUSALS]
     return [
         OpenApiParameter(
             "X-Idempotent-Result",
             {"type": "string", "enum": ["MISS", "HIT", "IN_PROGRESS", "REUSED"]},
             OpenApiParameter.HEADER,
-            response=[*ran_or_replayed, 409, 422],
+            response=kept,
             description="MISS: this request ran the operation; HIT: the first answer to this "
             "key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first "
             "request with this key is still running; REUSED (422): the key was sent with "
@@ -92,7 +99,7 @@ def answer_headers(*successes: int) -> list[OpenApiParameter]:
             "Idempotent-Replayed",
             {"type": "string", "enum": ["true"]},
             OpenApiParameter.HEADER,
-            response=ran_or_replayed,
+            response=kept,
             description="On a replay only.",
         ),
         OpenApiParameter(

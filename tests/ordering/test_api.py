@@ -382,6 +382,32 @@ def test_the_schema_declares_the_key_s_bounds_and_the_answers_idempotency_header
     assert "API key missing" not in create["responses"]["401"]["description"]  # Bearer only
 
 
+def test_the_schema_declares_the_idempotency_headers_on_every_refusal_a_key_replays(
+    client, api, menu, tenant
+):
+    # A refusal the view gave under a key is the key's answer (MISS, then replayed as HIT), and
+    # the clients tell it from a refusal given before the engine by that header; the schema
+    # declared it on 409 and 422 only, not on the 400 and 404 that carry it too.
+    other = api_for(tenant, diner="diner-2")
+    theirs = place(other, menu).json()["id"]
+    too_many = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 101}], "payment_method": "card"}
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+    refusals = [
+        ("/api/v1/orders/", "/api/v1/orders/", too_many, 400),
+        ("/api/v1/orders/{order_id}/pay/", f"/api/v1/orders/{theirs}/pay/", None, 404),
+        ("/api/v1/orders/{order_id}/cancel/", f"/api/v1/orders/{theirs}/cancel/", None, 404),
+    ]
+    for route, path, body, status in refusals:
+        key = uuid.uuid4().hex
+        first, again = (
+            api.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=key) for _ in range(2)
+        )
+        assert (first.status_code, again.status_code) == (status, status), path
+        assert (first["X-Idempotent-Result"], again["X-Idempotent-Result"]) == ("MISS", "HIT")
+        declared = schema[route]["post"]["responses"][str(status)].get("headers", {})
+        assert {"X-Idempotent-Result", "Idempotent-Replayed"} <= set(declared), (route, status)
+
+
 def test_the_schema_s_location_header_admits_the_location_the_server_sends(client, api, menu):
     # The schema declared Location as format "uri" (absolute), while the server sends a path on
     # this site: every generated client or validator that checks formats (schemathesis's

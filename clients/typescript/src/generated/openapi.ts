@@ -1121,6 +1121,10 @@ export interface operations {
             /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1148,6 +1152,10 @@ export interface operations {
             /** @description Not found for this caller */
             404: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1168,6 +1176,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     /** @description The order's URL (on 409 ORDER_ALREADY_PLACED, the order the key placed). */
@@ -1201,6 +1211,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1328,6 +1340,10 @@ export interface operations {
             /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1355,6 +1371,10 @@ export interface operations {
             /** @description Not found for this caller */
             404: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1375,6 +1395,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -1406,6 +1428,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1456,6 +1480,10 @@ export interface operations {
             /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1483,6 +1511,10 @@ export interface operations {
             /** @description Not found for this caller */
             404: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1503,6 +1535,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -1534,6 +1568,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1588,6 +1624,10 @@ export interface operations {
             /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1615,6 +1655,10 @@ export interface operations {
             /** @description Not found for this caller */
             404: {
                 headers: {
+                    /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
+                    "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1635,6 +1679,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -1666,6 +1712,8 @@ export interface operations {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
                     "X-Idempotent-Result"?: "MISS" | "HIT" | "IN_PROGRESS" | "REUSED";
+                    /** @description On a replay only. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
