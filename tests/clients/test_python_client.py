@@ -29,6 +29,7 @@ from ordering_client import (
     RetryPolicy,
     SessionChangedError,
     TokenKeys,
+    UuidKeys,
 )
 from ordering_client.retry import parse_retry_after
 
@@ -770,6 +771,38 @@ def test_signing_out_a_session_that_has_ended_is_done_not_an_error(
     assert ends == ([None, 401] if lost else [401])
     assert not [k for k in storage._items if k.endswith(":session")]
     assert client.session().diner_id != diner
+
+
+def test_a_key_never_sent_before_the_session_changed_is_forgotten(
+    client_server: LiveServer, shop: Shop, make_client, wire
+) -> None:
+    """The session ends between making the operation's key and sending it (it expired then, or
+    another client on the storage, or a 401 to another call, replaced it): the key was never
+    sent, so nothing can have been placed. The call says the session changed and forgets the
+    key, and the next call places the order (red: the key stayed, and every later call of the
+    operation raised SessionChangedError, sending nothing; the TypeScript client forgot it)."""
+    storage = MemoryStorage()
+
+    class SessionEndsOnceTheKeyIsMade(UuidKeys):
+        ended = False
+
+        def next_key(self, issue, diner_id: str) -> str:
+            if not self.ended:
+                self.ended = True
+                expire_the_stored_session(storage)
+            return super().next_key(issue, diner_id)
+
+    client = make_client(client_server.url, storage=storage, keys=SessionEndsOnceTheKeyIsMade())
+    first_diner = client.session().diner_id
+
+    with pytest.raises(SessionChangedError):
+        client.place_order(shop.order_body(2))
+    assert wire.posts() == []
+    placed = client.place_order(shop.order_body(2))
+
+    assert (placed.status, placed.replayed) == (201, False)
+    assert shop.orders_of(first_diner) == 0
+    assert shop.orders_of(client.session().diner_id) == 1
 
 
 def test_a_retry_after_the_session_was_refreshed_goes_on_as_the_same_diner(

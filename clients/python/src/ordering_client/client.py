@@ -305,6 +305,13 @@ class OrderingClient:
         except OrderAlreadyPlacedError:
             self._finish(entry, keep=keep)
             raise
+        except SessionChangedError:
+            # The session changed before the key's first attempt was sent (it expired, or
+            # another client on the storage replaced it): nothing can have run under the key,
+            # and kept, it would refuse every later call of the operation as another diner's.
+            if not stored.may_have_reached_the_server:
+                self.storage.delete(entry)
+            raise
         except IdempotencyKeyReusedError:
             # Another payload under a key that may already have run this operation (kept after
             # its success, or resumed with its outcome unknown): the key still stands for that

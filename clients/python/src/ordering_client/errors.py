@@ -106,7 +106,8 @@ class SessionChangedError(OrderingError):
 
     The earlier attempt may have executed. The stored key stays until ``operation_ttl`` runs
     out, so the same call keeps saying this; to place the order anyway, knowingly, call again
-    with a new ``operation_id`` (or ``idempotency_key``).
+    with a new ``operation_id`` (or ``idempotency_key``). A key that cannot have reached the
+    server yet (the session changed before its first attempt was sent) is forgotten instead.
     """
 
     def __init__(
