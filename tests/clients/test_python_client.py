@@ -480,6 +480,37 @@ def test_two_clients_sharing_a_storage_run_one_operation_once(
     assert shop.orders_of(diner) == 1
 
 
+@pytest.mark.parametrize("shared", ["one storage object", "two storages of one file"])
+def test_two_clients_sharing_a_storage_open_one_guest_session(
+    client_server: LiveServer, shop: Shop, make_client, wire, tmp_path, shared
+) -> None:
+    """Two clients of one app on one new storage place two orders at once: they take turns
+    opening the session, so both orders are the stored guest's (red: each opened a guest of its
+    own, and the order of the guest the storage did not keep was lost to the app)."""
+    if shared == "one storage object":
+        storage = MemoryStorage()
+        storages = [storage, storage]
+    else:
+        storages = [JsonFileStorage(tmp_path / "ordering.json") for _ in range(2)]
+    clients = [make_client(client_server.url, storage=each) for each in storages]
+    start = threading.Barrier(2)
+    placed: list = []
+
+    def order(client: OrderingClient, quantity: int) -> None:
+        start.wait(timeout=30)
+        placed.append(client.place_order(shop.order_body(quantity)).json()["diner_id"])
+
+    threads = [threading.Thread(target=order, args=(c, n)) for n, c in enumerate(clients, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert len(wire.posts("/api/v1/diner-sessions/")) == 1
+    assert placed == [clients[0].session().diner_id] * 2
+    assert shop.orders_of(placed[0]) == 2
+
+
 def test_the_same_order_written_another_way_is_the_same_operation(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client
 ) -> None:

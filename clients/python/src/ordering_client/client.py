@@ -64,6 +64,9 @@ KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
 # Operations running in this process, by (storage, entry): clients sharing a storage share them
 _RUNNING: dict[tuple[Hashable, str], Future[ApiResult]] = {}
 _RUNNING_LOCK = threading.Lock()
+# The session's lock, by (storage, restaurant): clients sharing a storage take turns opening,
+# refreshing and ending its session, so they share one guest
+_SESSION_LOCKS: dict[tuple[Hashable, str], Any] = {}
 ALREADY_PLACED = "ORDER_ALREADY_PLACED"
 TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN"
 TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID"
@@ -161,11 +164,14 @@ class OrderingClient:
         self._publishable_key = publishable_key
         # Stored entries are per restaurant: an app may hold clients of several.
         self._prefix = f"ordering-client:{publishable_key.partition('.')[0]}:"
-        self._session_lock = threading.RLock()
         self._finished_lock = threading.Lock()
         # operations running in this process on this storage, by entry: a second call of one,
         # from this client or another on the same storage, joins it
         self._storage_id = shared_identity(self.storage)
+        with _RUNNING_LOCK:
+            self._session_lock = _SESSION_LOCKS.setdefault(
+                (self._storage_id, self._prefix), threading.RLock()
+            )
         self.timeout = timeout
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
 
