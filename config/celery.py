@@ -62,6 +62,8 @@ app.conf.update(
     },
     task_ignore_result=True,
     worker_hijack_root_logger=False,
+    # keeps reconnecting after losing the broker while holding a message (config/celery_consumer.py)
+    worker_consumer="config.celery_consumer:BrokerLossConsumer",
 )
 
 

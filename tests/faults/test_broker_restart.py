@@ -1,0 +1,71 @@
+"""A worker's broker (Redis) restarts while the worker holds a message.
+
+A worker holds a message unacknowledged while its countdown runs (a saga step's retry, a
+payment's confirmation). Celery 5.7's consumer, closing the connection it lost, failed to hand
+such messages back and stopped the worker ("Unrecoverable error: AttributeError"), so a Redis
+restart or failover left the outbox and the sagas without a worker until someone started one.
+``config/celery_consumer.py`` keeps it reconnecting.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from config.celery import app
+from tests.support.broker import sending_to
+from tests.support.redis_nodes import RedisNode
+from tests.support.waiting import wait_until
+from tests.workers.conftest import CeleryWorker
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_worker_holding_a_message_keeps_working_after_its_broker_restarts(tmp_path: Path):
+    node = RedisNode().start()
+    worker = CeleryWorker(
+        db_name=settings.DATABASES["default"]["NAME"],
+        queue="broker-restart",
+        log_dir=tmp_path,
+        extra_env={"CELERY_BROKER_URL": node.url},
+    )
+    try:
+        with sending_to(node.url):
+            worker.start()
+            # given a worker holding a message due in five minutes
+            held = app.send_task(
+                "ordering.drain_idempotency_audits", countdown=300, queue=worker.queue
+            )
+            wait_until(
+                lambda: f"drain_idempotency_audits[{held.id}] received" in worker.log(),
+                what="the worker holds the message",
+            )
+            # when its broker dies (SIGKILL) and comes back a little later, without its data
+            assert node.process is not None
+            node.process.kill()
+            node.process.wait(5)
+            node.process = None
+            wait_until(
+                lambda: "Connection to broker lost" in worker.log(),
+                what="the worker sees the broker gone",
+            )
+            time.sleep(1)
+            node.start()
+
+            # then the worker reconnects and runs what it is sent next
+            sent = app.send_task("ordering.sweep_outbox", queue=worker.queue)
+
+            def alive_and_swept() -> bool:
+                assert worker.process is not None
+                if worker.process.poll() is not None:
+                    raise AssertionError(f"the worker stopped:\n{worker.log()[-3000:]}")
+                return f"sweep_outbox[{sent.id}] succeeded" in worker.log()
+
+            wait_until(alive_and_swept, what="the worker runs a task sent after the restart")
+            assert worker.process.poll() is None
+    finally:
+        worker.stop()
+        node.remove()
