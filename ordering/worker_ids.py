@@ -215,15 +215,18 @@ def _redis_client() -> redis.Redis:
 
 @contextmanager
 def _redis_reachable() -> Iterator[None]:
+    """Any Redis error makes the store unavailable, so the lease goes to the database's half.
+
+    Not only a node that cannot be reached: one that answers but refuses writes too (READONLY
+    from a node demoted to a replica by a failover, OOM from a full node that evicts nothing,
+    MISCONF, CLUSTERDOWN from a cluster that lost a master), as the idempotency engine treats
+    every Redis error. Such an error escaping here was a 500 for each order the process was
+    sent, for as long as the node refused."""
     try:
         yield
     except (
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
+        redis.exceptions.RedisError,
         redis.exceptions.RedisClusterException,  # no node of a cluster reachable
-        # A cluster that lost a master (no replica, or before one is promoted): every master
-        # answers CLUSTERDOWN, so no lease can be claimed or renewed there.
-        redis.exceptions.ClusterDownError,
     ) as exc:
         raise LeaseStoreUnavailable(f"Redis unreachable: {exc}") from exc
 

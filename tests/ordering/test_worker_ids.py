@@ -37,6 +37,7 @@ from ordering.worker_ids import (
 )
 from tenants.redis_routing import _cluster_client
 from tests.conftest import use_topology
+from tests.support.ports import free_port
 from tests.support.redis_nodes import RedisNode, start_cluster, wait_until
 
 LeaseFactory = Callable[..., WorkerLeaseHandle]
@@ -301,6 +302,47 @@ def test_lease_follows_the_routing_and_survives_losing_its_node(
         assert WorkerLease.objects.get(worker_id=handle.worker_id).owner == handle.owner
         later = generator.next_id(shard=1, dish_bucket=1)
         assert later != first and decode_order_id(later).worker_id == handle.worker_id
+        handle.release()
+    finally:
+        node.remove()
+
+
+def _demoted(node: RedisNode) -> None:
+    """The node became a replica (a failover promoted another): writes answer READONLY."""
+    node.client().replicaof("127.0.0.1", free_port())
+
+
+def _full(node: RedisNode) -> None:
+    """The node is out of memory and evicts nothing: writes answer OOM."""
+    node.client().config_set("maxmemory-policy", "noeviction")
+    node.client().config_set("maxmemory", 1)
+
+
+@pytest.mark.parametrize("refuse", [_demoted, _full], ids=["demoted-to-replica", "out-of-memory"])
+def test_a_node_that_refuses_writes_sends_leases_to_the_database(
+    transactional_db: None, settings: Any, refuse: Callable[[RedisNode], None]
+) -> None:
+    # given a lease on a Redis node of the test's own
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        handle = lease_worker_id(lease_seconds=30)  # its heartbeat stays out of the way
+        assert handle.worker_id < 64
+        # when the node answers but refuses every write
+        refuse(node)
+        # then a process starting now leases from the database's half (it answered every order
+        # it was sent 500), and the holder keeps an id: its renewal (an EXPIRE, which a full
+        # node still takes) goes on, or fails over to the database's half like an unreachable
+        # node's (a replica takes no write at all)
+        try:
+            handle.renew()
+        except LeaseStoreUnavailable:
+            handle.fail_over_if_expiring(interval=30)
+            assert handle.worker_id >= 64
+        assert handle.is_valid()
+        fresh = lease_worker_id(lease_seconds=30)
+        assert fresh.worker_id >= 64 and fresh.worker_id != handle.worker_id
+        fresh.release()
         handle.release()
     finally:
         node.remove()
