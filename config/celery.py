@@ -64,6 +64,10 @@ app.conf.update(
     worker_hijack_root_logger=False,
     # keeps reconnecting after losing the broker while holding a message (config/celery_consumer.py)
     worker_consumer="config.celery_consumer:BrokerLossConsumer",
+    # An error reply from the broker reconnects too, as a lost connection does, instead of
+    # stopping the worker: a failover that demotes the old primary ends the worker's BRPOP with
+    # "UNBLOCKED ... master -> replica" (tests/faults/test_broker_restart.py).
+    broker_channel_error_retry=True,
 )
 
 

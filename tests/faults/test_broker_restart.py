@@ -1,10 +1,14 @@
-"""A worker's broker (Redis) restarts while the worker holds a message.
+"""A worker's broker (Redis) restarts, or is demoted by a failover, under a running worker.
 
 A worker holds a message unacknowledged while its countdown runs (a saga step's retry, a
 payment's confirmation). Celery 5.7's consumer, closing the connection it lost, failed to hand
 such messages back and stopped the worker ("Unrecoverable error: AttributeError"), so a Redis
 restart or failover left the outbox and the sagas without a worker until someone started one.
 ``config/celery_consumer.py`` keeps it reconnecting.
+
+A failover demotes the old primary to a replica: Redis ends the worker's waiting ``BRPOP`` with
+an error reply (``UNBLOCKED ... master -> replica``), which Celery counted as unrecoverable, and
+the worker stopped too. ``broker_channel_error_retry`` makes such replies a reason to reconnect.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from django.conf import settings
 
 from config.celery import app
 from tests.support.broker import sending_to
+from tests.support.ports import free_port
 from tests.support.redis_nodes import RedisNode
 from tests.support.waiting import wait_until
 from tests.workers.conftest import CeleryWorker
@@ -66,6 +71,40 @@ def test_a_worker_holding_a_message_keeps_working_after_its_broker_restarts(tmp_
 
             wait_until(alive_and_swept, what="the worker runs a task sent after the restart")
             assert worker.process.poll() is None
+    finally:
+        worker.stop()
+        node.remove()
+
+
+def test_a_worker_keeps_working_after_a_failover_demotes_its_broker(tmp_path: Path):
+    node = RedisNode().start()
+    worker = CeleryWorker(
+        db_name=settings.DATABASES["default"]["NAME"],
+        queue="broker-demoted",
+        log_dir=tmp_path,
+        extra_env={"CELERY_BROKER_URL": node.url},
+    )
+    try:
+        with sending_to(node.url):
+            worker.start()
+            # given a worker waiting for messages (BRPOP)
+            # when a failover demotes its broker to a replica, and later it is a primary again
+            node.client().replicaof("127.0.0.1", free_port())
+            wait_until(
+                lambda: "replica" in worker.log() or worker.process.poll() is not None,
+                what="the worker's BRPOP ended by the demotion",
+            )
+            node.client().replicaof("no", "one")
+            # then the worker is still there and runs what it is sent
+            sent = app.send_task("ordering.sweep_outbox", queue=worker.queue)
+
+            def alive_and_swept() -> bool:
+                assert worker.process is not None
+                if worker.process.poll() is not None:
+                    raise AssertionError(f"the worker stopped:\n{worker.log()[-3000:]}")
+                return f"sweep_outbox[{sent.id}] succeeded" in worker.log()
+
+            wait_until(alive_and_swept, what="the worker runs a task sent after the failover")
     finally:
         worker.stop()
         node.remove()
