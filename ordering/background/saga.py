@@ -131,6 +131,7 @@ def _cancel_delivery(order: Order, compensation: Compensation) -> None:
         mark_done(
             compensation,
             {"reference": cancellation.reference, "replayed": cancellation.replayed},
+            acted=True,
         )
 
 
@@ -154,7 +155,7 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
                 "amount": str(refund.amount),
                 "replayed": refund.replayed,
             }
-            if mark_done(compensation, result):
+            if mark_done(compensation, result, acted=True):
                 Payment.all_tenants.filter(pk=payment.pk, status=P.SUCCEEDED).update(
                     status=P.REFUNDED
                 )

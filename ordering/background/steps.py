@@ -28,7 +28,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from ordering.background.dead_letters import record_dead_letter
-from ordering.models import Compensation, Order
+from ordering.models import Compensation, DeadLetter, Order
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +70,32 @@ def begin_attempt(compensation: Compensation) -> int:
     return compensation.attempts
 
 
-def mark_done(compensation: Compensation, result: dict | None = None) -> bool:
+def mark_done(
+    compensation: Compensation, result: dict | None = None, *, acted: bool = False
+) -> bool:
     """The step's once-only gate; call it in the transaction that applies the step's effect
-    and apply the effect only if it returns True."""
+    and apply the effect only if it returns True.
+
+    ``acted``: an external call of the step went through (the provider refunded). That is
+    recorded even when another run of the step, failing its last attempt meanwhile, marked
+    the step failed and dead-lettered it: the money moved all the same, and a step left
+    failed would send staff to move it again by hand. Its open letter is closed (the letter
+    first, then the step: the order a requeue and staff take them in)."""
+    statuses = [Compensation.Status.PENDING]
+    if acted:
+        statuses.append(Compensation.Status.FAILED)
+        DeadLetter.objects.filter(
+            key=compensation.compensation_id, state=DeadLetter.State.OPEN
+        ).update(
+            state=DeadLetter.State.DISCARDED,
+            resolved_at=Now(),
+            resolved_by="platform:step",
+            note="another run of the step went through",
+        )
     return bool(
-        Compensation.all_tenants.filter(
-            pk=compensation.pk, status=Compensation.Status.PENDING
-        ).update(status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error="")
+        Compensation.all_tenants.filter(pk=compensation.pk, status__in=statuses).update(
+            status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error=""
+        )
     )
 
 

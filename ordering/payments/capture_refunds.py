@@ -118,7 +118,7 @@ def refund_unwanted_capture(*, compensation_id: str) -> RefundOutcome:
         "replayed": refund.replayed,
     }
     with transaction.atomic():
-        if not mark_done(compensation, result):
+        if not mark_done(compensation, result, acted=True):
             return RefundOutcome.ALREADY_DONE  # another run recorded it first
         Payment.all_tenants.filter(pk=payment.pk).update(
             status=Payment.Status.REFUNDED, updated_at=Now()

@@ -212,6 +212,40 @@ def test_two_runs_of_the_refund_at_once_refund_once(tenant, menu):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_refund_that_went_through_beside_a_run_giving_up_is_recorded(tenant, menu, settings):
+    settings.SAGA_MAX_RETRIES = 0
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with sending_to("memory://"):
+        assert capture(payment) == "conflict"
+    compensation_id = capture_refund_id(payment.pk)
+    # given a provider that fails one call and answers the next slowly, the money moved
+    plan_fault(
+        order=order,
+        step=Compensation.Step.REFUND_PAYMENT,
+        fail_times=1,
+        delay_times=1,
+        delay_seconds=1,
+    )
+    # when two runs meet (a redelivery beside a retry), one failing its last attempt while
+    # the provider refunds the other's
+    results = at_once(
+        lambda: refund_unwanted_capture(compensation_id=compensation_id),
+        lambda: refund_unwanted_capture(compensation_id=compensation_id),
+    )
+    # then the refund the provider made is what the books say: done, the payment refunded,
+    # the conflict closed by the platform, no letter sending staff to refund it by hand
+    assert sorted(results) == sorted([RefundOutcome.REFUNDED, RefundOutcome.DEAD_LETTERED])
+    assert len(refunds()) == 1
+    assert Compensation.all_tenants.get(compensation_id=compensation_id).status == "done"
+    payment.refresh_from_db()
+    assert payment.status == P.REFUNDED
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    assert (conflict.resolved, conflict.resolved_by) == (True, "platform:capture-refund")
+    assert not DeadLetter.objects.filter(state="open").exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_refund_that_keeps_failing_waits_for_staff_and_cannot_run_after_they_settle_it(
     tenant, menu, settings
 ):

@@ -37,6 +37,7 @@ from ordering.services.lifecycle import cancel_order
 from ordering.simulation import plan_fault
 from tenants.models import Tenant
 from tests.payments.helpers import paid_order
+from tests.support.concurrency import at_once
 
 S = OrderStatus
 Step = Compensation.Step
@@ -332,6 +333,32 @@ def test_two_runs_at_once_apply_each_step_once(tenant, menu, coupon, monkeypatch
     assert OrderTransition.objects.for_tenant(tenant).filter(to_status=S.CANCELLED).count() == 1
     assert Compensation.objects.for_tenant(tenant).count() == len(STEPS)
     assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_that_went_through_beside_a_run_giving_up_is_recorded(
+    tenant, menu, coupon, settings, monkeypatch
+):
+    settings.SAGA_MAX_RETRIES = 0
+    with monkeypatch.context() as sent:  # the saga's message is sent, not yet run
+        sent.setattr(dispatch, "enqueue", lambda *args, **kwargs: None)
+        order, payment, event = cancelled(tenant, menu)
+    # given a provider that fails one refund call and answers the next slowly, the money moved
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=1, delay_times=1, delay_seconds=1)
+    # when two runs meet, one failing the refund's last attempt while the provider refunds
+    # the other's
+    outcomes = at_once(
+        lambda: run_cancel_saga(event=OutboxEvent.all_tenants.get(pk=event.pk)),
+        lambda: run_cancel_saga(event=OutboxEvent.all_tenants.get(pk=event.pk)),
+    )
+    # then the order is cancelled with its refund recorded and booked once: not cancelled
+    # with its payment taken, the step failed and its letter open (a requeue of which finds
+    # the saga done and records nothing)
+    assert sorted(outcomes) == sorted([SagaOutcome.COMPLETED, SagaOutcome.DEAD_LETTERED])
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    assert SimulatedOperation.objects.filter(kind="refund").count() == 1
+    assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
+    assert not is_flagged(order)
 
 
 @pytest.mark.django_db(transaction=True)
