@@ -34,7 +34,8 @@ from ordering.dashboard.access import (
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Order, OrderStatus
+from ordering.models import Order, OrderStatus, Payment
+from ordering.models.payments import payment_of_record
 from ordering.payments.conflicts import open_conflicts
 from ordering.selectors import BoardCard, board_cards, board_version, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
@@ -156,13 +157,21 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
         {
             "order": order,
             "moves": merchant_moves(order, may_cancel=may_reach(request, Area.CANCEL_ORDERS)),
-            "payments": list(order.payments.all()),
+            "payments": _payments_shown(list(order.payments.all())),
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
             "payments_under_review": list(open_conflicts(tenant=tenant).filter(order=order)),
         },
         section="orders",
     )
+
+
+def _payments_shown(payments: list[Payment]) -> list[Payment]:
+    """The order's payments, the one that took its money first (the one the API's answer
+    shows, :func:`payment_of_record`): a payment taken twice and refunded by the platform
+    is newer, and listed first it read as the order's money refunded."""
+    paid_by = payment_of_record(payments)
+    return sorted(payments, key=lambda payment: payment is not paid_by)
 
 
 @member_required(Area.ORDERS)

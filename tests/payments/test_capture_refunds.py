@@ -149,6 +149,13 @@ def test_a_second_payment_taken_is_refunded_and_the_cancel_refunds_only_the_one_
     assert refunds() == [(second.provider_txn_id, capture_refund_id(second.pk), Decimal("9.50"))]
     order.refresh_from_db()
     assert order.status == S.PAID
+    # and the restaurant's page of the order shows the payment that paid it first, the one
+    # refunded marked as not the order's
+    merchant = Client()
+    merchant.force_login(make_merchant(tenant, "owner"))
+    page = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+    assert page.index(first.provider_txn_id) < page.index(second.provider_txn_id)
+    assert page.count("not this order's payment") == 1
     # and when the diner cancels the order, the saga refunds the payment that paid it, only
     cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
     event = OutboxEvent.objects.for_tenant(tenant).get(
