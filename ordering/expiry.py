@@ -39,6 +39,7 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
     now = now or timezone.now()
     window = settings.UNPAID_ORDER_EXPIRY_SECONDS
     kinds: list[QuerySet[Order]] = []
+    cutoff = None
     if window > 0:
         cutoff = now - timedelta(seconds=window)
         kinds.append(Order.all_tenants.filter(status=OrderStatus.CREATED, created_at__lt=cutoff))
@@ -62,6 +63,7 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
                 tenant=tenants[tenant_id],
                 order_id=order_id,
                 pending_started_before=pending_started_before,
+                declined_before=cutoff,
             )
         except Exception:  # this order alone: the others are still expired
             logger.exception("order %s could not be expired", order_id)

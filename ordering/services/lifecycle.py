@@ -173,10 +173,16 @@ def cancel_order(
 
 
 def expire_unpaid_order(
-    *, tenant: Tenant, order_id: int, pending_started_before: datetime | None = None
+    *,
+    tenant: Tenant,
+    order_id: int,
+    pending_started_before: datetime | None = None,
+    declined_before: datetime | None = None,
 ) -> bool:
     """Cancel an order left unpaid, as the diner could: still CREATED, or PAYING with every
-    payment declined, or (with ``pending_started_before``) PAYING with its one pending payment
+    payment declined (with ``declined_before``: the last before then, read under the order's
+    lock, so a diner declined again since the expiry listed the order may still pay), or (with
+    ``pending_started_before``) PAYING with its one pending payment
     started before then and already asked about at the provider, which had nothing settled.
     Its portions and coupon go back, and a pending payment is voided: should the provider take
     it after all, the platform refunds it (:mod:`ordering.payments.capture_refunds`). False,
@@ -187,7 +193,9 @@ def expire_unpaid_order(
             order = access_paying_order(
                 tenant=tenant, order_id=order_id, related=("lines", "payments")
             )
-            if order.status != S.CREATED and not _stalled(order, pending_started_before):
+            if order.status != S.CREATED and not _stalled(
+                order, pending_started_before, declined_before
+            ):
                 return False
             _cancel_unpaid(order, actor=EXPIRY_ACTOR)
     except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)
@@ -195,10 +203,12 @@ def expire_unpaid_order(
     return True
 
 
-def _stalled(order: Order, pending_started_before: datetime | None) -> bool:
-    """PAYING, every payment declined but perhaps one pending, started before
-    ``pending_started_before`` (None: none may be pending) and answered by the provider since
-    (reconciliation's ``checked_at``)."""
+def _stalled(
+    order: Order, pending_started_before: datetime | None, declined_before: datetime | None
+) -> bool:
+    """PAYING, every payment declined (before ``declined_before``, when given) but perhaps one
+    pending, started before ``pending_started_before`` (None: none may be pending) and answered
+    by the provider since (reconciliation's ``checked_at``)."""
     if order.status != S.PAYING:
         return False
     payments = list(order.payments.all())
@@ -206,7 +216,9 @@ def _stalled(order: Order, pending_started_before: datetime | None) -> bool:
     if any(p.status not in (Payment.Status.FAILED, Payment.Status.PENDING) for p in payments):
         return False
     if not pending:
-        return bool(payments)
+        return bool(payments) and (
+            declined_before is None or all(p.updated_at < declined_before for p in payments)
+        )
     return pending_started_before is not None and all(
         p.created_at < pending_started_before and p.checked_at is not None for p in pending
     )

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from ordering import expiry
 from ordering.errors import OrderingError
 from ordering.expiry import expire_unpaid_orders
 from ordering.models import (
@@ -162,6 +163,27 @@ def test_an_order_whose_payment_was_declined_long_ago_gives_back_its_portions(te
     assert (status(old), status(recent)) == (S.CANCELLED, S.PAYING)
     assert stock(menu["pasta"]) == 48
     assert Payment.all_tenants.get(order=old).status == "failed"
+
+
+@pytest.mark.django_db
+def test_an_order_declined_again_as_the_expiry_reaches_it_is_left_to_the_diner(
+    tenant, menu, monkeypatch
+):
+    order = declined(tenant, menu, minutes_ago=31)
+    cancel = expiry.expire_unpaid_order
+
+    def diner_pays_again_first(**kwargs):
+        # between the expiry's listing of the order and its cancel, the diner came back, paid
+        # again, and that card was declined too: they are deciding now
+        _, again = pay_order(tenant=tenant, order_id=order.pk, actor="diner")
+        complete_payment(
+            provider_name=again.provider, provider_txn_id=again.provider_txn_id, status="failed"
+        )
+        return cancel(**kwargs)
+
+    monkeypatch.setattr(expiry, "expire_unpaid_order", diner_pays_again_first)
+    assert expire_unpaid_orders() == 0
+    assert status(order) == S.PAYING
 
 
 @pytest.mark.django_db
