@@ -79,23 +79,34 @@ def mark_done(
     ``acted``: an external call of the step went through (the provider refunded). That is
     recorded even when another run of the step, failing its last attempt meanwhile, marked
     the step failed and dead-lettered it: the money moved all the same, and a step left
-    failed would send staff to move it again by hand. Its open letter is closed (the letter
-    first, then the step: the order a requeue and staff take them in)."""
+    failed would send staff to move it again by hand. Its open letter is closed then."""
     statuses = [Compensation.Status.PENDING]
     if acted:
         statuses.append(Compensation.Status.FAILED)
-        DeadLetter.objects.filter(
-            key=compensation.compensation_id, state=DeadLetter.State.OPEN
-        ).update(
-            state=DeadLetter.State.DISCARDED,
-            resolved_at=Now(),
-            resolved_by="platform:step",
-            note="another run of the step went through",
-        )
-    return bool(
+    done = bool(
         Compensation.all_tenants.filter(pk=compensation.pk, status__in=statuses).update(
             status=Compensation.Status.DONE, done_at=Now(), result=result or {}, last_error=""
         )
+    )
+    if done and acted:
+        _close_open_letters(compensation)
+    return done
+
+
+def _close_open_letters(compensation: Compensation) -> None:
+    """Close the letters of a step another run dead-lettered, now that it is done. Read after
+    the step's update, so a letter filed while that waited on the failing run is closed too;
+    a letter staff are requeueing or discarding at this instant is locked by them and left
+    to them (skipped, never waited for: they take the letter, then the step, which this
+    transaction holds)."""
+    open_letters = DeadLetter.objects.filter(
+        key=compensation.compensation_id, state=DeadLetter.State.OPEN
+    ).select_for_update(skip_locked=True)
+    DeadLetter.objects.filter(pk__in=list(open_letters.values_list("pk", flat=True))).update(
+        state=DeadLetter.State.DISCARDED,
+        resolved_at=Now(),
+        resolved_by="platform:step",
+        note="another run of the step went through",
     )
 
 

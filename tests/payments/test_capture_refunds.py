@@ -4,6 +4,8 @@ never after staff settled it by hand."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import timedelta
 from decimal import Decimal
@@ -11,13 +13,15 @@ from decimal import Decimal
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import User
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from ordering.background import dispatch
 from ordering.background.dead_letters import DeadLetterNotOpen, requeue_dead_letter
 from ordering.background.saga import SagaOutcome, run_cancel_saga
-from ordering.background.steps import RetryLater
+from ordering.background.steps import RetryLater, begin_attempt, mark_done, step_failed
 from ordering.models import (
     Compensation,
     DeadLetter,
@@ -30,6 +34,7 @@ from ordering.models import (
     SalesDay,
     SimulatedOperation,
 )
+from ordering.payments.base import ProviderError
 from ordering.payments.capture_refunds import (
     CaptureRefundRunning,
     RefundOutcome,
@@ -250,6 +255,54 @@ def test_a_refund_that_went_through_beside_a_run_giving_up_is_recorded(tenant, m
     conflict = ProviderConflict.objects.for_tenant(tenant).get()
     assert (conflict.resolved, conflict.resolved_by) == (True, "platform:capture-refund")
     assert not DeadLetter.objects.filter(state="open").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_letter_filed_while_the_refund_was_being_recorded_is_closed(tenant, menu, settings):
+    settings.SAGA_MAX_RETRIES = 0
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with sending_to("memory://"):
+        assert capture(payment) == "conflict"
+    compensation = Compensation.all_tenants.get(compensation_id=capture_refund_id(payment.pk))
+    attempt = begin_attempt(compensation)
+    filed = threading.Event()
+
+    def last_attempt_fails() -> None:
+        try:
+            with transaction.atomic():  # failed and dead-lettered, committed a moment later
+                step_failed(
+                    order=order,
+                    compensation=compensation,
+                    attempt=attempt,
+                    exc=ProviderError("down"),
+                    task=dispatch.REFUND_UNWANTED_CAPTURE,
+                    payload={"args": [compensation.compensation_id]},
+                )
+                filed.set()
+                time.sleep(0.5)
+        finally:
+            connection.close()
+
+    def refund_recorded() -> bool:
+        filed.wait(5)
+        with transaction.atomic():  # waits for the failing run's commit, then records
+            return mark_done(compensation, {"refund_id": "sim_re_1"}, acted=True)
+
+    # when another run records the provider's refund while the last attempt's failure commits
+    failing = threading.Thread(target=last_attempt_fails)
+    failing.start()
+    try:
+        assert refund_recorded()
+    finally:
+        failing.join(10)
+        connection.close()
+    # then the step is done and the letter filed meanwhile closed: nothing sends staff to it
+    compensation.refresh_from_db()
+    assert compensation.status == "done"
+    assert list(DeadLetter.objects.values_list("state", "resolved_by")) == [
+        ("discarded", "platform:step")
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
