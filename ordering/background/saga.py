@@ -107,6 +107,11 @@ def run_cancel_saga(*, event: OutboxEvent) -> SagaOutcome:
                 payload={"args": [event.pk], "step": step, "order_id": str(order.pk)},
             )
             return SagaOutcome.DEAD_LETTERED
+        compensation.refresh_from_db(fields=["status"])
+        if compensation.status != Compensation.Status.DONE:
+            # another run failed the step for good after this one read it pending: the order
+            # is not cancelled past it (its letter's requeue runs the saga from here)
+            return SagaOutcome.DEAD_LETTERED
     _finish(event=event, order=order)
     return SagaOutcome.COMPLETED
 

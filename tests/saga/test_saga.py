@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ordering.background import consumers, dispatch
+from ordering.background import consumers, dispatch, saga
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
     discard_dead_letter,
@@ -359,6 +359,62 @@ def test_a_refund_that_went_through_beside_a_run_giving_up_is_recorded(
     assert SimulatedOperation.objects.filter(kind="refund").count() == 1
     assert refunds_booked(tenant) == [(1, payment.amount, payment.currency)]
     assert not is_flagged(order)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_finding_a_step_failed_by_another_meanwhile_does_not_cancel_the_order(
+    tenant, menu, coupon, settings, monkeypatch
+):
+    settings.SAGA_MAX_RETRIES = 0
+    with monkeypatch.context() as sent:  # the saga's message is sent, not yet run
+        sent.setattr(dispatch, "enqueue", lambda *args, **kwargs: None)
+        order, payment, event = cancelled(tenant, menu)
+    failed = threading.Event()
+    real_return_stock, real_begin_attempt = saga.return_stock, saga.begin_attempt
+
+    def return_stock(order):
+        if threading.current_thread().name == "failing":
+            raise ConnectionError("database connection lost")
+        return real_return_stock(order)
+
+    def begin_attempt(compensation):
+        if threading.current_thread().name == "late":
+            failed.wait(10)  # it read the step pending; the other run fails it for good now
+        return real_begin_attempt(compensation)
+
+    monkeypatch.setattr(saga, "return_stock", return_stock)
+    monkeypatch.setattr(saga, "begin_attempt", begin_attempt)
+    outcomes: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        try:
+            outcomes[name] = run_cancel_saga(event=OutboxEvent.all_tenants.get(pk=event.pk))
+        except Exception as exc:
+            outcomes[name] = exc
+        finally:
+            if name == "failing":
+                failed.set()
+            connection.close()
+
+    # when one run fails restoring the stock for good while another, which read the step
+    # pending, runs it
+    threads = [
+        threading.Thread(target=run, args=(name,), name=name) for name in ("late", "failing")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    # then the order stays CANCELLING with the step's letter for staff, not CANCELLED with its
+    # portions never returned (a requeue then finding the saga done)
+    assert outcomes == {"failing": SagaOutcome.DEAD_LETTERED, "late": SagaOutcome.DEAD_LETTERED}
+    order.refresh_from_db()
+    assert order.status == S.CANCELLING
+    assert is_flagged(order)
+    # and the requeue completes it
+    monkeypatch.undo()
+    requeue_dead_letter(dead_letter_id=DeadLetter.objects.get().pk, actor="staff:ann")
+    assert effects(tenant, menu, coupon, order, payment) == DONE
 
 
 @pytest.mark.django_db(transaction=True)
