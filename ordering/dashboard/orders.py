@@ -34,11 +34,13 @@ from ordering.dashboard.access import (
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Order, OrderStatus, Payment
+from ordering.models import Order, OrderStatus, Payment, ProviderConflict
 from ordering.models.payments import payment_of_record
+from ordering.payments.capture_refunds import refunds_running
 from ordering.payments.conflicts import open_conflicts
 from ordering.selectors import BoardCard, board_cards, board_version, order_for_dashboard
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
+from tenants.models import Tenant
 from tenants.permissions import Area
 
 S = OrderStatus
@@ -160,10 +162,20 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
             "payments": _payments_shown(list(order.payments.all())),
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
-            "payments_under_review": list(open_conflicts(tenant=tenant).filter(order=order)),
+            "payments_under_review": _under_review(tenant, order),
         },
         section="orders",
     )
+
+
+def _under_review(tenant: Tenant, order: Order) -> list[ProviderConflict]:
+    """The order's open conflicts, each marked ``platform_refunding`` while the platform's
+    refund of it is to run or running; else staff are the ones to refund or confirm it."""
+    conflicts = list(open_conflicts(tenant=tenant).filter(order=order))
+    running = refunds_running(payment_ids=[c.payment_id for c in conflicts if c.payment_id])
+    for conflict in conflicts:
+        conflict.platform_refunding = conflict.payment_id in running
+    return conflicts
 
 
 def _payments_shown(payments: list[Payment]) -> list[Payment]:

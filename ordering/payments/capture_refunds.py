@@ -191,6 +191,17 @@ def hand_capture_refund_to_staff(*, payment_id: int, actor: str) -> None:
         raise CaptureRefundRunning(f"the platform is refunding payment {payment_id}")
 
 
+def refunds_running(*, payment_ids: list[int]) -> set[int]:
+    """Of ``payment_ids``, the payments the platform is refunding now (their refund to run,
+    or running): not one whose refund failed for good and waits for staff, nor a conflict
+    recorded before the platform refunded such money (it has no refund step)."""
+    running = Compensation.all_tenants.filter(
+        compensation_id__in=[capture_refund_id(pk) for pk in payment_ids],
+        status=Compensation.Status.PENDING,
+    ).values_list("compensation_id", flat=True)
+    return {int(compensation_id.removeprefix(_ID_PREFIX)) for compensation_id in running}
+
+
 def _send(compensation_id: str) -> int:
     try:
         dispatch.enqueue(dispatch.REFUND_UNWANTED_CAPTURE, compensation_id)

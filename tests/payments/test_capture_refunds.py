@@ -329,6 +329,13 @@ def test_a_refund_that_keeps_failing_waits_for_staff_and_cannot_run_after_they_s
     assert (letter.state, letter.attempts, letter.order_id) == ("open", 2, order.pk)
     conflict.refresh_from_db()
     assert not conflict.resolved and not refunds()
+    # and the restaurant's page no longer says the platform is refunding it
+    merchant = Client()
+    merchant.force_login(make_merchant(tenant, "owner"))
+    page = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+    assert "money was taken after the order was cancelled" in page
+    assert "Platform staff will refund or confirm it." in page
+    assert "The platform is refunding it to the diner." not in page
     # when staff settle it by hand (refunded at the provider's own dashboard)
     resolve_conflict(
         conflict_id=conflict.pk, outcome="refunded", note="refunded by hand", actor="staff:a"
