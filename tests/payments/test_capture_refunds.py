@@ -454,3 +454,22 @@ def test_a_requeued_refund_is_not_sent_again_by_the_sweep_while_its_message_is_f
         )
         # then the sweep leaves the requeued message alone (red: sent a second copy at once)
         assert resend_due_capture_refunds() == 0
+
+
+def test_a_conflict_recorded_before_the_platform_refunded_such_money_stays_with_staff(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    # given a capture after a cancel recorded as before migration 0018: no refund step
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert capture(payment) == "conflict"
+    Compensation.all_tenants.filter(compensation_id=capture_refund_id(payment.pk)).delete()
+    # then the restaurant's page says staff will settle it, and staff may resolve it
+    merchant = Client()
+    merchant.force_login(make_merchant(tenant, "owner"))
+    page = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+    assert "Platform staff will refund or confirm it." in page
+    conflict = ProviderConflict.objects.for_tenant(tenant).get()
+    resolve_conflict(conflict_id=conflict.pk, outcome="refunded", note="by hand", actor="staff:a")
+    assert not refunds()
