@@ -7,7 +7,9 @@ reachable that way. Neither says anything about a tenant.
 - ``/healthz``: the process answers (200 ``{"status": "ok"}``); nothing else is touched.
 - ``/readyz``: it can serve orders: PostgreSQL answers ``SELECT 1`` (else 503). Each Redis
   node is reported (``ok`` or ``unavailable``) but does not decide: without Redis the
-  engine runs database-only, still exactly once (DESIGN §3 layer 5).
+  engine runs database-only, still exactly once (DESIGN §3 layer 5). A node this process's
+  breaker has taken out of use is ``unavailable`` without a ping: a hanging node held the
+  probe for its socket timeout, one node after another.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from redis.exceptions import RedisClusterException, RedisError
 
+from idempotency.stores.nodes import breaker_open, node_name
 from tenants.redis_routing import all_clients
 
 PATHS = ("/healthz", "/readyz")
@@ -52,6 +55,8 @@ def _database_answers() -> bool:
 
 
 def _redis_state(client: object) -> str:
+    if breaker_open(node_name(client)):
+        return "unavailable"
     try:
         client.ping()  # type: ignore[attr-defined]
         return "ok"

@@ -150,6 +150,15 @@ def _new_node(name: str, client: Any) -> GuardedStore:
     return GuardedStore(name, store, breaker)
 
 
+def breaker_open(name: str) -> bool:
+    """Has this process's breaker of node ``name`` (:func:`node_name`, or a cluster master's
+    ``cluster:<host>:<port>``) taken it out of use? Reads that only report on a node (a
+    scrape, a readiness probe) skip it then: a node that hangs held each for its socket
+    timeout, node after node, past a scraper's own timeout."""
+    node = _nodes.get(name)
+    return node is not None and node.breaker.state is BreakerState.OPEN
+
+
 def breaker_states() -> dict[str, str]:
     """Every known node's breaker state, for the dashboard and logs."""
     return {name: node.breaker.state.value for name, node in _nodes.items()}

@@ -19,13 +19,13 @@ from prometheus_client.registry import Collector
 from idempotency.core.conf import engine_hook
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_stream import as_text, cursor_name, entry_id_parts, stream_key
-from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name
+from idempotency.stores.nodes import REDIS_UNAVAILABLE, breaker_open, node_name
 
 
 class AuditStreamCollector(Collector):
     """Each node's audit stream as it is when /metrics is scraped: its entries, and how long
     the oldest one not yet copied (past the node's cursor) has waited. A node that does not
-    answer is left out (its breaker says so)."""
+    answer, or whose breaker is open, is left out (its breaker says so)."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         length = GaugeMetricFamily(
@@ -43,6 +43,8 @@ class AuditStreamCollector(Collector):
         hook = engine_hook("ALL_REDIS_CLIENTS")
         cursors = dict(AuditStreamCursor.objects.values_list("stream", "last_id"))
         for client in hook() if hook else []:
+            if breaker_open(node_name(client)):
+                continue
             try:
                 entries = client.xlen(stream_key())
                 first = client.xrange(

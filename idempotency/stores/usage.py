@@ -41,7 +41,7 @@ from redis.cluster import RedisCluster
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.models import IdempotencyRecord
-from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name
+from idempotency.stores.nodes import REDIS_UNAVAILABLE, breaker_open, node_name
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +92,14 @@ class TenantUsage:
 
     def census(self) -> dict[str, KeyCensus]:
         """Every node's census, each advanced by one bounded step. An unreachable node keeps
-        its last complete pass (its age grows): a scrape during an outage still answers."""
+        its last complete pass (its age grows), as does one whose breaker is open (not even
+        tried): a scrape during an outage still answers."""
         budget = engine_setting("USAGE_SCAN_KEYS")
         with self._lock:
             for name, client in _node_clients():
                 census = self._census.setdefault(name, KeyCensus())
+                if breaker_open(name):
+                    continue
                 try:
                     census.advance(client, budget)
                 except REDIS_UNAVAILABLE as exc:

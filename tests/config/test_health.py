@@ -10,6 +10,7 @@ import redis
 from django.db import connection
 from django.test import Client
 
+from idempotency.stores import nodes
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
@@ -103,3 +104,19 @@ def test_the_token_is_not_honoured_over_plain_http_with_the_redirect_off(scrapin
     assert scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", **token).status_code == 404
     answer = scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", secure=True, **token)
     assert answer.status_code == 200
+
+
+def test_a_node_this_process_s_breaker_took_out_of_use_is_reported_without_a_ping(
+    production, tenant
+):
+    """A hanging node held the probe for its socket timeout, node after node (red: "ok", the
+    node pinged although its breaker is open)."""
+    node = nodes.node_for(str(tenant.pk))
+    assert node is not None
+    node.breaker._open(node.breaker._clock(), "an outage")
+    try:
+        answer = production.get("/readyz", **PROBE)
+        assert json.loads(answer.content)["redis"] == ["unavailable"]
+    finally:
+        nodes.reset()
+    assert json.loads(production.get("/readyz", **PROBE).content)["redis"] == ["ok"]

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config.metrics_view import MetricsByAddressMiddleware
 from idempotency.models import AuditStreamCursor
+from idempotency.stores import nodes
 from idempotency.stores.audit_stream import stream_key
 from idempotency.stores.nodes import node_name
 from ordering.models import Order
@@ -192,3 +193,23 @@ def test_the_audit_streams_are_read_when_scraped(client):
     assert value(body, "idempotency_audit_stream_length", node=name) == 1
     assert value(body, "idempotency_audit_stream_oldest_seconds", node=name) == 0
     node.delete(stream_key())
+
+
+def test_a_node_whose_breaker_is_open_is_left_out_of_the_scrape(client, tenant):
+    """Its streams and keys are not read: a hanging node held the scrape for its socket
+    timeout per read, node after node, past the scraper's own timeout (red: reported)."""
+    [redis_node] = all_clients()
+    name = node_name(redis_node)
+    redis_node.xadd(stream_key(), {"e": "waiting"})
+    node = nodes.node_for(str(tenant.pk))
+    assert node is not None and node.name == name
+    node.breaker._open(node.breaker._clock(), "an outage")
+    scans = redis_node.info("commandstats").get("cmdstat_scan", {}).get("calls", 0)
+    try:
+        body = scrape(client).content.decode()
+        assert ("idempotency_audit_stream_length", frozenset({("node", name)})) not in samples(body)
+        # nor is its key census advanced (a SCAN of the node)
+        assert redis_node.info("commandstats").get("cmdstat_scan", {}).get("calls", 0) == scans
+    finally:
+        nodes.reset()
+        redis_node.delete(stream_key())
