@@ -325,7 +325,13 @@ def _carry_out(
             reported_amount=event.amount,
             reported_currency=event.currency,
         )
-        if decision.conflict in ProviderConflict.REFUNDED_BY_PLATFORM:
+        if decision.conflict in ProviderConflict.REFUNDED_BY_PLATFORM and not (
+            ProviderConflict.all_tenants.filter(
+                payment=payment, kind=ProviderConflict.Kind.AMOUNT_MISMATCH
+            ).exists()
+        ):
+            # (the provider reported another amount for this money before: staff, who see
+            # both, decide what to give back; refunded here too, it could go back twice)
             schedule_capture_refund(order=order, payment=payment)
     if decision.effect is _Effect.FAIL_PAYMENT:
         Payment.all_tenants.filter(pk=payment.pk, status=P.PENDING).update(

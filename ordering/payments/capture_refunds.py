@@ -165,6 +165,14 @@ def resend_due_capture_refunds(*, batch: int = 200, now: datetime | None = None)
     return sent
 
 
+def refuse_while_refunding(*, payment_id: int) -> None:
+    """:class:`CaptureRefundRunning` while the platform's refund of ``payment_id``'s capture is
+    to run or running: staff resolving another conflict about that money (another amount the
+    provider reported for it) wait for it, and then see the payment refunded."""
+    if payment_id in refunds_running(payment_ids=[payment_id]):
+        raise CaptureRefundRunning(f"the platform is refunding payment {payment_id}")
+
+
 def hand_capture_refund_to_staff(*, payment_id: int, actor: str) -> None:
     """Staff resolve the conflict of an unwanted capture by hand: the platform's refund, if it
     failed for good, is closed (its dead letter discarded, its step done) in the caller's

@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from ordering.models import ProviderConflict
-from ordering.payments.capture_refunds import hand_capture_refund_to_staff
+from ordering.payments.capture_refunds import hand_capture_refund_to_staff, refuse_while_refunding
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,9 @@ def resolve_conflict(*, conflict_id: int, outcome: str, note: str, actor: str) -
     """Close the conflict with ``outcome`` (a :class:`ProviderConflict.Outcome`) and ``note``;
     :class:`ConflictNotOpen` if it is not open, and
     :class:`ordering.payments.capture_refunds.CaptureRefundRunning` while the platform is still
-    refunding the money it is about (nothing changed, either way)."""
+    refunding the money it is about, or the payment it names (another amount reported for
+    money the platform is refunding: resolved by hand now, it could go back twice); nothing
+    changed, either way."""
     if outcome not in ProviderConflict.Outcome.values:
         raise ValueError(f"unknown outcome {outcome!r}")
     if not note.strip() or len(note) > MAX_NOTE_CHARS:
@@ -45,8 +47,10 @@ def resolve_conflict(*, conflict_id: int, outcome: str, note: str, actor: str) -
         conflict = ProviderConflict.all_tenants.filter(pk=conflict_id, resolved=False).first()
         if conflict is None:
             raise ConflictNotOpen(f"provider conflict {conflict_id} is not open")
-        if conflict.refunded_by_platform and conflict.payment_id is not None:
+        if conflict.payment_id is not None and conflict.refunded_by_platform:
             hand_capture_refund_to_staff(payment_id=conflict.payment_id, actor=actor)
+        elif conflict.payment_id is not None:
+            refuse_while_refunding(payment_id=conflict.payment_id)
         closed = ProviderConflict.all_tenants.filter(pk=conflict_id, resolved=False).update(
             resolved=True,
             outcome=outcome,

@@ -68,9 +68,12 @@ def refunds() -> list[tuple[str, str, Decimal]]:
     )
 
 
-def capture(payment: Payment, *, event_id: str | None = None) -> str:
-    """The provider's signed "succeeded" callback for ``payment``; the webhook's result."""
-    body, headers = signed_callback(payment=payment, event_id=event_id or uuid.uuid4().hex)
+def capture(payment: Payment, *, event_id: str | None = None, **reported: object) -> str:
+    """The provider's signed "succeeded" callback for ``payment`` (``reported``: another
+    ``amount``, say); the webhook's result."""
+    body, headers = signed_callback(
+        payment=payment, event_id=event_id or uuid.uuid4().hex, **reported
+    )
     return post_callback(APIClient(), body, headers).json()["result"]
 
 
@@ -473,3 +476,50 @@ def test_a_conflict_recorded_before_the_platform_refunded_such_money_stays_with_
     conflict = ProviderConflict.objects.for_tenant(tenant).get()
     resolve_conflict(conflict_id=conflict.pk, outcome="refunded", note="by hand", actor="staff:a")
     assert not refunds()
+
+
+def test_money_reported_with_another_amount_first_is_left_to_staff(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    # given a cancelled order whose payment the provider reported taken with another amount
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(payment, amount=Decimal("1.00")) == "conflict"
+    # when it reports the same money again with the order's amount
+    with django_capture_on_commit_callbacks(execute=True):
+        assert capture(payment) == "conflict"
+    # then the platform refunds nothing: staff, who see both reports, decide what goes back
+    # (red: refunded here, and again by staff for the other report)
+    assert not refunds()
+    assert (
+        not Compensation.objects.for_tenant(tenant)
+        .filter(step=Compensation.Step.REFUND_CAPTURE)
+        .exists()
+    )
+    kinds = set(ProviderConflict.objects.for_tenant(tenant).values_list("kind", "resolved"))
+    assert kinds == {(Kind.AMOUNT_MISMATCH, False), (Kind.PAID_AFTER_CANCEL, False)}
+
+
+def test_another_amount_reported_while_the_platform_refunds_waits_for_the_refund(
+    tenant, menu, django_capture_on_commit_callbacks
+):
+    # given money taken after a cancel, its refund not yet run
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert capture(payment) == "conflict"
+    # when the provider reports the same money with another amount
+    assert capture(payment, amount=Decimal("1.00")) == "conflict"
+    mismatch = ProviderConflict.objects.for_tenant(tenant).get(kind=Kind.AMOUNT_MISMATCH)
+    # then staff cannot resolve that report while the platform refunds the money (red:
+    # resolved as refunded by hand beside the platform's refund)
+    with pytest.raises(CaptureRefundRunning):
+        resolve_conflict(conflict_id=mismatch.pk, outcome="refunded", note="n", actor="staff:a")
+    # and once the refund is done they can, seeing the payment refunded
+    refund_unwanted_capture(compensation_id=capture_refund_id(payment.pk))
+    payment.refresh_from_db()
+    assert payment.status == P.REFUNDED
+    resolve_conflict(
+        conflict_id=mismatch.pk, outcome="ignored", note="refunded already", actor="staff:a"
+    )
+    assert len(refunds()) == 1
