@@ -219,3 +219,26 @@ def test_an_unacceptable_header_is_refused_by_the_api_every_time(client):
     answered = client.get("/api/v1/orders/", HTTP_ACCEPT="application/json")
     assert answered.status_code == 401  # past negotiation, refused by authentication
     assert answered["Content-Type"] == "application/problem+json"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [
+        # a quality of zero refuses (red: 401, JSON answered as if acceptable)
+        ("application/json;q=0", 406),
+        ("application/json; q=0.000", 406),
+        ("application/json;q=0, */*", 406),  # the most specific range decides
+        ("*/*;q=0", 406),
+        # and any other quality accepts
+        ("application/json;q=0.5", 401),
+        ("*/*;q=0, application/json", 401),
+        ("text/html;q=0, application/json;q=0.001", 401),
+    ],
+)
+def test_a_media_range_of_quality_zero_is_refused(client, accept, status):
+    for _ in range(2):  # decided afresh, or remembered, alike
+        answer = client.get("/api/v1/orders/", HTTP_ACCEPT=accept)
+        assert answer.status_code == status, accept
+        if status == 406:
+            assert answer.json()["code"] == "NOT_ACCEPTABLE"
