@@ -109,6 +109,15 @@ class OrderListCreateView(APIView):
     def get(self, request: Request) -> Response:
         """The caller's orders, newest first (a diner's own; a merchant key's, all of them);
         ``?status=`` filters."""
+        for name in ("status", "page"):
+            if len(request.query_params.getlist(name)) > 1:
+                # one is taken, the others silently dropped: a client filtering by two
+                # statuses would read one status's orders as all of them
+                raise ApiError(
+                    status_code=400,
+                    code="VALIDATION_ERROR",
+                    detail=f"{name} may be given once",
+                )
         wanted = request.query_params.get("status")
         if wanted is not None and wanted not in OrderStatus.values:
             raise ApiError(

@@ -76,6 +76,11 @@ def test_get_list_filter_and_paginate(api, menu):
     paying = api.get("/api/v1/orders/?status=PAYING").json()
     assert [o["id"] for o in paying["results"]] == [ids[0]]
     assert_error(api.get("/api/v1/orders/?status=NOPE"), 400, "VALIDATION_ERROR")
+    # a filter or page given twice is refused, not read as one of them (red: 200 with the
+    # CANCELLED orders only, read as the whole answer to both statuses)
+    for query in ("status=PAYING&status=CANCELLED", "page=1&page=2"):
+        body = assert_error(api.get(f"/api/v1/orders/?{query}"), 400, "VALIDATION_ERROR")
+        assert body["detail"] == f"{query.split('=')[0]} may be given once"
 
 
 def test_pay_then_cancel_flow(api, merchant_api, menu):
