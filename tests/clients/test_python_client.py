@@ -443,6 +443,34 @@ def test_two_calls_of_one_operation_at_once_take_one_key_and_order_once(
     assert shop.orders_of(client.session().diner_id) == 1
 
 
+def test_two_calls_with_one_own_key_and_other_orders_at_once_do_not_join(
+    client_server: LiveServer, shop: Shop, make_client
+) -> None:
+    """A caller's own key sent with two different orders at once: one is placed, the other is
+    told the key was used for another order (red: it joined the first and got its answer, as
+    if its own order had been placed)."""
+    client = make_client(client_server.url, storage=SlowStorage())
+    start = threading.Barrier(2)
+    outcomes: list = []
+
+    def order(quantity: int) -> None:
+        start.wait(timeout=30)
+        try:
+            outcomes.append(
+                client.place_order(shop.order_body(quantity), idempotency_key="own-key-1").status
+            )
+        except IdempotencyKeyReusedError:
+            outcomes.append("reused")
+
+    threads = [threading.Thread(target=order, args=(n,)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(map(str, outcomes)) == ["201", "reused"]
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
 class SlowFileStorage(JsonFileStorage):
     def get(self, key: str) -> str | None:
         time.sleep(0.05)
