@@ -190,13 +190,8 @@ def hand_capture_refund_to_staff(*, payment_id: int, actor: str) -> None:
     closed = Compensation.all_tenants.filter(
         compensation_id=compensation_id, status=Compensation.Status.FAILED
     ).update(status=Compensation.Status.DONE, done_at=Now(), result={"settled_by": actor[:150]})
-    if (
-        not closed
-        and Compensation.all_tenants.filter(
-            compensation_id=compensation_id, status=Compensation.Status.PENDING
-        ).exists()
-    ):
-        raise CaptureRefundRunning(f"the platform is refunding payment {payment_id}")
+    if not closed:
+        refuse_while_refunding(payment_id=payment_id)
 
 
 def refunds_running(*, payment_ids: list[int]) -> set[int]:

@@ -193,7 +193,7 @@ def expire_unpaid_order(
             order = access_paying_order(
                 tenant=tenant, order_id=order_id, related=("lines", "payments")
             )
-            if order.status != S.CREATED and not _stalled(
+            if order.status != S.CREATED and not _left_unpaid(
                 order, pending_started_before, declined_before
             ):
                 return False
@@ -203,7 +203,7 @@ def expire_unpaid_order(
     return True
 
 
-def _stalled(
+def _left_unpaid(
     order: Order, pending_started_before: datetime | None, declined_before: datetime | None
 ) -> bool:
     """PAYING, every payment declined (before ``declined_before``, when given) but perhaps one
