@@ -57,9 +57,18 @@ def start_offboarding(
     if job is not None:
         if Path(job.export_path) == export_path:
             return job
-        if job.phase in (Phase.SUSPEND, Phase.EXPORT):
-            job.export_path = str(export_path)
-            job.save(update_fields=["export_path", "updated_at"])
+        # On condition that the archive is still unwritten, decided by the row: an export
+        # running now holds its lock, and once it commits this matches nothing. A plain save
+        # waited for that lock and then recorded the new path beside the archive written at
+        # the old one, and the job, kept as the record of the offboarding, named a file that
+        # was never written.
+        if TenantOffboarding.objects.filter(
+            pk=job.pk, phase__in=[Phase.SUSPEND, Phase.EXPORT]
+        ).update(export_path=str(export_path), updated_at=timezone.now()):
+            job.refresh_from_db()
+            return job
+        job.refresh_from_db()
+        if Path(job.export_path) == export_path:
             return job
         raise OffboardingRefused(
             f"offboarding {job.pk} of {tenant.slug} is under way and exported to "

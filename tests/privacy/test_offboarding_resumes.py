@@ -26,7 +26,12 @@ from django.db import connection, connections, transaction
 from idempotency.core.keys import redis_key_from_digest
 from idempotency.models import IdempotencyRecord
 from ordering.models import Order, OrderLine, TenantOffboarding
-from ordering.privacy.offboarding import run_offboarding, start_offboarding
+from ordering.privacy.offboarding import (
+    OffboardingRefused,
+    run_offboarding,
+    start_offboarding,
+    step,
+)
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_offboard_tenant import busy_tenant, rows_of_tenant
 
@@ -153,3 +158,48 @@ def test_concurrent_requests_open_one_job(make_tenant, tmp_path):
         thread.join(60)
     assert errors == [] and len(jobs) == 8 and len(set(jobs)) == 1
     assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_path_given_while_the_export_runs_is_refused(make_tenant, tmp_path):
+    # given a suspended job whose export step is running (it holds the job's row lock)
+    tenant = make_tenant(slug="leaving")
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=1)
+    asked, outcome = threading.Event(), []
+
+    def export_step() -> None:
+        try:
+            with transaction.atomic():
+                TenantOffboarding.objects.select_for_update().get(pk=job.pk)
+                asked.set()
+                deadline = time.monotonic() + 30
+                while not waiting_on_a_lock() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                step(job.pk)  # the export, under the lock already held
+        finally:
+            connections.close_all()
+
+    def second_request() -> None:
+        asked.wait(30)
+        try:
+            outcome.append(
+                start_offboarding(tenant=tenant, export_path=tmp_path / "b.zip", requested_by="t")
+            )
+        except OffboardingRefused as exc:
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    # when staff start it again with another archive path meanwhile (the admin action twice)
+    threads = [threading.Thread(target=export_step), threading.Thread(target=second_request)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    # then the new path is refused, and the job still names the archive it wrote
+    job.refresh_from_db()
+    assert job.phase == TenantOffboarding.Phase.ENGINE
+    assert (tmp_path / "a.zip").exists() and not (tmp_path / "b.zip").exists()
+    assert job.export_path == str(tmp_path / "a.zip")
+    assert len(outcome) == 1 and isinstance(outcome[0], OffboardingRefused)
