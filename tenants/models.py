@@ -159,17 +159,32 @@ def redacted_paths_of(tenant_key: str) -> list[str]:
 
 
 def record_ttl_seconds_of(tenant_key: str) -> int | None:
-    """The tenant's replay retention in seconds, or None for the default (the engine's
-    ``RECORD_TTL_FOR_TENANT``)."""
+    """The tenant's replay retention in seconds, within the platform's bounds as they are now,
+    or None for the default (the engine's ``RECORD_TTL_FOR_TENANT``)."""
     hours = Tenant.objects.filter(pk=tenant_key).values_list("record_ttl_hours", flat=True).first()
-    return hours * 3600 if hours else None
+    if not hours:
+        return None
+    low, high = settings.RETENTION_RECORD_TTL_HOURS_MIN, settings.RETENTION_RECORD_TTL_HOURS_MAX
+    return _within_bounds(hours, low=low, high=high) * 3600
 
 
 def audit_retention_overrides() -> dict[str, int]:
-    """``{tenant_key: days}`` of the tenants with their own audit retention (the engine's
-    ``AUDIT_RETENTION_OVERRIDES``, read once per purge)."""
+    """``{tenant_key: days}`` of the tenants with their own audit retention, within the
+    platform's bounds as they are now (the engine's ``AUDIT_RETENTION_OVERRIDES``, read once
+    per purge)."""
     rows = Tenant.objects.filter(audit_retention_days__isnull=False)
-    return {str(pk): days for pk, days in rows.values_list("pk", "audit_retention_days")}
+    low, high = settings.RETENTION_AUDIT_DAYS_MIN, settings.RETENTION_AUDIT_DAYS_MAX
+    return {
+        str(pk): _within_bounds(days, low=low, high=high)
+        for pk, days in rows.values_list("pk", "audit_retention_days")
+    }
+
+
+def _within_bounds(value: int, *, low: int, high: int) -> int:
+    """A tenant's retention as the platform's bounds allow it today. The admin refuses a value
+    outside them, but bounds narrowed later (a shorter legal maximum) left a value chosen
+    before in force: that tenant's audits and replies were kept past the platform's maximum."""
+    return min(max(value, low), high)
 
 
 class RetentionTally(models.Model):

@@ -94,6 +94,34 @@ def test_a_tenants_record_ttl_sets_how_long_its_replies_are_kept(make_tenant, me
     assert 3500 < client.ttl(entry) <= 3600
 
 
+def test_the_platform_bounds_bind_retentions_a_tenant_chose_before_they_changed(
+    make_tenant, menu_for_tenant, settings
+):
+    # given tenants that chose the longest retentions the platform allowed then
+    keeps_long = make_tenant("keeps-long", audit_retention_days=365, record_ttl_hours=720)
+    keeps_short = make_tenant("keeps-short", audit_retention_days=1)
+    audit(keeps_long, days_ago=60, key="long-60d")
+    audit(keeps_long, days_ago=20, key="long-20d")
+    audit(keeps_short, days_ago=2, key="short-2d")
+    # when the platform narrows its bounds (a shorter maximum, a longer minimum)
+    settings.RETENTION_AUDIT_DAYS_MAX = 30
+    settings.RETENTION_AUDIT_DAYS_MIN = 3
+    settings.RETENTION_RECORD_TTL_HOURS_MAX = 24
+    # then the purge keeps no audit past the new maximum and none short of the new minimum
+    assert purge_expired_data()["duplicate_audits"] == 1
+    assert set(DuplicateAudit.objects.values_list("key", flat=True)) == {"long-20d", "short-2d"}
+    # and a write made now keeps its reply no longer than the new maximum
+    api = api_for(keeps_long, diner="d1")
+    body = {"items": [{"dish_id": menu_for_tenant(keeps_long).pk, "quantity": 1}]}
+    placed = api.post(
+        "/api/v1/orders/", {**body, "payment_method": "card"}, format="json",
+        HTTP_IDEMPOTENCY_KEY="ttl-1",
+    )  # fmt: skip
+    assert placed.status_code == 201
+    record = IdempotencyRecord.objects.get(tenant_key=str(keeps_long.pk))
+    assert (record.expires_at - record.created_at).total_seconds() == 24 * 3600
+
+
 @pytest.fixture
 def menu_for_tenant():
     from tests.conftest import menu_for
