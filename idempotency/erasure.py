@@ -38,6 +38,7 @@ from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
+from idempotency.stores.nodes import local_cache
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN_UNUSED = b"p:"
@@ -117,6 +118,7 @@ def delete_keys(client: Any, keys: list[bytes]) -> int:
     for key in keys:
         pipe.unlink(key)
     deleted = sum(int(n) for n in pipe.execute())
+    _forget_here(k.decode() if isinstance(k, bytes) else k for k in keys)
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.publish(channel, key)
@@ -131,6 +133,7 @@ def announce(keys: Iterable[str]) -> None:
     keys = list(keys)
     if not keys:
         return
+    _forget_here(keys)
     channel = channel_name("invalidate")
     hook = engine_hook("ALL_REDIS_CLIENTS")
     for client in hook() if hook else []:
@@ -142,6 +145,16 @@ def announce(keys: Iterable[str]) -> None:
         for key in keys:
             pipe.publish(channel, key)
         pipe.execute()
+
+
+def _forget_here(keys: Iterable[str]) -> None:
+    """Drop ``keys`` from this process's local cache at once. The channel reaches it only
+    through a listener, and a process without one (database-only mode: no Redis for the
+    tenant, or none at all) kept replaying an erased reply from its cache for up to
+    ``LOCAL_CACHE_TTL_SECONDS``."""
+    cache = local_cache()
+    for key in keys:
+        cache.invalidate(key)
 
 
 def forget_tenant_keys(tenant_key: str, *, batch: int = 500) -> Iterator[int]:

@@ -28,7 +28,7 @@ from django.utils import timezone
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.core.keys import redis_key_from_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
-from idempotency.stores.nodes import node_for
+from idempotency.stores.nodes import local_cache, node_for
 
 # Called inside each batch's transaction with the number of rows it deleted, so a tally kept
 # by the caller commits (or rolls back) with the deletion itself.
@@ -139,6 +139,7 @@ def purge_record(record: IdempotencyRecord) -> None:
     key = redis_key_from_digest(
         tenant=record.tenant_key, scope=record.scope, digest=record.key, buckets=buckets
     )
+    local_cache().invalidate(key)  # at once here, with or without a listener (database-only)
     store = node_for(record.tenant_key, key=key)
     if store is not None:
         store.purge(key=key)

@@ -393,3 +393,33 @@ def test_an_id_no_diner_can_have_is_refused_with_nothing_logged(tenant, diner_id
     with pytest.raises(NotADinerId, match="is not a diner id"):
         erase_diner(tenant=tenant, diner_id=diner_id, requested_by="staff:alice")
     assert DinerErasure.objects.count() == 0
+
+
+def test_without_redis_this_process_forgets_the_replies_it_erased(tenant, settings):
+    # given database-only mode (no Redis for the tenant, so no invalidation channel heard) and
+    # the restaurant's move on zoe's order, its reply (which shows zoe) held in this
+    # process's local cache
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "REDIS_CLIENT_FOR_TENANT": "tests.conftest.no_redis",
+        "ALL_REDIS_CLIENTS": "tests.privacy.test_erase_diner.no_nodes",
+    }
+    stores.reset()
+    menu = menu_for(tenant)
+    placed = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice")
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    move = f"/api/v1/orders/{placed.json()['id']}/transition/"
+    moved = merchant.post(move, {"to": "CANCELLED"}, format="json", HTTP_IDEMPOTENCY_KEY="m1")
+    assert moved.status_code == 200 and b'"zoe"' in moved.content
+    # when zoe is erased in this process
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="owner:ann")
+    # then sending the move again does not replay the reply that showed zoe
+    again = merchant.post(move, {"to": "CANCELLED"}, format="json", HTTP_IDEMPOTENCY_KEY="m1")
+    assert again["X-Idempotent-Result"] != "HIT"
+    assert b"zoe" not in again.content
+
+
+def no_nodes() -> list[Any]:
+    """ALL_REDIS_CLIENTS of a site without Redis."""
+    return []
