@@ -15,7 +15,9 @@ and started again to finish:
    node or cluster primary (tokens, quota ledgers, rate counters, claims in flight);
 5. **tables**: the tenant's rows, table by table in :func:`~ordering.privacy.tenant_tables.
    deletion_order`, one batch per step;
-6. **tenant**: the tenant row itself (its memberships go with it), and the job is done.
+6. **tenant**: the engine's rows of the tenant written since the engine phase (counts and
+   audits a server process flushed late), then the tenant row itself (its memberships go
+   with it), and the job is done.
 
 Each database step runs in one transaction with the job's row locked (``SELECT … FOR
 UPDATE``): what it deleted and the progress it recorded commit together, and two runners of
@@ -148,17 +150,23 @@ def _export(job: TenantOffboarding) -> None:
 
 
 def _engine(job: TenantOffboarding) -> None:
+    if not _engine_batch(job):
+        job.phase = Phase.REDIS
+
+
+def _engine_batch(job: TenantOffboarding) -> bool:
+    """One batch of the engine's rows of the tenant: records (each with its Redis entry and a
+    cache announcement) first, then the other engine tables; False if none is left."""
     tenant_key = str(job.tenant_ref)
     records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
     n = erasure.forget_records(records, batch=job.batch_size, max_batches=1)
     if n:
         _count(job, IdempotencyRecord._meta.label, n)
-        return
+        return True
     # The tenant is suspended: audits of its last requests may still wait in a Redis stream,
     # and would land after the delete below unless copied first.
     drain_audits()
-    if not _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()]):
-        job.phase = Phase.REDIS
+    return _one_batch(job, [(m, Q(tenant_key=tenant_key)) for m in engine_tables()])
 
 
 def _one_batch(job: TenantOffboarding, tables: list[tuple[type[Model], Q]]) -> bool:
@@ -194,6 +202,12 @@ def _tables(job: TenantOffboarding) -> None:
 
 
 def _tenant(job: TenantOffboarding) -> None:
+    """The engine's rows of the tenant once more, then the tenant row. A server process counts
+    first executions in memory and writes them every ``AUDIT_FLUSH_SECONDS`` (and keeps an
+    audit the stream refused the same way): the last requests before the suspension could
+    land their counts and audits after the engine phase, rows of the tenant nothing removed."""
+    if _engine_batch(job):
+        return
     Tenant.objects.filter(pk=job.tenant_ref).delete()
     job.phase = Phase.DONE
     job.finished_at = timezone.now()

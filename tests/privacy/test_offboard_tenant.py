@@ -237,3 +237,30 @@ def test_other_processes_drop_the_tenants_cached_results(make_tenant, tmp_path):
             "offboard_tenant", "leaving", "--export", archive, stdout=io.StringIO()
         ),
     )
+
+
+def test_counts_and_audits_written_after_the_engine_phase_are_gone_at_the_end(
+    make_tenant, tmp_path
+):
+    # given an offboarding past its engine phase
+    from idempotency.audit import AuditEvent
+    from idempotency.audit.storage import save_events
+
+    tenant = make_tenant(slug="leaving")
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    while TenantOffboarding.objects.get(pk=job.pk).phase in ("suspend", "export", "engine"):
+        run_offboarding(job.pk, max_steps=1)
+    # when another server process's batch of outcomes flushes only now (it counts first
+    # executions in memory, flushed every AUDIT_FLUSH_SECONDS), with a request's audit
+    late = dict(tenant_key=str(tenant.pk), endpoint="POST api/v1/orders/", source="redis")
+    save_events(
+        [
+            AuditEvent(**late, key="k1:x", outcome="MISS", principal="diner:zoe"),
+            AuditEvent(**late, key="k1:y", outcome="HIT", principal="diner:zoe",
+                       request_meta={"remote_addr": "203.0.113.9", "user_agent": "Zoe/1"}),
+        ]
+    )  # fmt: skip
+    run_offboarding(job.pk)
+    # then nothing of the tenant is left in the engine's tables either
+    assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
