@@ -496,7 +496,8 @@ def _answer_committed(
     refused as the key reused for as long as Redis kept it."""
     claim = _as_claim(req, committed)
     if claim.outcome is Outcome.HIT:
-        _finish(store, req, owner, committed.response)
+        ttl = committed.seconds_left(req.ttl_seconds)
+        _finish(store, req, owner, committed.response, ttl_seconds=ttl)
     else:
         _release(store, req, owner)
     return _answer(req, claim, source="database")
@@ -530,7 +531,10 @@ def _finish(
     req: IdempotentRequest,
     owner: str | None,
     stored: StoredResponse,
+    *,
+    ttl_seconds: int | None = None,
 ) -> None:
+    """Store the finished reply in Redis for ``ttl_seconds`` (default: the request's TTL)."""
     if store is None or owner is None:
         return
     try:
@@ -538,7 +542,7 @@ def _finish(
             key=req.scoped.redis_key,
             owner=owner,
             response=stored,
-            ttl_ms=req.ttl_seconds * 1000,
+            ttl_ms=(req.ttl_seconds if ttl_seconds is None else ttl_seconds) * 1000,
             source=req.script_source("finish"),
         ):
             logger.warning("idempotency lease lost before finish; the database holds the result")

@@ -22,9 +22,10 @@ claim, which sends it behind the claim in one round trip (``database_claim.py``)
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -49,8 +50,9 @@ _COLUMNS = (
     "created_at",
     "expires_at",
 )
-# What a replay needs of the record (committed_result): the key and the dates are known.
-_RESULT_COLUMNS = _COLUMNS[3:10]
+# What a replay needs of the record (committed_result): the key is known; its expiry bounds
+# the Redis entry a replay puts back.
+_RESULT_COLUMNS = (*_COLUMNS[3:10], "expires_at")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,16 @@ class CommittedResult:
     fingerprint_version: int
     field_hashes: dict[str, str]
     response: StoredResponse
+    # None only for a result not read from a record's row
+    expires_at: datetime | None = None
+
+    def seconds_left(self, default: int) -> int:
+        """How long the result still replays: until the record's expiry (at least a second),
+        never the full TTL again. A Redis entry put back from the record with a fresh TTL
+        outlived the record, its retention (and the tenant's) restarted by any retry."""
+        if self.expires_at is None:
+            return default
+        return max(1, math.ceil((self.expires_at - timezone.now()).total_seconds()))
 
 
 def insert_record(
@@ -146,7 +158,7 @@ def committed_from_row(row: Sequence[Any] | None) -> CommittedResult | None:
     JSON columns are decoded by their fields, as the ORM decodes them."""
     if row is None:
         return None
-    fingerprint, version, field_hashes, status, headers, body, location = row
+    fingerprint, version, field_hashes, status, headers, body, location, expires_at = row
     return CommittedResult(
         fingerprint=fingerprint,
         fingerprint_version=version,
@@ -157,7 +169,13 @@ def committed_from_row(row: Sequence[Any] | None) -> CommittedResult | None:
             body=bytes(body),
             pointer=location,
         ),
+        expires_at=_aware(IdempotencyRecord._meta.get_field("expires_at").to_python(expires_at)),
     )
+
+
+def _aware(value: datetime) -> datetime:
+    """A raw cursor's datetime as an aware one (SQLite's driver gives naive UTC)."""
+    return value if timezone.is_aware(value) else timezone.make_aware(value, UTC)
 
 
 def _from_json(column: str, value: Any) -> Any:

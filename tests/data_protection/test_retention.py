@@ -21,6 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.stores import nodes as stores
 from ordering.models import Order, OrderStatus
 from ordering.services.placing import ItemRequest, place_order
 from tenants.models import DinerSession
@@ -92,6 +93,33 @@ def test_a_tenants_record_ttl_sets_how_long_its_replies_are_kept(make_tenant, me
     client = redis.Redis.from_url(settings.REDIS_URL)
     [entry] = client.scan_iter(match=f"idem:{{t:{short.pk}}}:*")
     assert 3500 < client.ttl(entry) <= 3600
+
+
+def test_a_reply_redis_lost_and_got_back_from_its_record_expires_with_the_record(
+    make_tenant, menu_for_tenant
+):
+    # given an order placed 70 hours ago (its record, kept 72 h, expires in 2 h) whose Redis
+    # entry was lost (a restart without its data, an eviction, a failover)
+    tenant = make_tenant("kept-72-hours")
+    api = api_for(tenant, diner="d1")
+    body = {"items": [{"dish_id": menu_for_tenant(tenant).pk, "quantity": 1}]}
+    order = {**body, "payment_method": "card"}
+    assert api.post(
+        "/api/v1/orders/", order, format="json", HTTP_IDEMPOTENCY_KEY="k"
+    ).status_code == 201  # fmt: skip
+    now = timezone.now()
+    IdempotencyRecord.objects.filter(tenant_key=str(tenant.pk)).update(
+        created_at=now - timedelta(hours=70), expires_at=now + timedelta(hours=2)
+    )
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    [entry] = client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*")
+    client.delete(entry)
+    stores.local_cache().clear()
+    # when the diner retries and the record answers it (and puts it back into Redis)
+    again = api.post("/api/v1/orders/", order, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    # then Redis keeps it no longer than the record: not another 72 hours from now
+    assert 0 < client.ttl(entry) <= 2 * 3600
 
 
 def test_the_platform_bounds_bind_retentions_a_tenant_chose_before_they_changed(
