@@ -26,6 +26,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from idempotency.admin.audits import ReadOnlyAdmin
+from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
@@ -83,10 +84,14 @@ def erase_diners(
             ),
         )
     tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in diners})
-    logs = diner_privacy.erase_diners(
-        diners=[(tenants[tenant_id], diner) for tenant_id, diner in diners],
-        requested_by=f"staff:{request.user.get_username()}",
-    )
+    try:
+        logs = diner_privacy.erase_diners(
+            diners=[(tenants[tenant_id], diner) for tenant_id, diner in diners],
+            requested_by=f"staff:{request.user.get_username()}",
+        )
+    except REDIS_UNAVAILABLE:
+        modeladmin.message_user(request, diner_privacy.ERASURE_UNFINISHED, messages.ERROR)
+        return None
     modeladmin.message_user(
         request,
         f"{len(logs)} diner(s) erased: {', '.join(log.pseudonym for log in logs) or 'none'}.",

@@ -12,10 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
+from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.forms import EraseDinerForm
 from ordering.models import DinerErasure
-from ordering.privacy.diners import erase_diner
+from ordering.privacy.diners import ERASURE_UNFINISHED, erase_diner
 from tenants.permissions import Area
 
 
@@ -26,11 +27,15 @@ def privacy(request: HttpRequest) -> HttpResponse:
     tenant = tenant_of(request)
     form = EraseDinerForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        log = erase_diner(
-            tenant=tenant,
-            diner_id=form.cleaned_data["diner_id"],
-            requested_by=f"owner:{request.user.get_username()}",
-        )
+        try:
+            log = erase_diner(
+                tenant=tenant,
+                diner_id=form.cleaned_data["diner_id"],
+                requested_by=f"owner:{request.user.get_username()}",
+            )
+        except REDIS_UNAVAILABLE:
+            messages.error(request, ERASURE_UNFINISHED)
+            return redirect("dash-privacy")
         if any(log.counts.values()):
             messages.success(
                 request,

@@ -39,6 +39,14 @@ _PSEUDONYM_SALT = "ordering.privacy.pseudonym"
 PSEUDONYM_PREFIX = ERASED_PREFIX  # reserved: no session can be opened for such a diner id
 
 
+# What a person who asked for an erasure is told when a Redis node did not answer: the
+# erasure of that diner raised half-way (not logged), and running it again finishes it.
+ERASURE_UNFINISHED = (
+    "The erasure did not finish: a Redis node did not answer. Submit it again once every "
+    "node answers, and it finishes what is left."
+)
+
+
 def diner_hash(diner_id: str) -> str:
     """The keyed hash an erasure log keeps instead of the diner id (look-ups hash the query)."""
     return salted_hmac(_HASH_SALT, diner_id, algorithm="sha256").hexdigest()

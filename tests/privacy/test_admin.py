@@ -224,3 +224,24 @@ def test_more_diners_than_one_request_erases_are_refused_whole(staff, tenant, se
     r = run_action(staff, "/admin/ordering/order/", "erase_diners", selected, confirmed="1")
     assert r.status_code == 302
     assert not DinerErasure.objects.exists()
+
+
+def test_a_redis_node_down_stops_the_staff_erasure_with_a_message(staff, tenant, settings):
+    from tests.conftest import use_topology
+    from tests.support.redis_nodes import RedisNode
+
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+        zoe = list(Order.all_tenants.filter(diner_id="zoe").values_list("pk", flat=True))
+        node.client().save()
+        node.stop()
+        r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe, confirmed="1")
+        assert r.status_code == 302
+        shown = staff.get(r["Location"]).content.decode()
+        assert "The erasure did not finish" in shown
+        assert not DinerErasure.objects.exists()
+    finally:
+        node.remove()

@@ -79,3 +79,33 @@ def test_the_pseudonym_an_erasure_showed_is_refused_with_the_reason(tenant, sett
     assert "is the pseudonym of a diner erased already" in r.content.decode()
     assert DinerErasure.objects.count() == 1
     assert Order.all_tenants.get().diner_id == pseudonym
+
+
+def test_a_redis_node_down_stops_the_erasure_with_a_message_and_a_second_submit_finishes_it(
+    tenant, settings
+):
+    from tests.conftest import use_topology
+    from tests.support.redis_nodes import RedisNode
+
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    node = RedisNode().start()
+    try:
+        # given the tenant's Redis node, which goes down (its data kept) as the owner erases
+        use_topology(settings, shards=[node.url])
+        place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+        owner = logged_in(tenant, "owner")
+        node.client().save()
+        node.stop()
+        r = owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}, follow=True)
+        # then the owner is told it did not finish and to submit it again, not a server error
+        page = r.content.decode()
+        assert r.status_code == 200 and "The erasure did not finish" in page
+        assert not DinerErasure.objects.exists()
+        # and once the node is back, submitting again finishes it
+        node.start()
+        r = owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}, follow=True)
+        assert "Diner erased" in r.content.decode() or "Nothing left" in r.content.decode()
+        assert DinerErasure.objects.count() == 1
+        assert not Order.all_tenants.filter(diner_id="zoe").exists()
+    finally:
+        node.remove()
