@@ -57,7 +57,12 @@ SIGN_IN_DINER_ID_PATTERN = f"^(?!{GUEST_PREFIX}|{ERASED_PREFIX})" + DINER_ID_PAT
 
 @extend_schema_field({"type": "string", "pattern": SIGN_IN_DINER_ID_PATTERN})
 class SignInDinerIdField(StrictRegexField):
-    """A diner id a merchant backend may name (the checks are ``validate_diner_id``'s)."""
+    """A diner id a merchant backend may name (the checks are ``validate_diner_id``'s), taken
+    exactly as sent: DRF trims text by default, and ``"alice "`` signed in ``alice``, another
+    person of the backend's, whose orders the session could then read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, trim_whitespace=False, **kwargs)
 
 
 class OpenSessionIn(serializers.Serializer):

@@ -102,6 +102,10 @@ def test_merchant_key_signs_in_the_named_diner(merchant: Any, menu: Any) -> None
         pytest.param({"diner_id": "x" * 65}, 400, "VALIDATION_ERROR", id="too-long"),
         pytest.param({"diner_id": 1}, 400, "VALIDATION_ERROR", id="a-number"),  # red: "1"
         pytest.param({"diner_id": "guest_abc"}, 400, "VALIDATION_ERROR", id="reserved-guest"),
+        # spaces are no diner id's characters: "alice " signed in alice (red: 201, diner
+        # "alice"), whose orders another person of the backend's could then read
+        pytest.param({"diner_id": "alice "}, 400, "VALIDATION_ERROR", id="trailing-space"),
+        pytest.param({"diner_id": "\talice"}, 400, "VALIDATION_ERROR", id="leading-tab"),
         # an erasure's pseudonym: its orders would be a live diner's again (red: 201)
         pytest.param(
             {"diner_id": "erased-9183c7c73c5b7af0"}, 400, "VALIDATION_ERROR", id="reserved-erased"
