@@ -56,9 +56,10 @@ def start_offboarding(
     its archive is written (e.g. after the first path could not be written); after that,
     another path is refused rather than silently ignored."""
     job = TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exclude(phase=Phase.DONE).first()
+    if job is not None and Path(job.export_path) == export_path:
+        return job
+    _refuse_another_jobs_archive(export_path, tenant=tenant)
     if job is not None:
-        if Path(job.export_path) == export_path:
-            return job
         # On condition that the archive is still unwritten, decided by the row: an export
         # running now holds its lock, and once it commits this matches nothing. A plain save
         # waited for that lock and then recorded the new path beside the archive written at
@@ -88,6 +89,22 @@ def start_offboarding(
     except IntegrityError:  # a concurrent request opened it first (one open job per tenant)
         return start_offboarding(
             tenant=tenant, export_path=export_path, requested_by=requested_by, batch_size=batch_size
+        )
+
+
+def _refuse_another_jobs_archive(export_path: Path, *, tenant: Tenant) -> None:
+    """Refuse a path another offboarding wrote (or writes) its archive to: exporting there
+    would replace an archive that may not be handed over yet. Run again after its tenant's
+    slug was given to a new restaurant, the same command offboarded the newcomer over it.
+    The tenant's own open job is not another (a concurrent request may just have opened it)."""
+    own_open_job = Q(tenant_ref=tenant.pk) & ~Q(phase=Phase.DONE)
+    other = (
+        TenantOffboarding.objects.filter(export_path=str(export_path)).exclude(own_open_job).first()
+    )
+    if other is not None:
+        raise OffboardingRefused(
+            f"{export_path} is the archive of offboarding {other.pk} of {other.tenant_slug}; "
+            "choose another path"
         )
 
 

@@ -264,3 +264,21 @@ def test_counts_and_audits_written_after_the_engine_phase_are_gone_at_the_end(
     run_offboarding(job.pk)
     # then nothing of the tenant is left in the engine's tables either
     assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
+
+
+def test_another_offboardings_archive_is_never_written_over(make_tenant, tmp_path):
+    # given a restaurant offboarded to a.zip (the archive not handed over yet), and a new
+    # restaurant that took its slug since
+    gone = make_tenant(slug="acme")
+    place(api_for(gone, diner="zoe"), menu_for(gone), "k1", note="the first acme's diner")
+    archive = tmp_path / "a.zip"
+    call_command("offboard_tenant", "acme", "--export", str(archive), stdout=io.StringIO())
+    handed_over = archive.read_bytes()
+    newcomer = make_tenant(slug="acme")
+    # when the same command is run again (a retried script, a copied line)
+    with pytest.raises(CommandError, match="archive of offboarding"):
+        call_command("offboard_tenant", "acme", "--export", str(archive), stdout=io.StringIO())
+    # then the first archive is as it was, and the new restaurant untouched
+    assert archive.read_bytes() == handed_over
+    assert Tenant.objects.get(pk=newcomer.pk).status == Tenant.Status.ACTIVE
+    assert TenantOffboarding.objects.count() == 1
