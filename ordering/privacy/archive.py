@@ -39,6 +39,21 @@ DATASETS: dict[str, Callable[[Tenant], QuerySet]] = {
 }
 
 
+def archive_holds_all(*, tenant: Tenant, path: Path, sha256: str) -> bool:
+    """Whether the archive at ``path`` is the one written (``sha256``) and its manifest counts
+    as many rows of each kind as the tenant has now: False when it is gone, altered, or rows
+    were written since (a request that passed authentication before the suspension)."""
+    try:
+        with path.open("rb") as written:
+            if hashlib.file_digest(written, "sha256").hexdigest() != sha256:
+                return False
+        with zipfile.ZipFile(path) as archive:
+            files = json.loads(archive.read("manifest.json"))["files"]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return False
+    return files == {name: rows(tenant).count() for name, rows in DATASETS.items()}
+
+
 def export_tenant(*, tenant: Tenant, path: Path) -> str:
     """Write the tenant's archive to ``path``; returns its SHA-256 (hex)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ and started again to finish:
 4. **redis**: every key left under the tenant's hash tag, ``SCAN``-ned page by page on every
    node or cluster primary (tokens, quota ledgers, rate counters, claims in flight);
 5. **tables**: the tenant's rows, table by table in :func:`~ordering.privacy.tenant_tables.
-   deletion_order`, one batch per step;
+   deletion_order`, one batch per step; first, if the archive no longer holds every row (it
+   is gone, or a request that passed authentication before the suspension wrote since), the
+   job goes back to **export**;
 6. **tenant**: the engine's rows of the tenant written since the engine phase (counts and
    audits a server process flushed late), then the tenant row itself (its memberships go
    with it), and the job is done.
@@ -37,7 +39,7 @@ from idempotency import erasure
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import TenantOffboarding
-from ordering.privacy.archive import export_tenant
+from ordering.privacy.archive import archive_holds_all, export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from tenants import credential_cache, session_state
 from tenants.models import ApiClient, DinerSession, Tenant
@@ -213,9 +215,24 @@ def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
 
 
 def _tables(job: TenantOffboarding) -> None:
+    if not _tables_started(job) and not archive_holds_all(
+        tenant=Tenant.objects.get(pk=job.tenant_ref),
+        path=Path(job.export_path),
+        sha256=job.export_sha256,
+    ):
+        # Rows written since the archive (a request authenticated before the suspension
+        # finished after the export) were deleted without ever being exported: export again,
+        # and go through the engine and Redis again for what those requests stored.
+        job.phase = Phase.EXPORT
+        return
     tables = [(model, rows_of(model, job.tenant_ref)) for model in deletion_order()]
     if not _one_batch(job, tables):
         job.phase = Phase.TENANT
+
+
+def _tables_started(job: TenantOffboarding) -> bool:
+    """Whether a batch of the tenant's tables was deleted already (the archive is final)."""
+    return any(model._meta.label in job.counts for model in deletion_order())
 
 
 def _tenant(job: TenantOffboarding) -> None:

@@ -282,3 +282,35 @@ def test_another_offboardings_archive_is_never_written_over(make_tenant, tmp_pat
     assert archive.read_bytes() == handed_over
     assert Tenant.objects.get(pk=newcomer.pk).status == Tenant.Status.ACTIVE
     assert TenantOffboarding.objects.count() == 1
+
+
+def test_an_order_committed_after_the_archive_was_written_is_exported_before_it_goes(
+    make_tenant, tmp_path
+):
+    # given an offboarding whose archive is written and whose tables are next
+    from ordering.services.placing import ItemRequest, place_order
+
+    tenant = make_tenant(slug="leaving")
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1", note="call me")
+    archive = tmp_path / "a.zip"
+    job = start_offboarding(tenant=tenant, export_path=archive, requested_by="t")
+    while TenantOffboarding.objects.get(pk=job.pk).phase != TenantOffboarding.Phase.TABLES:
+        run_offboarding(job.pk, max_steps=1)
+    # when a request that passed authentication before the suspension commits its order now
+    late = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=menu["pasta"].pk, quantity=1)],
+        payment_method="card",
+        diner_id="yan",
+        note="placed as the restaurant left",
+        actor="api:late/diner:yan",
+    )
+    run_offboarding(job.pk)
+    # then the archive the restaurant takes away holds it (it was deleted with the rest)
+    with zipfile.ZipFile(archive) as done:
+        exported = {row["pk"] for row in json.loads(done.read("orders.json"))}
+        manifest = json.loads(done.read("manifest.json"))
+    assert late.pk in exported and manifest["files"]["orders.json"] == 2
+    job.refresh_from_db()
+    assert job.is_done and not Order.all_tenants.filter(pk=late.pk).exists()
