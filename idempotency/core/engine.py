@@ -347,8 +347,7 @@ def _execute(
     if stored is None:
         _release(store, req, owner)
     else:
-        _finish(store, req, owner, stored)
-        _remember(req, stored)
+        _keep_once_committed(store, req, owner, stored)
     _audit(req, MISS, source="redis" if store is not None else "database")
     response[responses.RESULT_HEADER] = "MISS"
     return response
@@ -513,6 +512,35 @@ def _as_claim(req: IdempotentRequest, committed: db_store.CommittedResult) -> Cl
         fingerprint_version=committed.fingerprint_version,
         stored_field_hashes=committed.field_hashes,
     )
+
+
+def _keep_once_committed(
+    store: GuardedStore | None, req: IdempotentRequest, owner: str | None, stored: StoredResponse
+) -> None:
+    """Hand a first execution's answer to Redis and this process's cache once its record is
+    committed: at once after the engine's own transaction; inside a caller's
+    (``ATOMIC_REQUESTS``, a view called in ``transaction.atomic()``), where the engine's is a
+    savepoint, when the caller's commits. Handed over before, a retry would be replayed an
+    answer that a failure at that commit (a deferred foreign key) rolled back with the view's
+    writes: told a create succeeded that never happened. Should the caller's transaction roll
+    back, nothing is kept, and the Redis claim ends with its lease (``LEASE_MS``), as after a
+    crash before commit."""
+
+    def keep() -> None:
+        _finish(store, req, owner, stored)
+        _remember(req, stored)
+
+    if _in_callers_transaction():
+        transaction.on_commit(keep)
+    else:
+        keep()
+
+
+def _in_callers_transaction() -> bool:
+    """Whether a transaction of the caller's is still open around the engine's. A test case's
+    (Django's ``TestCase``, pytest-django's ``django_db``) does not count, as it does not for
+    Django's own ``atomic(durable=True)``: it stands for no transaction, and never commits."""
+    return any(not block._from_testcase for block in connection.atomic_blocks)
 
 
 def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
