@@ -43,6 +43,7 @@ HOOKS = (
     "AUDIT_RETENTION_OVERRIDES",
 )
 REQUIRED = ("SCOPE_RESOLVER",)
+MIN_STORED_REPLY_BYTES = 1024
 POSITIVE_INTS = (
     "TTL_SECONDS",
     "LEASE_MS",
@@ -142,6 +143,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
         (BOOLEANS, lambda v: None if isinstance(v, bool) else "must be True or False"),
         (("REDIS_URL",), _redis_url),
         (("CHANNEL_PREFIX",), _channel_prefix),
+        (("MAX_STORED_REPLY_BYTES",), _reply_cap),
         (("REPLAY_HEADERS",), _header_names),
         (("HOT_TENANT_BUCKETS",), _buckets),
         (("BREAKER",), _breaker),
@@ -241,6 +243,20 @@ def _hook_problem(value: Any, *, required: bool) -> Problem | None:
 def _positive_int(value: Any) -> Problem | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return f"must be a positive integer, not {value!r}"
+    return None
+
+
+def _reply_cap(value: Any) -> Problem | None:
+    """A reply over the cap is kept without its body (idempotency/core/replies.py), but its
+    status and replayed headers are kept still; a cap they do not fit in cannot keep even
+    that, and such an answer is rolled back and answered 500 at every try. A cap of 1 KiB
+    holds an answer's status, its ``Location``, ``ETag``, ``Last-Modified`` and
+    ``Content-Language`` (about 300 bytes for the usual values) with room to spare."""
+    if _positive_int(value) is None and value < MIN_STORED_REPLY_BYTES:
+        return (
+            f"must be at least {MIN_STORED_REPLY_BYTES} bytes (an answer kept without its body "
+            f"keeps its status and replayed headers), not {value!r}"
+        )
     return None
 
 

@@ -119,6 +119,20 @@ def test_a_period_past_ten_years_is_named(settings, name):
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_cap_too_small_for_an_answer_without_its_body_is_named(settings, tenant):
+    """(red: the check passed a cap of 40 bytes, under which even the status and headers of
+    an answer kept without its body do not fit: every create ran, was rolled back and
+    answered 500, ``ReplyTooLarge``, at each retry)"""
+    [message] = errors_with(settings, MAX_STORED_REPLY_BYTES=40)
+    assert message == (
+        'IDEMPOTENCY["MAX_STORED_REPLY_BYTES"] must be at least 1024 bytes (an answer kept '
+        "without its body keeps its status and replayed headers), not 40"
+    )
+    assert post_note(Client(raise_request_exception=False), tenant, key="k").status_code == 500
+    assert errors_with(settings, MAX_STORED_REPLY_BYTES=1024) == []
+
+
 @pytest.mark.parametrize("value", [None, 5, {"Location": 1}], ids=["none", "int", "dict"])
 def test_replay_headers_that_are_not_a_list_are_named(settings, value):
     """(red: ``manage.py check`` stopped on a TypeError, ``'NoneType' object is not
