@@ -163,6 +163,32 @@ def required_hook(name: str) -> Callable[..., Any]:
     return hook
 
 
+def caller_scope(request: Any) -> tuple[str, str] | None:
+    """The ``SCOPE_RESOLVER``'s answer for ``request``: None (not idempotent), or its
+    (tenant, principal) pair of strings. Anything else is the host's resolver at fault, and is
+    named so (``ImproperlyConfigured``) rather than failing further on with an error that
+    names nothing: a principal given as ``request.user.pk``, an int, was ``TypeError: argument
+    of type 'int' is not iterable``. The message gives the answer's shape, not its values (a
+    principal may be personal data)."""
+    identity = required_hook("SCOPE_RESOLVER")(request)
+    if identity is None:
+        return None
+    if isinstance(identity, tuple | list) and len(identity) == 2:
+        tenant, principal = identity
+        if isinstance(tenant, str) and isinstance(principal, str):
+            return tenant, principal
+    raise ImproperlyConfigured(
+        'IDEMPOTENCY["SCOPE_RESOLVER"] must answer None or a (tenant, principal) pair of '
+        f"strings, not {_shape(identity)}"
+    )
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return f"{type(value).__name__}({', '.join(type(part).__name__ for part in value)})"
+    return type(value).__name__
+
+
 def channel_name(purpose: str) -> str:
     """A pub/sub channel of the engine: ``<CHANNEL_PREFIX>:<purpose>``."""
     return f"{engine_setting('CHANNEL_PREFIX')}:{purpose}"

@@ -4,6 +4,8 @@ a 500 from deep inside the engine."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
@@ -14,6 +16,7 @@ from rest_framework.response import Response
 from idempotency import idempotent, idempotent_form
 from idempotency.tests.conftest import caller
 from idempotency.tests.testapp.models import Note
+from idempotency.tests.testapp.scope import resolver_answer
 
 
 def test_an_async_form_view_is_refused_when_decorated():
@@ -154,3 +157,49 @@ def test_a_class_based_form_view_under_method_decorator_applies_a_resubmit_once(
     assert first["X-Idempotent-Result"] == "MISS" and again["X-Idempotent-Result"] == "HIT"
     assert again["Location"] == first["Location"]
     assert Note.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "shape"),
+    [
+        (("t-1", 42), "tuple(str, int)"),
+        (("t-1",), "tuple(str)"),
+        ("t-1", "str"),
+        ((None, None), "tuple(NoneType, NoneType)"),
+    ],
+    ids=["int-principal", "one-part", "a-string", "nones"],
+)
+@pytest.mark.parametrize(
+    "path", ["/notes/", "/notes/form/", "/api/idempotency-tokens/"], ids=["drf", "form", "tokens"]
+)
+@pytest.mark.django_db
+def test_a_resolver_answer_that_is_no_pair_of_strings_is_named(settings, path, answer, shape):
+    """(red: a 500 naming nothing: a principal given as ``request.user.pk`` was ``TypeError:
+    argument of type 'int' is not iterable``, a one-part answer ``not enough values to
+    unpack``)"""
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "SCOPE_RESOLVER": "idempotency.tests.testapp.scope.answering",
+    }
+    resolver_answer["value"] = answer
+    message = (
+        r'IDEMPOTENCY\["SCOPE_RESOLVER"\] must answer None or a \(tenant, principal\) pair of '
+        rf"strings, not {re.escape(shape)}$"
+    )
+    with pytest.raises(ImproperlyConfigured, match=message):
+        Client().post(path, {"text": "hello"}, HTTP_IDEMPOTENCY_KEY="k")
+    assert not Note.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_resolver_answering_a_list_pair_is_taken_as_its_tuple(settings):
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "SCOPE_RESOLVER": "idempotency.tests.testapp.scope.answering",
+    }
+    resolver_answer["value"] = ["t-1", "alice"]
+    first, again = (
+        Client().post("/notes/", {"text": "hello"}, HTTP_IDEMPOTENCY_KEY="k") for _ in range(2)
+    )
+    assert first.status_code == again.status_code == 201
+    assert again["X-Idempotent-Result"] == "HIT" and Note.objects.count() == 1

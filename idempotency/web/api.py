@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency.core import responses, tokens
-from idempotency.core.conf import engine_setting, required_hook
+from idempotency.core.conf import caller_scope, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.web.fields import BoundedListField, StrictCharField, StrictIntegerField
 from idempotency.web.throttle import TenantRateThrottle
@@ -78,7 +78,7 @@ class TokenStatusField(serializers.CharField):
 
 def _caller(request: Request) -> tuple[str, str]:
     """(tenant, principal) as the engine names them; tokens are bound to both."""
-    identity = required_hook("SCOPE_RESOLVER")(request)
+    identity = caller_scope(request)
     if identity is None:
         raise exceptions.PermissionDenied("Tokens are issued to tenant API clients only")
     return identity

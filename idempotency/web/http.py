@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse
 
 from idempotency import metrics
 from idempotency.core import responses, tokens
-from idempotency.core.conf import Policy, engine_hook, engine_setting, required_hook
+from idempotency.core.conf import Policy, caller_scope, engine_hook, engine_setting
 from idempotency.core.engine import IdempotentRequest
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import (
@@ -109,7 +109,7 @@ def prepare(
     """The engine request; a 400 refusal; or None when the request is not idempotent
     (no tenant identity, or no key on an endpoint that neither requires nor derives one).
     ``render_pointer``: how a replay of a body stored as a resource URL renders it afresh."""
-    identity = required_hook("SCOPE_RESOLVER")(request)
+    identity = caller_scope(request)
     if identity is None:
         return None
     tenant, principal = identity

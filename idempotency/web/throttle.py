@@ -8,7 +8,7 @@ from rest_framework import exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import BaseThrottle
 
-from idempotency.core.conf import engine_hook, required_hook
+from idempotency.core.conf import caller_scope, engine_hook
 from idempotency.core.ratelimit import RateDecision, check_write_rate
 
 
@@ -40,7 +40,7 @@ class TenantRateThrottle(BaseThrottle):
     def allow_request(self, request: Any, view: Any) -> bool:
         if request.method in SAFE_METHODS:
             return True
-        identity = required_hook("SCOPE_RESOLVER")(request)
+        identity = caller_scope(request)
         if identity is None:
             return True
         tenant, principal = identity

@@ -30,3 +30,11 @@ tenant_audit_days: dict[str, int] = {}
 
 def audit_retention_overrides() -> dict[str, int]:
     return dict(tenant_audit_days)
+
+
+# What :func:`answering` answers, for tests of a resolver at fault.
+resolver_answer: dict[str, object] = {"value": None}
+
+
+def answering(request: HttpRequest) -> object:
+    return resolver_answer["value"]
