@@ -162,7 +162,7 @@ def prepare(
     scoped = ScopedKey(
         tenant=tenant,
         principal=principal,
-        method=request.method or "POST",
+        method=_method(request),
         route=route,
         key=key,
         buckets=engine_setting("HOT_TENANT_BUCKETS").get(tenant, 1),
@@ -255,5 +255,13 @@ def _route(request: HttpRequest) -> str:
     return request.resolver_match.route if request.resolver_match else request.path
 
 
+def _method(request: HttpRequest) -> str:
+    """The method a key is scoped by. A HEAD is its GET's: Django answers a HEAD with the
+    view's ``get`` when it has no ``head``, and HTTP defines HEAD as GET without the body, so
+    a decorated ``get`` runs once for a key, whichever of the two came first."""
+    method = request.method or "POST"
+    return "GET" if method == "HEAD" else method
+
+
 def _endpoint(request: HttpRequest) -> str:
-    return f"{request.method} {_route(request)}"
+    return f"{_method(request)} {_route(request)}"

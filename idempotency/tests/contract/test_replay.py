@@ -13,6 +13,7 @@ from idempotency.core.keys import ScopedKey, key_digest
 from idempotency.models import IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.tests.conftest import caller, post_form, post_note
+from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.models import Note
 from idempotency.tests.testapp.views import behaviour
 
@@ -336,3 +337,18 @@ def test_a_missing_or_malformed_key_is_refused_before_anything_runs(
     assert refused.status_code == 400
     assert json.loads(refused.content)["code"] == (code or "IDEMPOTENCY_KEY_INVALID")
     assert Note.objects.count() == 0
+
+
+@pytest.mark.parametrize("first_method", ["get", "head"])
+def test_a_get_and_a_head_under_one_key_run_their_handler_once(engine_mode, tenant, first_method):
+    """(red: the HEAD, which Django answers with the view's ``get``, was scoped apart from the
+    GET: under one key the handler ran twice, a second note written)"""
+    client = Client()
+    second_method = "head" if first_method == "get" else "get"
+    first, second = (
+        getattr(client, method)("/notes/export/", HTTP_IDEMPOTENCY_KEY="k", **caller(tenant))
+        for method in (first_method, second_method)
+    )
+    assert first.status_code == second.status_code == 200
+    assert first["X-Idempotent-Result"] == "MISS" and second["X-Idempotent-Result"] == "HIT"
+    assert executions.runs(tenant, "k") == 1 and Note.objects.count() == 1

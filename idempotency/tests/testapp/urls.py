@@ -26,6 +26,7 @@ urlpatterns = [
     path("notes/file/", views.NoteFileCreate.as_view(), name="notes-file"),
     path("notes/form/stream/", views.note_form_stream, name="note-form-stream"),
     path("notes/located/", views.LocatedNoteCreate.as_view(), name="notes-located"),
+    path("notes/export/", views.NoteExport.as_view(), name="notes-export"),
     path("quickstart/notes/", quickstart.CreateNote.as_view(), name="quickstart-notes"),
     path("quickstart/add/", quickstart.add_note, name="quickstart-add"),
     path("api/", include("idempotency.web.urls")),

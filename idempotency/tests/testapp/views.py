@@ -226,6 +226,17 @@ def note_form_stream(request: HttpRequest) -> HttpResponse | StreamingHttpRespon
     return render(request, "testapp/note_form.html")
 
 
+class NoteExport(APIView):
+    """A GET that writes (an export run, say): the decorator protects the handler it is on,
+    whichever method that is; Django runs it for a HEAD too."""
+
+    @idempotent(required=True, fields=())
+    def get(self, request: Request) -> Response:
+        note = _write(request, "export")
+        assert note is not None
+        return Response({"id": note.pk, "run": uuid.uuid4().hex})
+
+
 class LocatedNoteCreate(APIView):
     """The create with the ``Location`` the request names (``{pk}`` is the note's id), for
     replays of a body kept as a pointer to a resource that cannot be rendered."""
