@@ -13,6 +13,7 @@ few hundred bytes to answer, and to keep as the idempotency key's stored reply.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -135,7 +136,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         if isinstance(exc, exc_type):
             headers = _auth_header(exc)
             if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-                headers["Retry-After"] = str(int(exc.wait) + 1)
+                # whole seconds, rounded up (DRF's Throttled and the engine's RateLimited)
+                headers["Retry-After"] = str(math.ceil(exc.wait))
             return problem_response(exc.status_code, code, str(exc.detail), headers=headers)
     if isinstance(exc, exceptions.APIException):
         code, _ = code_for_status(exc.status_code)

@@ -13,8 +13,10 @@ from idempotency.core.ratelimit import RateDecision, check_write_rate
 
 
 class RateLimited(exceptions.Throttled):
-    """429 ``RATE_LIMITED``; ``wait`` is the window's exact remaining time in seconds (DRF's
-    own ``Throttled`` rounds it up first, and the API's handler adds a second on top)."""
+    """429 ``RATE_LIMITED``; ``wait`` is the window's remaining time rounded up to whole
+    seconds, the number the detail names: DRF's own exception handler writes ``Retry-After``
+    as ``%d`` of it, which of the exact time (58.7 s) told a client to come back while the
+    window still ran (58), and refused it again."""
 
     def __init__(self, decision: RateDecision) -> None:
         whose = "this tenant's ceiling" if decision.scope == "tenant" else "the limit"
@@ -24,7 +26,7 @@ class RateLimited(exceptions.Throttled):
                 f"retry in {decision.retry_after_seconds} s."
             )
         )
-        self.wait = decision.reset_ms / 1000
+        self.wait = decision.retry_after_seconds
 
 
 class TenantRateThrottle(BaseThrottle):

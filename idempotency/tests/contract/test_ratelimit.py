@@ -24,6 +24,18 @@ def test_writes_beyond_the_limit_get_429_with_retry_after(three_per_minute, clie
     assert post_note(client, tenant, key="k-0", text="n0").status_code == 429
 
 
+def test_retry_after_is_the_wait_the_refusal_names_rounded_up(three_per_minute, client, tenant):
+    """(red under DRF's own exception handler, which writes ``Retry-After`` as ``%d`` of the
+    throttle's ``wait``: the window's exact remaining time rounded down, 58 where the detail
+    said 59, so a client that waited as told was refused again)"""
+    for n in range(3):
+        post_note(client, tenant, key=f"k-{n}", text=f"n{n}")
+    refused = post_note(client, tenant, key="k-3", text="n3")
+    assert refused.status_code == 429
+    detail = refused.json()["detail"]
+    assert detail.endswith(f"retry in {refused['Retry-After']} s.")
+
+
 def test_the_limit_is_per_principal(three_per_minute, client, tenant):
     for n in range(3):
         post_note(client, tenant, key=f"a-{n}", text=f"a{n}")
