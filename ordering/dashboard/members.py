@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import found, member_required, render_page, tenant_of
+from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.forms import MemberAddForm, MemberRoleForm
 from tenants.members import MemberError, add_member, change_role, members_of, remove_member
 from tenants.models import Membership
@@ -30,20 +30,38 @@ def members(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Added {added.user.get_username()} as {added.role}.")
             return redirect("dash-members")
+    return _members_page(request, form, status=400 if form.is_bound else 200)
+
+
+def _members_page(request: HttpRequest, form: MemberAddForm, *, status: int) -> HttpResponse:
     return render_page(
         request,
         "dashboard/members.html",
-        {"members": members_of(tenant), "form": form, "roles": Membership.Role.choices},
+        {"members": members_of(tenant_of(request)), "form": form, "roles": Membership.Role.choices},
         section="members",
-        status=400 if form.is_bound else 200,
+        status=status,
     )
+
+
+def _not_a_member(request: HttpRequest) -> HttpResponse:
+    """A membership id that is not (or no longer) this restaurant's: most often a member
+    another tab, or another owner, removed after this page was shown. The person gets the
+    members as they are now and a word, not a bare "Not found" page; still a 404, the same
+    for an id of another restaurant as for one that never was (nothing to learn from it)."""
+    messages.error(
+        request,
+        "That person is not a member here (removed already, perhaps in another tab or by "
+        "another owner), so nothing was changed.",
+    )
+    return _members_page(request, MemberAddForm(), status=404)
 
 
 @member_required(Area.MEMBERS)
 @require_POST
 @idempotent_form(fields=("role",), form_page="dash-members")
 def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
-    found(Membership.objects.filter(tenant=tenant_of(request), pk=membership_id).first())
+    if not Membership.objects.filter(tenant=tenant_of(request), pk=membership_id).exists():
+        return _not_a_member(request)
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Unknown role.")
@@ -53,7 +71,7 @@ def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
             tenant=tenant_of(request), membership_id=membership_id, role=form.cleaned_data["role"]
         )
     except Membership.DoesNotExist:
-        raise Http404("Not found") from None
+        return _not_a_member(request)
     except MemberError as exc:
         messages.error(request, str(exc))
     else:
@@ -68,7 +86,7 @@ def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
     try:
         removed = remove_member(tenant=tenant_of(request), membership_id=membership_id)
     except Membership.DoesNotExist:
-        raise Http404("Not found") from None
+        return _not_a_member(request)
     except MemberError as exc:
         messages.error(request, str(exc))
     else:

@@ -1,0 +1,50 @@
+"""One person with two tabs of the dashboard open: what one tab did, the other's stale page
+must neither repeat nor meet as a bare error page."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from tenants.models import Membership
+from tests.browser.test_dashboard import log_in, open_shop
+from tests.dashboard.factories import PASSWORD
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.mark.parametrize(
+    ("second", "button"),
+    [("remove", "Remove"), ("change-role", "Change")],
+    ids=["remove-again", "change-role-of-removed"],
+)
+def test_a_member_removed_in_one_tab_is_met_in_the_other_with_the_members_and_a_word(
+    page, live_server, second, button
+):
+    """Tab A removes a cook; tab B, still showing the cook, removes them again (or changes
+    their role). B gets the members page as it is now, with a message, still a 404 as for an
+    id that never was this restaurant's; nothing else changes (red: a bare "Not found" page,
+    as if the person had typed a wrong address)."""
+    shop = open_shop()
+    cook = User.objects.create_user("cook", password=PASSWORD)
+    Membership.objects.create(user=cook, tenant=shop.tenant, role=Membership.Role.STAFF)
+    log_in(page, live_server.url, "roma-owner", "/dashboard/members/")
+    other_tab = page.context.new_page()
+    other_tab.goto(f"{live_server.url}/dashboard/members/")
+    cook_row = 'tr:has-text("cook")'
+
+    with page.expect_navigation():
+        page.locator(cook_row).get_by_role("button", name="Remove").click()
+    assert "Removed cook." in page.locator(".messages").inner_text()
+
+    with other_tab.expect_navigation() as answer:
+        other_tab.locator(cook_row).get_by_role("button", name=button).click()
+
+    assert answer.value.status == 404
+    assert other_tab.get_by_role("heading", name="Members").is_visible()
+    assert "not a member here (removed already" in other_tab.locator(".messages").inner_text()
+    assert other_tab.locator(cook_row).count() == 0
+    assert other_tab.locator('tr:has-text("roma-owner")').count() == 1
+    assert list(Membership.objects.filter(tenant=shop.tenant).values_list("role", flat=True)) == [
+        Membership.Role.OWNER
+    ]
