@@ -41,9 +41,30 @@ class MembershipForm(forms.ModelForm):
         return data
 
 
+class MembershipFormSet(forms.BaseInlineFormSet):
+    """The tenant page's member rows, judged together: each row's form refuses to demote the
+    last owner, but two owners demoted in one save each leave the other, and together none."""
+
+    def clean(self) -> None:
+        super().clean()
+        tenant = self.instance
+        if tenant.pk is None or any(self.errors):
+            return
+        rows = [form for form in self.forms if form.has_changed() or form.instance.pk]
+        shown = [form.instance.pk for form in rows if form.instance.pk is not None]
+        owners = Membership.objects.filter(tenant=tenant, role=Membership.Role.OWNER)
+        if not owners.exists():
+            return  # a restaurant without an owner yet (opened here): nothing to keep
+        others = owners.exclude(pk__in=shown).exists()
+        kept = any(form.cleaned_data.get("role") == Membership.Role.OWNER for form in rows)
+        if not (others or kept):
+            raise forms.ValidationError(LAST_OWNER)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     form = MembershipForm
+    formset = MembershipFormSet
     extra = 0
     autocomplete_fields = ["user"]
     can_delete = False  # removed from the memberships list, through the service

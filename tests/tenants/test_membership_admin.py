@@ -66,3 +66,43 @@ def test_the_form_refuses_to_demote_or_move_the_last_owner(staff, restaurant):
         assert answer.status_code == 200 and b"needs at least one owner" in answer.content
     owner.refresh_from_db()
     assert (owner.tenant, owner.role) == (tenant, OWNER)
+
+
+def post_tenant_page(staff: Client, tenant: Tenant, roles: dict[Membership, str]) -> object:
+    """Save the tenant's admin page as shown, with its member rows' roles set to ``roles``."""
+    page = staff.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    form = page.context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    data = {name: "" if value is None else value for name, value in data.items()}
+    formset = page.context["inline_admin_formsets"][0].formset
+    data.update({f"{formset.prefix}-{k}": v for k, v in formset.management_form.initial.items()})
+    for row in formset.forms:
+        membership = row.instance
+        data.update(
+            {
+                f"{row.prefix}-id": membership.pk,
+                f"{row.prefix}-tenant": tenant.pk,
+                f"{row.prefix}-user": membership.user_id,
+                f"{row.prefix}-role": roles.get(membership, membership.role),
+            }
+        )
+    return staff.post(f"/admin/tenants/tenant/{tenant.pk}/change/", data)
+
+
+def test_the_tenant_page_refuses_to_demote_every_owner_in_one_save(staff, restaurant):
+    """Two owners, both demoted on the tenant's page in one save: each row alone leaves an
+    owner, together none (red: saved, a restaurant nobody could manage keys or members of)."""
+    tenant, owner, manager = restaurant
+    manager.role = OWNER
+    manager.save()
+
+    answer = post_tenant_page(staff, tenant, {owner: MANAGER, manager: MANAGER})
+
+    assert answer.status_code == 200 and b"needs at least one owner" in answer.content
+    assert sorted(Membership.objects.filter(tenant=tenant).values_list("role", flat=True)) == [
+        OWNER,
+        OWNER,
+    ]
+    # one of them demoted is fine
+    assert post_tenant_page(staff, tenant, {owner: MANAGER}).status_code == 302
+    assert Membership.objects.get(pk=owner.pk).role == MANAGER
