@@ -14,13 +14,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
 from tenants import credential_cache
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_session
-from tenants.members import LAST_OWNER, MemberError, is_last_owner, remove_member
+from tenants.members import LAST_OWNER, MemberError, is_last_owner, lock_owners, remove_member
 from tenants.models import ApiClient, DinerSession, Membership, Tenant
 
 
@@ -36,9 +37,22 @@ class MembershipForm(forms.ModelForm):
         before = self.instance  # as stored: the form's values are applied after clean()
         moved = data.get("tenant", before.tenant) != before.tenant
         leaves = moved or data.get("role") != Membership.Role.OWNER
-        if before.pk is not None and leaves and is_last_owner(before):
-            raise forms.ValidationError(LAST_OWNER)
+        if before.pk is not None and leaves:
+            locked_owners(before.tenant)
+            stored = Membership.objects.filter(pk=before.pk).first()
+            if stored is not None and is_last_owner(stored):
+                raise forms.ValidationError(LAST_OWNER)
         return data
+
+
+def locked_owners(tenant: Tenant) -> None:
+    """In the admin's save (one transaction from the form's checks to the save), lock the
+    tenant's owners before "is another owner left?" is asked: unlocked, the dashboard or
+    another staff member demoting the other owner at that instant passed the same check, and
+    both saves left the restaurant without an owner. Outside a transaction (the form used on
+    its own) there is no save to hold the answer for, and nothing is locked."""
+    if transaction.get_connection().in_atomic_block:
+        lock_owners(tenant)
 
 
 class MembershipFormSet(forms.BaseInlineFormSet):
@@ -50,6 +64,7 @@ class MembershipFormSet(forms.BaseInlineFormSet):
         tenant = self.instance
         if tenant.pk is None or any(self.errors):
             return
+        locked_owners(tenant)
         rows = [form for form in self.forms if form.has_changed() or form.instance.pk]
         shown = [form.instance.pk for form in rows if form.instance.pk is not None]
         owners = Membership.objects.filter(tenant=tenant, role=Membership.Role.OWNER)

@@ -57,15 +57,22 @@ def remove_member(*, tenant: Tenant, membership_id: int) -> Membership:
     return membership
 
 
-def _locked(tenant: Tenant, membership_id: int) -> Membership:
-    # Lock the tenant's owners first, always in primary-key order: no deadlock between two
-    # concurrent changes, and the owner count below cannot move under us.
+def lock_owners(tenant: Tenant) -> None:
+    """Lock ``tenant``'s owner memberships until the caller's transaction ends, always in
+    primary-key order (no deadlock between two changes): whoever checks "is another owner
+    left?" after this, and writes in the same transaction, cannot be overtaken by another
+    change doing the same."""
     list(
         Membership.objects.select_for_update()
         .filter(tenant=tenant, role=Role.OWNER)
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+
+
+def _locked(tenant: Tenant, membership_id: int) -> Membership:
+    # the owners first, so the owner count below cannot move under us
+    lock_owners(tenant)
     membership = (
         Membership.objects.select_for_update()
         .select_related("user")

@@ -3,11 +3,16 @@ the admin's own delete action, delete page or form: the last owner removed or de
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection, transaction
 from django.test import Client
 
+from tenants.members import change_role
 from tenants.models import Membership, Tenant
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
 OWNER, MANAGER = Membership.Role.OWNER, Membership.Role.MANAGER
@@ -106,3 +111,54 @@ def test_the_tenant_page_refuses_to_demote_every_owner_in_one_save(staff, restau
     # one of them demoted is fine
     assert post_tenant_page(staff, tenant, {owner: MANAGER}).status_code == 302
     assert Membership.objects.get(pk=owner.pk).role == MANAGER
+
+
+def lock_waiters() -> int:
+    """Sessions waiting on a row another transaction holds (a lock, or its uncommitted write)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_owners_demoted_at_once_one_on_the_dashboard_one_in_the_admin_leave_an_owner():
+    """An owner demotes a co-owner on the dashboard while staff demote the other in the admin's
+    membership form, at once: the form's check runs after the dashboard's change commits,
+    so it refuses (red: the check read both as owners, both saves went through, no owner)."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    first, second = (
+        Membership.objects.create(
+            tenant=tenant, user=User.objects.create(username=name), role=OWNER
+        )
+        for name in ("o1", "o2")
+    )
+    staff = Client(raise_request_exception=False)
+    staff.force_login(User.objects.create_superuser("root", password=None))
+    demoted = threading.Event()
+
+    def demote_on_the_dashboard() -> None:
+        try:
+            with transaction.atomic():
+                change_role(tenant=tenant, membership_id=second.pk, role=MANAGER)
+                demoted.set()
+                # held until the admin's request waits on this transaction
+                wait_until(lambda: lock_waiters() > 0, what="the admin's save waiting")
+        finally:
+            connection.close()
+
+    dashboard = threading.Thread(target=demote_on_the_dashboard)
+    dashboard.start()
+    demoted.wait(DEADLINE_SECONDS)
+    answer = staff.post(
+        f"/admin/tenants/membership/{first.pk}/change/",
+        {"user": first.user.pk, "tenant": tenant.pk, "role": MANAGER},
+    )
+    dashboard.join(DEADLINE_SECONDS)
+
+    assert answer.status_code == 200 and b"needs at least one owner" in answer.content
+    assert dict(Membership.objects.values_list("user__username", "role")) == {
+        "o1": OWNER,
+        "o2": MANAGER,
+    }
