@@ -16,7 +16,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 
 from tenants import credential_cache
 from tenants.api_keys import revoke_api_key
@@ -158,6 +159,22 @@ class MembershipAdmin(admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Membership) -> None:
         remove_member(tenant=obj.tenant, membership_id=obj.pk)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The page checks for another owner before it is shown and as it is confirmed, but
+        unlocked: the other owner removed or demoted at that instant (the dashboard, another
+        staff member), the removal itself refuses. Staff are told so on the membership's page
+        (it stays), or sent to the list when someone removed it meanwhile."""
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except MemberError as exc:
+            self.message_user(request, f"Not removed: {exc}", messages.ERROR)
+            return redirect("admin:tenants_membership_change", object_id)
+        except Membership.DoesNotExist:
+            self.message_user(request, "Removed meanwhile, by someone else.", messages.WARNING)
+            return redirect("admin:tenants_membership_changelist")
 
     @admin.action(description="Remove selected memberships", permissions=["delete"])
     def remove_memberships(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:

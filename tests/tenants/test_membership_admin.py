@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 
-from tenants.members import change_role
+from tenants.members import change_role, remove_member
 from tenants.models import Membership, Tenant
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
@@ -162,3 +162,41 @@ def test_two_owners_demoted_at_once_one_on_the_dashboard_one_in_the_admin_leave_
         "o1": OWNER,
         "o2": MANAGER,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_owners_removed_at_once_one_on_the_dashboard_one_on_the_admin_s_delete_page():
+    """An owner removes a co-owner on the dashboard while staff confirm the other's delete page,
+    at once: the page checked for another owner before the dashboard's change committed, the
+    removal itself refuses; staff are told so, not shown a server error (red: 500)."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    first, second = (
+        Membership.objects.create(
+            tenant=tenant, user=User.objects.create(username=name), role=OWNER
+        )
+        for name in ("o1", "o2")
+    )
+    staff = Client(raise_request_exception=False)
+    staff.force_login(User.objects.create_superuser("root", password=None))
+    removed = threading.Event()
+
+    def remove_on_the_dashboard() -> None:
+        try:
+            with transaction.atomic():
+                remove_member(tenant=tenant, membership_id=second.pk)
+                removed.set()
+                wait_until(lambda: lock_waiters() > 0, what="the admin's removal waiting")
+        finally:
+            connection.close()
+
+    dashboard = threading.Thread(target=remove_on_the_dashboard)
+    dashboard.start()
+    removed.wait(DEADLINE_SECONDS)
+    answer = staff.post(f"/admin/tenants/membership/{first.pk}/delete/", {"post": "yes"})
+    dashboard.join(DEADLINE_SECONDS)
+
+    assert answer.status_code == 302
+    assert answer["Location"] == f"/admin/tenants/membership/{first.pk}/change/"
+    shown = staff.get(answer["Location"]).content.decode()
+    assert "Not removed: A restaurant needs at least one owner." in shown
+    assert list(Membership.objects.values_list("user__username", "role")) == [("o1", OWNER)]
