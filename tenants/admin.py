@@ -178,14 +178,18 @@ class MembershipAdmin(admin.ModelAdmin):
 
     @admin.action(description="Remove selected memberships", permissions=["delete"])
     def remove_memberships(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
-        """Each through the dashboard's service: a restaurant's last owner stays (said so)."""
-        removed, kept = 0, []
+        """Each through the dashboard's service: a restaurant's last owner stays (said so); one
+        removed meanwhile (another staff member, the dashboard) is named as such."""
+        removed, kept, gone = 0, [], []
         for membership in queryset.select_related("user", "tenant").order_by("pk"):
+            named = f"{membership.user} ({membership.tenant.slug})"
             try:
                 remove_member(tenant=membership.tenant, membership_id=membership.pk)
                 removed += 1
-            except (MemberError, Membership.DoesNotExist):
-                kept.append(f"{membership.user} ({membership.tenant.slug})")
+            except MemberError:
+                kept.append(named)
+            except Membership.DoesNotExist:
+                gone.append(named)
         self.message_user(request, f"{removed} membership(s) removed.", messages.SUCCESS)
         if kept:
             self.message_user(
@@ -193,6 +197,8 @@ class MembershipAdmin(admin.ModelAdmin):
                 f"Kept, each a restaurant's last owner: {', '.join(kept)}.",
                 messages.ERROR,
             )
+        if gone:
+            self.message_user(request, f"Removed meanwhile: {', '.join(gone)}.", messages.WARNING)
 
 
 @admin.register(ApiClient)

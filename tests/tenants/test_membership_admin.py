@@ -200,3 +200,42 @@ def test_two_owners_removed_at_once_one_on_the_dashboard_one_on_the_admin_s_dele
     shown = staff.get(answer["Location"]).content.decode()
     assert "Not removed: A restaurant needs at least one owner." in shown
     assert list(Membership.objects.values_list("user__username", "role")) == [("o1", OWNER)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_membership_removed_meanwhile_is_not_reported_as_a_last_owner_kept():
+    """Two staff remove the same manager at once ("Remove selected memberships", or one on
+    the dashboard): the one that finds it gone says so (red: "Kept, each a restaurant's last
+    owner: m (roma)", about a manager, who was removed)."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    Membership.objects.create(tenant=tenant, user=User.objects.create(username="o"), role=OWNER)
+    manager = Membership.objects.create(
+        tenant=tenant, user=User.objects.create(username="m"), role=MANAGER
+    )
+    staff = Client(raise_request_exception=False)
+    staff.force_login(User.objects.create_superuser("root", password=None))
+    removed = threading.Event()
+
+    def remove_elsewhere() -> None:
+        try:
+            with transaction.atomic():
+                remove_member(tenant=tenant, membership_id=manager.pk)
+                removed.set()
+                wait_until(lambda: lock_waiters() > 0, what="the admin's removal waiting")
+        finally:
+            connection.close()
+
+    elsewhere = threading.Thread(target=remove_elsewhere)
+    elsewhere.start()
+    removed.wait(DEADLINE_SECONDS)
+    answer = staff.post(
+        "/admin/tenants/membership/",
+        {"action": "remove_memberships", "_selected_action": [manager.pk]},
+        follow=True,
+    )
+    elsewhere.join(DEADLINE_SECONDS)
+
+    text = answer.content.decode()
+    assert "last owner" not in text
+    assert "0 membership(s) removed." in text and "Removed meanwhile: m (roma)." in text
+    assert list(Membership.objects.values_list("user__username", flat=True)) == ["o"]
