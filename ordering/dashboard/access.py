@@ -111,12 +111,23 @@ def _shown_for_another_restaurant(request: HttpRequest, membership: Membership) 
 
 
 def _not_applied_here(request: HttpRequest, membership: Membership) -> HttpResponse:
-    messages.error(
-        request,
-        "Nothing was done: that form was shown for another restaurant, and the dashboard now "
-        f"works in {membership.tenant.name} (switched in another tab). Open the page again "
-        "here, or switch back, to submit it.",
-    )
+    """Why the form did nothing: the user switched restaurants in another tab (they can
+    switch back), or the form's restaurant is no longer one of theirs (removed by its owner,
+    or suspended), where switching back is not possible. The form's restaurant is not named:
+    its id came from the browser."""
+    shown_for = request.POST.get(FORM_TENANT_FIELD)
+    if any(str(m.tenant_id) == shown_for for m in memberships_of(request.user)):
+        why = (
+            "Nothing was done: that form was shown for another restaurant, and the dashboard "
+            f"now works in {membership.tenant.name} (switched in another tab). Open the page "
+            "again here, or switch back, to submit it."
+        )
+    else:
+        why = (
+            "Nothing was done: that form was shown for a restaurant you are no longer a member "
+            f"of (or that was suspended); the dashboard now works in {membership.tenant.name}."
+        )
+    messages.error(request, why)
     return redirect("board")
 
 

@@ -236,3 +236,29 @@ def test_a_form_shown_for_one_restaurant_does_nothing_after_a_switch_in_another_
     shown = dict(HIDDEN_RE.findall(form[: form.index("</form>")]))
     client.post(page, {**shown, **typed})
     assert left_in(mine.tenant)
+
+
+def test_a_form_of_a_restaurant_the_user_was_removed_from_does_nothing_and_says_so(
+    client, mine, theirs
+):
+    """A user of two restaurants has a page of one open when its owner removes them; the
+    page's form then does nothing, and the board says they are no longer a member there, not
+    that they switched restaurants in another tab (red: "(switched in another tab)")."""
+    page, typed, left_in = FORMS_OF_A_PAGE["dish-create"]
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
+    client.force_login(mine.user)
+    switch_to(client, theirs.tenant.pk)
+    html = client.get(page).content.decode()
+    form = html[html.index(f'action="{page}"') :]
+    shown = dict(HIDDEN_RE.findall(form[: form.index("</form>")]))
+
+    Membership.objects.filter(user=mine.user, tenant=theirs.tenant).delete()  # by its owner
+    r = client.post(page, {**shown, **typed}, follow=True)
+
+    assert r.redirect_chain == [("/dashboard/", 302)]
+    text = r.content.decode()
+    assert "Nothing was done: that form was shown for a restaurant you are no longer a member" in (
+        text
+    )
+    assert "switched in another tab" not in text
+    assert not left_in(mine.tenant) and not left_in(theirs.tenant)
