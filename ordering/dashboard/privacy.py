@@ -15,8 +15,9 @@ from django.views.decorators.http import require_http_methods
 from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.forms import EraseDinerForm
-from ordering.models import DinerErasure
+from ordering.models import DinerErasure, Order
 from ordering.privacy.diners import ERASURE_UNFINISHED, erase_diner
+from tenants.models import Tenant
 from tenants.permissions import Area
 
 
@@ -44,11 +45,7 @@ def privacy(request: HttpRequest) -> HttpResponse:
                 "session(s) removed.",
             )
         else:  # a second submit, or an id this restaurant never saw: not "0 orders erased"
-            messages.info(
-                request,
-                "Nothing left to erase for this diner: no orders, stored replies or sessions "
-                "here name them (erased already, or never a diner of this restaurant).",
-            )
+            messages.info(request, _nothing_left(tenant, log))
         return redirect("dash-privacy")
     return render_page(
         request,
@@ -56,4 +53,28 @@ def privacy(request: HttpRequest) -> HttpResponse:
         {"form": form, "erasures": DinerErasure.objects.filter(tenant=tenant)[:50]},
         section="privacy",
         status=400 if form.is_bound else 200,
+    )
+
+
+def _nothing_left(tenant: Tenant, log: DinerErasure) -> str:
+    """What an erasure that found nothing says: the diner was erased before (a double click,
+    whose page shows the second press's answer, or a request handled twice), with the
+    pseudonym their orders carry; or no diner of this restaurant had that id (a typo?). Said
+    as one ("erased already, or never a diner"), the owner could not tell their erasure had
+    happened. An erasure running at the same instant has committed its orders by the time
+    this one found none to rename, so they are counted here."""
+    orders = Order.objects.for_tenant(tenant).filter(diner_id=log.pseudonym).count()
+    erased_before = (
+        DinerErasure.objects.filter(tenant=tenant, diner_hash=log.diner_hash)
+        .exclude(pk=log.pk)
+        .exists()
+    )
+    if orders or erased_before:
+        return (
+            f"This diner is erased: {orders} order(s) show {log.pseudonym}. Nothing was left "
+            "to erase now."
+        )
+    return (
+        "Nothing to erase: no orders, stored replies or sessions of this restaurant name this "
+        "diner id. Check the id."
     )

@@ -40,8 +40,13 @@ def test_the_owner_erases_a_diner(tenant, other_tenant, settings):
     # "Diner erased: 0 order(s)")
     again = owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}, follow=True)
     assert DinerErasure.objects.count() == 2
-    assert "Nothing left to erase for this diner" in again.content.decode()
+    assert f"This diner is erased: 1 order(s) show {log.pseudonym}." in again.content.decode()
     assert "Diner erased: 0" not in again.content.decode()
+    # an id no diner of this restaurant had (a typo?) is said to be that
+    typo = owner.post("/dashboard/privacy/", {"diner_id": "zeo", "confirm": "on"}, follow=True)
+    assert "Nothing to erase: no orders, stored replies or sessions of this restaurant name" in (
+        typo.content.decode()
+    )
 
 
 @pytest.mark.parametrize(
