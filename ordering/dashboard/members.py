@@ -12,7 +12,7 @@ from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.forms import MemberAddForm, MemberRoleForm
 from tenants.members import MemberError, add_member, change_role, members_of, remove_member
 from tenants.models import Membership
-from tenants.permissions import Area
+from tenants.permissions import Area, role_reaches
 
 
 @member_required(Area.MEMBERS)
@@ -76,6 +76,8 @@ def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{changed.user.get_username()} is now {changed.role}.")
+        if changed.user_id == request.user.pk and not role_reaches(changed.role, Area.MEMBERS):
+            return redirect("board")  # stepped down: the members page is not theirs now
     return redirect("dash-members")
 
 
@@ -91,4 +93,6 @@ def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Removed {removed.user.get_username()}.")
+        if removed.user_id == request.user.pk:
+            return redirect("board")  # left: the members page is not theirs now
     return redirect("dash-members")

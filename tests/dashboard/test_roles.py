@@ -200,3 +200,28 @@ def test_a_manager_cannot_reach_the_members_page(mine: World) -> None:
     client = Client()
     client.force_login(make_merchant(mine.tenant, "mgr", role=Role.MANAGER))
     assert client.get("/dashboard/members/").status_code == 403
+
+
+@pytest.mark.parametrize("step", ["demote", "leave"])
+def test_an_owner_stepping_down_lands_on_the_board_with_the_change_said(
+    mine: World, step: str
+) -> None:
+    """An owner (not the last) makes themselves a manager, or leaves: they are sent to the
+    orders board, which they still reach, with the change said (red: back to the members page,
+    a "Not allowed" 403 right after their own change went through). Leaving their only
+    restaurant, the board says they have none."""
+    make_merchant(mine.tenant, "second-owner", role=Role.OWNER)
+    owner = owner_client(mine)
+    me = Membership.objects.get(tenant=mine.tenant, user=mine.user)
+    if step == "demote":
+        r = post_form(owner, f"/dashboard/members/{me.pk}/role/", {"role": Role.MANAGER})
+    else:
+        r = post_form(owner, f"/dashboard/members/{me.pk}/remove/", {})
+
+    assert r.status_code == 302 and r["Location"] == "/dashboard/"
+    landing = owner.get(r["Location"])
+    text = landing.content.decode()
+    if step == "demote":
+        assert landing.status_code == 200 and f"{mine.user.username} is now manager." in text
+    else:
+        assert landing.status_code == 403 and f"Removed {mine.user.username}." in text
