@@ -36,12 +36,16 @@ class DishCreateForm(forms.Form):
 
 
 class DishUpdateForm(forms.Form):
-    """``stock_seen`` is the count the merchant looked at; the service only overwrites that."""
+    """``*_seen`` are the values the merchant looked at; the service only overwrites those,
+    and only the fields the merchant changed. ``price_seen`` and ``active_seen`` may be
+    missing (a page shown before they were added): those fields are then written as sent."""
 
     price = forms.DecimalField(min_value=Decimal("0.00"), **MONEY)
     stock = forms.IntegerField(min_value=0, max_value=MAX_STOCK)
-    stock_seen = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     active = forms.BooleanField(required=False, label="On the menu")
+    stock_seen = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    price_seen = forms.DecimalField(required=False, widget=forms.HiddenInput, **MONEY)
+    active_seen = forms.NullBooleanField(required=False, widget=forms.HiddenInput)
 
 
 class CouponCreateForm(forms.Form):

@@ -38,7 +38,7 @@ def menu(request: HttpRequest) -> HttpResponse:
 
 @member_required(Area.MENU)
 @require_http_methods(["GET", "HEAD", "POST"])
-@idempotent_form(fields=("price", "stock", "stock_seen", "active"))
+@idempotent_form(fields=("price", "stock", "active", "stock_seen", "price_seen", "active_seen"))
 def dish_edit(request: HttpRequest, dish_id: int) -> HttpResponse:
     """GET: the edit form. POST: save price/availability, and stock unless orders moved it."""
     tenant = tenant_of(request)
@@ -52,8 +52,7 @@ def dish_edit(request: HttpRequest, dish_id: int) -> HttpResponse:
                 if exc.code == MenuErrorCode.NOT_FOUND:
                     raise Http404(exc.message) from exc
                 dish = dish_of(tenant=tenant, dish_id=dish.pk) or dish
-                form = DishUpdateForm({**form.data.dict(), "stock_seen": dish.stock})
-                form.is_valid()
+                form = _shown_again(form, dish)
                 form.add_error(exc.field, exc.message)
             else:
                 messages.success(request, f"Saved {dish.name}.")
@@ -73,6 +72,26 @@ def _initial(dish: Dish) -> dict[str, object]:
     return {
         "price": dish.price,
         "stock": dish.stock,
-        "stock_seen": dish.stock,
         "active": dish.active,
+        "stock_seen": dish.stock,
+        "price_seen": dish.price,
+        "active_seen": dish.active,
     }
+
+
+def _shown_again(refused: DishUpdateForm, dish: Dish) -> DishUpdateForm:
+    """The form of a refused edit, against the dish as it is now: what the merchant changed
+    stays as typed, what they left alone shows the current value (kept as shown, saving
+    again would write back the value that moved), and every ``*_seen`` is the current one."""
+    typed = refused.cleaned_data
+    now = _initial(dish)
+    data = {**refused.data.dict(), **{f"{f}_seen": now[f] for f in ("price", "stock", "active")}}
+    for field in ("price", "stock", "active"):
+        seen = typed.get(f"{field}_seen")
+        if seen is not None and typed[field] == seen:
+            data[field] = now[field]
+    if not data.get("active"):
+        data.pop("active", None)  # an unticked box is a missing field
+    form = DishUpdateForm(data)
+    form.is_valid()
+    return form

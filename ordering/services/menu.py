@@ -1,9 +1,10 @@
 """Merchant-side writes to the menu and coupons: create and edit dishes, create and retire coupons.
 
 Races are settled by the database, never by a read before the write: a duplicate dish name or
-coupon code is refused by the ``unique(tenant, ...)`` constraints, a stock edit is a conditional
-``UPDATE ... WHERE stock = <the value the merchant saw>`` so it cannot silently undo portions that
-orders took meanwhile, and retiring a coupon is ``UPDATE ... WHERE active``.
+coupon code is refused by the ``unique(tenant, ...)`` constraints, a dish edit is a conditional
+``UPDATE ... WHERE <each field it changes> = <the value the merchant saw>`` so it cannot silently
+undo portions that orders took meanwhile, or a price set in another tab, and retiring a coupon is
+``UPDATE ... WHERE active``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class MenuErrorCode(StrEnum):
     DUPLICATE_NAME = "DUPLICATE_NAME"
     DUPLICATE_CODE = "DUPLICATE_CODE"
     STOCK_CHANGED = "STOCK_CHANGED"
+    CHANGED_MEANWHILE = "CHANGED_MEANWHILE"
     INVALID = "INVALID"
 
 
@@ -75,32 +77,55 @@ def update_dish(
     active: bool,
     stock: int,
     stock_seen: int,
+    price_seen: Decimal | None = None,
+    active_seen: bool | None = None,
 ) -> Dish:
-    """Set price and availability; set stock only if it still is ``stock_seen``.
+    """Write what the merchant changed on the form, each field only if it still is what the
+    form showed (``<field>_seen``); a field left as shown is not written at all.
 
-    A merchant who left stock alone (``stock == stock_seen``) never conflicts with orders that
-    take portions meanwhile. One who typed a new count gets ``STOCK_CHANGED`` (and nothing is
-    written) if orders moved the count since the form was rendered.
+    So an edit of one field never undoes another's made meanwhile: orders taking portions
+    while the merchant sets a price, or a price set in another tab (or by a colleague) while
+    a stale page sets the stock. A changed field that moved meanwhile is refused
+    (``STOCK_CHANGED``, ``CHANGED_MEANWHILE``) and nothing is written. ``price_seen`` or
+    ``active_seen`` None (a caller that showed no form): that value is written as given.
     """
+    seen: dict[str, object] = {"price": price_seen, "active": active_seen, "stock": stock_seen}
+    wanted: dict[str, object] = {"price": price, "active": active, "stock": stock}
+    changes = {f: v for f, v in wanted.items() if seen[f] is None or v != seen[f]}
+    expected = {f: seen[f] for f in changes if seen[f] is not None}
     dishes = Dish.objects.for_tenant(tenant).filter(pk=dish_id)
     with transaction.atomic():
-        if stock == stock_seen:
-            updated = dishes.update(price=price, active=active)
-        else:
-            updated = dishes.filter(stock=stock_seen).update(
-                price=price, active=active, stock=stock
-            )
+        updated = dishes.filter(**expected).update(**changes) if changes else dishes.count()
         dish = dishes.first()
     if dish is None:
         raise MenuError(MenuErrorCode.NOT_FOUND, "No such dish.")
     if updated != 1:
-        raise MenuError(
+        raise _moved_meanwhile(dish, expected)
+    return dish
+
+
+def _moved_meanwhile(dish: Dish, expected: dict[str, object]) -> MenuError:
+    """The refusal of an edit whose field moved since its form was shown, on that field."""
+    if "stock" in expected and dish.stock != expected["stock"]:
+        return MenuError(
             MenuErrorCode.STOCK_CHANGED,
             f"Orders changed the stock to {dish.stock} since the page was loaded; "
             "nothing was saved. Check the count and save again.",
             field="stock",
         )
-    return dish
+    again = "since the page was loaded (in another tab, or by a colleague); nothing was saved."
+    if "price" in expected and dish.price != expected["price"]:
+        return MenuError(
+            MenuErrorCode.CHANGED_MEANWHILE,
+            f"The price was changed to {dish.price} {again} Check it and save again.",
+            field="price",
+        )
+    where = "put on" if dish.active else "taken off"
+    return MenuError(
+        MenuErrorCode.CHANGED_MEANWHILE,
+        f"The dish was {where} the menu {again} Check it and save again.",
+        field="active",
+    )
 
 
 def create_coupon(

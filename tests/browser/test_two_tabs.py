@@ -3,9 +3,12 @@ must neither repeat nor meet as a bare error page."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth.models import User
 
+from ordering.models import Dish
 from tenants.models import Membership
 from tests.browser.test_dashboard import log_in, open_shop
 from tests.dashboard.factories import PASSWORD
@@ -48,3 +51,44 @@ def test_a_member_removed_in_one_tab_is_met_in_the_other_with_the_members_and_a_
     assert list(Membership.objects.filter(tenant=shop.tenant).values_list("role", flat=True)) == [
         Membership.Role.OWNER
     ]
+
+
+def test_a_stale_dish_page_saving_the_stock_does_not_undo_a_price_set_in_another_tab(
+    page, live_server
+):
+    """Tab A sets Margherita's price; tab B, opened before, sets only its stock, then only
+    its price. B's stock is saved without writing back the price B was shown; B's price,
+    set over one B never saw, is refused with the price now, and saved again it stands
+    (red: A's price silently undone by B's stock save)."""
+    shop = open_shop()
+    dish = shop.dishes["Margherita"]
+    url = f"/dashboard/menu/{dish.pk}/"
+    log_in(page, live_server.url, "roma-owner", url)
+    stale = page.context.new_page()
+    stale.goto(f"{live_server.url}{url}")
+    stale_again = page.context.new_page()
+    stale_again.goto(f"{live_server.url}{url}")
+
+    page.fill("#id_price", "9.90")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save").click()
+    assert "Saved Margherita." in page.locator(".messages").inner_text()
+
+    stale.fill("#id_stock", "12")
+    with stale.expect_navigation():
+        stale.get_by_role("button", name="Save").click()
+    assert "Saved Margherita." in stale.locator(".messages").inner_text()
+    assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("9.90"), 12)
+
+    stale_again.fill("#id_price", "7.00")
+    with stale_again.expect_navigation() as answer:
+        stale_again.get_by_role("button", name="Save").click()
+    assert answer.value.status == 400
+    assert "price was changed to 9.90" in stale_again.locator(".errorlist").inner_text()
+    assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("9.90"), 12)
+    # shown again with the price as typed and the stock as it is now: saved, both stand
+    assert stale_again.locator("#id_price").input_value() == "7.00"
+    assert stale_again.locator("#id_stock").input_value() == "12"
+    with stale_again.expect_navigation():
+        stale_again.get_by_role("button", name="Save").click()
+    assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("7.00"), 12)
