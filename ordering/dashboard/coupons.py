@@ -42,8 +42,11 @@ def coupon_deactivate(request: HttpRequest, coupon_id: int) -> HttpResponse:
     tenant = tenant_of(request)
     found(coupon_of(tenant=tenant, coupon_id=coupon_id))
     try:
-        coupon = deactivate_coupon(tenant=tenant, coupon_id=coupon_id)
+        coupon, changed = deactivate_coupon(tenant=tenant, coupon_id=coupon_id)
     except MenuError as exc:
         raise Http404(exc.message) from exc
-    messages.success(request, f"Coupon {coupon.code} no longer applies to new orders.")
+    if changed:
+        messages.success(request, f"Coupon {coupon.code} no longer applies to new orders.")
+    else:
+        messages.info(request, f"Coupon {coupon.code} was deactivated already; nothing changed.")
     return redirect("dash-coupons")

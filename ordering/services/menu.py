@@ -157,14 +157,16 @@ def create_coupon(
     )
 
 
-def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> Coupon:
-    """Stop a coupon from being used by new orders. Deactivating twice changes nothing."""
+def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> tuple[Coupon, bool]:
+    """Stop a coupon from being used by new orders; the coupon, and whether this call did it.
+    Deactivating twice (another tab, a colleague) changes nothing and answers False, so the
+    second can be told it was done already."""
     coupons = Coupon.objects.for_tenant(tenant).filter(pk=coupon_id)
-    coupons.filter(active=True).update(active=False)
+    changed = coupons.filter(active=True).update(active=False) == 1
     coupon = coupons.first()
     if coupon is None:
         raise MenuError(MenuErrorCode.NOT_FOUND, "No such coupon.")
-    return coupon
+    return coupon, changed
 
 
 def _insert(

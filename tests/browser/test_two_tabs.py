@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import User
 
-from ordering.models import Dish
+from ordering.models import Coupon, Dish
 from tenants.models import Membership
 from tests.browser.test_dashboard import log_in, open_shop
 from tests.dashboard.factories import PASSWORD
@@ -92,3 +92,28 @@ def test_a_stale_dish_page_saving_the_stock_does_not_undo_a_price_set_in_another
     with stale_again.expect_navigation():
         stale_again.get_by_role("button", name="Save").click()
     assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("7.00"), 12)
+
+
+def test_a_coupon_deactivated_in_one_tab_is_said_to_be_so_in_the_other(page, live_server):
+    """Tab B, still showing the coupon active, deactivates it after tab A did: nothing more
+    happens, and B reads that it was deactivated already (red: "Coupon WELCOME no longer
+    applies to new orders.", as if B's press had done it)."""
+    shop = open_shop()
+    Coupon.objects.for_tenant(shop.tenant).create(
+        tenant=shop.tenant, code="WELCOME", kind=Coupon.Kind.AMOUNT, value=Decimal("2.00")
+    )
+    log_in(page, live_server.url, "roma-owner", "/dashboard/coupons/")
+    other_tab = page.context.new_page()
+    other_tab.goto(f"{live_server.url}/dashboard/coupons/")
+    deactivate = 'tr:has-text("WELCOME") button:has-text("Deactivate")'
+
+    with page.expect_navigation():
+        page.locator(deactivate).click()
+    assert "no longer applies to new orders" in page.locator(".messages").inner_text()
+    with other_tab.expect_navigation():
+        other_tab.locator(deactivate).click()
+
+    said = other_tab.locator(".messages").inner_text()
+    assert "Coupon WELCOME was deactivated already; nothing changed." in said
+    assert "no longer applies" not in said
+    assert not Coupon.all_tenants.get(code="WELCOME").active

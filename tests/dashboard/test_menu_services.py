@@ -75,8 +75,10 @@ def test_coupons_are_unique_per_tenant_and_deactivate_once(tenant, coupon):
         tenant=tenant, code="X", kind="percent", value=Decimal("101")
     )
     assert code_of(too_much) == MenuErrorCode.INVALID
-    assert deactivate_coupon(tenant=tenant, coupon_id=coupon.pk).active is False
-    assert deactivate_coupon(tenant=tenant, coupon_id=coupon.pk).active is False
+    first, did = deactivate_coupon(tenant=tenant, coupon_id=coupon.pk)
+    assert first.active is False and did
+    again, did_again = deactivate_coupon(tenant=tenant, coupon_id=coupon.pk)
+    assert again.active is False and not did_again
 
 
 @pytest.mark.django_db(transaction=True)
