@@ -56,6 +56,8 @@ MOVE_LABELS = {
     S.CANCELLED: "Cancel order",
 }
 BOARD_COLUMNS = "dashboard/partials/board_columns.html"
+# Whose columns a board fragment holds (the page's script compares it with its own)
+RESTAURANT_HEADER = "X-Restaurant"
 # Seconds between board refreshes; a setting so tests (and busy kitchens) can shorten it.
 DEFAULT_REFRESH_SECONDS = 5
 
@@ -140,9 +142,14 @@ def board(request: HttpRequest) -> HttpResponse:
 def board_fragment(request: HttpRequest) -> HttpResponse:
     """The board's columns, for the page's script every few seconds. The script sends the
     ETag of the columns it shows (``If-None-Match``); while no card has changed the answer is
-    304, after one read of the cards' columns (:func:`board_etag`) and without rendering."""
+    304, after one read of the cards' columns (:func:`board_etag`) and without rendering.
+
+    The columns are the current restaurant's, the session's choice: after a switch in
+    another tab they are another restaurant's than the page around them names. The answer
+    says whose they are (``X-Restaurant``), and the script reloads the whole page then."""
     response = render(request, BOARD_COLUMNS, board_context(request))
     response["Cache-Control"] = "no-store"
+    response[RESTAURANT_HEADER] = str(tenant_of(request).pk)
     return response
 
 

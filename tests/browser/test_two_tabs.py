@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from ordering.models import Coupon, Dish
-from tenants.models import Membership
+from tenants.models import Membership, Tenant
 from tests.browser.test_dashboard import log_in, open_shop
-from tests.dashboard.factories import PASSWORD
+from tests.dashboard.factories import PASSWORD, make_order
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -117,3 +117,31 @@ def test_a_coupon_deactivated_in_one_tab_is_said_to_be_so_in_the_other(page, liv
     assert "Coupon WELCOME was deactivated already; nothing changed." in said
     assert "no longer applies" not in said
     assert not Coupon.all_tenants.get(code="WELCOME").active
+
+
+def test_a_board_left_open_follows_a_switch_of_restaurant_made_in_another_tab(page, live_server):
+    """A user of two restaurants watches Roma's board; in another tab they switch to Kyoto
+    (the session's choice, every tab's). The board's next refresh shows Kyoto's orders on a
+    page that says Kyoto, never Kyoto's cards under Roma's name (red: the columns were
+    swapped in, the top bar and "payments under review" still Roma's)."""
+    shop = open_shop()
+    kyoto = Tenant.objects.create(slug="sushi-kyoto", name="Sushi Kyoto")
+    nigiri = Dish.objects.for_tenant(kyoto).create(
+        tenant=kyoto, name="Nigiri", price=Decimal("12.00"), stock=10
+    )
+    theirs = make_order(kyoto, nigiri)
+    Membership.objects.create(user=shop.owner, tenant=kyoto, role=Membership.Role.OWNER)
+    log_in(page, live_server.url, "roma-owner")
+    page.locator("#tenant-switch").select_option(str(shop.tenant.pk))
+    with page.expect_navigation():
+        page.get_by_role("button", name="Switch").click()
+    assert page.locator("#tenant-switch").input_value() == str(shop.tenant.pk)
+
+    other_tab = page.context.new_page()
+    other_tab.goto(f"{live_server.url}/dashboard/")
+    other_tab.locator("#tenant-switch").select_option(str(kyoto.pk))
+    with other_tab.expect_navigation():
+        other_tab.get_by_role("button", name="Switch").click()
+
+    page.locator(f'[data-order-id="{theirs.pk}"]').wait_for()  # the board refreshes every second
+    assert page.locator("#tenant-switch").input_value() == str(kyoto.pk)

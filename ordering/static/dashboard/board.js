@@ -1,5 +1,6 @@
 // Refresh the orders board: fetch the server-rendered columns every few seconds and swap them in.
-// No library; pauses while the tab is hidden; reloads the page if the session has expired.
+// No library; pauses while the tab is hidden; reloads the page if the session has expired, or
+// if the columns are another restaurant's than the page's (switched in another tab).
 //
 // Each poll sends the ETag of the columns shown (If-None-Match): while no card has changed the
 // server answers 304 without rendering them, and only the cards' ages move on, written here by
@@ -12,6 +13,7 @@
   var url = board.getAttribute("data-refresh-url");
   var every = parseInt(board.getAttribute("data-refresh-ms"), 10) || 5000;
   var version = board.getAttribute("data-version");
+  var restaurant = board.getAttribute("data-restaurant");
   var stamp = document.getElementById("board-updated");
   var serverAhead = 0; // milliseconds the server's clock is ahead of this one
 
@@ -53,6 +55,11 @@
         if (!isNaN(date)) serverAhead = date - Date.now();
         if (response.status === 304) return "";
         if (!response.ok) return null;
+        var whose = response.headers.get("X-Restaurant");
+        if (restaurant && whose && whose !== restaurant) {
+          window.location.reload(); // the page around the columns names another restaurant
+          return null;
+        }
         version = response.headers.get("ETag");
         return response.text();
       })
