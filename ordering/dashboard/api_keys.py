@@ -1,16 +1,22 @@
 """API keys of the tenant's apps: issue (the full key is shown once), list, revoke.
 
 The new key travels to the next page in the server-side session, never in a URL, a cookie or
-the stored idempotent response (which is a bare redirect): a replayed "create" shows the list
-and the "already submitted" notice, not the key.
+the stored idempotent response (a bare redirect): a replayed "create" shows the list and the
+"already submitted" notice, not the key. The session keeps each key issued until its page
+shows it, by the key's id, and the redirect names that id (``?issued=<id>``): keys issued in
+two tabs at once are each shown, named, in the tab that issued it (one slot for all lost the
+first key when the second was issued before the first's page loaded).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -37,11 +43,11 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyCreateForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         client, key = issue_api_key(tenant=tenant, **form.cleaned_data)
-        request.session[NEW_KEY_SESSION] = {"tenant": tenant.pk, "id": client.pk, "key": key}
-        return redirect("dash-api-keys")
-    new_key = request.session.pop(NEW_KEY_SESSION, None)
-    if new_key is not None and new_key["tenant"] != tenant.pk:
-        new_key = None  # issued while another restaurant was current: never show it here
+        waiting = _waiting_keys(request)
+        waiting[str(client.pk)] = {"tenant": tenant.pk, "name": client.name, "key": key}
+        request.session[NEW_KEY_SESSION] = waiting
+        return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
+    new_key = _take_issued_key(request, tenant)
     return render_page(
         request,
         "dashboard/api_keys.html",
@@ -49,6 +55,31 @@ def api_keys(request: HttpRequest) -> HttpResponse:
         section="api_keys",
         status=400 if form.is_bound else 200,
     )
+
+
+def _waiting_keys(request: HttpRequest) -> dict[str, dict[str, Any]]:
+    """The keys issued in this session and not shown yet, by id (a session from before keys
+    were kept by id holds one, unnamed)."""
+    waiting = request.session.get(NEW_KEY_SESSION) or {}
+    if "key" in waiting:
+        waiting = {str(waiting.get("id")): {**waiting, "name": ""}}
+    return dict(waiting)
+
+
+def _take_issued_key(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
+    """The key this page was sent to show (``?issued=<id>``), taken out of the session so it
+    is shown once; None when it was shown already, or issued while another restaurant was
+    current (never shown here)."""
+    issued = request.GET.get("issued", "")
+    waiting = _waiting_keys(request)
+    if issued not in waiting:
+        return None
+    new_key = waiting.pop(issued)
+    if waiting:
+        request.session[NEW_KEY_SESSION] = waiting
+    else:
+        request.session.pop(NEW_KEY_SESSION, None)
+    return new_key if new_key["tenant"] == tenant.pk else None
 
 
 @member_required(Area.API_KEYS)

@@ -7,11 +7,13 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import APIResponse, Route
 
 from ordering.models import Coupon, Dish
-from tenants.models import Membership, Tenant
+from tenants.models import ApiClient, Membership, Tenant
 from tests.browser.test_dashboard import log_in, open_shop
 from tests.dashboard.factories import PASSWORD, make_order
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -145,3 +147,41 @@ def test_a_board_left_open_follows_a_switch_of_restaurant_made_in_another_tab(pa
 
     page.locator(f'[data-order-id="{theirs.pk}"]').wait_for()  # the board refreshes every second
     assert page.locator("#tenant-switch").input_value() == str(kyoto.pk)
+
+
+def test_keys_issued_in_two_tabs_at_once_are_each_shown_in_their_own_tab(page, live_server):
+    """The owner issues "POS" in one tab and "Kiosk" in another; POS's page (the answer's
+    redirect) is slow to load and arrives after Kiosk's submit. Each tab shows its own key,
+    named (red: Kiosk's submit overwrote POS's key in the session, so POS's secret was shown
+    nowhere, or Kiosk's shown in POS's tab, unnamed)."""
+    shop = open_shop()
+    log_in(page, live_server.url, "roma-owner", "/dashboard/api-keys/")
+    kiosk_tab = page.context.new_page()
+    kiosk_tab.goto(f"{live_server.url}/dashboard/api-keys/")
+    held: list[tuple[Route, APIResponse]] = []
+
+    def hold_the_answer(route: Route) -> None:
+        if route.request.method != "POST" or held:
+            route.continue_()
+            return
+        # the server issues the key now; its answer (the redirect) reaches the tab below
+        held.append((route, route.fetch(max_redirects=0)))
+
+    page.route("**/dashboard/api-keys/", hold_the_answer)
+    page.fill("#id_name", "POS")
+    page.get_by_role("button", name="Create key").click(no_wait_after=True)
+    wait_until(lambda: held or page.wait_for_timeout(20), what="POS issued")
+    kiosk_tab.fill("#id_name", "Kiosk")
+    with kiosk_tab.expect_navigation():
+        kiosk_tab.get_by_role("button", name="Create key").click()
+    route, answer = held[0]
+    with page.expect_navigation():
+        route.fulfill(response=answer)
+    page.wait_for_load_state("load")
+
+    issued = {c.name: c for c in ApiClient.objects.filter(tenant=shop.tenant)}
+    for tab, name in [(page, "POS"), (kiosk_tab, "Kiosk")]:
+        panel = tab.locator("section.new-key")
+        assert name in panel.inner_text()
+        key = tab.locator("#new-key-value").input_value()
+        assert key.split(".")[0] == issued[name].prefix

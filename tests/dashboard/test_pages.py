@@ -357,13 +357,14 @@ def test_a_coupon_ending_near_the_calendar_s_end_is_refused_by_the_model_too(min
 
 def test_api_key_is_shown_once_and_works(merchant, mine):
     r = post_form(merchant, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
-    assert r.status_code == 302 and r["Location"] == "/dashboard/api-keys/"
-    first = merchant.get("/dashboard/api-keys/")
+    issued = ApiClient.objects.get(tenant=mine.tenant, name="Kiosk")
+    assert r.status_code == 302 and r["Location"] == f"/dashboard/api-keys/?issued={issued.pk}"
+    first = merchant.get(r["Location"])
     key = first.context["new_key"]["key"]
     assert key in first.content.decode() and "will not be shown again" in first.content.decode()
     client = authenticate_api_key(key)
     assert client is not None and client.tenant == mine.tenant and client.kind == "merchant"
-    again = merchant.get("/dashboard/api-keys/")
+    again = merchant.get(r["Location"])  # a reload
     assert again.context["new_key"] is None and key not in again.content.decode()
     assert client.secret_hash not in again.content.decode()
 
@@ -423,9 +424,9 @@ def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, t
 
     Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
     client.force_login(mine.user)
-    post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
+    issued = post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
     post_form(client, "/dashboard/switch-tenant/", {"tenant_id": theirs.tenant.pk}, "/dashboard/")
-    page = client.get("/dashboard/api-keys/")
+    page = client.get(issued["Location"])
     assert page.context["request"].membership.tenant == theirs.tenant
     assert page.context["new_key"] is None
 
