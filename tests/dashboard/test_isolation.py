@@ -33,6 +33,9 @@ def snapshot(world: World) -> dict[str, object]:
         "keys": sorted(
             ApiClient.objects.filter(tenant=world.tenant).values_list("pk", "revoked_at")
         ),
+        "members": sorted(
+            Membership.objects.filter(tenant=world.tenant).values_list("pk", "user_id", "role")
+        ),
     }
 
 
@@ -52,7 +55,13 @@ FOREIGN_POSTS = {
     ),
     "coupon-deactivate": (lambda w: f"/dashboard/coupons/{w.coupon.pk}/deactivate/", {}),
     "api-key-revoke": (lambda w: f"/dashboard/api-keys/{w.api_client.pk}/revoke/", {}),
+    "member-role": (lambda w: f"/dashboard/members/{their_member(w)}/role/", {"role": "staff"}),
+    "member-remove": (lambda w: f"/dashboard/members/{their_member(w)}/remove/", {}),
 }
+
+
+def their_member(world: World) -> int:
+    return Membership.objects.get(tenant=world.tenant, user=world.user).pk
 
 
 @pytest.mark.parametrize("name", list(FOREIGN_GETS))
@@ -76,6 +85,7 @@ def test_foreign_ids_in_form_posts_are_404_and_change_nothing(
     r = merchant.post(url(theirs), data)
     assert r.status_code == 404
     assert snapshot(theirs) == before
+    assert theirs.user.username not in r.content.decode()  # nothing of theirs on the page
 
 
 def test_switching_to_a_foreign_tenant_changes_nothing(merchant, mine, theirs):
