@@ -114,6 +114,7 @@ def start_canary(
         raise ScriptRejected("percent must be 0..100")
     _load_everywhere(script.source)
     with transaction.atomic():
+        _lock_versions(script.name)
         LuaScriptVersion.objects.filter(name=script.name, state=State.CANARY).exclude(
             pk=script.pk
         ).update(state=State.DRAFT, canary_percent=0)
@@ -133,6 +134,7 @@ def promote(script: LuaScriptVersion, *, author: str, reviewed_sha256: str) -> N
     _require_contract_pass(script)
     _load_everywhere(script.source)
     with transaction.atomic():
+        _lock_versions(script.name)
         LuaScriptVersion.objects.filter(name=script.name, state=State.STABLE).update(
             state=State.RETIRED
         )
@@ -170,6 +172,7 @@ def rollback(*, name: str, author: str, reviewed_sha256: str) -> LuaScriptVersio
     version that stable calls use now (None: the shipped file). ``reviewed_sha256`` names what
     runs afterwards (:func:`rollback_target`)."""
     with transaction.atomic():
+        _lock_versions(name)
         target = rollback_target(name)
         check_reviewed(reviewed_sha256, sha256_of(target.source), what=_label(target))
         canary = LuaScriptVersion.objects.filter(name=name, state=State.CANARY).first()
@@ -194,6 +197,22 @@ def rollback(*, name: str, author: str, reviewed_sha256: str) -> LuaScriptVersio
             stable = previous
         transaction.on_commit(_changed)
     return stable
+
+
+def _lock_versions(name: str) -> None:
+    """Lock every version of ``name`` until the caller's transaction ends, in primary-key
+    order. Canary, promote and rollback each read which version is stable or canary, then
+    move them: two at once (two staff confirming at the same instant) read the same state,
+    and the second's writes, waiting on the first's, then broke a one-stable (one-canary)
+    constraint, or, for a rollback, would take a second step its author never reviewed.
+    Taken first, the second reads what the first left (a rollback's target then differs
+    from the one reviewed: refused)."""
+    list(
+        LuaScriptVersion.objects.select_for_update()
+        .filter(name=name)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def _label(ref: ScriptRef) -> str:

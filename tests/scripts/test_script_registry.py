@@ -6,11 +6,13 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from idempotency.models import LuaScriptChange, LuaScriptVersion
@@ -24,6 +26,7 @@ from idempotency.scripts.versions import (
     start_canary,
     upload_version,
 )
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -312,3 +315,59 @@ def test_one_request_runs_every_script_from_the_version_set_it_started_with():
 def test_there_is_nothing_to_roll_back_on_the_shipped_script():
     with pytest.raises(ScriptRejected, match="nothing to roll back"):
         rollback(name="claim", author="a", reviewed_sha256=SHIPPED_CLAIM_SHA256)
+
+
+def transaction_waiters() -> int:
+    """Sessions waiting on a row another transaction holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_staff_rolling_back_at_once_take_one_step_the_second_is_refused():
+    """Two staff confirm "roll back" at the same instant, each having reviewed what the page
+    said would run after it (v1). One rollback runs; the other, decided after it, finds the
+    step already taken (v1 runs) and is refused by the reviewed hash, never a second step
+    (red: both read v3 as stable, the second's update waited on the first's, then made v1
+    stable beside v2: IntegrityError, a server error in the admin)."""
+    v1, v2, v3 = (
+        passed(
+            upload_version(
+                name="claim",
+                source=CLAIM_V2 + f"-- {n}\n",
+                author="a",
+                reviewed_sha256=sha256_of(CLAIM_V2 + f"-- {n}\n"),
+            )
+        )
+        for n in (1, 2, 3)
+    )
+    for version in (v1, v2, v3):
+        promote(version, author="a", reviewed_sha256=version.sha256)
+    first_done = threading.Event()
+    second: list[BaseException | LuaScriptVersion | None] = []
+
+    def roll_back_first() -> None:
+        try:
+            with transaction.atomic():
+                rollback(name="claim", author="x", reviewed_sha256=v2.sha256)
+                first_done.set()
+                wait_until(lambda: transaction_waiters() > 0, what="the second rollback waiting")
+        finally:
+            connection.close()
+
+    x = threading.Thread(target=roll_back_first)
+    x.start()
+    first_done.wait(DEADLINE_SECONDS)
+    try:
+        second.append(rollback(name="claim", author="y", reviewed_sha256=v2.sha256))
+    except BaseException as exc:  # what the second caller got is the point
+        second.append(exc)
+    x.join(DEADLINE_SECONDS)
+
+    [answer] = second
+    assert isinstance(answer, ScriptRejected) and "SHA-256 mismatch" in str(answer)
+    states = dict(LuaScriptVersion.objects.values_list("version", "state"))
+    assert states == {v1.version: "retired", v2.version: "stable", v3.version: "retired"}
