@@ -261,9 +261,43 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # One of: REDIS_CLUSTER_URL (a Redis Cluster, any node), REDIS_SHARDS (comma-separated
 # standalone nodes; tenants are spread by rendezvous hashing), REDIS_URL (one node). None: no
 # Redis at all (the engine runs database-only). See tenants/redis_routing.py and docs/scaling.md.
-REDIS_URL = os.environ.get("REDIS_URL", "")
-REDIS_SHARDS = [u.strip() for u in os.environ.get("REDIS_SHARDS", "").split(",") if u.strip()]
-REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "")
+
+
+def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:
+    """``url`` when it names a Redis node: ``redis://`` or ``rediss://`` with a host and at
+    most a database number (0 or none for a cluster, which has only database 0), or ``unix://``
+    with a socket path. Anything else stops the server, naming the setting. redis-py reads a
+    URL only when a request first needs it: one with no scheme started a server that answered
+    every API request 500, and a database named by a word was read as database 0."""
+    from urllib.parse import urlsplit
+
+    shape = "redis://host:port" if cluster else "redis://host:port/<database number>"
+    try:
+        parts = urlsplit(url)
+        database = parts.path.strip("/")
+        if parts.scheme == "unix":
+            valid = bool(parts.path) and not cluster
+        else:
+            _ = parts.port  # a port that is no number raises ValueError
+            valid = (
+                parts.scheme in ("redis", "rediss")
+                and bool(parts.hostname)
+                and (not database or (database.isdigit() and (not cluster or database == "0")))
+            )
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ImproperlyConfigured(f"{name} must be {shape}, not {url!r}")
+    return url
+
+
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+if REDIS_URL:
+    redis_node_url("REDIS_URL", REDIS_URL)
+REDIS_SHARDS = [redis_node_url("REDIS_SHARDS", url) for url in env_list("REDIS_SHARDS")]
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "").strip()
+if REDIS_CLUSTER_URL:
+    redis_node_url("REDIS_CLUSTER_URL", REDIS_CLUSTER_URL, cluster=True)
 REDIS_SOCKET_TIMEOUT = env_number("REDIS_SOCKET_TIMEOUT", 1.0, low=0.01, high=60)
 
 

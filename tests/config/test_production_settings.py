@@ -387,6 +387,83 @@ def test_a_redis_url_the_broker_cannot_be_placed_beside_stops_the_server(
     assert f"ImproperlyConfigured: {message}" in stderr
 
 
+@pytest.mark.parametrize(
+    "name, url, message",
+    [
+        pytest.param(
+            "REDIS_URL",
+            "redis.example.com:6379",
+            "REDIS_URL must be redis://host:port/<database number>",
+            id="url-no-scheme",
+        ),
+        pytest.param(
+            "REDIS_URL",
+            "redis://redis.example.com:6379/cache",
+            "REDIS_URL must be redis://host:port/<database number>",
+            id="url-named-database",
+        ),
+        pytest.param(
+            "REDIS_URL",
+            "redis:///0",
+            "REDIS_URL must be redis://host:port/<database number>",
+            id="url-no-host",
+        ),
+        pytest.param(
+            "REDIS_SHARDS",
+            "redis://a.example.com:6379/0,b.example.com:6379",
+            "REDIS_SHARDS must be redis://host:port/<database number>, not 'b.example.com:6379'",
+            id="second-shard",
+        ),
+        pytest.param(
+            "REDIS_CLUSTER_URL",
+            "cluster.example.com:7000",
+            "REDIS_CLUSTER_URL must be redis://host:port",
+            id="cluster-no-scheme",
+        ),
+        pytest.param(
+            "REDIS_CLUSTER_URL",
+            "redis://cluster.example.com:7000/3",
+            "REDIS_CLUSTER_URL must be redis://host:port",
+            id="cluster-database",
+        ),
+    ],
+)
+def test_a_redis_url_that_names_no_node_stops_the_server_with_its_own_broker(
+    name: str, url: str, message: str
+) -> None:
+    """With CELERY_BROKER_URL set (as the README asks on database 15, and for a cluster) no
+    Redis URL was read before a request: a URL with no scheme started a server that answered
+    every API request 500 (redis-py's "Redis URL must specify one of the following schemes"),
+    one naming its database by a word was database 0 (another's perhaps), and only the first
+    of REDIS_SHARDS was ever looked at."""
+    env = {
+        **without(production_environment(), "REDIS_URL"),
+        "CELERY_BROKER_URL": "redis://broker.example.com:6379/1",
+        name: url,
+    }
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
+def test_documented_redis_urls_start_the_server() -> None:
+    broker = {"CELERY_BROKER_URL": "redis://broker.example.com:6379/1"}
+    base = without(production_environment(), "REDIS_URL")
+    for extra in (
+        {"REDIS_URL": "redis://redis.example.com:6379/0"},
+        {"REDIS_URL": "rediss://:pw@redis.example.com:6380"},
+        {"REDIS_URL": "unix:///run/redis.sock?db=2"},
+        {"REDIS_SHARDS": "redis://a.example.com:6379/0, redis://b.example.com:6379/0"},
+        {"REDIS_CLUSTER_URL": "redis://cluster.example.com:7000"},
+        {"REDIS_CLUSTER_URL": "redis://cluster.example.com:7000/0"},
+    ):
+        code, _, stderr = settings_with({**base, **broker, **extra})
+
+        assert code == 0, (extra, stderr)
+
+
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
 def test_a_guest_ceiling_share_outside_0_to_1_stops_the_server(share: str) -> None:
     code, _, stderr = settings_with({**production_environment(), "API_GUEST_CEILING_SHARE": share})
