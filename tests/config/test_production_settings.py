@@ -708,3 +708,45 @@ def test_a_server_without_debug_or_a_provider_secret_does_not_start(
         ),
     ):
         pass
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        pytest.param(
+            "INSTANCE_DEAD_AFTER_SECONDS",
+            "3",
+            r'IDEMPOTENCY\["INSTANCE_DEAD_AFTER_SECONDS"\] \(3.0\) must be longer than',
+            id="dead-after-within-a-heartbeat",
+        ),
+        pytest.param(
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
+            "2:short",
+            r'IDEMPOTENCY\["HASH_KEYS"\] has a secret for key 2 shorter than 32 characters',
+            id="short-previous-hash-key",
+        ),
+    ],
+)
+def test_a_server_the_system_checks_refuse_does_not_start(
+    django_db_setup: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    value: str,
+    message: str,
+) -> None:
+    """gunicorn runs no system checks: a setting they name as an error was served anyway. With
+    INSTANCE_DEAD_AFTER_SECONDS within a heartbeat every live process looked dead to the
+    stale-lease recovery, which freed the claims of requests still running."""
+    env = {**live_environment(), name: value}
+
+    with (
+        pytest.raises(GunicornFailed, match=message),
+        live_gunicorn(
+            db_name=settings.DATABASES["default"]["NAME"],
+            log_dir=tmp_path_factory.mktemp("refused-by-checks"),
+            env=env,
+            workers=1,
+            ready_timeout=30,
+        ),
+    ):
+        pass
