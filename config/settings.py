@@ -804,17 +804,25 @@ IDEMPOTENCY["INSTANCE_REGISTRY"] = env_bool("INSTANCE_REGISTRY", True)
 IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"] = env_number(
     "INSTANCE_HEARTBEAT_SECONDS", 5, low=0.1, high=3600
 )
-IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = float(
-    os.environ.get("INSTANCE_DEAD_AFTER_SECONDS", 15)
+# Checked here as well as by the engine's system check: the Celery worker and beat, which run
+# the recovery, ignore the checks' verdict.
+IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] = env_number(
+    "INSTANCE_DEAD_AFTER_SECONDS", 15, low=0.1, high=86_400
 )
+if IDEMPOTENCY["INSTANCE_DEAD_AFTER_SECONDS"] <= IDEMPOTENCY["INSTANCE_HEARTBEAT_SECONDS"]:
+    raise ImproperlyConfigured(
+        f"INSTANCE_DEAD_AFTER_SECONDS ({IDEMPOTENCY['INSTANCE_DEAD_AFTER_SECONDS']}) must be "
+        f"longer than INSTANCE_HEARTBEAT_SECONDS ({IDEMPOTENCY['INSTANCE_HEARTBEAT_SECONDS']}): "
+        "every live process would look dead, and its running requests' claims be freed"
+    )
 # --- end celery / payments --------------------------------------------------------------
 
 # --- data protection (docs/data-protection.md) -------------------------------------------
 # Redaction: each order endpoint declares the personal paths of its answer; a tenant adds its
 # own (Tenant.redacted_paths). Looked up at most every TENANT_POLICY_CACHE_SECONDS per process.
 IDEMPOTENCY["REDACT_FOR_TENANT"] = "tenants.models.redacted_paths_of"
-IDEMPOTENCY["TENANT_POLICY_CACHE_SECONDS"] = float(
-    os.environ.get("TENANT_POLICY_CACHE_SECONDS", 30)
+IDEMPOTENCY["TENANT_POLICY_CACHE_SECONDS"] = env_number(
+    "TENANT_POLICY_CACHE_SECONDS", 30, low=0, high=86_400
 )
 # Retention: a tenant's own values (Tenant.record_ttl_hours, .audit_retention_days) must lie
 # within these platform bounds; the admin refuses others.

@@ -316,6 +316,26 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
             "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS must be within 0..",
         ),
         (
+            "INSTANCE_DEAD_AFTER_SECONDS",
+            "15s",
+            "INSTANCE_DEAD_AFTER_SECONDS must be a number, not '15s'",
+        ),
+        (
+            "INSTANCE_DEAD_AFTER_SECONDS",
+            "-5",
+            "INSTANCE_DEAD_AFTER_SECONDS must be within 0.1..",
+        ),
+        (
+            "INSTANCE_DEAD_AFTER_SECONDS",
+            "4",
+            "INSTANCE_DEAD_AFTER_SECONDS (4.0) must be longer than INSTANCE_HEARTBEAT_SECONDS",
+        ),
+        (
+            "TENANT_POLICY_CACHE_SECONDS",
+            "nan",
+            "TENANT_POLICY_CACHE_SECONDS must be within 0..",
+        ),
+        (
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
             "an-old-secret-without-its-id-0123456789",
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS must list <id>:<secret> entries",
@@ -326,7 +346,8 @@ def test_a_number_setting_that_is_no_number_or_out_of_range_stops_the_server_nam
     name: str, value: str, message: str
 ) -> None:
     """Each was read by a bare int() or float(): a ValueError that named no setting, or a
-    negative period taken as it was."""
+    negative period taken as it was (INSTANCE_DEAD_AFTER_SECONDS is read by the Celery worker's
+    stale-lease recovery too, and Celery ignores the system checks' verdict)."""
     code, _, stderr = settings_with({**production_environment(), name: value})
 
     assert code != 0
@@ -714,10 +735,10 @@ def test_a_server_without_debug_or_a_provider_secret_does_not_start(
     "name, value, message",
     [
         pytest.param(
-            "INSTANCE_DEAD_AFTER_SECONDS",
-            "3",
-            r'IDEMPOTENCY\["INSTANCE_DEAD_AFTER_SECONDS"\] \(3.0\) must be longer than',
-            id="dead-after-within-a-heartbeat",
+            "IDEMPOTENCY_BREAKER",
+            '{"p99_threshold_ms": -1}',
+            r"option 'p99_threshold_ms' must be a positive number, not -1",
+            id="negative-breaker-threshold",
         ),
         pytest.param(
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
@@ -734,9 +755,9 @@ def test_a_server_the_system_checks_refuse_does_not_start(
     value: str,
     message: str,
 ) -> None:
-    """gunicorn runs no system checks: a setting they name as an error was served anyway. With
-    INSTANCE_DEAD_AFTER_SECONDS within a heartbeat every live process looked dead to the
-    stale-lease recovery, which freed the claims of requests still running."""
+    """gunicorn runs no system checks: a setting they name as an error was served anyway (a
+    circuit breaker whose latency threshold no Redis call can stay under, a previous hash key
+    whose secret is guessable)."""
     env = {**live_environment(), name: value}
 
     with (
