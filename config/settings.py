@@ -527,7 +527,13 @@ ORDER_ID_MAX_CLOCK_BACKSTEP_MS = env_bounded(
 ORDER_ID_LEASE_SECONDS = env_bounded("ORDER_ID_LEASE_SECONDS", 30, low=3, high=3600)
 # "redis" (Redis with the database as fallback, when Redis is configured) or "database" (always
 # the database: use it while changing the Redis topology, see docs/scaling.md).
-ORDER_ID_LEASE_STORE = os.environ.get("ORDER_ID_LEASE_STORE", "redis")
+ORDER_ID_LEASE_STORE = os.environ.get("ORDER_ID_LEASE_STORE", "").strip() or "redis"
+# Anything else was read as "redis": a misspelt "database" set for a topology change
+# (docs/scaling.md) left the processes leasing worker ids on Redis nodes that may differ.
+if ORDER_ID_LEASE_STORE not in ("redis", "database"):
+    raise ImproperlyConfigured(
+        f"ORDER_ID_LEASE_STORE must be redis or database, not {ORDER_ID_LEASE_STORE!r}"
+    )
 
 # Structured logs: one JSON object per line with request id, tenant and the idempotency key's
 # hash (config/logging.py). LOG_FORMAT=text for plain lines.

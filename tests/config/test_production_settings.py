@@ -485,6 +485,27 @@ def test_documented_redis_urls_start_the_server() -> None:
         assert code == 0, (extra, stderr)
 
 
+@pytest.mark.parametrize("store", ["databse", "Database", "db", "postgres"])
+def test_an_order_id_lease_store_of_neither_kind_stops_the_server(store: str) -> None:
+    """docs/scaling.md has every process set ORDER_ID_LEASE_STORE=database while the Redis
+    topology changes, so that no two processes lease one worker id on two nodes: a misspelt
+    value was read as "redis" without a word, and the change went ahead with Redis leases."""
+    code, _, stderr = settings_with({**production_environment(), "ORDER_ID_LEASE_STORE": store})
+
+    assert code != 0
+    assert (
+        f"ImproperlyConfigured: ORDER_ID_LEASE_STORE must be redis or database, not {store!r}"
+        in stderr
+    )
+
+
+@pytest.mark.parametrize("store", ["redis", "database", ""])
+def test_an_order_id_lease_store_of_either_kind_starts(store: str) -> None:
+    code, _, stderr = settings_with({**production_environment(), "ORDER_ID_LEASE_STORE": store})
+
+    assert code == 0, stderr
+
+
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
 def test_a_guest_ceiling_share_outside_0_to_1_stops_the_server(share: str) -> None:
     code, _, stderr = settings_with({**production_environment(), "API_GUEST_CEILING_SHARE": share})
