@@ -109,6 +109,24 @@ _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
 _DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
 
 
+def refuse_a_weak_secret(name: str, value: str, development: str, *, min_chars: int) -> None:
+    """Stop the server when ``value``, set for ``name``, is missing, the repository's
+    ``development`` one, Django's insecure kind, short, padded, or of fewer than five different
+    characters (see :func:`production_secret`)."""
+    if (
+        value in {"", development}
+        or value.startswith("django-insecure")
+        or value != value.strip()
+        or len(value) < min_chars
+        or len(set(value)) < 5
+    ):
+        raise ImproperlyConfigured(
+            f"{name} must be set to a secret of your own when DEBUG is off: at least "
+            f"{min_chars} characters, at least 5 of them different, no surrounding spaces "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+        )
+
+
 def production_secret(
     name: str, development: str, *, min_chars: int, unlike: dict[str, str] | None = None
 ) -> str:
@@ -122,18 +140,7 @@ def production_secret(
     value = os.environ.get(name, "")
     if DEBUG:
         return value or development
-    if (
-        value in {"", development}
-        or value.startswith("django-insecure")
-        or value != value.strip()
-        or len(value) < min_chars
-        or len(set(value)) < 5
-    ):
-        raise ImproperlyConfigured(
-            f"{name} must be set to a secret of your own when DEBUG is off: at least "
-            f"{min_chars} characters, at least 5 of them different, no surrounding spaces "
-            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
-        )
+    refuse_a_weak_secret(name, value, development, min_chars=min_chars)
     for other_name, other in (unlike or {}).items():
         if value == other:
             raise ImproperlyConfigured(f"{name} must be a secret other than {other_name}")
@@ -142,6 +149,13 @@ def production_secret(
 
 # Django's own deployment check asks for 50 characters of at least 5 different ones
 SECRET_KEY = production_secret("SECRET_KEY", _DEV_SECRET, min_chars=50)
+# During a rotation, the previous SECRET_KEYs (comma-separated): what they signed still
+# verifies (diner sessions, pre-issued idempotency tokens, dashboard sessions) while new
+# signatures use SECRET_KEY. A fallback verifies as SECRET_KEY does, so it must be as strong.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS")
+if not DEBUG:
+    for _fallback in SECRET_KEY_FALLBACKS:
+        refuse_a_weak_secret("SECRET_KEY_FALLBACKS", _fallback, _DEV_SECRET, min_chars=50)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]

@@ -46,6 +46,7 @@ STRONG = secrets.token_urlsafe(50)
 SHOW_SETTINGS = (
     "import json, django; django.setup(); from django.conf import settings as s; "
     "print(json.dumps({'debug': s.DEBUG, 'secret': s.SECRET_KEY, "
+    "'fallbacks': s.SECRET_KEY_FALLBACKS, "
     "'session': s.SESSION_COOKIE_SECURE, 'csrf': s.CSRF_COOKIE_SECURE, "
     "'httponly': s.SESSION_COOKIE_HTTPONLY, 'hsts': s.SECURE_HSTS_SECONDS, "
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
@@ -207,6 +208,39 @@ def test_a_long_secret_of_too_few_characters_is_refused_for_that(name: str, valu
 
     assert code != 0
     assert "at least 5 of them different" in stderr
+
+
+def test_a_rotation_keeps_the_previous_secret_keys_verifying() -> None:
+    """docs/tenancy.md promises that SECRET_KEY_FALLBACKS still verify diner sessions (and
+    pre-issued idempotency tokens) during a key rotation, but no environment variable set
+    them: rotating SECRET_KEY signed every diner out and refused every token held."""
+    old, older = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
+    env = {**production_environment(), "SECRET_KEY_FALLBACKS": f"{old}, {older}"}
+
+    code, values, stderr = settings_with(env)
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["fallbacks"] == [old, older]
+
+
+@pytest.mark.parametrize(
+    "fallback, message",
+    [
+        pytest.param(DEV_SECRET_KEY, "SECRET_KEY_FALLBACKS must", id="the-repository-s"),
+        pytest.param("short-but-old", "SECRET_KEY_FALLBACKS must", id="short"),
+        pytest.param("b" * 60, "SECRET_KEY_FALLBACKS must", id="one-character"),
+    ],
+)
+def test_a_guessable_previous_secret_key_stops_the_server(fallback: str, message: str) -> None:
+    """A fallback verifies what it signed as SECRET_KEY does: a public or guessable one would
+    let anyone sign a diner session or a token."""
+    env = {**production_environment(), "SECRET_KEY_FALLBACKS": f"{STRONG},{fallback}"}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
 
 
 def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
