@@ -253,6 +253,13 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend, with a health check that sends no query (config/postgresql/base.py)
     DATABASES["default"]["ENGINE"] = "config.postgresql"
+elif not DEBUG:
+    # SQLite named outright is the same file per host as no URL at all, and production is
+    # PostgreSQL (README): the schema, the engine's claims and the health check are its.
+    raise ImproperlyConfigured(
+        "DATABASE_URL must name the PostgreSQL database when DEBUG is off "
+        f"(postgres://user@host:5432/name), not a {DATABASES['default']['ENGINE']} one"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Concurrent writers on the embedded demo: a transaction takes SQLite's write lock when it
     # begins (a deferred one that reads first fails with "database is locked" at once, without

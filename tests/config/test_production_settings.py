@@ -403,6 +403,19 @@ def test_production_refuses_to_start_without_a_database_url(url: str | None) -> 
     assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite:////var/lib/ordering/db.sqlite3", "mysql://ordering@db.example.com/ordering"]
+)
+def test_production_refuses_a_database_other_than_postgresql(url: str) -> None:
+    """SQLite is the demo's alone (README): named in DATABASE_URL off DEBUG, each host kept its
+    orders and idempotency records in a file of its own, as without the variable; and any other
+    database than PostgreSQL, the only one production is documented and tested on, started."""
+    code, _, stderr = settings_with({**production_environment(), "DATABASE_URL": url})
+
+    assert code != 0
+    assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
+
+
 def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() -> None:
     code, values, stderr = settings_with({"DEBUG": "1", "DATABASE_URL": ""})
 
