@@ -165,7 +165,10 @@ def open_session(*, client: ApiClient, diner_id: str | None = None) -> IssuedSes
     guest = diner_id is None
     diner = f"{GUEST_PREFIX}{secrets.token_urlsafe(16)}" if guest else diner_id
     secret = secrets.token_urlsafe(16)
-    expires_at = timezone.now() + timedelta(seconds=settings.DINER_SESSION_TTL_SECONDS)
+    # The first token, like every refreshed one, ends within the session's max age: each
+    # setting may be set to any length, and a lifetime past the max age outlived it.
+    lifetime = min(settings.DINER_SESSION_TTL_SECONDS, settings.DINER_SESSION_MAX_AGE_SECONDS)
+    expires_at = timezone.now() + timedelta(seconds=lifetime)
     session = DinerSession.objects.create(
         tenant_id=client.tenant_id,
         diner_id=diner,

@@ -366,6 +366,30 @@ def test_refresh_never_passes_the_sessions_max_age(publishable: Any, settings: A
     assert (r.status_code, r.json()["code"]) == (401, "SESSION_EXPIRED")
 
 
+@pytest.mark.parametrize("kind", ["guest", "signed-in"])
+def test_a_new_session_s_token_never_passes_its_max_age(
+    publishable: Any, merchant: Any, settings: Any, kind: str
+) -> None:
+    """Both settings can be set to any length: with a token lifetime longer than the max age
+    (a year and 30 days), a new session's first token lived the whole year, though no refresh
+    may take a token past the max age."""
+    settings.DINER_SESSION_TTL_SECONDS = 365 * 86400
+    settings.DINER_SESSION_MAX_AGE_SECONDS = 600
+    if kind == "guest":
+        opened = open_guest(publishable[1])
+    else:
+        opened = with_auth(f"Api-Key {merchant[1]}").post(
+            SESSIONS, {"diner_id": "alice"}, format="json"
+        )
+    assert opened.status_code == 201
+    session = DinerSession.objects.get()
+    limit = (session.created_at + timedelta(seconds=600)).timestamp()
+
+    assert read_token(opened.json()["token"]).expires_at <= limit
+    assert session.expires_at.timestamp() <= limit
+    assert timezone.datetime.fromisoformat(opened.json()["expires_at"]).timestamp() <= limit
+
+
 def test_sign_out_ends_only_that_session(publishable: Any, tenant: Any) -> None:
     mine = open_guest(publishable[1]).json()["token"]
     theirs = open_guest(publishable[1]).json()["token"]
