@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -428,6 +429,14 @@ if not DEBUG:
     SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
     SECURE_CONTENT_TYPE_NOSNIFF = True
     _proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto").strip()
+    # A name as the proxy sends it. Django's documentation writes the setting as
+    # HTTP_X_FORWARDED_PROTO (its request.META key): given here it named a header no proxy
+    # sends and gunicorn drops (an underscore), so every request was redirected to HTTPS.
+    if _proxy_ssl_header and not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+        raise ImproperlyConfigured(
+            "SECURE_PROXY_SSL_HEADER must be a header name as the proxy sends it (letters, "
+            f"digits and hyphens, e.g. X-Forwarded-Proto), not {_proxy_ssl_header!r}"
+        )
     if _proxy_ssl_header:
         SECURE_PROXY_SSL_HEADER = (
             "HTTP_" + _proxy_ssl_header.upper().replace("-", "_"),

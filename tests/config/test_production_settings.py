@@ -269,6 +269,31 @@ def test_hsts_and_the_https_redirect_are_configurable() -> None:
 
 
 @pytest.mark.parametrize(
+    "header", ["HTTP_X_FORWARDED_PROTO", "X_Forwarded_Proto", "X-Forwarded-Proto: https", "X Proto"]
+)
+def test_a_proxy_ssl_header_no_proxy_can_send_stops_the_server(header: str) -> None:
+    """Django's own documentation writes this setting as HTTP_X_FORWARDED_PROTO, its name in
+    request.META; given here, it named a header HTTP-X-Forwarded-Proto that gunicorn drops (an
+    underscore) and no proxy sends, so every request, HTTPS included, was redirected to HTTPS:
+    a site that only ever answered 301."""
+    code, _, stderr = settings_with({**production_environment(), "SECURE_PROXY_SSL_HEADER": header})
+
+    assert code != 0
+    assert "ImproperlyConfigured: SECURE_PROXY_SSL_HEADER must be a header name" in stderr
+
+
+@pytest.mark.parametrize("header", ["X-Forwarded-Proto", "X-Scheme", "Front-End-Https"])
+def test_a_proxy_ssl_header_a_proxy_sends_is_read_as_django_names_it(header: str) -> None:
+    code, values, stderr = settings_with(
+        {**production_environment(), "SECURE_PROXY_SSL_HEADER": header}
+    )
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["proxy"] == ["HTTP_" + header.upper().replace("-", "_"), "https"]
+
+
+@pytest.mark.parametrize(
     "name, value",
     [
         pytest.param("IDEMPOTENCY_ENABLED", "ture", id="engine-typo"),
