@@ -567,6 +567,18 @@ if ORDER_ID_LEASE_STORE not in ("redis", "database"):
 
 # Structured logs: one JSON object per line with request id, tenant and the idempotency key's
 # hash (config/logging.py). LOG_FORMAT=text for plain lines.
+# Both are checked here: handed to logging.config as they were, a typo stopped the server
+# naming a handler or "the root logger", never the setting (and "warning" was refused).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "").strip().lower() or "json"
+if LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, not {os.environ['LOG_FORMAT']!r}")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "").strip().upper() or "INFO"
+if LOG_LEVEL not in _LOG_LEVELS:
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)} (any case), "
+        f"not {os.environ['LOG_LEVEL']!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -578,7 +590,7 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": os.environ.get("LOG_FORMAT", "json"),
+            "formatter": LOG_FORMAT,
         }
     },
     "loggers": {
@@ -588,7 +600,7 @@ LOGGING = {
             "propagate": False,
         }
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
 
 # --- idempotency engine -----------------------------------------------------------------

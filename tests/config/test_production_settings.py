@@ -578,6 +578,31 @@ def test_an_order_id_lease_store_of_either_kind_starts(store: str) -> None:
     assert code == 0, stderr
 
 
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("LOG_FORMAT", "jsn", "LOG_FORMAT must be json or text, not 'jsn'"),
+        ("LOG_LEVEL", "Verbose", "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ],
+)
+def test_a_log_setting_of_no_known_value_stops_the_server_naming_it(
+    name: str, value: str, message: str
+) -> None:
+    """Both went to logging.config as they were: the refusal named a handler ("Unable to
+    configure handler 'console'") or "the root logger", never the setting to fix."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
+@pytest.mark.parametrize("name, value", [("LOG_FORMAT", "text"), ("LOG_LEVEL", "warning")])
+def test_a_known_log_setting_starts(name: str, value: str) -> None:
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code == 0, stderr
+
+
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2", "most"])
 def test_a_guest_ceiling_share_outside_0_to_1_stops_the_server(share: str) -> None:
     code, _, stderr = settings_with({**production_environment(), "API_GUEST_CEILING_SHARE": share})
