@@ -29,11 +29,20 @@ Network = IPv4Network | IPv6Network
 
 def trusted_networks(entries: Sequence[str], *, setting: str = "TRUSTED_PROXIES") -> list[Network]:
     """``setting``'s addresses or networks parsed; a malformed entry stops the server from
-    starting."""
+    starting, and so does a network of every address (``0.0.0.0/0``, ``::/0``): trusted as a
+    proxy, every client could write its own address (a fresh one per password guess, per guest
+    session); allowed to scrape, the whole internet could read the metrics."""
     try:
-        return [_network(entry) for entry in entries]
+        networks = [_network(entry) for entry in entries]
     except ValueError as exc:
         raise ImproperlyConfigured(f"{setting}: {exc}") from None
+    for entry, network in zip(entries, networks, strict=True):
+        if network.prefixlen == 0:
+            raise ImproperlyConfigured(
+                f"{setting}: {entry} holds every address; list only the hosts meant (your "
+                "proxies, or Prometheus), by address or network"
+            )
+    return networks
 
 
 def _network(entry: str) -> Network:

@@ -70,6 +70,17 @@ def test_a_malformed_entry_stops_the_server_from_starting():
         trusted_networks(["10.0.0.300"])
 
 
+@pytest.mark.parametrize("entry", ["0.0.0.0/0", "::/0", "::ffff:0.0.0.0/96"])
+@pytest.mark.parametrize("setting", ["TRUSTED_PROXIES", "METRICS_ALLOWED_IPS"])
+def test_a_network_of_every_address_stops_the_server_from_starting(entry, setting):
+    """Trusted as a proxy, every client could write its own address into X-Forwarded-For: a
+    fresh one per guess passed the login lockout and per guest session the address budget.
+    Allowed to scrape, it showed /metrics to the whole internet. No network of proxies (or of
+    Prometheus servers) holds every address."""
+    with pytest.raises(ImproperlyConfigured, match=f"{setting}: .* holds every address"):
+        trusted_networks(["10.0.0.2", entry], setting=setting)
+
+
 @pytest.mark.django_db
 def test_behind_the_proxy_each_diner_has_the_per_address_budget(tenant, settings):
     settings.TRUSTED_PROXIES = [PROXY]
