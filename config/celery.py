@@ -29,7 +29,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -99,3 +99,20 @@ def _reclaim_on_start(sender: Any = None, **kwargs: Any) -> None:
         app.send_task("ordering.reclaim_stale_leases", queue=app.conf.task_default_queue)
     except Exception:  # a broker hiccup must not stop the worker; beat runs it again soon
         logger.exception("could not schedule stale-lease recovery at start-up")
+
+
+@worker_init.connect
+@beat_init.connect
+def _refuse_to_start_on_check_errors(**kwargs: Any) -> None:
+    """A worker or beat that Django's system checks refuse does not start, as gunicorn does not
+    (``config/startup_checks.py``). Celery runs the checks itself and ignores what they find,
+    and it logs and carries on after any exception a signal handler raises: ``SystemExit``
+    is the one it lets through."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from config.startup_checks import refuse_to_start_on_check_errors
+
+    try:
+        refuse_to_start_on_check_errors()
+    except ImproperlyConfigured as refused:
+        raise SystemExit(f"celery not started: {refused}") from None

@@ -889,3 +889,26 @@ def test_a_server_the_system_checks_refuse_does_not_start(
         ),
     ):
         pass
+
+
+@pytest.mark.parametrize("command", ["worker", "beat"])
+def test_a_celery_process_the_system_checks_refuse_does_not_start(
+    command: str, tmp_path: Any
+) -> None:
+    """Celery runs the system checks and ignores what they find, and logs any exception a
+    signal handler raises and carries on: with a setting the checks call an error, the worker
+    and beat (which run stale-lease recovery, the sagas and the sweeps) started anyway."""
+    env = {**production_environment(), "IDEMPOTENCY_BREAKER": '{"p99_threshold_ms": -1}'}
+    extra = ["--pool=solo"] if command == "worker" else ["-s", str(tmp_path / "schedule")]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "config", command, *extra],
+        cwd=PROJECT_ROOT,
+        env={**system_environment(), **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+    assert done.returncode != 0
+    assert "option 'p99_threshold_ms' must be a positive number" in done.stdout + done.stderr
