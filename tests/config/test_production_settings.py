@@ -912,3 +912,27 @@ def test_a_celery_process_the_system_checks_refuse_does_not_start(
 
     assert done.returncode != 0
     assert "option 'p99_threshold_ms' must be a positive number" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "adapter", ["ordering.delivery.NoDeliveryPartnr", "couriers.Acme", "NoDeliveryPartner"]
+)
+def test_a_delivery_adapter_that_cannot_be_imported_stops_the_server(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory, adapter: str
+) -> None:
+    """DELIVERY_ADAPTER was read only when a cancel's saga reached its delivery step: a server
+    with a misspelt one started, and every cancel failed that step, dead-lettered before its
+    refund."""
+    env = {**live_environment(), "DELIVERY_ADAPTER": adapter}
+
+    with (
+        pytest.raises(GunicornFailed, match=r"\(ordering.E001\) DELIVERY_ADAPTER names no class"),
+        live_gunicorn(
+            db_name=settings.DATABASES["default"]["NAME"],
+            log_dir=tmp_path_factory.mktemp("no-delivery-adapter"),
+            env=env,
+            workers=1,
+            ready_timeout=30,
+        ),
+    ):
+        pass
