@@ -61,12 +61,17 @@ def within(address: str, networks: Sequence[Network]) -> bool:
     return _within(address, networks)
 
 
-def client_address(remote: str, forwarded_for: str, proxies: Sequence[Network]) -> str:
+def client_address(
+    remote: str, forwarded_for: str, proxies: Sequence[Network], *, unix_socket: bool = False
+) -> str:
     """The client's address: ``remote`` unless it is a trusted proxy, then the rightmost
     address of ``forwarded_for`` that is not one (or the leftmost, if all are), written in
     one canonical way (an IPv4 address mapped into IPv6, as a dual-stack socket gives it, as
-    IPv4; IPv6 compressed, lower case), so that one client is one limit's key."""
-    if not proxies or not _within(remote, proxies):
+    IPv4; IPv6 compressed, lower case), so that one client is one limit's key. With
+    ``unix_socket``, a request with no ``remote`` (gunicorn's for one that came over a unix
+    socket, which only this host's processes can reach) is from a trusted proxy too."""
+    from_proxy = (unix_socket and not remote) or (bool(proxies) and _within(remote, proxies))
+    if not from_proxy:
         return remote
     client = remote
     for entry in reversed(forwarded_for.split(",")):
@@ -144,16 +149,24 @@ def _within(address: str | IPv4Address | IPv6Address, proxies: Sequence[Network]
     return parsed is not None and any(parsed in network for network in proxies)
 
 
+# The TRUSTED_PROXIES entry for a proxy that reaches gunicorn over a unix socket
+# (GUNICORN_BIND=unix:/run/ordering.sock): such a request has no address that an entry could
+# name, and without it every client of the site shared one address's limits.
+UNIX_SOCKET = "unix"
+
+
 class ClientAddressMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.proxies = trusted_networks(settings.TRUSTED_PROXIES)
+        entries = settings.TRUSTED_PROXIES
+        self.unix_socket = UNIX_SOCKET in entries
+        self.proxies = trusted_networks([entry for entry in entries if entry != UNIX_SOCKET])
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if self.proxies:
+        if self.proxies or self.unix_socket:
             remote = request.META.get("REMOTE_ADDR", "")
             forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-            client = client_address(remote, forwarded, self.proxies)
+            client = client_address(remote, forwarded, self.proxies, unix_socket=self.unix_socket)
             if client != remote:
                 request.META["PROXY_ADDR"] = remote
                 request.META["REMOTE_ADDR"] = client

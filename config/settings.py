@@ -533,8 +533,9 @@ API_GUEST_CEILING_SHARE = env_share("API_GUEST_CEILING_SHARE", 0.8)
 # re-run can print them again; the database has only their hashes.
 DEMO_KEYS_FILE = Path(os.environ.get("DEMO_KEYS_FILE", BASE_DIR / "var" / "demo_keys.json"))
 
-# The site's own reverse proxies (addresses or networks, comma-separated; empty by default):
-# from them the client's address is read from X-Forwarded-For (config/client_address.py).
+# The site's own reverse proxies (addresses or networks, comma-separated; empty by default;
+# `unix` for one on gunicorn's unix socket): from them the client's address is read from
+# X-Forwarded-For (config/client_address.py).
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")
 
 # --- metrics ----------------------------------------------------------------------------

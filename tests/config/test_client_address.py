@@ -104,6 +104,33 @@ def test_behind_the_proxy_each_diner_has_the_per_address_budget(tenant, settings
 
 
 @pytest.mark.django_db
+def test_behind_a_proxy_on_a_unix_socket_each_diner_has_the_per_address_budget(tenant, settings):
+    """nginx in front of gunicorn bound to a unix socket (GUNICORN_BIND=unix:/run/…) is a
+    common setup: gunicorn gives such a request an empty REMOTE_ADDR, which no entry of
+    TRUSTED_PROXIES could name, so every diner of the site shared one address's budget (20
+    guest sessions a minute for the whole restaurant) and one login lockout per account. The
+    entry "unix" trusts the socket: only processes of this host can connect to it."""
+    settings.TRUSTED_PROXIES = ["unix"]
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
+    _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    app = APIClient()
+    app.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+
+    def opened(forwarded: str, remote: str = "") -> int:
+        return app.post(
+            "/api/v1/diner-sessions/",
+            format="json",
+            REMOTE_ADDR=remote,
+            HTTP_X_FORWARDED_FOR=forwarded,
+        ).status_code
+
+    assert [opened(f"203.0.113.{i}") for i in range(5)] == [201] * 5
+    assert [opened(f"6.6.6.{i}, 203.0.113.0") for i in range(2)] == [201, 429]
+    # a client reaching the server over TCP is not the socket: its header is ignored
+    assert [opened(f"203.0.114.{i}", remote="198.51.100.4") for i in range(3)] == [201, 201, 429]
+
+
+@pytest.mark.django_db
 def test_without_trusted_proxies_a_forged_header_earns_no_budget(tenant, settings):
     settings.DINER_SESSION_OPEN_RATE_PER_IP = 2
     _, key = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
