@@ -157,6 +157,11 @@ SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS")
 if not DEBUG:
     for _fallback in SECRET_KEY_FALLBACKS:
         refuse_a_weak_secret("SECRET_KEY_FALLBACKS", _fallback, _DEV_SECRET, min_chars=50)
+# What signs and verifies as SECRET_KEY: the secrets held by other hands must be none of them.
+_SIGNING_KEYS = {
+    "SECRET_KEY": SECRET_KEY,
+    **{f"SECRET_KEY_FALLBACKS ({n})": key for n, key in enumerate(SECRET_KEY_FALLBACKS, 1)},
+}
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
@@ -546,9 +551,7 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 # Optional; when set, a secret like the others. Honoured over HTTPS only (DEBUG aside).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 if METRICS_TOKEN:
-    METRICS_TOKEN = production_secret(
-        "METRICS_TOKEN", "", min_chars=32, unlike={"SECRET_KEY": SECRET_KEY}
-    )
+    METRICS_TOKEN = production_secret("METRICS_TOKEN", "", min_chars=32, unlike=_SIGNING_KEYS)
 
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.
@@ -670,7 +673,7 @@ _hash_key = production_secret(
     "IDEMPOTENCY_HASH_KEY",
     _DEV_HASH_KEY,
     min_chars=32,
-    unlike={"SECRET_KEY": SECRET_KEY, "METRICS_TOKEN": METRICS_TOKEN},
+    unlike={**_SIGNING_KEYS, "METRICS_TOKEN": METRICS_TOKEN},
 )
 
 
@@ -780,7 +783,7 @@ if env_bool("SIMULATED_PROVIDER", DEBUG):
         _DEV_SIMULATED_PROVIDER_SECRET,
         min_chars=32,
         unlike={
-            "SECRET_KEY": SECRET_KEY,
+            **_SIGNING_KEYS,
             "IDEMPOTENCY_HASH_KEY": _hash_key,
             "METRICS_TOKEN": METRICS_TOKEN,
         },

@@ -243,6 +243,24 @@ def test_a_guessable_previous_secret_key_stops_the_server(fallback: str, message
     assert f"ImproperlyConfigured: {message}" in stderr
 
 
+@pytest.mark.parametrize(
+    "other", ["METRICS_TOKEN", "IDEMPOTENCY_HASH_KEY", "SIMULATED_PROVIDER_SECRET"]
+)
+def test_a_previous_secret_key_held_by_other_hands_stops_the_server(other: str) -> None:
+    """Each secret must differ from the others (README): a fallback verifies diner sessions and
+    tokens as SECRET_KEY does, so whoever holds the metrics token or the provider's webhook
+    secret could sign a session with it, were it the same value."""
+    env = production_environment()
+    env["SECRET_KEY_FALLBACKS"] = f"{STRONG},{env[other]}"
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {other} must be a secret other than SECRET_KEY_FALLBACKS" in (
+        stderr
+    )
+
+
 def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
     code, values, stderr = settings_with({"DEBUG": "1"})
 
