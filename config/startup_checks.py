@@ -3,11 +3,11 @@ the Celery worker and beat (``config/celery.py``) run the checks when they start
 error.
 
 ``manage.py migrate`` and ``check`` run them, but gunicorn and Celery do not (Celery runs them
-and ignores the result), so a setting the checks name as wrong was served anyway:
-``INSTANCE_DEAD_AFTER_SECONDS=3`` (not longer than the 5 s heartbeat: "every live process
-would look dead", so stale-lease recovery freed the claims of requests still running) or a
-short secret in ``IDEMPOTENCY_HASH_KEYS_PREVIOUS``. Only errors stop a start (warnings, such
-as the deployment checks', are the operator's to weigh), and silenced ones are left out.
+and ignores the result), so a setting the checks name as wrong was served anyway: a negative
+latency threshold in ``IDEMPOTENCY_BREAKER``, a short secret in
+``IDEMPOTENCY_HASH_KEYS_PREVIOUS``, a ``DELIVERY_ADAPTER`` that cannot be imported. Only
+errors stop a start (warnings, such as the deployment checks', are the operator's to weigh),
+and silenced ones are left out.
 """
 
 from __future__ import annotations
