@@ -307,3 +307,29 @@ def test_off_debug_keyed_hashes_need_a_secret_of_their_own(settings: Any) -> Non
     settings.DEBUG = False
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [(1, "s" * 40)]}
     assert [m for m in run_checks() if m.id == "idempotency.E004"] == []
+
+
+def test_a_form_page_that_names_no_url_is_named_before_any_request(monkeypatch):
+    """(red: ``form_page="note-froms"`` passed every check, and a refused form that arrived
+    without a ``Referer`` was a 500, ``NoReverseMatch``, in place of the form with its message)"""
+    from django.http import HttpResponse
+
+    from idempotency.web import forms
+
+    monkeypatch.setattr(forms, "NAMED_FORM_PAGES", list(forms.NAMED_FORM_PAGES))
+
+    def save_note(request):
+        return HttpResponse()
+
+    def with_errors() -> list[str]:
+        return [m.msg for m in run_checks() if m.id == "idempotency.E006"]
+
+    assert with_errors() == []  # the test app's own pages ("note-form") resolve
+    forms.idempotent_form(form_page="/notes/form/")(save_note)  # a path is taken as is
+    assert with_errors() == []
+    forms.idempotent_form(form_page="note-froms")(save_note)
+    assert with_errors() == [
+        "@idempotent_form(form_page='note-froms') of "
+        f"{__name__}.test_a_form_page_that_names_no_url_is_named_before_any_request."
+        "<locals>.save_note names no URL"
+    ]

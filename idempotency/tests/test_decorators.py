@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
 from rest_framework import generics, serializers
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from idempotency import idempotent, idempotent_form
 from idempotency.tests.conftest import caller
@@ -47,6 +48,21 @@ def test_a_plain_function_view_under_the_drf_decorator_is_refused_when_decorated
 
     with pytest.raises(ImproperlyConfigured, match=r"not .*create_note, a plain function view"):
         idempotent(required=True)(create_note)
+
+
+def test_a_view_class_under_either_decorator_is_refused_when_decorated():
+    """(red: ``@idempotent`` put a function in the class's place, and the URLconf failed with
+    ``'function' object has no attribute 'as_view'``, naming neither the decorator nor the
+    handler; ``@idempotent_form`` did the same to a class-based view)"""
+
+    class CreateNote(APIView):
+        def post(self, request: HttpRequest) -> Response:
+            return Response(status=201)
+
+    with pytest.raises(ImproperlyConfigured, match=r"not the class .*CreateNote: decorate"):
+        idempotent(required=True)(CreateNote)
+    with pytest.raises(ImproperlyConfigured, match=r"class .*CreateNote: .*method_decorator"):
+        idempotent_form(fields=("text",))(CreateNote)
 
 
 def test_a_plain_function_view_the_decorator_cannot_tell_is_refused_when_called():

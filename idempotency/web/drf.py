@@ -44,6 +44,10 @@ _NOT_A_HANDLER = (
     "{name}, a plain function view: make it an APIView's method, or use @idempotent_form for "
     "a plain Django view"
 )
+_A_CLASS = (
+    "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "
+    "the class {name}: decorate the handler whose calls it makes once"
+)
 _NOT_GIVEN_A_REQUEST = (
     "@idempotent decorates a handler method of a DRF APIView, called with the request "
     "(def post(self, request), a viewset's create or action), not {name}, called with "
@@ -75,6 +79,8 @@ def idempotent(
     )
 
     def decorate(handler: Handler) -> Handler:
+        if isinstance(handler, type):  # on the view class, it replaced it by a function
+            raise ImproperlyConfigured(_A_CLASS.format(name=handler.__qualname__))
         refuse_async(handler, decorator="@idempotent")
         if first_parameter(handler) == "request":
             raise ImproperlyConfigured(_NOT_A_HANDLER.format(name=handler.__qualname__))

@@ -64,9 +64,17 @@ _A_METHOD = (
     "@idempotent_form decorates a view function (def add_note(request)), not {name}, a method "
     "of a class-based view: decorate it with @method_decorator(idempotent_form(...))"
 )
+_A_CLASS = (
+    "@idempotent_form decorates a view function (def add_note(request)), not the class {name}: "
+    "decorate its post with @method_decorator(idempotent_form(...))"
+)
 # Where a refused form goes when the browser did not say where it posted from: a URL name or a
 # path (``resolve_url``), or a callable given the view's request and arguments
 FormPage = str | Callable[..., str]
+# Each decorated view's ``form_page`` given as a name or path, with the view's name: a name no
+# URL has would fail only when a refused form arrives without a ``Referer``, as a 500, so
+# ``idempotency.checks.check_form_pages`` resolves them all when the URLconf is loaded.
+NAMED_FORM_PAGES: list[tuple[str, str]] = []
 
 
 def idempotent_form(
@@ -94,9 +102,13 @@ def idempotent_form(
     )
 
     def decorate(view: View) -> View:
+        if isinstance(view, type):  # a class-based view: its as_view() is the view
+            raise ImproperlyConfigured(_A_CLASS.format(name=view.__qualname__))
         refuse_async(view, decorator="@idempotent_form")
         if first_parameter(view) == "self":
             raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
+        if isinstance(form_page, str):
+            NAMED_FORM_PAGES.append((f"{view.__module__}.{view.__qualname__}", form_page))
 
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
