@@ -685,6 +685,8 @@ def _previous_hash_key(entry: str) -> tuple[int, str]:
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS must list <id>:<secret> entries, comma-separated; "
             f"one entry is {entry[:3]!r}…"
         )
+    if not DEBUG:  # a previous key verifies as the current one does: as strong, never public
+        refuse_a_weak_secret("IDEMPOTENCY_HASH_KEYS_PREVIOUS", secret, _DEV_HASH_KEY, min_chars=32)
     return int(key_id), secret
 
 

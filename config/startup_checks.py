@@ -4,8 +4,8 @@ error.
 
 ``manage.py migrate`` and ``check`` run them, but gunicorn and Celery do not (Celery runs them
 and ignores the result), so a setting the checks name as wrong was served anyway: a negative
-latency threshold in ``IDEMPOTENCY_BREAKER``, a short secret in
-``IDEMPOTENCY_HASH_KEYS_PREVIOUS``, a ``DELIVERY_ADAPTER`` that cannot be imported. Only
+latency threshold in ``IDEMPOTENCY_BREAKER``, a previous hash key under the current one's id
+in ``IDEMPOTENCY_HASH_KEYS_PREVIOUS``, a ``DELIVERY_ADAPTER`` that cannot be imported. Only
 errors stop a start (warnings, such as the deployment checks', are the operator's to weigh),
 and silenced ones are left out.
 """

@@ -244,6 +244,25 @@ def test_a_guessable_previous_secret_key_stops_the_server(fallback: str, message
 
 
 @pytest.mark.parametrize(
+    "previous",
+    [
+        pytest.param("dev-only-idempotency-hash-key-change-me", id="the-repository-s"),
+        pytest.param("c" * 40, id="one-character"),
+    ],
+)
+def test_a_guessable_previous_hash_key_stops_the_server(previous: str) -> None:
+    """A previous hash key still verifies fingerprints and the hashes that stand for keys,
+    phone numbers and diner ids (red: the repository's development key was taken, being long
+    enough for the engine's own check)."""
+    env = {**production_environment(), "IDEMPOTENCY_HASH_KEYS_PREVIOUS": f"1:{previous}"}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: IDEMPOTENCY_HASH_KEYS_PREVIOUS must be set to a secret" in stderr
+
+
+@pytest.mark.parametrize(
     "other", ["METRICS_TOKEN", "IDEMPOTENCY_HASH_KEY", "SIMULATED_PROVIDER_SECRET"]
 )
 def test_a_previous_secret_key_held_by_other_hands_stops_the_server(other: str) -> None:
@@ -878,9 +897,9 @@ def test_a_server_without_debug_or_a_provider_secret_does_not_start(
         ),
         pytest.param(
             "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
-            "2:short",
-            r'IDEMPOTENCY\["HASH_KEYS"\] has a secret for key 2 shorter than 32 characters',
-            id="short-previous-hash-key",
+            f"1:{secrets.token_urlsafe(40)}",  # the current key's id (1 unless set)
+            r'IDEMPOTENCY\["HASH_KEYS"\] lists a key id twice',
+            id="previous-hash-key-under-the-current-id",
         ),
     ],
 )
@@ -893,7 +912,7 @@ def test_a_server_the_system_checks_refuse_does_not_start(
 ) -> None:
     """gunicorn runs no system checks: a setting they name as an error was served anyway (a
     circuit breaker whose latency threshold no Redis call can stay under, a previous hash key
-    whose secret is guessable)."""
+    under the current one's id, which could not tell the two apart)."""
     env = {**live_environment(), name: value}
 
     with (
