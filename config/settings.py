@@ -656,6 +656,14 @@ IDEMPOTENCY = {
 # BENCH_ENDPOINTS=1 mounts /api/bench/plain/ (a bare DRF create), /api/bench/plain-engine/ (the
 # same behind @idempotent) and /api/bench/plain-peer/ (behind drf-idempotency, `bench` extra).
 BENCH_ENDPOINTS = env_bool("BENCH_ENDPOINTS", False)
+# They write without any credential: off DEBUG, only on a server that answers loopback names
+# alone (the load test's), so a flag left set on a site reached by a real host name stops it.
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+if BENCH_ENDPOINTS and not DEBUG and not set(ALLOWED_HOSTS) <= _LOOPBACK_HOSTS:
+    raise ImproperlyConfigured(
+        "BENCH_ENDPOINTS mounts endpoints that write without a credential: off DEBUG it is "
+        f"refused unless ALLOWED_HOSTS names loopback hosts only, not {ALLOWED_HOSTS!r}"
+    )
 if BENCH_ENDPOINTS:
     INSTALLED_APPS.append("bench.plain")
     IDEMPOTENCY["SCOPE_RESOLVER"] = "bench.plain.scope.resolve"

@@ -51,7 +51,8 @@ SHOW_SETTINGS = (
     "'httponly': s.SESSION_COOKIE_HTTPONLY, 'hsts': s.SECURE_HSTS_SECONDS, "
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
-    "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE']}))"
+    "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE'], "
+    "'bench': s.BENCH_ENDPOINTS}))"
 )
 
 
@@ -278,6 +279,20 @@ def test_a_previous_secret_key_held_by_other_hands_stops_the_server(other: str) 
     assert f"ImproperlyConfigured: {other} must be a secret other than SECRET_KEY_FALLBACKS" in (
         stderr
     )
+
+
+def test_benchmark_endpoints_are_refused_on_a_site_with_a_real_host_name() -> None:
+    """They write without a credential (red: BENCH_ENDPOINTS=1 left set in production mounted
+    them); the load test's servers, on loopback names only, still start with them."""
+    env = {**production_environment(), "BENCH_ENDPOINTS": "1"}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: BENCH_ENDPOINTS mounts endpoints that write" in stderr
+    code, loaded, stderr = settings_with({**env, "ALLOWED_HOSTS": "127.0.0.1,localhost"})
+    assert code == 0, stderr
+    assert loaded is not None and loaded["bench"] is True
 
 
 def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
