@@ -125,3 +125,30 @@ def test_the_printout_s_commands_name_the_port_make_run_serves_on(
     assert f"  KEY={publishable}\n" in printed
     assert printed.count(f"http://{address}/api/v1/") == 2
     assert printed.count("http://127.0.0.1:") == 2
+
+
+def test_a_demo_run_on_another_database_keeps_this_ones_keys(key_file, monkeypatch):
+    """The key file was one per checkout, not per database: ``make run`` on SQLite, then with
+    ``DATABASE_URL`` (whose run found the file's keys unknown and wrote its own), then on SQLite
+    again found its keys replaced, revoked them and printed new ones, though README promises the
+    keys later runs keep. Each database's run now keeps its own keys in the file."""
+    from django.db import connection, transaction
+
+    first = seed()
+    # a run against another database: its own empty tables, its own name
+    with monkeypatch.context() as other:
+        other.setitem(connection.settings_dict, "NAME", "another_demo_database")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Tenant.objects.all().delete()
+            elsewhere = seed()
+            raise RuntimeError("the other database's rows go with it")
+    assert elsewhere["tenants"][0]["publishable_key"] != first["tenants"][0]["publishable_key"]
+
+    again = seed()
+
+    for old, new in zip(first["tenants"], again["tenants"], strict=True):
+        assert (new["publishable_key"], new["merchant_api_key"]) == (
+            old["publishable_key"],
+            old["merchant_api_key"],
+        )
+        assert menu_status(new["publishable_key"]) == 200

@@ -4,7 +4,8 @@
 Safe to run again: tenants, users, dishes and coupons are found by their natural keys and not
 duplicated, and the demo API keys are kept. The database holds only hashes of keys, so to print
 them again a run in DEBUG keeps the demo's full keys in a local, git-ignored file
-(``DEMO_KEYS_FILE``, default ``var/demo_keys.json``). When that file is missing, does not match
+(``DEMO_KEYS_FILE``, default ``var/demo_keys.json``), one set per database (the demo on SQLite
+and on PostgreSQL keep theirs side by side). When that file is missing, does not match
 the active keys, or with ``--rotate-keys``, the demo keys are revoked and fresh ones issued.
 Owner passwords are new on every run.
 
@@ -25,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ordering.models import Coupon, Dish
@@ -160,14 +161,31 @@ def _key_file() -> Path:
     return Path(settings.DEMO_KEYS_FILE)
 
 
-def _read_key_file() -> dict[str, dict[str, str]]:
+def _database_label() -> str:
+    """The database this run seeds: one checkout's demo may run on SQLite and on PostgreSQL
+    (``DATABASE_URL``), each with its own keys, and neither run may take the other's keys for
+    stale (it would revoke its own and print new ones)."""
+    db = connection.settings_dict
+    return f"{connection.vendor}:{db.get('HOST') or ''}:{db.get('PORT') or ''}:{db.get('NAME')}"
+
+
+def _read_file() -> dict[str, Any]:
     path = _key_file()
     if not settings.DEBUG or not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_key_file() -> dict[str, dict[str, str]]:
+    """This database's demo keys (a file written before keys were kept per database holds one
+    set at its top level: tried too, as ``_demo_key`` keeps only keys that still open it)."""
+    data = _read_file()
+    keys = data.get("databases", {}).get(_database_label())
+    return keys if isinstance(keys, dict) else data
 
 
 def _write_key_file(tenants: list[dict[str, Any]]) -> None:
@@ -183,5 +201,8 @@ def _write_key_file(tenants: list[dict[str, Any]]) -> None:
         }
         for t in tenants
     }
-    path.write_text(json.dumps(keys))
+    databases = _read_file().get("databases")
+    databases = dict(databases) if isinstance(databases, dict) else {}
+    databases[_database_label()] = keys
+    path.write_text(json.dumps({"databases": databases}))
     path.chmod(0o600)
