@@ -712,11 +712,17 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
     """``redis_url``'s server with the next database index: broker keys never share a database
     with idempotency keys (a test's cleanup of one cannot touch the other). A URL with no next
     database (15, the last of Redis's 16) or none that can be read stops the server: the
-    broker would land in another's database, or in one made of a port number."""
-    from urllib.parse import urlsplit, urlunsplit
+    broker would land in another's database, or in one made of a port number.
+
+    The database is the one redis-py connects the engine to: a ``?db=`` query wins over the
+    path (``redis://host:6379?db=3`` is database 3, whose next is 4, not the path's 0 + 1), and
+    it is left out of the broker's URL, whose database is its path."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(redis_url)
-    index = parts.path.lstrip("/") or "0"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    in_query = [value for key, value in query if key == "db"]
+    index = (in_query[0] if in_query else parts.path.lstrip("/")) or "0"
     if parts.scheme not in ("redis", "rediss") or not index.isdigit():
         raise ImproperlyConfigured(
             f"{name} must be redis://host:port/<database number>, not {redis_url!r} "
@@ -727,7 +733,8 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
             f"{name} uses database {index}, the last: set CELERY_BROKER_URL "
             "(the broker takes the next database by default)"
         )
-    return urlunsplit(parts._replace(path=f"/{int(index) + 1}"))
+    rest = urlencode([(key, value) for key, value in query if key != "db"])
+    return urlunsplit(parts._replace(path=f"/{int(index) + 1}", query=rest))
 
 
 _redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")
