@@ -720,6 +720,11 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     parts = urlsplit(redis_url)
+    if parts.scheme == "unix":  # a REDIS_URL the README allows: say what to do, not "must be"
+        raise ImproperlyConfigured(
+            f"{name} names a unix socket, which Celery's broker URL cannot take from it: set "
+            "CELERY_BROKER_URL (e.g. redis+socket:///run/redis/redis.sock?virtual_host=1)"
+        )
     query = parse_qsl(parts.query, keep_blank_values=True)
     in_query = [value for key, value in query if key == "db"]
     index = (in_query[0] if in_query else parts.path.lstrip("/")) or "0"

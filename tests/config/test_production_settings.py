@@ -524,6 +524,12 @@ def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() 
             "REDIS_URL uses database 15, the last: set CELERY_BROKER_URL",
             id="the-last-database-as-a-query",
         ),
+        pytest.param(
+            "unix:///run/redis/redis.sock?db=0",
+            "REDIS_URL names a unix socket, which Celery's broker URL cannot take from it: set "
+            "CELERY_BROKER_URL",
+            id="a-unix-socket",
+        ),
     ],
 )
 def test_a_redis_url_the_broker_cannot_be_placed_beside_stops_the_server(
