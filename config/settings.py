@@ -295,8 +295,15 @@ def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:
     most a database number (0 or none for a cluster, which has only database 0), or ``unix://``
     with a socket path. Anything else stops the server, naming the setting. redis-py reads a
     URL only when a request first needs it: one with no scheme started a server that answered
-    every API request 500, and a database named by a word was read as database 0."""
-    from urllib.parse import urlsplit
+    every API request 500, and a database named by a word was read as database 0.
+
+    A ``redis://`` URL names its database in the path only: redis-py reads a ``?db=`` query
+    over the path, while the broker (the next database) and the placement of tenants on shards
+    (``tenants.redis_routing.node_identity``) read the path, so ``redis://host:6379?db=3`` put
+    the engine in database 3 and the broker in database 1, and two shards ``?db=1`` and
+    ``?db=2`` of one server were one node to placement (the second got no tenant). ``unix://``
+    keeps its ``?db=``: a socket URL has no other place for it."""
+    from urllib.parse import parse_qsl, urlsplit
 
     shape = "redis://host:port" if cluster else "redis://host:port/<database number>"
     try:
@@ -310,6 +317,7 @@ def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:
                 parts.scheme in ("redis", "rediss")
                 and bool(parts.hostname)
                 and (not database or (database.isdigit() and (not cluster or database == "0")))
+                and all(key != "db" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
             )
     except ValueError:
         valid = False
@@ -712,12 +720,9 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
     """``redis_url``'s server with the next database index: broker keys never share a database
     with idempotency keys (a test's cleanup of one cannot touch the other). A URL with no next
     database (15, the last of Redis's 16) or none that can be read stops the server: the
-    broker would land in another's database, or in one made of a port number.
-
-    The database is the one redis-py connects the engine to: a ``?db=`` query wins over the
-    path (``redis://host:6379?db=3`` is database 3, whose next is 4, not the path's 0 + 1), and
-    it is left out of the broker's URL, whose database is its path."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    broker would land in another's database, or in one made of a port number. (A ``?db=``
+    query, which redis-py would read over the path, is refused earlier: :func:`redis_node_url`.)"""
+    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(redis_url)
     if parts.scheme == "unix":  # a REDIS_URL the README allows: say what to do, not "must be"
@@ -725,9 +730,7 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
             f"{name} names a unix socket, which Celery's broker URL cannot take from it: set "
             "CELERY_BROKER_URL (e.g. redis+socket:///run/redis/redis.sock?virtual_host=1)"
         )
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    in_query = [value for key, value in query if key == "db"]
-    index = (in_query[0] if in_query else parts.path.lstrip("/")) or "0"
+    index = parts.path.lstrip("/") or "0"
     if parts.scheme not in ("redis", "rediss") or not index.isdigit():
         raise ImproperlyConfigured(
             f"{name} must be redis://host:port/<database number>, not {redis_url!r} "
@@ -738,8 +741,7 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
             f"{name} uses database {index}, the last: set CELERY_BROKER_URL "
             "(the broker takes the next database by default)"
         )
-    rest = urlencode([(key, value) for key, value in query if key != "db"])
-    return urlunsplit(parts._replace(path=f"/{int(index) + 1}", query=rest))
+    return urlunsplit(parts._replace(path=f"/{int(index) + 1}"))
 
 
 _redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")

@@ -52,7 +52,7 @@ SHOW_SETTINGS = (
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
     "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE'], "
-    "'bench': s.BENCH_ENDPOINTS, 'broker': s.CELERY_BROKER_URL}))"
+    "'bench': s.BENCH_ENDPOINTS}))"
 )
 
 
@@ -520,11 +520,6 @@ def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() 
             id="the-last-database",
         ),
         pytest.param(
-            "redis://redis.example.com:6379?db=15",
-            "REDIS_URL uses database 15, the last: set CELERY_BROKER_URL",
-            id="the-last-database-as-a-query",
-        ),
-        pytest.param(
             "unix:///run/redis/redis.sock?db=0",
             "REDIS_URL names a unix socket, which Celery's broker URL cannot take from it: set "
             "CELERY_BROKER_URL",
@@ -541,37 +536,6 @@ def test_a_redis_url_the_broker_cannot_be_placed_beside_stops_the_server(
 
     assert code != 0
     assert f"ImproperlyConfigured: {message}" in stderr
-
-
-@pytest.mark.parametrize(
-    "url, broker",
-    [
-        pytest.param(
-            "redis://redis.example.com:6379/3",
-            "redis://redis.example.com:6379/4",
-            id="database-in-the-path",
-        ),
-        pytest.param(
-            "redis://redis.example.com:6379?db=3",
-            "redis://redis.example.com:6379/4",
-            id="database-as-a-query",
-        ),
-        pytest.param(
-            "redis://redis.example.com:6379/2?db=3&socket_timeout=1",
-            "redis://redis.example.com:6379/4?socket_timeout=1",
-            id="the-query-wins-as-in-redis-py",
-        ),
-    ],
-)
-def test_the_broker_takes_the_database_after_the_one_the_engine_uses(url: str, broker: str) -> None:
-    """redis-py reads ``?db=3`` (which wins over the path) as database 3, so the engine's keys
-    lived there while the broker, reading the path alone, went to database 1: another
-    application's perhaps, never the one the README promises (the next)."""
-    code, values, stderr = settings_with({**production_environment(), "REDIS_URL": url})
-
-    assert code == 0, stderr
-    assert values is not None
-    assert values["broker"] == broker
 
 
 @pytest.mark.parametrize(
@@ -594,6 +558,24 @@ def test_the_broker_takes_the_database_after_the_one_the_engine_uses(url: str, b
             "redis:///0",
             "REDIS_URL must be redis://host:port/<database number>",
             id="url-no-host",
+        ),
+        pytest.param(
+            "REDIS_URL",
+            "redis://redis.example.com:6379?db=3",
+            "REDIS_URL must be redis://host:port/<database number>",
+            id="url-database-as-a-query",
+        ),
+        pytest.param(
+            "REDIS_SHARDS",
+            "redis://a.example.com:6379?db=1,redis://a.example.com:6379?db=2",
+            "REDIS_SHARDS must be redis://host:port/<database number>",
+            id="shards-database-as-a-query",
+        ),
+        pytest.param(
+            "REDIS_CLUSTER_URL",
+            "redis://cluster.example.com:7000?db=3",
+            "REDIS_CLUSTER_URL must be redis://host:port",
+            id="cluster-database-as-a-query",
         ),
         pytest.param(
             "REDIS_SHARDS",
