@@ -184,8 +184,11 @@ def _read_key_file() -> dict[str, dict[str, str]]:
     """This database's demo keys (a file written before keys were kept per database holds one
     set at its top level: tried too, as ``_demo_key`` keeps only keys that still open it)."""
     data = _read_file()
-    keys = data.get("databases", {}).get(_database_label())
-    return keys if isinstance(keys, dict) else data
+    databases = data.get("databases")
+    if not isinstance(databases, dict):
+        return data
+    keys = databases.get(_database_label())
+    return keys if isinstance(keys, dict) else {}
 
 
 def _write_key_file(tenants: list[dict[str, Any]]) -> None:
