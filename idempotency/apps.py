@@ -7,5 +7,6 @@ class IdempotencyConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # registers the settings checks and the databases' check
+        # registers the settings checks, the databases' check and the form pages' check
         from idempotency import checks, database_checks  # noqa: F401
+        from idempotency.web import form_checks  # noqa: F401

@@ -17,8 +17,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.shortcuts import resolve_url
-from django.urls import NoReverseMatch, get_resolver
 from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
@@ -109,33 +107,6 @@ def check_engine_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             )
         )
     messages.extend(_database_claim_warnings())
-    return messages
-
-
-@register(Tags.urls)
-def check_form_pages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Every ``@idempotent_form(form_page=...)`` given as a name or path resolves to a URL.
-    A name no URL has would fail only when a refused form arrives without a ``Referer`` (a
-    browser's privacy setting), as a server error in place of the page with its message."""
-    from idempotency.web.forms import NAMED_FORM_PAGES
-
-    try:
-        _ = get_resolver().url_patterns  # imports the views, whose decorators list their pages
-    except Exception:  # a URLconf that does not load: Django's own URL checks name that
-        return []
-    messages: list[CheckMessage] = []
-    for view, page in NAMED_FORM_PAGES:
-        try:
-            resolve_url(page)
-        except NoReverseMatch:
-            messages.append(
-                Error(
-                    f"@idempotent_form(form_page={page!r}) of {view} names no URL",
-                    hint="give the name of a URL pattern without arguments, a path, or a "
-                    "callable given the view's request and arguments",
-                    id="idempotency.E006",
-                )
-            )
     return messages
 
 
