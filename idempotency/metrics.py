@@ -56,9 +56,11 @@ redis_latency = _metric(
 breaker_state = _metric(
     "Gauge",
     "idempotency_breaker_state",
-    "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open (worst process)",
+    "Circuit breaker per Redis node: 0 closed, 1 half-open, 2 open (worst live process)",
     ["node"],
-    multiprocess_mode="max",
+    # live processes only: gunicorn's child_exit drops a dead worker's value, which under
+    # "max" stayed in the merge for good (a worker gone with its breaker open paged forever)
+    multiprocess_mode="livemax",
 )
 audits_dropped = _metric(
     "Counter",

@@ -10,8 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 
-from config.gunicorn import post_worker_init
+from config.gunicorn import child_exit, post_worker_init
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,3 +70,57 @@ def test_the_settings_left_unset_or_empty_take_their_defaults():
         check=False,
     )
     assert (read.returncode, read.stdout.split()) == (0, ["30", "0"]), read.stderr
+
+
+def test_a_dead_worker_s_open_breaker_leaves_the_merged_gauge(tmp_path, monkeypatch):
+    """``idempotency_breaker_state`` is merged over the workers as the worst one's; a worker
+    that died (``max_requests``, a timeout, a restart) while its breaker was open kept the
+    merged value at open for as long as the server ran, and ``RedisBreakerOpen`` paged for a
+    node that every live worker used again."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    # given a worker that saw the node fail, then died
+    dead = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from idempotency import metrics; "
+            "metrics.breaker_changed('redis-a:6379/0', 'open'); print(os.getpid())",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # and a live one whose breaker is closed
+    live = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from idempotency import metrics; "
+            "metrics.breaker_changed('redis-a:6379/0', 'closed'); print('set', flush=True); "
+            "sys.stdin.read()",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert live.stdout is not None and live.stdout.readline() == "set\n"
+        # when gunicorn's master reaps the dead one
+        child_exit(SimpleNamespace(), SimpleNamespace(pid=int(dead.stdout)))
+        # then the scrape shows the live worker's breaker, closed
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(tmp_path))
+        states = [
+            s.value
+            for family in registry.collect()
+            if family.name == "idempotency_breaker_state"
+            for s in family.samples
+        ]
+        assert states == [0.0]
+    finally:
+        live.communicate(input="", timeout=60)
