@@ -5,7 +5,8 @@ Answered before any other middleware, so a probe by the server's own address (no
 reachable that way. Neither says anything about a tenant.
 
 - ``/healthz``: the process answers (200 ``{"status": "ok"}``); nothing else is touched.
-- ``/readyz``: it can serve orders: PostgreSQL answers ``SELECT 1`` (else 503). Each Redis
+- ``/readyz``: it can serve orders: PostgreSQL answers ``SELECT 1`` within
+  ``READINESS_TIMEOUT_SECONDS`` (else 503; a balancer gives up after a few seconds). Each Redis
   node is reported (``ok`` or ``unavailable``) but does not decide: without Redis the
   engine runs database-only, still exactly once (DESIGN §3 layer 5). A node this process's
   breaker has taken out of use is ``unavailable`` without a ping: a hanging node held the
@@ -14,9 +15,12 @@ reachable that way. Neither says anything about a tenant.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 
+import psycopg
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from redis.exceptions import RedisClusterException, RedisError
@@ -46,12 +50,42 @@ class HealthMiddleware:
 
 
 def _database_answers() -> bool:
+    if connection.vendor != "postgresql":  # the SQLite demo: a file, nothing to wait for
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except DatabaseError:
+            return False
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        asyncio.run(_postgresql_answers(settings.READINESS_TIMEOUT_SECONDS))
         return True
-    except DatabaseError:
+    except (psycopg.Error, OSError, TimeoutError):
         return False
+
+
+# what Django passes psycopg beyond libpq's own parameters (adapters, cursor class)
+_NOT_LIBPQ = ("context", "cursor_factory", "prepare_threshold")
+
+
+async def _postgresql_answers(limit: float) -> None:
+    """``SELECT 1`` on a connection of its own, connecting included, within ``limit`` seconds.
+
+    Not the worker's persistent connection: a blocking call on it has no time limit (libpq
+    waits on a server that accepted and says nothing, and on one that stalls mid-query), so a
+    silent database held the probe until gunicorn's ``timeout`` killed the worker, a 500.
+    Awaited, the connection is dropped when the limit passes."""
+    params = {
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if key not in _NOT_LIBPQ
+    }
+
+    async def select_one() -> None:
+        async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as probe:
+            await probe.execute("SELECT 1")
+
+    await asyncio.wait_for(select_one(), timeout=limit)
 
 
 def _redis_state(client: object) -> str:

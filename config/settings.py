@@ -283,6 +283,9 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool(
 if os.environ.get("APP_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["APP_DB_NAME"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# /readyz's limit for PostgreSQL to answer (config/health.py): a balancer's probe times out
+# after a few seconds, and a silent database would otherwise hold the probe and its worker.
+READINESS_TIMEOUT_SECONDS = env_number("READINESS_TIMEOUT_SECONDS", 2.0, low=0.1, high=30)
 
 # --- redis ------------------------------------------------------------------------------
 # One of: REDIS_CLUSTER_URL (a Redis Cluster, any node), REDIS_SHARDS (comma-separated

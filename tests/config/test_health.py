@@ -4,10 +4,13 @@ check and the HTTPS redirect; readiness is PostgreSQL's, Redis only reported (co
 from __future__ import annotations
 
 import json
+import socket
+import threading
 
 import pytest
 import redis
 from django.db import connection
+from django.http import HttpResponse
 from django.test import Client
 
 from idempotency.stores import nodes
@@ -60,6 +63,34 @@ def test_without_the_database_the_server_is_not_ready(production):
         connection.settings_dict["PORT"] = port
     assert answer.status_code == 503
     assert json.loads(answer.content)["database"] == "unavailable"
+
+
+def test_a_database_that_does_not_answer_is_reported_before_a_balancer_gives_up(production):
+    """A PostgreSQL that accepts connections and says nothing (a hung server, a stalled
+    pooler, a partition that drops no packets) held the probe with no time limit: under
+    gunicorn until its 30 s ``timeout`` killed the worker, which answered 500, not the 503 a
+    balancer reads, and every probe meanwhile held a worker. It is ``unavailable`` within
+    ``READINESS_TIMEOUT_SECONDS``."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshake; nobody ever answers
+    port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(silent.getsockname()[1])
+    answers: list[HttpResponse] = []
+    probe = threading.Thread(target=lambda: answers.append(production.get("/readyz", **PROBE)))
+    try:
+        probe.start()
+        probe.join(timeout=30)  # generous: the probe's own limit is a few seconds
+        answered_in_time = not probe.is_alive()
+    finally:
+        silent.close()  # lets a hanging probe go
+        probe.join(timeout=60)
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    assert answered_in_time, "the probe did not answer while the database stayed silent"
+    assert answers[0].status_code == 503
+    assert json.loads(answers[0].content)["database"] == "unavailable"
 
 
 def test_only_get_and_head_are_probes(production):
