@@ -69,6 +69,10 @@ audits_dropped = _metric(
     "(queue_full), or the database refused them too often (write_failed)",
     ["reason"],
 )
+# Exported at 0 from the start: IdempotencyAuditsDropped fires on increase(), and a series
+# born with its first drop has no earlier sample, so that drop would count as no increase.
+for _reason in ("queue_full", "write_failed"):
+    audits_dropped.labels(reason=_reason)
 audits_drained = _metric(
     "Counter",
     "idempotency_audits_drained_total",

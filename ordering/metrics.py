@@ -31,6 +31,10 @@ clock_backsteps = Counter(
     "step up to ORDER_ID_MAX_CLOCK_BACKSTEP_MS) or refused (a larger one: no ID issued)",
     ["outcome"],
 )
+# Exported at 0 from the start: the clock alerts fire on increase(), and a series born with
+# its first step back has no earlier sample, so that step would count as no increase.
+for _outcome in ("waited", "refused"):
+    clock_backsteps.labels(outcome=_outcome)
 
 
 class DatabaseCollector(Collector):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -213,3 +217,39 @@ def test_a_node_whose_breaker_is_open_is_left_out_of_the_scrape(client, tenant):
     finally:
         nodes.reset()
         redis_node.delete(stream_key())
+
+
+ALERTED_ON_THEIR_FIRST_INCREASE = [
+    # (metric, label, the values an alert's increase() is taken over)
+    ("idempotency_audits_dropped_total", "reason", ("queue_full", "write_failed")),
+    ("ordering_order_id_clock_backsteps_total", "outcome", ("waited", "refused")),
+]
+
+
+@pytest.mark.parametrize(("name", "label", "values"), ALERTED_ON_THEIR_FIRST_INCREASE)
+def test_counters_alerted_on_by_increase_are_exported_at_zero_before_their_first_event(
+    name, label, values
+):
+    """``IdempotencyAuditsDropped`` and ``OrderIdClockSteppedBack``/``OrderIdsRefusedClockBehind``
+    fire on ``increase(...) > 0``. A labelled series that first appears with the event has no
+    earlier sample, so Prometheus counts no increase: the first audits a process dropped, or the
+    first order IDs it refused, raised no alert. Read from a fresh process, as a new worker
+    serves its first scrape."""
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); import ordering.metrics, idempotency.metrics; "
+            "from prometheus_client import REGISTRY, generate_latest; "
+            "print(generate_latest(REGISTRY).decode())",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    exported = samples(fresh.stdout)
+    for wanted in values:
+        assert exported.get((name, frozenset({(label, wanted)}))) == 0.0, (name, wanted)
