@@ -1,8 +1,8 @@
 """Metrics of the ordering app: FSM conflicts and clock steps back (counted in-process) and,
-read at scrape time, the outbox lag, the dead letters and the payments waiting for their
-provider, with how late their reconciliation is (from the database), and the free
-order-ID worker ids (from the lease stores): these must be true across all processes, so they
-are not numbers kept by any one of them."""
+read at scrape time, the outbox lag and its oldest event not consumed yet, the dead letters
+and the payments waiting for their provider, with how late their reconciliation is (from the
+database), and the free order-ID worker ids (from the lease stores): these must be true across
+all processes, so they are not numbers kept by any one of them."""
 
 from __future__ import annotations
 
@@ -47,6 +47,18 @@ class DatabaseCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ordering_outbox_lag_seconds", "Age of the oldest unpublished outbox event", value=lag
+        )
+        # Published is not done: with the broker up and no worker running, every event is
+        # published at once and waits in the queue. Read through the redelivery index (a
+        # published row keeps resend_at until consumed), so a scrape reads only waiting rows.
+        sent = OutboxEvent._default_manager.filter(
+            consumed_at__isnull=True, resend_at__isnull=False
+        ).aggregate(oldest=Min("created_at"))["oldest"]
+        waiting = [when for when in (oldest, sent) if when is not None]
+        yield GaugeMetricFamily(
+            "ordering_outbox_unconsumed_oldest_seconds",
+            "Age of the oldest outbox event no worker has finished with (published or not)",
+            value=(timezone.now() - min(waiting)).total_seconds() if waiting else 0.0,
         )
         yield GaugeMetricFamily(
             "ordering_dead_letters",

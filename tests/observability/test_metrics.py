@@ -7,11 +7,13 @@ import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.metrics_view import MetricsByAddressMiddleware
@@ -19,7 +21,7 @@ from idempotency.models import AuditStreamCursor
 from idempotency.stores import nodes
 from idempotency.stores.audit_stream import stream_key
 from idempotency.stores.nodes import node_name
-from ordering.models import Order
+from ordering.models import EventType, Order, OutboxEvent
 from ordering.worker_ids import lease_worker_id
 from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
@@ -253,3 +255,30 @@ def test_counters_alerted_on_by_increase_are_exported_at_zero_before_their_first
     exported = samples(fresh.stdout)
     for wanted in values:
         assert exported.get((name, frozenset({(label, wanted)}))) == 0.0, (name, wanted)
+
+
+def test_an_event_the_broker_took_but_no_worker_finished_shows_its_age(client, api, menu, tenant):
+    """With the broker up and every Celery worker down, each event is published at once and
+    waits in the queue: ``ordering_outbox_lag_seconds`` (unpublished events only) stayed 0,
+    so ``OutboxLagging``, whose description names workers that are down, never fired while
+    paid orders' cancels waited for their refunds. ``ordering_outbox_unconsumed_oldest_seconds``
+    counts from the event's creation until a consumer is done with it."""
+    order = Order.all_tenants.get(pk=post_order(api, menu, key="o1").json()["id"])
+    # given an event the broker accepted 20 minutes ago, which no worker has consumed
+    twenty_minutes_ago = timezone.now() - timedelta(minutes=20)
+    event = OutboxEvent.all_tenants.create(
+        tenant=tenant,
+        order=order,
+        event_type=EventType.CANCEL_REQUESTED,
+        version=1,
+        published_at=twenty_minutes_ago,
+        last_publish_at=twenty_minutes_ago,
+        resend_at=timezone.now() + timedelta(minutes=10),
+    )
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(created_at=twenty_minutes_ago)
+    body = scrape(client).content.decode()
+    assert value(body, "ordering_outbox_lag_seconds") == 0  # nothing left to publish
+    assert value(body, "ordering_outbox_unconsumed_oldest_seconds") >= 20 * 60
+    # once a worker is done with it, nothing waits
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(consumed_at=timezone.now())
+    assert value(scrape(client).content.decode(), "ordering_outbox_unconsumed_oldest_seconds") == 0
