@@ -143,8 +143,9 @@ class TenantUsageCollector(Collector):
             "Age of the last complete key census pass of each node",
             labels=["node"],
         )
+        censuses = usage.census()  # may complete a pass now: read the clock after it
         now = time.time()
-        for node, census in sorted(usage.census().items()):
+        for node, census in sorted(censuses.items()):
             if census.complete is None or census.completed_at is None:
                 continue
             for tenant, count in sorted(census.complete.items()):

@@ -108,3 +108,15 @@ def test_a_node_that_does_not_answer_leaves_the_scrape_answering(
     own_node.stop()
     # when /metrics is scraped, then it answers 200 with the node's last complete pass
     assert per_tenant(scrape(client), "idempotency_tenant_redis_keys") == {"43": 1}
+
+
+def test_a_census_completed_by_this_scrape_is_not_younger_than_zero(
+    client: Any, settings: Any, own_node: RedisNode
+) -> None:
+    """The scrape read the clock before it advanced the census: a pass completed by that same
+    scrape was exported with a negative age (a dashboard showing "-0.0005 s")."""
+    redis.Redis.from_url(own_node.url).set("idem:{t:44}:scope:k", b"x")
+    first = scrape(client)
+    assert per_tenant(first, "idempotency_tenant_redis_keys") == {"44": 1}  # completed now
+    ages = [v for (n, _), v in first.items() if n == "idempotency_redis_key_census_age_seconds"]
+    assert len(ages) == 1 and ages[0] >= 0
