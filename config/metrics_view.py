@@ -23,10 +23,12 @@ rows overdue (``tenants/retention_metrics.py``).
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -37,12 +39,14 @@ from idempotency.stores.usage import usage_registry
 from ordering.metrics import database_registry
 from tenants.retention_metrics import retention_registry
 
+logger = logging.getLogger(__name__)
+
 
 def metrics(request: HttpRequest) -> HttpResponse:
     if not _allowed(request):
         raise Http404
     body = b"".join(
-        generate_latest(registry)
+        _exposition(registry)
         for registry in (
             _process_registry(),
             database_registry(),
@@ -52,6 +56,20 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     )
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def _exposition(registry: CollectorRegistry) -> bytes:
+    """One source's metrics, or none when reading the database for them fails.
+
+    A PostgreSQL outage made the database-read gauges raise, and the whole scrape answered
+    500: Prometheus lost every series, the Redis breakers and the duplicate counters too,
+    while operators needed them. Those sources are left out (their alerts go quiet, not
+    wrong; the outage is the database's own alert) and the rest is served."""
+    try:
+        return generate_latest(registry)
+    except DatabaseError:
+        logger.warning("/metrics: a source read from the database was left out", exc_info=True)
+        return b""
 
 
 def _process_registry() -> CollectorRegistry:

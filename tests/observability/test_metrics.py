@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.http import HttpResponse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,6 +27,7 @@ from ordering.worker_ids import lease_worker_id
 from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -282,3 +284,24 @@ def test_an_event_the_broker_took_but_no_worker_finished_shows_its_age(client, a
     # once a worker is done with it, nothing waits
     OutboxEvent.all_tenants.filter(pk=event.pk).update(consumed_at=timezone.now())
     assert value(scrape(client).content.decode(), "ordering_outbox_unconsumed_oldest_seconds") == 0
+
+
+def test_a_database_outage_leaves_the_process_s_own_metrics_in_the_scrape(client):
+    """The database-read gauges (outbox, dead letters, payments, retention, records per
+    tenant) raised on a PostgreSQL outage and the whole scrape answered 500: Prometheus lost
+    every series, the Redis breakers and the duplicate counters included, exactly while
+    operators needed them. Those sources are left out; the rest is served."""
+    port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(free_port())  # nothing listens: PostgreSQL is down
+    try:
+        answer = scrape(client)
+    finally:
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    assert answer.status_code == 200
+    body = answer.content.decode()
+    assert ("idempotency_audits_dropped_total", frozenset({("reason", "queue_full")})) in (
+        samples(body)
+    )
+    assert "ordering_outbox_lag_seconds" not in body
