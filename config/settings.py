@@ -659,6 +659,9 @@ IDEMPOTENCY = {
     # Also take the database claim under a Redis claim (ADR 0005): a duplicate that falls back
     # to the database because Redis died mid-run then waits for that run (one more statement)
     "DATABASE_CLAIM_UNDER_REDIS": env_bool("IDEMPOTENCY_DATABASE_CLAIM_UNDER_REDIS", True),
+    # Audit stream entries the drain (beat's ordering.drain_idempotency_audits) copies into
+    # the database per transaction; the alert IdempotencyAuditStreamBacklog says to raise it
+    "AUDIT_DRAIN_BATCH": env_bounded("IDEMPOTENCY_AUDIT_DRAIN_BATCH", 1000, low=1, high=100_000),
     # Tests only: called each time a view body runs (tests/support/view_executions.py)
     "VIEW_EXECUTED_HOOK": os.environ.get("IDEMPOTENCY_VIEW_EXECUTED_HOOK") or None,
 }

@@ -75,3 +75,22 @@ def test_the_documented_prometheus_configurations_load(tmp_path: Path, name: str
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"SUCCESS: [1-9][0-9]* rules found", result.stdout), result.stdout
+
+
+SETTINGS = RULES.parents[1] / "config" / "settings.py"
+
+
+def test_each_setting_an_alert_tells_operators_to_change_is_read_from_the_environment() -> None:
+    """The settings are the environment's (README, "Run it in production"): a runbook step
+    "raise AUDIT_DRAIN_BATCH" named a value only an edit of config/settings.py could change."""
+    rules = (RULES / "alerts.yml").read_text()
+    told = {
+        name
+        for line in rules.splitlines()
+        if line.strip().startswith("description:")
+        for name in re.findall(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b", line)
+    }
+    assert told, "no setting named: the pattern is wrong"
+    source = SETTINGS.read_text()
+    unread = sorted(name for name in told if not re.search(rf"""\(\s*["']{name}["']""", source))
+    assert unread == []
