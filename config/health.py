@@ -9,7 +9,8 @@ reachable that way. Neither says anything about a tenant.
   ``READINESS_TIMEOUT_SECONDS`` (else 503; a balancer gives up after a few seconds). Each Redis
   node is reported (``ok`` or ``unavailable``) but does not decide: without Redis the
   engine runs database-only, still exactly once (DESIGN §3 layer 5). A node this process's
-  breaker has taken out of use is ``unavailable`` without a ping: a hanging node held the
+  breaker has taken out of use is ``unavailable`` without a ping, and the others are pinged
+  at once, while the database is asked, within the same limit: a hanging node held the
   probe for its socket timeout, one node after another.
 """
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import psycopg
 from django.conf import settings
@@ -40,11 +43,16 @@ class HealthMiddleware:
             return self.get_response(request)
         if request.path_info == "/healthz":
             return _answer(request, 200, {"status": "ok"})
+        limit = settings.READINESS_TIMEOUT_SECONDS
+        deadline = time.monotonic() + limit
+        # every node asked at once, while the database is: a silent node held the probe for
+        # its socket timeout, node after node, past a balancer's timeout
+        pings = _PINGS.submit_all(all_clients())
         database = _database_answers()
         body = {
             "status": "ok" if database else "unavailable",
             "database": "ok" if database else "unavailable",
-            "redis": [_redis_state(client) for client in all_clients()],
+            "redis": _PINGS.states(pings, deadline),
         }
         return _answer(request, 200 if database else 503, body)
 
@@ -89,13 +97,39 @@ async def _postgresql_answers(limit: float) -> None:
 
 
 def _redis_state(client: object) -> str:
-    if breaker_open(node_name(client)):
-        return "unavailable"
     try:
         client.ping()  # type: ignore[attr-defined]
         return "ok"
     except (RedisError, RedisClusterException, OSError):  # a cluster with no node reachable
         return "unavailable"
+
+
+class _Pings:
+    """The Redis pings of readiness probes, each in a thread of a small shared pool, so the
+    nodes are asked at once and the probe waits for them until its deadline only. A ping past
+    the deadline is reported ``unavailable`` and ends on its own, within the node's socket
+    timeout; a node this process's breaker has taken out of use is not pinged at all."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit_all(self, clients: list[object]) -> list[Future[str] | None]:
+        if self._pool is None:  # made in the worker, after gunicorn's fork
+            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="readyz-ping")
+        return [
+            None if breaker_open(node_name(client)) else self._pool.submit(_redis_state, client)
+            for client in clients
+        ]
+
+    def states(self, pings: list[Future[str] | None], deadline: float) -> list[str]:
+        pending = [ping for ping in pings if ping is not None]
+        wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        return [
+            ping.result() if ping is not None and ping.done() else "unavailable" for ping in pings
+        ]
+
+
+_PINGS = _Pings()
 
 
 def _answer(request: HttpRequest, status: int, body: dict[str, object]) -> HttpResponse:

@@ -93,6 +93,39 @@ def test_a_database_that_does_not_answer_is_reported_before_a_balancer_gives_up(
     assert json.loads(answers[0].content)["database"] == "unavailable"
 
 
+def test_redis_nodes_that_do_not_answer_do_not_hold_the_probe_one_after_another(
+    production, monkeypatch
+):
+    """Redis does not decide readiness, yet each silent node held the probe for its socket
+    timeout, one node after another: three hanging nodes made /readyz take three timeouts,
+    past a balancer's, which then took every server out while the database served orders
+    (database-only). The nodes are asked at once, within ``READINESS_TIMEOUT_SECONDS``."""
+    silent = []
+    for _ in range(3):
+        node = socket.socket()
+        node.bind(("127.0.0.1", 0))
+        node.listen(16)  # the kernel completes the handshake; nobody ever answers
+        silent.append(node)
+    hanging = [
+        redis.Redis(port=node.getsockname()[1], socket_timeout=30, socket_connect_timeout=30)
+        for node in silent
+    ]
+    monkeypatch.setattr("config.health.all_clients", lambda: hanging)
+    answers: list[HttpResponse] = []
+    probe = threading.Thread(target=lambda: answers.append(production.get("/readyz", **PROBE)))
+    try:
+        probe.start()
+        probe.join(timeout=45)  # generous: one node's timeout is 30 s, the probe's a few
+        answered_in_time = not probe.is_alive()
+    finally:
+        for node in silent:
+            node.close()
+        probe.join(timeout=120)
+    assert answered_in_time, "the probe waited on each silent node in turn"
+    assert answers[0].status_code == 200
+    assert json.loads(answers[0].content)["redis"] == ["unavailable"] * 3
+
+
 def test_only_get_and_head_are_probes(production):
     assert production.post("/healthz", **PROBE).status_code == 400  # the host check again
     assert production.head("/healthz", **PROBE).status_code == 200
