@@ -33,6 +33,7 @@ from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.urls import reverse
 from django.utils import timezone
 
+from idempotency import metrics
 from idempotency.audit import AuditEvent
 from idempotency.core.hashing import keyed_digest
 from idempotency.stores.audit_stream import report
@@ -360,12 +361,20 @@ def _carry_out(
 
 
 def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:
+    """Audit the duplicate or conflict in the caller's transaction and, once that commits,
+    count it in ``idempotency_outcomes_total`` as the engine counts the API's (it was audited
+    only, so /metrics never showed a provider's repeats or conflicting reports)."""
+    outcome = decision.audit or "HIT"
+    tenant = str(order.tenant_id)
+    transaction.on_commit(
+        lambda: metrics.count(tenant=tenant, endpoint=AUDIT_ENDPOINT, outcome=outcome)
+    )
     report(
         AuditEvent(
             tenant_key=str(order.tenant_id),
             endpoint=AUDIT_ENDPOINT,
             key=keyed_digest(f"{provider}:{event.event_id}"),
-            outcome=decision.audit or "HIT",
+            outcome=outcome,
             source="database",
             principal=f"provider:{provider}",
             request_meta={

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
 from idempotency.core.hashing import keyed_digest
@@ -25,6 +26,7 @@ from ordering.models import (
     PaymentCallback,
     ProviderConflict,
 )
+from ordering.payments.callbacks import AUDIT_ENDPOINT as CALLBACK_ENDPOINT
 from ordering.payments.registry import webhook_secrets
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from ordering.services.lifecycle import cancel_order
@@ -373,3 +375,24 @@ def test_a_callback_reads_and_locks_in_one_statement_and_writes_its_inbox_row_on
         "applied",
     )
     assert (row.amount, row.currency, row.status) == (Decimal("19.00"), "EUR", "succeeded")
+
+
+def test_the_duplicates_and_conflicts_a_provider_sends_are_counted_for_prometheus(
+    deliver, paying, tenant
+):
+    """Audited, but never counted in ``idempotency_outcomes_total``: the provider's repeated
+    deliveries and its conflicting reports (a success of another amount) were invisible in
+    /metrics, where operators watch absorbed duplicates and conflicts."""
+
+    def counted(outcome: str) -> float:
+        labels = {"tenant": str(tenant.pk), "endpoint": CALLBACK_ENDPOINT, "outcome": outcome}
+        return REGISTRY.get_sample_value("idempotency_outcomes_total", labels) or 0.0
+
+    _, payment = paying
+    before = {outcome: counted(outcome) for outcome in ("HIT", "CONFLICT")}
+    deliver(*signed(payment, event_id="evt_c", amount=Decimal("1.00")))  # a conflict
+    body, headers = signed(payment, event_id="evt_a")
+    deliver(body, headers)
+    deliver(body, headers)  # the same event again: a duplicate
+    assert counted("HIT") - before["HIT"] == 1
+    assert counted("CONFLICT") - before["CONFLICT"] == 1
