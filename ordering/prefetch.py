@@ -11,10 +11,12 @@ the database holds (``tests/ordering/test_placing.py`` compares an answer with a
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import ForeignKey, Model, QuerySet
 from django.db.models.manager import BaseManager
@@ -186,11 +188,23 @@ def read_with_related(
     (:func:`reads_together`) held: the row and every relation in one query, one round trip.
     The relations' statements are Django's own for them (by the row's key, which their index
     serves); when ``lead`` reads nothing, what they read is dropped unseen. The row is handed
-    the tenant ``probe`` holds."""
+    the tenant ``probe`` holds.
+
+    Outside a transaction the query is one snapshot (:func:`_one_snapshot`): each statement
+    of a query reads the database as it is when that statement starts, so a row and its
+    relations read by statements one after another could come from two moments, an order
+    PAYING with its payment succeeded (a callback committing between them)."""
     tenant = probe.tenant
-    with connections[using].cursor() as cursor:
-        statements = "; ".join([lead, *(read.sql for read in reads.values())])
-        cursor.execute(statements, [*lead_params, *_parameters(reads, probe)])
+    connection = connections[using]
+    statements = "; ".join([lead, *(read.sql for read in reads.values())])
+    alone = bool(reads) and not connection.in_atomic_block
+    with connection.cursor() as cursor:
+        if alone:
+            _one_snapshot(
+                connection, cursor, statements, [*lead_params, *_parameters(reads, probe)]
+            )
+        else:
+            cursor.execute(statements, [*lead_params, *_parameters(reads, probe)])
         found = cursor.fetchall()
         if not found:
             return None
@@ -201,6 +215,28 @@ def read_with_related(
             return row
         cursor.nextset()
         return with_related(row, **_fetched(cursor, reads, row, using))
+
+
+def _one_snapshot(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper, statements: str, params: list[object]
+) -> None:
+    """Run ``statements`` (several, riding along in one query) as a read-only transaction of
+    their own at REPEATABLE READ, in that one query: every statement sees the database as the
+    first one did, and no round trip is added. A read-only transaction is never refused for
+    a write committed meanwhile. The cursor is left on the first statement's result.
+
+    An error in one of them leaves the server in the failed transaction the query opened
+    (the rest of the query, its ``COMMIT`` included, is skipped): it is rolled back here, as
+    the connection's next query would otherwise fail."""
+    try:
+        cursor.execute(
+            f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {statements}; COMMIT", params
+        )
+    except Exception:
+        with suppress(Exception):  # a connection gone is closed by Django after the request
+            connection.connection.rollback()
+        raise
+    cursor.nextset()  # past the BEGIN's result
 
 
 def reads_together(
