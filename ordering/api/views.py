@@ -35,7 +35,7 @@ from ordering.api.serializers import (
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
-from ordering.order_list import OrderList
+from ordering.order_list import OrderList, one_moment
 from ordering.prefetch import read_related
 from ordering.selectors import access_order, menu_rows
 from ordering.services.lifecycle import cancel_order, transition_order
@@ -132,10 +132,10 @@ class OrderListCreateView(APIView):
             status=wanted,
             expected=_requested_slice(request, paginator),
         )
-        page = paginator.paginate_queryset(orders, request, view=self)
-        return paginator.get_paginated_response(
-            [shown_order(request.user, order, detail=False) for order in page]
-        )
+        with one_moment(orders.using):  # the orders as one moment left them
+            page = paginator.paginate_queryset(orders, request, view=self)
+            shown = [shown_order(request.user, order, detail=False) for order in page]
+        return paginator.get_paginated_response(shown)
 
     @extend_schema(
         request=PlaceOrderInSerializer,

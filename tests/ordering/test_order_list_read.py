@@ -8,12 +8,13 @@ prefetch gives, paginated by Django, and the read to two statements.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -158,3 +159,47 @@ def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefet
         answer = caller.get("/api/v1/orders/?page=2")
     assert answer.json() == expected
     assert len([q for q in queries if "ordering_" in q["sql"]]) == 4
+
+
+@pytest.mark.django_db(transaction=True)  # as served: the read in no transaction of its own
+def test_a_listed_order_and_its_payment_are_from_one_moment(tenant):
+    # given a paying order, and a writer that pays it and takes that back again and again,
+    # each time the order and its payment in one transaction (as a provider's callback does)
+    menu = menu_for(tenant)
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(menu["pizza"].pk, 1)],
+        payment_method="card",
+        diner_id=DINER,
+        actor="test",
+    )
+    payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")[1]
+    states = [("PAID", "succeeded"), ("PAYING", "pending")]
+    reading_done = threading.Event()
+    flips = []
+
+    def flip() -> None:
+        try:
+            while not reading_done.is_set():
+                status, paid = states[len(flips) % 2]
+                with transaction.atomic():
+                    Order.all_tenants.filter(pk=order.pk).update(status=status)
+                    Payment.all_tenants.filter(pk=payment.pk).update(status=paid)
+                flips.append(status)
+        finally:
+            connection.close()
+
+    api = api_for(tenant, diner=DINER)
+    writer = threading.Thread(target=flip)
+    writer.start()
+    # when the diner lists its orders meanwhile, many times
+    seen = []
+    try:
+        while len(seen) < 300 or len(flips) < 50:
+            [listed] = api.get("/api/v1/orders/").json()["results"]
+            seen.append((listed["status"], listed["payment"]["status"]))
+    finally:
+        reading_done.set()
+        writer.join(60)
+    # then every answer shows the order and its payment as one committed moment left them
+    assert set(seen) <= set(states), set(seen) - set(states)
