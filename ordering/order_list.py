@@ -13,12 +13,10 @@ demo's SQLite), or a statement cannot be kept, it reads through the ORM as befor
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
-from django.db import connections, router, transaction
+from django.db import connections, router
 from django.db.models import QuerySet
 from django.db.models.query import prefetch_related_objects
 
@@ -45,25 +43,6 @@ class _Reads:
     @cached_property
     def sliced(self) -> str:
         return f"{self.page.sql} LIMIT %s OFFSET %s"
-
-
-@contextmanager
-def one_moment(using: str) -> Iterator[None]:
-    """Read a list in one snapshot of the database: a read-only REPEATABLE READ transaction on
-    PostgreSQL, unless the caller is in a transaction already.
-
-    A page takes two queries (the count and the orders, then their lines and payments), and
-    each statement reads the database as it is when it starts: a callback committing between
-    them listed an order PAYING with its payment succeeded, a state it never was in. A
-    read-only transaction is never refused for a write committed meanwhile; it costs the
-    ``BEGIN``, the ``SET TRANSACTION`` and the ``COMMIT`` round trips."""
-    connection = connections[using]
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        yield
-        return
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        yield
 
 
 # A slice ending past this offset is not read along with the count: PostgreSQL's OFFSET and

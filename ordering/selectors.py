@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
@@ -25,6 +26,27 @@ from ordering.prefetch import (
     values_read,
 )
 from tenants.models import Tenant
+
+
+@contextmanager
+def one_moment(using: str) -> Iterator[None]:
+    """Read in one snapshot of the database: a read-only REPEATABLE READ transaction on
+    PostgreSQL, unless the caller is in a transaction already.
+
+    Each statement reads the database as it is when it starts, so a page that reads an order,
+    then its payments or its log, could show the order PAYING with its payment succeeded (a
+    callback committing in between), a state it never was in: the order list (a page is two
+    queries), the dashboard's order page. A read-only transaction is never refused for a
+    write committed meanwhile; it costs the ``BEGIN``, the ``SET TRANSACTION`` and the
+    ``COMMIT`` round trips. (One query holding several statements is made one moment by
+    :func:`ordering.prefetch.read_with_related` at no cost.)"""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
 
 
 def menu_of(*, tenant: Tenant) -> QuerySet[Dish]:

@@ -35,9 +35,9 @@ from ordering.api.serializers import (
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
-from ordering.order_list import OrderList, one_moment
+from ordering.order_list import OrderList
 from ordering.prefetch import read_related
-from ordering.selectors import access_order, menu_rows
+from ordering.selectors import access_order, menu_rows, one_moment
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib import messages
+from django.db import router
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import get_template
@@ -38,7 +39,13 @@ from ordering.models import Order, OrderStatus, Payment, ProviderConflict
 from ordering.models.payments import payment_of_record
 from ordering.payments.capture_refunds import refunds_running
 from ordering.payments.conflicts import open_conflicts
-from ordering.selectors import BoardCard, board_cards, board_version, order_for_dashboard
+from ordering.selectors import (
+    BoardCard,
+    board_cards,
+    board_version,
+    one_moment,
+    order_for_dashboard,
+)
 from ordering.services.lifecycle import MERCHANT_MOVES, transition_order
 from tenants.models import Tenant
 from tenants.permissions import Area
@@ -157,8 +164,11 @@ def board_fragment(request: HttpRequest) -> HttpResponse:
 @require_safe
 def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
     tenant = tenant_of(request)
-    order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
-    transitions = list(order.transitions.all())
+    with one_moment(router.db_for_read(Order)):  # its status, payments and log agree
+        order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
+        transitions = list(order.transitions.all())
+        payments = _payments_shown(list(order.payments.all()))
+        under_review = _under_review(tenant, order)
     who = describe_actors(tenant, (t.actor for t in transitions))
     return render_page(
         request,
@@ -166,10 +176,10 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
         {
             "order": order,
             "moves": merchant_moves(order, may_cancel=may_reach(request, Area.CANCEL_ORDERS)),
-            "payments": _payments_shown(list(order.payments.all())),
+            "payments": payments,
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
-            "payments_under_review": _under_review(tenant, order),
+            "payments_under_review": under_review,
         },
         section="orders",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -10,6 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib.staticfiles import finders
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.templatetags.static import static
 from django.urls import resolve
 from django.utils import timezone
@@ -20,7 +22,7 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
-from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, Payment
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient, Tenant
 from tests.dashboard.conftest import form_token, make_order
@@ -619,3 +621,40 @@ def test_every_dashboard_form_s_duplicates_are_named_for_what_they_did(route: st
     """Red before for the members' and the privacy page's forms: "Other request"."""
     resolve(f"/dashboard/{route}")  # a route the dashboard has
     assert request_name(f"POST dashboard/{route}") != "Other request"
+
+
+@pytest.mark.django_db(transaction=True)  # as served: the page in no transaction of its own
+def test_an_order_page_shows_the_order_and_its_payment_from_one_moment(mine, merchant):
+    # given a paying order, and a writer that pays it and takes that back again and again,
+    # each time the order and its payment in one transaction (as a provider's callback does)
+    order = make_order(mine.tenant, mine.dishes["pizza"], OrderStatus.PAYING)
+    payment = order.payments.get()
+    states = [("PAID", "succeeded"), ("PAYING", "pending")]
+    reading_done = threading.Event()
+    flips = []
+
+    def flip() -> None:
+        try:
+            while not reading_done.is_set():
+                status, paid = states[len(flips) % 2]
+                with transaction.atomic():
+                    Order.all_tenants.filter(pk=order.pk).update(status=status)
+                    Payment.all_tenants.filter(pk=payment.pk).update(status=paid)
+                flips.append(status)
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=flip)
+    writer.start()
+    # when the merchant opens its page meanwhile, many times
+    seen = []
+    try:
+        while len(seen) < 150 or len(flips) < 50:
+            page = merchant.get(f"/dashboard/orders/{order.pk}/")
+            assert page.status_code == 200
+            seen.append((page.context["order"].status, page.context["payments"][0].status))
+    finally:
+        reading_done.set()
+        writer.join(60)
+    # then every page shows the order and its payment as one committed moment left them
+    assert set(seen) <= set(states), set(seen) - set(states)
