@@ -20,7 +20,7 @@ it (:mod:`ordering.payments.capture_refunds`). Runs from Celery beat every
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
@@ -31,6 +31,9 @@ from ordering.services.lifecycle import expire_unpaid_order
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
+
+# a time no decline is before: the ``declined_before`` that expires no declined order
+NO_DECLINE_OLD_ENOUGH = datetime.min.replace(tzinfo=UTC)
 
 
 def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> int:
@@ -48,6 +51,10 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
     if settings.PENDING_PAYMENT_EXPIRY_SECONDS > 0:
         pending_started_before = now - timedelta(seconds=settings.PENDING_PAYMENT_EXPIRY_SECONDS)
         kinds.append(_stalled(pending_started_before))
+    # With the window off no declined order is expired: one chosen for its stalled payment
+    # that the provider declines before the sweep reaches it is left to the diner to pay
+    # again (``declined_before`` None would expire it, however recent the decline).
+    declined_before = cutoff if cutoff is not None else NO_DECLINE_OLD_ENOUGH
     due = [
         row
         for orders in kinds
@@ -63,7 +70,7 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
                 tenant=tenants[tenant_id],
                 order_id=order_id,
                 pending_started_before=pending_started_before,
-                declined_before=cutoff,
+                declined_before=declined_before,
             )
         except Exception:  # this order alone: the others are still expired
             logger.exception("order %s could not be expired", order_id)

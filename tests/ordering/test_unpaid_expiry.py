@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -334,3 +335,40 @@ def test_a_success_arriving_as_an_unpaid_order_expires_is_either_paid_or_refunde
             assert Payment.all_tenants.get(pk=payment.pk).unwanted_capture
         else:  # the callback came first: the order is paid, not expired
             assert (status(order), answered.outcome) == (S.PAID, "applied")
+
+
+@pytest.mark.django_db(transaction=True)  # the sweep's commits, one order after the other
+def test_with_unpaid_expiry_off_an_order_declined_as_the_sweep_reaches_it_is_left_to_the_diner(
+    tenant, menu, pending_window, settings
+):
+    # given unpaid expiry off (declined orders are never expired) and two orders whose
+    # payments stay pending, both chosen by the sweep once the provider was asked
+    settings.UNPAID_ORDER_EXPIRY_SECONDS = 0
+    first, _ = pending(tenant, menu, hours_ago=8)
+    second, declined = pending(tenant, menu, hours_ago=7)
+    assert reconcile_payments() == {"open": 2}
+    # and the provider declines the second one's payment just as the sweep expired the first
+    # (a trigger stands in for its callback, committing before the sweep reaches the second)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_decline_second() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN UPDATE ordering_payment SET status = 'failed', updated_at = now() "
+            f"WHERE id = {declined.pk}; RETURN NEW; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER test_decline_second AFTER UPDATE ON ordering_order FOR EACH ROW "
+            f"WHEN (NEW.id = {first.pk} AND NEW.status = 'CANCELLED') "
+            "EXECUTE FUNCTION test_decline_second()"
+        )
+    try:
+        # when the sweep runs
+        expire_unpaid_orders()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_decline_second ON ordering_order")
+            cursor.execute("DROP FUNCTION test_decline_second()")
+    # then the first is expired, and the second, declined a moment ago, is left to its diner
+    # to pay again, as no declined order is expired with the window off
+    declined.refresh_from_db()
+    assert declined.status == Payment.Status.FAILED
+    assert (status(first), status(second)) == (S.CANCELLED, S.PAYING)
