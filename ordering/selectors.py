@@ -14,6 +14,7 @@ from django.db import connections, router, transaction
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
+from idempotency.core.transactions import execute_opening, statements_ride_along
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus
@@ -37,16 +38,23 @@ def one_moment(using: str) -> Iterator[None]:
     then its payments or its log, could show the order PAYING with its payment succeeded (a
     callback committing in between), a state it never was in: the order list (a page is two
     queries), the dashboard's order page. A read-only transaction is never refused for a
-    write committed meanwhile; it costs the ``BEGIN``, the ``SET TRANSACTION`` and the
-    ``COMMIT`` round trips. (One query holding several statements is made one moment by
+    write committed meanwhile; it costs two round trips, the ``BEGIN`` (the ``SET
+    TRANSACTION`` riding along with it where statements ride along) and the ``COMMIT``.
+    (One query holding several statements is made one moment by
     :func:`ordering.prefetch.read_with_related` at no cost.)"""
     connection = connections[using]
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         yield
         return
     with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        if statements_ride_along(using):
+            execute_opening(cursor, _SNAPSHOT, [])
+        else:
+            cursor.execute(_SNAPSHOT)
         yield
+
+
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 def menu_of(*, tenant: Tenant) -> QuerySet[Dish]:
