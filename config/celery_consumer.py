@@ -1,4 +1,4 @@
-"""The worker's consumer, with one repair: it survives losing its broker while it holds a message.
+"""The worker's consumer, with two repairs: it survives losing its broker while it holds a message.
 
 Celery 5.7's consumer closes the connection it lost before reconnecting
 (``Consumer.on_connection_error_after_connected``). Closing the Redis channel puts the messages
@@ -18,10 +18,32 @@ resend covers: ``ordering/background/outbox.py``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery.worker.consumer import Consumer
+from kombu.transport import redis as redis_transport
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 logger = logging.getLogger(__name__)
+
+_connection_parameters = redis_transport.Channel._connparams
+
+
+def _parameters_of_a_live_connection(channel: Any, asynchronous: bool = False) -> Any:
+    """kombu's connection parameters of a Redis channel, or a connection error once the
+    connection the channel belonged to was closed. kombu read them from the closed connection
+    as ``None`` and raised ``AttributeError``: an ack of a task that finished after the
+    consumer had dropped its lost broker connection (a restart under load) reached that
+    channel, and no ack handler expects an ``AttributeError``, so the worker stopped
+    ("Unrecoverable error"). As a connection error the ack is logged as failed (``Couldn't
+    ack``), and the message, unacknowledged, returns after the visibility timeout."""
+    if channel.connection is None or channel.connection.client is None:
+        raise RedisConnectionError("the broker connection of this channel was closed")
+    return _connection_parameters(channel, asynchronous)
+
+
+# Loaded with the consumer, in the worker only (worker_consumer in config/celery.py).
+redis_transport.Channel._connparams = _parameters_of_a_live_connection  # type: ignore[method-assign]
 
 
 class BrokerLossConsumer(Consumer):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 
 from config.celery import app
@@ -107,4 +108,39 @@ def test_a_worker_keeps_working_after_a_failover_demotes_its_broker(tmp_path: Pa
             wait_until(alive_and_swept, what="the worker runs a task sent after the failover")
     finally:
         worker.stop()
+        node.remove()
+
+
+def test_an_ack_on_the_channel_of_a_closed_broker_connection_does_not_stop_the_worker():
+    """A task that finishes after the consumer dropped its lost broker connection acks on that
+    connection's channel. kombu raised ``AttributeError`` there (``'NoneType' object has no
+    attribute 'hostname'``, from the closed connection's parameters), which no ack handler
+    expects, and the worker stopped ("Unrecoverable error"; seen in a full run, the broker
+    restarting under load). Now it is a connection error: the ack is logged as failed, and the
+    message, unacknowledged, comes back after the visibility timeout. The state is the one of
+    that worker's traceback: the channel's pool disconnected, its connection closed."""
+    import logging
+
+    from kombu import Connection, Exchange, Queue
+
+    import config.celery_consumer  # noqa: F401 - the worker loads it with its consumer
+
+    node = RedisNode().start()
+    try:
+        connection = Connection(node.url)
+        queue = Queue("held", Exchange("held"), routing_key="held")
+        with connection.Producer() as producer:
+            producer.publish({"n": 1}, exchange=queue.exchange, routing_key="held", declare=[queue])
+        message = queue(connection.default_channel).get(no_ack=False)
+        assert message is not None
+        message.channel._disconnect_pools()
+        connection.transport.client = None  # as kombu's close of the connection leaves it
+
+        message.ack_log_error(logging.getLogger(__name__), connection.connection_errors)
+
+        assert not message.acknowledged
+        with redis.Redis.from_url(node.url) as client:
+            assert client.hlen("unacked") == 1  # back on the queue after the visibility timeout
+        connection.collect()  # drop it without the I/O a close would try
+    finally:
         node.remove()
