@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -11,7 +10,6 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib.staticfiles import finders
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
 from django.templatetags.static import static
 from django.urls import resolve
 from django.utils import timezone
@@ -22,10 +20,11 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
-from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, Payment
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient, Tenant
 from tests.dashboard.conftest import form_token, make_order
+from tests.support.paying_flips import STATES, paying_flips
 
 pytestmark = pytest.mark.django_db
 S = OrderStatus
@@ -629,32 +628,12 @@ def test_an_order_page_shows_the_order_and_its_payment_from_one_moment(mine, mer
     # each time the order and its payment in one transaction (as a provider's callback does)
     order = make_order(mine.tenant, mine.dishes["pizza"], OrderStatus.PAYING)
     payment = order.payments.get()
-    states = [("PAID", "succeeded"), ("PAYING", "pending")]
-    reading_done = threading.Event()
-    flips = []
-
-    def flip() -> None:
-        try:
-            while not reading_done.is_set():
-                status, paid = states[len(flips) % 2]
-                with transaction.atomic():
-                    Order.all_tenants.filter(pk=order.pk).update(status=status)
-                    Payment.all_tenants.filter(pk=payment.pk).update(status=paid)
-                flips.append(status)
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=flip)
-    writer.start()
     # when the merchant opens its page meanwhile, many times
     seen = []
-    try:
+    with paying_flips(order, payment) as flips:
         while len(seen) < 150 or len(flips) < 50:
             page = merchant.get(f"/dashboard/orders/{order.pk}/")
             assert page.status_code == 200
             seen.append((page.context["order"].status, page.context["payments"][0].status))
-    finally:
-        reading_done.set()
-        writer.join(60)
     # then every page shows the order and its payment as one committed moment left them
-    assert set(seen) <= set(states), set(seen) - set(states)
+    assert set(seen) <= set(STATES), set(seen) - set(STATES)

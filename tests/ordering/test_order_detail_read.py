@@ -5,19 +5,19 @@ what Django's own reads render."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ordering.api.rendering import render_order
 from ordering.errors import OrderingError
-from ordering.models import Order, Payment
+from ordering.models import Order
 from ordering.selectors import access_order
 from tests.conftest import api_for, menu_for
 from tests.ordering.test_read_related import RELATIONS, as_django_reads, two_orders, values_of
 from tests.payments.helpers import paying_order
+from tests.support.paying_flips import STATES, paying_flips
 
 pytestmark = pytest.mark.django_db
 
@@ -85,31 +85,11 @@ def test_a_detail_never_shows_an_order_and_its_payment_from_two_moments(tenant):
     # each time the order and its payment in one transaction (as a provider's callback does)
     order = paying_order(tenant, menu_for(tenant)["pizza"])[0]
     payment = order.payments.get()
-    states = [("PAID", "succeeded"), ("PAYING", "pending")]
-    reading_done = threading.Event()
-    flips = []
-
-    def flip() -> None:
-        try:
-            while not reading_done.is_set():
-                status, paid = states[len(flips) % 2]
-                with transaction.atomic():
-                    Order.all_tenants.filter(pk=order.pk).update(status=status)
-                    Payment.all_tenants.filter(pk=payment.pk).update(status=paid)
-                flips.append(status)
-        finally:
-            connection.close()
-
-    writer = threading.Thread(target=flip)
-    writer.start()
     # when its detail is read meanwhile, many times
     seen = []
-    try:
+    with paying_flips(order, payment) as flips:
         while len(seen) < 400 or len(flips) < 50:
             read = access_order(tenant=tenant, order_id=order.pk, related=("payments",))
             seen.append((read.status, read.payments.all()[0].status))
-    finally:
-        reading_done.set()
-        writer.join(60)
     # then every read shows the order and its payment as one committed moment left them
-    assert set(seen) <= set(states), set(seen) - set(states)
+    assert set(seen) <= set(STATES), set(seen) - set(STATES)

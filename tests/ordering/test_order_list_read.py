@@ -8,13 +8,12 @@ prefetch gives, paginated by Django, and the read to two statements.
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.core.paginator import Paginator
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -28,6 +27,7 @@ from ordering.services.placing import ItemRequest, place_order
 from tenants.models import ApiClient
 from tests.conftest import api_for, menu_for
 from tests.support.compiles import compiled_models
+from tests.support.paying_flips import STATES, paying_flips
 
 pytestmark = pytest.mark.django_db
 
@@ -174,32 +174,12 @@ def test_a_listed_order_and_its_payment_are_from_one_moment(tenant):
         actor="test",
     )
     payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")[1]
-    states = [("PAID", "succeeded"), ("PAYING", "pending")]
-    reading_done = threading.Event()
-    flips = []
-
-    def flip() -> None:
-        try:
-            while not reading_done.is_set():
-                status, paid = states[len(flips) % 2]
-                with transaction.atomic():
-                    Order.all_tenants.filter(pk=order.pk).update(status=status)
-                    Payment.all_tenants.filter(pk=payment.pk).update(status=paid)
-                flips.append(status)
-        finally:
-            connection.close()
-
     api = api_for(tenant, diner=DINER)
-    writer = threading.Thread(target=flip)
-    writer.start()
     # when the diner lists its orders meanwhile, many times
     seen = []
-    try:
+    with paying_flips(order, payment) as flips:
         while len(seen) < 300 or len(flips) < 50:
             [listed] = api.get("/api/v1/orders/").json()["results"]
             seen.append((listed["status"], listed["payment"]["status"]))
-    finally:
-        reading_done.set()
-        writer.join(60)
     # then every answer shows the order and its payment as one committed moment left them
-    assert set(seen) <= set(states), set(seen) - set(states)
+    assert set(seen) <= set(STATES), set(seen) - set(STATES)
