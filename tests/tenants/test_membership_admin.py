@@ -4,6 +4,8 @@ the admin's own delete action, delete page or form: the last owner removed or de
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.contrib.auth.models import User
@@ -122,6 +124,31 @@ def lock_waiters() -> int:
         return cursor.fetchone()[0]
 
 
+@contextmanager
+def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
+    """``change`` (a change elsewhere: on the dashboard, by another staff member) runs in a
+    transaction of another thread, held until a request of the block waits on it, then
+    committed: the block's request meets it at that instant."""
+    made = threading.Event()
+
+    def make() -> None:
+        try:
+            with transaction.atomic():
+                change()
+                made.set()
+                wait_until(lambda: lock_waiters() > 0, what="the admin's request waiting")
+        finally:
+            connection.close()
+
+    elsewhere = threading.Thread(target=make)
+    elsewhere.start()
+    made.wait(DEADLINE_SECONDS)
+    try:
+        yield
+    finally:
+        elsewhere.join(DEADLINE_SECONDS)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_owners_demoted_at_once_one_on_the_dashboard_one_in_the_admin_leave_an_owner():
     """An owner demotes a co-owner on the dashboard while staff demote the other in the admin's
@@ -136,26 +163,15 @@ def test_two_owners_demoted_at_once_one_on_the_dashboard_one_in_the_admin_leave_
     )
     staff = Client(raise_request_exception=False)
     staff.force_login(User.objects.create_superuser("root", password=None))
-    demoted = threading.Event()
 
     def demote_on_the_dashboard() -> None:
-        try:
-            with transaction.atomic():
-                change_role(tenant=tenant, membership_id=second.pk, role=MANAGER)
-                demoted.set()
-                # held until the admin's request waits on this transaction
-                wait_until(lambda: lock_waiters() > 0, what="the admin's save waiting")
-        finally:
-            connection.close()
+        change_role(tenant=tenant, membership_id=second.pk, role=MANAGER)
 
-    dashboard = threading.Thread(target=demote_on_the_dashboard)
-    dashboard.start()
-    demoted.wait(DEADLINE_SECONDS)
-    answer = staff.post(
-        f"/admin/tenants/membership/{first.pk}/change/",
-        {"user": first.user.pk, "tenant": tenant.pk, "role": MANAGER},
-    )
-    dashboard.join(DEADLINE_SECONDS)
+    with committed_once_waited_on(demote_on_the_dashboard):
+        answer = staff.post(
+            f"/admin/tenants/membership/{first.pk}/change/",
+            {"user": first.user.pk, "tenant": tenant.pk, "role": MANAGER},
+        )
 
     assert answer.status_code == 200 and b"needs at least one owner" in answer.content
     assert dict(Membership.objects.values_list("user__username", "role")) == {
@@ -178,22 +194,8 @@ def test_two_owners_removed_at_once_one_on_the_dashboard_one_on_the_admin_s_dele
     )
     staff = Client(raise_request_exception=False)
     staff.force_login(User.objects.create_superuser("root", password=None))
-    removed = threading.Event()
-
-    def remove_on_the_dashboard() -> None:
-        try:
-            with transaction.atomic():
-                remove_member(tenant=tenant, membership_id=second.pk)
-                removed.set()
-                wait_until(lambda: lock_waiters() > 0, what="the admin's removal waiting")
-        finally:
-            connection.close()
-
-    dashboard = threading.Thread(target=remove_on_the_dashboard)
-    dashboard.start()
-    removed.wait(DEADLINE_SECONDS)
-    answer = staff.post(f"/admin/tenants/membership/{first.pk}/delete/", {"post": "yes"})
-    dashboard.join(DEADLINE_SECONDS)
+    with committed_once_waited_on(lambda: remove_member(tenant=tenant, membership_id=second.pk)):
+        answer = staff.post(f"/admin/tenants/membership/{first.pk}/delete/", {"post": "yes"})
 
     assert answer.status_code == 302
     assert answer["Location"] == f"/admin/tenants/membership/{first.pk}/change/"
@@ -214,26 +216,12 @@ def test_a_membership_removed_meanwhile_is_not_reported_as_a_last_owner_kept():
     )
     staff = Client(raise_request_exception=False)
     staff.force_login(User.objects.create_superuser("root", password=None))
-    removed = threading.Event()
-
-    def remove_elsewhere() -> None:
-        try:
-            with transaction.atomic():
-                remove_member(tenant=tenant, membership_id=manager.pk)
-                removed.set()
-                wait_until(lambda: lock_waiters() > 0, what="the admin's removal waiting")
-        finally:
-            connection.close()
-
-    elsewhere = threading.Thread(target=remove_elsewhere)
-    elsewhere.start()
-    removed.wait(DEADLINE_SECONDS)
-    answer = staff.post(
-        "/admin/tenants/membership/",
-        {"action": "remove_memberships", "_selected_action": [manager.pk]},
-        follow=True,
-    )
-    elsewhere.join(DEADLINE_SECONDS)
+    with committed_once_waited_on(lambda: remove_member(tenant=tenant, membership_id=manager.pk)):
+        answer = staff.post(
+            "/admin/tenants/membership/",
+            {"action": "remove_memberships", "_selected_action": [manager.pk]},
+            follow=True,
+        )
 
     text = answer.content.decode()
     assert "last owner" not in text
