@@ -62,8 +62,6 @@ app.conf.update(
     },
     task_ignore_result=True,
     worker_hijack_root_logger=False,
-    # keeps reconnecting after losing the broker while holding a message (config/celery_consumer.py)
-    worker_consumer="config.celery_consumer:BrokerLossConsumer",
     # An error reply from the broker reconnects too, as a lost connection does, instead of
     # stopping the worker: a failover that demotes the old primary ends the worker's BRPOP with
     # "UNBLOCKED ... master -> replica" (tests/faults/test_broker_restart.py).
@@ -99,6 +97,13 @@ def _reclaim_on_start(sender: Any = None, **kwargs: Any) -> None:
         app.send_task("ordering.reclaim_stale_leases", queue=app.conf.task_default_queue)
     except Exception:  # a broker hiccup must not stop the worker; beat runs it again soon
         logger.exception("could not schedule stale-lease recovery at start-up")
+
+
+@worker_init.connect
+def _survive_losing_the_broker(**kwargs: Any) -> None:
+    """In a worker, before it connects: a lost broker is reconnected to, never the end of the
+    worker (config/celery_consumer.py)."""
+    import config.celery_consumer  # noqa: F401 - applies the repair on import
 
 
 @worker_init.connect

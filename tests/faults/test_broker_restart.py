@@ -123,7 +123,7 @@ def test_an_ack_on_the_channel_of_a_closed_broker_connection_does_not_stop_the_w
 
     from kombu import Connection, Exchange, Queue
 
-    import config.celery_consumer  # noqa: F401 - the worker loads it with its consumer
+    import config.celery_consumer  # noqa: F401 - the worker loads it as it starts
 
     node = RedisNode().start()
     try:
