@@ -22,7 +22,7 @@ from idempotency.stores.audit_pending import pending
 from idempotency.stores.audit_stream import drain, drain_audits, stream_key
 from idempotency.tests.wire import queries_sent
 from tests.flows.test_idempotent_orders import post_order
-from tests.support.waiting import wait_until
+from tests.support.waiting import row_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -150,15 +150,6 @@ def test_two_drains_at_once_copy_each_entry_once():
     assert DuplicateAudit.objects.count() == 400 and counts("901") == {"HIT": 400}
 
 
-def row_waiters() -> int:
-    """Sessions waiting for another transaction to end (a unique index's conflicting row)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
-        )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
     """The second writer waits on the first's row (unique index), then skips it: no error,
@@ -173,7 +164,7 @@ def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
                 first_wrote.append(save_events([same]))
                 inserted.set()
                 # not committed until the second writer waits on its row
-                wait_until(row_waiters, what="the second writer waiting on the first's row")
+                wait_until(row_lock_waiters, what="the second writer waiting on the first's row")
         finally:
             connection.close()
 

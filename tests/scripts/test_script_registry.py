@@ -26,7 +26,7 @@ from idempotency.scripts.versions import (
     start_canary,
     upload_version,
 )
-from tests.support.waiting import DEADLINE_SECONDS, wait_until
+from tests.support.waiting import DEADLINE_SECONDS, row_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -317,15 +317,6 @@ def test_there_is_nothing_to_roll_back_on_the_shipped_script():
         rollback(name="claim", author="a", reviewed_sha256=SHIPPED_CLAIM_SHA256)
 
 
-def transaction_waiters() -> int:
-    """Sessions waiting on a row another transaction holds."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
-        )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_two_staff_rolling_back_at_once_take_one_step_the_second_is_refused():
     """Two staff confirm "roll back" at the same instant, each having reviewed what the page
@@ -354,7 +345,7 @@ def test_two_staff_rolling_back_at_once_take_one_step_the_second_is_refused():
             with transaction.atomic():
                 rollback(name="claim", author="x", reviewed_sha256=v2.sha256)
                 first_done.set()
-                wait_until(lambda: transaction_waiters() > 0, what="the second rollback waiting")
+                wait_until(lambda: row_lock_waiters() > 0, what="the second rollback waiting")
         finally:
             connection.close()
 

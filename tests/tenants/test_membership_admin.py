@@ -14,7 +14,7 @@ from django.test import Client
 
 from tenants.members import change_role, remove_member
 from tenants.models import Membership, Tenant
-from tests.support.waiting import DEADLINE_SECONDS, wait_until
+from tests.support.waiting import DEADLINE_SECONDS, row_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db
 OWNER, MANAGER = Membership.Role.OWNER, Membership.Role.MANAGER
@@ -115,15 +115,6 @@ def test_the_tenant_page_refuses_to_demote_every_owner_in_one_save(staff, restau
     assert Membership.objects.get(pk=owner.pk).role == MANAGER
 
 
-def lock_waiters() -> int:
-    """Sessions waiting on a row another transaction holds (a lock, or its uncommitted write)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
-        )
-        return cursor.fetchone()[0]
-
-
 @contextmanager
 def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
     """``change`` (a change elsewhere: on the dashboard, by another staff member) runs in a
@@ -136,7 +127,7 @@ def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
             with transaction.atomic():
                 change()
                 made.set()
-                wait_until(lambda: lock_waiters() > 0, what="the admin's request waiting")
+                wait_until(lambda: row_lock_waiters() > 0, what="the admin's request waiting")
         finally:
             connection.close()
 
