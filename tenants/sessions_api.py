@@ -81,6 +81,12 @@ class OpenSessionIn(serializers.Serializer):
         return value
 
 
+class RevokeDinerIn(serializers.Serializer):
+    """The diner id in the revoke path: any id a session can carry (a guest's too)."""
+
+    diner_id = StrictRegexField(DINER_ID_PATTERN, trim_whitespace=False)
+
+
 SessionOut = inline_serializer(
     "DinerSessionOut",
     {
@@ -229,10 +235,13 @@ class RevokeDinerSessionsView(APIView):
         request=None,
         responses={
             200: inline_serializer("RevokedSessions", {"revoked": serializers.IntegerField()}),
-            **problems(401, 403, 404, 429),
+            **problems(400, 401, 403, 404, 429),
         },
     )
     def post(self, request: Request, diner_id: str) -> Response:
-        """End every session of one diner (e.g. the diner's account was closed or stolen)."""
+        """End every session of one diner (e.g. the diner's account was closed or stolen).
+        An id no diner can have is 400 VALIDATION_ERROR, as when signing one in."""
+        path = RevokeDinerIn(data={"diner_id": diner_id})
+        path.is_valid(raise_exception=True)
         revoked = revoke_diner(tenant=request.user.tenant, diner_id=diner_id)
         return Response({"revoked": revoked})

@@ -1,12 +1,20 @@
-"""URLs of diner sessions, included under the API prefix (``/api/v1/``)."""
+"""URLs of diner sessions, included under the API prefix (``/api/v1/``).
+
+The diner id in a path is taken whole (any characters, ``/`` and line breaks included) and
+checked by the view: a malformed one is the caller's bad input, 400 ``VALIDATION_ERROR``, not a
+route that does not exist (404 ``NOT_FOUND``, which a backend could read as "nothing to
+revoke").
+"""
 
 from django.urls import path, register_converter
 
 from tenants import sessions_api
 
 
-class DinerIdConverter:
-    regex = r"[A-Za-z0-9_.:@-]{1,64}"
+class AnyTextConverter:
+    """One or more of any character (``path:`` stops at a line break)."""
+
+    regex = r"[\s\S]+"
 
     def to_python(self, value: str) -> str:
         return value
@@ -15,7 +23,7 @@ class DinerIdConverter:
         return value
 
 
-register_converter(DinerIdConverter, "diner_id")
+register_converter(AnyTextConverter, "diner_id")
 
 urlpatterns = [
     path("diner-sessions/", sessions_api.DinerSessionsView.as_view(), name="diner-sessions"),

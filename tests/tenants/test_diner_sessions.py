@@ -434,6 +434,33 @@ def test_session_writes_ignore_an_idempotency_key_and_keep_no_reply(
     assert IdempotencyRecord.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "diner_id",
+    [
+        pytest.param("a%20b", id="space"),
+        pytest.param("x" * 65, id="65-characters"),
+        pytest.param("%C3%A9", id="non-ascii"),
+        pytest.param("a/b", id="slash"),
+        pytest.param("al!ce", id="punctuation"),
+    ],
+)
+def test_revoking_a_malformed_diner_id_is_a_validation_error(
+    merchant: Any, tenant: Any, diner_id: str
+) -> None:
+    """README's errors: bad input is 400 VALIDATION_ERROR naming the field, not 404 NOT_FOUND
+    (no such route), which a backend could take for "nothing to revoke"."""
+    backend = with_auth(f"Api-Key {merchant[1]}")
+    alice = backend.post(SESSIONS, {"diner_id": "alice"}, format="json").json()["token"]
+
+    r = backend.post(f"/api/v1/diners/{diner_id}/revoke-sessions/")
+
+    assert r.status_code == 400, r.content
+    assert r.json()["code"] == "VALIDATION_ERROR"
+    assert set(r.json()["errors"]) == {"diner_id"}
+    assert DinerSession.objects.filter(revoked_at__isnull=False).count() == 0
+    assert as_diner(alice).get("/api/v1/orders/").status_code == 200
+
+
 def test_another_tenants_merchant_revokes_nothing_here(
     merchant: Any, other_tenant: Any, tenant: Any
 ) -> None:

@@ -67,7 +67,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description End every session of one diner (e.g. the diner's account was closed or stolen). */
+        /**
+         * @description End every session of one diner (e.g. the diner's account was closed or stolen).
+         *     An id no diner can have is 400 VALIDATION_ERROR, as when signing one in.
+         */
         post: operations["diner_sessions_revoke_diner"];
         delete?: never;
         options?: never;
@@ -724,6 +727,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RevokedSessions"];
+                };
+            };
+            /** @description Invalid input, key or body (see `code`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
