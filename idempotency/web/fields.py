@@ -16,8 +16,11 @@ element, and names at most :data:`MAX_ELEMENT_ERRORS` elements' errors.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 MAX_ELEMENT_ERRORS = 10
@@ -48,7 +51,26 @@ class StrictCharField(_StringOnly, serializers.CharField):
 
 
 class StrictRegexField(_StringOnly, serializers.RegexField):
-    """A ``RegexField`` that takes JSON strings only."""
+    """A ``RegexField`` that takes JSON strings only, and only when the pattern matches the
+    whole string. Django's ``RegexValidator`` searches, and in Python ``$`` also matches before
+    a final line break: ``^[a-z]{1,64}$`` let ``"alice\\n"`` through (a field that keeps
+    whitespace, such as a diner id, then stored it), where the same pattern in the OpenAPI
+    schema, a JSON Schema (ECMA-262) pattern, refuses it."""
+
+    def __init__(self, regex: str | re.Pattern[str], **kwargs: Any) -> None:
+        super().__init__(regex, **kwargs)
+        self.validators = [
+            _WholeMatch(v.regex, message=v.message) if isinstance(v, RegexValidator) else v
+            for v in self.validators
+        ]
+
+
+class _WholeMatch(RegexValidator):
+    """A ``RegexValidator`` that needs the pattern to match the whole value."""
+
+    def __call__(self, value: Any) -> None:
+        if self.regex.fullmatch(str(value)) is None:
+            raise ValidationError(self.message, code=self.code, params={"value": value})
 
 
 class BoundedListField(serializers.ListField):

@@ -106,6 +106,9 @@ def test_merchant_key_signs_in_the_named_diner(merchant: Any, menu: Any) -> None
         # "alice"), whose orders another person of the backend's could then read
         pytest.param({"diner_id": "alice "}, 400, "VALIDATION_ERROR", id="trailing-space"),
         pytest.param({"diner_id": "\talice"}, 400, "VALIDATION_ERROR", id="leading-tab"),
+        # Python's "$" matches before a final line break: "alice\n" signed in a diner no
+        # erasure can name (red: 201, diner "alice\n")
+        pytest.param({"diner_id": "alice\n"}, 400, "VALIDATION_ERROR", id="trailing-newline"),
         # an erasure's pseudonym: its orders would be a live diner's again (red: 201)
         pytest.param(
             {"diner_id": "erased-9183c7c73c5b7af0"}, 400, "VALIDATION_ERROR", id="reserved-erased"
@@ -122,7 +125,16 @@ def test_merchant_sign_in_needs_a_valid_diner_id(
 
 @pytest.mark.parametrize(
     "diner_id",
-    ["alice", "a.b:c@d-e_f", "Guest_x", "guest", "guest_abc", "erased-9183c7c73c5b7af0", "x" * 65],
+    [
+        "alice",
+        "a.b:c@d-e_f",
+        "Guest_x",
+        "guest",
+        "guest_abc",
+        "erased-9183c7c73c5b7af0",
+        "x" * 65,
+        "alice\n",
+    ],
 )
 def test_the_schema_s_diner_id_pattern_admits_what_a_sign_in_takes(
     client: Any, merchant: Any, diner_id: str
@@ -442,6 +454,7 @@ def test_session_writes_ignore_an_idempotency_key_and_keep_no_reply(
         pytest.param("%C3%A9", id="non-ascii"),
         pytest.param("a/b", id="slash"),
         pytest.param("al!ce", id="punctuation"),
+        pytest.param("alice%0A", id="trailing-newline"),
     ],
 )
 def test_revoking_a_malformed_diner_id_is_a_validation_error(
