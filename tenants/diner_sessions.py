@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -222,6 +223,19 @@ def end_session(*, session_id: UUID) -> None:
         revoked_at=timezone.now()
     )
     forget(session_id)
+
+
+def end_sessions(*, session_ids: Iterable[UUID]) -> int:
+    """End the live sessions among ``session_ids`` (staff end them in the admin); how many this
+    call ended. One conditional ``UPDATE`` decides: a session already ended or past its expiry,
+    or ended meanwhile by a sign-out or another staff member, is not counted again."""
+    ids = list(session_ids)
+    count = DinerSession.objects.filter(
+        pk__in=ids, revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).update(revoked_at=timezone.now())
+    for session_id in ids:
+        forget(session_id)
+    return count
 
 
 def revoke_diner(*, tenant: Tenant, diner_id: str) -> int:

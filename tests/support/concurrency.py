@@ -1,11 +1,15 @@
-"""Run pieces of work at the same instant, each on its own thread and database connection."""
+"""Run pieces of work at the same instant, each on its own thread and database connection, or
+hold a change elsewhere until a request waits on it."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
+
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 
 def at_once(*work: Callable[[], object], timeout: float = 60) -> list[object]:
@@ -29,3 +33,40 @@ def at_once(*work: Callable[[], object], timeout: float = 60) -> list[object]:
     for thread in threads:
         thread.join(timeout)
     return results
+
+
+def waiting_on_me() -> int:
+    """Sessions waiting on a row this connection's transaction holds (a lock, or its
+    uncommitted write). Only those: the server's other databases (another test run's) have
+    waiters of their own, which said "the request is waiting" before it was."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+        )
+        return cursor.fetchone()[0]
+
+
+@contextmanager
+def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
+    """``change`` (a change elsewhere: on the dashboard, by another staff member) runs in a
+    transaction of another thread, held until a request of the block waits on it, then
+    committed: the block's request meets it at that instant."""
+    made = threading.Event()
+
+    def make() -> None:
+        try:
+            with transaction.atomic():
+                change()
+                made.set()
+                wait_until(lambda: waiting_on_me() > 0, what="the request waiting on the change")
+        finally:
+            connection.close()
+
+    elsewhere = threading.Thread(target=make)
+    elsewhere.start()
+    made.wait(DEADLINE_SECONDS)
+    try:
+        yield
+    finally:
+        elsewhere.join(DEADLINE_SECONDS)

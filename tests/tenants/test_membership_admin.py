@@ -3,18 +3,13 @@ the admin's own delete action, delete page or form: the last owner removed or de
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, transaction
 from django.test import Client
 
 from tenants.members import change_role, remove_member
 from tenants.models import Membership, Tenant
-from tests.support.waiting import DEADLINE_SECONDS, row_lock_waiters, wait_until
+from tests.support.concurrency import committed_once_waited_on
 
 pytestmark = pytest.mark.django_db
 OWNER, MANAGER = Membership.Role.OWNER, Membership.Role.MANAGER
@@ -113,31 +108,6 @@ def test_the_tenant_page_refuses_to_demote_every_owner_in_one_save(staff, restau
     # one of them demoted is fine
     assert post_tenant_page(staff, tenant, {owner: MANAGER}).status_code == 302
     assert Membership.objects.get(pk=owner.pk).role == MANAGER
-
-
-@contextmanager
-def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
-    """``change`` (a change elsewhere: on the dashboard, by another staff member) runs in a
-    transaction of another thread, held until a request of the block waits on it, then
-    committed: the block's request meets it at that instant."""
-    made = threading.Event()
-
-    def make() -> None:
-        try:
-            with transaction.atomic():
-                change()
-                made.set()
-                wait_until(lambda: row_lock_waiters() > 0, what="the admin's request waiting")
-        finally:
-            connection.close()
-
-    elsewhere = threading.Thread(target=make)
-    elsewhere.start()
-    made.wait(DEADLINE_SECONDS)
-    try:
-        yield
-    finally:
-        elsewhere.join(DEADLINE_SECONDS)
 
 
 @pytest.mark.django_db(transaction=True)
