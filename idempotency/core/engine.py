@@ -84,6 +84,9 @@ class IdempotentRequest:
     render_pointer: Callable[[str], HttpResponse | None] | None = None
     # Set when the key is a pre-issued token: the claim consumes it (idempotency/core/tokens.py).
     token: TokenUse | None = None
+    # The endpoint's own memory of the key (a business row under its own unique key): the
+    # answer for a token Redis no longer knows whose record is gone too, or None.
+    recall: Callable[[], HttpResponse | None] | None = None
     # Which Lua script versions run (idempotency/scripts/registry.py): the tenant's region for
     # region canaries, and a version pinned by a staff or test client (X-Lua-Version).
     region: str | None = None
@@ -227,11 +230,18 @@ def _claim(req: IdempotentRequest, store: GuardedStore, owner: str) -> ClaimResu
 def _token_refused(req: IdempotentRequest, refusal: TokenRefusal) -> HttpResponse:
     """Redis refuses the token. If this very operation committed in the database (Redis lost
     its claim entry and token mark: eviction, failover, or a run in database-only mode), the
-    record answers as for any key; otherwise the token cannot be used here, and that refusal
-    is recorded as the operation's answer (:func:`_keep_token_refusal`)."""
+    record answers as for any key; if the record is gone too but the endpoint remembers the
+    key (``req.recall``), its answer does; otherwise the token cannot be used here, and that
+    refusal is recorded as the operation's answer (:func:`_keep_token_refusal`)."""
     committed = db_store.committed_result(req.scoped)
     if committed is not None:
         return _answer(req, _as_claim(req, committed), source="database")
+    if refusal.reason == "unknown" and req.recall is not None:
+        # Its mark went with its result (the retention, a purge): "take a new token" would
+        # do again what the token did, where the endpoint remembers it and says so.
+        recalled = req.recall()
+        if recalled is not None:
+            return recalled
     if refusal.reason == "used":
         _audit(req, "REUSED", source="redis", differing=["endpoint"])
         refused = responses.problem(

@@ -39,6 +39,7 @@ from idempotency.web.http import (
 )
 
 Handler = Callable[..., HttpResponse]
+Recall = Callable[[APIView, Request], HttpResponse | None]
 _NOT_A_HANDLER = (
     "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "
     "{name}, a plain function view: make it an APIView's method, or use @idempotent_form for "
@@ -64,10 +65,18 @@ def idempotent(
     in_flight: Literal["reject", "wait"] = "reject",
     wait_seconds: float = 2.0,
     redact: Sequence[str] = (),
+    recall: Recall | None = None,
 ) -> Callable[[Handler], Handler]:
     """Make a DRF handler idempotent; see :class:`idempotency.core.conf.Policy` for the options.
     A malformed option (a ``redact`` path, ``fields`` given as one string, a TTL that is not a
-    positive number) is a ``ValueError`` at import time, not at the first request."""
+    positive number) is a ``ValueError`` at import time, not at the first request.
+
+    ``recall(view, request)``: for a view whose business rows remember the key they were made
+    with (``request.idempotency.business_key`` under a unique constraint), the answer to give,
+    or None, when a pre-issued token comes back that Redis no longer knows and whose record is
+    gone (kept past the retention): without it the token is refused 422
+    ``IDEMPOTENCY_TOKEN_UNKNOWN``, "take a new token", which would do the work again. It may
+    raise what the view's ``handle_exception`` answers."""
     policy = Policy(
         required=required,
         fields=field_names(fields),
@@ -112,6 +121,9 @@ def idempotent(
                 payload=payload,
                 raw_key=request.META.get(KEY_HEADER),
                 render_pointer=lambda url: _render_get(request, url),
+                recall=None
+                if recall is None
+                else lambda: _recalled(view, request, recall, args, kwargs),
             )
             if prepared is None:
                 return handler(view, request, *args, **kwargs)
@@ -137,6 +149,22 @@ def _run_view(
         raise
     except Exception as exc:
         response = view.handle_exception(exc)
+    response = view.finalize_response(request, response, *args, **kwargs)
+    if hasattr(response, "render"):
+        response.render()
+    return response
+
+
+def _recalled(
+    view: APIView, request: Request, recall: Recall, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> HttpResponse | None:
+    """The view's answer for a key it remembers, rendered as the view renders its own."""
+    try:
+        response = recall(view, request)
+    except Exception as exc:
+        response = view.handle_exception(exc)
+    if response is None:
+        return None
     response = view.finalize_response(request, response, *args, **kwargs)
     if hasattr(response, "render"):
         response.render()

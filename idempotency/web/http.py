@@ -105,10 +105,13 @@ def prepare(
     payload: dict[str, Any],
     raw_key: str | None,
     render_pointer: Callable[[str], HttpResponse | None] | None = None,
+    recall: Callable[[], HttpResponse | None] | None = None,
 ) -> IdempotentRequest | HttpResponse | None:
     """The engine request; a 400 refusal; or None when the request is not idempotent
     (no tenant identity, or no key on an endpoint that neither requires nor derives one).
-    ``render_pointer``: how a replay of a body stored as a resource URL renders it afresh."""
+    ``render_pointer``: how a replay of a body stored as a resource URL renders it afresh.
+    ``recall``: the endpoint's answer for a key it remembers doing its work, asked when a
+    token is unknown to Redis and has no record (else None)."""
     identity = caller_scope(request)
     if identity is None:
         return None
@@ -193,6 +196,7 @@ def prepare(
         fingerprint_version=version,
         field_hashes_under=lambda other: _field_hashes_under(payload, other),
         render_pointer=render_pointer,
+        recall=recall,
     )
 
 

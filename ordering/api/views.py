@@ -93,6 +93,33 @@ class MenuView(APIView):
         return Response([menu_entry(row) for row in menu_rows(tenant=request.user.tenant)])
 
 
+def already_placed(request: Request) -> OrderingError | None:
+    """409 ``ORDER_ALREADY_PLACED`` naming the order this request's key placed, if one did."""
+    placed = (
+        Order.all_tenants.filter(
+            tenant=request.user.tenant, idempotency_key=request.idempotency.business_key
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if placed is None:
+        return None
+    return OrderingError(
+        OrderingErrorCode.ORDER_ALREADY_PLACED,
+        f"This Idempotency-Key already placed order {placed}; its answer is no longer kept. "
+        "GET the order.",
+        order_id=str(placed),
+        headers={"Location": f"/api/v1/orders/{placed}/"},
+    )
+
+
+def _recall_placed_order(view: APIView, request: Request) -> Response | None:
+    """A pre-issued token Redis no longer knows, whose record is gone too, that placed an
+    order: the order answers (409), not "take a new token" (422), which placed it again."""
+    placed = already_placed(request)
+    return None if placed is None else view.handle_exception(placed)
+
+
 class OrderListCreateView(APIView):
     capabilities = {"GET": Capability.READ_ORDERS, "POST": Capability.PLACE_ORDER}
     throttle_classes = [TenantRateThrottle]  # writes only; reads pass
@@ -168,6 +195,7 @@ class OrderListCreateView(APIView):
         fields=("items", "payment_method", "coupon_code", "note", "contact"),
         in_flight="wait",
         redact=ORDER_PERSONAL_PATHS,
+        recall=_recall_placed_order,
     )
     def post(self, request: Request) -> Response:
         """Place an order. Prices come from the menu; stock and coupon are taken atomically."""
@@ -203,22 +231,7 @@ class OrderListCreateView(APIView):
         without the record the payload cannot be compared. (An erasure clears its diner's
         orders' keys with the records: a key sent again after it places a new order.)"""
         if isinstance(exc, IntegrityError) and getattr(self.request, "idempotency", None):
-            placed = (
-                Order.all_tenants.filter(
-                    tenant=self.request.user.tenant,
-                    idempotency_key=self.request.idempotency.business_key,
-                )
-                .values_list("pk", flat=True)
-                .first()
-            )
-            if placed is not None:
-                exc = OrderingError(
-                    OrderingErrorCode.ORDER_ALREADY_PLACED,
-                    f"This Idempotency-Key already placed order {placed}; its answer is no "
-                    "longer kept. GET the order.",
-                    order_id=str(placed),
-                    headers={"Location": f"/api/v1/orders/{placed}/"},
-                )
+            exc = already_placed(self.request) or exc
         return super().handle_exception(exc)
 
 

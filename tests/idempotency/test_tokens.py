@@ -36,6 +36,8 @@ from idempotency.core.tokens import (
     token_use,
     verify_token,
 )
+from idempotency.models import IdempotencyRecord
+from idempotency.purge import purge_record
 from idempotency.stores import nodes as stores
 from idempotency.stores.breaker import BreakerState
 from idempotency.stores.redis_store import RedisIdempotencyStore, TokenRefusal, new_owner_token
@@ -365,6 +367,28 @@ def test_an_unused_token_is_unknown_after_redis_lost_its_data(
     refused = place(api, menu, token)
     assert refused.status_code == 422 and refused.json()["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
     assert Order.all_tenants.count() == 0
+
+
+def test_a_token_whose_mark_and_record_are_gone_names_the_order_it_placed(
+    api: Any, menu: Any, client: redis.Redis, tenant: Any
+) -> None:
+    """Past the retention the record is purged and the token's mark expires with it: the retry
+    is answered by the order the token placed, 409 ORDER_ALREADY_PLACED as for any key, not
+    422 IDEMPOTENCY_TOKEN_UNKNOWN, whose "take a new token" placed the order a second time
+    (red: 422)."""
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    purge_record(IdempotencyRecord.objects.get())
+    client.delete(token_key(tenant=str(tenant.pk), token=token))  # its TTL, the retention's
+
+    again = place(api, menu, token)
+
+    assert again.status_code == 409, again.content
+    assert again.json()["code"] == "ORDER_ALREADY_PLACED"
+    assert again.json()["order_id"] == first.json()["id"]
+    assert again["Location"] == first["Location"]
+    assert Order.all_tenants.count() == 1
+    assert IdempotencyRecord.objects.count() == 0  # the order answers every retry, not a record
 
 
 # --- batch check ------------------------------------------------------------------------

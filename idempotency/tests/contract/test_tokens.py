@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.test import Client
 
+from idempotency.models import IdempotencyRecord
+from idempotency.purge import purge_record
 from idempotency.stores import nodes
 from idempotency.tests.conftest import caller, idem_keys, post_form, post_note, suite_redis
 from idempotency.tests.testapp.models import Note
@@ -101,4 +104,39 @@ def test_a_token_refused_as_unknown_stays_refused_when_redis_is_gone(settings, c
     for answer in (late, again):
         assert answer.status_code == 422, answer.content
         assert answer.content == refused.content
+    assert Note.objects.count() == 1
+
+
+def test_a_view_that_remembers_its_key_answers_a_token_whose_mark_and_record_are_gone(
+    client, tenant
+):
+    """``recall``: past the retention (the record purged, the token's mark expired with it)
+    the view's own memory answers, not 422 "take a new token", which would write again. A
+    token it does not remember is still refused as unknown."""
+    remembered, unknown = issue(client, tenant, 2)
+
+    def post(token: str) -> Any:
+        return Client().post(
+            "/notes/remembering/",
+            {"text": "hello"},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=token,
+            **caller(tenant),
+        )
+
+    first = post(remembered)
+    assert first.status_code == 201, first.content
+    for record in IdempotencyRecord.objects.all():
+        purge_record(record)
+    suite_redis().delete(*idem_keys())  # the marks' TTL, the retention's
+
+    again = post(remembered)
+    assert again.status_code == 409, again.content
+    assert json.loads(again.content) == {
+        "code": "NOTE_ALREADY_WRITTEN",
+        "id": json.loads(first.content)["id"],
+    }
+    refused = post(unknown)
+    assert refused.status_code == 422
+    assert json.loads(refused.content)["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
     assert Note.objects.count() == 1

@@ -12,6 +12,7 @@ urlpatterns = [
     path("notes/", views.NoteListCreate.as_view(), name="notes"),
     path("notes/wait/", views.WaitingNoteCreate.as_view(), name="notes-wait"),
     path("notes/auto/", views.AutoKeyNoteCreate.as_view(), name="notes-auto"),
+    path("notes/remembering/", views.RememberingNoteCreate.as_view(), name="notes-remembering"),
     path("notes/attachment/", views.AttachmentNoteCreate.as_view(), name="notes-attachment"),
     path("deliveries/", views.DeliveryCreate.as_view(), name="deliveries"),
     path("notes/form/", views.note_form, name="note-form"),

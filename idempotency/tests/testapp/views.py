@@ -91,6 +91,24 @@ class AutoKeyNoteCreate(APIView):
         return _create(request)
 
 
+class RememberingNoteCreate(APIView):
+    """A create whose note remembers the key that wrote it (its text is the business key, as an
+    order keeps its key under a unique constraint), and says so for a token the engine no
+    longer knows (``recall``): 409 ``NOTE_ALREADY_WRITTEN`` naming the note."""
+
+    @idempotent(required=True, fields=("text",), recall=lambda view, request: _written(request))
+    def post(self, request: Request) -> Response:
+        note = _write(request, request.idempotency.business_key)
+        return Response({"id": note.pk if note else None}, status=201)
+
+
+def _written(request: Request) -> Response | None:
+    note = Note.objects.filter(text=request.idempotency.business_key).first()
+    if note is None:
+        return None
+    return Response({"code": "NOTE_ALREADY_WRITTEN", "id": note.pk}, status=409)
+
+
 class AttachmentNoteCreate(APIView):
     """A multipart create: a text, an uploaded file and a repeated ``tags`` field define it;
     the note keeps the text and the file's content, so a test sees the view read the file."""
