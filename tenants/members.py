@@ -26,11 +26,39 @@ def members_of(tenant: Tenant) -> list[Membership]:
     )
 
 
+def not_addable(username: str) -> str:
+    """The one answer for every account an owner may not add, whether or not it exists."""
+    return (
+        f"No account named {username!r} can be added here. Platform staff create accounts, "
+        "and add people who already work for another restaurant."
+    )
+
+
+@transaction.atomic
 def add_member(*, tenant: Tenant, username: str, role: str) -> Membership:
-    """Give an existing user a role in ``tenant`` (accounts are created by platform staff)."""
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    """Give a role in ``tenant`` to an account of no restaurant yet (platform staff create
+    accounts for a restaurant's owner to add).
+
+    An owner may not add an account of another restaurant, nor a platform staff account:
+    adding one answered differently from a name no account has, so any owner could learn
+    which names the platform's other restaurants (or its staff) sign in with, and then hold
+    them as members. Those are refused with the very words of an unknown name; staff add a
+    person of several restaurants in the Django admin. The account's row is locked while its
+    memberships are read, so two restaurants adding the same new account at once do not both
+    succeed."""
+    user = (
+        get_user_model()
+        .objects.select_for_update()
+        .filter(username=username, is_active=True, is_staff=False, is_superuser=False)
+        .first()
+    )
     if user is None:
-        raise MemberError(f"No active user named {username!r}.")
+        raise MemberError(not_addable(username))
+    memberships = Membership.objects.filter(user=user)
+    if memberships.filter(tenant=tenant).exists():
+        raise MemberError(f"{username} is already a member.")
+    if memberships.exists():
+        raise MemberError(not_addable(username))
     try:
         with transaction.atomic():
             return Membership.objects.create(tenant=tenant, user=user, role=role)

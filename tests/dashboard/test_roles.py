@@ -17,13 +17,16 @@ from django.urls import URLPattern
 
 from ordering.dashboard import urls as dashboard_urls
 from ordering.models import Order, OrderStatus
+from tenants.members import add_member
 from tenants.models import ApiClient, Membership
 from tests.dashboard.conftest import World
 from tests.dashboard.factories import form_token, make_merchant
+from tests.support.concurrency import committed_once_waited_on
 
 pytestmark = pytest.mark.django_db
 Role = Membership.Role
 RANK = {Role.STAFF: 1, Role.MANAGER: 2, Role.OWNER: 3}
+STAFF = {"role": Role.STAFF}
 
 # url name -> the least role that may use it
 MATRIX: dict[str, str] = {
@@ -172,12 +175,81 @@ def test_an_owner_adds_changes_and_removes_a_member(mine: World) -> None:
 def test_adding_an_unknown_or_existing_user_is_a_form_error(mine: World) -> None:
     owner = owner_client(mine)
     unknown = post_form(owner, "/dashboard/members/", {"username": "nobody", "role": "staff"})
-    assert unknown.status_code == 400 and "No active user named" in unknown.content.decode()
+    assert unknown.status_code == 400 and "can be added here" in unknown.content.decode()
     again = post_form(
         owner, "/dashboard/members/", {"username": mine.user.username, "role": "staff"}
     )
     assert again.status_code == 400 and "already a member" in again.content.decode()
     assert Membership.objects.filter(tenant=mine.tenant).count() == 1
+
+
+def form_errors(page: Any, username: str) -> list[str]:
+    """The add form's errors, the name typed written as ``<name>``."""
+    return [
+        str(error).replace(repr(username), "<name>")
+        for error in page.context["form"].errors.get("username", [])
+    ]
+
+
+def test_the_members_form_does_not_tell_other_restaurants_accounts_from_unknown_names(
+    mine: World, theirs: World
+) -> None:
+    """An owner could learn which names the platform's other restaurants sign in with: an
+    unknown name was "No active user", another restaurant's account was added (and could be
+    removed again, no trace). Every account the owner may not add answers as a name no
+    account has, and nothing is written (red: bob added, 302)."""
+    User.objects.create_user("platform-staff", is_staff=True)
+    User.objects.create_user("gone", is_active=False)
+    owner = owner_client(mine)
+
+    answers = {
+        name: post_form(owner, "/dashboard/members/", {"username": name, "role": Role.OWNER})
+        for name in ("nobody", theirs.user.username, "platform-staff", "gone")
+    }
+
+    assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 400)
+    errors = {name: form_errors(a, name) for name, a in answers.items()}
+    assert len({tuple(e) for e in errors.values()}) == 1, errors
+    assert Membership.objects.filter(tenant=mine.tenant).count() == 1
+
+
+def test_an_account_of_no_restaurant_is_added_once_then_not_by_another(
+    mine: World, theirs: World
+) -> None:
+    User.objects.create_user("newcomer")
+    theirs_owner = owner_client(theirs)
+
+    added = post_form(owner_client(mine), "/dashboard/members/", {"username": "newcomer"} | STAFF)
+    refused = post_form(theirs_owner, "/dashboard/members/", {"username": "newcomer"} | STAFF)
+
+    assert (added.status_code, refused.status_code) == (302, 400)
+    assert form_errors(refused, "newcomer") == form_errors(
+        post_form(theirs_owner, "/dashboard/members/", {"username": "nobody"} | STAFF), "nobody"
+    )
+    assert list(
+        Membership.objects.filter(user__username="newcomer").values_list("tenant", flat=True)
+    ) == [mine.tenant.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_restaurants_adding_one_new_account_at_once_add_it_once(
+    mine: World, theirs: World
+) -> None:
+    """Another restaurant's owner adds the account while this owner's add waits on it: the
+    add reads the account's memberships after that commit and refuses (red: both added)."""
+    User.objects.create_user("newcomer")
+    owner = owner_client(mine)
+    form = {"username": "newcomer", "role": Role.STAFF}
+
+    with committed_once_waited_on(
+        lambda: add_member(tenant=theirs.tenant, username="newcomer", role=Role.STAFF)
+    ):
+        answer = post_form(owner, "/dashboard/members/", form)
+
+    assert answer.status_code == 400, answer.status_code
+    assert list(
+        Membership.objects.filter(user__username="newcomer").values_list("tenant", flat=True)
+    ) == [theirs.tenant.pk]
 
 
 def test_the_last_owner_can_neither_leave_nor_be_demoted(mine: World) -> None:
