@@ -43,7 +43,7 @@ from tenants.models import Tenant
 MAX_DINERS_PER_ERASURE = 10
 
 
-@admin.action(description="Erase the diners of the selected orders", permissions=["change"])
+@admin.action(description="Erase the diners of the selected orders", permissions=["erase_diners"])
 def erase_diners(
     modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]
 ) -> TemplateResponse | None:

@@ -124,6 +124,32 @@ def test_offboarding_needs_the_permission_to_delete_tenants(tenant):
     assert Tenant.objects.get(pk=tenant.pk).is_active
 
 
+def test_erasing_diners_needs_the_permission_to_log_an_erasure(tenant, settings):
+    """Staff who move orders (view and change them) may not erase their diners, which cannot be
+    undone (red: they erased zoe); given "Can add diner erasure" they may."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    zoe = list(Order.all_tenants.values_list("pk", flat=True))
+    mover = User.objects.create_user("mover", password="x-123456789", is_staff=True)
+    mover.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_order", "change_order"])
+    )
+    client = Client()
+    client.force_login(mover)
+
+    assert 'value="erase_diners"' not in client.get("/admin/ordering/order/").content.decode()
+    run_action(client, "/admin/ordering/order/", "erase_diners", zoe, confirmed="1")
+    assert not DinerErasure.objects.exists()
+    assert Order.all_tenants.get().diner_id == "zoe"
+
+    mover.user_permissions.add(Permission.objects.get(codename="add_dinererasure"))
+    client.force_login(User.objects.get(pk=mover.pk))  # permissions are cached per user object
+    assert 'value="erase_diners"' in client.get("/admin/ordering/order/").content.decode()
+    run_action(client, "/admin/ordering/order/", "erase_diners", zoe, confirmed="1")
+    assert DinerErasure.objects.count() == 1
+    assert Order.all_tenants.get().diner_id.startswith("erased-")
+
+
 def page_rows(response) -> list[list[str]]:
     """The cells of the confirmation page's table, row by row."""
     rows = re.findall(r"<tr>(.*?)</tr>", response.content.decode(), re.S)
