@@ -22,7 +22,8 @@ from idempotency.stores.audit_pending import pending
 from idempotency.stores.audit_stream import drain, drain_audits, stream_key
 from idempotency.tests.wire import queries_sent
 from tests.flows.test_idempotent_orders import post_order
-from tests.support.waiting import row_lock_waiters, wait_until
+from tests.support.concurrency import waiting_on_me
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -164,7 +165,7 @@ def test_the_same_event_written_twice_at_once_is_one_row_and_one_count():
                 first_wrote.append(save_events([same]))
                 inserted.set()
                 # not committed until the second writer waits on its row
-                wait_until(row_lock_waiters, what="the second writer waiting on the first's row")
+                wait_until(waiting_on_me, what="the second writer waiting on the first's row")
         finally:
             connection.close()
 

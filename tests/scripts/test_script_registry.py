@@ -26,7 +26,8 @@ from idempotency.scripts.versions import (
     start_canary,
     upload_version,
 )
-from tests.support.waiting import DEADLINE_SECONDS, row_lock_waiters, wait_until
+from tests.support.concurrency import waiting_on_me
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -345,7 +346,7 @@ def test_two_staff_rolling_back_at_once_take_one_step_the_second_is_refused():
             with transaction.atomic():
                 rollback(name="claim", author="x", reviewed_sha256=v2.sha256)
                 first_done.set()
-                wait_until(lambda: row_lock_waiters() > 0, what="the second rollback waiting")
+                wait_until(waiting_on_me, what="the second rollback waiting")
         finally:
             connection.close()
 

@@ -36,13 +36,15 @@ def at_once(*work: Callable[[], object], timeout: float = 60) -> list[object]:
 
 
 def waiting_on_me() -> int:
-    """Sessions waiting on a row this connection's transaction holds (a lock, or its
-    uncommitted write). Only those: the server's other databases (another test run's) have
-    waiters of their own, which said "the request is waiting" before it was."""
+    """Locks other sessions wait for because this connection's transaction holds them (a
+    row's lock, or its uncommitted write). Only those: the server's other databases (another
+    test run's) have waiters of their own, which said "the request is waiting" before it was.
+    Read from ``pg_locks``, live at every call; ``pg_stat_activity`` is read once per
+    transaction, and the holder polls from inside its own."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+            "SELECT count(*) FROM pg_locks"
+            " WHERE NOT granted AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"
         )
         return cursor.fetchone()[0]
 

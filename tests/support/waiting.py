@@ -50,20 +50,3 @@ def wait_until(
             raise WaitTimedOut(f"{what}: not within {limit:.0f} s\n{detail()}")
         time.sleep(interval)
 
-
-def row_lock_waiters() -> int:
-    """Sessions of this test's database waiting for another transaction to end (a row it holds
-    locked, or its uncommitted write under a unique index). Other databases' sessions are not
-    counted: another test run on the same PostgreSQL (a second worker, another checkout) waits
-    on locks of its own, which would make a test go on before its own request waits."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        # pg_stat_activity is read once per transaction, and the caller may poll from one
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) "
-            "WHERE pg_locks.locktype = 'transactionid' AND NOT pg_locks.granted "
-            "AND pg_stat_activity.datname = current_database()"
-        )
-        return cursor.fetchone()[0]
