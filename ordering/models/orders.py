@@ -109,7 +109,8 @@ class Order(ConcurrentTransitionMixin, models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         permissions = [
-            ("view_diner_details", "Can see what diners wrote on orders (note, phone, address)")
+            ("view_diner_details", "Can see what diners wrote on orders (note, phone, address)"),
+            ("cancel_order", "Can cancel orders (refunding a paid one)"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
@@ -82,6 +82,28 @@ def test_admin_cancel_action_uses_the_cancel_service(staff, mine, order_in):
     run_action(staff, "/admin/ordering/order/", "move_to_cancelled", [mine.order.pk, unpaid.pk])
     statuses = dict(Order.all_tenants.values_list("pk", "status"))
     assert statuses[mine.order.pk] == S.CANCELLING and statuses[unpaid.pk] == S.CANCELLED
+
+
+def test_cancelling_in_the_admin_needs_the_permission_to_cancel_orders(mine):
+    """Staff who move orders (view and change them) may not cancel one, which refunds it when
+    paid: on the dashboard a cancel needs a manager (red: the paid order was cancelled and its
+    refund started); given "Can cancel orders" they may."""
+    mover = User.objects.create_user("mover", password="x-123456789", is_staff=True)
+    mover.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_order", "change_order"])
+    )
+    client = Client()
+    client.force_login(mover)
+
+    offered = client.get("/admin/ordering/order/").content.decode()
+    assert 'value="move_to_accepted"' in offered and 'value="move_to_cancelled"' not in offered
+    run_action(client, "/admin/ordering/order/", "move_to_cancelled", [mine.order.pk])
+    assert Order.all_tenants.get(pk=mine.order.pk).status == S.PAID
+
+    mover.user_permissions.add(Permission.objects.get(codename="cancel_order"))
+    client.force_login(User.objects.get(pk=mover.pk))  # permissions are cached per user object
+    run_action(client, "/admin/ordering/order/", "move_to_cancelled", [mine.order.pk])
+    assert Order.all_tenants.get(pk=mine.order.pk).status == S.CANCELLING
 
 
 def test_order_search_by_id(staff, mine, theirs):
