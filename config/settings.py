@@ -1,8 +1,9 @@
 """Settings for the ordering platform, driven by environment variables.
 
 Production is the default: with ``DEBUG`` unset the settings refuse to start without a real
-``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS``, a ``DATABASE_URL`` and, when the simulated
-payment provider is on, its own secret (README, "Run it in production"). ``make run`` and
+``SECRET_KEY``, a non-empty ``ALLOWED_HOSTS`` (not ``*``), the idempotency engine on, a
+``DATABASE_URL`` and, when the simulated payment provider is on, its own secret (README, "Run
+it in production"). ``make run`` and
 ``make test`` set ``DEBUG=1``: the embedded demo (SQLite, no Redis, the idempotency engine
 database-only) and the test suite run with development defaults.
 """
@@ -165,9 +166,14 @@ _SIGNING_KEYS = {
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
-elif not ALLOWED_HOSTS:
+elif not ALLOWED_HOSTS or "*" in ALLOWED_HOSTS:
+    # "*" turns Django's host check off: whatever Host a client sends is the site's name, so
+    # the plain-HTTP redirect sends a browser to https://<any host>/, and any page or link
+    # built from the request's host names the sender's. A subdomain pattern (".example.com")
+    # still names the site's own domain.
     raise ImproperlyConfigured(
-        "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off"
+        "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off "
+        f"(comma-separated; '*', which lets any Host through, is refused), not {ALLOWED_HOSTS!r}"
     )
 
 INSTALLED_APPS = [
@@ -677,6 +683,16 @@ if BENCH_ENDPOINTS and not DEBUG and not set(ALLOWED_HOSTS) <= _LOOPBACK_HOSTS:
     raise ImproperlyConfigured(
         "BENCH_ENDPOINTS mounts endpoints that write without a credential: off DEBUG it is "
         f"refused unless ALLOWED_HOSTS names loopback hosts only, not {ALLOWED_HOSTS!r}"
+    )
+# IDEMPOTENCY_ENABLED=0 runs every write unprotected: a retried order is placed, a retried
+# payment started, twice. It is the load test's baseline ("off", bench/http_load.py) and
+# nothing else's, so off DEBUG it is refused unless BENCH_ENDPOINTS is on too, which is itself
+# refused on a site that answers any name but loopback's (above).
+if not IDEMPOTENCY["ENABLED"] and not DEBUG and not BENCH_ENDPOINTS:
+    raise ImproperlyConfigured(
+        "IDEMPOTENCY_ENABLED=0 turns the idempotency engine off, so a retried write runs "
+        "twice: off DEBUG it is refused unless BENCH_ENDPOINTS=1 (a load test's loopback "
+        "server)"
     )
 if BENCH_ENDPOINTS:
     INSTALLED_APPS.append("bench.plain")

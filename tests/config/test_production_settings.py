@@ -295,6 +295,43 @@ def test_benchmark_endpoints_are_refused_on_a_site_with_a_real_host_name() -> No
     assert loaded is not None and loaded["bench"] is True
 
 
+@pytest.mark.parametrize(
+    "hosts", ["*", "orders.example.com,*", " * "], ids=["star", "a-name-and-star", "padded"]
+)
+def test_production_refuses_to_answer_any_host_name(hosts: str) -> None:
+    """'*' turns Django's host check off (red: the server started with it, and its HTTPS
+    redirect sent a request naming any host to https://<that host>/); a subdomain pattern
+    still names the site's own domain and starts."""
+    code, _, stderr = settings_with({**production_environment(), "ALLOWED_HOSTS": hosts})
+
+    assert code != 0
+    assert "ImproperlyConfigured: ALLOWED_HOSTS must name the host names" in stderr
+    assert "'*', which lets any Host through, is refused" in stderr
+    code, _, stderr = settings_with(
+        {**production_environment(), "ALLOWED_HOSTS": ".example.com,orders.example.net"}
+    )
+    assert code == 0, stderr
+
+
+def test_production_refuses_to_run_without_the_idempotency_engine() -> None:
+    """IDEMPOTENCY_ENABLED=0 runs every write unprotected, the product's whole promise off (red:
+    the server started with it, silently); the load test's loopback baseline still starts, as
+    does the demo."""
+    env = {**production_environment(), "IDEMPOTENCY_ENABLED": "0"}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: IDEMPOTENCY_ENABLED=0 turns the idempotency engine off" in stderr
+    loopback = {**env, "BENCH_ENDPOINTS": "1", "ALLOWED_HOSTS": "127.0.0.1,localhost"}
+    code, loaded, stderr = settings_with(loopback)
+    assert code == 0, stderr
+    assert loaded is not None and loaded["engine_on"] is False
+    code, loaded, stderr = settings_with({"DEBUG": "1", "IDEMPOTENCY_ENABLED": "0"})
+    assert code == 0, stderr
+    assert loaded is not None and loaded["engine_on"] is False
+
+
 def test_debug_uses_the_development_secrets_only_when_asked_for() -> None:
     code, values, stderr = settings_with({"DEBUG": "1"})
 
