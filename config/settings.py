@@ -262,9 +262,21 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# Seconds a worker waits to connect to PostgreSQL (whole seconds, libpq's unit; psycopg waits
+# at least 2). Without it a database that accepts the connection and never answers (a hung
+# server, an address a failover left half-open) held each request that connected for
+# psycopg's default of 130 s, past gunicorn's timeout (30 s), which killed the worker: an HTML
+# 500, and a worker less until it was replaced.
+DB_CONNECT_TIMEOUT = env_bounded("DB_CONNECT_TIMEOUT", 5, low=2, high=60)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend, with a health check that sends no query (config/postgresql/base.py)
     DATABASES["default"]["ENGINE"] = "config.postgresql"
+    _database_options = DATABASES["default"].setdefault("OPTIONS", {})
+    if "connect_timeout" in _database_options:  # one place for it, checked as the others
+        raise ImproperlyConfigured(
+            "DATABASE_URL must not set connect_timeout: set DB_CONNECT_TIMEOUT (seconds)"
+        )
+    _database_options["connect_timeout"] = DB_CONNECT_TIMEOUT
 elif not DEBUG:
     # SQLite named outright is the same file per host as no URL at all, and production is
     # PostgreSQL (README): the schema, the engine's claims and the health check are its.

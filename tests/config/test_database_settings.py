@@ -1,12 +1,20 @@
-"""Workers keep their PostgreSQL connection and check it before reuse (ADR 0006)."""
+"""Workers keep their PostgreSQL connection and check it before reuse (ADR 0006), and wait
+for a connection a bounded time (``DB_CONNECT_TIMEOUT``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 
+import pytest
 from django.conf import settings
+from django.db import connection
+from django.http import HttpResponse
+from django.test import Client
 
 
 def test_connections_persist_and_are_health_checked_by_default() -> None:
@@ -28,3 +36,79 @@ def test_db_conn_max_age_0_opens_a_connection_per_request() -> None:
         check=True,
     )
     assert out.stdout.split()[-2:] == ["0", "True"]
+
+
+def test_connecting_to_postgresql_is_bounded_by_default() -> None:
+    assert "DB_CONNECT_TIMEOUT" not in os.environ
+    assert settings.DB_CONNECT_TIMEOUT == 5
+    assert settings.DATABASES["default"]["OPTIONS"]["connect_timeout"] == 5
+
+
+@pytest.mark.django_db
+def test_a_database_that_accepts_and_never_answers_does_not_hold_a_request(settings) -> None:
+    """A PostgreSQL that accepts connections and says nothing (a hung server, an address a
+    failover left half-open) held a request connecting to it for psycopg's default of 130 s:
+    under gunicorn until its ``timeout`` (30 s) killed the worker, an HTML 500. The attempt
+    now gives up after ``DB_CONNECT_TIMEOUT`` and the API answers."""
+    settings.DEBUG = False
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshake; nobody ever answers
+    port = connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["PORT"] = str(silent.getsockname()[1])
+    client = Client(raise_request_exception=False)
+    answers: list[HttpResponse] = []
+    request = threading.Thread(
+        target=lambda: answers.append(
+            client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Api-Key abc123.silent")
+        )
+    )
+    try:
+        request.start()
+        request.join(timeout=60)  # generous: the attempt's own limit is a few seconds
+        answered_in_time = not request.is_alive()
+    finally:
+        silent.close()  # lets a hanging request go
+        request.join(timeout=200)
+        connection.close()
+        connection.settings_dict["PORT"] = port
+    assert answered_in_time, "the request waited on the silent database past the connect timeout"
+    assert answers[0]["Content-Type"] == "application/problem+json"
+    assert json.loads(answers[0].content)["code"] == "SERVER_ERROR"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        pytest.param(
+            {"DB_CONNECT_TIMEOUT": "1"}, "DB_CONNECT_TIMEOUT must be within 2..60, not 1", id="1"
+        ),
+        pytest.param(
+            {"DB_CONNECT_TIMEOUT": "0"}, "DB_CONNECT_TIMEOUT must be within 2..60, not 0", id="0"
+        ),
+        pytest.param(
+            {"DB_CONNECT_TIMEOUT": "2.5"},
+            "DB_CONNECT_TIMEOUT must be an integer, not '2.5'",
+            id="fraction",
+        ),
+        pytest.param(
+            {"DATABASE_URL": os.environ["DATABASE_URL"] + "?connect_timeout=0"},
+            "DATABASE_URL must not set connect_timeout: set DB_CONNECT_TIMEOUT",
+            id="in-the-url",
+        ),
+    ],
+)
+def test_a_connect_timeout_that_would_not_bound_the_wait_stops_the_server(
+    env: dict[str, str], message: str
+) -> None:
+    """0 is libpq's "wait forever" (psycopg's 130 s); one given in the URL would bypass the
+    setting's bounds."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {message}" in done.stderr
