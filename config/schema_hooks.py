@@ -1,14 +1,18 @@
 """drf-spectacular postprocessing: the refusals every operation of the API can answer.
 
-Two of the README's documented errors come from no view, so no view's ``@extend_schema`` named
-them, and the schema declared neither on any operation while the server answered both on all:
+Three of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+them, and the schema declared none on any operation while the server answered them on all:
 
 - 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
   runs the view, so an ``Accept`` naming no JSON type is refused on every operation, with or
   without credentials;
 - 413 ``REQUEST_TOO_LARGE``: ``config/request_limits.py`` refuses a body over
   ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path (sign-out, refresh and
-  a diner's revocation, which read no body, included).
+  a diner's revocation, which read no body, included);
+- 503 ``DATABASE_UNAVAILABLE``: every operation reads PostgreSQL (its credential, at least),
+  and ``config/database_unavailable.py`` answers it while the database cannot be reached. An
+  operation that declares a 503 of its own keeps that description; ``Retry-After`` is declared
+  on each by ``idempotency.web.openapi.declare_retry_after``, which runs after this hook.
 
 A client generated from the schema (or schemathesis's ``status_code_conformance``) took these
 answers for undocumented ones. This hook adds them where a view did not, as the shared
@@ -21,7 +25,11 @@ from copy import deepcopy
 from typing import Any
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-EVERY_OPERATION = {"406": "No media type the API answers in is acceptable (it answers JSON)"}
+EVERY_OPERATION = {
+    "406": "No media type the API answers in is acceptable (it answers JSON)",
+    "503": "Temporarily unavailable (Retry-After): e.g. the database cannot be reached "
+    "(DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key",
+}
 EVERY_BODY = {"413": "Request body too large"}
 BODY_METHODS = frozenset({"post", "put", "patch"})
 

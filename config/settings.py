@@ -202,6 +202,9 @@ MIDDLEWARE = [
     "config.metrics_view.MetricsByAddressMiddleware",
     "config.request_context.RequestContextMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
+    # 503 DATABASE_UNAVAILABLE, not a 500, while PostgreSQL cannot be reached
+    # (config/database_unavailable.py)
+    "config.database_unavailable.DatabaseUnavailableMiddleware",
     # an API answer's Allow names no OPTIONS, which the API answers with 405
     "config.allow_header.AllowWithoutOptionsMiddleware",
     # a body in a charset other than UTF-8 is 415, before anything decodes it (the size
@@ -266,7 +269,7 @@ DATABASES = {
 # at least 2). Without it a database that accepts the connection and never answers (a hung
 # server, an address a failover left half-open) held each request that connected for
 # psycopg's default of 130 s, past gunicorn's timeout (30 s), which killed the worker: an HTML
-# 500, and a worker less until it was replaced.
+# 500 instead of the 503 DATABASE_UNAVAILABLE it is now (config/database_unavailable.py).
 DB_CONNECT_TIMEOUT = env_bounded("DB_CONNECT_TIMEOUT", 5, low=2, high=60)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend, with a health check that sends no query (config/postgresql/base.py)
@@ -526,8 +529,8 @@ SPECTACULAR_SETTINGS = {
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "idempotency.web.openapi.declare_retry_after",
         "config.schema_hooks.declare_refusals_of_every_operation",
+        "idempotency.web.openapi.declare_retry_after",
     ],
 }
 

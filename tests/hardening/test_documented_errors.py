@@ -24,6 +24,7 @@ from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
 from config.api_errors import CODE_FOR_STATUS
+from config.database_unavailable import DATABASE_UNAVAILABLE
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import all_fingerprints
 from idempotency.core.keys import ScopedKey
@@ -48,6 +49,7 @@ from tenants.error_codes import TenantErrorCode
 from tenants.models import ApiClient, Tenant
 from tests.hardening.conftest import PROBLEM_JSON
 from tests.support.auth import diner_token
+from tests.support.database_gone import database_unreachable
 from tests.support.order_id_conditions import clock_stepped_back
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.hardening.error_urls")]
@@ -309,6 +311,11 @@ def _order_id_unavailable(app: App) -> Any:
         return app.place(app.order_body())
 
 
+def _database_unavailable(app: App) -> Any:
+    with database_unreachable():
+        return app.place(app.order_body())
+
+
 def _normalisation_collision(app: App) -> Any:
     item = {"dish_id": app.dish.pk, "quantity": 1, "caf\u00e9": 1, "cafe\u0301": 2}
     return app.place(app.order_body(items=[item]))
@@ -371,6 +378,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     IdempotencyErrorCode.RATE_LIMITED: _rate_limited,
     "SERVER_ERROR": lambda app: app.diner.get("/api/v1/boom/"),
     IdempotencyErrorCode.TOKENS_UNAVAILABLE: _tokens_unavailable,
+    DATABASE_UNAVAILABLE: _database_unavailable,
     OrderingErrorCode.ORDER_ID_UNAVAILABLE: _order_id_unavailable,
     IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED: _token_quota_exceeded,
     PaymentErrorCode.PAYMENT_SIGNATURE_INVALID: lambda app: _callback(
@@ -424,6 +432,7 @@ def test_every_code_the_app_can_answer_is_documented() -> None:
         *IdempotencyErrorCode,
         *PaymentErrorCode,
         *(code for code, _ in CODE_FOR_STATUS.values()),
+        DATABASE_UNAVAILABLE,
         "VALIDATION_ERROR",
         "INVALID_JSON",
     }

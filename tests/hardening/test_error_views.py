@@ -9,6 +9,7 @@ from django.test import Client
 
 from ordering.models import Order
 from tests.hardening.conftest import World, assert_problem
+from tests.support.database_gone import database_unreachable
 
 pytestmark = pytest.mark.django_db
 
@@ -264,4 +265,29 @@ def test_every_operation_declares_the_refusals_it_answers_before_any_view(
             declared = operation["responses"].get(status)
             if not declared or "application/problem+json" not in declared.get("content", {}):
                 undeclared.append(f"{method.upper()} {path}: {status}")
+    assert not undeclared, undeclared
+
+
+def test_every_operation_declares_the_503_it_answers_while_the_database_is_down(
+    api_caller: Client,
+) -> None:
+    """Every operation reads PostgreSQL (its caller's credential, at least) and answers 503
+    DATABASE_UNAVAILABLE while it cannot be reached; the schema declared a 503 on three."""
+    operations = served_operations(api_caller)
+    undeclared = []
+    with database_unreachable():
+        for method, path, _ in operations:
+            if path == "/api/v1/payments/callback/":
+                continue  # an unsigned callback is refused before anything is read
+            answer = getattr(api_caller, method)(
+                path, HTTP_AUTHORIZATION="Api-Key abcdef123456.secret"
+            )
+            assert_problem(answer, 503, "DATABASE_UNAVAILABLE")
+            assert answer["Retry-After"] == "5"
+    for method, path, operation in operations:
+        declared = operation["responses"].get("503", {})
+        if "application/problem+json" not in declared.get("content", {}) or (
+            "Retry-After" not in declared.get("headers", {})
+        ):
+            undeclared.append(f"{method.upper()} {path}")
     assert not undeclared, undeclared

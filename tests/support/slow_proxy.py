@@ -81,7 +81,11 @@ class SlowProxy:
         except OSError:
             pass
         finally:
+            # shut down, not only closed: the other direction's thread is blocked reading one
+            # of them, which keeps a closed socket open (and its server's session alive)
             for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()
             with self._lock:

@@ -8,10 +8,11 @@ when several duplicates ran the view and were rolled back. So a live server star
 
 appends one line per view execution to that file (and, with ``VIEW_EXECUTIONS_DELAY_SECONDS``,
 then holds the view that long: the first execution is still running, inside its transaction,
-when the duplicates arrive or when a test kills Redis). ``O_APPEND`` writes of one short line are
-atomic on a local file system, so the workers of a gunicorn (processes or threads) never
-interleave; nothing goes through Redis (which a test may kill) or the database (whose
-transaction may roll back).
+when the duplicates arrive or when a test kills Redis; with ``VIEW_EXECUTIONS_GATE``, until
+that file exists: a test acts on the held view, then lets it go). ``O_APPEND`` writes of one
+short line are atomic on a local file system, so the workers of a gunicorn (processes or
+threads) never interleave; nothing goes through Redis (which a test may kill) or the database
+(whose transaction may roll back).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.waiting import wait_until
+
 LOG_ENV = "VIEW_EXECUTIONS_LOG"
 DELAY_ENV = "VIEW_EXECUTIONS_DELAY_SECONDS"
+GATE_ENV = "VIEW_EXECUTIONS_GATE"
 HOOK = "tests.support.view_executions.record"
 
 
@@ -43,6 +47,9 @@ def record(*, tenant: str, endpoint: str, key: str) -> None:
     finally:
         os.close(fd)
     time.sleep(float(os.environ.get(DELAY_ENV) or 0))
+    gate = os.environ.get(GATE_ENV)
+    if gate:
+        wait_until(Path(gate).exists, what=f"the gate {gate} opened", interval=0.02)
 
 
 def executions(log: Path, *, key: str) -> list[Execution]:
@@ -53,7 +60,10 @@ def executions(log: Path, *, key: str) -> list[Execution]:
     return [Execution(tenant=t, endpoint=e, key=k, pid=int(p)) for t, e, k, p in rows if k == key]
 
 
-def server_env(log: Path, *, hold_seconds: float = 0.0) -> dict[str, str]:
+def server_env(log: Path, *, hold_seconds: float = 0.0, gate: Path | None = None) -> dict[str, str]:
     """The environment that makes a live server record its executions into ``log`` (and hold
-    each view ``hold_seconds``)."""
-    return {"IDEMPOTENCY_VIEW_EXECUTED_HOOK": HOOK, LOG_ENV: str(log), DELAY_ENV: str(hold_seconds)}
+    each view ``hold_seconds``, then until the file ``gate`` exists)."""
+    env = {"IDEMPOTENCY_VIEW_EXECUTED_HOOK": HOOK, LOG_ENV: str(log), DELAY_ENV: str(hold_seconds)}
+    if gate is not None:
+        env[GATE_ENV] = str(gate)
+    return env

@@ -577,6 +577,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     diner_sessions_end: {
@@ -633,6 +644,17 @@ export interface operations {
             };
             /** @description Write rate limit reached (Retry-After) */
             429: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
@@ -699,6 +721,17 @@ export interface operations {
             };
             /** @description Write rate limit reached (Retry-After) */
             429: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
@@ -785,6 +818,17 @@ export interface operations {
             };
             /** @description Write rate limit reached (Retry-After) */
             429: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
@@ -1027,6 +1071,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     v1_orders_retrieve: {
@@ -1089,6 +1144,17 @@ export interface operations {
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1319,6 +1385,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     v1_orders_cancel_create: {
@@ -1459,6 +1536,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     v1_orders_pay_create: {
@@ -1590,6 +1678,17 @@ export interface operations {
             };
             /** @description Write rate limit reached (Retry-After) */
             429: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
                     "Retry-After"?: number;
@@ -1743,6 +1842,17 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     payment_callback: {
@@ -1820,6 +1930,17 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before sending again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
