@@ -794,6 +794,16 @@ if not CELERY_BROKER_URL:
     if not DEBUG:
         raise ImproperlyConfigured("CELERY_BROKER_URL (or REDIS_URL) must be set when DEBUG is off")
     CELERY_BROKER_URL = "memory://"
+# Named outright, both are the demo's way to run tasks without a broker, refused off DEBUG,
+# where they started silently: a memory:// broker is each process's own, so what the web
+# process sends (a payment's confirmation, a cancelled order's refund) no worker ever receives;
+# eager tasks run inside the web request, and a delayed one on a timer thread that is lost when
+# the worker exits (ordering/background/dispatch.py).
+if not DEBUG and (CELERY_TASK_ALWAYS_EAGER or CELERY_BROKER_URL.startswith("memory:")):
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL=memory:// and CELERY_TASK_ALWAYS_EAGER=1 run tasks without a broker "
+        "(the demo's way; no worker receives them): refused when DEBUG is off"
+    )
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
 # Seconds before a delivered-but-unacknowledged message goes back to the queue. Must exceed the
 # longest task run *and* the longest retry countdown (a worker holds ETA messages unacked).

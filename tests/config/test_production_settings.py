@@ -1049,3 +1049,27 @@ def test_a_delivery_adapter_that_cannot_be_imported_stops_the_server(
         ),
     ):
         pass
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"CELERY_BROKER_URL": "memory://"}, id="memory-broker"),
+        pytest.param({"CELERY_BROKER_URL": "memory://localhost/"}, id="memory-broker-host"),
+        pytest.param({"CELERY_TASK_ALWAYS_EAGER": "1"}, id="eager"),
+    ],
+)
+def test_production_refuses_the_demo_s_ways_to_run_tasks_without_a_broker(
+    change: dict[str, str],
+) -> None:
+    """They started silently (red): a memory:// broker is each process's own, so no worker
+    received what the web process sent; eager tasks ran inside the web request."""
+    code, _, stderr = settings_with({**production_environment(), **change})
+
+    assert code != 0
+    assert (
+        "ImproperlyConfigured: CELERY_BROKER_URL=memory:// and CELERY_TASK_ALWAYS_EAGER=1 run "
+        "tasks without a broker"
+    ) in stderr
+    code, _, stderr = settings_with({"DEBUG": "1", **change})
+    assert code == 0, stderr
