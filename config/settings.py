@@ -914,6 +914,13 @@ CELERY_BEAT_SCHEDULE["expire-unpaid-orders"] = {
 SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS = env_number(
     "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS", 0, low=0, high=86_400
 )
+# Off DEBUG it started silently, and every payment was confirmed with no money taken: an order
+# PAID, cooked and delivered for nothing.
+if SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS and not DEBUG:
+    raise ImproperlyConfigured(
+        "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS has the simulated provider confirm every "
+        "payment by itself, no money taken: it is the demo's, refused when DEBUG is off"
+    )
 # The courier service the cancel saga tells to stand down. No courier partner is integrated
 # yet: production uses the null adapter (nothing to cancel), the demo and tests the simulated one.
 DELIVERY_ADAPTER = os.environ.get(

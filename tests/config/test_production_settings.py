@@ -1073,3 +1073,22 @@ def test_production_refuses_the_demo_s_ways_to_run_tasks_without_a_broker(
     ) in stderr
     code, _, stderr = settings_with({"DEBUG": "1", **change})
     assert code == 0, stderr
+
+
+def test_production_refuses_payments_that_confirm_themselves() -> None:
+    """The demo's simulated provider confirms each payment by itself after
+    SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS; off DEBUG it started silently (red), and every
+    order was PAID with no money taken. 0, the default, and the demo still start."""
+    env = {**production_environment(), "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS": "2"}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert (
+        "ImproperlyConfigured: SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS has the simulated "
+        "provider confirm every payment by itself"
+    ) in stderr
+    code, _, stderr = settings_with({**env, "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS": "0"})
+    assert code == 0, stderr
+    code, _, stderr = settings_with({"DEBUG": "1", "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS": "2"})
+    assert code == 0, stderr
