@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
+from ordering_client import OrderingClient, RetryEvent
 
 from ordering.models import Dish, Order
-from tenants.models import Tenant
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient, Tenant
 from tests.support import view_executions
 from tests.support.auth import bearer, diner_token
 from tests.support.live_server import LiveServer, live_gunicorn
@@ -106,4 +108,33 @@ def test_a_write_while_the_database_is_down_is_503_and_its_key_places_the_order_
     assert len(view_executions.executions(log, key=key)) == 2
     assert (replayed.status_code, replayed.headers["X-Idempotent-Result"]) == (201, "HIT")
     assert replayed.content == retried.content
+    assert Order.objects.for_tenant(tenant).count() == 1
+
+
+def test_the_python_client_waits_out_the_outage_and_orders_once(
+    shop: tuple[Tenant, Dish, str], database_proxy: SlowProxy, server: LiveServer, tmp_path: Path
+) -> None:
+    """The client library retries a 503 with the same key, no sooner than its Retry-After:
+    the database comes back while it waits, and the call returns the one order."""
+    tenant, dish, _ = shop
+    (tmp_path / "gate").touch()  # no view is held here
+    _, publishable = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    retries: list[RetryEvent] = []
+
+    def database_back(event: RetryEvent) -> None:
+        retries.append(event)
+        database_proxy.heal()
+
+    with OrderingClient(server.url, publishable, on_retry=database_back) as client:
+        client.session()  # a guest session, opened while the database answers
+        database_proxy.cut()
+        placed = client.place_order(
+            {"items": [{"dish_id": dish.pk, "quantity": 1}], "payment_method": "card"}
+        )
+
+    assert [(e.status, e.code, e.retry_after) for e in retries] == [
+        (503, "DATABASE_UNAVAILABLE", 5.0)
+    ]
+    assert retries[0].delay >= 5.0
+    assert placed.status == 201
     assert Order.objects.for_tenant(tenant).count() == 1
