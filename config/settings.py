@@ -686,6 +686,15 @@ IDEMPOTENCY = {
     # Tests only: called each time a view body runs (tests/support/view_executions.py)
     "VIEW_EXECUTED_HOOK": os.environ.get("IDEMPOTENCY_VIEW_EXECUTED_HOOK") or None,
 }
+# The two test-only knobs, refused off DEBUG, where they were honoured silently: a forced Lua
+# script runs for every tenant instead of the versions staff activated after their contract
+# run (manage.py check_lua_version), and the hook runs code of the tests in every write.
+for _name, _knob in (
+    ("IDEMPOTENCY_FORCE_SCRIPTS", "FORCE_SCRIPTS"),
+    ("IDEMPOTENCY_VIEW_EXECUTED_HOOK", "VIEW_EXECUTED_HOOK"),
+):
+    if IDEMPOTENCY[_knob] and not DEBUG:
+        raise ImproperlyConfigured(f"{_name} is for the test suite: refused when DEBUG is off")
 
 # --- benchmark endpoints (bench/plain/, docs/benchmarks.md): never on in production --------
 # BENCH_ENDPOINTS=1 mounts /api/bench/plain/ (a bare DRF create), /api/bench/plain-engine/ (the

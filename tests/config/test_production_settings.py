@@ -1092,3 +1092,25 @@ def test_production_refuses_payments_that_confirm_themselves() -> None:
     assert code == 0, stderr
     code, _, stderr = settings_with({"DEBUG": "1", "SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS": "2"})
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        pytest.param("IDEMPOTENCY_FORCE_SCRIPTS", '{"claim": "/tmp/claim.lua"}', id="scripts"),
+        pytest.param(
+            "IDEMPOTENCY_VIEW_EXECUTED_HOOK", "tests.support.view_executions.record", id="hook"
+        ),
+    ],
+)
+def test_production_refuses_the_test_suite_s_knobs(name: str, value: str) -> None:
+    """Honoured off DEBUG (red): a forced Lua script ran for every tenant, past the versions
+    staff activate after their contract run; the hook ran test code in every write."""
+    code, _, stderr = settings_with({**production_environment(), name: value})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {name} is for the test suite: refused when DEBUG is off" in (
+        stderr
+    )
+    code, _, stderr = settings_with({"DEBUG": "1", name: value})
+    assert code == 0, stderr
