@@ -7,6 +7,7 @@ import logging
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db import DatabaseError
 
 from ordering.background import consumers, dispatch, outbox
 from ordering.background.dead_letters import record_dead_letter
@@ -27,13 +28,13 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
     try:
         result = consumers.handle_event(event_id=event_id)
     except RetryLater as exc:
-        outbox.expect_retry(event_id=event_id, countdown=exc.countdown)
+        _expect_retry(event_id, exc.countdown)
         raise self.retry(countdown=exc.countdown, exc=exc) from None
     except Exception as exc:
         attempt = self.request.retries + 1
         if attempt <= settings.SAGA_MAX_RETRIES:
             countdown = backoff_seconds(attempt)
-            outbox.expect_retry(event_id=event_id, countdown=countdown)
+            _expect_retry(event_id, countdown)
             raise self.retry(countdown=countdown, exc=exc) from None
         outbox.mark_consumed(event_id=event_id)
         # the letter names the event's order, which its page and the admin then flag
@@ -53,6 +54,18 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         return consumers.ConsumeResult.DEAD_LETTERED
     outbox.mark_consumed(event_id=event_id)  # whatever came of it: done with
     return result
+
+
+def _expect_retry(event_id: int, countdown: float) -> None:
+    """Tell the outbox a retry is on its way, when the database can be told. An unreachable
+    database is often why the event failed: the failed bookkeeping ended the task without its
+    retry, and the event waited for the sweeper's resend (``OUTBOX_REDELIVER_AFTER_SECONDS``,
+    10 minutes) after a blip of seconds. The retry is sent all the same; should the sweeper
+    also send the event meanwhile, its consumer absorbs the duplicate."""
+    try:
+        outbox.expect_retry(event_id=event_id, countdown=countdown)
+    except DatabaseError as exc:
+        logger.warning("outbox event %s: retry sent unrecorded (%s)", event_id, exc)
 
 
 # Steps of an offboarding job one message runs before it sends the next: each message stays
