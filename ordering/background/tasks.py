@@ -9,6 +9,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
+from config.database_unavailable import is_database_unavailable
 from ordering.background import consumers, dispatch, outbox
 from ordering.background.dead_letters import record_dead_letter
 from ordering.background.steps import RetryLater, backoff_seconds
@@ -23,7 +24,10 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
 
     A saga step that failed with retries left comes back as :class:`RetryLater` (the saga
     counts its attempts). Any other error is retried here with the same backoff and limit, then
-    dead-lettered — so no failure ends with a message silently acknowledged and dropped.
+    dead-lettered — so no failure ends with a message silently acknowledged and dropped. An
+    unreachable database is no limit's business: retried for as long as the outage lasts (the
+    wait capped at ``SAGA_RETRY_MAX_SECONDS``), instead of ending, attempts spent, in the
+    sweeper's resend 10 minutes on (or in a dead letter, had the database come back just then).
     """
     try:
         result = consumers.handle_event(event_id=event_id)
@@ -32,7 +36,7 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         raise self.retry(countdown=exc.countdown, exc=exc) from None
     except Exception as exc:
         attempt = self.request.retries + 1
-        if attempt <= settings.SAGA_MAX_RETRIES:
+        if attempt <= settings.SAGA_MAX_RETRIES or is_database_unavailable(exc):
             countdown = backoff_seconds(attempt)
             _expect_retry(event_id, countdown)
             raise self.retry(countdown=countdown, exc=exc) from None
