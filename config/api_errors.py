@@ -23,6 +23,9 @@ from rest_framework import exceptions, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from tenants.error_codes import TenantErrorCode
+from tenants.write_fence import refused_by_fence
+
 PROBLEM_JSON = "application/problem+json"
 # Longest string an error body carries (messages, field names): a short prefix of any input.
 ECHO_LIMIT = 200
@@ -128,6 +131,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         )
     if isinstance(exc, Http404):
         return problem_response(404, "NOT_FOUND", "Not found")
+    if refused_by_fence(exc):
+        # authenticated before its tenant's offboarding began, written after: as a request
+        # authenticated after it is answered
+        return problem_response(403, TenantErrorCode.TENANT_SUSPENDED, "Tenant is suspended")
     if isinstance(exc, DjangoPermissionDenied):
         return problem_response(403, "PERMISSION_DENIED", "Permission denied")
     if isinstance(exc, exceptions.ValidationError):

@@ -7,4 +7,12 @@ class TenantsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from tenants import credential_signals, openapi  # noqa: F401 - schema extension, signals
+        from django.db.models.signals import post_migrate
+
+        from tenants import (  # noqa: F401 - schema extension, signals
+            credential_signals,
+            openapi,
+            write_fence,
+        )
+
+        post_migrate.connect(write_fence.install, sender=self)

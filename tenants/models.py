@@ -34,6 +34,8 @@ class Tenant(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
         SUSPENDED = "suspended", "Suspended"
+        # For good: its offboarding has begun, and its rows are fenced (tenants/write_fence.py)
+        OFFBOARDING = "offboarding", "Offboarding"
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError
+from django.db import DatabaseError
 from django.http import HttpResponse
 from django.urls import resolve
 from rest_framework.request import Request
@@ -145,7 +145,9 @@ def _run_view(
     engine can store the exact bytes. Unexpected exceptions propagate (and become a 500)."""
     try:
         response = handler(view, request, *args, **kwargs)
-    except IntegrityError:
+    except DatabaseError:
+        # The transaction is unusable: nothing can be recorded in it, so the engine releases
+        # the key, and DRF answers the error outside (a refusal it maps, else a 500).
         raise
     except Exception as exc:
         response = view.handle_exception(exc)

@@ -92,6 +92,9 @@ def erase_diners(
     except REDIS_UNAVAILABLE:
         modeladmin.message_user(request, diner_privacy.ERASURE_UNFINISHED, messages.ERROR)
         return None
+    except diner_privacy.TenantLeaving as leaving:
+        modeladmin.message_user(request, f"Nothing was erased: {leaving}", messages.ERROR)
+        return None
     modeladmin.message_user(
         request,
         f"{len(logs)} diner(s) erased: {', '.join(log.pseudonym for log in logs) or 'none'}.",

@@ -19,6 +19,7 @@ from django.db.models import Q
 from idempotency.purge import OnBatch, in_batches
 from ordering.models import Order
 from ordering.models.orders import CONTACT_TO_CLEAR
+from tenants.models import Tenant
 from tenants.retention import register_kind
 
 KIND = "order_contact_details"
@@ -27,9 +28,12 @@ CLEARED = ("note", "contact_phone", "delivery_address")
 
 def contact_details_past_retention(now: datetime) -> Q:
     """Finished orders, last changed before the retention, that still hold something a diner
-    wrote (the condition of the partial index ``order_contact_to_clear``, which serves it)."""
+    wrote (the condition of the partial index ``order_contact_to_clear``, which serves it);
+    not those of a tenant being offboarded: its rows are fenced (an update of one would fail
+    the whole purge, :mod:`tenants.write_fence`) and its offboarding deletes them."""
     cutoff = now - timedelta(days=settings.ORDER_CONTACT_RETENTION_DAYS)
-    return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff)
+    leaving = Q(tenant__status=Tenant.Status.OFFBOARDING)
+    return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff) & ~leaving
 
 
 def clear_in_batches(

@@ -57,6 +57,20 @@ class NotADinerId(ValueError):
     of the reserved pseudonym prefix)."""
 
 
+class TenantLeaving(ValueError):
+    """The diner's restaurant is being offboarded: its rows are fenced (an erasure would stop
+    half-way, its sessions ended and its orders not), and its offboarding deletes them all."""
+
+
+def check_erasable(tenant: Tenant) -> None:
+    """Raise :class:`TenantLeaving` for a restaurant being offboarded."""
+    if tenant.status == Tenant.Status.OFFBOARDING:
+        raise TenantLeaving(
+            f"{tenant.slug} is being offboarded: its offboarding deletes every row of its "
+            "diners (they are in its archive), and nothing of it can be written meanwhile"
+        )
+
+
 def check_diner_id(diner_id: str) -> None:
     """Raise :class:`NotADinerId` for an id no diner can have. A pseudonym is one: erasing it
     would rename the erased diner's orders to a pseudonym of the pseudonym, and a later
@@ -96,8 +110,9 @@ def erase_diners(
     """Erase each ``(tenant, diner id)`` as :func:`erase_diner` does, waiting out the cached
     sessions once for all of them: every diner's sessions end first, then one wait, then each
     is erased (staff erasing forty diners at once wait one second, not forty)."""
-    for _, diner_id in diners:
+    for tenant, diner_id in diners:
         check_diner_id(diner_id)
+        check_erasable(tenant)
     sessions = [_end_sessions(tenant=tenant, diner_id=diner_id) for tenant, diner_id in diners]
     time.sleep(settings.DINER_SESSION_STATE_CACHE_SECONDS)
     return [

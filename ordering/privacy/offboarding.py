@@ -4,9 +4,11 @@ A :class:`~ordering.models.TenantOffboarding` job walks these phases, persisting
 after every bounded step, so it can be stopped anywhere (a crash, a deploy, a killed worker)
 and started again to finish:
 
-1. **suspend**: the tenant is suspended (its API answers 403 ``TENANT_SUSPENDED``, its
-   dashboard is closed), its API keys revoked and its diner sessions ended (401 once
-   revoked), all in one transaction, so nothing new is written while the rest runs;
+1. **suspend**: once the tenant's writes in flight have committed, the tenant is marked
+   ``offboarding`` (its API answers 403 ``TENANT_SUSPENDED``, its dashboard is closed, and
+   PostgreSQL refuses any later write of its rows, :mod:`tenants.write_fence`), its API keys
+   revoked and its diner sessions ended (401 once revoked), all in one transaction, so
+   nothing of it is written while the rest runs;
 2. **export**: the archive (:mod:`ordering.privacy.archive`) is written to the job's path;
 3. **engine**: the idempotency records (each with its Redis entry, announced to every
    process's local cache) and audits, and any other engine table keyed by the tenant, one
@@ -41,7 +43,7 @@ from idempotency.stores.audit_stream import drain_audits
 from ordering.models import TenantOffboarding
 from ordering.privacy.archive import archive_holds_all, export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
-from tenants import credential_cache, session_state
+from tenants import credential_cache, session_state, write_fence
 from tenants.models import ApiClient, DinerSession, Tenant
 
 Phase = TenantOffboarding.Phase
@@ -147,14 +149,20 @@ def _count(job: TenantOffboarding, what: str, n: int) -> None:
 
 
 def _suspend(job: TenantOffboarding) -> None:
+    """Close the tenant's tables once its writes in flight have committed (the fence waits for
+    them), revoke its credentials, and mark it ``offboarding``: from this commit on, any write
+    of a row of it is refused, so the export that follows holds every row the tables phase
+    deletes, as it was."""
     now = timezone.now()
-    Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.SUSPENDED)
+    write_fence.close(job.tenant_ref)
     ApiClient.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
         revoked_at=now
     )
     DinerSession.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
         revoked_at=now
     )
+    # last: the fence refuses the tenant's writes from here on, the revocations above included
+    Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.OFFBOARDING)
     # Bulk updates send no signals: tell every process's credential cache at commit, so no
     # cached key or session of the tenant outlives the suspension.
     credential_cache.announce(credential_cache.EVERYTHING)

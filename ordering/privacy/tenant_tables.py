@@ -20,19 +20,11 @@ from django.apps import apps
 from django.db.models import ForeignKey, Model, Q
 
 from tenants.models import Tenant
+from tenants.write_fence import tenant_tables
 
 
 def _foreign_keys(model: type[Model]) -> list[ForeignKey]:
     return [f for f in model._meta.concrete_fields if isinstance(f, ForeignKey)]
-
-
-def tenant_tables() -> list[type[Model]]:
-    """Every model with a foreign key to Tenant (Tenant itself excluded)."""
-    return [
-        model
-        for model in apps.get_models()
-        if model is not Tenant and any(f.related_model is Tenant for f in _foreign_keys(model))
-    ]
 
 
 def engine_tables() -> list[type[Model]]:

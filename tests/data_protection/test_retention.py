@@ -277,6 +277,40 @@ def test_what_diners_wrote_on_orders_finished_long_ago_is_cleared_and_nothing_el
     assert purge_expired_data()["order_contact_details"] == 0  # nothing left to clear
 
 
+def test_a_tenant_being_offboarded_does_not_stop_the_purge_of_the_others(
+    make_tenant, menu_for_tenant, settings, tmp_path
+):
+    """Its rows are fenced while its offboarding exports and deletes them: clearing its
+    orders failed the purge run, every tenant's kinds with it."""
+    from ordering.privacy.offboarding import run_offboarding, start_offboarding
+
+    settings.ORDER_CONTACT_RETENTION_DAYS = 30
+    long_ago = timezone.now() - timedelta(days=31)
+    leaving, staying = make_tenant(slug="leaving"), make_tenant(slug="staying")
+    orders = {}
+    for tenant in (leaving, staying):
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=menu_for_tenant(tenant).pk, quantity=1)],
+            payment_method="card",
+            diner_id="zoe",
+            note="ring twice",
+            actor="test",
+        )
+        Order.all_tenants.filter(pk=order.pk).update(
+            status=OrderStatus.COMPLETED, updated_at=long_ago
+        )
+        orders[tenant.slug] = order.pk
+    job = start_offboarding(tenant=leaving, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=1)  # suspended: its rows are fenced
+
+    assert purge_expired_data()["order_contact_details"] == 1
+
+    notes = dict(Order.all_tenants.filter(pk__in=orders.values()).values_list("pk", "note"))
+    assert (notes[orders["staying"]], notes[orders["leaving"]]) == ("", "ring twice")
+    assert overdue_rows()["order_contact_details"] == 0
+
+
 def test_metrics_count_rows_purged_and_overdue(tenant, settings, client):
     settings.METRICS_TOKEN = TOKEN
     before = scrape(client).content.decode()

@@ -271,3 +271,27 @@ def test_a_redis_node_down_stops_the_staff_erasure_with_a_message(staff, tenant,
         assert not DinerErasure.objects.exists()
     finally:
         node.remove()
+
+
+def test_erasing_a_diner_of_a_restaurant_being_offboarded_is_refused_whole(
+    staff, tenant, settings, tmp_path
+):
+    """Its rows are fenced: the erasure ended the diner's sessions, then failed on the orders
+    with a server error, half done."""
+    from ordering.privacy.offboarding import run_offboarding, start_offboarding
+
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    zoe = list(Order.all_tenants.filter(diner_id="zoe").values_list("pk", flat=True))
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=1)
+    sessions = DinerSession.objects.filter(tenant=tenant).count()
+
+    r = run_action(staff, "/admin/ordering/order/", "erase_diners", zoe, apply="1")
+
+    assert r.status_code == 302
+    shown = " ".join(m.message for m in r.wsgi_request._messages)
+    assert f"Nothing was erased: {tenant.slug} is being offboarded" in shown
+    assert DinerSession.objects.filter(tenant=tenant).count() == sessions == 1
+    assert Order.all_tenants.filter(diner_id="zoe").count() == 1
+    assert not DinerErasure.objects.exists()

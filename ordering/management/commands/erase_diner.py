@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisClusterException, RedisError
 
-from ordering.privacy.diners import NotADinerId, erase_diner
+from ordering.privacy.diners import NotADinerId, TenantLeaving, erase_diner
 from tenants.models import Tenant
 
 
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         who = options["by"] or f"cli:{getpass.getuser()}"
         try:
             log = erase_diner(tenant=tenant, diner_id=options["diner_id"], requested_by=who)
-        except NotADinerId as exc:
+        except (NotADinerId, TenantLeaving) as exc:
             raise CommandError(str(exc)) from None
         except (RedisError, RedisClusterException) as exc:
             raise CommandError(

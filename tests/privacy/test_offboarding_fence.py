@@ -1,0 +1,160 @@
+"""Nothing written after an offboarding's suspension escapes its archive.
+
+A request authenticated before the suspension may still be running when it commits. Each
+test holds a row lock the request needs (a dish's stock, an order's row), so the request is
+known to be past authentication and waiting, found by asking PostgreSQL who waits, not by
+timing; the offboarding then runs until it has begun deleting the tenant's tables, the lock
+is released, the request finishes, and the offboarding runs to its end. Afterwards the
+request was refused as the suspension's (403 ``TENANT_SUSPENDED``), the archive holds every
+order as it was, and nothing of the tenant is left.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, connections, transaction
+
+from ordering.models import Dish, Order, Payment, TenantOffboarding
+from ordering.privacy.offboarding import run_offboarding, start_offboarding
+from ordering.privacy.tenant_tables import deletion_order
+from tenants.models import ApiClient
+from tenants.write_fence import fenced_columns, refused_by_fence
+from tests.conftest import api_for, menu_for
+from tests.privacy.conftest import tenant_keys
+from tests.privacy.test_erase_diner import place
+from tests.privacy.test_offboard_tenant import rows_of_tenant
+from tests.privacy.test_offboarding_resumes import waiting_on_a_lock
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _in_thread(work: Callable[[], Any], into: list[Any]) -> threading.Thread:
+    def run() -> None:
+        try:
+            into.append(work())
+        except Exception as exc:  # reported by the test
+            into.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _tables_begun(job_id: int) -> bool:
+    job = TenantOffboarding.objects.get(pk=job_id)
+    return any(model._meta.label in job.counts for model in deletion_order())
+
+
+def _offboard_until_tables_begun(job_id: int) -> TenantOffboarding:
+    while not _tables_begun(job_id):
+        job = run_offboarding(job_id, max_steps=1)
+        assert not job.is_done, "the offboarding finished before its tables phase was seen"
+    return TenantOffboarding.objects.get(pk=job_id)
+
+
+@pytest.mark.parametrize("late_write", ["a new order", "a merchant's move"])
+def test_a_write_in_flight_at_the_suspension_is_refused_not_lost(
+    late_write, make_tenant, tmp_path, settings
+):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    # given a restaurant with an order, and a request of it past authentication, waiting on
+    # a row we hold locked
+    tenant = make_tenant(slug="leaving")
+    menu = menu_for(tenant)
+    first = place(api_for(tenant, diner="zoe"), menu, "k1", note="call me")
+    assert first.status_code == 201
+    order_id = int(first.json()["id"])
+    if late_write == "a new order":
+        diner = api_for(tenant, diner="yan")
+        request = lambda: place(diner, menu, "late", note="placed as the restaurant left")  # noqa: E731
+        held = Dish.all_tenants.filter(pk=menu["pizza"].pk)
+    else:
+        merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+        request = lambda: merchant.post(  # noqa: E731
+            f"/api/v1/orders/{order_id}/transition/", {"to": "CANCELLED"}, format="json"
+        )
+        held = Order.all_tenants.filter(pk=order_id)
+    archive = tmp_path / "leaving.zip"
+    job = start_offboarding(tenant=tenant, export_path=archive, requested_by="t", batch_size=1)
+    answers: list[Any] = []
+    offboarded: list[Any] = []
+    with transaction.atomic():
+        list(held.select_for_update(of=("self",)))
+        writer = _in_thread(request, answers)
+        wait_until(lambda: waiting_on_a_lock() > 0 or answers, what="the request to wait")
+        assert answers == [], "the request did not wait on the lock held"
+        # when the offboarding suspends, exports and begins deleting the tables meanwhile
+        runner = _in_thread(lambda: _offboard_until_tables_begun(job.pk), offboarded)
+        runner.join(120)
+        assert len(offboarded) == 1 and isinstance(offboarded[0], TenantOffboarding), offboarded
+    # and the request finishes only then
+    writer.join(120)
+    run_offboarding(job.pk)
+    # then it was refused as the suspension's, and nothing of it was written
+    (answer,) = answers
+    assert (answer.status_code, answer.json()["code"]) == (403, "TENANT_SUSPENDED")
+    # the archive holds the order as it was before the suspension
+    with zipfile.ZipFile(archive) as done:
+        orders = json.loads(done.read("orders.json"))
+        manifest = json.loads(done.read("manifest.json"))
+    assert [(o["pk"], o["fields"]["status"]) for o in orders] == [(order_id, "CREATED")]
+    assert manifest["files"]["orders.json"] == 1
+    # and nothing of the restaurant is left
+    job.refresh_from_db()
+    assert job.is_done
+    assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
+    assert tenant_keys(str(tenant.pk)) == {}
+
+
+def test_every_table_of_a_tenant_is_fenced():
+    # given the tables found from the schema (a table added later is among them)
+    fenced = fenced_columns()
+    assert {"ordering_order", "ordering_payment", "tenants_dinersession"} <= set(fenced)
+    # then each of their tenant columns has the fence's trigger
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+        )
+        present = set(cursor.fetchall())
+    missing = [
+        (table, column)
+        for table, columns in fenced.items()
+        for column in columns
+        if (table, f"tenant_write_fence_{column}") not in present
+    ]
+    assert missing == []
+
+
+def test_a_worker_writing_after_the_suspension_is_refused(make_tenant, tmp_path):
+    # given a restaurant with a paid order whose offboarding has suspended it
+    tenant, other = make_tenant(slug="leaving"), make_tenant(slug="staying")
+    menu = menu_for(tenant)
+    place(api_for(tenant, diner="zoe"), menu, "k1")
+    order = Order.all_tenants.get(tenant=tenant)
+    payment = Payment.all_tenants.create(
+        tenant=tenant, order=order, provider="simulated", provider_txn_id="tx-1",
+        method="card", amount=order.total,
+    )  # fmt: skip
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=1)
+    # when a worker (no request, no credential) settles the payment or adds a row of it
+    writes = {
+        "payment": lambda: Payment.all_tenants.filter(pk=payment.pk).update(status="succeeded"),
+        "dish": lambda: Dish.all_tenants.create(tenant=tenant, name="Late", price=1, stock=1),
+    }
+    for what, write in writes.items():
+        with pytest.raises(DatabaseError) as refused, transaction.atomic():
+            write()
+        # then the database refuses it, as the fence's
+        assert refused_by_fence(refused.value), what
+    # and another restaurant writes as before
+    assert Dish.all_tenants.create(tenant=other, name="Soup", price=1, stock=1).pk
