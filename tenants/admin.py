@@ -107,6 +107,31 @@ class TenantAdmin(admin.ModelAdmin):
             )
         )
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.status == Tenant.Status.OFFBOARDING:
+            fields.append("status")
+        return fields
+
+    def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """Only an offboarding sets ``offboarding`` (after waiting for the writes in flight)."""
+        if db_field.name == "status":
+            kwargs["choices"] = [
+                choice for choice in Tenant.Status.choices if choice[0] != Tenant.Status.OFFBOARDING
+            ]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        """Keep ``offboarding`` once an offboarding set it, though the form was opened before:
+        saved back as it was shown, the tenant's tables reopened while they were exported and
+        deleted (:mod:`tenants.write_fence`). Decided under the row's lock, which the
+        offboarding's suspension takes too."""
+        if change:
+            current = Tenant.objects.select_for_update().values_list("status", flat=True)
+            if current.get(pk=obj.pk) == Tenant.Status.OFFBOARDING:
+                obj.status = Tenant.Status.OFFBOARDING
+        super().save_model(request, obj, form, change)
+
     @admin.display(description="members", ordering="member_count")
     def members(self, obj: Tenant) -> int:
         return obj.member_count  # type: ignore[attr-defined]

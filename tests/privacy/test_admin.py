@@ -295,3 +295,28 @@ def test_erasing_a_diner_of_a_restaurant_being_offboarded_is_refused_whole(
     assert DinerSession.objects.filter(tenant=tenant).count() == sessions == 1
     assert Order.all_tenants.filter(diner_id="zoe").count() == 1
     assert not DinerErasure.objects.exists()
+
+
+def test_a_tenant_form_opened_before_its_offboarding_does_not_reopen_it(staff, tenant, tmp_path):
+    """Saved as it was shown (status: active), the form reopened the tenant's tables while
+    its offboarding exported and deleted them, and its keys answered again."""
+    from ordering.privacy.offboarding import run_offboarding, start_offboarding
+
+    # given the tenant's admin page, opened while it was active
+    url = f"/admin/tenants/tenant/{tenant.pk}/change/"
+    page = staff.get(url)
+    form = page.context["adminform"].form
+    shown = {name: form[name].value() for name in form.fields}
+    data = {name: "" if value is None else value for name, value in shown.items()}
+    data |= {"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    assert data["status"] == Tenant.Status.ACTIVE
+    # when its offboarding begins, and then the page is saved (a name corrected)
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    run_offboarding(job.pk, max_steps=1)
+    saved = staff.post(url, {**data, "name": "Renamed"})
+    # then the name is saved and the tenant stays offboarding
+    assert saved.status_code == 302
+    tenant.refresh_from_db()
+    assert (tenant.name, tenant.status) == ("Renamed", Tenant.Status.OFFBOARDING)
+    # and its page no longer offers to change its status
+    assert "status" not in staff.get(url).context["adminform"].form.fields
