@@ -549,6 +549,11 @@ DINER_SESSION_STATE_CACHE_SECONDS = env_number(
 OFFBOARDING_EXPORT_DIR = Path(
     os.environ.get("OFFBOARDING_EXPORT_DIR", BASE_DIR / "var" / "offboarding")
 )
+# How long after its suspension an offboarding waits before its last sweep of the tenant's
+# Redis keys and engine rows: a request authenticated just before may still be running, and
+# store tokens or a reply in Redis (no table fences that), or an audit. Gunicorn kills a request
+# past GUNICORN_TIMEOUT (30 s); the engine writes its audits within AUDIT_FLUSH_SECONDS (1 s).
+OFFBOARDING_DRAIN_SECONDS = env_number("OFFBOARDING_DRAIN_SECONDS", 60.0, low=0, high=3600)
 # ... unless the process hears the credential feed (Redis pub/sub), which announces every
 # revocation at once: then a session's or API key's state is kept up to this long
 # (tenants/credential_cache.py).

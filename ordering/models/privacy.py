@@ -56,6 +56,9 @@ class TenantOffboarding(models.Model):
     requested_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    suspended_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its tables were closed (the suspend phase)"
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
 

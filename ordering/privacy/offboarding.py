@@ -19,9 +19,11 @@ and started again to finish:
    deletion_order`, one batch per step; first, if the archive no longer holds every row (it
    is gone, or a request that passed authentication before the suspension wrote since), the
    job goes back to **export**;
-6. **tenant**: the engine's rows of the tenant written since the engine phase (counts and
-   audits a server process flushed late), then the tenant row itself (its memberships go
-   with it), and the job is done.
+6. **tenant**: once ``OFFBOARDING_DRAIN_SECONDS`` have passed since the suspension (no
+   request authenticated before it is still running), the engine's rows of the tenant
+   written since the engine phase (counts and audits a server process flushed late) and its
+   Redis keys stored since the Redis phase (a late request's tokens), then the tenant row
+   itself (its memberships go with it), and the job is done.
 
 Each database step runs in one transaction with the job's row locked (``SELECT … FOR
 UPDATE``): what it deleted and the progress it recorded commit together, and two runners of
@@ -31,8 +33,11 @@ deletes what is still there, so repeating one after a crash is harmless.
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Model, Q
 from django.utils import timezone
@@ -134,6 +139,8 @@ def step(job_id: int) -> TenantOffboarding:
     job = TenantOffboarding.objects.get(pk=job_id)
     if job.phase == Phase.REDIS:
         return _redis_keys(job)  # not a database transaction: it records progress per page
+    if job.phase == Phase.TENANT:
+        _wait_for_requests_in_flight(job)  # outside the transaction: no lock held meanwhile
     with transaction.atomic():
         job = TenantOffboarding.objects.select_for_update().get(pk=job_id)
         if job.is_done or job.phase == Phase.REDIS:  # another runner got here first
@@ -163,6 +170,7 @@ def _suspend(job: TenantOffboarding) -> None:
     )
     # last: the fence refuses the tenant's writes from here on, the revocations above included
     Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.OFFBOARDING)
+    job.suspended_at = now
     # Bulk updates send no signals: tell every process's credential cache at commit, so no
     # cached key or session of the tenant outlives the suspension.
     credential_cache.announce(credential_cache.EVERYTHING)
@@ -243,13 +251,27 @@ def _tables_started(job: TenantOffboarding) -> bool:
     return any(model._meta.label in job.counts for model in deletion_order())
 
 
+def _wait_for_requests_in_flight(job: TenantOffboarding) -> None:
+    """Sleep until ``OFFBOARDING_DRAIN_SECONDS`` have passed since the suspension, when no
+    request authenticated before it can still be running (nor hold an audit unwritten)."""
+    since = job.suspended_at or job.created_at
+    drained = since + timedelta(seconds=settings.OFFBOARDING_DRAIN_SECONDS)
+    left = (drained - timezone.now()).total_seconds()
+    if left > 0:
+        time.sleep(left)
+
+
 def _tenant(job: TenantOffboarding) -> None:
-    """The engine's rows of the tenant once more, then the tenant row. A server process counts
-    first executions in memory and writes them every ``AUDIT_FLUSH_SECONDS`` (and keeps an
-    audit the stream refused the same way): the last requests before the suspension could
-    land their counts and audits after the engine phase, rows of the tenant nothing removed."""
+    """The engine's rows and Redis keys of the tenant once more, then the tenant row. A
+    request authenticated before the suspension may have stored in Redis after the Redis
+    phase (its diner's tokens: no table fences Redis), and a server process counts first
+    executions in memory and writes them every ``AUDIT_FLUSH_SECONDS`` (and keeps an audit
+    the stream refused the same way): rows and keys of the tenant nothing removed. Runs once
+    those requests have ended (:func:`_wait_for_requests_in_flight`)."""
     if _engine_batch(job):
         return
+    for deleted in erasure.forget_tenant_keys(str(job.tenant_ref), batch=job.batch_size):
+        _count(job, "redis_keys", deleted)
     Tenant.objects.filter(pk=job.tenant_ref).delete()
     job.phase = Phase.DONE
     job.finished_at = timezone.now()

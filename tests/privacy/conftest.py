@@ -38,6 +38,13 @@ def tenant_keys(tenant_key: str) -> dict[bytes, bytes]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def no_requests_in_flight(settings: Any) -> None:
+    """No request of a tenant runs in these tests while it is offboarded: its offboarding need
+    not wait for them before its last sweep (``OFFBOARDING_DRAIN_SECONDS``)."""
+    settings.OFFBOARDING_DRAIN_SECONDS = 0
+
+
 @pytest.fixture(params=["single", "shards", "cluster"])
 def topology(request: pytest.FixtureRequest, settings: Any) -> str:
     """Run a test on the suite's one Redis node, on three shards, and on a Redis Cluster."""

@@ -158,3 +158,24 @@ def test_a_worker_writing_after_the_suspension_is_refused(make_tenant, tmp_path)
         assert refused_by_fence(refused.value), what
     # and another restaurant writes as before
     assert Dish.all_tenants.create(tenant=other, name="Soup", price=1, stock=1).pk
+
+
+def test_what_requests_in_flight_store_in_redis_after_its_phase_is_gone_at_the_end(
+    make_tenant, tmp_path
+):
+    # given an offboarding past its Redis phase
+    from idempotency.core.tokens import issue_tokens
+
+    tenant = make_tenant(slug="leaving")
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    while TenantOffboarding.objects.get(pk=job.pk).phase != TenantOffboarding.Phase.TABLES:
+        run_offboarding(job.pk, max_steps=1)
+    assert tenant_keys(str(tenant.pk)) == {}
+    # when a request authenticated before the suspension issues its diner tokens only now (a
+    # write to Redis alone: no table fences it)
+    issue_tokens(tenant=str(tenant.pk), principal="diner:yan", count=2)
+    assert any(b"diner:yan" in value for value in tenant_keys(str(tenant.pk)).values())
+    run_offboarding(job.pk)
+    # then nothing under the tenant's hash tag is left on any node
+    assert tenant_keys(str(tenant.pk)) == {}

@@ -60,6 +60,7 @@ def test_a_killed_offboarding_finishes_when_run_again(make_tenant, tmp_path, set
         "DEBUG": "1",
         "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
         "DINER_SESSION_STATE_CACHE_SECONDS": "0.05",
+        "OFFBOARDING_DRAIN_SECONDS": "0",
     }
     command = [sys.executable, "manage.py", "offboard_tenant", "leaving"]
     command += ["--export", str(archive), "--batch-size", "1"]
