@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -32,6 +33,7 @@ from ordering.services.menu import MenuError
 from tenants.models import Membership, Tenant
 from tenants.permissions import DASHBOARD_ACCESS, Area, areas_of, role_reaches
 from tenants.selectors import current_membership, memberships_of
+from tenants.write_fence import refused_by_fence
 
 View = Callable[..., HttpResponse]
 T = TypeVar("T")
@@ -67,8 +69,15 @@ def member_required(area: Area) -> Callable[[View], View]:
                 return _not_applied_here(request, membership)
             if not role_reaches(membership.role, area):
                 return forbidden(request, area)
-            with timezone.override(membership.tenant.zone):
-                return view(request, *args, **kwargs)
+            try:
+                with timezone.override(membership.tenant.zone):
+                    return view(request, *args, **kwargs)
+            except DatabaseError as exc:
+                if not refused_by_fence(exc):
+                    raise
+                # signed in before its restaurant's offboarding began, written after: the
+                # page a member of a suspended restaurant gets (nothing of it was kept)
+                return render(request, "dashboard/no_tenant.html", status=403)
 
         wrapper.dashboard_area = area  # type: ignore[attr-defined]
         return wrapper
