@@ -270,7 +270,9 @@ class OrderPayView(APIView):
     @idempotent(fields=(), auto_key_window=AUTO_KEY_WINDOW, redact=ORDER_PERSONAL_PATHS)
     def post(self, request: Request, order_id: int) -> Response:
         """Start paying: CREATED -> PAYING with a new Payment; once every payment was
-        declined, pay again with a new Idempotency-Key (the order stays PAYING)."""
+        declined, pay again with a new Idempotency-Key (the order stays PAYING). An order
+        whose total is 0.00 needs no payment: it moves CREATED -> PAID at once, ``payment``
+        null."""
         principal: ApiPrincipal = request.user
         order, _ = pay_order(
             tenant=principal.tenant,

@@ -142,7 +142,8 @@ def _cancel_delivery(order: Order, compensation: Compensation) -> None:
 
 def _refund_payment(order: Order, compensation: Compensation) -> None:
     """Refund the payment that took the money; void one never captured; nothing if there is
-    none."""
+    none, as for an order that cost nothing (paid without a payment), nor for a payment of
+    0.00: providers refuse a refund of nothing, and no refund is booked in the day's sales."""
     P = Payment.Status
     # money no order wanted has a refund of its own (ordering/payments/capture_refunds.py)
     payment = payment_of_record(
@@ -150,7 +151,7 @@ def _refund_payment(order: Order, compensation: Compensation) -> None:
             Payment.all_tenants.filter(order=order, unwanted_capture=False).order_by("-created_at")
         )
     )
-    if payment is not None and payment.status in (P.SUCCEEDED, P.REFUNDED):
+    if payment is not None and payment.status in (P.SUCCEEDED, P.REFUNDED) and payment.amount > 0:
         refund = get_provider(payment.provider).refund(
             payment=payment, amount=payment.amount, idempotency_key=compensation.compensation_id
         )

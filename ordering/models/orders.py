@@ -3,6 +3,7 @@
 Lifecycle::
 
     CREATED -> PAYING -> PAID -> ACCEPTED -> PREPARING -> READY -> DELIVERING -> COMPLETED
+    CREATED -> PAID                       (an order that costs nothing: no payment to make)
     PAYING -> PAYING                      (paying again once every payment was declined)
     CREATED | PAYING                      -> CANCELLED     (nothing paid: undone on the spot)
     PAID | ACCEPTED | PREPARING | READY   -> CANCELLING -> CANCELLED   (refund through the saga)
@@ -55,6 +56,18 @@ MAX_PAYMENT_ATTEMPTS = 5
 def has_no_payment(order: Order) -> bool:
     """CREATED -> PAYING only while no payment is attached (the first payment)."""
     return not order.payments.exists()
+
+
+def costs_something(order: Order) -> bool:
+    """A payment is started only for money: payment providers refuse an amount of 0.00, and a
+    payment of nothing would later be "refunded" by a cancel (:func:`costs_nothing`)."""
+    return order.total > 0
+
+
+def costs_nothing(order: Order) -> bool:
+    """CREATED -> PAID at once, with no payment, when a coupon or free dishes bring the total to
+    0.00: there is nothing for a provider to take, nor for a cancel to refund."""
+    return order.total == 0
 
 
 def every_payment_declined(order: Order) -> bool:
@@ -143,11 +156,22 @@ class Order(ConcurrentTransitionMixin, models.Model):
         field=status,
         source=S.CREATED,
         target=S.PAYING,
-        conditions=[has_no_payment],
+        conditions=[has_no_payment, costs_something],
         custom={"by": (DINER,)},
     )
     def start_payment(self) -> None:
         """The diner started paying; the Payment is created in the same transaction."""
+
+    @transition(
+        field=status,
+        source=S.CREATED,
+        target=S.PAID,
+        conditions=[has_no_payment, costs_nothing],
+        custom={"by": (DINER,)},
+    )
+    def settle_without_payment(self) -> None:
+        """The diner paid an order that costs nothing: settled at once, no provider asked and no
+        Payment made (``ordering.services.payments.pay_order``)."""
 
     @transition(
         field=status,

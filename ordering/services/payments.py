@@ -1,5 +1,5 @@
 """Starting a payment: CREATED -> PAYING (or paying again after a declined card) and the
-Payment row, in one transaction.
+Payment row, in one transaction; or, for an order that costs nothing, CREATED -> PAID at once.
 
 The provider is reached only through its adapter (``ordering.payments``); its answer (the
 provider's transaction id) is what the signed callback later names.
@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
-from ordering.models import Order, OrderStatus, Payment
-from ordering.models.orders import MAX_PAYMENT_ATTEMPTS
+from ordering.background.outbox import emit_event
+from ordering.models import EventType, Order, OrderStatus, Payment
+from ordering.models.orders import MAX_PAYMENT_ATTEMPTS, costs_nothing
 from ordering.one_statement import insert_together
 from ordering.payments.registry import default_provider
 from ordering.prefetch import with_related
@@ -23,12 +24,20 @@ from ordering.services.lifecycle import (
 )
 from tenants.models import Tenant
 
+# why an order was paid without a payment, in its ``order.paid`` event
+NOTHING_TO_PAY = "nothing_to_pay"
+
 
 def pay_order(
     *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
-) -> tuple[Order, Payment]:
+) -> tuple[Order, Payment | None]:
     """Attach a payment and move the order to PAYING: its first one (CREATED -> PAYING), or
     another once every payment so far was declined (PAYING -> PAYING, ``pay_again``).
+
+    An order whose total is 0.00 (a coupon covering it, free dishes) is settled instead:
+    CREATED -> PAID with its ``order.paid`` event (``settled: nothing_to_pay``) in one
+    transaction, no provider asked and no Payment made (None is returned for it). Providers
+    refuse a payment of nothing, and one made would have a cancel "refund" 0.00.
 
     The first: the FSM condition (no payment attached yet) plus the conditional status update
     make a second concurrent pay of the same order a 409, never a second Payment. The condition
@@ -47,6 +56,8 @@ def pay_order(
         order = access_paying_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("payments",)
         )
+        if costs_nothing(order):
+            return _settle_without_payment(order, actor=actor), None
         again = order.status == OrderStatus.PAYING
         earlier = list(order.payments.all())
         apply_transition(
@@ -69,6 +80,23 @@ def pay_order(
     # the newest first, as Payment.Meta.ordering reads them
     with_related(order, payments=[payment, *earlier])
     return order, payment
+
+
+def _settle_without_payment(order: Order, *, actor: str) -> Order:
+    """CREATED -> PAID for an order that costs nothing, and its ``order.paid`` event (the day's
+    sales count it, for 0.00); the caller holds the transaction. From any other status the
+    move is refused (409) like any pay of an order not awaiting one."""
+    apply_transition(order, order.settle_without_payment, actor=actor)
+    emit_event(
+        order=order,
+        event_type=EventType.ORDER_PAID,
+        payload={
+            "settled": NOTHING_TO_PAY,
+            "amount": str(order.total),
+            "currency": order.currency,
+        },
+    )
+    return order
 
 
 def pay_again_refusal(payments: Sequence[Payment]) -> str | None:

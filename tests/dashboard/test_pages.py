@@ -21,6 +21,7 @@ from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.services.payments import pay_order
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient, Tenant
 from tests.dashboard.conftest import form_token, make_order
@@ -101,6 +102,20 @@ def test_order_page_shows_lines_payment_and_log(merchant, mine):
         (S.PAYING, S.PAID),
     ]
     assert html.count('class="log-entry"') == 3
+
+
+def test_order_page_says_an_order_that_costs_nothing_needs_no_payment(merchant, mine):
+    # given an order of a free dish, paid (settled without a payment)
+    free = Dish.objects.for_tenant(mine.tenant).create(
+        tenant=mine.tenant, name="Water", price=Decimal("0.00"), stock=5
+    )
+    order = make_order(mine.tenant, free, S.CREATED)
+    pay_order(tenant=mine.tenant, order_id=order.pk, actor="test")
+    # then its page says why there is no payment, where an unpaid order's says none came yet
+    html = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+    assert "No payment needed: the order costs nothing." in html
+    unpaid = make_order(mine.tenant, mine.dishes["pizza"], S.CREATED)
+    assert "No payment yet." in merchant.get(f"/dashboard/orders/{unpaid.pk}/").content.decode()
 
 
 def test_order_page_shows_how_to_reach_the_diner(merchant, mine):

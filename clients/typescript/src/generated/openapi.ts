@@ -194,7 +194,9 @@ export interface paths {
         put?: never;
         /**
          * @description Start paying: CREATED -> PAYING with a new Payment; once every payment was
-         *     declined, pay again with a new Idempotency-Key (the order stays PAYING).
+         *     declined, pay again with a new Idempotency-Key (the order stays PAYING). An order
+         *     whose total is 0.00 needs no payment: it moves CREATED -> PAID at once, ``payment``
+         *     null.
          */
         post: operations["v1_orders_pay_create"];
         delete?: never;
