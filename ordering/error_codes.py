@@ -18,6 +18,7 @@ class OrderingErrorCode(StrEnum):
     COUPON_EXHAUSTED = "COUPON_EXHAUSTED"
     ORDER_ID_UNAVAILABLE = "ORDER_ID_UNAVAILABLE"
     ORDER_ALREADY_PLACED = "ORDER_ALREADY_PLACED"
+    CURSOR_INVALID = "CURSOR_INVALID"
 
 
 HTTP_STATUS: dict[OrderingErrorCode, int] = {
@@ -32,4 +33,5 @@ HTTP_STATUS: dict[OrderingErrorCode, int] = {
     OrderingErrorCode.COUPON_EXHAUSTED: 422,
     OrderingErrorCode.ORDER_ID_UNAVAILABLE: 503,
     OrderingErrorCode.ORDER_ALREADY_PLACED: 409,
+    OrderingErrorCode.CURSOR_INVALID: 400,
 }

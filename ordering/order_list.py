@@ -1,120 +1,123 @@
-"""The order list (``GET /api/v1/orders/``) as DRF's page-number paginator takes it.
+"""The order list (``GET /api/v1/orders/``), read a page at a time from a cursor.
 
-The paginator asks its list for a count, then for one slice. Given a queryset with
-``select_related`` and ``prefetch_related``, that was four statements (the count, the page's
-orders with their coupons, their lines, their payments), each built and compiled afresh by the
-ORM, and the prefetch's querysets made again for every order of the page: about 5 ms of a
-worker's CPU for a page of 20 (``bench/api_reads.py``). :class:`OrderList` answers the same
-count and slice in two round trips whose statements are compiled once per process: the count
-with the page the request asks for, then the page's lines and payments
-(:func:`ordering.prefetch.read_related_of`). Where statements do not ride along (the embedded
-demo's SQLite), or a statement cannot be kept, it reads through the ORM as before.
+A page is the orders just after a place in the list (older ones), or just before it (newer
+ones), newest first by ``(created_at, id)`` (:mod:`ordering.order_cursor`): a keyset read,
+``WHERE (created_at, id) < (%s, %s) ORDER BY created_at DESC, id DESC LIMIT n + 1`` (the one
+more tells whether another page follows). Orders placed or moved between two reads leave the
+pages still to come as they were, and a deep page costs what the first does (no ``OFFSET``
+skipping rows, no ``COUNT`` of the whole list).
+
+Two round trips a page, whose statements are compiled once per process: the page's orders with
+their coupons, then their lines and payments (:func:`ordering.prefetch.read_related_of`).
+Building and compiling the ORM's queries and the prefetch's querysets for every page had cost
+a worker more than PostgreSQL's reads (``bench/api_reads.py``). Where statements do not ride
+along (the embedded demo's SQLite), or a statement cannot be kept, it reads through the ORM.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
+from django.conf import settings
 from django.db import connections, router
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
+from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.db.models.query import prefetch_related_objects
 
 from idempotency.core.transactions import statements_ride_along
 from ordering.models import Order
-from ordering.prefetch import JoinedRead, compiled_sql, read_related_of
+from ordering.order_cursor import Cursor
+from ordering.prefetch import JoinedRead, read_related_of
 from ordering.selectors import orders_of
 from tenants.models import Tenant
 
 # what a listed order shows besides itself (ordering.api.rendering.render_order, detail=False)
 LISTED_RELATIONS = ("lines", "payments")
+NEWEST_FIRST = ("-created_at", "-id")
+OLDEST_FIRST = ("created_at", "id")
+# per (a diner named, a status named, where the page starts, database): its read, compiled once
+_READS: dict[tuple[bool, bool, str, str], JoinedRead] = {}
 
 
 @dataclass(frozen=True)
-class _Reads:
-    """The list's two statements for one shape of filter: how many orders it holds, and its
-    orders with their coupons, newest first (``page``, whose ``sliced`` text reads them from a
-    place: ``LIMIT %s OFFSET %s`` appended to the ORM's ordered query, as Django writes a
-    slice with the numbers in the text)."""
+class OrderPage:
+    """A page of the list, newest first, and the places of the pages beside it (None: there
+    is none, as far as this read saw)."""
 
-    count: str
-    page: JoinedRead
-
-    @cached_property
-    def sliced(self) -> str:
-        return f"{self.page.sql} LIMIT %s OFFSET %s"
+    orders: list[Order]
+    next: Cursor | None
+    previous: Cursor | None
 
 
-# A slice ending past this offset is not read along with the count: PostgreSQL's OFFSET and
-# LIMIT are 64-bit integers (no list is that long; the paginator answers 404 from the count).
-LAST_OFFSET = 2**63 - 1
-# per (a diner named, a status named, database): the list's reads, compiled once
-_READS: dict[tuple[bool, bool, str], _Reads] = {}
+def read_page(
+    *,
+    tenant: Tenant,
+    diner_id: str | None,
+    status: str | None,
+    cursor: Cursor | None,
+    size: int | None = None,
+) -> OrderPage:
+    """The caller's orders (:func:`orders_of`, maybe only those in ``status``) from ``cursor``
+    (None: the newest), at most ``size`` (the API's page size), each holding its coupon, lines
+    and payments. Call it inside :func:`ordering.selectors.one_moment`, so that the orders and
+    their relations are read from one snapshot."""
+    size = size or settings.REST_FRAMEWORK["PAGE_SIZE"]
+    backwards = cursor is not None and cursor.backwards
+    rows = _OrderRead(tenant=tenant, diner_id=diner_id, status=status).run(cursor, size + 1)
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()  # read oldest first from the place, shown newest first
+    first = rows[0] if rows else None
+    last = rows[-1] if rows else None
+    if backwards:
+        previous = _before(first) if more and first else None
+        following = _after(last) if last else _after_place(cursor)
+        return OrderPage(orders=rows, next=following, previous=previous)
+    following = _after(last) if more and last else None
+    previous = None
+    if cursor is not None:  # a page after another: the orders before it are one page back
+        previous = _before(first) if first else _before_place(cursor)
+    return OrderPage(orders=rows, next=following, previous=previous)
 
 
-class OrderList:
-    """The orders a caller lists (:func:`orders_of`, maybe only those in ``status``), newest
-    first, each holding its coupon, lines and payments.
+def _after(order: Order) -> Cursor:
+    return Cursor(created_at=order.created_at, order_id=order.pk)
 
-    ``expected``: the slice the request asks for (from its page number), read with the count
-    in one query, so that the paginator's slice that follows costs no round trip; any other
-    slice is read when asked for."""
 
-    def __init__(
-        self, *, tenant: Tenant, diner_id: str | None, status: str | None, expected: slice | None
-    ) -> None:
-        self.tenant = tenant
-        self.params: list[object] = [
-            tenant.pk,
-            *([] if diner_id is None else [diner_id]),
-            *([] if status is None else [status]),
-        ]
-        if expected is not None and expected.stop > LAST_OFFSET:
-            expected = None
-        self.diner_id, self.status, self.expected = diner_id, status, expected
+def _before(order: Order) -> Cursor:
+    return Cursor(created_at=order.created_at, order_id=order.pk, backwards=True)
+
+
+def _after_place(cursor: Cursor | None) -> Cursor | None:
+    return None if cursor is None else Cursor(cursor.created_at, cursor.order_id)
+
+
+def _before_place(cursor: Cursor) -> Cursor:
+    return Cursor(cursor.created_at, cursor.order_id, backwards=True)
+
+
+class _OrderRead:
+    """One page's read of the orders, with their coupons, from a place in the list."""
+
+    def __init__(self, *, tenant: Tenant, diner_id: str | None, status: str | None) -> None:
+        self.tenant, self.diner_id, self.status = tenant, diner_id, status
         self.using = router.db_for_read(Order)
-        self._page: list[Order] | None = None
 
-    def count(self) -> int:
-        reads = self._reads()
-        if reads is None:
-            return self._queryset().count()
-        statements, params = [reads.count], list(self.params)
-        if self.expected is not None:
-            statements.append(reads.sliced)
-            params += self._sliced_params(self.expected)
-        with connections[self.using].cursor() as cursor:
-            cursor.execute("; ".join(statements), params)
-            [(total,)] = cursor.fetchall()
-            if self.expected is not None:
-                cursor.nextset()
-                self._page = self._orders(reads, cursor.fetchall())
-        return total
-
-    def __getitem__(self, wanted: slice) -> list[Order]:
-        expected = self.expected
-        if (
-            self._page is not None
-            and expected is not None
-            and wanted.start == expected.start
-            and wanted.stop <= expected.stop  # the last page: the paginator asks up to the count
-        ):
-            return self._page[: wanted.stop - wanted.start]
-        reads = self._reads()
-        if reads is None:
-            held = self._queryset().select_related("coupon").prefetch_related(*LISTED_RELATIONS)
-            return list(held[wanted])
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(reads.sliced, self._sliced_params(wanted))
-            return self._orders(reads, cursor.fetchall())
-
-    def _sliced_params(self, wanted: slice) -> list[object]:
-        """The parameters of :attr:`_Reads.sliced` for ``wanted``: the filter's, the limit,
-        the offset."""
-        return [*self.params, wanted.stop - wanted.start, wanted.start]
-
-    def _orders(self, reads: _Reads, rows: list[tuple]) -> list[Order]:
-        orders = [reads.page.instance(row, using=self.using) for row in rows]
+    def run(self, cursor: Cursor | None, limit: int) -> list[Order]:
+        params = [
+            self.tenant.pk,
+            *([] if self.diner_id is None else [self.diner_id]),
+            *([] if self.status is None else [self.status]),
+            *([] if cursor is None else [cursor.created_at, cursor.order_id]),
+        ]
+        read = self._compiled(cursor, params)
+        if read is None:
+            held = self._queryset(cursor).select_related("coupon")
+            return list(held.prefetch_related(*LISTED_RELATIONS)[:limit])
+        with connections[self.using].cursor() as db:
+            db.execute(f"{read.sql} LIMIT %s", [*params, limit])
+            orders = [read.instance(row, using=self.using) for row in db.fetchall()]
         tenant_field = Order._meta.get_field("tenant")
         for order in orders:
             tenant_field.set_cached_value(order, self.tenant)
@@ -122,26 +125,32 @@ class OrderList:
             prefetch_related_objects(orders, *LISTED_RELATIONS)
         return orders
 
-    def _queryset(self) -> QuerySet[Order]:
+    def _queryset(self, cursor: Cursor | None) -> QuerySet[Order]:
         orders = orders_of(tenant=self.tenant, diner_id=self.diner_id)
         if self.status is not None:
             orders = orders.filter(status=self.status)
-        return orders
+        if cursor is None:
+            return orders.order_by(*NEWEST_FIRST)
+        place = Tuple(F("created_at"), F("id"))
+        if cursor.backwards:
+            newer = TupleGreaterThan(place, (cursor.created_at, cursor.order_id))
+            return orders.filter(newer).order_by(*OLDEST_FIRST)
+        older = TupleLessThan(place, (cursor.created_at, cursor.order_id))
+        return orders.filter(older).order_by(*NEWEST_FIRST)
 
-    def _reads(self) -> _Reads | None:
-        """This shape's statements, compiled the first time; None where they cannot be kept
-        (read through the ORM then, and compiled again next time)."""
+    def _compiled(self, cursor: Cursor | None, params: list[object]) -> JoinedRead | None:
+        """This shape's read, compiled the first time; None where it cannot be kept (read
+        through the ORM then, and compiled again next time)."""
         connections[self.using].ensure_connection()  # whether statements ride along
         if not statements_ride_along(self.using):
             return None
-        shape = (self.diner_id is not None, self.status is not None, self.using)
+        start = "newest" if cursor is None else "before" if cursor.backwards else "after"
+        shape = (self.diner_id is not None, self.status is not None, start, self.using)
         known = _READS.get(shape)
         if known is not None:
             return known
-        orders = self._queryset()
-        keys = compiled_sql(orders.order_by().values("pk"), self.params, using=self.using)
-        page = JoinedRead.of(orders.select_related("coupon"), self.params, using=self.using)
-        if keys is None or page is None:
-            return None
-        _READS[shape] = _Reads(f"SELECT COUNT(*) FROM ({keys}) AS listed", page)
-        return _READS[shape]
+        rows = self._queryset(cursor).select_related("coupon")
+        read = JoinedRead.of(rows, params, using=self.using)
+        if read is not None:
+            _READS[shape] = read
+        return read

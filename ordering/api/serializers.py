@@ -220,9 +220,15 @@ class DinerOrderDetailSerializer(DinerOrderSerializer):
 
 
 class PaginatedOrdersSerializer(serializers.Serializer):
-    """The page envelope of ``GET /api/v1/orders/`` (DRF's page-number pagination)."""
+    """The page envelope of ``GET /api/v1/orders/`` (cursor pagination, as DRF's
+    ``CursorPagination`` shapes it: no count, the links carry the cursor)."""
 
-    count = serializers.IntegerField()
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
+    next = serializers.URLField(
+        allow_null=True, help_text="The older orders' page; null: none older."
+    )
+    previous = serializers.URLField(
+        allow_null=True,
+        help_text="The newer orders' page; null on the first page, and on a page read "
+        "backwards that reached the newest orders.",
+    )
     results = OrderSerializer(many=True)

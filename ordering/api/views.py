@@ -7,12 +7,12 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
-from django.db import IntegrityError
+from django.db import IntegrityError, router
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from config.api_errors import ApiError
@@ -35,7 +35,8 @@ from ordering.api.serializers import (
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
 from ordering.models import Order, OrderStatus
-from ordering.order_list import OrderList
+from ordering.order_cursor import Cursor
+from ordering.order_list import read_page
 from ordering.prefetch import read_related
 from ordering.selectors import access_order, menu_rows, one_moment
 from ordering.services.lifecycle import cancel_order, transition_order
@@ -129,14 +130,22 @@ class OrderListCreateView(APIView):
             OpenApiParameter(
                 "status", str, enum=OrderStatus.values, description="Only orders in this status"
             ),
-            OpenApiParameter("page", {"type": "integer", "minimum": 1}),
+            OpenApiParameter(
+                "cursor",
+                {"type": "string", "maxLength": 56},
+                description="Where the page starts: the cursor of an answer's next or previous "
+                "link (opaque); leave it out for the newest orders. One this list did not "
+                "give answers 400 CURSOR_INVALID.",
+            ),
         ],
         responses={200: PaginatedOrdersSerializer, **problems(*READ_ERRORS)},
     )
     def get(self, request: Request) -> Response:
-        """The caller's orders, newest first (a diner's own; a merchant key's, all of them);
-        ``?status=`` filters."""
-        for name in ("status", "page"):
+        """The caller's orders, newest first (a diner's own; a merchant key's, all of them), 20
+        a page; ``?status=`` filters. Pages follow each other by cursor (the answer's ``next``
+        and ``previous`` links), so orders placed or moved while a client scrolls neither
+        repeat nor skip an order on the pages it reads next."""
+        for name in ("status", "cursor"):
             if len(request.query_params.getlist(name)) > 1:
                 # one is taken, the others silently dropped: a client filtering by two
                 # statuses would read one status's orders as all of them
@@ -145,6 +154,13 @@ class OrderListCreateView(APIView):
                     code="VALIDATION_ERROR",
                     detail=f"{name} may be given once",
                 )
+        if "page" in request.query_params:
+            # a client still counting pages would read the first page again and again
+            raise ApiError(
+                status_code=400,
+                code="VALIDATION_ERROR",
+                detail="page numbers are not taken: follow the answer's next link (cursor)",
+            )
         wanted = request.query_params.get("status")
         if wanted is not None and wanted not in OrderStatus.values:
             raise ApiError(
@@ -152,17 +168,24 @@ class OrderListCreateView(APIView):
                 code="VALIDATION_ERROR",
                 detail=f"status must be one of {', '.join(OrderStatus.values)}",
             )
-        paginator = PageNumberPagination()
-        orders = OrderList(
-            tenant=request.user.tenant,
-            diner_id=request.user.diner_id,
-            status=wanted,
-            expected=_requested_slice(request, paginator),
+        given = request.query_params.get("cursor")
+        cursor = None if given is None else Cursor.decode(given)
+        principal: ApiPrincipal = request.user
+        with one_moment(router.db_for_read(Order)):  # the orders as one moment left them
+            page = read_page(
+                tenant=principal.tenant,
+                diner_id=principal.diner_id,
+                status=wanted,
+                cursor=cursor,
+            )
+            shown = [shown_order(principal, order, detail=False) for order in page.orders]
+        return Response(
+            {
+                "next": _page_link(request, page.next),
+                "previous": _page_link(request, page.previous),
+                "results": shown,
+            }
         )
-        with one_moment(orders.using):  # the orders as one moment left them
-            page = paginator.paginate_queryset(orders, request, view=self)
-            shown = [shown_order(request.user, order, detail=False) for order in page]
-        return paginator.get_paginated_response(shown)
 
     @extend_schema(
         request=PlaceOrderInSerializer,
@@ -235,15 +258,11 @@ class OrderListCreateView(APIView):
         return super().handle_exception(exc)
 
 
-def _requested_slice(request: Request, paginator: PageNumberPagination) -> slice | None:
-    """The orders the request's page number asks for; None when it names no page by number
-    (``last``, or not a number: the paginator answers that)."""
-    try:
-        number = int(request.query_params.get(paginator.page_query_param) or 1)
-    except ValueError:
+def _page_link(request: Request, cursor: Cursor | None) -> str | None:
+    """The URL of the page at ``cursor``: this request's, its filter kept, the cursor set."""
+    if cursor is None:
         return None
-    size = paginator.page_size
-    return slice((number - 1) * size, number * size) if size and number >= 1 else None
+    return replace_query_param(request.build_absolute_uri(), "cursor", cursor.encode())
 
 
 class OrderDetailView(APIView):

@@ -353,6 +353,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     ),
     OrderingErrorCode.ORDER_NOT_FOUND: lambda app: app.diner.get(f"{ORDERS}424242/"),
     "NOT_FOUND": lambda app: app.diner.get(f"{ORDERS}abc/"),
+    OrderingErrorCode.CURSOR_INVALID: lambda app: app.diner.get(ORDERS, {"cursor": "nope"}),
     "METHOD_NOT_ALLOWED": lambda app: app.diner.delete("/api/v1/menu/"),
     "NOT_ACCEPTABLE": lambda app: app.diner.get("/api/v1/menu/", HTTP_ACCEPT="application/xml"),
     "BAD_REQUEST": lambda app: app.diner.get("/api/v1/menu/", HTTP_HOST="evil.example"),

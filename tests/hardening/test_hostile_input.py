@@ -897,11 +897,11 @@ def test_sql_in_a_token_check_is_an_invalid_token(
     assert order_table_exists()
 
 
-def test_hostile_page_numbers_are_not_found(http: APIClient, world_a: World, subtests: Any) -> None:
-    for page in ("abc", "0", "-1", "99999999999999999999", "' OR 1=1 --", "1e3"):
-        with subtests.test(msg=page):
-            response = http.get(ORDERS, {"page": page}, HTTP_AUTHORIZATION=world_a.auth())
-            assert_problem(response, 404, "NOT_FOUND")
+def test_hostile_cursors_are_refused(http: APIClient, world_a: World, subtests: Any) -> None:
+    for cursor in ("abc", "0", "-1", "99999999999999999999", "' OR 1=1 --", "1e3", "\x00"):
+        with subtests.test(msg=cursor):
+            response = http.get(ORDERS, {"cursor": cursor}, HTTP_AUTHORIZATION=world_a.auth())
+            assert_problem(response, 400, "CURSOR_INVALID")
 
 
 def test_out_of_range_order_ids_are_not_found(

@@ -1,18 +1,20 @@
-"""The order list's read: every page what the ORM reads, in two statements compiled once.
+"""The order list's read: pages by cursor, each what the ORM reads, in two statements
+compiled once.
 
-``GET /api/v1/orders/`` answers DRF's page-number pagination from ``ordering.order_list
-.OrderList`` (the count with the asked page in one query, then the page's lines and payments in
-another). These tests hold every page, filter and caller to what the ORM's queryset with its
-prefetch gives, paginated by Django, and the read to two statements.
+``GET /api/v1/orders/`` answers a page at a time from a place in the list
+(``ordering.order_list.read_page``: the page's orders with their coupons, then their lines and
+payments). These tests hold every page, filter and caller to what the ORM's queryset with its
+prefetch gives, newest first; the pages to stay as they were while orders are placed or move
+between two reads; and a cursor the list did not give to a 400.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from django.core.paginator import Paginator
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -20,8 +22,9 @@ from django.utils import timezone
 from ordering import order_list
 from ordering.api.rendering import render_order
 from ordering.models import Order, OrderStatus, Payment
-from ordering.order_list import OrderList
+from ordering.order_cursor import Cursor
 from ordering.selectors import orders_of
+from ordering.services.lifecycle import cancel_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
 from tenants.models import ApiClient
@@ -73,15 +76,38 @@ def orders(tenant, other_tenant):
     return mine
 
 
-def by_the_orm(tenant, *, diner: str | None, status: str | None, page: int, internal: bool):
-    """What the list showed when it paginated the ORM's queryset with its prefetch."""
+def by_the_orm(tenant, *, diner: str | None, status: str | None, internal: bool):
+    """The pages the list shows: the ORM's queryset with its prefetch, newest first, cut in
+    pages of 20."""
     rows = orders_of(tenant=tenant, diner_id=diner)
     if status is not None:
         rows = rows.filter(status=status)
-    rows = rows.select_related("coupon").prefetch_related("lines", "payments")
-    pages = Paginator(rows, PAGE)
-    shown = [render_order(o, internal=internal, detail=False) for o in pages.page(page)]
-    return pages.count, pages.num_pages, shown
+    rows = rows.order_by("-created_at", "-id").select_related("coupon")
+    shown = [
+        render_order(o, internal=internal, detail=False)
+        for o in rows.prefetch_related("lines", "payments")
+    ]
+    return [shown[i : i + PAGE] for i in range(0, len(shown), PAGE)] or [[]]
+
+
+def caller_of(tenant, diner: str | None):
+    return api_for(tenant, diner=diner) if diner else api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+
+
+def pages_after(caller, url: str) -> list[dict]:
+    """Each answer from ``url`` on, following ``next`` until there is none."""
+    answers = []
+    while url:
+        answer = caller.get(url)
+        assert answer.status_code == 200, answer.content
+        answers.append(answer.json())
+        url = answer.json()["next"]
+    return answers
+
+
+def cursor_of(link: str) -> Cursor:
+    [value] = parse_qs(urlsplit(link).query)["cursor"]
+    return Cursor.decode(value)
 
 
 CALLERS = [pytest.param(DINER, id="diner"), pytest.param(None, id="merchant")]
@@ -89,76 +115,143 @@ CALLERS = [pytest.param(DINER, id="diner"), pytest.param(None, id="merchant")]
 
 @pytest.mark.parametrize("diner", CALLERS)
 @pytest.mark.parametrize("status", [None, OrderStatus.PAYING])
-def test_every_page_is_what_the_orm_reads(tenant, orders, diner, status):
-    caller = (
-        api_for(tenant, diner=diner) if diner else api_for(tenant, kind=ApiClient.Kind.MERCHANT)
-    )
-    query = f"&status={status}" if status else ""
-    count, last, _ = by_the_orm(tenant, diner=diner, status=status, page=1, internal=not diner)
-    assert count > 0
-    for number in [*range(1, last + 1), "last"]:
-        answer = caller.get(f"/api/v1/orders/?page={number}{query}")
-        assert answer.status_code == 200, answer.content
-        body = answer.json()
-        page = last if number == "last" else number
-        expected = by_the_orm(tenant, diner=diner, status=status, page=page, internal=not diner)
-        assert (body["count"], body["results"]) == (expected[0], expected[2])
-        assert (body["next"] is None) == (page == last)
-        assert (body["previous"] is None) == (page == 1)
+def test_every_page_is_what_the_orm_reads_forwards_and_back(tenant, orders, diner, status):
+    caller = caller_of(tenant, diner)
+    expected = by_the_orm(tenant, diner=diner, status=status, internal=not diner)
+    assert expected[0]
+    # following next from the newest orders
+    first = "/api/v1/orders/" + (f"?status={status}" if status else "")
+    forwards = pages_after(caller, first)
+    assert [page["results"] for page in forwards] == expected
+    assert forwards[0]["previous"] is None
+    assert all(page["previous"] for page in forwards[1:])
+    # each link keeps the filter
+    for page in forwards:
+        for link in (page["next"], page["previous"]):
+            if link:
+                assert parse_qs(urlsplit(link).query).get("status") == (
+                    [status] if status else None
+                )
+    # and back from the last page, following previous
+    backwards, url = [], forwards[-1]["previous"]
+    while url:
+        page = caller.get(url).json()
+        backwards.append(page["results"])
+        url = page["previous"]
+    assert backwards[::-1] == expected[:-1]
 
 
 def test_the_latest_payment_is_shown(tenant, orders):
-    listed = api_for(tenant, diner=DINER).get("/api/v1/orders/?page=3").json()["results"]
+    listed = [
+        o
+        for page in pages_after(api_for(tenant, diner=DINER), "/api/v1/orders/")
+        for o in page["results"]
+    ]
     shown = {o["id"]: o["payment"] for o in listed}
     assert shown[str(orders[3].pk)]["amount"] == "1.00"
 
 
-def test_a_page_is_two_statements_compiled_once_per_process(tenant, orders):
+@pytest.mark.parametrize("start", ["newest", "after", "before"])
+def test_a_page_is_two_statements_compiled_once_per_process(tenant, orders, start):
     caller = api_for(tenant, diner=DINER)
-    assert caller.get("/api/v1/orders/?page=2").status_code == 200  # compiles this shape
+    first = caller.get("/api/v1/orders/").json()
+    second = caller.get(first["next"]).json()
+    url = {"newest": "/api/v1/orders/", "after": first["next"], "before": second["previous"]}[start]
+    assert caller.get(url).status_code == 200  # compiles this shape
     with compiled_models() as compiled, CaptureQueriesContext(connection) as queries:
-        answer = caller.get("/api/v1/orders/?page=1")
+        answer = caller.get(url)
     assert answer.status_code == 200 and len(answer.json()["results"]) == PAGE
     assert compiled == []
     reads = [q["sql"] for q in queries if "ordering_" in q["sql"]]
     assert len(reads) == 2
-    assert "COUNT(*)" in reads[0] and "LIMIT" in reads[0]
+    # a keyset read: no count of the list, no rows skipped by an offset
+    assert "LIMIT" in reads[0] and "COUNT" not in reads[0] and "OFFSET" not in reads[0]
     assert "ordering_orderline" in reads[1] and "ordering_payment" in reads[1]
 
 
-@pytest.mark.parametrize("page", ["4", "0", "-1", "abc", "99999999999999999999"])
-def test_a_page_that_is_not_there_is_404(tenant, orders, page):
+@pytest.mark.parametrize("change", ["placed", "left", "both"])
+def test_pages_stay_as_they_were_while_orders_are_placed_and_move(tenant, orders, change):
+    # given the diner's first page of orders waiting to be paid (CREATED), newest first
+    caller = api_for(tenant, diner=DINER)
+    waiting = orders_of(tenant=tenant, diner_id=DINER).filter(status=OrderStatus.CREATED)
+    created = [
+        str(pk) for pk in waiting.order_by("-created_at", "-id").values_list("pk", flat=True)
+    ]
+    first = caller.get("/api/v1/orders/?status=CREATED").json()
+    assert [o["id"] for o in first["results"]] == created[:PAGE]
+    # when, before the next page is read, 3 orders are placed, or 3 of the first page leave
+    # the filter (cancelled), or both
+    if change in ("placed", "both"):
+        menu = {"pizza": orders[0].lines.get().dish}
+        for n in range(3):
+            place(tenant, menu, 3 * n, DINER)  # one pizza line each
+    if change in ("left", "both"):
+        for shown in first["results"][:3]:
+            cancel_order(tenant=tenant, order_id=int(shown["id"]), actor="test")
+    # then the next pages hold every older order once: none of the first page again, none
+    # skipped (page numbers showed 3 of the first page again after 3 were placed, and
+    # skipped 3 once 3 had left the list)
+    rest = [o["id"] for page in pages_after(caller, first["next"]) for o in page["results"]]
+    assert rest == created[PAGE:]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "",
+        "abc",
+        "%%%",
+        "x" * 57,
+        "YS4xLjA",  # a.1.0: no order id 0
+        "Yy4xLjE",  # c.1.1: no such direction
+        "YS4tMS4x",  # a.-1.1
+        "YS45OTk5OTk5OTk5OTk5OTk5OTk5LjE",  # a time past the calendar's end
+        "YS4xLjk5OTk5OTk5OTk5OTk5OTk5OTk",  # an id past 64 bits
+        "8J-Ygg",  # not ASCII text
+    ],
+)
+def test_a_cursor_the_list_did_not_give_is_400(tenant, orders, cursor):
+    answer = api_for(tenant, diner=DINER).get("/api/v1/orders/", {"cursor": cursor})
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "CURSOR_INVALID"
+
+
+@pytest.mark.parametrize("page", ["1", "2", "last"])
+def test_a_page_number_is_refused_not_read_as_the_first_page(tenant, orders, page):
     answer = api_for(tenant, diner=DINER).get(f"/api/v1/orders/?page={page}")
-    assert answer.status_code == 404
-    assert answer.json()["code"] == "NOT_FOUND"
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "VALIDATION_ERROR"
 
 
 def test_an_empty_list_is_one_page_of_nothing(tenant):
     body = api_for(tenant, diner=DINER).get("/api/v1/orders/").json()
-    assert body == {"count": 0, "next": None, "previous": None, "results": []}
+    assert body == {"next": None, "previous": None, "results": []}
 
 
-def test_a_slice_other_than_the_expected_one_is_read_when_asked_for(tenant, orders):
-    listed = OrderList(tenant=tenant, diner_id=DINER, status=None, expected=slice(0, PAGE))
-    assert listed.count() == 45
-    newest_first = [o.pk for o in orders[::-1]]
-    assert [o.pk for o in listed[PAGE : 2 * PAGE]] == newest_first[PAGE : 2 * PAGE]
-    assert [o.pk for o in listed[0:5]] == newest_first[:5]  # from the page read with the count
-    assert [o.pk for o in listed[5:10]] == newest_first[5:10]
+def test_a_place_past_the_end_is_an_empty_page_that_leads_back(tenant, orders):
+    # given a cursor after the diner's oldest order
+    oldest = orders[0]
+    place = Cursor(created_at=oldest.created_at, order_id=oldest.pk)
+    answer = api_for(tenant, diner=DINER).get("/api/v1/orders/", {"cursor": place.encode()})
+    # then no order follows, and previous leads back to the orders before that place
+    body = answer.json()
+    assert (body["results"], body["next"]) == ([], None)
+    assert cursor_of(body["previous"]) == Cursor(oldest.created_at, oldest.pk, backwards=True)
 
 
 def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefetch(
     tenant, orders, monkeypatch
 ):
-    """As on the embedded demo's SQLite: the count, the page with its coupons, its lines and
-    its payments, four statements whatever the page's size, and the same answer."""
+    """As on the embedded demo's SQLite: the page with its coupons, its lines and its
+    payments, three statements whatever the page's size, and the same answer."""
     caller = api_for(tenant, diner=DINER)
-    expected = caller.get("/api/v1/orders/?page=2").json()
+    url = caller.get("/api/v1/orders/").json()["next"]
+    expected = caller.get(url).json()
     monkeypatch.setattr(order_list, "statements_ride_along", lambda using: False)
     with CaptureQueriesContext(connection) as queries:
-        answer = caller.get("/api/v1/orders/?page=2")
+        answer = caller.get(url)
     assert answer.json() == expected
-    assert len([q for q in queries if "ordering_" in q["sql"]]) == 4
+    assert len([q for q in queries if "ordering_" in q["sql"]]) == 3
 
 
 @pytest.mark.django_db(transaction=True)  # as served: the read in no transaction of its own

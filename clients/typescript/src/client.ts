@@ -184,11 +184,12 @@ export class OrderingClient {
     return (await this.send<Dish[]>("GET", "/api/v1/menu/", { auth: this.keyAuth })).data;
   }
 
-  /** This diner's orders, one page. */
-  async orders(query: { status?: OrderStatus; page?: number } = {}): Promise<PaginatedOrders> {
+  /** This diner's orders, one page, newest first: `{ next, previous, results }`. The next
+   * page's `cursor` is in the answer's `next` link (`previous`: the newer orders' page). */
+  async orders(query: { status?: OrderStatus; cursor?: string } = {}): Promise<PaginatedOrders> {
     const params = new URLSearchParams();
     if (query.status) params.set("status", query.status);
-    if (query.page) params.set("page", String(query.page));
+    if (query.cursor) params.set("cursor", query.cursor);
     const suffix = params.toString() ? `?${params}` : "";
     return (await this.send<PaginatedOrders>("GET", `/api/v1/orders/${suffix}`, { auth: this.bearer })).data;
   }

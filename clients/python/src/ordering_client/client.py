@@ -181,7 +181,9 @@ class OrderingClient:
         return self._send("GET", "/api/v1/menu/", auth=self._key_auth).json()
 
     def orders(self, **params: str) -> Any:
-        """This diner's orders (one page: ``{"count", "next", "previous", "results"}``)."""
+        """This diner's orders, one page, newest first: ``{"next", "previous", "results"}``.
+        The next page's ``cursor`` is in the answer's ``next`` link (``previous``: the newer
+        orders' page); pass it as ``cursor=…``."""
         return self._send("GET", "/api/v1/orders/", auth=self._bearer, params=params).json()
 
     def order(self, order_id: int | str) -> Any:

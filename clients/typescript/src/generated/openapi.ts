@@ -137,8 +137,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * @description The caller's orders, newest first (a diner's own; a merchant key's, all of them);
-         *     ``?status=`` filters.
+         * @description The caller's orders, newest first (a diner's own; a merchant key's, all of them), 20
+         *     a page; ``?status=`` filters. Pages follow each other by cursor (the answer's ``next``
+         *     and ``previous`` links), so orders placed or moved while a client scrolls neither
+         *     repeat nor skip an order on the pages it reads next.
          */
         get: operations["v1_orders_retrieve"];
         put?: never;
@@ -390,12 +392,20 @@ export interface components {
          * @enum {string}
          */
         OrderStatusEnum: "CREATED" | "PAYING" | "PAID" | "ACCEPTED" | "PREPARING" | "READY" | "DELIVERING" | "COMPLETED" | "CANCELLING" | "CANCELLED";
-        /** @description The page envelope of ``GET /api/v1/orders/`` (DRF's page-number pagination). */
+        /**
+         * @description The page envelope of ``GET /api/v1/orders/`` (cursor pagination, as DRF's
+         *     ``CursorPagination`` shapes it: no count, the links carry the cursor).
+         */
         PaginatedOrders: {
-            count: number;
-            /** Format: uri */
+            /**
+             * Format: uri
+             * @description The older orders' page; null: none older.
+             */
             next: string | null;
-            /** Format: uri */
+            /**
+             * Format: uri
+             * @description The newer orders' page; null on the first page, and on a page read backwards that reached the newest orders.
+             */
             previous: string | null;
             results: components["schemas"]["Order"][];
         };
@@ -1089,7 +1099,8 @@ export interface operations {
     v1_orders_retrieve: {
         parameters: {
             query?: {
-                page?: number;
+                /** @description Where the page starts: the cursor of an answer's next or previous link (opaque); leave it out for the newest orders. One this list did not give answers 400 CURSOR_INVALID. */
+                cursor?: string;
                 /** @description Only orders in this status */
                 status?: "ACCEPTED" | "CANCELLED" | "CANCELLING" | "COMPLETED" | "CREATED" | "DELIVERING" | "PAID" | "PAYING" | "PREPARING" | "READY";
             };
