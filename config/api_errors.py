@@ -145,7 +145,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
                 # whole seconds, rounded up (DRF's Throttled and the engine's RateLimited)
                 headers["Retry-After"] = str(math.ceil(exc.wait))
-            return problem_response(exc.status_code, code, str(exc.detail), headers=headers)
+            detail = str(exc.detail)
+            if isinstance(exc, exceptions.UnsupportedMediaType):
+                detail += " Request bodies are JSON only (Content-Type: application/json)."
+            return problem_response(exc.status_code, code, detail, headers=headers)
     if isinstance(exc, exceptions.APIException):
         code, _ = code_for_status(exc.status_code)
         return problem_response(exc.status_code, code, str(exc.detail))

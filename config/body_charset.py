@@ -1,7 +1,7 @@
 """Refuse a request body declared in a charset other than UTF-8 (or its subset, ASCII).
 
-Every parser behind a view decodes a body with the charset its ``Content-Type`` names: our JSON
-parser, DRF's form and multipart parsers, Django's ``request.POST`` for the dashboard's forms.
+Every parser behind a view decodes a body with the charset its ``Content-Type`` names: the API's
+JSON parser (its only one), Django's ``request.POST`` for the dashboard's and the admin's forms.
 Python's codecs include some that fail with a bare ``UnicodeError`` (``punycode``,
 ``undefined``), which none of those parsers expects: ``charset=punycode`` on any form or JSON
 body was a 500. JSON exchanged between systems must be UTF-8 (RFC 8259 §8.1), and browsers send

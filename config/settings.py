@@ -497,11 +497,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # DRF's renderer choice, remembered per Accept header (config/negotiation.py)
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.RememberingContentNegotiation",
-    "DEFAULT_PARSER_CLASSES": [
-        "config.parsers.StrictJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON bodies only: a form (urlencoded or multipart) cannot carry what most bodies hold, an
+    # order's items (a list of objects) nor an integer (a form's values are strings, and no
+    # field converts one: the idempotency fingerprint tells "1" from 1), so a form that named
+    # only text fields worked and one naming a number was a VALIDATION_ERROR about its type.
+    # Any other media type is 415 UNSUPPORTED_MEDIA_TYPE, before the engine reads the body.
+    "DEFAULT_PARSER_CLASSES": ["config.parsers.StrictJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
     "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
@@ -518,11 +519,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
-    # Request bodies are documented as JSON only. The API also parses forms (README, 415), but a
-    # form cannot carry what most bodies hold: an order's items (a list of objects), an integer
-    # (`count`: a form's values are strings, and no field converts one), the payment callback
-    # (read as raw JSON bytes, its signature over them). The schema offered form and multipart
-    # encodings for every body, so a client generated from it could pick one that always fails.
+    # Request bodies are JSON only (DEFAULT_PARSER_CLASSES above; the payment callback reads
+    # raw JSON bytes, its signature over them). drf-spectacular would offer each body in every
+    # encoding DRF's own JSON parser's subclass could be mistaken for; name JSON alone.
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     "ENUM_NAME_OVERRIDES": {
         "OrderStatusEnum": "ordering.models.orders.OrderStatus",

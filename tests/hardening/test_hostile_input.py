@@ -286,9 +286,16 @@ MULTIPART = (
         pytest.param(
             "application/x-www-form-urlencoded",
             b"items=1&payment_method=card",
-            400,
-            "VALIDATION_ERROR",
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
             id="form-encoded",
+        ),
+        pytest.param(
+            "multipart/form-data; boundary=XyZ",
+            MULTIPART,
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            id="multipart",
         ),
         pytest.param(
             "application/json; charset=utf-16",

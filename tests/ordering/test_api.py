@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from pathlib import Path
+from urllib.parse import urlencode
 
 import jsonschema_rs
 import pytest
@@ -496,7 +497,8 @@ def test_the_schema_requires_every_field_every_answer_carries(client, api, menu)
 def test_the_schema_offers_request_bodies_only_in_json(client, api):
     # Every body used to be offered as JSON, form-urlencoded and multipart. A form cannot hold an
     # order's items nor an integer (a form's values are strings, and no field converts one), and
-    # the payment callback reads raw JSON: a generated client picking a form always failed.
+    # the payment callback reads raw JSON: a generated client picking a form always failed. The
+    # API takes JSON bodies only.
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     offered = {
         f"{method.upper()} {path}": sorted(operation["requestBody"]["content"])
@@ -509,4 +511,51 @@ def test_the_schema_offers_request_bodies_only_in_json(client, api):
     # why: the same request is taken as JSON and refused as a form
     assert api.post("/api/v1/idempotency-tokens/", {"count": 2}, format="json").status_code == 201
     as_form = api.post("/api/v1/idempotency-tokens/", {"count": 2})
-    assert_error(as_form, 400, "VALIDATION_ERROR")
+    assert_error(as_form, 415, "UNSUPPORTED_MEDIA_TYPE")
+
+
+FORM = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data; boundary=XyZ"
+
+
+def multipart(**fields: str) -> bytes:
+    parts = [
+        f'--XyZ\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in fields.items()
+    ]
+    return ("".join(parts) + "--XyZ--\r\n").encode()
+
+
+@pytest.mark.parametrize("media_type", [FORM, MULTIPART], ids=["urlencoded", "multipart"])
+def test_a_form_body_is_refused_as_415_and_its_key_stays_free(api, merchant_api, menu, media_type):
+    """A form cannot carry an integer (``quantity``, ``count``: its values are strings) nor an
+    order's items: forms were parsed all the same, and a form naming a number was a 400 about
+    the number's type, one naming text only worked. Every body is JSON now; a form is refused
+    before anything reads it, whatever it holds, and keeps nothing for its key."""
+    fields = {"items": "1", "payment_method": "card"}
+    raw = urlencode(fields) if media_type == FORM else multipart(**fields)
+    # when an order is posted as a form
+    refused = api.post("/api/v1/orders/", raw, content_type=media_type, HTTP_IDEMPOTENCY_KEY="k1")
+    # then it is 415, naming the media type and JSON, and nothing is placed
+    body = assert_error(refused, 415, "UNSUPPORTED_MEDIA_TYPE")
+    assert media_type.split(";")[0] in body["detail"] and "JSON only" in body["detail"]
+    assert not Order.all_tenants.exists()
+    # and the same key then places the order sent as JSON: the refusal was not its answer
+    order = {"items": [{"dish_id": menu["pizza"].pk, "quantity": 2}], "payment_method": "card"}
+    placed = api.post("/api/v1/orders/", order, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert placed.status_code == 201, placed.content
+    # as are the other bodies sent as forms: a token count, a merchant's move
+    tokens = urlencode({"count": "2"}) if media_type == FORM else multipart(count="2")
+    assert_error(
+        api.post("/api/v1/idempotency-tokens/", tokens, content_type=media_type),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    )
+    move = urlencode({"to": "ACCEPTED"}) if media_type == FORM else multipart(to="ACCEPTED")
+    order_id = placed.json()["id"]
+    assert_error(
+        merchant_api.post(f"/api/v1/orders/{order_id}/transition/", move, content_type=media_type),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    )
+    assert Order.all_tenants.get(pk=order_id).status == "CREATED"
