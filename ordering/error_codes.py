@@ -19,6 +19,7 @@ class OrderingErrorCode(StrEnum):
     ORDER_ID_UNAVAILABLE = "ORDER_ID_UNAVAILABLE"
     ORDER_ALREADY_PLACED = "ORDER_ALREADY_PLACED"
     CURSOR_INVALID = "CURSOR_INVALID"
+    ORDER_TOTAL_TOO_LARGE = "ORDER_TOTAL_TOO_LARGE"
 
 
 HTTP_STATUS: dict[OrderingErrorCode, int] = {
@@ -34,4 +35,5 @@ HTTP_STATUS: dict[OrderingErrorCode, int] = {
     OrderingErrorCode.ORDER_ID_UNAVAILABLE: 503,
     OrderingErrorCode.ORDER_ALREADY_PLACED: 409,
     OrderingErrorCode.CURSOR_INVALID: 400,
+    OrderingErrorCode.ORDER_TOTAL_TOO_LARGE: 422,
 }

@@ -32,6 +32,20 @@ from tenants.routing import tenant_shard
 
 MAX_QUANTITY_PER_LINE = 100
 MAX_LINES = 50
+
+
+def _largest_amount() -> Decimal:
+    """The largest amount an order's money columns hold (12 digits, 2 of them decimals)."""
+    field = Order._meta.get_field("subtotal")
+    return Decimal(10) ** (field.max_digits - field.decimal_places) - Decimal(1).scaleb(
+        -field.decimal_places
+    )
+
+
+# An order's subtotal, before any coupon, is at most this: dishes up to 99,999,999.99 each,
+# 100 portions a line and 50 lines add up to more than the columns hold, and the write failed
+# as a 500 with the stock and coupon already taken (rolled back).
+MAX_ORDER_AMOUNT = _largest_amount()
 PAYMENT_METHODS = ("card", "wallet", "cash")
 
 
@@ -77,6 +91,13 @@ def place_order(
             subtotal = sum(
                 (dishes[d].price * q for d, q in quantities.items()), start=Decimal("0.00")
             )
+            if subtotal > MAX_ORDER_AMOUNT:
+                raise OrderingError(
+                    OrderingErrorCode.ORDER_TOTAL_TOO_LARGE,
+                    f"An order comes to at most {MAX_ORDER_AMOUNT} before any coupon; this one "
+                    f"comes to {subtotal}: order fewer portions",
+                    limit=str(MAX_ORDER_AMOUNT),
+                )
             coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
             discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
             primary_dish_id = next(iter(quantities))

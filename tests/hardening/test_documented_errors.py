@@ -321,6 +321,16 @@ def _normalisation_collision(app: App) -> Any:
     return app.place(app.order_body(items=[item]))
 
 
+def _total_too_large(app: App) -> Any:
+    # 100 portions at the menu's highest price and a side of 1.00: a cent over the limit
+    Dish.all_tenants.filter(pk=app.dish.pk).update(price=Decimal("99999999.99"), stock=100)
+    side = Dish.objects.for_tenant(app.tenant).create(
+        tenant=app.tenant, name="Side", price=Decimal("1.00"), stock=1
+    )
+    items = [{"dish_id": app.dish.pk, "quantity": 100}, {"dish_id": side.pk, "quantity": 1}]
+    return app.place(app.order_body(items=items))
+
+
 def _answer_no_longer_kept(app: App) -> Any:
     assert app.place(app.order_body(), key="k-old").status_code == 201
     purge_record(IdempotencyRecord.objects.get())
@@ -354,6 +364,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     OrderingErrorCode.ORDER_NOT_FOUND: lambda app: app.diner.get(f"{ORDERS}424242/"),
     "NOT_FOUND": lambda app: app.diner.get(f"{ORDERS}abc/"),
     OrderingErrorCode.CURSOR_INVALID: lambda app: app.diner.get(ORDERS, {"cursor": "nope"}),
+    OrderingErrorCode.ORDER_TOTAL_TOO_LARGE: _total_too_large,
     "METHOD_NOT_ALLOWED": lambda app: app.diner.delete("/api/v1/menu/"),
     "NOT_ACCEPTABLE": lambda app: app.diner.get("/api/v1/menu/", HTTP_ACCEPT="application/xml"),
     "BAD_REQUEST": lambda app: app.diner.get("/api/v1/menu/", HTTP_HOST="evil.example"),

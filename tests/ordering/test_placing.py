@@ -9,7 +9,7 @@ import pytest
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine
 from ordering.order_ids import decode_order_id, dish_bucket
-from ordering.services.placing import ItemRequest, place_order
+from ordering.services.placing import MAX_ORDER_AMOUNT, ItemRequest, place_order
 from tenants.routing import tenant_shard
 from tests.ordering.test_lifecycle import race
 
@@ -40,6 +40,33 @@ def test_prices_snapshot_and_coupon(tenant, menu, coupon):
     # the snapshot does not follow later price changes
     Dish.objects.for_tenant(tenant).filter(pk=menu["pizza"].pk).update(price=Decimal("99"))
     assert order.lines.first().unit_price == Decimal("9.50")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("side", "placed"),
+    [("0.99", True), ("1.00", False)],
+    ids=["at-the-limit", "a-cent-over"],
+)
+def test_an_order_comes_to_at_most_what_its_columns_hold(tenant, menu, coupon, side, placed):
+    # given a dish at the menu's highest price, 100 portions of it (9,999,999,999.00), and a
+    # side of 0.99 (the order's largest total, 9,999,999,999.99) or of 1.00 (a cent more)
+    Dish.all_tenants.filter(pk=menu["pizza"].pk).update(price=Decimal("99999999.99"), stock=100)
+    Dish.all_tenants.filter(pk=menu["pasta"].pk).update(price=Decimal(side))
+    items = ((menu["pizza"], 100), (menu["pasta"], 1))
+    if placed:
+        order = order_of(tenant, *items, coupon_code="TEN")
+        assert (order.subtotal, order.total) == (MAX_ORDER_AMOUNT, Decimal("8999999999.99"))
+        return
+    # then a cent over is refused before anything is written (it was a 500: numeric overflow),
+    # however much the coupon would take off
+    with pytest.raises(OrderingError) as err:
+        order_of(tenant, *items, coupon_code="TEN")
+    assert err.value.error_code == "ORDER_TOTAL_TOO_LARGE"
+    assert err.value.extra["limit"] == "9999999999.99"
+    assert Order.all_tenants.count() == 0
+    assert list(Dish.all_tenants.order_by("name").values_list("stock", flat=True)) == [50, 100]
+    assert Coupon.all_tenants.get(pk=coupon.pk).used_count == 0
 
 
 @pytest.mark.django_db
