@@ -24,9 +24,12 @@ class SalesDay(models.Model):
     day = models.DateField()
     currency = models.CharField(max_length=3)
     paid_orders = models.PositiveIntegerField(default=0)
-    revenue = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    # Room for a day of ten million orders at an order's largest amount (9,999,999,999.99:
+    # ordering.services.placing.MAX_ORDER_AMOUNT): with 14 digits, a hundred such orders
+    # overflowed the day's sum, and every later sale of that day failed its consumer.
+    revenue = models.DecimalField(max_digits=20, decimal_places=2, default=Decimal("0.00"))
     refunded_orders = models.PositiveIntegerField(default=0)
-    refunds = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    refunds = models.DecimalField(max_digits=20, decimal_places=2, default=Decimal("0.00"))
 
     all_tenants = models.Manager()
     objects = TenantManager()

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ordering.background import consumers, dispatch
 from ordering.background.dead_letters import is_flagged
 from ordering.background.outbox import emit_event, expect_retry, publish_event, sweep_outbox
+from ordering.background.sales import count_refund, count_sale
 from ordering.background.tasks import handle_outbox_event
 from ordering.models import (
     DeadLetter,
@@ -26,6 +27,7 @@ from ordering.models import (
     SimulatedOperation,
 )
 from ordering.services.lifecycle import cancel_order
+from ordering.services.placing import MAX_ORDER_AMOUNT
 from tenants.models import Tenant
 from tests.payments.helpers import paid_order
 
@@ -285,6 +287,19 @@ def test_a_sale_is_booked_on_the_restaurant_s_day_not_the_server_s(tenant, menu)
     assert list(SalesDay.objects.for_tenant(tenant).values_list("day", "paid_orders")) == [
         (date(2026, 12, 7), 1)
     ]
+
+
+def test_a_day_of_orders_at_the_largest_amount_is_summed_without_overflow(tenant):
+    # given a day of 150 sales and refunds, each of an order's largest amount (14 digits
+    # overflowed at the hundredth: each later sale of the day failed its consumer)
+    at = timezone.now()
+    for _ in range(150):
+        count_sale(tenant=tenant, at=at, currency="EUR", amount=MAX_ORDER_AMOUNT)
+        count_refund(tenant=tenant, at=at, currency="EUR", amount=MAX_ORDER_AMOUNT)
+    # then the day holds every one of them, to the cent
+    day = SalesDay.objects.for_tenant(tenant).get()
+    assert (day.paid_orders, day.revenue) == (150, MAX_ORDER_AMOUNT * 150)
+    assert (day.refunded_orders, day.refunds) == (150, MAX_ORDER_AMOUNT * 150)
 
 
 def test_an_event_no_consumer_can_handle_is_dead_lettered_naming_its_order(tenant, menu, settings):
