@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -88,9 +88,12 @@ class Coupon(models.Model):
         return self.code
 
     def discount_for(self, subtotal: Decimal) -> Decimal:
-        """The discount on ``subtotal``, never more than the subtotal itself."""
+        """The discount on ``subtotal``, never more than the subtotal itself. A percentage is
+        rounded to the cent half up, as a till or a calculator does (10 % of 19.05 is 1.91):
+        Python's default, half to even, took 1.90 off, a cent less than the diner was told."""
         if self.kind == self.Kind.PERCENT:
-            discount = (subtotal * self.value / Decimal(100)).quantize(Decimal("0.01"))
+            share = subtotal * self.value / Decimal(100)
+            discount = share.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
         else:
             discount = self.value
         return min(discount, subtotal)

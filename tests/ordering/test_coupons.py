@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Order
+from ordering.models import Coupon, Dish, Order
 from ordering.services.placing import ItemRequest, place_order
 
 
@@ -91,6 +91,43 @@ def test_a_coupon_that_cannot_be_used_is_refused_and_not_counted(tenant, menu, f
     assert Order.all_tenants.count() == 0
     menu["pizza"].refresh_from_db()
     assert menu["pizza"].stock == 50
+
+
+@pytest.mark.parametrize(
+    ("percent", "subtotal", "discount"),
+    [
+        ("10", "19.05", "1.91"),  # 1.905: half up (half to even gave 1.90)
+        ("10", "0.25", "0.03"),  # 0.025
+        ("10", "0.35", "0.04"),  # 0.035
+        ("12.5", "0.20", "0.03"),  # 0.025
+        ("33.33", "10.00", "3.33"),  # 3.333: down
+        ("100", "19.05", "19.05"),  # all of it
+        ("0.01", "0.01", "0.00"),  # less than half a cent: nothing
+    ],
+)
+def test_a_percentage_is_rounded_to_the_cent_half_up(percent, subtotal, discount):
+    coupon = Coupon(kind=Coupon.Kind.PERCENT, value=Decimal(percent))
+    assert coupon.discount_for(Decimal(subtotal)) == Decimal(discount)
+
+
+@pytest.mark.django_db
+def test_a_percentage_off_an_order_is_rounded_half_up_in_its_total(tenant, menu):
+    # given a coupon of 10 % and an order of 19.05 (2 x 9.50 and 1 x 0.05)
+    coupon_of(tenant, kind=Coupon.Kind.PERCENT, value=Decimal("10"))
+    Dish.all_tenants.filter(pk=menu["pasta"].pk).update(price=Decimal("0.05"))
+    placed = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=menu["pizza"].pk, quantity=2), ItemRequest(menu["pasta"].pk, 1)],
+        payment_method="card",
+        coupon_code="SAVE",
+        actor="test",
+    )
+    # then 1.91 is taken off, and the diner pays 17.14
+    assert (placed.subtotal, placed.discount, placed.total) == (
+        Decimal("19.05"),
+        Decimal("1.91"),
+        Decimal("17.14"),
+    )
 
 
 @pytest.mark.django_db
