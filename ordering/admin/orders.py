@@ -210,7 +210,9 @@ class CouponAdmin(admin.ModelAdmin):
     list_filter = ["active", "kind", "tenant"]
     list_select_related = ["tenant"]
     search_fields = ["code", "tenant__slug"]
-    readonly_fields = ["tenant", "used_count"]
+    # the code as the dashboard wrote it, in capitals: diners' codes are read in capitals
+    # (ordering/services/placing.py), so a code edited here into lower case could not be used
+    readonly_fields = ["tenant", "code", "used_count"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # merchants add coupons in the dashboard

@@ -103,7 +103,12 @@ class PlaceOrderInSerializer(PrebuiltFieldsSerializer):
     items = ItemInSerializer(many=True, allow_empty=False, max_length=MAX_LINES)
     payment_method = NamingChoiceField(choices=PAYMENT_METHODS)
     coupon_code = StrictCharField(
-        required=False, allow_null=True, allow_blank=True, max_length=40, trim_whitespace=True
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=40,
+        trim_whitespace=True,
+        help_text="Read in capitals, as merchants' codes are written (welcome10 is WELCOME10).",
     )
     note = StrictCharField(required=False, allow_blank=True, max_length=500, default="")
     contact = ContactInSerializer(required=False)

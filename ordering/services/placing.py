@@ -83,6 +83,9 @@ def place_order(
     The order comes back with its lines, its transition log and its (empty) payments in hand
     (:func:`ordering.prefetch.with_related`), so an answer can be rendered without reading
     back what was just written.
+
+    A coupon code is read in capitals, as the dashboard writes every code: a diner typing
+    ``welcome10`` means ``WELCOME10``, not an unknown coupon.
     """
     quantities = _merge_lines(items)
     try:
@@ -98,7 +101,7 @@ def place_order(
                     f"comes to {subtotal}: order fewer portions",
                     limit=str(MAX_ORDER_AMOUNT),
                 )
-            coupon = _use_coupon(tenant=tenant, code=coupon_code) if coupon_code else None
+            coupon = _use_coupon(tenant=tenant, code=coupon_code.upper()) if coupon_code else None
             discount = coupon.discount_for(subtotal) if coupon else Decimal("0.00")
             primary_dish_id = next(iter(quantities))
             day = business_day(tenant)

@@ -49,6 +49,14 @@ def test_order_page_shows_the_log_inline_and_money_read_only(staff, mine):
     assert staff.get("/admin/ordering/order/add/").status_code == 403
 
 
+def test_a_coupon_s_code_is_shown_not_edited(staff, mine):
+    # diners' codes are read in capitals, as the dashboard writes them: staff editing one into
+    # lower case would make it unusable
+    html = staff.get(f"/admin/ordering/coupon/{mine.coupon.pk}/change/").content.decode()
+    assert mine.coupon.code in html
+    assert 'name="code"' not in html and 'name="active"' in html
+
+
 def test_an_order_page_is_a_view_without_save_buttons_and_names_who_moved_it(staff, mine):
     html = staff.get(f"/admin/ordering/order/{mine.order.pk}/change/").content.decode()
     assert "<h1>View order</h1>" in html

@@ -14,6 +14,7 @@ from django.utils import timezone
 from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order
 from ordering.services.placing import ItemRequest, place_order
+from tests.conftest import api_for
 
 
 def coupon_of(tenant, code: str = "SAVE", **fields) -> Coupon:
@@ -128,6 +129,24 @@ def test_a_percentage_off_an_order_is_rounded_half_up_in_its_total(tenant, menu)
         Decimal("1.91"),
         Decimal("17.14"),
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("typed", ["save", "Save", " save "], ids=["lower", "mixed", "spaced"])
+def test_a_code_typed_in_lower_case_is_the_coupon_the_dashboard_wrote(tenant, menu, typed):
+    # given a coupon the dashboard wrote in capitals, when a diner types it otherwise
+    coupon = coupon_of(tenant)
+    api = api_for(tenant, diner="diner-1")
+    body = {
+        "items": [{"dish_id": menu["pizza"].pk, "quantity": 2}],
+        "payment_method": "card",
+        "coupon_code": typed,
+    }
+    placed = api.post("/api/v1/orders/", body, format="json", headers={"Idempotency-Key": "k"})
+    # then it is that coupon, counted once (it was 422 COUPON_INVALID)
+    assert placed.status_code == 201, placed.content
+    assert (placed.json()["coupon_code"], placed.json()["discount"]) == ("SAVE", "2.50")
+    assert used_count(coupon) == 1
 
 
 @pytest.mark.django_db

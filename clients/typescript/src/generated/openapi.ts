@@ -444,6 +444,7 @@ export interface components {
         PlaceOrderIn: {
             items: components["schemas"]["ItemIn"][];
             payment_method: components["schemas"]["PaymentMethodEnum"];
+            /** @description Read in capitals, as merchants' codes are written (welcome10 is WELCOME10). */
             coupon_code?: string | null;
             /** @default  */
             note?: string;
