@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import httpx
@@ -343,7 +343,7 @@ def test_an_order_of_two_dishes_with_the_demo_coupon_counts_one_use(demo: Demo) 
     # then the order carries the coupon and its discount, and one use is counted
     assert placed.status_code == 201, placed.text
     subtotal = Decimal(first["price"]) + 2 * Decimal(second["price"])
-    discount = (subtotal / 10).quantize(Decimal("0.01"))
+    discount = (subtotal / 10).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     assert placed.json()["coupon_code"] == "WELCOME10"
     assert (Decimal(placed.json()["discount"]), Decimal(placed.json()["total"])) == (
         discount,
