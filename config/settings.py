@@ -503,8 +503,6 @@ REST_FRAMEWORK = {
     # only text fields worked and one naming a number was a VALIDATION_ERROR about its type.
     # Any other media type is 415 UNSUPPORTED_MEDIA_TYPE, before the engine reads the body.
     "DEFAULT_PARSER_CLASSES": ["config.parsers.StrictJSONParser"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
-    "PAGE_SIZE": 20,
     "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
 }

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connections, router
 from django.db.models import F, QuerySet
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
@@ -33,6 +32,8 @@ from tenants.models import Tenant
 
 # what a listed order shows besides itself (ordering.api.rendering.render_order, detail=False)
 LISTED_RELATIONS = ("lines", "payments")
+# orders a page of the API's list holds
+PAGE_SIZE = 20
 NEWEST_FIRST = ("-created_at", "-id")
 OLDEST_FIRST = ("created_at", "id")
 # per (a diner named, a status named, where the page starts, database): its read, compiled once
@@ -55,13 +56,12 @@ def read_page(
     diner_id: str | None,
     status: str | None,
     cursor: Cursor | None,
-    size: int | None = None,
+    size: int = PAGE_SIZE,
 ) -> OrderPage:
     """The caller's orders (:func:`orders_of`, maybe only those in ``status``) from ``cursor``
-    (None: the newest), at most ``size`` (the API's page size), each holding its coupon, lines
+    (None: the newest), at most ``size``, each holding its coupon, lines
     and payments. Call it inside :func:`ordering.selectors.one_moment`, so that the orders and
     their relations are read from one snapshot."""
-    size = size or settings.REST_FRAMEWORK["PAGE_SIZE"]
     backwards = cursor is not None and cursor.backwards
     rows = _OrderRead(tenant=tenant, diner_id=diner_id, status=status).run(cursor, size + 1)
     more = len(rows) > size
