@@ -16,7 +16,7 @@ along (the embedded demo's SQLite), or a statement cannot be kept, it reads thro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import connections, router
 from django.db.models import F, QuerySet
@@ -62,39 +62,23 @@ def read_page(
     (None: the newest), at most ``size``, each holding its coupon, lines
     and payments. Call it inside :func:`ordering.selectors.one_moment`, so that the orders and
     their relations are read from one snapshot."""
-    backwards = cursor is not None and cursor.backwards
     rows = _OrderRead(tenant=tenant, diner_id=diner_id, status=status).run(cursor, size + 1)
-    more = len(rows) > size
-    rows = rows[:size]
-    if backwards:
+    more, rows = len(rows) > size, rows[:size]  # one more read: whether another page follows
+    if cursor is not None and cursor.backwards:
         rows.reverse()  # read oldest first from the place, shown newest first
-    first = rows[0] if rows else None
-    last = rows[-1] if rows else None
-    if backwards:
-        previous = _before(first) if more and first else None
-        following = _after(last) if last else _after_place(cursor)
+        previous = _place(rows[0], backwards=True) if more else None
+        following = _place(rows[-1]) if rows else replace(cursor, backwards=False)
         return OrderPage(orders=rows, next=following, previous=previous)
-    following = _after(last) if more and last else None
-    previous = None
+    following = _place(rows[-1]) if more else None
+    previous = None  # the first page: nothing newer
     if cursor is not None:  # a page after another: the orders before it are one page back
-        previous = _before(first) if first else _before_place(cursor)
+        previous = _place(rows[0], backwards=True) if rows else replace(cursor, backwards=True)
     return OrderPage(orders=rows, next=following, previous=previous)
 
 
-def _after(order: Order) -> Cursor:
-    return Cursor(created_at=order.created_at, order_id=order.pk)
-
-
-def _before(order: Order) -> Cursor:
-    return Cursor(created_at=order.created_at, order_id=order.pk, backwards=True)
-
-
-def _after_place(cursor: Cursor | None) -> Cursor | None:
-    return None if cursor is None else Cursor(cursor.created_at, cursor.order_id)
-
-
-def _before_place(cursor: Cursor) -> Cursor:
-    return Cursor(cursor.created_at, cursor.order_id, backwards=True)
+def _place(order: Order, *, backwards: bool = False) -> Cursor:
+    """The place just after ``order`` (or, ``backwards``, just before it)."""
+    return Cursor(created_at=order.created_at, order_id=order.pk, backwards=backwards)
 
 
 class _OrderRead:
