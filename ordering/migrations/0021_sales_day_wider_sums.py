@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ordering', '0018_unwanted_capture_refunds'),
+        ('ordering', '0020_offboarding_suspended_at'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ordering', '0018_unwanted_capture_refunds'),
+        ('ordering', '0019_order_cancel_permission'),
     ]
 
     operations = [
