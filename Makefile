@@ -5,6 +5,9 @@ STAMP := $(VENV)/.installed
 
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ordering
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# The product's suite runs in this many pytest-xdist workers, each with a test database and
+# Redis databases of its own (tests/support/worker_redis.py); 0 runs it in one process.
+PYTEST_WORKERS ?= 2
 
 NODE_CLIENT := clients/typescript
 NODE_STAMP := $(NODE_CLIENT)/node_modules/.installed
@@ -39,7 +42,7 @@ test: install
 	bash scripts/ensure_services.sh
 	PY=$(PY) bash scripts/test_engine.sh
 	$(MAKE) --no-print-directory $(NODE_STAMP)
-	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 ## The engine alone: its wheel in a virtualenv of its own, no product code (ENGINE_PYTEST_ARGS).
 test-engine: install
@@ -50,7 +53,7 @@ test-engine: install
 test-product: install
 	bash scripts/ensure_services.sh
 	$(MAKE) --no-print-directory $(NODE_STAMP)
-	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DEBUG=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
