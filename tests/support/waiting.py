@@ -49,4 +49,3 @@ def wait_until(
         if time.monotonic() > deadline:
             raise WaitTimedOut(f"{what}: not within {limit:.0f} s\n{detail()}")
         time.sleep(interval)
-
