@@ -5,10 +5,12 @@ ones), newest first by ``(created_at, id)`` (:mod:`ordering.order_cursor`): a ke
 ``WHERE (created_at, id) < (%s, %s) ORDER BY created_at DESC, id DESC LIMIT n + 1`` (the one
 more tells whether another page follows). Orders placed or moved between two reads leave the
 pages still to come as they were, and a deep page costs what the first does (no ``OFFSET``
-skipping rows, no ``COUNT`` of the whole list).
+skipping rows).
 
-Two round trips a page, whose statements are compiled once per process: the page's orders with
-their coupons, then their lines and payments (:func:`ordering.prefetch.read_related_of`).
+Three round trips a page, whose statements are compiled once per process: the page's orders
+with their coupons, then their lines and payments (:func:`ordering.prefetch.read_related_of`),
+then the ``COUNT`` of the whole list (the answer's ``count``, which clients of the list's
+page-number answer read; an index-only count of the tenant's or the diner's orders).
 Building and compiling the ORM's queries and the prefetch's querysets for every page had cost
 a worker more than PostgreSQL's reads (``bench/api_reads.py``). Where statements do not ride
 along (the embedded demo's SQLite), or a statement cannot be kept, it reads through the ORM.
@@ -38,6 +40,8 @@ NEWEST_FIRST = ("-created_at", "-id")
 OLDEST_FIRST = ("created_at", "id")
 # per (a diner named, a status named, where the page starts, database): its read, compiled once
 _READS: dict[tuple[bool, bool, str, str], JoinedRead] = {}
+# The list's count per shape (a diner's or not, filtered by status or not, database): its text
+_COUNTS: dict[tuple[bool, bool, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class OrderPage:
     orders: list[Order]
     next: Cursor | None
     previous: Cursor | None
+    count: int  # every order of the list (all its pages), in the same snapshot
 
 
 def read_page(
@@ -62,18 +67,20 @@ def read_page(
     (None: the newest), at most ``size``, each holding its coupon, lines
     and payments. Call it inside :func:`ordering.selectors.one_moment`, so that the orders and
     their relations are read from one snapshot."""
-    rows = _OrderRead(tenant=tenant, diner_id=diner_id, status=status).run(cursor, size + 1)
+    read = _OrderRead(tenant=tenant, diner_id=diner_id, status=status)
+    rows = read.run(cursor, size + 1)
     more, rows = len(rows) > size, rows[:size]  # one more read: whether another page follows
+    count = read.count()
     if cursor is not None and cursor.backwards:
         rows.reverse()  # read oldest first from the place, shown newest first
         previous = _place(rows[0], backwards=True) if more else None
         following = _place(rows[-1]) if rows else replace(cursor, backwards=False)
-        return OrderPage(orders=rows, next=following, previous=previous)
+        return OrderPage(orders=rows, next=following, previous=previous, count=count)
     following = _place(rows[-1]) if more else None
     previous = None  # the first page: nothing newer
     if cursor is not None:  # a page after another: the orders before it are one page back
         previous = _place(rows[0], backwards=True) if rows else replace(cursor, backwards=True)
-    return OrderPage(orders=rows, next=following, previous=previous)
+    return OrderPage(orders=rows, next=following, previous=previous, count=count)
 
 
 def _place(order: Order, *, backwards: bool = False) -> Cursor:
@@ -90,9 +97,7 @@ class _OrderRead:
 
     def run(self, cursor: Cursor | None, limit: int) -> list[Order]:
         params = [
-            self.tenant.pk,
-            *([] if self.diner_id is None else [self.diner_id]),
-            *([] if self.status is None else [self.status]),
+            *self._list_params(),
             *([] if cursor is None else [cursor.created_at, cursor.order_id]),
         ]
         read = self._compiled(cursor, params)
@@ -109,10 +114,40 @@ class _OrderRead:
             prefetch_related_objects(orders, *LISTED_RELATIONS)
         return orders
 
-    def _queryset(self, cursor: Cursor | None) -> QuerySet[Order]:
+    def count(self) -> int:
+        """How many orders the whole list holds: the ``count`` a client shows ("12 orders")
+        and the API's list answered before it paged by cursor. An index-only count of the
+        tenant's (and diner's) orders, one statement, in the page's snapshot, its text
+        compiled once per shape; where statements do not ride along, the ORM's count."""
+        if not statements_ride_along(self.using):
+            return self._list().count()
+        params = self._list_params()
+        shape = (self.diner_id is not None, self.status is not None, self.using)
+        sql = _COUNTS.get(shape)
+        if sql is None:
+            listed = self._list().order_by().values("pk").query
+            inner, inner_params = listed.get_compiler(using=self.using).as_sql()
+            if list(inner_params) != params:  # a constant of the text: not this shape's
+                return self._list().count()
+            sql = _COUNTS[shape] = f"SELECT COUNT(*) FROM ({inner}) AS listed"
+        with connections[self.using].cursor() as db:
+            db.execute(sql, params)
+            return db.fetchone()[0]
+
+    def _list_params(self) -> list[object]:
+        """The list's parameters, in the order its statements take them."""
+        return [
+            self.tenant.pk,
+            *([] if self.diner_id is None else [self.diner_id]),
+            *([] if self.status is None else [self.status]),
+        ]
+
+    def _list(self) -> QuerySet[Order]:
         orders = orders_of(tenant=self.tenant, diner_id=self.diner_id)
-        if self.status is not None:
-            orders = orders.filter(status=self.status)
+        return orders if self.status is None else orders.filter(status=self.status)
+
+    def _queryset(self, cursor: Cursor | None) -> QuerySet[Order]:
+        orders = self._list()
         if cursor is None:
             return orders.order_by(*NEWEST_FIRST)
         place = Tuple(F("created_at"), F("id"))

@@ -225,9 +225,12 @@ class DinerOrderDetailSerializer(DinerOrderSerializer):
 
 
 class PaginatedOrdersSerializer(serializers.Serializer):
-    """The page envelope of ``GET /api/v1/orders/`` (cursor pagination, as DRF's
-    ``CursorPagination`` shapes it: no count, the links carry the cursor)."""
+    """The page envelope of ``GET /api/v1/orders/``: cursor pagination (the links carry the
+    cursor), with the list's ``count`` that its page-number answer had."""
 
+    count = serializers.IntegerField(
+        min_value=0, help_text="Every order of the list, all pages, when this page was read."
+    )
     next = serializers.URLField(
         allow_null=True, help_text="The older orders' page; null: none older."
     )

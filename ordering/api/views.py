@@ -181,6 +181,7 @@ class OrderListCreateView(APIView):
             shown = [shown_order(principal, order, detail=False) for order in page.orders]
         return Response(
             {
+                "count": page.count,
                 "next": _page_link(request, page.next),
                 "previous": _page_link(request, page.previous),
                 "results": shown,

@@ -123,6 +123,8 @@ def test_every_page_is_what_the_orm_reads_forwards_and_back(tenant, orders, dine
     first = "/api/v1/orders/" + (f"?status={status}" if status else "")
     forwards = pages_after(caller, first)
     assert [page["results"] for page in forwards] == expected
+    # every page counts the whole list, as the page-number answer did
+    assert {page["count"] for page in forwards} == {sum(map(len, expected))}
     assert forwards[0]["previous"] is None
     assert all(page["previous"] for page in forwards[1:])
     # each link keeps the filter
@@ -152,7 +154,7 @@ def test_the_latest_payment_is_shown(tenant, orders):
 
 
 @pytest.mark.parametrize("start", ["newest", "after", "before"])
-def test_a_page_is_two_statements_compiled_once_per_process(tenant, orders, start):
+def test_a_page_is_three_statements_compiled_once_per_process(tenant, orders, start):
     caller = api_for(tenant, diner=DINER)
     first = caller.get("/api/v1/orders/").json()
     second = caller.get(first["next"]).json()
@@ -163,10 +165,11 @@ def test_a_page_is_two_statements_compiled_once_per_process(tenant, orders, star
     assert answer.status_code == 200 and len(answer.json()["results"]) == PAGE
     assert compiled == []
     reads = [q["sql"] for q in queries if "ordering_" in q["sql"]]
-    assert len(reads) == 2
-    # a keyset read: no count of the list, no rows skipped by an offset
+    assert len(reads) == 3
+    # a keyset read: no rows skipped by an offset; the list's count is read on its own
     assert "LIMIT" in reads[0] and "COUNT" not in reads[0] and "OFFSET" not in reads[0]
     assert "ordering_orderline" in reads[1] and "ordering_payment" in reads[1]
+    assert reads[2].startswith("SELECT COUNT(*)") and "LIMIT" not in reads[2]
 
 
 @pytest.mark.parametrize("change", ["placed", "left", "both"])
@@ -225,7 +228,7 @@ def test_a_page_number_is_refused_not_read_as_the_first_page(tenant, orders, pag
 
 def test_an_empty_list_is_one_page_of_nothing(tenant):
     body = api_for(tenant, diner=DINER).get("/api/v1/orders/").json()
-    assert body == {"next": None, "previous": None, "results": []}
+    assert body == {"count": 0, "next": None, "previous": None, "results": []}
 
 
 def test_a_place_past_the_end_is_an_empty_page_that_leads_back(tenant, orders):
@@ -242,8 +245,8 @@ def test_a_place_past_the_end_is_an_empty_page_that_leads_back(tenant, orders):
 def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefetch(
     tenant, orders, monkeypatch
 ):
-    """As on the embedded demo's SQLite: the page with its coupons, its lines and its
-    payments, three statements whatever the page's size, and the same answer."""
+    """As on the embedded demo's SQLite: the page with its coupons, the list's count, its
+    lines and its payments, four statements whatever the page's size, and the same answer."""
     caller = api_for(tenant, diner=DINER)
     url = caller.get("/api/v1/orders/").json()["next"]
     expected = caller.get(url).json()
@@ -251,7 +254,7 @@ def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefet
     with CaptureQueriesContext(connection) as queries:
         answer = caller.get(url)
     assert answer.json() == expected
-    assert len([q for q in queries if "ordering_" in q["sql"]]) == 3
+    assert len([q for q in queries if "ordering_" in q["sql"]]) == 4
 
 
 @pytest.mark.django_db(transaction=True)  # as served: the read in no transaction of its own

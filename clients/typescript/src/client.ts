@@ -184,7 +184,7 @@ export class OrderingClient {
     return (await this.send<Dish[]>("GET", "/api/v1/menu/", { auth: this.keyAuth })).data;
   }
 
-  /** This diner's orders, one page, newest first: `{ next, previous, results }`. The next
+  /** This diner's orders, one page, newest first: `{ count, next, previous, results }`. The next
    * page's `cursor` is in the answer's `next` link (`previous`: the newer orders' page). */
   async orders(query: { status?: OrderStatus; cursor?: string } = {}): Promise<PaginatedOrders> {
     const params = new URLSearchParams();

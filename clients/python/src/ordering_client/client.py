@@ -181,9 +181,10 @@ class OrderingClient:
         return self._send("GET", "/api/v1/menu/", auth=self._key_auth).json()
 
     def orders(self, **params: str) -> Any:
-        """This diner's orders, one page, newest first: ``{"next", "previous", "results"}``.
-        The next page's ``cursor`` is in the answer's ``next`` link (``previous``: the newer
-        orders' page); pass it as ``cursor=…``."""
+        """This diner's orders, one page, newest first:
+        ``{"count", "next", "previous", "results"}`` (``count``: all pages' orders). The next
+        page's ``cursor`` is in the answer's ``next`` link (``previous``: the newer orders'
+        page); pass it as ``cursor=…``."""
         return self._send("GET", "/api/v1/orders/", auth=self._bearer, params=params).json()
 
     def order(self, order_id: int | str) -> Any:

@@ -393,10 +393,12 @@ export interface components {
          */
         OrderStatusEnum: "CREATED" | "PAYING" | "PAID" | "ACCEPTED" | "PREPARING" | "READY" | "DELIVERING" | "COMPLETED" | "CANCELLING" | "CANCELLED";
         /**
-         * @description The page envelope of ``GET /api/v1/orders/`` (cursor pagination, as DRF's
-         *     ``CursorPagination`` shapes it: no count, the links carry the cursor).
+         * @description The page envelope of ``GET /api/v1/orders/``: cursor pagination (the links carry the
+         *     cursor), with the list's ``count`` that its page-number answer had.
          */
         PaginatedOrders: {
+            /** @description Every order of the list, all pages, when this page was read. */
+            count: number;
             /**
              * Format: uri
              * @description The older orders' page; null: none older.
