@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 from django.conf import settings
-from django.db import connection
-from django.http import HttpResponse
 from django.test import Client
+
+from tests.support.silent_database import answer_with_a_silent_database
 
 
 def test_connections_persist_and_are_health_checked_by_default() -> None:
@@ -51,31 +49,14 @@ def test_a_database_that_accepts_and_never_answers_does_not_hold_a_request(setti
     under gunicorn until its ``timeout`` (30 s) killed the worker, an HTML 500. The attempt
     now gives up after ``DB_CONNECT_TIMEOUT``, and the API answers 503."""
     settings.DEBUG = False
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # the kernel completes the handshake; nobody ever answers
-    port = connection.settings_dict["PORT"]
-    connection.close()
-    connection.settings_dict["PORT"] = str(silent.getsockname()[1])
     client = Client(raise_request_exception=False)
-    answers: list[HttpResponse] = []
-    request = threading.Thread(
-        target=lambda: answers.append(
-            client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Api-Key abc123.silent")
-        )
+    answer = answer_with_a_silent_database(
+        lambda: client.get("/api/v1/menu/", HTTP_AUTHORIZATION="Api-Key abc123.silent"),
+        within=60,  # generous: the attempt's own limit is a few seconds
     )
-    try:
-        request.start()
-        request.join(timeout=60)  # generous: the attempt's own limit is a few seconds
-        answered_in_time = not request.is_alive()
-    finally:
-        silent.close()  # lets a hanging request go
-        request.join(timeout=200)
-        connection.close()
-        connection.settings_dict["PORT"] = port
-    assert answered_in_time, "the request waited on the silent database past the connect timeout"
-    assert answers[0].status_code == 503
-    assert json.loads(answers[0].content)["code"] == "DATABASE_UNAVAILABLE"
+    assert answer is not None, "the request waited on the silent database past the timeout"
+    assert answer.status_code == 503
+    assert json.loads(answer.content)["code"] == "DATABASE_UNAVAILABLE"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from django.test import Client
 
 from idempotency.stores import nodes
 from tests.support.ports import free_port
+from tests.support.silent_database import answer_with_a_silent_database
 
 pytestmark = pytest.mark.django_db
 
@@ -71,26 +72,13 @@ def test_a_database_that_does_not_answer_is_reported_before_a_balancer_gives_up(
     gunicorn until its 30 s ``timeout`` killed the worker, which answered 500, not the 503 a
     balancer reads, and every probe meanwhile held a worker. It is ``unavailable`` within
     ``READINESS_TIMEOUT_SECONDS``."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # the kernel completes the handshake; nobody ever answers
-    port = connection.settings_dict["PORT"]
-    connection.close()
-    connection.settings_dict["PORT"] = str(silent.getsockname()[1])
-    answers: list[HttpResponse] = []
-    probe = threading.Thread(target=lambda: answers.append(production.get("/readyz", **PROBE)))
-    try:
-        probe.start()
-        probe.join(timeout=30)  # generous: the probe's own limit is a few seconds
-        answered_in_time = not probe.is_alive()
-    finally:
-        silent.close()  # lets a hanging probe go
-        probe.join(timeout=60)
-        connection.close()
-        connection.settings_dict["PORT"] = port
-    assert answered_in_time, "the probe did not answer while the database stayed silent"
-    assert answers[0].status_code == 503
-    assert json.loads(answers[0].content)["database"] == "unavailable"
+    answer = answer_with_a_silent_database(
+        lambda: production.get("/readyz", **PROBE),
+        within=30,  # generous: the probe's own limit is a few seconds
+    )
+    assert answer is not None, "the probe did not answer while the database stayed silent"
+    assert answer.status_code == 503
+    assert json.loads(answer.content)["database"] == "unavailable"
 
 
 def test_redis_nodes_that_do_not_answer_do_not_hold_the_probe_one_after_another(
