@@ -42,6 +42,18 @@ def free_coupon(tenant: Tenant, **fields: object) -> Coupon:
     return Coupon.objects.for_tenant(tenant).create(tenant=tenant, code="FREE", **values)
 
 
+def a_free_order(tenant: Tenant, menu: dict[str, Dish]) -> Order:
+    """A pizza placed with a coupon that covers it all: an order of 0.00 awaiting its pay."""
+    free_coupon(tenant)
+    return place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=menu["pizza"].pk, quantity=1)],
+        payment_method="card",
+        coupon_code="FREE",
+        actor="test",
+    )
+
+
 def place(api: APIClient, dish: Dish, *, quantity: int = 1, coupon: str | None = "FREE") -> dict:
     body: dict = {
         "items": [{"dish_id": dish.pk, "quantity": quantity}],
@@ -171,14 +183,7 @@ def test_cancelling_a_settled_free_order_refunds_nothing(tenant, menu):
 @pytest.mark.django_db(transaction=True)
 def test_a_payment_of_nothing_made_before_is_not_refunded_on_cancel(tenant, menu):
     # given a free order paid, before this rule, through a payment of 0.00 the provider took
-    free_coupon(tenant)
-    order = place_order(
-        tenant=tenant,
-        items=[ItemRequest(dish_id=menu["pizza"].pk, quantity=1)],
-        payment_method="card",
-        coupon_code="FREE",
-        actor="test",
-    )
+    order = a_free_order(tenant, menu)
     Order.all_tenants.filter(pk=order.pk).update(status=S.PAID)
     Payment.objects.for_tenant(tenant).create(
         tenant=tenant,
@@ -201,14 +206,7 @@ def test_a_payment_of_nothing_made_before_is_not_refunded_on_cancel(tenant, menu
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_pays_of_a_free_order_settle_it_once(tenant, menu):
     # given a free order, when 8 of the diner's devices pay it at the same instant
-    free_coupon(tenant)
-    order = place_order(
-        tenant=tenant,
-        items=[ItemRequest(dish_id=menu["pizza"].pk, quantity=1)],
-        payment_method="card",
-        coupon_code="FREE",
-        actor="test",
-    )
+    order = a_free_order(tenant, menu)
     results = at_once(*[lambda: pay_order(tenant=tenant, order_id=order.pk, actor="diner")] * 8)
     # then one settles it; the others are refused, and it holds one PAID move and one event
     wins = [r for r in results if isinstance(r, tuple)]
