@@ -29,6 +29,7 @@ from django.utils import timezone
 from ordering.models import Order, OrderStatus, Payment
 from ordering.services.lifecycle import expire_unpaid_order
 from tenants.models import Tenant
+from tenants.write_fence import writable
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,9 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
     due = [
         row
         for orders in kinds
-        for row in orders.order_by("created_at", "pk").values_list("tenant_id", "pk")[:batch]
+        for row in orders.filter(writable())
+        .order_by("created_at", "pk")
+        .values_list("tenant_id", "pk")[:batch]
     ]
     tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in due})
     expired = 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import DatabaseError, connections
-from django.db.models import ForeignKey, Model
+from django.db.models import ForeignKey, Model, Q
 
 from tenants.models import Tenant
 
@@ -112,6 +112,15 @@ def close(tenant_id: int) -> None:
     wrote a row of the tenant has ended. Call it first in the transaction that sets the status
     ``offboarding``: from its commit on, every write of the tenant's rows is refused."""
     Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk").first()
+
+
+def writable(tenant_field: str = "tenant") -> Q:
+    """Rows whose tenant is not being offboarded: what a sweep across tenants (the outbox's
+    resends, reconciliation, the unpaid expiry, the retention purge) may pick. A row of a
+    leaving tenant cannot be written, so the sweep's own bookkeeping of it failed, the row
+    stayed first in the sweep's order, and every run stopped on it: no other tenant's row was
+    swept until the offboarding deleted it. Its offboarding deletes it instead."""
+    return ~Q(**{f"{tenant_field}__status": Tenant.Status.OFFBOARDING})
 
 
 def refused_by_fence(exc: BaseException) -> bool:

@@ -37,6 +37,7 @@ from django.utils import timezone
 from ordering.background import dispatch
 from ordering.models import EventType, Order, OrderTransition, OutboxEvent
 from ordering.one_statement import Leading, insert_together
+from tenants.write_fence import writable
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,9 @@ def sweep_outbox(*, grace_seconds: float | None = None, limit: int = 500) -> int
     )
     published = 0
     for event_id in (
-        OutboxEvent.all_tenants.filter(due).order_by("id").values_list("id", flat=True)[:limit]
+        OutboxEvent.all_tenants.filter(due, writable())
+        .order_by("id")
+        .values_list("id", flat=True)[:limit]
     ):
         if dispatch.broker_paused():
             break  # a send just failed: the next sweep goes on from here
@@ -157,9 +160,11 @@ def _send_unconsumed_again(*, limit: int) -> int:
     conditional update of ``resend_at``. How many were sent."""
     due = OutboxEvent.all_tenants.filter(consumed_at__isnull=True, resend_at__lte=Now())
     sent = 0
-    for event_id, attempts, resend_at in due.order_by("resend_at").values_list(
-        "id", "publish_attempts", "resend_at"
-    )[:limit]:
+    for event_id, attempts, resend_at in (
+        due.filter(writable())
+        .order_by("resend_at")
+        .values_list("id", "publish_attempts", "resend_at")[:limit]
+    ):
         if dispatch.broker_paused():
             break
         claimed = due.filter(pk=event_id, resend_at=resend_at).update(

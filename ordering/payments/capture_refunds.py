@@ -42,6 +42,7 @@ from ordering.background import dispatch
 from ordering.background.steps import begin_attempt, mark_done, step_failed
 from ordering.models import Compensation, DeadLetter, Order, Payment, ProviderConflict
 from ordering.payments.registry import get_provider
+from tenants.write_fence import writable
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def resend_due_capture_refunds(*, batch: int = 200, now: datetime | None = None)
     )
     due = list(
         Compensation.all_tenants.filter(
-            step=STEP, status=Compensation.Status.PENDING, updated_at__lt=cutoff
+            writable(), step=STEP, status=Compensation.Status.PENDING, updated_at__lt=cutoff
         )
         .order_by("updated_at")
         .values_list("pk", "compensation_id")[:batch]

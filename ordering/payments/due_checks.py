@@ -7,7 +7,8 @@ heard: it is not settled on our side (pending; failed, as a declined card may be
 one that pays; voided, as a diner may pay after the order was cancelled), no success event of
 it for its own amount and currency has reached us (one reporting another amount is a conflict
 for staff that leaves it pending: the provider's own record says what it took), and it is
-younger than ``PAYMENT_RECONCILE_MAX_AGE_SECONDS``. The first
+younger than ``PAYMENT_RECONCILE_MAX_AGE_SECONDS`` (and not a tenant's being offboarded: its
+rows cannot be written, :func:`tenants.write_fence.writable`). The first
 check is ``PAYMENT_RECONCILE_AFTER_SECONDS`` after it started; each answer puts the next one
 off by the payment's age (at least ``PAYMENT_RECONCILE_RECHECK_SECONDS``), so a payment is
 asked about some ten times in a week, not two thousand; an unanswered ask puts it off by
@@ -24,6 +25,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ordering.models import Payment, PaymentCallback
+from tenants.write_fence import writable
 
 # Our side of a payment the provider may still settle (succeeded and refunded are final).
 OPEN_ON_OUR_SIDE = (Payment.Status.PENDING, Payment.Status.FAILED, Payment.Status.VOIDED)
@@ -40,6 +42,7 @@ def reconcilable(now: datetime) -> QuerySet[Payment]:
     )
     return (
         Payment.all_tenants.filter(
+            writable(),
             status__in=OPEN_ON_OUR_SIDE,
             created_at__gte=now - timedelta(seconds=settings.PAYMENT_RECONCILE_MAX_AGE_SECONDS),
         )

@@ -19,8 +19,8 @@ from django.db.models import Q
 from idempotency.purge import OnBatch, in_batches
 from ordering.models import Order
 from ordering.models.orders import CONTACT_TO_CLEAR
-from tenants.models import Tenant
 from tenants.retention import register_kind
+from tenants.write_fence import writable
 
 KIND = "order_contact_details"
 CLEARED = ("note", "contact_phone", "delivery_address")
@@ -32,8 +32,7 @@ def contact_details_past_retention(now: datetime) -> Q:
     not those of a tenant being offboarded: its rows are fenced (an update of one would fail
     the whole purge, :mod:`tenants.write_fence`) and its offboarding deletes them."""
     cutoff = now - timedelta(days=settings.ORDER_CONTACT_RETENTION_DAYS)
-    leaving = Q(tenant__status=Tenant.Status.OFFBOARDING)
-    return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff) & ~leaving
+    return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff) & writable()
 
 
 def clear_in_batches(
