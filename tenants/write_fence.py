@@ -80,7 +80,10 @@ def fenced_columns() -> dict[str, list[str]]:
 
 def install(*, using: str = "default", **_: Any) -> None:
     """Create or replace the function, and add the triggers missing (a ``post_migrate``
-    receiver: run after every ``migrate``, cheap when everything is in place)."""
+    receiver: run after every ``migrate``, cheap when everything is in place). Only tables
+    that exist are fenced: a ``migrate`` of one app (``migrate tenants`` on a new database),
+    or back to before a table, leaves other models' tables uncreated, and failed on them; the
+    ``migrate`` that creates a table fences it."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return
@@ -96,7 +99,10 @@ def install(*, using: str = "default", **_: Any) -> None:
             [TRIGGER_PREFIX + "%"],
         )
         present = set(cursor.fetchall())
+        tables = set(connection.introspection.table_names(cursor))
         for table, columns in fenced_columns().items():
+            if table not in tables:
+                continue
             for column in columns:
                 name = TRIGGER_PREFIX + column
                 if (table, name) in present:

@@ -25,7 +25,7 @@ from ordering.models import Dish, Order, Payment, TenantOffboarding
 from ordering.privacy.offboarding import run_offboarding, start_offboarding
 from ordering.privacy.tenant_tables import deletion_order
 from tenants.models import ApiClient
-from tenants.write_fence import fenced_columns, refused_by_fence
+from tenants.write_fence import fenced_columns, install, refused_by_fence
 from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
 from tests.privacy.conftest import tenant_keys
@@ -192,3 +192,26 @@ def test_what_requests_in_flight_store_in_redis_after_its_phase_is_gone_at_the_e
     run_offboarding(job.pk)
     # then nothing under the tenant's hash tag is left on any node
     assert tenant_keys(str(tenant.pk)) == {}
+
+
+def test_a_migrate_before_a_fenced_table_exists_fences_the_tables_that_do():
+    # given the schema of a database where one table of a tenant is not created yet (a
+    # ``migrate tenants`` on a new database, or a migrate back to before the table)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE ordering_salesday RENAME TO ordering_salesday_elsewhere")
+        cursor.execute("DROP TRIGGER tenant_write_fence_tenant_id ON ordering_dish")
+    try:
+        # when the fence is installed after that migrate, then it fails on nothing
+        install(using="default")
+        # and the tables that exist are fenced
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                "WHERE t.tgname = 'tenant_write_fence_tenant_id'"
+            )
+            fenced = {table for (table,) in cursor.fetchall()}
+        assert "ordering_dish" in fenced
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE ordering_salesday_elsewhere RENAME TO ordering_salesday")
+        install(using="default")
