@@ -205,6 +205,8 @@ MIDDLEWARE = [
     # 503 DATABASE_UNAVAILABLE, not a 500, while PostgreSQL cannot be reached
     # (config/database_unavailable.py)
     "config.database_unavailable.DatabaseUnavailableMiddleware",
+    # 409, not a 500, for a change the offboarding fence refused (config/tenant_leaving.py)
+    "config.tenant_leaving.TenantLeavingMiddleware",
     # an API answer's Allow names no OPTIONS, which the API answers with 405
     "config.allow_header.AllowWithoutOptionsMiddleware",
     # a body in a charset other than UTF-8 is 415, before anything decodes it (the size

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html_join
@@ -28,6 +29,7 @@ from ordering.errors import OrderingError
 from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus, OrderTransition, Payment
 from ordering.services.lifecycle import transition_order
 from ordering.shown_names import shown_name
+from tenants.write_fence import refused_by_fence
 
 S = OrderStatus
 # What a diner wrote on an order, by field and label
@@ -80,7 +82,10 @@ class OrderTransitionInline(ReadOnlyInline):
 def _move_action(target: str, label: str) -> Callable[..., None]:
     """An admin action moving each selected order to ``target`` through the lifecycle service.
 
-    Orders that do not allow the move (or lost a race) are reported and left as they were.
+    Orders that do not allow the move (or lost a race) are reported and left as they were, as
+    are those of a restaurant being offboarded (its rows are fenced, :mod:`tenants.write_fence`):
+    one of them among the selected answered 500, with the orders before it moved and no word
+    of them.
     """
 
     def action(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]) -> None:
@@ -91,6 +96,10 @@ def _move_action(target: str, label: str) -> Callable[..., None]:
                 transition_order(tenant=order.tenant, order_id=order.pk, target=target, actor=actor)
             except OrderingError as exc:
                 refused.append(f"{order.pk} ({exc.detail})")
+            except DatabaseError as exc:
+                if not refused_by_fence(exc):
+                    raise
+                refused.append(f"{order.pk} (its restaurant is being offboarded)")
             else:
                 moved += 1
         if moved:

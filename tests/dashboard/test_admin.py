@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
-from ordering.models import Order, OrderStatus, OrderTransition
+from ordering.models import Dish, Order, OrderStatus, OrderTransition
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 
@@ -392,3 +392,40 @@ def test_without_the_tenant_labels_hook_the_admin_shows_tenant_keys(staff, setti
     make_audit(str(mine.tenant.pk), "HIT", "k-plain")
     page = staff.get("/admin/idempotency/duplicateaudit/")
     assert [a.tenant_label for a in page.context["cl"].result_list] == [str(mine.tenant.pk)]
+
+
+def test_an_action_over_orders_of_a_restaurant_being_offboarded_moves_the_others(
+    staff, mine, theirs
+):
+    # given a paid order of each restaurant, the second's offboarding begun (its rows fenced)
+    Tenant.objects.filter(pk=theirs.tenant.pk).update(status=Tenant.Status.OFFBOARDING)
+    # when staff accept both
+    r = run_action(
+        staff, "/admin/ordering/order/", "move_to_accepted", [mine.order.pk, theirs.order.pk]
+    )
+    # then the first is moved and the leaving restaurant's left as it was, both told
+    assert r.status_code == 302
+    statuses = dict(Order.all_tenants.values_list("pk", "status"))
+    assert statuses == {mine.order.pk: S.ACCEPTED, theirs.order.pk: S.PAID}
+    notices = [str(m) for m in staff.get("/admin/ordering/order/").context["messages"]]
+    assert "Accept: 1 order(s) moved." in notices
+    assert f"Accept: not allowed for {theirs.order.pk} (its restaurant is being offboarded)" in (
+        notices
+    )
+
+
+def test_a_change_form_of_a_restaurant_being_offboarded_is_a_409_saving_nothing(
+    staff, mine, theirs
+):
+    # given a dish of a restaurant whose offboarding has begun
+    Tenant.objects.filter(pk=theirs.tenant.pk).update(status=Tenant.Status.OFFBOARDING)
+    dish = theirs.dishes["pasta"]
+    # when staff save its change form, then it is a 409 saying why, and nothing was saved
+    staff.raise_request_exception = False
+    r = staff.post(
+        f"/admin/ordering/dish/{dish.pk}/change/",
+        {"name": "Renamed", "description": "", "price": "1.00", "active": "on"},
+    )
+    assert r.status_code == 409
+    assert "Restaurant being offboarded" in r.content.decode()
+    assert Dish.all_tenants.get(pk=dish.pk).name == dish.name
