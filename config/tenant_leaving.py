@@ -4,8 +4,9 @@ The fence (:mod:`tenants.write_fence`) refuses every write of a row of a tenant 
 offboarded. The API answers that refusal 403 ``TENANT_SUSPENDED`` (``config/api_errors.py``)
 and the dashboard with the page of a suspended restaurant (``ordering/dashboard/access.py``);
 anywhere else (the admin's change forms: a dish, a coupon, a membership of a leaving
-restaurant) it was a 500, "a bug on our side", logged with a traceback. Those forms save in one
-transaction, which the refusal rolled back: nothing was saved, and the page says why.
+restaurant, an action over its rows) it was a 500, "a bug on our side", logged with a
+traceback. The refused write was rolled back, and the page says why; a change form saves in one
+transaction, so nothing of it was saved.
 """
 
 from __future__ import annotations
