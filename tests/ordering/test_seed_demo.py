@@ -152,3 +152,16 @@ def test_a_demo_run_on_another_database_keeps_this_ones_keys(key_file, monkeypat
             old["merchant_api_key"],
         )
         assert menu_status(new["publishable_key"]) == 200
+
+
+def test_a_demo_restaurant_being_offboarded_is_refused_clearly_seeding_nothing(key_file):
+    # given the demo, one of whose restaurants' offboarding has suspended it (keys revoked)
+    seed()
+    roma = Tenant.objects.get(slug="trattoria-roma")
+    ApiClient.objects.filter(tenant=roma).update(revoked_at=timezone.now())
+    Tenant.objects.filter(pk=roma.pk).update(status=Tenant.Status.OFFBOARDING)
+    keys = ApiClient.objects.count()
+    # when the demo is seeded again (make run), then it says why, and writes nothing
+    with pytest.raises(CommandError, match="trattoria-roma is being offboarded"):
+        seed()
+    assert ApiClient.objects.count() == keys

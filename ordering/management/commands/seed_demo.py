@@ -7,7 +7,8 @@ them again a run in DEBUG keeps the demo's full keys in a local, git-ignored fil
 (``DEMO_KEYS_FILE``, default ``var/demo_keys.json``), one set per database (the demo on SQLite
 and on PostgreSQL keep theirs side by side). When that file is missing, does not match
 the active keys, or with ``--rotate-keys``, the demo keys are revoked and fresh ones issued.
-Owner passwords are new on every run.
+Owner passwords are new on every run. A demo restaurant being offboarded is refused (nothing is
+seeded) until its offboarding has erased it; the next run makes it anew.
 
 Only with DEBUG (``make run`` sets it): on a production site it would make a superuser called
 ``staff`` (or give the one of that name a new password, printed) and open two restaurants with
@@ -26,12 +27,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ordering.models import Coupon, Dish
 from tenants.api_keys import authenticate_api_key, issue_api_key
 from tenants.models import ApiClient, Membership, Tenant
+from tenants.write_fence import refused_by_fence
 
 DEMO_TENANTS = [
     {
@@ -68,9 +70,23 @@ class Command(BaseCommand):
                 "never on a production site (it makes a superuser 'staff')"
             )
         stored = {} if options["rotate_keys"] else _read_key_file()
-        with transaction.atomic():
-            result = {"tenants": [seed_tenant(spec, stored) for spec in DEMO_TENANTS]}
-            staff_password = _ensure_user("staff", is_staff=True)
+        try:
+            with transaction.atomic():
+                result = {"tenants": [seed_tenant(spec, stored) for spec in DEMO_TENANTS]}
+                staff_password = _ensure_user("staff", is_staff=True)
+        except DatabaseError as exc:
+            if not refused_by_fence(exc):
+                raise
+            # its rows are fenced (tenants/write_fence.py): the run failed with a traceback
+            leaving = Tenant.objects.filter(
+                slug__in=[spec["slug"] for spec in DEMO_TENANTS],
+                status=Tenant.Status.OFFBOARDING,
+            ).values_list("slug", flat=True)
+            raise CommandError(
+                f"nothing was seeded: {', '.join(leaving) or 'a demo restaurant'} is being "
+                "offboarded; let its offboarding finish (the admin's offboarding jobs), then "
+                "run seed_demo again to make it anew"
+            ) from None
         _write_key_file(result["tenants"])
         if options["json"]:
             self.stdout.write(json.dumps(result))
