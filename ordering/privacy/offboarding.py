@@ -161,6 +161,7 @@ def _suspend(job: TenantOffboarding) -> None:
     of a row of it is refused, so the export that follows holds every row the tables phase
     deletes, as it was."""
     now = timezone.now()
+    _lock_credentials(job.tenant_ref)
     write_fence.close(job.tenant_ref)
     ApiClient.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
         revoked_at=now
@@ -176,6 +177,22 @@ def _suspend(job: TenantOffboarding) -> None:
     credential_cache.announce(credential_cache.EVERYTHING)
     transaction.on_commit(session_state.clear)
     job.phase = Phase.EXPORT
+
+
+def _lock_credentials(tenant_id: int) -> None:
+    """Lock the tenant's live API keys and diner sessions before its row. A request writes its
+    key's row (``last_used_at``, its lock taken first) and then, in the fence's trigger, waits
+    for the tenant's row; a suspension that closed the tenant's row first and then revoked that
+    key waited for the request in turn, and PostgreSQL ended one of them as a deadlock (the
+    step failed, or the request answered 500). Taken in this order, the request's write goes
+    through (or waits for the suspension, holding nothing it needs)."""
+    for model in (ApiClient, DinerSession):
+        list(
+            model.objects.select_for_update()
+            .filter(tenant_id=tenant_id, revoked_at__isnull=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
 
 
 def _export(job: TenantOffboarding) -> None:

@@ -24,6 +24,7 @@ from django.test import Client
 from ordering.models import Dish, Order, Payment, TenantOffboarding
 from ordering.privacy.offboarding import run_offboarding, start_offboarding
 from ordering.privacy.tenant_tables import deletion_order
+from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tenants.write_fence import fenced_columns, install, refused_by_fence
 from tests.conftest import api_for, menu_for
@@ -215,3 +216,33 @@ def test_a_migrate_before_a_fenced_table_exists_fences_the_tables_that_do():
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE ordering_salesday_elsewhere RENAME TO ordering_salesday")
         install(using="default")
+
+
+def test_a_key_first_used_as_the_suspension_revokes_it_deadlocks_neither(make_tenant, tmp_path):
+    """A request's key writes its ``last_used_at`` (its row locked, then the fence's trigger
+    waits for the tenant's row); the suspension closed the tenant's row first, then revoked the
+    keys, that one's row included: each waited for the other, and PostgreSQL ended one of them
+    as a deadlock (the offboarding's step failed, or the request answered 500)."""
+    # given a restaurant with a key, and a merchant key of it not used yet
+    tenant = make_tenant(slug="leaving")
+    menu_for(tenant)
+    first, _ = issue_api_key(tenant=tenant, name="first", kind=ApiClient.Kind.MERCHANT)
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    suspended: list[Any] = []
+    answers: list[Any] = []
+    with transaction.atomic():
+        # the suspension is held up at the first key's row (the key in use elsewhere)
+        list(ApiClient.objects.select_for_update().filter(pk=first.pk))
+        runner = _in_thread(lambda: run_offboarding(job.pk, max_steps=1), suspended)
+        wait_until(lambda: waiting_on_a_lock() >= 1, what="the suspension to wait")
+        # when a request uses the new key meanwhile
+        request = _in_thread(lambda: merchant.get("/api/v1/orders/"), answers)
+        wait_until(lambda: waiting_on_a_lock() >= 2 or answers, what="the request")
+    runner.join(60)
+    request.join(60)
+    # then both end: the tenant is suspended, and the request was answered (before it)
+    assert len(suspended) == 1 and isinstance(suspended[0], TenantOffboarding), suspended
+    assert suspended[0].phase == TenantOffboarding.Phase.EXPORT
+    assert len(answers) == 1 and not isinstance(answers[0], Exception), answers
+    assert answers[0].status_code == 200
