@@ -75,6 +75,8 @@ def _expect_retry(event_id: int, countdown: float) -> None:
 # Steps of an offboarding job one message runs before it sends the next: each message stays
 # far shorter than the broker's visibility timeout, so it is never delivered twice for being slow.
 OFFBOARDING_STEPS_PER_TASK = 20
+# Seconds before an offboarding waiting for its restaurant's money to settle looks again
+MONEY_RECHECK_SECONDS = 60
 
 
 @shared_task(name=dispatch.OFFBOARD_TENANT)
@@ -82,11 +84,15 @@ def offboard_tenant(job_id: int) -> str:
     """Advance an offboarding job by a few bounded steps, then send itself again until the
     job is done. A duplicate delivery is harmless: runners take turns on the job's row lock and
     every step deletes only what is still there."""
-    from ordering.privacy.offboarding import run_offboarding
+    from ordering.privacy.offboarding import WAITING_FOR_MONEY, run_offboarding
 
     job = run_offboarding(job_id, max_steps=OFFBOARDING_STEPS_PER_TASK)
     if not job.is_done:
-        dispatch.enqueue(dispatch.OFFBOARD_TENANT, job_id)
+        # while the restaurant's money still moves, look again a minute later, not at once
+        waiting = job.last_error.startswith(WAITING_FOR_MONEY)
+        dispatch.enqueue(
+            dispatch.OFFBOARD_TENANT, job_id, countdown=MONEY_RECHECK_SECONDS if waiting else None
+        )
     return job.phase
 
 

@@ -8,7 +8,8 @@ and started again to finish:
    ``offboarding`` (its API answers 403 ``TENANT_SUSPENDED``, its dashboard is closed, and
    PostgreSQL refuses any later write of its rows, :mod:`tenants.write_fence`), its API keys
    revoked and its diner sessions ended (401 once revoked), all in one transaction, so
-   nothing of it is written while the rest runs;
+   nothing of it is written while the rest runs; while its money still moves, it is only
+   ``suspended`` and the job waits here (:func:`_suspend`);
 2. **export**: the archive (:mod:`ordering.privacy.archive`) is written to the job's path;
 3. **engine**: the idempotency records (each with its Redis entry, announced to every
    process's local cache) and audits, and any other engine table keyed by the tenant, one
@@ -45,7 +46,7 @@ from django.utils import timezone
 from idempotency import erasure
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
-from ordering.models import TenantOffboarding
+from ordering.models import Compensation, Order, OrderStatus, Payment, TenantOffboarding
 from ordering.privacy.archive import archive_holds_all, export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from tenants import credential_cache, session_state, write_fence
@@ -129,9 +130,14 @@ def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffbo
             )
             raise
         steps += 1
-        if job.is_done:
+        if job.is_done or _waits_for_money(job):
             return job
     return TenantOffboarding.objects.get(pk=job_id)
+
+
+def _waits_for_money(job: TenantOffboarding) -> bool:
+    """The suspension ran and found the tenant's money still moving: nothing more to do now."""
+    return job.phase == Phase.SUSPEND and job.last_error.startswith(WAITING_FOR_MONEY)
 
 
 def step(job_id: int) -> TenantOffboarding:
@@ -159,7 +165,15 @@ def _suspend(job: TenantOffboarding) -> None:
     """Close the tenant's tables once its writes in flight have committed (the fence waits for
     them), revoke its credentials, and mark it ``offboarding``: from this commit on, any write
     of a row of it is refused, so the export that follows holds every row the tables phase
-    deletes, as it was."""
+    deletes, as it was.
+
+    Unless its money is still moving (:func:`money_in_flight`): the fence would refuse the
+    provider's callback that settles a payment and the saga's refund of a cancel, and the
+    diner's money would leave with the restaurant's rows. Then the tenant is only
+    ``suspended`` (no request authenticates, so no new order, pay or cancel starts, while the
+    callbacks and workers that settle the rest still write), the job stays in this phase with
+    what it waits for as its ``last_error``, and a later run closes the tables once nothing
+    moves."""
     now = timezone.now()
     _lock_credentials(job.tenant_ref)
     write_fence.close(job.tenant_ref)
@@ -169,14 +183,41 @@ def _suspend(job: TenantOffboarding) -> None:
     DinerSession.objects.filter(tenant_id=job.tenant_ref, revoked_at__isnull=True).update(
         revoked_at=now
     )
-    # last: the fence refuses the tenant's writes from here on, the revocations above included
-    Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.OFFBOARDING)
-    job.suspended_at = now
     # Bulk updates send no signals: tell every process's credential cache at commit, so no
     # cached key or session of the tenant outlives the suspension.
     credential_cache.announce(credential_cache.EVERYTHING)
     transaction.on_commit(session_state.clear)
+    moving = money_in_flight(job.tenant_ref)
+    if moving:
+        Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.SUSPENDED)
+        job.last_error = f"{WAITING_FOR_MONEY}: {moving}; run the offboarding again later"
+        return
+    # last: the fence refuses the tenant's writes from here on, the revocations above included
+    Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.OFFBOARDING)
+    job.suspended_at = now
+    job.last_error = ""
     job.phase = Phase.EXPORT
+
+
+WAITING_FOR_MONEY = "waiting for the restaurant's money in flight to settle"
+
+
+def money_in_flight(tenant_id: int) -> str:
+    """What of the tenant's money still moves, in words ("" when nothing does): payments the
+    provider has not settled, cancels whose saga has not ended, refunds not yet made. Read
+    under the tenant's row lock, so nothing of it starts meanwhile."""
+    counts = {
+        "payments awaiting the provider": Payment.all_tenants.filter(
+            tenant_id=tenant_id, status=Payment.Status.PENDING
+        ).count(),
+        "cancels in progress": Order.all_tenants.filter(
+            tenant_id=tenant_id, status=OrderStatus.CANCELLING
+        ).count(),
+        "compensations pending": Compensation.all_tenants.filter(
+            tenant_id=tenant_id, status=Compensation.Status.PENDING
+        ).count(),
+    }
+    return ", ".join(f"{n} {what}" for what, n in counts.items() if n)
 
 
 def _lock_credentials(tenant_id: int) -> None:

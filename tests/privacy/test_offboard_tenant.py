@@ -80,6 +80,7 @@ def busy_tenant(tenant: Tenant) -> dict[str, Any]:
         provider_txn_id=f"tx-{order.pk}",
         method="card",
         amount=order.total,
+        status=Payment.Status.SUCCEEDED,  # settled: an offboarding waits for money that moves
     )
     DeadLetter.objects.create(
         tenant=None, order=order, key=f"dl-{order.pk}", task="t", payload={}, error="e", attempts=3

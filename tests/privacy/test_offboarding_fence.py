@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.test import Client
 
 from ordering.models import Dish, Order, Payment, TenantOffboarding
-from ordering.privacy.offboarding import run_offboarding, start_offboarding
+from ordering.privacy.offboarding import WAITING_FOR_MONEY, run_offboarding, start_offboarding
 from ordering.privacy.tenant_tables import deletion_order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
@@ -156,13 +157,13 @@ def test_a_worker_writing_after_the_suspension_is_refused(make_tenant, tmp_path)
     order = Order.all_tenants.get(tenant=tenant)
     payment = Payment.all_tenants.create(
         tenant=tenant, order=order, provider="simulated", provider_txn_id="tx-1",
-        method="card", amount=order.total,
+        method="card", amount=order.total, status=Payment.Status.SUCCEEDED,
     )  # fmt: skip
     job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
     run_offboarding(job.pk, max_steps=1)
-    # when a worker (no request, no credential) settles the payment or adds a row of it
+    # when a worker (no request, no credential) changes the payment or adds a row of it
     writes = {
-        "payment": lambda: Payment.all_tenants.filter(pk=payment.pk).update(status="succeeded"),
+        "payment": lambda: Payment.all_tenants.filter(pk=payment.pk).update(status="refunded"),
         "dish": lambda: Dish.all_tenants.create(tenant=tenant, name="Late", price=1, stock=1),
     }
     for what, write in writes.items():
@@ -246,3 +247,65 @@ def test_a_key_first_used_as_the_suspension_revokes_it_deadlocks_neither(make_te
     assert suspended[0].phase == TenantOffboarding.Phase.EXPORT
     assert len(answers) == 1 and not isinstance(answers[0], Exception), answers
     assert answers[0].status_code == 200
+
+
+def test_an_offboarding_waits_for_the_money_in_flight_then_closes_the_tables(make_tenant, tmp_path):
+    """The fence would refuse the provider's settlement of a payment (and a cancel's refund):
+    the diner's money would leave with the restaurant. The suspension stops new business and
+    waits for it (red: the payment's settlement refused by the fence)."""
+    # given a restaurant with an order whose payment the provider has not settled
+    tenant = make_tenant(slug="leaving")
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    order = Order.all_tenants.get(tenant=tenant)
+    payment = Payment.all_tenants.create(
+        tenant=tenant, order=order, provider="simulated", provider_txn_id="tx-1",
+        method="card", amount=order.total,
+    )  # fmt: skip
+    _, key = issue_api_key(tenant=tenant, name="pos")
+    # when its offboarding runs
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    with pytest.raises(CommandError, match="1 payments awaiting the provider"):
+        call_command("offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip"))
+    job = run_offboarding(job.pk)
+    # then it is suspended, no request is taken, and it waits, its tables open
+    job.refresh_from_db()
+    tenant.refresh_from_db()
+    assert (job.phase, tenant.status) == (TenantOffboarding.Phase.SUSPEND, "suspended")
+    assert job.last_error.startswith(WAITING_FOR_MONEY)
+    assert Client().get("/api/v1/menu/", HTTP_AUTHORIZATION=f"Api-Key {key}").status_code == 401
+    # and the provider's settlement still lands
+    Payment.all_tenants.filter(pk=payment.pk).update(status=Payment.Status.SUCCEEDED)
+    # once nothing moves, the next run closes the tables and finishes
+    job = run_offboarding(job.pk)
+    assert job.is_done and job.last_error == ""
+    with zipfile.ZipFile(tmp_path / "a.zip") as archive:
+        payments = [
+            json.loads(line)
+            for name in archive.namelist()
+            if "payment" in name and "callback" not in name
+            for line in archive.read(name).decode().splitlines()
+            if line.strip()
+        ]
+    assert "succeeded" in json.dumps(payments)
+
+
+def test_the_worker_looks_again_a_minute_later_while_the_money_moves(
+    make_tenant, tmp_path, monkeypatch
+):
+    """Not at once, message after message, for as long as a payment stays unsettled."""
+    from ordering.background import dispatch, tasks
+
+    tenant = make_tenant(slug="leaving")
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    order = Order.all_tenants.get(tenant=tenant)
+    Payment.all_tenants.create(
+        tenant=tenant, order=order, provider="simulated", provider_txn_id="tx-1",
+        method="card", amount=order.total,
+    )  # fmt: skip
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    sent: list[tuple[object, ...]] = []
+    monkeypatch.setattr(dispatch, "enqueue", lambda *args, **kw: sent.append((*args, kw)))
+
+    assert tasks.offboard_tenant(job.pk) == TenantOffboarding.Phase.SUSPEND
+
+    assert sent == [(dispatch.OFFBOARD_TENANT, job.pk, {"countdown": tasks.MONEY_RECHECK_SECONDS})]

@@ -52,6 +52,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(f"offboarding {job.pk} of {tenant.slug}: {job.phase}")
         job = run_offboarding(job.pk)
+        if not job.is_done:  # suspended, its money still moving: nothing closed or removed
+            raise CommandError(f"offboarding {job.pk} of {tenant.slug}: {job.last_error}")
         self.stdout.write(
             f"done: archive {job.export_path} (sha256 {job.export_sha256}); "
             f"removed {json.dumps(job.counts, sort_keys=True)} in {job.batches} batches"
