@@ -134,8 +134,9 @@ class OrderListCreateView(APIView):
                 "cursor",
                 {"type": "string", "maxLength": 56},
                 description="Where the page starts: the cursor of an answer's next or previous "
-                "link (opaque); leave it out for the newest orders. One this list did not "
-                "give answers 400 CURSOR_INVALID.",
+                "link (opaque); leave it out for the newest orders. One not in the form those "
+                "links give answers 400 CURSOR_INVALID; it names a place in the caller's own "
+                "list, never a permission.",
             ),
         ],
         responses={200: PaginatedOrdersSerializer, **problems(*READ_ERRORS)},

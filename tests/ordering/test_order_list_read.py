@@ -5,7 +5,8 @@ compiled once.
 (``ordering.order_list.read_page``: the page's orders with their coupons, then their lines and
 payments). These tests hold every page, filter and caller to what the ORM's queryset with its
 prefetch gives, newest first; the pages to stay as they were while orders are placed or move
-between two reads; and a cursor the list did not give to a 400.
+between two reads; a malformed cursor to a 400, and a well-formed one made by hand to a
+place in the caller's own list.
 """
 
 from __future__ import annotations
@@ -240,6 +241,23 @@ def test_a_place_past_the_end_is_an_empty_page_that_leads_back(tenant, orders):
     body = answer.json()
     assert (body["results"], body["next"]) == ([], None)
     assert cursor_of(body["previous"]) == Cursor(oldest.created_at, oldest.pk, backwards=True)
+
+
+def test_a_cursor_edited_into_another_place_reads_only_the_caller_s_own_list_from_there(
+    tenant, orders
+):
+    """The cursor is a place, not a permission (docs: README, CURSOR_INVALID): one made by
+    hand at another diner's order answers 200 with the caller's own orders older than it."""
+    # given a well-formed cursor no answer gave: the place of another diner's order
+    theirs = Order.all_tenants.filter(tenant=tenant, diner_id="diner-2").earliest("created_at")
+    place = Cursor(created_at=theirs.created_at, order_id=theirs.pk)
+    # when the diner reads from it
+    answer = api_for(tenant, diner=DINER).get("/api/v1/orders/", {"cursor": place.encode()})
+    # then the page is its own orders placed before that one, newest first
+    assert answer.status_code == 200, answer.content
+    expected = [o.pk for o in orders if (o.created_at, o.pk) < (theirs.created_at, theirs.pk)]
+    assert [int(o["id"]) for o in answer.json()["results"]] == expected[::-1][:PAGE]
+    assert {o["diner_id"] for o in answer.json()["results"]} == {DINER}
 
 
 def test_where_statements_do_not_ride_along_the_orm_reads_a_page_with_its_prefetch(

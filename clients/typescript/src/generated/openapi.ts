@@ -1102,7 +1102,7 @@ export interface operations {
     v1_orders_retrieve: {
         parameters: {
             query?: {
-                /** @description Where the page starts: the cursor of an answer's next or previous link (opaque); leave it out for the newest orders. One this list did not give answers 400 CURSOR_INVALID. */
+                /** @description Where the page starts: the cursor of an answer's next or previous link (opaque); leave it out for the newest orders. One not in the form those links give answers 400 CURSOR_INVALID; it names a place in the caller's own list, never a permission. */
                 cursor?: string;
                 /** @description Only orders in this status */
                 status?: "ACCEPTED" | "CANCELLED" | "CANCELLING" | "COMPLETED" | "CREATED" | "DELIVERING" | "PAID" | "PAYING" | "PREPARING" | "READY";
