@@ -131,6 +131,26 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     }
   });
 
+  test("a diner pages through its orders by the cursor of each next link", async () => {
+    const { client } = clientOf(live!.api);
+    const placed: string[] = [];
+    for (let n = 1; n <= 21; n++) placed.push((await client.placeOrder(orderBody(n))).data.id);
+
+    const seen: string[] = [];
+    const counts: number[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await client.orders({ cursor });
+      seen.push(...page.results.map((order) => order.id));
+      counts.push(page.count);
+      if (page.next === null) break;
+      cursor = new URL(page.next).searchParams.get("cursor") ?? undefined;
+    }
+
+    assert.deepEqual(seen, placed.reverse());
+    assert.deepEqual(counts, [21, 21]);
+  });
+
   test("a request still running answers 409, then the client gets its replay", async () => {
     const events: RetryEvent[] = [];
     const storage = memoryStorage(); // one diner: the order's, then the impatient payer's
