@@ -39,7 +39,7 @@ class BodyCharsetMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         charset = request.content_params.get("charset")
-        if charset is not None and _has_body(request):
+        if charset is not None and has_body(request):
             readable = (
                 charset.lower() == "utf-8"
                 if request.content_type == FORM
@@ -59,7 +59,7 @@ def is_accepted_charset(charset: str) -> bool:
         return False
 
 
-def _has_body(request: HttpRequest) -> bool:
+def has_body(request: HttpRequest) -> bool:
     """A declared length above zero, or a chunked body."""
     length = request.META.get("CONTENT_LENGTH") or "0"
     chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()

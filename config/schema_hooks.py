@@ -1,6 +1,6 @@
 """drf-spectacular postprocessing: the refusals every operation of the API can answer.
 
-Three of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+Four of the README's documented errors come from no view, so no view's ``@extend_schema`` named
 them, and the schema declared none on any operation while the server answered them on all:
 
 - 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
@@ -9,6 +9,8 @@ them, and the schema declared none on any operation while the server answered th
 - 413 ``REQUEST_TOO_LARGE``: ``config/request_limits.py`` refuses a body over
   ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path (sign-out, refresh and
   a diner's revocation, which read no body, included);
+- 415 ``UNSUPPORTED_MEDIA_TYPE``: ``config/json_bodies.py`` refuses a write's body that is not
+  JSON before any view, on every operation (those three included);
 - 503 ``DATABASE_UNAVAILABLE``: every operation reads PostgreSQL (its credential, at least),
   and ``config/database_unavailable.py`` answers it while the database cannot be reached. An
   operation that declares a 503 of its own keeps that description; ``Retry-After`` is declared
@@ -30,7 +32,10 @@ EVERY_OPERATION = {
     "503": "Temporarily unavailable (Retry-After): e.g. the database cannot be reached "
     "(DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key",
 }
-EVERY_BODY = {"413": "Request body too large"}
+EVERY_BODY = {
+    "413": "Request body too large",
+    "415": "The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only",
+}
 BODY_METHODS = frozenset({"post", "put", "patch"})
 
 

@@ -213,6 +213,8 @@ MIDDLEWARE = [
     # guard below reads an admin form's fields)
     "config.body_charset.BodyCharsetMiddleware",
     "config.request_limits.RequestSizeLimitMiddleware",
+    # an API write's body that is not JSON is 415, whether its view reads a body or not
+    "config.json_bodies.JsonBodiesOnlyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.csp.SettingsPolicyCSPMiddleware",

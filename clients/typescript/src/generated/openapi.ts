@@ -657,6 +657,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Write rate limit reached (Retry-After) */
             429: {
                 headers: {
@@ -727,6 +736,15 @@ export interface operations {
             };
             /** @description Request body too large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -824,6 +842,15 @@ export interface operations {
             };
             /** @description Request body too large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,125 @@
+"""Request bodies are JSON only, on every API write (config/json_bodies.py): the operations
+whose views read no body (sign-out, refresh, a diner's revocation) refuse a form as the others
+do, before anything runs, instead of answering it as if it were JSON."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient, Tenant
+from tests.support.auth import diner_token
+
+pytestmark = pytest.mark.django_db
+SESSIONS = "/api/v1/diner-sessions/"
+NOT_JSON = [
+    pytest.param("application/x-www-form-urlencoded", b"a=b", id="form"),
+    pytest.param("multipart/form-data; boundary=x", b"--x--\r\n", id="multipart"),
+    pytest.param("text/plain", b"{}", id="text"),
+]
+
+
+@pytest.fixture
+def tenant() -> Tenant:
+    return Tenant.objects.create(slug="bodies", name="Bodies")
+
+
+def merchant_key(tenant: Tenant) -> str:
+    return issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)[1]
+
+
+@pytest.mark.parametrize("media_type, body", NOT_JSON)
+@pytest.mark.parametrize("action", ["refresh/", "end/"])
+def test_a_session_s_refresh_or_sign_out_with_a_body_not_json_is_415_and_does_nothing(
+    tenant: Tenant, action: str, media_type: str, body: bytes
+) -> None:
+    """Red: 200 (a new token) and 204 (signed out), the form taken for JSON."""
+    token = diner_token(tenant)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+    refused = Client().post(f"{SESSIONS}{action}", body, content_type=media_type, **auth)
+
+    assert refused.status_code == 415, refused.content
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json() == {
+        "code": "UNSUPPORTED_MEDIA_TYPE",
+        "detail": f'Unsupported media type "{media_type}" in request. Request bodies are JSON '
+        "only (Content-Type: application/json).",
+        "status": 415,
+    }
+    # the session is as it was: still valid, and the same request without a body is served
+    assert Client().get("/api/v1/orders/", **auth).status_code == 200
+    served = Client().post(f"{SESSIONS}{action}", b"", content_type="application/json", **auth)
+    assert served.status_code in (200, 204)
+
+
+@pytest.mark.parametrize("media_type, body", NOT_JSON)
+def test_a_diner_s_revocation_with_a_body_not_json_is_415_and_revokes_nothing(
+    tenant: Tenant, media_type: str, body: bytes
+) -> None:
+    token = diner_token(tenant, "diner-7")
+    merchant = {"HTTP_AUTHORIZATION": f"Api-Key {merchant_key(tenant)}"}
+
+    refused = Client().post(
+        "/api/v1/diners/diner-7/revoke-sessions/", body, content_type=media_type, **merchant
+    )
+
+    assert (refused.status_code, refused.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+    diner = Client().get("/api/v1/orders/", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert diner.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "media_type", ["application/json", "APPLICATION/JSON", "application/json; charset=utf-8"]
+)
+def test_a_json_body_or_none_is_let_through(tenant: Tenant, media_type: str) -> None:
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}"}
+
+    with_json = Client().post(f"{SESSIONS}refresh/", b"{}", content_type=media_type, **auth)
+    empty_form = Client().post(
+        f"{SESSIONS}refresh/", b"", content_type="application/x-www-form-urlencoded", **auth
+    )
+
+    assert (with_json.status_code, empty_form.status_code) == (200, 200)
+
+
+def test_the_schema_declares_415_on_every_write() -> None:
+    schema = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    writes = [
+        (path, method)
+        for path, operations in schema["paths"].items()
+        for method in operations
+        if method in ("post", "put", "patch")
+    ]
+    undeclared = [w for w in writes if "415" not in schema["paths"][w[0]][w[1]]["responses"]]
+    assert writes and undeclared == []
+
+
+@pytest.mark.parametrize(
+    "path, status, code",
+    [
+        pytest.param("/api/v1/menu/", 405, "METHOD_NOT_ALLOWED", id="a-read-only-route"),
+        pytest.param("/api/schema/", 405, "METHOD_NOT_ALLOWED", id="the-schema"),
+        pytest.param("/api/v1/nowhere/", 404, "NOT_FOUND", id="no-route"),
+    ],
+)
+def test_a_route_that_takes_no_post_answers_as_such_not_415(
+    tenant: Tenant, path: str, status: int, code: str
+) -> None:
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}"}
+
+    answer = Client().post(path, b"a=b", content_type="application/x-www-form-urlencoded", **auth)
+
+    assert (answer.status_code, answer.json()["code"]) == (status, code)
+
+
+def test_a_form_is_refused_before_its_credential_is_checked(tenant: Tenant) -> None:
+    answer = Client().post(
+        "/api/v1/orders/1/pay/",
+        b"a=b",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_AUTHORIZATION="Bearer not-a-token",
+    )
+
+    assert (answer.status_code, answer.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
