@@ -144,7 +144,10 @@ def test_a_request_refused_before_its_tenant_is_known_names_no_diner_of_its_path
     options = dict(refused)
     path = "/api/v1/diners/zoe.private/revoke-sessions/" + options.pop("path", "")
     credential = options.pop("key", key)
-    r = Client().post(path, HTTP_AUTHORIZATION=f"Api-Key {credential}", **options)
+    r = Client().post(
+        path, {}, content_type="application/json", HTTP_AUTHORIZATION=f"Api-Key {credential}",
+        **options,
+    )  # fmt: skip
     assert r.status_code in (401, 406)
     [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
     assert "zoe.private" not in json.dumps(line)
