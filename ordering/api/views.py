@@ -121,6 +121,11 @@ def _recall_placed_order(view: APIView, request: Request) -> Response | None:
     return None if placed is None else view.handle_exception(placed)
 
 
+# Query parameters of paging by number (DRF's page-number and limit-offset paginators): the
+# list pages by cursor only.
+PAGING_BY_NUMBER = ("page", "page_size", "limit", "offset")
+
+
 class OrderListCreateView(APIView):
     capabilities = {"GET": Capability.READ_ORDERS, "POST": Capability.PLACE_ORDER}
     throttle_classes = [TenantRateThrottle]  # writes only; reads pass
@@ -155,12 +160,15 @@ class OrderListCreateView(APIView):
                     code="VALIDATION_ERROR",
                     detail=f"{name} may be given once",
                 )
-        if "page" in request.query_params:
-            # a client still counting pages would read the first page again and again
+        counted = [name for name in PAGING_BY_NUMBER if name in request.query_params]
+        if counted:
+            # a client still counting pages (or rows) would read the first page again and
+            # again, the parameter kept in every next link
             raise ApiError(
                 status_code=400,
                 code="VALIDATION_ERROR",
-                detail="page numbers are not taken: follow the answer's next link (cursor)",
+                detail=f"{counted[0]} is not taken: the list pages by cursor, 20 orders a "
+                "page; follow the answer's next link",
             )
         wanted = request.query_params.get("status")
         if wanted is not None and wanted not in OrderStatus.values:

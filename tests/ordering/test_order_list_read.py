@@ -220,11 +220,16 @@ def test_a_cursor_the_list_did_not_give_is_400(tenant, orders, cursor):
     assert answer.json()["code"] == "CURSOR_INVALID"
 
 
-@pytest.mark.parametrize("page", ["1", "2", "last"])
-def test_a_page_number_is_refused_not_read_as_the_first_page(tenant, orders, page):
-    answer = api_for(tenant, diner=DINER).get(f"/api/v1/orders/?page={page}")
+@pytest.mark.parametrize(
+    "query", ["page=1", "page=2", "page=last", "page_size=50", "limit=20", "offset=20"]
+)
+def test_paging_by_number_is_refused_not_read_as_the_first_page(tenant, orders, query):
+    """A client paging by number or offset would read the first page again and again, the
+    parameter copied into every next link (red for the last three: answered 200)."""
+    answer = api_for(tenant, diner=DINER).get(f"/api/v1/orders/?{query}")
     assert answer.status_code == 400
     assert answer.json()["code"] == "VALIDATION_ERROR"
+    assert answer.json()["detail"].startswith(query.split("=")[0] + " is not taken")
 
 
 def test_an_empty_list_is_one_page_of_nothing(tenant):
