@@ -84,14 +84,15 @@ def offboard_tenant(job_id: int) -> str:
     """Advance an offboarding job by a few bounded steps, then send itself again until the
     job is done. A duplicate delivery is harmless: runners take turns on the job's row lock and
     every step deletes only what is still there."""
-    from ordering.privacy.offboarding import WAITING_FOR_MONEY, run_offboarding
+    from ordering.privacy.offboarding import run_offboarding, waits_for_money
 
     job = run_offboarding(job_id, max_steps=OFFBOARDING_STEPS_PER_TASK)
     if not job.is_done:
         # while the restaurant's money still moves, look again a minute later, not at once
-        waiting = job.last_error.startswith(WAITING_FOR_MONEY)
         dispatch.enqueue(
-            dispatch.OFFBOARD_TENANT, job_id, countdown=MONEY_RECHECK_SECONDS if waiting else None
+            dispatch.OFFBOARD_TENANT,
+            job_id,
+            countdown=MONEY_RECHECK_SECONDS if waits_for_money(job) else None,
         )
     return job.phase
 

@@ -130,12 +130,12 @@ def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffbo
             )
             raise
         steps += 1
-        if job.is_done or _waits_for_money(job):
+        if job.is_done or waits_for_money(job):
             return job
     return TenantOffboarding.objects.get(pk=job_id)
 
 
-def _waits_for_money(job: TenantOffboarding) -> bool:
+def waits_for_money(job: TenantOffboarding) -> bool:
     """The suspension ran and found the tenant's money still moving: nothing more to do now."""
     return job.phase == Phase.SUSPEND and job.last_error.startswith(WAITING_FOR_MONEY)
 
