@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from idempotency.core import responses
+from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.keys import ScopedKey, key_digest
 from idempotency.models import IdempotencyRecord
 from idempotency.stores import nodes
@@ -337,6 +338,21 @@ def test_a_missing_or_malformed_key_is_refused_before_anything_runs(
     assert refused.status_code == 400
     assert json.loads(refused.content)["code"] == (code or "IDEMPOTENCY_KEY_INVALID")
     assert Note.objects.count() == 0
+
+
+def test_a_refusal_is_written_as_drfs_renderer_writes_json():
+    """The engine's problem+json has no spaces between tokens and its text as UTF-8, as DRF's
+    renderer writes the API's own errors (red with ``json.dumps``'s defaults: one API
+    answered in two dialects, a cut detail's ellipsis as ``\\u2026``)."""
+    cut = responses.problem(
+        409, IdempotencyErrorCode.KEY_REUSED, "é" * (responses.DETAIL_LIMIT + 1)
+    )
+    detail = "é" * responses.DETAIL_LIMIT + "…"
+    assert (
+        cut.content
+        == f'{{"code":"IDEMPOTENCY_KEY_REUSED","detail":"{detail}","status":409}}'.encode()
+    )
+    assert cut["Content-Type"] == "application/problem+json"
 
 
 @pytest.mark.parametrize("first_method", ["get", "head"])
