@@ -29,6 +29,8 @@ class ConsumeResult(StrEnum):
     MISSING = "missing"
     DEAD_LETTERED = "dead_lettered"
     SKIPPED = "skipped"
+    # its restaurant's rows are fenced for the offboarding, which deletes the event too
+    TENANT_LEAVING = "tenant_leaving"
 
 
 def handle_event(*, event_id: int) -> ConsumeResult:

@@ -14,6 +14,7 @@ from ordering.background import consumers, dispatch, outbox
 from ordering.background.dead_letters import record_dead_letter
 from ordering.background.steps import RetryLater, backoff_seconds
 from ordering.models import OutboxEvent
+from tenants.write_fence import refused_by_fence
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,12 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         _expect_retry(event_id, exc.countdown)
         raise self.retry(countdown=exc.countdown, exc=exc) from None
     except Exception as exc:
+        if refused_by_fence(exc):
+            # Its restaurant is being offboarded: its rows can no longer be written, so no
+            # retry could consume it, and its offboarding deletes it with the rest (the
+            # export holds it as it stands). Not an error to retry, dead-letter or log as one.
+            logger.info("outbox event %s left to its restaurant's offboarding", event_id)
+            return consumers.ConsumeResult.TENANT_LEAVING
         attempt = self.request.retries + 1
         if attempt <= settings.SAGA_MAX_RETRIES or is_database_unavailable(exc):
             countdown = backoff_seconds(attempt)

@@ -9,20 +9,31 @@ take first and another restaurant a row that is due, then runs the sweep once.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from ordering.background.consumers import ConsumeResult
 from ordering.background.outbox import sweep_outbox
+from ordering.background.tasks import handle_outbox_event
 from ordering.expiry import expire_unpaid_orders
-from ordering.models import Compensation, Order, OrderStatus, OutboxEvent, Payment
+from ordering.models import (
+    Compensation,
+    DeadLetter,
+    EventType,
+    Order,
+    OrderStatus,
+    OutboxEvent,
+    Payment,
+)
 from ordering.payments.capture_refunds import resend_due_capture_refunds
 from ordering.payments.reconciliation import reconcile_payments
 from ordering.services.lifecycle import cancel_order
 from tenants.models import Tenant
 from tests.conftest import menu_for
-from tests.payments.helpers import paying_order
+from tests.payments.helpers import paid_order, paying_order
 from tests.payments.test_capture_refunds import capture, refunds
 from tests.payments.test_reconciliation import paid_without_callback
 from tests.saga.test_outbox import cancelled_paid_order, sent_and_lost
@@ -113,3 +124,31 @@ def test_a_refund_of_a_leaving_tenant_holds_back_no_other_refund_s_resend(
     assert resend_due_capture_refunds(now=later) == 1
     assert len(refunds()) == 1
     assert Compensation.all_tenants.get(tenant=staying).status == Compensation.Status.DONE
+
+
+@pytest.mark.django_db(transaction=True)  # no test transaction for a refused write to break
+def test_an_event_delivered_after_its_restaurant_s_tables_closed_is_left_to_the_offboarding(
+    leaving_and_staying, caplog
+):
+    """(red without the fence's case in the task: the consumer's writes were refused, retried
+    ``SAGA_MAX_RETRIES`` times, and the last attempt's bookkeeping was refused too, so the task
+    ended in an error with a traceback, for an event the offboarding deletes anyway)"""
+    leaving, _ = leaving_and_staying
+    # given a paid order's event (consumed once its order committed), delivered again once
+    # its restaurant's rows are fenced, as the broker may
+    paid_order(leaving, menu_for(leaving)["pizza"])
+    event = OutboxEvent.all_tenants.get(tenant=leaving, event_type=EventType.ORDER_PAID)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(consumed_at=None)
+    offboarding(leaving)
+    # when the worker consumes it, then it ends at once, no retry and no dead letter
+    with caplog.at_level(logging.INFO, logger="ordering.background.tasks"):
+        result = handle_outbox_event.apply(args=[event.pk])
+    assert result.get() == ConsumeResult.TENANT_LEAVING
+    assert result.state == "SUCCESS"
+    assert not DeadLetter.objects.exists()
+    # and says so in one line, no traceback
+    [line] = [r for r in caplog.records if r.name == "ordering.background.tasks"]
+    assert str(event.pk) in line.getMessage()
+    assert line.levelno == logging.INFO and line.exc_info is None
+    # the event stays as it was, for the offboarding to delete with the rest
+    assert OutboxEvent.all_tenants.get(pk=event.pk).consumed_at is None
