@@ -175,6 +175,29 @@ def test_a_class_based_form_view_under_method_decorator_applies_a_resubmit_once(
     assert Note.objects.count() == 1
 
 
+@pytest.mark.django_db
+def test_a_generic_create_view_under_the_form_decorator_answers_its_template_response(
+    engine_mode, tenant
+):
+    """Django's ``CreateView`` answers an invalid form with a ``TemplateResponse``, which
+    Django renders after the view returned; the engine keeps the rendered page (a 200 is kept,
+    as the README says), and a valid form still applies once (red: a 500
+    ``ContentNotRenderedError``, the engine read the page's bytes before anyone rendered it)."""
+    client = Client()
+    invalid = {"text": "", "idempotency_key": "form-generic-1"}
+    first = client.post("/notes/form/generic/", invalid, **caller(tenant))
+    assert first.status_code == 200 and first["X-Idempotent-Result"] == "MISS"
+    assert b"This field is required." in first.content
+    again = client.post("/notes/form/generic/", invalid, **caller(tenant))
+    assert again.status_code == 200 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    valid = {"text": "hi", "idempotency_key": "form-generic-2"}
+    applied = [client.post("/notes/form/generic/", valid, **caller(tenant)) for _ in range(2)]
+    assert [a.status_code for a in applied] == [302, 302]
+    assert [a["X-Idempotent-Result"] for a in applied] == ["MISS", "HIT"]
+    assert list(Note.objects.values_list("text", flat=True)) == ["hi"]
+
+
 @pytest.mark.parametrize(
     ("answer", "shape"),
     [

@@ -28,6 +28,7 @@ from django.contrib import messages
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
+from django.template.response import SimpleTemplateResponse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency.core import engine, responses
@@ -142,7 +143,7 @@ def idempotent_form(
             if isinstance(prepared, HttpResponse):
                 return _back_to_the_form(request, prepared, back)
             request.idempotency = prepared.scoped
-            response = engine.process(prepared, lambda: view(request, *args, **kwargs))
+            response = engine.process(prepared, lambda: _rendered(view(request, *args, **kwargs)))
             if response.get(responses.RESULT_HEADER) == "HIT":
                 # a notice when the host uses the messages framework; the replay either way
                 messages.info(request, notice, fail_silently=True)
@@ -152,6 +153,16 @@ def idempotent_form(
         return wrapper
 
     return decorate
+
+
+def _rendered(response: HttpResponse) -> HttpResponse:
+    """The view's answer with its bytes: a ``TemplateResponse`` (a generic ``CreateView`` or
+    ``FormView`` answers an invalid form with one) is rendered by Django only after the view
+    returned, too late for the engine, which keeps those bytes in its transaction. Rendered
+    here, a ``process_template_response`` middleware gets it already rendered."""
+    if isinstance(response, SimpleTemplateResponse):
+        response.render()
+    return response
 
 
 def _back_to_the_form(

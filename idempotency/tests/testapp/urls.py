@@ -17,6 +17,7 @@ urlpatterns = [
     path("deliveries/", views.DeliveryCreate.as_view(), name="deliveries"),
     path("notes/form/", views.note_form, name="note-form"),
     path("notes/form/class/", views.NoteFormView.as_view(), name="note-form-class"),
+    path("notes/form/generic/", views.NoteCreateView.as_view(), name="note-form-generic"),
     path("notes/form/send/", views.note_send, name="note-send"),
     path("notes/form/upload/", views.note_form_upload, name="note-form-upload"),
     path("notes/form/<slug:board>/send/", views.note_send_to_board, name="note-send-to-board"),

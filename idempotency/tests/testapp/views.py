@@ -27,6 +27,7 @@ from django.shortcuts import redirect, render
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.http import require_POST
+from django.views.generic import CreateView
 from rest_framework.generics import RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -295,4 +296,18 @@ class NoteFormView(View):
 
     def post(self, request: HttpRequest) -> HttpResponse:
         note = _write(request, request.POST.get("text", ""))
+        return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
+
+
+@method_decorator(idempotent_form(fields=("text",)), name="post")
+class NoteCreateView(CreateView):
+    """Django's generic create view: an invalid form answers its page as a ``TemplateResponse``
+    (status 200), which Django renders only after the view returned."""
+
+    model = Note
+    fields = ["text"]
+    template_name = "testapp/note_create.html"
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        note = _write(self.request, form.cleaned_data["text"])
         return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
