@@ -176,13 +176,22 @@ def _recalled(
 def _render_get(request: Request, url: str) -> HttpResponse | None:
     """GET ``url`` in-process as the same caller (same credentials), for pointer replays;
     None for another site's URL, whose path may name an unrelated resource here. A path this
-    site does not serve raises ``Resolver404`` (the replay then answers without the body)."""
+    site does not serve raises ``Resolver404`` (the replay then answers without the body).
+
+    A site served under a prefix (``SCRIPT_NAME``, e.g. ``/app``) names its resources with it,
+    as ``reverse()`` does; the URLconf resolves the path after it, so the prefix is taken off
+    (a path outside it is not this site's)."""
     parts = urlsplit(url)
     if parts.netloc and parts.netloc != request.get_host():
         return None
+    # the prefix as Django read it for this request ("" at the root)
+    script_name = request.path.removesuffix(request.path_info)
+    if not parts.path.startswith(f"{script_name}/"):
+        return None
     get = copy.copy(request._request)
     get.method = "GET"
-    get.path = get.path_info = parts.path
+    get.path = parts.path
+    get.path_info = parts.path.removeprefix(script_name)
     match = resolve(get.path_info)
     response = match.func(get, *match.args, **match.kwargs)
     if hasattr(response, "render"):

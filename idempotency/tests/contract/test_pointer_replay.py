@@ -77,3 +77,33 @@ def test_a_pointer_to_a_live_resource_replays_it_without_the_marker(engine_mode,
     assert json.loads(again.content) == {"id": Note.objects.get().pk, "text": "x" * 180}
     assert again["Content-Type"] == "application/json"
     assert "Idempotent-Body-Omitted" not in again and again["Location"] == first["Location"]
+
+
+@pytest.mark.parametrize(
+    "location", ["/app/notes/{pk}/api/", "http://testserver/app/notes/{pk}/api/"]
+)
+def test_a_pointer_of_a_site_served_under_a_prefix_replays_its_resource(
+    engine_mode, tenant, location
+):
+    """A site mounted under a prefix (``SCRIPT_NAME``, e.g. ``/app``) names its resources with
+    it, as ``reverse()`` does; the URLconf knows them without it (red: the URLconf was asked
+    for ``/app/notes/<pk>/api/``, and every such replay was the marker of a body not kept)."""
+
+    def post() -> Any:
+        return Client().post(
+            "/notes/located/",
+            {"text": "x" * 180, "location": location},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="k-prefixed",
+            SCRIPT_NAME="/app",
+            **caller(tenant),
+        )
+
+    first = post()
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    nodes.local_cache().clear()
+    again = post()
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert json.loads(again.content) == {"id": Note.objects.get().pk, "text": "x" * 180}
+    assert "Idempotent-Body-Omitted" not in again
+    assert executions.runs(tenant, "k-prefixed") == 1
