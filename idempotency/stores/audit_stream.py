@@ -20,7 +20,8 @@
 the database in batches. Each batch is written in one transaction with that node's
 ``AuditStreamCursor`` (the last entry id copied), read under a row lock, so concurrent or
 repeated drains never write an entry twice; entries up to the cursor are trimmed afterwards
-(XTRIM MINID), and the stream is capped at ``AUDIT_STREAM_MAXLEN`` entries in case no drain runs.
+(XTRIM MINID, exactly: what was copied leaves Redis), and the stream is capped at
+``AUDIT_STREAM_MAXLEN`` entries in case no drain runs.
 
 What can be lost: a duplicate whose request was still running when its process died, before
 the XADD or the commit (its client saw no answer either); the first-execution counts and
@@ -148,7 +149,11 @@ def drain(client: Any) -> int:
             cursor.save(update_fields=["last_id", "drained_at"])
         copied += len(entries)
         metrics.audits_drained.inc(len(entries))
-        client.xtrim(stream_key(), minid=_next_id(cursor.last_id))
+        # exact, not redis-py's default ``~``: an approximate trim removes only whole blocks
+        # of entries, and one also holding an entry appended since the read (any busy node)
+        # kept every copied entry in it, with its principal, address and user agent, after
+        # an erasure or offboarding had drained the stream to delete them
+        client.xtrim(stream_key(), minid=_next_id(cursor.last_id), approximate=False)
         if len(entries) < batch_size:
             return copied
 

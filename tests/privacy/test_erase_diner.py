@@ -14,16 +14,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.core.management import call_command
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from idempotency.audit import AuditEvent
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import principal_quota_key
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
-from idempotency.stores.audit_stream import drain_audits
+from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from ordering.models import DinerErasure, Order, OrderTransition
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession
@@ -423,3 +425,49 @@ def test_without_redis_this_process_forgets_the_replies_it_erased(tenant, settin
 def no_nodes() -> list[Any]:
     """ALL_REDIS_CLIENTS of a site without Redis."""
     return []
+
+
+def test_no_audit_of_the_erased_diner_stays_in_the_nodes_audit_stream(
+    tenant, make_tenant, settings, monkeypatch
+):
+    """The erasure drains the audit stream, deletes the diner's audits from the database and
+    leaves none in the stream either, on a busy node too: another restaurant's request
+    appending its audit while the drain copies (between its read and its trim) left every
+    copied entry in the stream, the diner's principal, address and user agent with them,
+    because the trim was Redis's approximate one (``XTRIM MINID ~``), which removes only
+    whole blocks of entries and keeps one that also holds an entry not copied yet."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    # given a replay of zoe's, audited in the node's stream
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    assert place(zoe, menu, "k1").status_code == 201
+    stores.local_cache().clear()
+    assert place(zoe, menu, "k1")["X-Idempotent-Result"] == "HIT"
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    assert b"diner:zoe" in [fields[b"p"] for _, fields in client.xrange(stream_key())]
+    # and another restaurant's request that appends its audit just as a drain trims
+    other = str(make_tenant().pk)
+    real_xtrim = redis.Redis.xtrim
+
+    def xtrim_as_another_request_appends(node: redis.Redis, name: Any, **kwargs: Any) -> Any:
+        append(
+            node,
+            AuditEvent(
+                tenant_key=other,
+                endpoint="POST api/v1/orders/",
+                key="k",
+                outcome="HIT",
+                source="redis",
+                principal="diner:yan",
+                request_meta={"request_id": "r1"},
+            ),
+        )
+        return real_xtrim(node, name, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "xtrim", xtrim_as_another_request_appends)
+    # when zoe is erased
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    # then the stream holds only what arrived after the drain, nothing of zoe's
+    left = [fields for _, fields in client.xrange(stream_key())]
+    assert [(f[b"t"].decode(), f[b"p"]) for f in left] == [(other, b"diner:yan")]
+    assert not DuplicateAudit.objects.filter(tenant_key=str(tenant.pk), principal="diner:zoe")
