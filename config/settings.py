@@ -980,6 +980,42 @@ RETENTION_RECORD_TTL_HOURS_MAX = env_bounded(
 RETENTION_AUDIT_DAYS_MIN = env_bounded("RETENTION_AUDIT_DAYS_MIN", 1, low=1, high=3650)
 RETENTION_AUDIT_DAYS_MAX = env_bounded("RETENTION_AUDIT_DAYS_MAX", 365, low=1, high=3650)
 IDEMPOTENCY["AUDIT_RETENTION_DAYS"] = env_bounded("RETENTION_AUDIT_DAYS", 30, low=1, high=3650)
+
+
+def refuse_a_default_outside_its_bounds(
+    name: str, value: float, bounds: str, low: float, high: float, unit: str
+) -> None:
+    """The platform's default retention is the retention of every tenant that chose none, so
+    it is bound as a tenant's own value is: with the maximum narrowed below it (a shorter
+    legal limit), tenants that had chosen more were cut to the maximum while every tenant
+    that had chosen nothing kept the default, past the platform's own maximum."""
+    if low > high:
+        raise ImproperlyConfigured(
+            f"{bounds}_MIN ({low:g}) must not be more than {bounds}_MAX ({high:g})"
+        )
+    if not low <= value <= high:
+        raise ImproperlyConfigured(
+            f"{name} ({value:g} {unit}) must be within {bounds}_MIN..{bounds}_MAX "
+            f"({low:g}..{high:g} {unit}): it is the retention of every tenant that chose none"
+        )
+
+
+refuse_a_default_outside_its_bounds(
+    "RETENTION_AUDIT_DAYS",
+    IDEMPOTENCY["AUDIT_RETENTION_DAYS"],
+    "RETENTION_AUDIT_DAYS",
+    RETENTION_AUDIT_DAYS_MIN,
+    RETENTION_AUDIT_DAYS_MAX,
+    "days",
+)
+refuse_a_default_outside_its_bounds(
+    "IDEMPOTENCY_TTL_SECONDS",
+    IDEMPOTENCY["TTL_SECONDS"] / 3600,
+    "RETENTION_RECORD_TTL_HOURS",
+    RETENTION_RECORD_TTL_HOURS_MIN,
+    RETENTION_RECORD_TTL_HOURS_MAX,
+    "hours",
+)
 IDEMPOTENCY["RECORD_TTL_FOR_TENANT"] = "tenants.models.record_ttl_seconds_of"
 IDEMPOTENCY["AUDIT_RETENTION_OVERRIDES"] = "tenants.models.audit_retention_overrides"
 # The purge (tenants/retention.py) runs on Celery beat: rows per DELETE, and DELETEs per kind

@@ -150,6 +150,62 @@ def test_the_platform_bounds_bind_retentions_a_tenant_chose_before_they_changed(
     assert (record.expires_at - record.created_at).total_seconds() == 24 * 3600
 
 
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        pytest.param(
+            {"RETENTION_AUDIT_DAYS_MAX": "14"},
+            "RETENTION_AUDIT_DAYS (30 days) must be within RETENTION_AUDIT_DAYS_MIN.."
+            "RETENTION_AUDIT_DAYS_MAX (1..14 days)",
+            id="audit-maximum-narrowed-below-the-default",
+        ),
+        pytest.param(
+            {"RETENTION_AUDIT_DAYS": "400"},
+            "RETENTION_AUDIT_DAYS (400 days) must be within RETENTION_AUDIT_DAYS_MIN.."
+            "RETENTION_AUDIT_DAYS_MAX (1..365 days)",
+            id="audit-default-past-the-maximum",
+        ),
+        pytest.param(
+            {"RETENTION_RECORD_TTL_HOURS_MAX": "24"},
+            "IDEMPOTENCY_TTL_SECONDS (72 hours) must be within RETENTION_RECORD_TTL_HOURS_MIN.."
+            "RETENTION_RECORD_TTL_HOURS_MAX (1..24 hours)",
+            id="record-maximum-narrowed-below-the-default",
+        ),
+        pytest.param(
+            {"RETENTION_AUDIT_DAYS_MIN": "60", "RETENTION_AUDIT_DAYS_MAX": "40"},
+            "RETENTION_AUDIT_DAYS_MIN (60) must not be more than RETENTION_AUDIT_DAYS_MAX (40)",
+            id="audit-bounds-crossed",
+        ),
+    ],
+)
+def test_a_platform_default_outside_the_platform_bounds_stops_the_server(env, message):
+    """The default is the retention of every tenant that chose none: with the maximum
+    narrowed below it, tenants that had chosen more were cut to the maximum while the
+    others kept their replies and audits past it."""
+    from tests.config.test_production_settings import settings_with
+    from tests.support.production import production_environment
+
+    code, _, stderr = settings_with({**production_environment(), **env})
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
+def test_bounds_narrowed_with_the_defaults_inside_them_start_the_server():
+    from tests.config.test_production_settings import settings_with
+    from tests.support.production import production_environment
+
+    narrowed = {
+        "RETENTION_AUDIT_DAYS_MAX": "14",
+        "RETENTION_AUDIT_DAYS": "14",
+        "RETENTION_RECORD_TTL_HOURS_MAX": "24",
+        "IDEMPOTENCY_TTL_SECONDS": str(24 * 3600),
+    }
+    code, _, stderr = settings_with({**production_environment(), **narrowed})
+
+    assert code == 0, stderr
+
+
 @pytest.fixture
 def menu_for_tenant():
     from tests.conftest import menu_for
