@@ -20,6 +20,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from config.api_errors import ApiError
+from idempotency.web.throttle import answers
 from tenants.error_codes import TenantErrorCode
 from tenants.models import Membership
 from tenants.principals import ApiPrincipal, CredentialKind
@@ -103,8 +104,8 @@ class HasDeclaredCapability(BasePermission):
         if not isinstance(principal, ApiPrincipal):
             return False
         method = request.method or "GET"
-        if not _answers(view, method):
-            return True  # DRF answers 405 METHOD_NOT_ALLOWED
+        if not answers(view, method):
+            return True  # DRF answers 405 METHOD_NOT_ALLOWED: it needs no capability
         needed = declared_capabilities(view, method)
         if not any(may(principal, capability) for capability in needed):
             raise ApiError(
@@ -113,15 +114,6 @@ class HasDeclaredCapability(BasePermission):
                 detail=f"A {principal.kind.value.replace('_', ' ')} credential may not do this",
             )
         return True
-
-
-def _answers(view: Any, method: str) -> bool:
-    """Whether ``view`` has something to answer ``method`` with beyond a 405: a handler (HEAD
-    is the GET handler, where there is one), and for OPTIONS a metadata class (the API has
-    none: the OpenAPI schema describes it). A 405 needs no capability, only a credential."""
-    if method == "OPTIONS":
-        return getattr(view, "metadata_class", None) is not None
-    return hasattr(view, method.lower())
 
 
 # --- dashboard ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from config.client_address import limited_address_of
 from idempotency.core.ratelimit import RateDecision, check_rate
 from idempotency.web.fields import StrictRegexField
 from idempotency.web.openapi import problems
-from idempotency.web.throttle import RateLimited, TenantRateThrottle
+from idempotency.web.throttle import RateLimited, TenantRateThrottle, answers
 from tenants.diner_sessions import (
     DINER_ID_RE,
     ERASED_PREFIX,
@@ -130,6 +130,8 @@ class SessionOpenThrottle(BaseThrottle):
     budget; an IPv6 client is counted by its /64, all of which it may send from."""
 
     def allow_request(self, request: Any, view: Any) -> bool:
+        if not answers(view, request.method):
+            return True  # a 405 opens no session: it costs none of the budget
         principal: ApiPrincipal = request.user
         if may(principal, Capability.SIGN_IN_DINER):
             return TenantRateThrottle().allow_request(request, view)

@@ -12,6 +12,19 @@ from idempotency.core.conf import caller_scope, engine_hook
 from idempotency.core.ratelimit import RateDecision, check_write_rate
 
 
+def answers(view: Any, method: str) -> bool:
+    """Whether ``view`` has something to answer ``method`` with beyond a 405: a handler (HEAD
+    is the GET handler, where there is one), and for OPTIONS a metadata class.
+
+    DRF runs the throttles in ``initial()``, before it looks for the handler, so a throttle
+    that counted every request it saw charged a method the route does not answer: an app's
+    stray ``DELETE`` (or a fuzzer's) spent the caller's writes and, once they ran out, was
+    answered 429 instead of 405. A throttle counts only what the view answers."""
+    if method == "OPTIONS":
+        return getattr(view, "metadata_class", None) is not None
+    return hasattr(view, method.lower())
+
+
 class RateLimited(exceptions.Throttled):
     """429 ``RATE_LIMITED``; ``wait`` is the window's remaining time rounded up to whole
     seconds, the number the detail names: DRF's own exception handler writes ``Retry-After``
@@ -35,12 +48,13 @@ class TenantRateThrottle(BaseThrottle):
     Runs in DRF's ``initial()``, after authentication and permissions (a refused or
     unauthenticated request costs nothing) and before the handler and so before the
     idempotency engine. Raises :class:`RateLimited` itself so that ``Retry-After`` comes from
-    the counter's PTTL. The ``RATE_LIMIT_CEILING_SHARE`` hook, if set, says what share of the
+    the counter's PTTL; a method the view does not answer (a 405) is not counted
+    (:func:`answers`). The ``RATE_LIMIT_CEILING_SHARE`` hook, if set, says what share of the
     tenant's ceiling this request may fill (None: all of it).
     """
 
     def allow_request(self, request: Any, view: Any) -> bool:
-        if request.method in SAFE_METHODS:
+        if request.method in SAFE_METHODS or not answers(view, request.method):
             return True
         identity = caller_scope(request)
         if identity is None:

@@ -473,6 +473,22 @@ def test_refused_before_the_throttle_costs_nothing(
     assert issue(diner_app).status_code == 201
 
 
+@pytest.mark.parametrize("method", ["put", "patch", "delete"])
+def test_a_method_the_route_does_not_answer_costs_nothing(
+    settings: Any, tenant: Any, client: redis.Redis, method: str
+) -> None:
+    # given a budget of one write
+    limit(settings, 1)
+    diner_app = api_for(tenant, diner="d1")
+    # when the app sends methods the write routes do not answer (a 405 for each)
+    for path in (TOKENS, "/api/v1/orders/", "/api/v1/orders/1/pay/"):
+        r = getattr(diner_app, method)(path, {}, format="json")
+        assert (r.status_code, r.json()["code"]) == (405, "METHOD_NOT_ALLOWED")
+    # then no write was counted (red: the first 405 spent the budget, the next was a 429)
+    assert rate_keys(client, tenant) == []
+    assert issue(diner_app).status_code == 201
+
+
 # --- failing open -----------------------------------------------------------------------
 
 

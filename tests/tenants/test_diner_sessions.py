@@ -613,6 +613,23 @@ def test_guest_sessions_are_limited_per_client_address_then_per_key(
     assert open_guest(other_key).status_code == 201
 
 
+@pytest.mark.parametrize("method", ["get", "put", "delete", "options"])
+def test_a_method_that_opens_no_session_costs_no_guest_session(
+    publishable: Any, settings: Any, method: str
+) -> None:
+    # given a budget of one guest session per address
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 1
+    app = with_auth(f"Api-Key {publishable[1]}")
+    # when the app sends the sessions route methods it does not answer
+    for _ in range(3):
+        r = getattr(app, method)(SESSIONS, REMOTE_ADDR="10.0.0.1")
+        # red: 405, then 429 "Too many guest sessions opened from this address" (none was)
+        assert (r.status_code, r.json()["code"]) == (405, "METHOD_NOT_ALLOWED")
+    # then the address still opens its one session
+    assert app.post(SESSIONS, format="json", REMOTE_ADDR="10.0.0.1").status_code == 201
+    assert DinerSession.objects.count() == 1
+
+
 def test_a_refused_session_says_which_budget_of_guest_sessions_ran_out(
     publishable: Any, settings: Any
 ) -> None:
