@@ -1,4 +1,5 @@
-"""drf-spectacular postprocessing: the refusals every operation of the API can answer.
+"""drf-spectacular postprocessing: the refusals every operation of the API can answer (below),
+and the top-level nulls every JSON body admits (:func:`declare_null_as_left_out`).
 
 Four of the README's documented errors come from no view, so no view's ``@extend_schema`` named
 them, and the schema declared none on any operation while the server answered them on all:
@@ -52,3 +53,41 @@ def declare_refusals_of_every_operation(result: dict[str, Any], **kwargs: Any) -
                 )
             operation["responses"] = dict(sorted(responses.items()))
     return result
+
+
+def declare_null_as_left_out(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Each optional top-level member of a JSON request body admits ``null``.
+
+    ``config/parsers.py`` reads a top-level member whose value is ``null`` as left out (as the
+    idempotency fingerprint does), so ``{"count": null}`` issues one token and
+    ``{"diner_id": null}`` opens a guest session. The schema declared those members
+    non-nullable: a client or validator generated from it (schemathesis's
+    ``negative_data_rejection``) took the server's 201 for a request it should have refused.
+    A required member stays non-nullable: null leaves it out, which is refused. Members of
+    nested objects are read as sent (``"contact": {"phone": null}`` is refused) and keep their
+    declaration.
+    """
+    schemas = result.get("components", {}).get("schemas", {})
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            content = operation.get("requestBody", {}).get("content", {})
+            body = content.get("application/json", {}).get("schema", {})
+            ref = body.get("$ref", "")
+            target = schemas.get(ref.rsplit("/", 1)[-1]) if ref else body
+            if target:
+                _admit_null_where_optional(target)
+    return result
+
+
+def _admit_null_where_optional(body: dict[str, Any]) -> None:
+    required = set(body.get("required", ()))
+    properties = body.get("properties", {})
+    for name, member in properties.items():
+        if name in required or member.get("nullable"):
+            continue
+        if "$ref" in member:  # OpenAPI 3.0 ignores a $ref's siblings: wrap it to add one
+            properties[name] = {"allOf": [member], "nullable": True}
+        else:
+            member["nullable"] = True

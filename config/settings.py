@@ -531,6 +531,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema_hooks.declare_refusals_of_every_operation",
+        "config.schema_hooks.declare_null_as_left_out",
         "idempotency.web.openapi.declare_retry_after",
     ],
 }

@@ -494,6 +494,50 @@ def test_the_schema_requires_every_field_every_answer_carries(client, api, menu)
         assert optional <= {"provider_txn_id", "actor"}, (name, optional)
 
 
+def test_the_schema_admits_null_where_the_server_reads_it_as_left_out(client, api, menu, tenant):
+    # The JSON parser reads a top-level null as the member left out (config/parsers.py), so
+    # {"count": null} issued a token and {"diner_id": null} opened a guest session, while the
+    # schema declared both non-nullable: schemathesis's negative_data_rejection, and any client
+    # that validates before sending, took a 201 for a request the server should have refused.
+    document = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    schemas = as_json_schema(document["components"])
+
+    def admits(name, body):
+        schema = {**as_json_schema(document["components"]["schemas"][name]), "components": schemas}
+        return jsonschema_rs.validator_for(schema).is_valid(body)
+
+    pizza = [{"dish_id": menu["pizza"].pk, "quantity": 1}]
+    optional_nulls = [
+        ("IssueTokensIn", "/api/v1/idempotency-tokens/", api, {"count": None}, 201),
+        ("OpenSessionIn", "/api/v1/diner-sessions/", api_for(tenant), {"diner_id": None}, 201),
+        (
+            "PlaceOrderIn",
+            "/api/v1/orders/",
+            api,
+            {
+                "items": pizza,
+                "payment_method": "card",
+                "note": None,
+                "contact": None,
+                "coupon_code": None,
+            },
+            201,
+        ),
+    ]
+    for name, path, caller, body, status in optional_nulls:
+        answer = caller.post(path, body, format="json", HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex)
+        assert answer.status_code == status, (path, answer.content)
+        assert admits(name, body), name  # red: null was not an integer, a string, a ContactIn
+    # a required member's null leaves it out, which is refused: the schema refuses it too
+    required_null = {"items": None, "payment_method": "card"}
+    assert_error(post_new(api, required_null, format="json"), 400, "VALIDATION_ERROR")
+    assert not admits("PlaceOrderIn", required_null)
+    # a nested member is read as sent: its null is refused, and declared so
+    nested = {"items": pizza, "payment_method": "card", "contact": {"phone": None}}
+    assert_error(post_new(api, nested, format="json"), 400, "VALIDATION_ERROR")
+    assert not admits("PlaceOrderIn", nested)
+
+
 def test_the_schema_offers_request_bodies_only_in_json(client, api):
     # Every body used to be offered as JSON, form-urlencoded and multipart. A form cannot hold an
     # order's items nor an integer (a form's values are strings, and no field converts one), and

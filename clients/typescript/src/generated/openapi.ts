@@ -288,7 +288,7 @@ export interface components {
         };
         IssueTokensIn: {
             /** @default 1 */
-            count?: number;
+            count?: number | null;
         };
         IssuedTokensOut: {
             tokens: string[];
@@ -304,7 +304,7 @@ export interface components {
         };
         OpenSessionIn: {
             /** @description Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; not starting with 'guest_' or 'erased-'). */
-            diner_id?: string;
+            diner_id?: string | null;
         };
         Order: {
             readonly id: string;
@@ -449,8 +449,8 @@ export interface components {
             /** @description Read in capitals, as merchants' codes are written (welcome10 is WELCOME10). */
             coupon_code?: string | null;
             /** @default  */
-            note?: string;
-            contact?: components["schemas"]["ContactIn"];
+            note?: string | null;
+            contact?: components["schemas"]["ContactIn"] | null;
         };
         /** @description RFC 9457 problem details with a machine-readable ``code``. */
         Problem: {
