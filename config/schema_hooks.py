@@ -1,15 +1,20 @@
 """drf-spectacular postprocessing: the refusals every operation of the API can answer (below),
 and the top-level nulls every JSON body admits (:func:`declare_null_as_left_out`).
 
-Four of the README's documented errors come from no view, so no view's ``@extend_schema`` named
-them, and the schema declared none on any operation while the server answered them on all:
+Five of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+them, and the schema declared them on some operations or none while the server answered them on
+all:
 
+- 400 ``BAD_REQUEST``: Django's host check refuses a ``Host`` this site does not serve (and
+  ``config/request_limits.py`` a chunked body it cannot decode) before any view, on every
+  operation; one that declares a 400 of its own (a field's ``VALIDATION_ERROR``) keeps that
+  description;
 - 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
   runs the view, so an ``Accept`` naming no JSON type is refused on every operation, with or
   without credentials;
 - 413 ``REQUEST_TOO_LARGE``: ``config/request_limits.py`` refuses a body over
-  ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path (sign-out, refresh and
-  a diner's revocation, which read no body, included);
+  ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path and method (sign-out,
+  refresh and a diner's revocation, which read no body, included, and a GET sent with a body);
 - 415 ``UNSUPPORTED_MEDIA_TYPE``: ``config/json_bodies.py`` refuses a write's body that is not
   JSON before any view, on every operation (those three included);
 - 503 ``DATABASE_UNAVAILABLE``: every operation reads PostgreSQL (its credential, at least),
@@ -29,12 +34,14 @@ from typing import Any
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 EVERY_OPERATION = {
+    "400": "Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header "
+    "this site does not serve",
     "406": "No media type the API answers in is acceptable (it answers JSON)",
+    "413": "Request body too large (REQUEST_TOO_LARGE)",
     "503": "Temporarily unavailable (Retry-After): e.g. the database cannot be reached "
     "(DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key",
 }
 EVERY_BODY = {
-    "413": "Request body too large",
     "415": "The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only",
 }
 BODY_METHODS = frozenset({"post", "put", "patch"})

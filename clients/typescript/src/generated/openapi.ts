@@ -621,6 +621,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header this site does not serve */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
@@ -648,7 +657,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Request body too large */
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -707,6 +716,15 @@ export interface operations {
                     "application/json": components["schemas"]["DinerSessionOut"];
                 };
             };
+            /** @description Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header this site does not serve */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
@@ -734,7 +752,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Request body too large */
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -840,7 +858,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Request body too large */
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -1086,6 +1104,15 @@ export interface operations {
                     "application/json": components["schemas"]["Dish"][];
                 };
             };
+            /** @description Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header this site does not serve */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
@@ -1106,6 +1133,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1186,6 +1222,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1421,6 +1466,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body too large (REQUEST_TOO_LARGE) */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
