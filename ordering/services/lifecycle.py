@@ -96,6 +96,9 @@ def apply_transition(
 
 # the text of a move's UPDATE, per database alias (quoting is the database's)
 _MOVE_UPDATES: dict[str, str] = {}
+# What an erasure of the order's diner rewrites (ordering/privacy/diners.py) and an answer
+# shows: the move's UPDATE returns them as the row holds them when the move is written.
+_ERASABLE = ("diner_id", "note", "contact_phone", "delivery_address")
 
 
 def _save_move(order: Order, from_status: str) -> None:
@@ -106,18 +109,27 @@ def _save_move(order: Order, from_status: str) -> None:
     What ``order.save(update_fields=["status", "updated_at"])`` does through django-fsm's
     ConcurrentTransitionMixin, in one ``UPDATE`` whose text is built once per process: the
     ORM built that query afresh for every move, and building it cost the worker more than
-    PostgreSQL's running it. No ``save()`` signals are sent (none are connected to orders)."""
+    PostgreSQL's running it. No ``save()`` signals are sent (none are connected to orders).
+
+    The same statement returns the diner's fields as the row holds them now and puts them on
+    ``order``: an erasure of the diner that committed after the move read the order (the
+    move's update waited for it) had renamed the row, and the answer rendered from the order
+    as read, kept as the reply the caller's key replays, showed the erased diner's id and
+    note after the erasure had removed every reply showing them (a merchant's key is no
+    session the erasure ends)."""
     using = router.db_for_write(Order)
     connection = connections[using]
     opts = Order._meta
     status, updated_at = opts.get_field("status"), opts.get_field("updated_at")
+    erasable = [opts.get_field(name) for name in _ERASABLE]
     sql = _MOVE_UPDATES.get(using)
     if sql is None:
         name = connection.ops.quote_name
         sql = (
             f"UPDATE {name(opts.db_table)} SET {name(status.column)} = %s, "
             f"{name(updated_at.column)} = %s "
-            f"WHERE {name(opts.pk.column)} = %s AND {name(status.column)} = %s"
+            f"WHERE {name(opts.pk.column)} = %s AND {name(status.column)} = %s "
+            f"RETURNING {', '.join(name(field.column) for field in erasable)}"
         )
         _MOVE_UPDATES[using] = sql
     params = [
@@ -128,8 +140,11 @@ def _save_move(order: Order, from_status: str) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        if cursor.rowcount != 1:
-            raise ConcurrentTransition("The order's status changed since it was read.")
+        now = cursor.fetchone()
+    if now is None:
+        raise ConcurrentTransition("The order's status changed since it was read.")
+    for field, value in zip(erasable, now, strict=True):
+        setattr(order, field.attname, value)
     order._update_initial_state()  # as the mixin's save() does: the next move starts here
 
 

@@ -28,11 +28,11 @@ from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from ordering.models import DinerErasure, Order, OrderTransition
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
-from tenants.models import ApiClient, DinerSession
+from tenants.models import ApiClient, DinerSession, Tenant
 from tenants.retention import purge_expired_data
 from tests.conftest import api_for, menu_for, use_topology
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
-from tests.support.concurrency import at_once
+from tests.support.concurrency import at_once, committed_once_waited_on
 from tests.support.ports import free_port
 from tests.support.redis_nodes import RedisNode
 
@@ -471,3 +471,50 @@ def test_no_audit_of_the_erased_diner_stays_in_the_nodes_audit_stream(
     left = [fields for _, fields in client.xrange(stream_key())]
     assert [(f[b"t"].decode(), f[b"p"]) for f in left] == [(other, b"diner:yan")]
     assert not DuplicateAudit.objects.filter(tenant_key=str(tenant.pk), principal="diner:zoe")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_merchant_move_that_read_the_order_before_the_erasure_keeps_no_reply_showing_the_diner(
+    settings,
+):
+    """The restaurant's backend moves zoe's order while zoe is erased: it read the order (zoe,
+    her note) before the erasure renamed it, and its move's update waited for the erasure to
+    commit. Its answer, kept as the reply its key replays, showed zoe and her note although
+    the erasure had finished (the merchant's key is no session the erasure ends, and its
+    reply was stored after the erasure had looked for replies showing zoe); it now shows the
+    order as the move left it, under the pseudonym."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    menu = menu_for(tenant)
+    placed = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice, ask for zoe")
+    order_id = placed.json()["id"]
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    erased: list[DinerErasure] = []
+
+    def erase() -> None:
+        erased.append(erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice"))
+
+    # when the erasure commits while the merchant's cancel waits on the order it renamed
+    with committed_once_waited_on(erase):
+        moved = merchant.post(
+            f"/api/v1/orders/{order_id}/transition/",
+            {"to": "CANCELLED"},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY="m1",
+        )
+
+    # then the move went through, and neither its answer nor its kept reply shows zoe
+    assert moved.status_code == 200, moved.content
+    assert moved.json()["diner_id"] == erased[0].pseudonym
+    assert moved.json()["note"] == ""
+    kept = IdempotencyRecord.objects.filter(tenant_key=str(tenant.pk))
+    assert not [r.scope for r in kept if b"zoe" in bytes(r.response_body)]
+    assert not [k for k, content in tenant_keys(str(tenant.pk)).items() if b"zoe" in content]
+    stores.local_cache().clear()
+    again = merchant.post(
+        f"/api/v1/orders/{order_id}/transition/",
+        {"to": "CANCELLED"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="m1",
+    )
+    assert again["X-Idempotent-Result"] == "HIT" and b"zoe" not in again.content
