@@ -4,16 +4,19 @@ Redis entries and every process's cached copy go; other principals and tenants s
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+import redis
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from idempotency import erasure
+from idempotency.audit import AuditEvent
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes
-from idempotency.stores.audit_stream import drain_audits
+from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from idempotency.tests.conftest import caller, idem_keys, post_note, suite_redis
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +108,34 @@ def test_forgetting_reads_only_the_stored_replies_that_show_the_principal(tenant
     assert len(reads) == 3
     texts = {json.loads(bytes(r.response_body))["text"] for r in IdempotencyRecord.objects.all()}
     assert texts == {f"note {n}" for n in range(5)} | {"For Alice"}
+
+
+def test_forgetting_a_principal_leaves_none_of_its_audits_in_the_stream(
+    tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain trims what it copied exactly: an audit another caller appended between its
+    read and its trim (a busy node) kept the copied entries in the stream, the forgotten
+    principal's with its address and user agent, when the trim was Redis's approximate one."""
+    client = Client()
+    post_note(client, tenant, key="k1", principal="alice")
+    post_note(client, tenant, key="k1", principal="alice")  # a replay: audited in the stream
+    stream = suite_redis()
+    assert b"alice" in [fields[b"p"] for _, fields in stream.xrange(stream_key())]
+    real_xtrim = redis.Redis.xtrim
+
+    def xtrim_as_another_caller_appends(node: redis.Redis, name: Any, **kwargs: Any) -> Any:
+        late = AuditEvent(
+            tenant_key="t-other",
+            endpoint="POST notes/",
+            key="k",
+            outcome="HIT",
+            source="redis",
+            principal="bob",
+        )
+        append(node, late)
+        return real_xtrim(node, name, **kwargs)
+
+    monkeypatch.setattr(redis.Redis, "xtrim", xtrim_as_another_caller_appends)
+    erasure.forget_principal(tenant_key=tenant, principal="alice")
+    left = [fields[b"p"] for _, fields in stream.xrange(stream_key())]
+    assert left == [b"bob"]
