@@ -78,11 +78,9 @@ def every_payment_declined(order: Order) -> bool:
     return 0 < len(statuses) < MAX_PAYMENT_ATTEMPTS and set(statuses) == {Payment.Status.FAILED}
 
 
-# Finished orders that still hold what a diner wrote (note, phone, address): the retention
-# purge clears them once they are old enough (ordering/privacy/contact_retention.py).
-CONTACT_TO_CLEAR = models.Q(status__in=[S.COMPLETED, S.CANCELLED]) & (
-    ~models.Q(note="") | ~models.Q(contact_phone="") | ~models.Q(delivery_address="")
-)
+# Orders that still hold what a diner wrote (note, phone, address), whatever their status: the
+# retention purge clears them once unchanged long enough (ordering/privacy/contact_retention.py).
+CONTACT_TO_CLEAR = ~models.Q(note="") | ~models.Q(contact_phone="") | ~models.Q(delivery_address="")
 
 
 class Order(ConcurrentTransitionMixin, models.Model):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import redis
@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
-from ordering.models import Order, OrderStatus
+from ordering.models import Dish, Order, OrderStatus
 from ordering.services.placing import ItemRequest, place_order
-from tenants.models import DinerSession
+from tenants.models import DinerSession, Tenant
 from tenants.retention import KINDS, overdue_rows, purge_expired_data
 from tests.conftest import api_for
 from tests.observability.test_metrics import TOKEN, samples, scrape, value
@@ -299,22 +299,8 @@ def test_what_diners_wrote_on_orders_finished_long_ago_is_cleared_and_nothing_el
         "completed-31d": (OrderStatus.COMPLETED, now - timedelta(days=31)),
         "cancelled-31d": (OrderStatus.CANCELLED, now - timedelta(days=31)),
         "completed-29d": (OrderStatus.COMPLETED, now - timedelta(days=29)),
-        "paid-60d": (OrderStatus.PAID, now - timedelta(days=60)),
     }
-    orders = {}
-    for name, (status, changed) in cases.items():
-        order = place_order(
-            tenant=tenant,
-            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
-            payment_method="card",
-            diner_id=f"diner-{name}",
-            note=f"ring twice ({name})",
-            contact_phone="+44 20 7946 0000",
-            delivery_address=f"1 {name} Street",
-            actor="test",
-        )
-        Order.all_tenants.filter(pk=order.pk).update(status=status, updated_at=changed)
-        orders[name] = order.pk
+    orders = orders_with_contact_details(tenant, dish, cases)
 
     purged = purge_expired_data()
 
@@ -331,6 +317,61 @@ def test_what_diners_wrote_on_orders_finished_long_ago_is_cleared_and_nothing_el
         assert (diner_id, total, updated_at) == (f"diner-{name}", dish.price, cases[name][1])
     assert overdue_rows()["order_contact_details"] == 0
     assert purge_expired_data()["order_contact_details"] == 0  # nothing left to clear
+
+
+def test_what_diners_wrote_on_orders_left_unfinished_is_cleared_after_the_same_time(
+    tenant, menu_for_tenant, settings
+):
+    """A restaurant that never marks its orders completed left them PAID or READY for good,
+    and with them the diner's note, phone and address (red: only completed and cancelled
+    orders were cleared, the three below kept theirs). An order changed within the retention
+    keeps them, whatever its status."""
+    settings.ORDER_CONTACT_RETENTION_DAYS = 30
+    now = timezone.now()
+    cases = {
+        "paid-60d": (OrderStatus.PAID, now - timedelta(days=60)),
+        "ready-31d": (OrderStatus.READY, now - timedelta(days=31)),
+        "cancelling-31d": (OrderStatus.CANCELLING, now - timedelta(days=31)),
+        "preparing-29d": (OrderStatus.PREPARING, now - timedelta(days=29)),
+    }
+    orders = orders_with_contact_details(tenant, menu_for_tenant(tenant), cases)
+
+    assert purge_expired_data()["order_contact_details"] == 3
+
+    cleared = {
+        name: Order.all_tenants.values_list("note", "contact_phone", "delivery_address").get(pk=pk)
+        == ("", "", "")
+        for name, pk in orders.items()
+    }
+    assert cleared == {
+        "paid-60d": True,
+        "ready-31d": True,
+        "cancelling-31d": True,
+        "preparing-29d": False,
+    }
+    assert overdue_rows()["order_contact_details"] == 0
+
+
+def orders_with_contact_details(
+    tenant: Tenant, dish: Dish, cases: dict[str, tuple[str, datetime]]
+) -> dict[str, int]:
+    """An order per case (name -> its status and last change) with a note, phone and address
+    of its own; name -> the order's id."""
+    orders = {}
+    for name, (status, changed) in cases.items():
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+            payment_method="card",
+            diner_id=f"diner-{name}",
+            note=f"ring twice ({name})",
+            contact_phone="+44 20 7946 0000",
+            delivery_address=f"1 {name} Street",
+            actor="test",
+        )
+        Order.all_tenants.filter(pk=order.pk).update(status=status, updated_at=changed)
+        orders[name] = order.pk
+    return orders
 
 
 def test_a_tenant_being_offboarded_does_not_stop_the_purge_of_the_others(
