@@ -47,7 +47,7 @@ sub-buckets (``HOT_TENANT_BUCKETS``) spreads its principals over them. They are 
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import logging
 import math
 import threading
@@ -61,6 +61,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.hashing import current_key
 from idempotency.stores.nodes import run_on_node
 
 __all__ = [
@@ -107,8 +108,13 @@ def _script(name: str = "ratelimit") -> Script:
 def rate_key(*, tenant: str, principal: str, window_seconds: int, buckets: int = 1) -> str:
     """``rl:{t:<tenant>}:<principal hash>:<window>s``; with sub-buckets the principal
     picks one, so a hot tenant's counters spread like its idempotency keys. The window
-    length is part of the name so changing it never mixes old and new counts."""
-    digest = hashlib.sha256(principal.encode()).hexdigest()
+    length is part of the name so changing it never mixes old and new counts.
+
+    The principal (a client address, a diner id) is hashed under the engine's hash key
+    (:mod:`idempotency.core.hashing`): a plain SHA-256 let whoever reads the key names find
+    an IPv4 address or a guessable diner id again by hashing candidates. A key rotation
+    starts new counters (for one window a caller's count restarts)."""
+    digest = hmac.digest(current_key().secret, principal.encode(), "sha256").hex()
     tag = f"t:{tenant}"
     if buckets > 1:
         tag += f":{int(digest[:8], 16) % buckets}"

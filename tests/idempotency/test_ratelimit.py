@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import threading
 import time
 import uuid
@@ -14,6 +16,7 @@ from django.conf import settings as django_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from idempotency.core.hashing import current_key
 from idempotency.core.ratelimit import (
     ceiling_key,
     ceiling_share,
@@ -192,6 +195,20 @@ def test_keys_share_the_tenant_hash_tag_and_name_the_window() -> None:
         for i in range(40)
     }
     assert {k.split("}")[0] for k in bucketed} == {f"rl:{{t:42:{b}" for b in range(4)}
+
+
+def test_a_key_names_its_principal_by_a_keyed_hash(settings) -> None:
+    """A client address or diner id in a counter's name was an unkeyed SHA-256: whoever read
+    the key names (a Redis dump, a monitoring tool) found an IPv4 address again by hashing
+    the 2**32 candidates (red: the plain SHA-256's prefix). Under another hash key the same
+    principal has another name."""
+    principal = "open-session:ip:203.0.113.7"
+    key = rate_key(tenant="42", principal=principal, window_seconds=60)
+    named = key.split(":")[3]
+    assert named != hashlib.sha256(principal.encode()).hexdigest()[:16]
+    assert named == hmac.digest(current_key().secret, principal.encode(), "sha256").hex()[:16]
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [(7, "another-secret-" * 3)]}
+    assert rate_key(tenant="42", principal=principal, window_seconds=60) != key
 
 
 @pytest.mark.parametrize(
