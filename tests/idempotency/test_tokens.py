@@ -441,6 +441,18 @@ def test_the_schema_s_token_bounds_are_those_a_check_takes(api: Any, token: str)
     assert (r.status_code == 200) == admitted, (declared, r.status_code, r.content)
 
 
+def test_a_token_holding_a_nul_is_answered_invalid_as_any_malformed_one(api: Any) -> None:
+    # The schema admits any string of 1-255 characters, and a malformed token is answered
+    # "invalid" in the batch's 200; one holding a NUL made the whole batch a 400
+    # VALIDATION_ERROR ("Null characters are not allowed"), the other tokens unanswered.
+    [unused] = issue(api, 1).json()["tokens"]
+    given = [unused, "tok_\x00", unused[:8] + "\x00" + unused[9:]]
+    r = api.post(CHECK, {"tokens": given}, format="json")
+    assert r.status_code == 200, r.content
+    assert [result["status"] for result in r.json()["results"]] == ["unused", "invalid", "invalid"]
+    assert [result["token"] for result in r.json()["results"]] == given
+
+
 @pytest.fixture
 def validated_tokens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The token values the check's serializer validated, one by one."""
