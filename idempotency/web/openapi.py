@@ -3,13 +3,14 @@ of the idempotency contract, the key sent and the answers' (drf-spectacular)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
-from idempotency.core.keys import MAX_KEY_LENGTH
+from idempotency.core.keys import AUTO_KEY_PREFIX, MAX_KEY_LENGTH
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -46,13 +47,16 @@ def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
     }
 
 
-# 1-255 printable ASCII characters but a comma (idempotency.core.keys)
+# 1-255 printable ASCII characters but a comma, not starting with the automatic keys' prefix
+# (idempotency.core.keys: such a key is refused 400 IDEMPOTENCY_KEY_INVALID, and a pattern that
+# admitted it had a generated client send a key it took for valid)
 _KEY_SCHEMA = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_KEY_LENGTH,
     # HTTP strips a header value's outer spaces, so the key never starts or ends with one
-    "pattern": "^[\\x21-\\x2b\\x2d-\\x7e]([\\x20-\\x2b\\x2d-\\x7e]*[\\x21-\\x2b\\x2d-\\x7e])?$",
+    "pattern": f"^(?!{re.escape(AUTO_KEY_PREFIX)})"
+    "[\\x21-\\x2b\\x2d-\\x7e]([\\x20-\\x2b\\x2d-\\x7e]*[\\x21-\\x2b\\x2d-\\x7e])?$",
 }
 
 IDEMPOTENCY_KEY_REQUIRED = OpenApiParameter(
@@ -60,8 +64,8 @@ IDEMPOTENCY_KEY_REQUIRED = OpenApiParameter(
     _KEY_SCHEMA,
     OpenApiParameter.HEADER,
     required=True,
-    description="1-255 printable ASCII characters (no comma); reuse it for every retry of the "
-    "operation.",
+    description="1-255 printable ASCII characters (no comma, not starting with auto:); reuse it "
+    "for every retry of the operation.",
 )
 IDEMPOTENCY_KEY_OPTIONAL = OpenApiParameter(
     "Idempotency-Key",

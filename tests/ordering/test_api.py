@@ -388,6 +388,30 @@ def test_the_schema_declares_the_key_s_bounds_and_the_answers_idempotency_header
     assert "API key missing" not in create["responses"]["401"]["description"]  # Bearer only
 
 
+@pytest.mark.parametrize("key", ["auto:abc", "auto:", "autos:abc", "AUTO:abc", "k", "a b", "a,b"])
+def test_the_schema_s_key_pattern_admits_exactly_the_keys_the_server_takes(client, api, menu, key):
+    # "auto:" starts the engine's automatic keys, and a key sent with it is refused (400
+    # IDEMPOTENCY_KEY_INVALID); the schema's pattern admitted it, so a client generated from
+    # the schema (schemathesis's positive_data_acceptance) could send a key it called valid.
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    answer = api.post(
+        "/api/v1/orders/",
+        {"items": [{"dish_id": menu["pizza"].pk, "quantity": 1}], "payment_method": "card"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+    refused = answer.status_code == 400 and answer.json()["code"] == "IDEMPOTENCY_KEY_INVALID"
+    assert refused or answer.status_code == 201, answer.content
+    for path in ("/api/v1/orders/", "/api/v1/orders/{order_id}/pay/"):
+        [declared] = [
+            parameter["schema"]
+            for parameter in schema["paths"][path]["post"]["parameters"]
+            if parameter["name"] == "Idempotency-Key"
+        ]
+        admitted = jsonschema_rs.validator_for(declared).is_valid(key)
+        assert admitted != refused, (path, key, declared["pattern"])
+
+
 def test_the_schema_declares_the_idempotency_headers_on_every_refusal_a_key_replays(
     client, api, menu, tenant
 ):

@@ -1255,7 +1255,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description 1-255 printable ASCII characters (no comma); reuse it for every retry of the operation. */
+                /** @description 1-255 printable ASCII characters (no comma, not starting with auto:); reuse it for every retry of the operation. */
                 "Idempotency-Key": string;
             };
             path?: never;
