@@ -16,7 +16,16 @@ and Django glue, token API), ``admin/``.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # what a type checker reads (the package ships ``py.typed``); at run time the names are
+    # imported on first use, below
+    from idempotency.core.conf import Policy as Policy
+    from idempotency.core.error_codes import IdempotencyErrorCode as IdempotencyErrorCode
+    from idempotency.core.transactions import business_atomic as business_atomic
+    from idempotency.web.drf import idempotent as idempotent
+    from idempotency.web.forms import idempotent_form as idempotent_form
 
 _EXPORTS = {
     "idempotent": "idempotency.web.drf",

@@ -63,8 +63,11 @@ def test_installed_alone_from_the_wheel_with_no_product_code_and_no_extras():
         assert find_spec(name) is None, name
 
 
-def test_the_wheel_ships_the_lua_scripts_templates_and_readme():
+def test_the_wheel_ships_the_lua_scripts_templates_readme_and_type_marker():
     package = Path(idempotency.__file__).parent
+    # PEP 561: without the marker a host's type checker ignores the engine's annotations
+    # ("module is installed, but missing library stubs or py.typed marker")
+    assert (package / "py.typed").is_file()
     assert {p.name for p in (package / "scripts" / "lua").glob("*.lua")} >= {
         "claim.lua",
         "finish.lua",
