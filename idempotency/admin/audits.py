@@ -172,7 +172,10 @@ class DuplicateAuditAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmi
     ]
     list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
     search_fields = ["=key", "resource_ref"]
-    search_help_text = "An idempotency key (matched by its keyed hash), or an order's URL"
+    search_help_text = (
+        "An idempotency key (matched by its keyed hash), or the URL of the resource an "
+        "operation made (its Location)"
+    )
     exclude = ["request_meta"]
     readonly_fields = ["request_details"]
     date_hierarchy = "at"

@@ -96,7 +96,9 @@ def _caller(request: Request) -> tuple[str, str]:
     """(tenant, principal) as the engine names them; tokens are bound to both."""
     identity = caller_scope(request)
     if identity is None:
-        raise exceptions.PermissionDenied("Tokens are issued to tenant API clients only")
+        raise exceptions.PermissionDenied(
+            "Idempotency tokens are issued only to callers this site identifies"
+        )
     return identity
 
 
@@ -112,7 +114,8 @@ def _unavailable() -> HttpResponse:
 
 
 def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
-    holder = "You (this diner, or this key)" if exc.per_principal else "This tenant"
+    # the engine's own words: a host's callers are its principals, whatever it calls them
+    holder = "You" if exc.per_principal else "This tenant"
     response = responses.problem(
         429,
         IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED,

@@ -140,3 +140,31 @@ def test_a_view_that_remembers_its_key_answers_a_token_whose_mark_and_record_are
     assert refused.status_code == 422
     assert json.loads(refused.content)["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
     assert Note.objects.count() == 1
+
+
+def test_the_token_api_s_refusals_speak_of_the_caller_in_the_engine_s_words(
+    settings, client, tenant
+):
+    """What the token API tells a host's callers names no one of the product the engine was
+    first written for (red: 429 "You (this diner, or this key) may have…", and 403 "Tokens
+    are issued to tenant API clients only")."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_QUOTA": 100, "TOKEN_MAX_BATCH": 10}
+    assert len(issue(client, tenant, 10)) == 10  # a principal's share: the batch, 10
+    over = client.post(
+        "/api/idempotency-tokens/", {"count": 1}, content_type="application/json", **caller(tenant)
+    )
+    assert over.status_code == 429
+    body = json.loads(over.content)
+    assert (body["code"], body["scope"], body["limit"]) == (
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED",
+        "principal",
+        10,
+    )
+    assert body["detail"].startswith("You may have at most 10 idempotency tokens outstanding")
+    unscoped = client.post(
+        "/api/idempotency-tokens/", {"count": 1}, content_type="application/json"
+    )
+    assert unscoped.status_code == 403
+    assert json.loads(unscoped.content)["detail"] == (
+        "Idempotency tokens are issued only to callers this site identifies"
+    )
