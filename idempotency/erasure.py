@@ -157,9 +157,18 @@ def _forget_here(keys: Iterable[str]) -> None:
         cache.invalidate(key)
 
 
-def forget_tenant_keys(tenant_key: str, *, batch: int = 500) -> Iterator[int]:
-    """Delete every Redis key of the tenant, node by node; yields the count of each page, so
-    a caller can record progress between pages."""
+def forget_tenant_keys(tenant_key: str, *, batch: int = 500) -> int:
+    """Delete every Redis key of the tenant, node by node; how many were deleted. Deleted
+    when called: a generator here deleted nothing for a caller that did not iterate it, and
+    said nothing of it (:func:`forget_tenant_keys_by_page` is that generator, for a caller
+    recording progress between pages)."""
+    return sum(forget_tenant_keys_by_page(tenant_key, batch=batch))
+
+
+def forget_tenant_keys_by_page(tenant_key: str, *, batch: int = 500) -> Iterator[int]:
+    """Delete every Redis key of the tenant, node by node, a page at a time as it is
+    iterated; yields the count of each page, so a caller can record progress between pages.
+    Nothing is deleted until it is iterated."""
     for client in node_clients():
         for page in scan_pages(client, tenant_key_patterns(tenant_key), batch=batch):
             yield delete_keys(client, page)

@@ -66,12 +66,33 @@ def test_forgetting_a_tenant_keys_and_records(tenant: str) -> None:
     other = post_note(client, f"{tenant}x", key="k1")
     assert erasure.forget_records(IdempotencyRecord.objects.filter(tenant_key=tenant)) == 1
     assert not [k for k in idem_keys() if f"{{t:{tenant}}}".encode() in k]  # went with it
-    list(erasure.forget_tenant_keys(tenant))  # what is left: its rate counter
+    erasure.forget_tenant_keys(tenant)  # what is left: its rate counter
     left = [p for p in erasure.tenant_key_patterns(tenant) for _ in suite_redis().scan_iter(p)]
     assert left == []
     nodes.local_cache().clear()
     again = post_note(client, f"{tenant}x", key="k1")
     assert again["X-Idempotent-Result"] == "HIT" and again.content == other.content
+
+
+def test_forgetting_a_tenant_s_keys_as_the_readme_calls_it_deletes_them(tenant: str) -> None:
+    """``forget_tenant_keys(tenant_key)``, called as the README shows it, deletes the keys and
+    says how many (red: it was a generator, and a call that did not iterate it deleted
+    nothing, silently: a data-protection erasure that never happened)."""
+    post_note(Client(), tenant, key="k1")
+    post_note(Client(), tenant, key="k2")
+    held = [k for k in idem_keys() if f"{{t:{tenant}}}".encode() in k]
+    assert len(held) >= 2
+    assert erasure.forget_tenant_keys(tenant) >= len(held)
+    left = [p for p in erasure.tenant_key_patterns(tenant) for _ in suite_redis().scan_iter(p)]
+    assert left == []
+
+
+def test_forgetting_a_tenant_s_keys_page_by_page_reports_each_page(tenant: str) -> None:
+    for n in range(5):
+        post_note(Client(), tenant, key=f"k{n}")
+    pages = list(erasure.forget_tenant_keys_by_page(tenant, batch=2))
+    assert len(pages) >= 2 and sum(pages) >= 5
+    assert erasure.forget_tenant_keys(tenant) == 0  # nothing left to delete
 
 
 def test_tenant_patterns_do_not_reach_a_longer_tenant_id() -> None:

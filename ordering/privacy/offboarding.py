@@ -277,7 +277,7 @@ def _one_batch(job: TenantOffboarding, tables: list[tuple[type[Model], Q]]) -> b
 def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
     """SCAN and delete page by page, each page's count recorded under the job's lock; the
     phase moves on only if no other runner moved it further meanwhile."""
-    for deleted in erasure.forget_tenant_keys(str(job.tenant_ref), batch=job.batch_size):
+    for deleted in erasure.forget_tenant_keys_by_page(str(job.tenant_ref), batch=job.batch_size):
         with transaction.atomic():
             locked = TenantOffboarding.objects.select_for_update().get(pk=job.pk)
             _count(locked, "redis_keys", deleted)
@@ -328,7 +328,7 @@ def _tenant(job: TenantOffboarding) -> None:
     those requests have ended (:func:`_wait_for_requests_in_flight`)."""
     if _engine_batch(job):
         return
-    for deleted in erasure.forget_tenant_keys(str(job.tenant_ref), batch=job.batch_size):
+    for deleted in erasure.forget_tenant_keys_by_page(str(job.tenant_ref), batch=job.batch_size):
         _count(job, "redis_keys", deleted)
     Tenant.objects.filter(pk=job.tenant_ref).delete()
     job.phase = Phase.DONE
