@@ -1,0 +1,37 @@
+"""``idempotency.testing``: a host's own tests start from an engine that remembers nothing.
+
+A test case's transaction rolls the database back after each test, not what the engine keeps
+beside it (this process's cached results; Redis's claims, replies, tokens, rate counters)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from idempotency.models import IdempotencyRecord
+from idempotency.testing import reset_engine
+from idempotency.tests.conftest import idem_keys, post_note
+from idempotency.tests.testapp import executions
+from idempotency.tests.testapp.models import Note
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_later_test_s_same_key_runs_its_view_once_the_engine_is_reset(engine_mode, tenant):
+    """(red: with nothing to call, a host's second test sending the first one's key was
+    replayed the first test's answer, naming a note its database never had, even with no
+    Redis: the process's own cache kept it; the module did not exist)"""
+    # given a first test that ran the view under key k-1, then had its database rolled back
+    first = post_note(Client(), tenant, key="k-1")
+    assert first["X-Idempotent-Result"] == "MISS"
+    Note.objects.all().delete()
+    IdempotencyRecord.objects.all().delete()
+    # then, without a reset, the next test's request is answered from what the engine kept
+    assert post_note(Client(), tenant, key="k-1")["X-Idempotent-Result"] == "HIT"
+    # when the next test starts with a reset
+    reset_engine()
+    # then its request runs the view, and nothing of the engine's is left in Redis but it
+    assert [k for k in idem_keys() if f"{{t:{tenant}}}".encode() in k] == []
+    again = post_note(Client(), tenant, key="k-1")
+    assert again["X-Idempotent-Result"] == "MISS"
+    assert executions.runs(tenant, "k-1") == 2 and Note.objects.count() == 1
