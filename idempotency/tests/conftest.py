@@ -53,6 +53,7 @@ def clean_engine() -> Iterator[None]:
         delay_seconds=0.0,
         hold=None,
         fail_once=set(),
+        raise_once=set(),
         refuse_after_write=set(),
         refuse=set(),
         committed=[],

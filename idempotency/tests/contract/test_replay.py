@@ -321,6 +321,28 @@ def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant)
     assert Note.objects.count() == 1
 
 
+@pytest.mark.parametrize("view", ["drf", "form"])
+def test_a_view_that_raises_keeps_nothing_and_the_retry_executes(engine_mode, tenant, view):
+    """A view that raises after writing (an exception DRF's handler does not answer, or any a
+    form view raises) is answered 500 by Django: its writes are rolled back with the engine's
+    transaction, nothing is recorded, and the key is released, so the retry runs it."""
+    behaviour["raise_once"] = {"crashy"}
+
+    def send() -> Any:
+        client = Client(raise_request_exception=False)
+        if view == "drf":
+            return post_note(client, tenant, key="k-raise", text="crashy")
+        form = {"text": "crashy", "idempotency_key": "form-raise"}
+        return client.post("/notes/form/", form, **caller(tenant, "alice"))
+
+    failed = send()
+    assert failed.status_code == 500
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+    retried = send()
+    assert retried.status_code in (201, 302) and retried["X-Idempotent-Result"] == "MISS"
+    assert Note.objects.count() == 1 and IdempotencyRecord.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     ("key", "code"),
     [

@@ -6,7 +6,8 @@ execution (so duplicates overlap), ``hold`` (a list of :class:`threading.Event`)
 execution until the test sets its event — the first execution waits for the first event, the
 next for the next, every later one for the last — so a test releases runs, in the order it
 chooses, on events it observed instead of guessing a delay; a text listed in ``fail_once``
-answers 500 the first time it is written (a 5xx must not be stored); and a text listed in
+answers 500 the first time it is written (a 5xx must not be stored), one in ``raise_once``
+is written, then the view raises, the first time; and a text listed in
 ``refuse_after_write`` is written, then refused with 409 inside the business transaction (the
 commit callbacks it registered append to ``committed``); one in ``refuse`` is refused by the
 automatic-key view before anything is written.
@@ -43,6 +44,7 @@ behaviour: dict[str, Any] = {
     "delay_seconds": 0.0,
     "hold": None,
     "fail_once": set(),
+    "raise_once": set(),
     "refuse_after_write": set(),
     "refuse": set(),
     "committed": [],
@@ -62,7 +64,11 @@ def _write(request: HttpRequest, text: str) -> Note | None:
         return None
     tenant, principal = from_headers(request) or ("", "")
     # the note keeps the start of a long principal (tests of long scopes send 250 characters)
-    return Note.objects.create(tenant=tenant, principal=principal[:64], text=text)
+    note = Note.objects.create(tenant=tenant, principal=principal[:64], text=text)
+    if text in behaviour["raise_once"]:
+        behaviour["raise_once"].discard(text)
+        raise RuntimeError(f"the view failed after writing {text!r}")
+    return note
 
 
 class NoteListCreate(APIView):
