@@ -3,11 +3,11 @@ database.
 
 A test case's transaction (Django's ``TestCase``, pytest-django's ``django_db``) rolls the
 database back after each test, records and business rows alike, but not what the engine keeps
-beside it: finished results in this process's cache, and in Redis the claims, replies, tokens
-and rate counters. A later test sending an earlier one's key for the same caller (a user made
-in ``setUpTestData``, a fixed API key) was replayed the earlier test's answer, naming rows its
-database never had, and its view did not run; even without Redis, from the process's cache.
-Call :func:`reset_engine` before each test.
+beside it under Redis: the claims, replies, tokens and rate counters in Redis, and finished
+results in this process's cache. A later test sending an earlier one's key for the same caller
+(a user made in ``setUpTestData``, a fixed API key) was replayed the earlier test's answer,
+naming rows its database never had, and its view did not run. Call :func:`reset_engine`
+before each test.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
 from idempotency.stores.audit_pending import pending
 from idempotency.stores.local_cache import LocalResultCache
-from idempotency.stores.nodes import GuardedStore, local_cache, redis_store_for
+from idempotency.stores.nodes import GuardedStore, redis_store_for, shared_cache_for
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
 
 logger = logging.getLogger(__name__)
@@ -155,8 +155,12 @@ class _AlreadyCommitted(Exception):
 
 def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     """Answer ``req``: replay, refuse, or run ``execute`` exactly once across duplicates."""
-    cache = local_cache()
-    cached = cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
+    cache = shared_cache_for(req.scoped.tenant, key=req.scoped.redis_key)
+    cached = (
+        cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
+        if cache is not None
+        else None
+    )
     if cached is not None and cached.outcome is Outcome.HIT:
         return _answer(req, cached, source="local")
     store = redis_store_for(req.scoped.tenant, key=req.scoped.redis_key)
@@ -554,7 +558,11 @@ def _in_callers_transaction() -> bool:
 
 
 def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
-    cache: LocalResultCache = local_cache()
+    """Keep a finished result in this process's cache, where Redis's channel can reach it
+    (:func:`~idempotency.stores.nodes.shared_cache_for`); database-only, keep nothing."""
+    cache: LocalResultCache | None = shared_cache_for(req.scoped.tenant, key=req.scoped.redis_key)
+    if cache is None:
+        return
     cache.put(
         req.scoped.redis_key,
         fingerprint=req.fingerprint,

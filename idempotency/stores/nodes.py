@@ -128,6 +128,14 @@ def node_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
     return node
 
 
+def shared_cache_for(tenant_key: str, *, key: str | None = None) -> LocalResultCache | None:
+    """This process's result cache, for a tenant served by a Redis node: the node's channel
+    tells every process when a result is erased or purged, and each drops its copy. None
+    without Redis (database-only): nothing would tell this process that another one erased a
+    result, and it would replay the erased reply until the entry's TTL ran out."""
+    return local_cache() if node_for(tenant_key, key=key) is not None else None
+
+
 def redis_store_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
     """The tenant's store if its node may be used now; None means database-only (no Redis
     configured, or the node's breaker is open)."""

@@ -18,6 +18,7 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from idempotency.tests.conftest import caller, idem_keys, post_note, suite_redis
+from idempotency.tests.testapp import executions
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +94,23 @@ def test_forgetting_a_tenant_s_keys_page_by_page_reports_each_page(tenant: str) 
     pages = list(erasure.forget_tenant_keys_by_page(tenant, batch=2))
     assert len(pages) >= 2 and sum(pages) >= 5
     assert erasure.forget_tenant_keys(tenant) == 0  # nothing left to delete
+
+
+def test_without_redis_a_result_erased_by_another_process_is_not_replayed_here(
+    settings: Any, tenant: str
+) -> None:
+    """Database-only, no channel tells this process that another one erased a result (red:
+    each process kept its answers in its own cache and replayed the erased reply, personal
+    data and all, for ``LOCAL_CACHE_TTL_SECONDS``, its view not run)."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "REDIS_URL": None}
+    nodes.reset()
+    first = post_note(Client(), tenant, key="k1")
+    assert post_note(Client(), tenant, key="k1").content == first.content  # a replay
+    # another process's erasure: the records go; without Redis nothing is announced
+    IdempotencyRecord.objects.filter(tenant_key=tenant).delete()
+    again = post_note(Client(), tenant, key="k1")
+    assert again["X-Idempotent-Result"] == "MISS"
+    assert executions.runs(tenant, "k1") == 2
 
 
 def test_tenant_patterns_do_not_reach_a_longer_tenant_id() -> None:

@@ -1,7 +1,8 @@
 """``idempotency.testing``: a host's own tests start from an engine that remembers nothing.
 
 A test case's transaction rolls the database back after each test, not what the engine keeps
-beside it (this process's cached results; Redis's claims, replies, tokens, rate counters)."""
+beside it under Redis (its claims, replies, tokens, rate counters; this process's cached
+results)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from idempotency.tests.testapp.models import Note
 pytestmark = pytest.mark.django_db
 
 
-def test_a_later_test_s_same_key_runs_its_view_once_the_engine_is_reset(engine_mode, tenant):
-    """(red: with nothing to call, a host's second test sending the first one's key was
-    replayed the first test's answer, naming a note its database never had, even with no
-    Redis: the process's own cache kept it; the module did not exist)"""
+def test_a_later_test_s_same_key_runs_its_view_once_the_engine_is_reset(tenant):
+    """Under Redis (database-only, no process keeps results of its own). (red: with nothing to
+    call, a host's second test sending the first one's key was replayed the first test's
+    answer, naming a note its database never had; the module did not exist)"""
     # given a first test that ran the view under key k-1, then had its database rolled back
     first = post_note(Client(), tenant, key="k-1")
     assert first["X-Idempotent-Result"] == "MISS"
