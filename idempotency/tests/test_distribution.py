@@ -63,6 +63,13 @@ def test_installed_alone_from_the_wheel_with_no_product_code_and_no_extras():
         assert find_spec(name) is None, name
 
 
+def test_the_installed_version_is_importable():
+    """(red: ``AttributeError: module 'idempotency' has no attribute '__version__'``)"""
+    from idempotency import __version__
+
+    assert __version__ == metadata.version(DISTRIBUTION) and __version__[0].isdigit()
+
+
 def test_the_wheel_ships_the_lua_scripts_templates_readme_and_type_marker():
     package = Path(idempotency.__file__).parent
     # PEP 561: without the marker a host's type checker ignores the engine's annotations
