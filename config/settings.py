@@ -661,6 +661,11 @@ IDEMPOTENCY = {
     "TTL_SECONDS": env_bounded("IDEMPOTENCY_TTL_SECONDS", 72 * 3600, low=60, high=_YEAR),
     "LEASE_MS": env_bounded("IDEMPOTENCY_LEASE_MS", 30_000, low=100, high=3_600_000),
     "AUTO_KEY_WINDOW_SECONDS": env_bounded("IDEMPOTENCY_AUTO_KEY_WINDOW", 60, low=1, high=86_400),
+    # The API's own words for these refusals in the OpenAPI schema (the engine's are general)
+    "PROBLEM_DESCRIPTIONS": {
+        403: "Tenant suspended, or not allowed for this API client (see `code`)",
+        409: "Conflict: the order's state, stock, or the same key still in progress (see `code`)",
+    },
     # Circuit breaker per Redis node, JSON, e.g. {"p99_threshold_ms": 200, "open_seconds": 5}
     "BREAKER": env_json_object("IDEMPOTENCY_BREAKER"),
     # API writes per principal (a diner, or a secret server key) per minute

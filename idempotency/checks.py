@@ -150,6 +150,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
         (("FORCE_SCRIPTS",), _forced_scripts),
         (("RATE_LIMIT_PER_MINUTE", "RATE_LIMIT_TENANT_CEILING_PER_MINUTE"), _optional_rate),
         (("HASH_KEYS",), _hash_keys),
+        (("PROBLEM_DESCRIPTIONS",), _problem_descriptions),
     ]
     for names, check in checks:
         for name in names:
@@ -173,6 +174,15 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
             )
         )
     return found
+
+
+def _problem_descriptions(value: Any) -> Problem | None:
+    if not isinstance(value, Mapping) or not all(
+        type(status) is int and 400 <= status <= 599 and isinstance(text, str) and text.strip()
+        for status, text in value.items()
+    ):
+        return "must be a dict of error statuses (400-599) to non-empty descriptions"
+    return None
 
 
 @register(Tags.security, deploy=False)

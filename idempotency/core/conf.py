@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     # usually ends well within it, and the lease left only bounds it
     "IN_PROGRESS_RETRY_AFTER_SECONDS": 1,
     "AUTO_KEY_WINDOW_SECONDS": 60,
+    # {status: text}: a host's own description of an error status in the OpenAPI schema of
+    # its endpoints (idempotency/web/openapi.problems), over the engine's general wording
+    "PROBLEM_DESCRIPTIONS": {},
     # Largest stored reply, status and headers included (idempotency/core/replies.py)
     "MAX_STORED_REPLY_BYTES": 64 * 1024,
     "REPLAY_HEADERS": ("Content-Type", "Location", "ETag", "Last-Modified", "Content-Language"),

@@ -78,6 +78,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "AUDIT_RETENTION_DAYS": (0, "must be a positive integer"),
     "AUDIT_RETENTION_OVERRIDES": ("idempotency.core.conf.NOPE", "cannot be imported"),
     "PURGE_BATCH_SIZE": (-1000, "must be a positive integer"),
+    "PROBLEM_DESCRIPTIONS": ({"403": "Not yours"}, "must be a dict of error statuses"),
 }
 
 

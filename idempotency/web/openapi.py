@@ -10,16 +10,19 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
+from idempotency.core.conf import engine_setting
 from idempotency.core.keys import AUTO_KEY_PREFIX, MAX_KEY_LENGTH
 
 PROBLEM_JSON = "application/problem+json"
 
+# The engine's general wording; a host names its own refusals through the setting
+# PROBLEM_DESCRIPTIONS (its tenants, its resources), which takes precedence
 _DESCRIPTIONS = {
     400: "Invalid input, key or body (see `code`)",
     401: "Credentials missing, malformed, unknown, expired or revoked (see `code`)",
-    403: "Tenant suspended, or not allowed for this API client",
+    403: "Not allowed for this caller (see `code`)",
     404: "Not found for this caller",
-    409: "Conflict: state changed, stock, or the same key still in progress",
+    409: "Conflict: the resource's state, or the same key still in progress (see `code`)",
     413: "Request body too large",
     415: "Unsupported media type",
     422: "Idempotency key reused with another payload, or a business refusal",
@@ -34,15 +37,15 @@ class ProblemSerializer(serializers.Serializer):
     code = serializers.CharField()
     detail = serializers.CharField()
     status = serializers.IntegerField()
-    errors = serializers.JSONField(required=False, help_text="Field errors (VALIDATION_ERROR)")
+    errors = serializers.JSONField(required=False, help_text="Field errors, on invalid input")
 
 
 def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
-    """Responses entries for these error statuses, as ``application/problem+json``."""
+    """Responses entries for these error statuses, as ``application/problem+json``, each
+    described in the host's words where it gave some (``PROBLEM_DESCRIPTIONS``)."""
+    descriptions = {**_DESCRIPTIONS, **engine_setting("PROBLEM_DESCRIPTIONS")}
     return {
-        (status, PROBLEM_JSON): OpenApiResponse(
-            ProblemSerializer, description=_DESCRIPTIONS[status]
-        )
+        (status, PROBLEM_JSON): OpenApiResponse(ProblemSerializer, description=descriptions[status])
         for status in statuses
     }
 
@@ -67,13 +70,19 @@ IDEMPOTENCY_KEY_REQUIRED = OpenApiParameter(
     description="1-255 printable ASCII characters (no comma, not starting with auto:); reuse it "
     "for every retry of the operation.",
 )
-IDEMPOTENCY_KEY_OPTIONAL = OpenApiParameter(
-    "Idempotency-Key",
-    _KEY_SCHEMA,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="Optional here: without one, identical requests within 60 s replay the first.",
-)
+
+
+def idempotency_key_optional(window_seconds: int) -> OpenApiParameter:
+    """The key of an endpoint where it is optional (``auto_key_window``): without one, an
+    identical request within ``window_seconds`` replays the first."""
+    return OpenApiParameter(
+        "Idempotency-Key",
+        _KEY_SCHEMA,
+        OpenApiParameter.HEADER,
+        required=False,
+        description=f"Optional here: without one, identical requests within {window_seconds} s "
+        "replay the first.",
+    )
 
 
 # Refusals a view gives under a key, kept and replayed as the key's answer (a 409 or 422 of the

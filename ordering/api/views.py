@@ -18,9 +18,9 @@ from rest_framework.views import APIView
 from config.api_errors import ApiError
 from idempotency.web.drf import idempotent
 from idempotency.web.openapi import (
-    IDEMPOTENCY_KEY_OPTIONAL,
     IDEMPOTENCY_KEY_REQUIRED,
     answer_headers,
+    idempotency_key_optional,
     problems,
 )
 from idempotency.web.throttle import TenantRateThrottle
@@ -292,7 +292,7 @@ class OrderPayView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
+        parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -317,7 +317,7 @@ class OrderCancelView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
+        parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )
@@ -339,7 +339,7 @@ class OrderTransitionView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
-        parameters=[ORDER_ID, IDEMPOTENCY_KEY_OPTIONAL, *answer_headers(200)],
+        parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=TransitionInSerializer,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
     )

@@ -457,7 +457,7 @@ export interface components {
             code: string;
             detail: string;
             status: number;
-            /** @description Field errors (VALIDATION_ERROR) */
+            /** @description Field errors, on invalid input */
             errors?: unknown;
         };
         /**
@@ -545,7 +545,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -639,7 +639,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -734,7 +734,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -831,7 +831,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -939,7 +939,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1038,7 +1038,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1122,7 +1122,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1202,7 +1202,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1306,7 +1306,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1337,7 +1337,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict: state changed, stock, or the same key still in progress */
+            /** @description Conflict: the order's state, stock, or the same key still in progress (see `code`) */
             409: {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
@@ -1446,7 +1446,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1545,7 +1545,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1576,7 +1576,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict: state changed, stock, or the same key still in progress */
+            /** @description Conflict: the order's state, stock, or the same key still in progress (see `code`) */
             409: {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
@@ -1696,7 +1696,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1727,7 +1727,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict: state changed, stock, or the same key still in progress */
+            /** @description Conflict: the order's state, stock, or the same key still in progress (see `code`) */
             409: {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
@@ -1851,7 +1851,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Tenant suspended, or not allowed for this API client */
+            /** @description Tenant suspended, or not allowed for this API client (see `code`) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1882,7 +1882,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Conflict: state changed, stock, or the same key still in progress */
+            /** @description Conflict: the order's state, stock, or the same key still in progress (see `code`) */
             409: {
                 headers: {
                     /** @description MISS: this request ran the operation; HIT: the first answer to this key, replayed byte for byte (an error answer too); IN_PROGRESS (409): the first request with this key is still running; REUSED (422): the key was sent with another payload. A success answer without it is not the API's. */
