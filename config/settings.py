@@ -420,6 +420,10 @@ AXES_CLIENT_IP_CALLABLE = "config.client_address.limited_address_of"
 # attempts once past the cool-off (tenants/retention.py, docs/data-protection.md).
 LOGIN_RECORD_RETENTION_DAYS = env_bounded("LOGIN_RECORD_RETENTION_DAYS", 30, low=1, high=3650)
 
+# The merchants' board fetches its columns again every this many seconds (an unchanged board is
+# a 304 without rendering it, ordering/dashboard/orders.py).
+DASHBOARD_REFRESH_SECONDS = env_number("DASHBOARD_REFRESH_SECONDS", 5, low=1, high=3600)
+
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
 LANGUAGE_CODE = "en-us"

@@ -65,8 +65,6 @@ MOVE_LABELS = {
 BOARD_COLUMNS = "dashboard/partials/board_columns.html"
 # Whose columns a board fragment holds (the page's script compares it with its own)
 RESTAURANT_HEADER = "X-Restaurant"
-# Seconds between board refreshes; a setting so tests (and busy kitchens) can shorten it.
-DEFAULT_REFRESH_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def board(request: HttpRequest) -> HttpResponse:
     """The board; a small script swaps in :func:`board_fragment` every few seconds. Above it,
     the restaurant's payments that platform staff are reviewing (open provider conflicts):
     staff resolve them in the admin, the merchant should know which orders they concern."""
-    refresh = getattr(settings, "DASHBOARD_REFRESH_SECONDS", DEFAULT_REFRESH_SECONDS)
+    refresh = settings.DASHBOARD_REFRESH_SECONDS
     conflicts = open_conflicts(tenant=tenant_of(request)).select_related("order")
     version = board_etag(request)
     return render_page(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -61,6 +64,38 @@ def test_board_groups_orders_by_status_and_polls_a_fragment(merchant, mine, orde
 def test_board_refresh_interval_is_a_setting(merchant, mine, settings):
     settings.DASHBOARD_REFRESH_SECONDS = 1
     assert 'data-refresh-ms="1000"' in merchant.get("/dashboard/").content.decode()
+
+
+@pytest.mark.parametrize(
+    ("environment", "read"),
+    [
+        pytest.param({}, "5.0", id="default-5-s"),
+        pytest.param({"DASHBOARD_REFRESH_SECONDS": "15"}, "15.0", id="set-15-s"),
+        pytest.param({"DASHBOARD_REFRESH_SECONDS": "0"}, "refused", id="0-refused"),
+        pytest.param({"DASHBOARD_REFRESH_SECONDS": "soon"}, "refused", id="not-a-number"),
+    ],
+)
+def test_board_refresh_interval_is_read_from_the_environment(environment, read):
+    """README names DASHBOARD_REFRESH_SECONDS beside the settings an operator sets in the
+    environment; the view read it with getattr and nothing set it, so it could not be
+    changed without editing config/settings.py."""
+    code = (
+        "import django\n"
+        "from django.core.exceptions import ImproperlyConfigured\n"
+        "try:\n"
+        "    django.setup()\n"
+        "except ImproperlyConfigured:\n"
+        "    print('refused')\n"
+        "else:\n"
+        "    from django.conf import settings\n"
+        "    print(float(settings.DASHBOARD_REFRESH_SECONDS))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DASHBOARD_REFRESH_SECONDS"}
+    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", **environment}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.stdout.split()[-1:] == [read], done.stderr
 
 
 # --- order page ----------------------------------------------------------------------------
