@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from io import StringIO
@@ -9,6 +10,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from ordering.models import ProviderConflict
 from tests.payments.helpers import paying_order
 
 
@@ -43,3 +45,33 @@ def test_simulate_payment_over_http_fails_when_the_server_refuses(tenant, menu, 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def simulate(order_id: int, *args: str) -> dict[str, object]:
+    out = StringIO()
+    call_command("simulate_payment", str(order_id), *args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+@pytest.mark.django_db
+def test_another_amount_reported_for_a_paid_order_is_a_conflict(tenant, menu):
+    """``--amount`` is "another amount (a conflict)" (docs/payments-and-saga.md): its event
+    was the success's own id (one per payment and outcome), so once the payment was reported
+    taken, as the demo's own confirmation does 2 s after a pay, the provider's report of
+    another amount was answered as the success sent again (``duplicate``) and staff saw
+    nothing. Another amount is another event; the same one sent twice is still one."""
+    # given an order paid by the provider's success
+    order, payment = paying_order(tenant, menu["pizza"])
+    assert simulate(order.pk)["result"] == "applied"
+    # when the provider reports another amount taken, twice
+    first = simulate(order.pk, "--amount", "1.00")
+    again = simulate(order.pk, "--amount", "1.00")
+    # then it is one amount_mismatch conflict for staff, and the order stays paid
+    assert (first["result"], first["conflict"], first["order_status"]) == (
+        "conflict",
+        "amount_mismatch",
+        "PAID",
+    )
+    assert again["result"] == "duplicate"
+    assert ProviderConflict.all_tenants.filter(payment=payment).count() == 1
+    assert simulate(order.pk)["result"] == "duplicate"

@@ -26,6 +26,16 @@ from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from ordering.payments.simulated import book, signed_callback
 
 
+def default_event_id(payment: Payment, status: str, amount: Decimal | None) -> str:
+    """The provider's id for this report: one per payment and outcome, as the simulated
+    provider's own confirmation names it, so the same report sent again is a duplicate. A
+    report of another amount is another event (a provider does not resend an event with new
+    contents): under the success's id it was answered as that success sent again once the
+    payment was reported taken, never reaching the amount check that makes it a conflict."""
+    event_id = f"evt_{payment.provider_txn_id}_{status}"
+    return event_id if amount is None else f"{event_id}_{amount:f}"
+
+
 class Command(BaseCommand):
     help = "Send the simulated provider's signed payment callback for an order."
 
@@ -61,7 +71,8 @@ class Command(BaseCommand):
             payment=payment,
             status=options["status"],
             amount=options["amount"],
-            event_id=options["event_id"] or f"evt_{payment.provider_txn_id}_{options['status']}",
+            event_id=options["event_id"]
+            or default_event_id(payment, options["status"], options["amount"]),
         )
         if options["url"]:
             self.stdout.write(self._post(options["url"], body, headers))
