@@ -49,6 +49,19 @@ def test_opens_on_error_rate(clock):
     assert b.state is BreakerState.OPEN
 
 
+def test_the_window_judges_the_last_500_calls_at_most(clock):
+    """docs/scaling.md: a busy process's window is its last 500 calls, so a node turning slow
+    is seen as fast as it is on a quiet one, not diluted by thousands of earlier calls."""
+    b = breaker(clock)
+    for _ in range(10_000):
+        b.record(seconds=0.002, ok=True)
+    for _ in range(5):  # 5 of the last 500: 1 %, not more
+        b.record(seconds=0.3, ok=True)
+    assert b.state is BreakerState.CLOSED
+    b.record(seconds=0.3, ok=True)  # 6 of the last 500
+    assert b.state is BreakerState.OPEN
+
+
 def test_old_samples_leave_the_window(clock):
     b = breaker(clock, window_seconds=10)
     for _ in range(9):
