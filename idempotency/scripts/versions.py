@@ -1,7 +1,8 @@
 """Changing the engine's Lua scripts: upload, canary, promote, roll back — each audited.
 
 Safety rails:
-- only the scripts the engine calls can be versioned (``VERSIONED_SCRIPTS``);
+- only claim, finish and release can be versioned (``VERSIONED_SCRIPTS``); the token and
+  rate-limit scripts run as shipped;
 - a version is compiled by Redis (``SCRIPT LOAD`` on a connection of its own) before it is
   saved, and refused with Redis's own error message if it does not compile;
 - every change names the SHA-256 of the source it makes live, as the person making it reviewed
