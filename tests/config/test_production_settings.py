@@ -575,6 +575,21 @@ def test_a_redis_url_the_broker_cannot_be_placed_beside_stops_the_server(
     assert f"ImproperlyConfigured: {message}" in stderr
 
 
+def test_on_a_redis_cluster_the_broker_must_be_named() -> None:
+    """README: the broker's default is REDIS_URL's server or the first of REDIS_SHARDS; a
+    Redis Cluster gives it none (Celery's Redis transport takes one node), so a site on
+    REDIS_CLUSTER_URL alone stops and says to set CELERY_BROKER_URL."""
+    env = {
+        **without(production_environment(), "REDIS_URL", "CELERY_BROKER_URL"),
+        "REDIS_CLUSTER_URL": "redis://cluster.example.com:7000",
+    }
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: CELERY_BROKER_URL (or REDIS_URL) must be set" in stderr
+
+
 @pytest.mark.parametrize(
     "name, url, message",
     [
