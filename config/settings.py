@@ -869,8 +869,15 @@ SAGA_RETRY_MAX_SECONDS = env_number("SAGA_RETRY_MAX_SECONDS", 300.0, low=0.01, h
 # Payment providers: name -> adapter class and webhook secret(s) (a list allows rotation: the
 # first signs, any verifies). The simulated provider is for the demo and tests only: it is on
 # when DEBUG is, or when SIMULATED_PROVIDER=1; off DEBUG it needs its own secret.
+# A callback signed further than this from now is a replay (400 PAYMENT_TIMESTAMP_STALE). The
+# environment once named it PAYMENT_CALLBACK_TOLERANCE, not as documented: that name, still
+# set, stops the server rather than be ignored for the default.
+if os.environ.get("PAYMENT_CALLBACK_TOLERANCE", "").strip():
+    raise ImproperlyConfigured(
+        "PAYMENT_CALLBACK_TOLERANCE is not read: set PAYMENT_CALLBACK_TOLERANCE_SECONDS"
+    )
 PAYMENT_CALLBACK_TOLERANCE_SECONDS = env_bounded(
-    "PAYMENT_CALLBACK_TOLERANCE", 300, low=1, high=86_400
+    "PAYMENT_CALLBACK_TOLERANCE_SECONDS", 300, low=1, high=86_400
 )
 PAYMENT_PROVIDERS: dict[str, dict] = {}
 if env_bool("SIMULATED_PROVIDER", DEBUG):

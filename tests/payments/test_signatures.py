@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from ordering.payments.error_codes import CallbackRejected
@@ -100,3 +104,38 @@ def test_a_signed_timestamp_too_long_to_be_one_is_refused_not_a_500():
     with pytest.raises(CallbackRejected) as err:
         check(sign(secret="s3cret", timestamp=huge, body=BODY), str(huge))
     assert (err.value.status_code, err.value.error_code) == (400, "PAYMENT_TIMESTAMP_INVALID")
+
+
+@pytest.mark.parametrize(
+    ("environment", "read"),
+    [
+        pytest.param({}, "300", id="default-300-s"),
+        pytest.param({"PAYMENT_CALLBACK_TOLERANCE_SECONDS": "600"}, "600", id="set-600-s"),
+        pytest.param({"PAYMENT_CALLBACK_TOLERANCE": "600"}, "refused", id="the-old-name-refused"),
+    ],
+)
+def test_the_tolerance_is_read_from_the_environment_under_its_documented_name(
+    environment: dict[str, str], read: str
+) -> None:
+    """docs/payments-and-saga.md names PAYMENT_CALLBACK_TOLERANCE_SECONDS (300), the setting's
+    own name; the environment was read as PAYMENT_CALLBACK_TOLERANCE, so the documented
+    variable changed nothing. The old name, set, stops the server naming the new one rather
+    than be ignored."""
+    code = (
+        "import django\n"
+        "from django.core.exceptions import ImproperlyConfigured\n"
+        "try:\n"
+        "    django.setup()\n"
+        "except ImproperlyConfigured as exc:\n"
+        "    print('refused' if 'PAYMENT_CALLBACK_TOLERANCE_SECONDS' in str(exc) else exc)\n"
+        "else:\n"
+        "    from django.conf import settings\n"
+        "    print(settings.PAYMENT_CALLBACK_TOLERANCE_SECONDS)\n"
+    )
+    names = ("PAYMENT_CALLBACK_TOLERANCE", "PAYMENT_CALLBACK_TOLERANCE_SECONDS")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", **environment}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.stdout.split()[-1:] == [read], done.stderr
