@@ -7,6 +7,7 @@ sees the tenant's orders).
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import IntegrityError, router
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -45,8 +46,9 @@ from ordering.services.placing import ItemRequest, place_order
 from tenants.permissions import Capability
 from tenants.principals import ApiPrincipal
 
-# Pay, cancel and merchant moves absorb keyless double submits for this long (seconds).
-AUTO_KEY_WINDOW = 60
+# Pay, cancel and merchant moves absorb keyless double submits for this long (seconds): the
+# engine's automatic-key window, IDEMPOTENCY_AUTO_KEY_WINDOW (60 by default)
+AUTO_KEY_WINDOW: int = settings.IDEMPOTENCY["AUTO_KEY_WINDOW_SECONDS"]
 # An order id is a positive 64-bit integer, past JavaScript's exact 2**53: the answers write it
 # as a string, and the path declares it as those digits, so a client generated from the schema
 # (TypeScript's ``number`` for an integer) never rounds it to another order's id.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlencode
@@ -627,3 +630,25 @@ def test_a_form_body_is_refused_as_415_and_its_key_stays_free(api, merchant_api,
         "UNSUPPORTED_MEDIA_TYPE",
     )
     assert Order.all_tenants.get(pk=order_id).status == "CREATED"
+
+
+@pytest.mark.parametrize(
+    ("environment", "window"), [({}, "60"), ({"IDEMPOTENCY_AUTO_KEY_WINDOW": "15"}, "15")]
+)
+def test_the_keyless_window_of_pay_cancel_and_moves_is_the_engine_s_setting(environment, window):
+    """``IDEMPOTENCY_AUTO_KEY_WINDOW`` set the engine's automatic-key window while the pay,
+    cancel and move views named 60 s of their own, so setting it changed nothing of theirs
+    (red with the constant: 60 for every view whatever the environment)."""
+    code = (
+        "import django\n"
+        "django.setup()\n"
+        "from ordering.api.views import OrderCancelView, OrderPayView, OrderTransitionView\n"
+        "print(*{view.post.idempotency_policy.auto_key_window\n"
+        "        for view in (OrderPayView, OrderCancelView, OrderTransitionView)})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "IDEMPOTENCY_AUTO_KEY_WINDOW"}
+    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", **environment}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.stdout.split() == [window], done.stderr
