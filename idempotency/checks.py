@@ -323,6 +323,10 @@ def _header_names(value: Any) -> Problem | None:
         isinstance(h, str) and h for h in value
     ):
         return f"must be a list of header names, not {value!r}"
+    if any(h.lower() == "set-cookie" for h in value):
+        # a replay goes to whoever sends the key again: a session cookie kept with the first
+        # answer would be handed to every retry, and the README promises it never is
+        return "must not name Set-Cookie: a replay never repeats a cookie"
     return None
 
 

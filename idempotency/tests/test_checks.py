@@ -110,6 +110,13 @@ def test_a_malformed_setting_is_named(settings, name):
     assert message.startswith(f'IDEMPOTENCY["{name}"] ') and problem in message
 
 
+@pytest.mark.parametrize("header", ["Set-Cookie", "set-cookie"])
+def test_replay_headers_naming_set_cookie_are_refused(settings, header):
+    """The README's "never ``Set-Cookie``" held only while no one listed it (red: accepted)."""
+    [message] = errors_with(settings, REPLAY_HEADERS=("Content-Type", header))
+    assert message.startswith('IDEMPOTENCY["REPLAY_HEADERS"] ') and "Set-Cookie" in message
+
+
 @pytest.mark.parametrize("name", ["TTL_SECONDS", "AUTO_KEY_WINDOW_SECONDS", "TOKEN_TTL_SECONDS"])
 def test_a_period_past_ten_years_is_named(settings, name):
     """(red: the check passed, and every request overflowed the record's expiry date after
