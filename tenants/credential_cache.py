@@ -6,20 +6,26 @@ its tenant was revoked, rotated or suspended since. That is read from the databa
 here, per process, under a key (``session:<id>``, ``key:<prefix>``):
 
 - While the process hears the **credential feed** (Redis pub/sub channel
-  ``tenants:credentials``; a listener thread that PINGs every 0.25 s), an entry lives up to
+  ``tenants:credentials``; a listener thread that publishes an echo to itself every 0.25 s,
+  through the same client announcements go through, and hears it come back), an entry lives up to
   ``CREDENTIAL_CACHE_SECONDS`` (60 s). Every change made through the product (ending a session,
   revoking a diner or a key, saving a tenant, a key or a session) is announced after its commit
   (:func:`announce`), and every process drops what it concerns when the message arrives.
 - While it does not hear the feed (no Redis configured, the connection broke, or the listener
-  got no answer for 0.75 s), an entry read more than ``DINER_SESSION_STATE_CACHE_SECONDS``
+  got no echo for 0.75 s: a node that holds or refuses ``PUBLISH``, as ``CLIENT PAUSE WRITE``
+  does, still answers a subscriber's ``PING``, so a PING proved nothing about announcements),
+  an entry read more than ``DINER_SESSION_STATE_CACHE_SECONDS``
   (1 s) ago is read again: the short TTL is the fallback bound.
 
 So a change made through the product reaches every process within 1 s whether or not pub/sub
-works. What the listener may have missed while it was deaf is made up for by clearing the cache
-each time it subscribes again (entries remember the subscription they were read under), and an
-entry whose read overlapped an announcement keeps only the short bound. A row changed behind the
-product's back (SQL by hand) is seen within ``CREDENTIAL_CACHE_SECONDS``; call
-:func:`announce` with :data:`EVERYTHING` to make every process read afresh at once.
+works, unless the announcing process alone cannot publish while the others still hear their
+echoes (its own connection to the node broken): its announcement is lost, and the other
+processes see the change within ``CREDENTIAL_CACHE_SECONDS``. What the listener may have
+missed while it was deaf is made up for by clearing the cache each time it subscribes again
+(entries remember the subscription they were read under), and an entry whose read overlapped
+an announcement keeps only the short bound. A row changed behind the product's back (SQL by
+hand) is seen within ``CREDENTIAL_CACHE_SECONDS``; call :func:`announce` with
+:data:`EVERYTHING` to make every process read afresh at once.
 """
 
 from __future__ import annotations
@@ -154,7 +160,7 @@ class _Feed:
                 if client is None:
                     return None
                 self._listener = InvalidationListener(
-                    client, self._cache, channel=CHANNEL, ping_interval_s=PING_SECONDS
+                    client, self._cache, channel=CHANNEL, ping_interval_s=PING_SECONDS, echo=True
                 )
                 self._listener.start()
             return self._listener

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -200,6 +201,16 @@ class InvalidationListener:
     confirmation is what reveals that. A PING every ``ping_interval_s`` detects a silently
     dead connection. After ``os.fork()`` the child has no thread: call :meth:`ensure_running`
     (cheap, e.g. once per request) to start one there.
+
+    ``echo``: instead of the PING, ``PUBLISH`` on a channel of this connection's own (through
+    the client's ordinary connections, as announcements are sent) and count the feed as heard
+    only when that comes back. A node can keep answering a subscriber's PING while every
+    ``PUBLISH`` is held or refused: ``CLIENT PAUSE WRITE`` (a ``FAILOVER``), or a password
+    set at runtime, which only new connections are asked for. Announcements are then lost
+    while the PINGs said all was well, and a reader that trusts its entries longer while it
+    hears the feed (``tenants.credential_cache``) went on trusting them. An echo that fails
+    or does not come back by the next one ends the connection like a missing PONG: the cache
+    is cleared when it subscribes again.
     """
 
     def __init__(
@@ -212,8 +223,10 @@ class InvalidationListener:
         ping_interval_s: float = 5.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 5.0,
+        echo: bool = False,
     ) -> None:
         self._client = client
+        self._echo = echo
         self._cache = cache
         self._channel = channel
         self._poll_interval_s = poll_interval_s
@@ -273,9 +286,10 @@ class InvalidationListener:
             thread.join(timeout_s)
 
     def heard_within(self, seconds: float) -> bool:
-        """Whether this process's listener got anything (a message, a subscription or the
-        answer to its PING) from Redis in the last ``seconds``: with a ping interval shorter
-        than ``seconds``, False means the feed may be missing messages right now."""
+        """Whether this process's listener got anything (a message, a subscription, the
+        answer to its PING or its echo) from Redis in the last ``seconds``: with a ping
+        interval shorter than ``seconds``, False means the feed may be missing messages right
+        now."""
         # No thread check: a dead thread stops hearing, and this is asked on every request.
         return self._pid == os.getpid() and time.monotonic() - self._last_heard < seconds
 
@@ -299,6 +313,7 @@ class InvalidationListener:
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self._last_heard = float("-inf")
+        self._answers = 0  # PONGs and echoes received: what says a connection worked
 
     def _after_fork_in_child(self) -> None:
         self._reset_process_state()
@@ -307,11 +322,16 @@ class InvalidationListener:
         backoff = self._backoff_initial_s
         failing = False  # since the last subscription: one traceback per outage
         while not stop.is_set():
-            subscribed_before = self.subscriptions
+            subscribed_before, answered_before = self.subscriptions, self._answers
             try:
                 self._listen(stop)
             except Exception:  # any failure: log, forget what we may have missed, retry
-                if self.subscriptions > subscribed_before:  # it had worked: start over
+                # it had worked: start over. An echo listener's subscription is not enough:
+                # a node holding PUBLISH takes it, then fails every echo, and each attempt
+                # logged a traceback
+                if self._answers > answered_before or (
+                    not self._echo and self.subscriptions > subscribed_before
+                ):
                     backoff, failing = self._backoff_initial_s, False
                 # the outage's first failure with its traceback, later ones in a line each:
                 # every process of a site has a listener, and Redis down made them log a
@@ -331,23 +351,39 @@ class InvalidationListener:
     def _listen(self, stop: threading.Event) -> None:
         """One connection's life: subscribe, apply messages, ping; raise when it breaks."""
         pubsub = self._client.pubsub()
+        # this connection's own echo channel (echo mode): a reply to a PUBLISH, like a PONG
+        echo = f"{self._channel}:echo:{secrets.token_hex(8)}".encode() if self._echo else None
         try:
-            pubsub.subscribe(self._channel)
+            pubsub.subscribe(self._channel, *([echo] if echo else []))
             last_ping = time.monotonic()
             awaiting_pong = False
             while not stop.is_set():
                 message = pubsub.get_message(timeout=self._poll_interval_s)
                 if message is not None:
                     self._last_heard = time.monotonic()
-                if message is not None and message["type"] == "pong":
+                if message is None:
+                    pass
+                elif echo is not None and _channel_of(message) == echo:
+                    if message["type"] == "message":  # its subscription's confirmation is not
+                        awaiting_pong = False  # the echo
+                        self._answers += 1
+                elif message["type"] == "pong":
                     awaiting_pong = False
-                elif message is not None:
+                    self._answers += 1
+                else:
                     self._handle(message)
                 now = time.monotonic()
                 if now - last_ping >= self._ping_interval_s:
                     if awaiting_pong:
-                        raise redis.ConnectionError("no PONG on the invalidation connection")
-                    pubsub.ping()
+                        raise redis.ConnectionError(
+                            "no echo of a PUBLISH on the invalidation connection"
+                            if echo
+                            else "no PONG on the invalidation connection"
+                        )
+                    if echo:
+                        self._client.publish(echo, b"echo")  # a refusal raises, as a lost PONG
+                    else:
+                        pubsub.ping()
                     last_ping, awaiting_pong = now, True
         finally:
             try:
@@ -370,6 +406,12 @@ class InvalidationListener:
                 self._cache.clear()  # cannot tell which entry it meant: drop them all
                 return
             self._cache.invalidate(key)
+
+
+def _channel_of(message: Mapping[str, Any]) -> bytes | None:
+    """The channel a pub/sub message came on, as bytes whatever the client decodes."""
+    channel = message.get("channel")
+    return channel.encode() if isinstance(channel, str) else channel
 
 
 class _ForkHooks:

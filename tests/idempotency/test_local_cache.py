@@ -235,6 +235,46 @@ def test_listener_clears_the_cache_after_its_connection_is_killed(
     client.close()
 
 
+def test_an_echo_listener_stops_hearing_while_publish_is_held(
+    private_redis: RedisServer,
+    listeners: list[InvalidationListener],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``CLIENT PAUSE WRITE`` holds every PUBLISH (announcements are lost) while a subscriber's
+    PING is still answered: a listener that checks itself with a PUBLISH (``echo``) stops
+    hearing, starts over from an empty cache once it subscribes again, and logs the outage's
+    first failure with a traceback, the others in a line (it subscribes each time, but no echo
+    comes back)."""
+    client = redis.Redis.from_url(private_redis.url, socket_timeout=0.5)
+    cache = LocalResultCache()
+    listener = start_listener(
+        listeners, client, cache, "idem:invalidate", ping_interval_s=0.1, echo=True
+    )
+    assert wait_until(lambda: listener.heard_within(0.3))
+    put(cache, "k")
+    subscribed = listener.subscriptions
+
+    with caplog.at_level(logging.WARNING, logger="idempotency.stores.local_cache"):
+        client.client_pause(4000, all=False)
+        heard = [listener.heard_within(0.3) for _ in iter_until(time.monotonic() + 3.5)]
+
+    assert not all(heard)
+    assert listener.wait_subscribed(5.0, more_than=subscribed)
+    assert cache.get("k") is None  # cleared: an announcement may have been lost meanwhile
+    assert wait_until(lambda: listener.heard_within(0.3), timeout_s=10.0)
+    failures = [r for r in caplog.records if "listener" in r.getMessage()]
+    assert len(failures) >= 2
+    assert [bool(r.exc_info) for r in failures] == [True] + [False] * (len(failures) - 1)
+    client.close()
+
+
+def iter_until(deadline: float) -> Iterator[None]:
+    """Yield every 20 ms until ``deadline`` (monotonic)."""
+    while time.monotonic() < deadline:
+        yield
+        time.sleep(0.02)
+
+
 def test_listener_reconnects_with_backoff_after_the_server_restarts(
     restartable_redis: RedisServer, listeners: list[InvalidationListener]
 ) -> None:
