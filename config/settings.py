@@ -365,12 +365,18 @@ REDIS_SOCKET_TIMEOUT = env_number("REDIS_SOCKET_TIMEOUT", 1.0, low=0.01, high=60
 
 
 def redis_cache(url: str, **options: object) -> dict:
+    """A standalone node's cache alias, whose connections read each reply within
+    ``REDIS_SOCKET_TIMEOUT`` in all, not per read (``idempotency/stores/reply_deadline.py``):
+    a node trickling its replies held requests until gunicorn killed the workers."""
+    from idempotency.stores.reply_deadline import connection_class_for
+
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": url,
         "OPTIONS": {
             "SOCKET_CONNECT_TIMEOUT": REDIS_SOCKET_TIMEOUT,
             "SOCKET_TIMEOUT": REDIS_SOCKET_TIMEOUT,
+            "CONNECTION_POOL_KWARGS": {"connection_class": connection_class_for(url)},
             **options,
         },
     }

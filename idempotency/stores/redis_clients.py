@@ -14,11 +14,18 @@ from functools import cache
 import redis
 
 from idempotency.core.conf import engine_setting
+from idempotency.stores.reply_deadline import connection_class_for
 
 
 @cache
 def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    """Each reply read within the 1 s socket timeout in all (:mod:`.reply_deadline`)."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        connection_class=connection_class_for(url),
+    )
 
 
 def _configured() -> redis.Redis | None:

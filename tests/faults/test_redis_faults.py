@@ -217,3 +217,41 @@ def test_slow_node_opens_the_breaker_and_recovers(node, shop, tmp_path):
         assert Order.objects.for_tenant(tenant).count() == placed
     finally:
         proxy.close()
+
+
+# A node that trickles its replies: each read gets a byte well within the 1 s socket timeout,
+# a whole reply (a claim's is some 14 bytes) takes seconds.
+TRICKLE_SECONDS = 0.3
+
+
+def test_node_trickling_its_replies_opens_the_breaker_and_recovers(node, shop, tmp_path):
+    """redis-py's socket timeout bounds each read, not a reply: a node that trickled its
+    replies held every call for as long as it trickled, gunicorn killed the workers at their
+    timeout with the call unfinished, and no breaker ever heard of it. Every reply is now read
+    within the socket timeout (``idempotency/stores/reply_deadline.py``)."""
+    tenant, _, _ = shop
+    proxy = SlowProxy(node.port)
+    placed = 0
+
+    def place(n: int, prefix: str, concurrency: int = 4) -> None:
+        nonlocal placed
+        answers = [r for r, _ in post_orders(server, shop, new_keys(n, prefix), concurrency)]
+        assert {r.status_code for r in answers} == {201}
+        placed += n
+
+    try:
+        with serve(proxy.url, tmp_path, SLOW_BREAKER) as server:
+            # given orders flowing through a healthy node
+            place(8, "ok")
+            # when the node trickles its replies, every order is still answered, and the
+            # breakers open: the node's tenants run database-only
+            proxy.trickle = TRICKLE_SECONDS
+            place(16, "trickled")
+            assert breaker_state(server, proxy.url) == 2
+            # when the node answers promptly again, the probes close every worker's breaker
+            proxy.trickle = 0.0
+            wait_for_closed_breakers(server, proxy.url, lambda: place(2, "probe", 2))
+            place(8, "healed", 2)
+        assert Order.objects.for_tenant(tenant).count() == placed
+    finally:
+        proxy.close()

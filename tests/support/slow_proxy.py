@@ -4,6 +4,9 @@ Each chunk a client sends is held for ``delay`` seconds before it is forwarded, 
 command round trip gets ``delay`` slower. ``chunks`` counts forwarded client chunks, which
 tells a test whether clients are still talking to the server at all. :meth:`SlowProxy.cut`
 makes the server look dead to its clients (every connection dropped) until :meth:`heal`.
+With ``trickle`` set, the server's replies reach the client one byte at a time, ``trickle``
+seconds apart: each read a client makes gets a byte well within its socket timeout, while a
+whole reply takes many times that timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class SlowProxy:
         self.upstream_port = upstream_port
         self.port = free_port()
         self.delay = 0.0
+        self.trickle = 0.0
         self.chunks = 0
         self.refusing = False
         self._open: set[socket.socket] = set()
@@ -77,6 +81,11 @@ class SlowProxy:
                         time.sleep(self.delay)
                     with self._lock:
                         self.chunks += 1
+                elif self.trickle:
+                    for byte in chunk[:-1]:
+                        target.sendall(bytes([byte]))
+                        time.sleep(self.trickle)
+                    chunk = chunk[-1:]
                 target.sendall(chunk)
         except OSError:
             pass
