@@ -34,9 +34,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.http import HttpResponse
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idempotency import metrics
 from idempotency.audit import MISS, AuditEvent
@@ -63,7 +61,12 @@ from idempotency.stores import audit_stream, database_claim
 from idempotency.stores import database as db_store
 from idempotency.stores.audit_pending import pending
 from idempotency.stores.local_cache import LocalResultCache
-from idempotency.stores.nodes import GuardedStore, redis_store_for, shared_cache_for
+from idempotency.stores.nodes import (
+    GuardedStore,
+    node_cannot_serve,
+    redis_store_for,
+    shared_cache_for,
+)
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
 
 logger = logging.getLogger(__name__)
@@ -169,12 +172,12 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
         try:
             claim = _claim(req, store, owner)
         except RedisError as exc:
-            # a connection's failure in a line (every request says it while the node is
-            # down: a traceback each flooded the log); anything else with its traceback
+            # the node's state in a line (every request says it while the node is down or
+            # refusing: a traceback each flooded the log); anything else with its traceback
             logger.warning(
                 "Redis claim failed (%s); answering from the database",
                 exc,
-                exc_info=not isinstance(exc, RedisConnectionError | RedisTimeoutError),
+                exc_info=not node_cannot_serve(exc),
             )
         else:
             if isinstance(claim, TokenRefusal):
@@ -592,8 +595,12 @@ def _finish(
             source=req.script_source("finish"),
         ):
             logger.warning("idempotency lease lost before finish; the database holds the result")
-    except RedisError:
-        logger.warning("Redis finish failed; the database holds the result", exc_info=True)
+    except RedisError as exc:
+        logger.warning(
+            "Redis finish failed (%s); the database holds the result",
+            exc,
+            exc_info=not node_cannot_serve(exc),
+        )
 
 
 def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | None) -> None:
@@ -601,8 +608,12 @@ def _release(store: GuardedStore | None, req: IdempotentRequest, owner: str | No
         return
     try:
         store.release(key=req.scoped.redis_key, owner=owner, source=req.script_source("release"))
-    except RedisError:
-        logger.warning("Redis release failed; the lease will expire", exc_info=True)
+    except RedisError as exc:
+        logger.warning(
+            "Redis release failed (%s); the lease will expire",
+            exc,
+            exc_info=not node_cannot_serve(exc),
+        )
 
 
 def _audit(

@@ -62,7 +62,7 @@ from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.core.hashing import current_key
-from idempotency.stores.nodes import run_on_node
+from idempotency.stores.nodes import node_cannot_serve, run_on_node
 
 __all__ = [
     "RateDecision",
@@ -280,6 +280,10 @@ def check_rate(
 def _fail_open(tenant: str, count: Any) -> RateDecision | None:
     try:
         return run_on_node(tenant, count, op="ratelimit")
-    except RedisError:
-        logger.warning("rate limiter: Redis failed; letting the request through", exc_info=True)
+    except RedisError as exc:
+        logger.warning(
+            "rate limiter: Redis failed (%s); letting the request through",
+            exc,
+            exc_info=not node_cannot_serve(exc),
+        )
         return None

@@ -50,7 +50,12 @@ from idempotency.audit.storage import save_closing
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_pending import pending
-from idempotency.stores.nodes import REDIS_UNAVAILABLE, node_name, redis_store_for
+from idempotency.stores.nodes import (
+    REDIS_UNAVAILABLE,
+    node_cannot_serve,
+    node_name,
+    redis_store_for,
+)
 from idempotency.stores.redis_store import AuditAppend
 
 logger = logging.getLogger(__name__)
@@ -76,8 +81,12 @@ def report(event: AuditEvent, *, in_transaction: bool = False) -> None:
         try:
             node.run("audit", lambda: append(node.store.client, event))
             return
-        except RedisError:
-            logger.warning("could not append to the audit stream", exc_info=True)
+        except RedisError as exc:
+            logger.warning(
+                "could not append to the audit stream (%s)",
+                exc,
+                exc_info=not node_cannot_serve(exc),
+            )
     if not connection.needs_rollback and _save(event):
         return
     pending.record(event)

@@ -15,8 +15,17 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
+from redis.exceptions import (
+    ClusterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from idempotency import metrics
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
@@ -46,6 +55,35 @@ def local_cache() -> LocalResultCache:
 # whose nodes it can reach with RedisClusterException, which is not a RedisError: code that
 # talks to a raw client catches both; calls through GuardedStore.run see a RedisError only.
 REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
+
+
+# What a node says when it cannot serve a call now, not that the call is wrong: unreachable or
+# silent (ConnectionError, TimeoutError, with AUTH refused and LOADING among them), a replica
+# (READONLY), full (OOM), a cluster that lost a master (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), an
+# ACL that refuses us (NOPERM), and the refusals redis-py has no class for: a script running
+# too long in another client (BUSY), a failed background save that stops writes (MISCONF), too
+# few replicas (NOREPLICAS).
+_NODE_STATES = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    OutOfMemoryError,
+    ClusterDownError,
+    TryAgainError,
+    NoPermissionError,
+    RedisClusterException,  # no node of a cluster reachable
+)
+_NODE_STATE_REPLIES = ("BUSY ", "MISCONF ", "NOREPLICAS ")
+
+
+def node_cannot_serve(exc: BaseException) -> bool:
+    """Whether ``exc`` is a node's state (gone, slow, read-only, full, busy...) rather than a
+    fault of the call (a script error, a wrong type): the former is logged in one line naming
+    it, for every request meets it while it lasts (a traceback each flooded the log), the
+    latter with its traceback."""
+    if isinstance(exc, _NODE_STATES):
+        return True
+    return isinstance(exc, RedisError) and str(exc).startswith(_NODE_STATE_REPLIES)
 
 
 class GuardedStore:

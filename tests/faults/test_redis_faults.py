@@ -23,6 +23,7 @@ from tenants.models import Tenant
 from tests.observability.test_metrics import value
 from tests.support.auth import diner_token
 from tests.support.live_server import LiveServer, live_gunicorn
+from tests.support.ports import free_port
 from tests.support.redis_nodes import RedisNode
 from tests.support.slow_proxy import SlowProxy
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
@@ -255,3 +256,40 @@ def test_node_trickling_its_replies_opens_the_breaker_and_recovers(node, shop, t
         assert Order.objects.for_tenant(tenant).count() == placed
     finally:
         proxy.close()
+
+
+# Ways a node that is up refuses the engine's writes: demoted to a replica (of a master that
+# is not there: READONLY), or full with nothing it may evict (OOM).
+# Each with the words of Redis's refusal that a log line names (redis-py drops the error code).
+REFUSALS = {
+    "read-only replica": (
+        lambda client: client.replicaof("127.0.0.1", free_port()),
+        "read only replica",
+    ),
+    "out of memory": (lambda client: client.config_set("maxmemory", 1), "maxmemory"),
+}
+
+
+@pytest.mark.parametrize("refusal", list(REFUSALS))
+def test_a_node_refusing_writes_is_logged_in_lines_not_a_traceback_per_request(
+    node, shop, tmp_path, refusal
+):
+    """A node that answers but refuses is no bug of ours, any more than one that is gone: each
+    failed call is one line naming what Redis said, as for a node that cannot be reached (a
+    traceback per request and per call flooded the log for as long as the node refused)."""
+    tenant, _, _ = shop
+    with serve(node.url, tmp_path) as server:
+        assert {r.status_code for r, _ in post_orders(server, shop, new_keys(8, "ok"))} == {201}
+        # when the node refuses every write
+        refuse, words = REFUSALS[refusal]
+        refuse(node.client())
+        # then orders are still placed, once each
+        answers = post_orders(server, shop, new_keys(24, "refused"), 4)
+        assert {r.status_code for r, _ in answers} == {201}
+        assert Order.objects.for_tenant(tenant).count() == 8 + 24
+        # and the log says so in lines, with no traceback
+        log = server.log_path.read_text()
+        claims = [line for line in log.splitlines() if "Redis claim failed" in line]
+        assert claims
+        assert all(words in line for line in claims)
+        assert "Traceback" not in log
