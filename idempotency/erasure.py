@@ -33,8 +33,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from redis.cluster import RedisCluster
 
 from idempotency.core.conf import channel_name, engine_hook, engine_setting
+from idempotency.core.hashing import hash_keys, principal_digest
 from idempotency.core.keys import MAX_SCOPE_LENGTH, redis_key_for, redis_key_from_digest, scope_of
-from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import QUOTA_BUCKET_MS
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
@@ -285,7 +285,9 @@ def scope_hash(scope: str) -> str:
 def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> int:
     scopes = principal_scopes(principal, write_routes())
     scope_hashes = {scope_hash(scope) for scope in scopes}
-    rate_hash = rate_key(tenant="", principal=principal, window_seconds=1).split("}:")[1][:16]
+    # its rate counters' and token ledger's name, under every configured hash key (one
+    # rotated in since they were written still finds them)
+    rate_hashes = {principal_digest(principal, key=key)[:16] for key in hash_keys()}
     unused_token = _TOKEN_UNUSED + principal.encode()
     removed = 0
     for client in node_clients():
@@ -302,10 +304,11 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
                 kind, _, rest = key.partition(b"}:")
                 head = rest.split(b":", 1)[0]
                 if kind.startswith(b"rl:"):
-                    if head.decode("utf-8", "replace") == rate_hash:
+                    if head.decode("utf-8", "replace") in rate_hashes:
                         doomed.append(key)
                 elif head == b"tokq":
-                    if rest == b"tokq:" + rate_hash.encode():  # its ledger (core/tokens.py)
+                    # its ledger, tokq:<principal hash> (core/tokens.py)
+                    if rest.partition(b":")[2].decode("utf-8", "replace") in rate_hashes:
                         doomed.append(key)
                 elif head == b"tok":
                     value = values.get(key) or b""

@@ -62,6 +62,15 @@ def keyed_digest(value: str, *, key: HashKey | None = None) -> str:
     return f"k{key.id}:{mac.hex()[:DIGEST_HEX_CHARS]}"
 
 
+def principal_digest(principal: str, *, key: HashKey | None = None) -> str:
+    """The HMAC of a caller's principal (a client address, a diner id) in hex, under ``key``
+    (default: the current one): what names its rate counters and its token ledger in Redis,
+    so the key names alone do not give the principal back (a plain SHA-256 of an IPv4 address
+    is reversed by hashing every candidate). Erasure looks under every configured key."""
+    key = key or current_key()
+    return hmac.digest(key.secret, principal.encode("utf-8", "surrogatepass"), "sha256").hex()
+
+
 def digest_candidates(value: str) -> list[str]:
     """``value``'s digest under every configured key: a search by key matches rows hashed
     before and after a rotation."""

@@ -47,7 +47,6 @@ sub-buckets (``HOT_TENANT_BUCKETS``) spreads its principals over them. They are 
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import threading
@@ -61,7 +60,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
-from idempotency.core.hashing import current_key
+from idempotency.core.hashing import principal_digest
 from idempotency.stores.nodes import node_cannot_serve, run_on_node
 
 __all__ = [
@@ -110,11 +109,11 @@ def rate_key(*, tenant: str, principal: str, window_seconds: int, buckets: int =
     picks one, so a hot tenant's counters spread like its idempotency keys. The window
     length is part of the name so changing it never mixes old and new counts.
 
-    The principal (a client address, a diner id) is hashed under the engine's hash key
-    (:mod:`idempotency.core.hashing`): a plain SHA-256 let whoever reads the key names find
-    an IPv4 address or a guessable diner id again by hashing candidates. A key rotation
-    starts new counters (for one window a caller's count restarts)."""
-    digest = hmac.digest(current_key().secret, principal.encode(), "sha256").hex()
+    The principal (a client address, a diner id) is named by its keyed hash
+    (:func:`~idempotency.core.hashing.principal_digest`): a plain SHA-256 let whoever reads
+    the key names find an IPv4 address or a guessable diner id again by hashing candidates.
+    A key rotation starts new counters (for one window a caller's count restarts)."""
+    digest = principal_digest(principal)
     tag = f"t:{tenant}"
     if buckets > 1:
         tag += f":{int(digest[:8], 16) % buckets}"

@@ -35,7 +35,7 @@ an even share of its quota; a batch of tokens is issued into one of them.
 could fill the tenant's quota and lock every other diner and the merchant out of tokens for
 24 h. So each principal also has at most a share of it outstanding (:data:`PRINCIPAL_SHARE`:
 1/50, 2,000 by default, at least one batch), counted in a ledger of its own beside the
-tenant's (``idem:{t:<tenant>}:tokq:<sha256(principal)[:16]>``), checked first, and
+tenant's (``idem:{t:<tenant>}:tokq:<principal hash>``), checked first, and
 kept by the same Lua calls: both ledgers are checked and added to in one ``issue_tokens.lua``,
 and a used token leaves both in ``claim_token.lua``.
 
@@ -77,6 +77,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 
 from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.hashing import principal_digest
 from idempotency.core.keys import redis_key_for
 from idempotency.stores.redis_store import TokenUse
 
@@ -263,9 +264,10 @@ def principal_quota_key(
     *, tenant: str, token: str, principal: str, buckets: int = 1, namespace: str = "idem"
 ) -> str:
     """The ledger of ``principal``'s outstanding tokens beside :func:`quota_key`'s (same hash
-    tag): ``<namespace>:{t:<tenant>}:tokq:<sha256(principal)[:16]>``, the principal hash the
-    rate counters use, so erasing a principal finds it."""
-    digest = hashlib.sha256(principal.encode()).hexdigest()[:16]
+    tag): ``<namespace>:{t:<tenant>}:tokq:<principal hash>``, the keyed principal hash the
+    rate counters use (:func:`~idempotency.core.hashing.principal_digest`), so erasing a
+    principal finds it."""
+    digest = principal_digest(principal)[:16]
     return f"{quota_key(tenant=tenant, token=token, buckets=buckets, namespace=namespace)}:{digest}"
 
 

@@ -95,7 +95,8 @@ CAP = 300
 
 
 def stored_sizes(key: str) -> dict[str, int]:
-    """The stored reply's bytes in the database record, in Redis and in the local cache."""
+    """The stored reply's bytes in the database record, in Redis and in the local cache
+    (where Redis serves the tenant)."""
     record = IdempotencyRecord.objects.get(key=key_digest(key))
     sizes = {
         "database": StoredResponse(
@@ -106,7 +107,9 @@ def stored_sizes(key: str) -> dict[str, int]:
         ).size
     }
     redis_key = redis_key_for(tenant=record.tenant_key, scope=record.scope, key=key)
-    sizes["local"] = stores.local_cache().get(redis_key).response.size
+    cache = stores.shared_cache_for(record.tenant_key, key=redis_key)
+    if cache is not None:  # database-only, a process keeps no results of its own
+        sizes["local"] = cache.get(redis_key).response.size
     client = redis.Redis.from_url(settings.REDIS_URL)
     stored = client.hget(redis_key, "res")
     if stored is not None:

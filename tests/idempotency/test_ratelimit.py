@@ -27,6 +27,7 @@ from idempotency.core.ratelimit import (
     rate_key,
     reset_rate_cache,
 )
+from idempotency.core.tokens import principal_quota_key
 from idempotency.stores import nodes as stores
 from ordering.models import Order
 from tenants.models import ApiClient
@@ -207,6 +208,9 @@ def test_a_key_names_its_principal_by_a_keyed_hash(settings) -> None:
     named = key.split(":")[3]
     assert named != hashlib.sha256(principal.encode()).hexdigest()[:16]
     assert named == hmac.digest(current_key().secret, principal.encode(), "sha256").hex()[:16]
+    # the principal's token ledger is named by the same hash, which erasure looks for
+    ledger = principal_quota_key(tenant="42", token="tok_x", principal=principal)
+    assert ledger.endswith(f":tokq:{named}")
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [(7, "another-secret-" * 3)]}
     assert rate_key(tenant="42", principal=principal, window_seconds=60) != key
 
