@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.urls import resolve
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -180,7 +180,7 @@ def _render_get(request: Request, url: str) -> HttpResponse | None:
 
     A site served under a prefix (``SCRIPT_NAME``, e.g. ``/app``) names its resources with it,
     as ``reverse()`` does; the URLconf resolves the path after it, so the prefix is taken off
-    (a path outside it is not this site's)."""
+    (a path outside it is not this site's). The URL's query string is the GET's."""
     parts = urlsplit(url)
     if parts.netloc and parts.netloc != request.get_host():
         return None
@@ -192,6 +192,9 @@ def _render_get(request: Request, url: str) -> HttpResponse | None:
     get.method = "GET"
     get.path = parts.path
     get.path_info = parts.path.removeprefix(script_name)
+    # the resource is the URL's, query string included, not the create's own query string
+    get.GET = QueryDict(parts.query)
+    get.META = {**get.META, "QUERY_STRING": parts.query}
     match = resolve(get.path_info)
     response = match.func(get, *match.args, **match.kwargs)
     if hasattr(response, "render"):

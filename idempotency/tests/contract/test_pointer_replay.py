@@ -107,3 +107,26 @@ def test_a_pointer_of_a_site_served_under_a_prefix_replays_its_resource(
     assert json.loads(again.content) == {"id": Note.objects.get().pk, "text": "x" * 180}
     assert "Idempotent-Body-Omitted" not in again
     assert executions.runs(tenant, "k-prefixed") == 1
+
+
+def test_a_pointer_with_a_query_string_replays_the_resource_it_names(engine_mode, tenant):
+    """The ``Location``'s query string is part of the resource it names (red: the in-process
+    GET kept the create's own query string, ``?part=all``, so the replay rendered the whole
+    note where the ``Location`` asked for its head)."""
+
+    def post() -> Any:
+        return Client().post(
+            "/notes/located/?part=all",
+            {"text": "abcdefgh" * 25, "location": "/notes/{pk}/as-asked/?part=head"},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="k-query",
+            **caller(tenant),
+        )
+
+    first = post()
+    assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
+    nodes.local_cache().clear()
+    again = post()
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == b"abcde"
+    assert executions.runs(tenant, "k-query") == 1

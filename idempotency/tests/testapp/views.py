@@ -275,6 +275,13 @@ class LocatedNoteCreate(APIView):
         )
 
 
+def show_note_as_asked(request: HttpRequest, pk: int) -> HttpResponse:
+    """A resource view whose rendering its query string chooses (``?part=head``: the first
+    five characters of the text), for pointer replays of a ``Location`` that carries one."""
+    text = Note.objects.get(pk=pk).text
+    return HttpResponse(text[:5] if request.GET.get("part") == "head" else text)
+
+
 def show_note_strictly(request: HttpRequest, pk: int) -> HttpResponse:
     """A resource view that raises ``Note.DoesNotExist`` for a deleted note (a 500 if served)."""
     return HttpResponse(f"note {Note.objects.get(pk=pk).text}")
