@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from idempotency.admin.lookups import OfferedFiltersOnly
+from idempotency.admin.paging import BoundedCountList
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
 from idempotency.core.hashing import digest_candidates
 from idempotency.core.keys import key_digest
@@ -111,7 +112,9 @@ class LogsPersonalDataViews:
 
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin):
+class IdempotencyRecordAdmin(
+    BoundedCountList, LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin
+):
     list_display = ["short_key", "tenant", "scope", "response_status", "created_at"]
     list_filter = [TenantFilter, "response_status", "created_at"]
     search_fields = ["scope"]
@@ -160,7 +163,9 @@ class ResolutionForm(forms.Form):
 
 
 @admin.register(DuplicateAudit)
-class DuplicateAuditAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin):
+class DuplicateAuditAdmin(
+    BoundedCountList, LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin
+):
     list_display = [
         "at",
         "outcome",
@@ -299,7 +304,7 @@ class DuplicateAuditAdmin(LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmi
 
 
 @admin.register(StaffAccessLog)
-class StaffAccessLogAdmin(ReadOnlyAdmin):
+class StaffAccessLogAdmin(BoundedCountList, ReadOnlyAdmin):
     """Who saw stored bodies or exported audits: read-only, for the data-protection officer."""
 
     list_display = ["at", "actor", "action", "object_type", "row_count"]

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from idempotency.admin import ReadOnlyAdmin
+from idempotency.admin.paging import BoundedCountList
 from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
@@ -29,7 +30,7 @@ from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(BoundedCountList, ReadOnlyAdmin):
     list_display = [
         "id",
         "created_at",
@@ -222,6 +223,6 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(ReadOnlyAdmin):
+class OutboxEventAdmin(BoundedCountList, ReadOnlyAdmin):
     list_display = ["id", "tenant", "event_type", "created_at", "published_at"]
     list_filter = ["event_type", "tenant"]

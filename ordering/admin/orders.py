@@ -23,6 +23,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 
 from idempotency.admin.audits import LogsPersonalDataViews
+from idempotency.admin.paging import BoundedCountList
 from idempotency.models import StaffAccessLog
 from ordering.actors import describe_actors
 from ordering.errors import OrderingError
@@ -117,7 +118,7 @@ def _move_action(target: str, label: str) -> Callable[..., None]:
 
 
 @admin.register(Order)
-class OrderAdmin(LogsPersonalDataViews, admin.ModelAdmin):
+class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
     list_display = ["number", "id", "tenant", "status", "amount", "created_at"]
     list_filter = ["status", "tenant", "payment_method", "created_at"]
     list_select_related = ["tenant"]
