@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from idempotency.admin.distinct import IndexedValuesFilter
 from idempotency.admin.lookups import OfferedFiltersOnly
 from idempotency.admin.paging import BoundedCountList
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
@@ -175,7 +176,14 @@ class DuplicateAuditAdmin(
         "resource",
         "reviewed",
     ]
-    list_filter = ["outcome", TenantFilter, "endpoint", "at", "reviewed", "source"]
+    list_filter = [
+        "outcome",
+        TenantFilter,
+        ("endpoint", IndexedValuesFilter),
+        "at",
+        "reviewed",
+        "source",
+    ]
     search_fields = ["=key", "resource_ref"]
     search_help_text = (
         "An idempotency key (matched by its keyed hash), or the URL of the resource an "
