@@ -42,6 +42,9 @@ class DeadLetterAdmin(BoundedCountList, ReadOnlyAdmin):
         "resolved_by",
     ]
     list_filter = ["state", "task", "tenant"]
+    # named: both are nullable, and Django's automatic select_related follows only required
+    # foreign keys (each row listed had cost two more statements)
+    list_select_related = ["tenant", "order"]
     search_fields = ["key", "order__id", "error"]
     actions = ["requeue", "discard"]
 
