@@ -24,6 +24,7 @@ from idempotency.reports import hourly_hits, latest_audits, outcome_totals
 from ordering.dashboard.access import member_required, render_page, tenant_of
 from ordering.dashboard.charts import hit_rate_chart
 from ordering.models import Order
+from ordering.models.orders import number_label
 from tenants.models import Tenant
 from tenants.permissions import Area
 
@@ -92,27 +93,30 @@ class AuditRow:
 def rows(tenant: Tenant, audits: Iterable[DuplicateAudit]) -> list[AuditRow]:
     """Audits in words, with a link to the order page when the resource is one of this
     tenant's orders (the audits are already the tenant's, and the order page 404s anything
-    else). Orders are named by their short number, looked up in one query."""
+    else). Orders are named by their short number, read as plain values in one query: an
+    order built as a model instance reads its status again (the lifecycle's bookkeeping), one
+    statement per order linked."""
     audits = list(audits)
     order_ids = {}
     for audit in audits:
         match = ORDER_REF.match(audit.resource_ref)
         order_ids[audit.pk] = int(match["order_id"] or match["bare_id"]) if match else None
-    orders = (
+    numbers = dict(
         Order.objects.for_tenant(tenant)
-        .only("id", "number")
-        .in_bulk([i for i in order_ids.values() if i is not None])
+        .filter(pk__in=[i for i in order_ids.values() if i is not None])
+        .values_list("id", "number")
     )
     result = []
     for audit in audits:
-        order = orders.get(order_ids[audit.pk])
+        order_id = order_ids[audit.pk]
+        linked = order_id in numbers
         result.append(
             AuditRow(
                 audit=audit,
                 request=request_name(audit.endpoint),
                 outcome=outcome_words(audit),
-                order_label=order.number_label if order else None,
-                order_url=reverse("dash-order", kwargs={"order_id": order.pk}) if order else None,
+                order_label=number_label(numbers[order_id], order_id) if linked else None,
+                order_url=reverse("dash-order", kwargs={"order_id": order_id}) if linked else None,
             )
         )
     return result

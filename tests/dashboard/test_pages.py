@@ -13,7 +13,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib.staticfiles import finders
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.templatetags.static import static
+from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 from django.utils import timezone
 
@@ -578,6 +580,26 @@ def test_a_payment_the_provider_reported_wrong_is_not_called_a_duplicate_and_lin
         f'<a href="/dashboard/orders/{mine.order.pk}/">Order {mine.order.number_label}</a>'
         in problems
     )
+
+
+def test_the_idempotency_page_names_its_orders_in_statements_that_do_not_grow_with_them(
+    merchant, mine, order_in
+):
+    """Red: each order an audit names was read again for its status (the lifecycle's
+    bookkeeping reads it when an order is built, and the page read only id and number), so
+    the page sent two statements more per order linked: 70 for its 20 rows."""
+
+    def statements_linking(orders: list[Order]) -> int:
+        for order in orders:
+            audit(mine.tenant, "HIT", timezone.now(), resource_ref=f"/api/v1/orders/{order.pk}/")
+        with CaptureQueriesContext(connection) as sent:
+            html = merchant.get("/dashboard/idempotency/").content.decode()
+        for order in orders:
+            assert f'<a href="/dashboard/orders/{order.pk}/">Order {order.number_label}</a>' in html
+        return len(sent.captured_queries)
+
+    more = [order_in(mine.tenant, mine.dishes["pizza"]) for _ in range(3)]
+    assert statements_linking([mine.order]) == statements_linking(more)
 
 
 def test_idempotency_page_hours_are_in_the_tenants_zone(merchant, mine):
