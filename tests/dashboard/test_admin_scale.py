@@ -298,3 +298,43 @@ def test_the_dead_letters_list_reads_their_orders_and_tenants_with_the_page(
         return len(sent.captured_queries)
 
     assert statements_with_letters_of(placed[:1]) == statements_with_letters_of(placed[1:])
+
+
+def test_the_date_drill_down_offers_the_periods_between_the_first_and_last_row(
+    staff: Client, tenant: Tenant
+) -> None:
+    # red: the years (months) on offer were a SELECT DISTINCT date_trunc(...) over every row
+    audits(tenant, 2)
+    DuplicateAudit.objects.filter(key=f"k{tenant.pk}-1").update(
+        at=timezone.now() - timedelta(days=800)
+    )
+    placed = orders(tenant, 2)
+    Order.all_tenants.filter(pk=placed[1].pk).update(
+        created_at=timezone.now() - timedelta(days=800)
+    )
+    this_year = timezone.localtime().year
+
+    for url, field in [
+        ("/admin/idempotency/duplicateaudit/", "at"),
+        ("/admin/ordering/order/", "created_at"),
+    ]:
+        with CaptureQueriesContext(connection) as sent:
+            years = staff.get(url).content.decode()
+            months = staff.get(url, {f"{field}__year": str(this_year)}).content.decode()
+
+        assert not [q for q in sent.captured_queries if "DATE_TRUNC" in q["sql"]], url
+        for year in range(this_year - 2, this_year + 1):  # the one between them too
+            assert f"?{field}__year={year}" in years, (url, year)
+        month = timezone.localtime().month
+        assert f"?{field}__month={month}&amp;{field}__year={this_year}" in months, url
+
+
+def test_the_records_list_reads_no_dates_of_every_record(staff: Client, tenant: Tenant) -> None:
+    records(tenant, 3)
+
+    with CaptureQueriesContext(connection) as sent:
+        page = staff.get("/admin/idempotency/idempotencyrecord/")
+
+    assert page.status_code == 200 and len(page.context["cl"].result_list) == 3
+    statements = [q["sql"] for q in sent.captured_queries]
+    assert not [s for s in statements if "DATE_TRUNC" in s or '"created_at") AS "first"' in s]
