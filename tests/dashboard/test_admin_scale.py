@@ -364,3 +364,25 @@ def test_the_order_search_finds_by_id_diner_or_key_through_their_indexes(
     assert found("Key-9") == {third.pk, theirs.pk}  # a key of any restaurant
     assert found("key-9") == set()  # keys are told apart by case, as the engine does
     assert found("99999999999999999999") == set()  # past a 64-bit id: no id, no error
+
+
+def test_the_audits_search_by_an_order_s_url_is_answered_by_an_index(
+    staff: Client, tenant: Tenant
+) -> None:
+    # red: resource_ref__icontains is UPPER(resource_ref::text) LIKE '%…%', which no index
+    # held: every search read every audit (about 1 s over 2,000,000)
+    audits(tenant, 3)
+    DuplicateAudit.objects.filter(key=f"k{tenant.pk}-1").update(resource_ref="/api/v1/orders/777/")
+
+    with CaptureQueriesContext(connection) as sent:
+        page = staff.get("/admin/idempotency/duplicateaudit/", {"q": "orders/777"})
+
+    assert [a.key for a in page.context["cl"].result_list] == [f"k{tenant.pk}-1"]
+    (count,) = [q["sql"] for q in sent.captured_queries if COUNT.search(q["sql"])]
+    with connection.cursor() as cursor:
+        # a few rows: judge the plan's shape, as over millions (no scan reading every row)
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute(f"EXPLAIN {count}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "idempotency_audit_resource_ref_trgm" in plan, plan
