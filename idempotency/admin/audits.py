@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from idempotency.admin.distinct import IndexedValuesFilter
+from idempotency.admin.distinct import IndexedValuesFilter, fixed_values_filter
 from idempotency.admin.lookups import OfferedFiltersOnly
 from idempotency.admin.paging import BoundedCountList
 from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
@@ -53,6 +53,12 @@ META_LABELS = {
     "currency": "Currency",
     "reason": "Decision",
 }
+# Where a duplicate's answer came from (DuplicateAudit.source, as the engine writes it)
+AUDIT_SOURCES = ["local", "redis", "database"]
+# The statuses the records' filter offers: the final answers an API stores (any other one is
+# still filtered on from the URL); neither column is indexed, and reading the values a table
+# holds was a read of every row
+RESPONSE_STATUSES = [200, 201, 202, 204, 400, 403, 404, 409, 410, 422, 429]
 SLASH_BREAK = mark_safe("/<wbr>")  # a constant: a slash the browser may break a line after
 HIDDEN_BODY = "(hidden: seeing stored bodies needs the “view stored body” permission)"
 CSV_COLUMNS = [
@@ -117,7 +123,11 @@ class IdempotencyRecordAdmin(
     BoundedCountList, LogsPersonalDataViews, TenantLabelsMixin, ReadOnlyAdmin
 ):
     list_display = ["short_key", "tenant", "scope", "response_status", "created_at"]
-    list_filter = [TenantFilter, "response_status", "created_at"]
+    list_filter = [
+        TenantFilter,
+        ("response_status", fixed_values_filter(RESPONSE_STATUSES)),
+        "created_at",
+    ]
     search_fields = ["scope"]
     # no date drill-down: its first and last dates are a read of every record (created_at is
     # not indexed, and an index would cost every request that stores one); the created_at
@@ -184,7 +194,7 @@ class DuplicateAuditAdmin(
         ("endpoint", IndexedValuesFilter),
         "at",
         "reviewed",
-        "source",
+        ("source", fixed_values_filter(AUDIT_SOURCES)),
     ]
     search_fields = ["=key", "resource_ref"]
     search_help_text = (
