@@ -41,6 +41,10 @@ BREAKER_MODES = {
     "half_open": "the database alone, probing Redis",
 }
 MAX_REVIEW_BATCH = 500  # the confirmation page lists every row it will mark
+# An export is written in the request, into memory: "select all" of a year's audits (2,000,000)
+# held hundreds of MB and ran past gunicorn's timeout, which killed the worker. This many take
+# a few seconds; staff narrow the list (filters, dates, search) to export more in parts.
+MAX_EXPORT_ROWS = 50_000
 MAX_LOGGED_IDS = 1000  # an access log row names at most this many objects (and counts all)
 # Labels of DuplicateAudit.request_meta keys (the engine's, then payment callbacks').
 META_LABELS = {
@@ -309,7 +313,18 @@ class DuplicateAuditAdmin(
         )
 
     @admin.action(description="Export selected as CSV")
-    def export_csv(self, request: HttpRequest, queryset: QuerySet[DuplicateAudit]) -> HttpResponse:
+    def export_csv(
+        self, request: HttpRequest, queryset: QuerySet[DuplicateAudit]
+    ) -> HttpResponse | None:
+        """The selected audits as CSV, at most ``MAX_EXPORT_ROWS`` (counted no further)."""
+        if queryset[: MAX_EXPORT_ROWS + 1].count() > MAX_EXPORT_ROWS:
+            self.message_user(
+                request,
+                f"Export at most {MAX_EXPORT_ROWS} audits at a time: narrow the list with a "
+                "filter, the dates or the search, and export it in parts.",
+                messages.WARNING,
+            )
+            return None
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="duplicate-audits-{stamp}.csv"'

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -412,3 +413,32 @@ def test_a_filter_over_an_unindexed_column_offers_fixed_values(
     assert set(offered) <= {str(v) for v in spec.lookup_choices}
     narrowed = staff.get(url, {f"{field}__exact": offered[1]})
     assert narrowed.status_code == 200  # filtered as before
+
+
+def test_an_export_past_the_bound_is_refused_with_a_word_and_logs_nothing(
+    staff: Client, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # red: "select all" exported every audit the list held, written into memory in the
+    # request (2,000,000 audits: hundreds of MB, past gunicorn's timeout)
+    monkeypatch.setattr(audits_admin, "MAX_EXPORT_ROWS", 3, raising=False)
+    audits(tenant, 4)
+    url = "/admin/idempotency/duplicateaudit/"
+    export = {"action": "export_csv", "select_across": "1", "index": "0"}
+
+    with CaptureQueriesContext(connection) as sent:
+        refused = staff.post(url, {**export, "_selected_action": ["0"]}, follow=True)
+
+    assert refused.status_code == 200 and not refused["Content-Type"].startswith("text/csv")
+    assert [str(m) for m in refused.context["messages"]] == [
+        "Export at most 3 audits at a time: narrow the list with a filter, the dates or the "
+        "search, and export it in parts."
+    ]
+    assert not StaffAccessLog.objects.exists()
+    assert [q["sql"] for q in sent.captured_queries if "LIMIT 4" in q["sql"]]  # counted to 4
+
+    older = DuplicateAudit.objects.order_by("at")[0].at
+    since = urlencode({"at__gt": older.isoformat()})
+    narrowed = staff.post(f"{url}?{since}", {**export, "_selected_action": ["0"]})
+    assert narrowed["Content-Type"].startswith("text/csv")
+    assert narrowed.content.decode().count("\n") == 1 + 3
+    assert StaffAccessLog.objects.get().row_count == 3
