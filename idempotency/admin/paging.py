@@ -29,10 +29,12 @@ class BoundedCountPaginator(Paginator):
 
     @cached_property
     def _bounded(self) -> int:
-        """The rows, counted up to one past the limit (one statement, reading no further)."""
+        """The rows, counted up to one past the limit (one statement, reading no further).
+        Counted unordered: how many rows there are does not depend on their order, and a
+        list sorted by a column no index serves had its whole table sorted to count them."""
         object_list: Any = self.object_list
         if hasattr(object_list, "query"):
-            return object_list[: self.limit + 1].count()
+            return object_list.order_by()[: self.limit + 1].count()
         return len(object_list[: self.limit + 1])
 
     @cached_property
