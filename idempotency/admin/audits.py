@@ -133,6 +133,9 @@ class IdempotencyRecordAdmin(
         "created_at",
     ]
     search_fields = ["scope"]
+    # newest first only: no column of the list is served by an index in that column's order,
+    # and sorting by one sorted 5,000,000 records on every page view (1.1-1.4 s)
+    sortable_by: list[str] = []
     # no date drill-down: its first and last dates are a read of every record (created_at is
     # not indexed, and an index would cost every request that stores one); the created_at
     # filter narrows the list to today, the past 7 days, this month or this year

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
@@ -55,3 +56,15 @@ class BoundedCountList:
     paginator = BoundedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+
+
+class IndexSortedChangeList(ChangeList):
+    """A changelist sorted only by its admin's ``sortable_by`` columns, from the URL too:
+    Django leaves the other columns' headers without a sort link but still sorts by one that
+    ``?o=`` names. A list of millions sorted by a column no index serves is a sort of the whole
+    table on every page view."""
+
+    def get_ordering_field(self, field_name: Any) -> Any:
+        if field_name not in self.sortable_by:
+            return None  # Django's changelist skips it, as a column with no sort field
+        return super().get_ordering_field(field_name)

@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idempotency.admin.distinct import distinct_values
+from idempotency.admin.paging import IndexSortedChangeList
 from idempotency.core.conf import engine_hook
 
 
@@ -28,7 +29,7 @@ def tenant_labels(keys: Iterable[str]) -> dict[str, str]:
     return {key: labels.get(key, key) for key in keys}
 
 
-class LabelledChangeList(ChangeList):
+class LabelledChangeList(IndexSortedChangeList):
     """Puts ``tenant_label`` on each row of the page, from one lookup for the page."""
 
     def get_results(self, request: HttpRequest) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from idempotency.admin import ReadOnlyAdmin
-from idempotency.admin.paging import BoundedCountList
+from idempotency.admin.paging import BoundedCountList, IndexSortedChangeList
 from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
@@ -229,3 +230,9 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
 class OutboxEventAdmin(BoundedCountList, ReadOnlyAdmin):
     list_display = ["id", "tenant", "event_type", "created_at", "published_at"]
     list_filter = ["event_type", "tenant"]
+    # the columns an index serves: sorted by published_at the list of 2,000,000 events sorted
+    # them all on each page view (2.8 s)
+    sortable_by = ["id", "created_at"]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return IndexSortedChangeList
