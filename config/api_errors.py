@@ -12,7 +12,6 @@ few hundred bytes to answer, and to keep as the idempotency key's stored reply.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -100,9 +99,10 @@ def problem_response(
 
 
 def problem_http_response(status_code: int, code: str, detail: str, **extra: Any) -> HttpResponse:
-    """The problem as a plain Django response (middleware, outside DRF)."""
+    """The problem as a plain Django response (middleware, outside DRF), written by the JSON
+    renderer the API's views answer with: one API, one way of writing JSON (no spaces, UTF-8)."""
     body = problem_body(status_code, code, detail, **extra)
-    return HttpResponse(json.dumps(body), status=status_code, content_type=PROBLEM_JSON)
+    return HttpResponse(_JSON.render(body), status=status_code, content_type=PROBLEM_JSON)
 
 
 _DRF_CODES: list[tuple[type[Exception], str]] = [
