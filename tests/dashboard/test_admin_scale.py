@@ -484,3 +484,23 @@ def test_big_lists_sort_only_by_columns_an_index_serves(staff: Client, tenant: T
         staff, "/admin/ordering/outboxevent/", "4", "ordering_outboxevent"
     )
     assert "published_at" not in by_publishing
+
+
+def test_marking_past_the_review_batch_is_refused_after_a_bounded_count(
+    staff: Client, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # red: "Mark reviewed" on "select all" counted every audit the list held, in its order
+    monkeypatch.setattr(audits_admin, "MAX_REVIEW_BATCH", 3)
+    audits(tenant, 4)
+    action = {"action": "mark_reviewed", "select_across": "1", "index": "0"}
+
+    with CaptureQueriesContext(connection) as sent:
+        refused = staff.post(
+            "/admin/idempotency/duplicateaudit/", {**action, "_selected_action": ["0"]}, follow=True
+        )
+
+    assert [str(m) for m in refused.context["messages"]] == ["Select at most 3 audits at a time."]
+    counts = [q["sql"] for q in sent.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert [c for c in counts if "LIMIT 4" in c and "ORDER BY" not in c], counts
+    assert not [c for c in counts if "LIMIT" not in c and "duplicateaudit" in c], counts
+    assert not DuplicateAudit.objects.filter(reviewed=True).exists()
