@@ -47,9 +47,10 @@ def distinct_values(model: type[models.Model], field_name: str) -> list[Any]:
         return [field.to_python(row[0]) for row in cursor.fetchall()]
 
 
-class IndexedValuesFilter(admin.AllValuesFieldListFilter):
-    """Django's filter by each value a column holds, its values read by
-    :func:`distinct_values` (the column must be indexed)."""
+class _ChosenValuesFilter(admin.AllValuesFieldListFilter):
+    """Django's filter by each value a column holds, offering the values :meth:`values_of`
+    gives instead of the parent's choices, a lazy ``DISTINCT`` over the whole table that is
+    then never run."""
 
     def __init__(
         self,
@@ -61,8 +62,18 @@ class IndexedValuesFilter(admin.AllValuesFieldListFilter):
         field_path: str,
     ) -> None:
         super().__init__(field, request, params, model, model_admin, field_path)
-        # the parent's choices are a lazy DISTINCT over the whole table, never run
-        self.lookup_choices = distinct_values(model, field_path)
+        self.lookup_choices = self.values_of(model, field_path)
+
+    def values_of(self, model: type[models.Model], field_path: str) -> list[Any]:
+        raise NotImplementedError
+
+
+class IndexedValuesFilter(_ChosenValuesFilter):
+    """The values a column holds, read by :func:`distinct_values` (the column must be
+    indexed)."""
+
+    def values_of(self, model: type[models.Model], field_path: str) -> list[Any]:
+        return distinct_values(model, field_path)
 
 
 def fixed_values_filter(values: Sequence[Any]) -> type[admin.AllValuesFieldListFilter]:
@@ -70,17 +81,8 @@ def fixed_values_filter(values: Sequence[Any]) -> type[admin.AllValuesFieldListF
     column no index serves, whose own values would be a read of every row. A value not
     offered is still filtered on from the URL (``?<field>__exact=<value>``)."""
 
-    class FixedValuesFilter(admin.AllValuesFieldListFilter):
-        def __init__(
-            self,
-            field: models.Field,
-            request: HttpRequest,
-            params: dict[str, Any],
-            model: type[models.Model],
-            model_admin: admin.ModelAdmin,
-            field_path: str,
-        ) -> None:
-            super().__init__(field, request, params, model, model_admin, field_path)
-            self.lookup_choices = list(values)  # the parent's DISTINCT is never run
+    class FixedValuesFilter(_ChosenValuesFilter):
+        def values_of(self, model: type[models.Model], field_path: str) -> list[Any]:
+            return list(values)
 
     return FixedValuesFilter

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -30,6 +27,7 @@ from ordering.services.payments import pay_order
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient, Tenant
 from tests.dashboard.conftest import form_token, make_order
+from tests.support.django_child import run_with_environment
 from tests.support.paying_flips import STATES, paying_flips
 
 pytestmark = pytest.mark.django_db
@@ -92,11 +90,7 @@ def test_board_refresh_interval_is_read_from_the_environment(environment, read):
         "    from django.conf import settings\n"
         "    print(float(settings.DASHBOARD_REFRESH_SECONDS))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "DASHBOARD_REFRESH_SECONDS"}
-    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", **environment}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
-    )
+    done = run_with_environment(code, environment, unset=("DASHBOARD_REFRESH_SECONDS",))
     assert done.stdout.split()[-1:] == [read], done.stderr
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlencode
@@ -21,6 +18,7 @@ from ordering.services.placing import MAX_LINES
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.conftest import api_for, diner_token, menu_for
+from tests.support.django_child import run_with_environment
 
 pytestmark = pytest.mark.django_db
 
@@ -646,9 +644,5 @@ def test_the_keyless_window_of_pay_cancel_and_moves_is_the_engine_s_setting(envi
         "print(*{view.post.idempotency_policy.auto_key_window\n"
         "        for view in (OrderPayView, OrderCancelView, OrderTransitionView)})\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "IDEMPOTENCY_AUTO_KEY_WINDOW"}
-    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", **environment}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
-    )
+    done = run_with_environment(code, environment, unset=("IDEMPOTENCY_AUTO_KEY_WINDOW",))
     assert done.stdout.split() == [window], done.stderr
