@@ -14,6 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from idempotency import erasure
 from idempotency.audit import AuditEvent
+from idempotency.core.ratelimit import rate_key
+from idempotency.core.tokens import principal_quota_key
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes
 from idempotency.stores.audit_stream import append, drain_audits, stream_key
@@ -178,3 +180,31 @@ def test_forgetting_a_principal_leaves_none_of_its_audits_in_the_stream(
     erasure.forget_principal(tenant_key=tenant, principal="alice")
     left = [fields[b"p"] for _, fields in stream.xrange(stream_key())]
     assert left == [b"bob"]
+
+
+def test_forgetting_a_principal_finds_its_counters_and_ledger_named_under_an_older_key(
+    tenant: str, settings: Any
+) -> None:
+    """Rate counters and token ledgers are named by the principal's keyed hash; after a key
+    rotation, those written under the older key are still the principal's to forget (red when
+    only the current key's name was looked for: both stayed), and another principal's stay."""
+    older, newer = (1, "older-secret-" * 4), (2, "newer-secret-" * 4)
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [older]}
+    written = {
+        who: [
+            rate_key(tenant=tenant, principal=who, window_seconds=60),
+            principal_quota_key(tenant=tenant, token="tok_x", principal=who),
+        ]
+        for who in ("alice", "bob")
+    }
+    client = suite_redis()
+    for keys in written.values():
+        for key in keys:
+            client.set(key, 1, ex=60)
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "HASH_KEYS": [newer, older]}  # rotated
+
+    erasure.forget_principal(tenant_key=tenant, principal="alice")
+
+    assert [bool(client.exists(key)) for key in written["alice"]] == [False, False]
+    assert [bool(client.exists(key)) for key in written["bob"]] == [True, True]
+    client.delete(*written["bob"])
