@@ -63,9 +63,10 @@ from idempotency.stores.audit_pending import pending
 from idempotency.stores.local_cache import LocalResultCache
 from idempotency.stores.nodes import (
     GuardedStore,
+    cache_beside,
     node_cannot_serve,
-    redis_store_for,
-    shared_cache_for,
+    node_for,
+    usable,
 )
 from idempotency.stores.redis_store import TokenRefusal, TokenUse, new_owner_token
 
@@ -100,6 +101,13 @@ class IdempotentRequest:
     # entry stored before a key rotation. None: the request has no per-field hashes.
     fingerprint_version: int = FINGERPRINT_VERSION
     field_hashes_under: Callable[[int], dict[str, str]] | None = None
+
+    @cached_property
+    def node(self) -> GuardedStore | None:
+        """The Redis node serving this key, whatever its breaker says (None: database-only):
+        found once per request (the tenant's routing hook, the node's name) for the claim,
+        this process's cache and the finish, which each looked it up again."""
+        return node_for(self.scoped.tenant, key=self.scoped.redis_key)
 
     @cached_property
     def field_hashes(self) -> dict[str, str]:
@@ -158,7 +166,7 @@ class _AlreadyCommitted(Exception):
 
 def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     """Answer ``req``: replay, refuse, or run ``execute`` exactly once across duplicates."""
-    cache = shared_cache_for(req.scoped.tenant, key=req.scoped.redis_key)
+    cache = cache_beside(req.node)
     cached = (
         cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
         if cache is not None
@@ -166,7 +174,7 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     )
     if cached is not None and cached.outcome is Outcome.HIT:
         return _answer(req, cached, source="local")
-    store = redis_store_for(req.scoped.tenant, key=req.scoped.redis_key)
+    store = usable(req.node)
     if store is not None:
         owner = new_owner_token()
         try:
@@ -562,8 +570,8 @@ def _in_callers_transaction() -> bool:
 
 def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
     """Keep a finished result in this process's cache, where Redis's channel can reach it
-    (:func:`~idempotency.stores.nodes.shared_cache_for`); database-only, keep nothing."""
-    cache: LocalResultCache | None = shared_cache_for(req.scoped.tenant, key=req.scoped.redis_key)
+    (:func:`~idempotency.stores.nodes.cache_beside`); database-only, keep nothing."""
+    cache: LocalResultCache | None = cache_beside(req.node)
     if cache is None:
         return
     cache.put(

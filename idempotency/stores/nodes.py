@@ -166,19 +166,29 @@ def node_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
     return node
 
 
+def cache_beside(node: GuardedStore | None) -> LocalResultCache | None:
+    """This process's result cache, for a key a Redis node serves (``node``, from
+    :func:`node_for`): the node's channel tells every process when a result is erased or
+    purged, and each drops its copy. None without Redis (database-only): nothing would tell
+    this process that another one erased a result, and it would replay the erased reply until
+    the entry's TTL ran out."""
+    return local_cache() if node is not None else None
+
+
 def shared_cache_for(tenant_key: str, *, key: str | None = None) -> LocalResultCache | None:
-    """This process's result cache, for a tenant served by a Redis node: the node's channel
-    tells every process when a result is erased or purged, and each drops its copy. None
-    without Redis (database-only): nothing would tell this process that another one erased a
-    result, and it would replay the erased reply until the entry's TTL ran out."""
-    return local_cache() if node_for(tenant_key, key=key) is not None else None
+    """:func:`cache_beside` the node serving the tenant (``key``'s slot on a cluster)."""
+    return cache_beside(node_for(tenant_key, key=key))
+
+
+def usable(node: GuardedStore | None) -> GuardedStore | None:
+    """``node`` if it may be used now; None means database-only (no Redis configured, or the
+    node's breaker is open)."""
+    return node if node is not None and node.breaker.allow() else None
 
 
 def redis_store_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
-    """The tenant's store if its node may be used now; None means database-only (no Redis
-    configured, or the node's breaker is open)."""
-    node = node_for(tenant_key, key=key)
-    return node if node is not None and node.breaker.allow() else None
+    """The tenant's store if its node may be used now (:func:`usable`)."""
+    return usable(node_for(tenant_key, key=key))
 
 
 def _new_node(name: str, client: Any) -> GuardedStore:

@@ -25,14 +25,25 @@ def small_cap(settings: Any) -> None:
     settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "MAX_STORED_REPLY_BYTES": 250}
 
 
-def post_located(tenant: str, key: str, location: str) -> Any:
-    body = {"text": "x" * 180, "location": location}
+def post_located(
+    tenant: str,
+    key: str,
+    location: str,
+    *,
+    url: str = "/notes/located/",
+    text: str = "x" * 180,
+    **extra: str,
+) -> Any:
+    """The create answering ``Location: location``, over the cap (``extra``: WSGI variables,
+    e.g. ``SCRIPT_NAME``)."""
+    body = {"text": text, "location": location}
     return Client().post(
-        "/notes/located/",
+        url,
         body,
         content_type="application/json",
         HTTP_IDEMPOTENCY_KEY=key,
         **caller(tenant),
+        **extra,
     )
 
 
@@ -90,14 +101,7 @@ def test_a_pointer_of_a_site_served_under_a_prefix_replays_its_resource(
     for ``/app/notes/<pk>/api/``, and every such replay was the marker of a body not kept)."""
 
     def post() -> Any:
-        return Client().post(
-            "/notes/located/",
-            {"text": "x" * 180, "location": location},
-            content_type="application/json",
-            HTTP_IDEMPOTENCY_KEY="k-prefixed",
-            SCRIPT_NAME="/app",
-            **caller(tenant),
-        )
+        return post_located(tenant, "k-prefixed", location, SCRIPT_NAME="/app")
 
     first = post()
     assert first.status_code == 201 and first["X-Idempotent-Result"] == "MISS"
@@ -115,12 +119,12 @@ def test_a_pointer_with_a_query_string_replays_the_resource_it_names(engine_mode
     note where the ``Location`` asked for its head)."""
 
     def post() -> Any:
-        return Client().post(
-            "/notes/located/?part=all",
-            {"text": "abcdefgh" * 25, "location": "/notes/{pk}/as-asked/?part=head"},
-            content_type="application/json",
-            HTTP_IDEMPOTENCY_KEY="k-query",
-            **caller(tenant),
+        return post_located(
+            tenant,
+            "k-query",
+            "/notes/{pk}/as-asked/?part=head",
+            url="/notes/located/?part=all",
+            text="abcdefgh" * 25,
         )
 
     first = post()
