@@ -31,6 +31,7 @@ from redis.cluster import RedisCluster
 from redis.connection import Encoder, parse_url
 from redis.retry import Retry
 
+from idempotency.stores.reply_deadline import connection_class_for
 from tenants.routing import stable_hash
 
 
@@ -98,7 +99,12 @@ class ClusterConnectionFactory(ConnectionFactory):
 def _cluster_client(url: str) -> RedisCluster:
     timeout = getattr(settings, "REDIS_SOCKET_TIMEOUT", 1.0)
     return _LazyRedisCluster(
-        url,
+        # Each node's replies read within the timeout in all, as a standalone node's
+        # (``idempotency/stores/reply_deadline.py``). redis-py lets a ``rediss://`` URL's own
+        # class (a plain TLS connection) win over the one it is given, so the URL goes as
+        # ``redis://`` (its options, ``ssl_*`` ones included, kept) and the class brings TLS.
+        _tcp_scheme(url),
+        connection_class=connection_class_for(url),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         # One retry, at once: enough for a slot that moved or a master that failed over (the
@@ -108,6 +114,11 @@ def _cluster_client(url: str) -> RedisCluster:
         # database-only latency the engine falls back to, until each process's breaker opened.
         retry=Retry(NoBackoff(), 1),
     )
+
+
+def _tcp_scheme(url: str) -> str:
+    scheme, rest = url.split("://", 1)
+    return f"redis://{rest}" if scheme == "rediss" else url
 
 
 class _LazyRedisCluster(RedisCluster):

@@ -1,0 +1,116 @@
+"""A Redis Cluster's connections read each reply within the socket timeout in all, as a
+standalone node's do (``idempotency/stores/reply_deadline.py``), over TCP and over TLS.
+
+A one-master cluster holding every slot stands in for a cluster: its slot map announces the
+address the test chooses, so the client talks to it through a trickling proxy, or over TLS.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from idempotency.stores.nodes import REDIS_UNAVAILABLE
+from idempotency.stores.reply_deadline import DeadlineConnection, DeadlineSSLConnection
+from tenants import redis_routing
+from tests.support.ports import free_port
+from tests.support.redis_nodes import RedisNode, wait_until
+from tests.support.slow_proxy import SlowProxy
+
+SOCKET_TIMEOUT = 0.5
+
+
+def own_every_slot(node: redis.Redis, announced_port: int) -> None:
+    """Make ``node`` a cluster of one that names itself ``announced_port`` in its slot map."""
+    node.config_set("cluster-announce-port", announced_port)
+    node.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+    wait_until(lambda: node.cluster("info")["cluster_state"] == "ok", what="one-node cluster")
+
+
+def node_connection_classes(client: RedisCluster) -> set[type]:
+    return {n.redis_connection.connection_pool.connection_class for n in client.get_nodes()}
+
+
+@pytest.fixture
+def timeout(settings) -> float:
+    settings.REDIS_SOCKET_TIMEOUT = SOCKET_TIMEOUT
+    return SOCKET_TIMEOUT
+
+
+@pytest.fixture
+def trickling_cluster() -> Iterator[SlowProxy]:
+    node = RedisNode(cluster=True).start()
+    proxy = SlowProxy(node.port)
+    try:
+        own_every_slot(node.client(), proxy.port)
+        yield proxy
+    finally:
+        proxy.close()
+        node.remove()
+
+
+def test_a_trickled_reply_from_a_cluster_node_times_out(trickling_cluster, timeout) -> None:
+    # given the platform's cluster client, talking to the node through the proxy
+    client = redis_routing._cluster_client(trickling_cluster.url)
+    client.set("k", "v" * 20)
+    assert node_connection_classes(client) == {DeadlineConnection}
+    # when the node sends its replies a byte every 0.2 s (each read well within 0.5 s)
+    trickling_cluster.trickle = 0.2
+    # then the reply (27 bytes: over 5 s) fails as a silent node's does (the slot map read
+    # again after it, through the same node, fails too: an outage to every caller), so the
+    # node's breaker hears of it, instead of holding the request until gunicorn kills the worker
+    with pytest.raises(REDIS_UNAVAILABLE):
+        client.get("k")
+    trickling_cluster.trickle = 0.0
+    # and a prompt node is answered again
+    wait_until(lambda: client.get("k") == b"v" * 20, what="the cluster answering again")
+
+
+@pytest.fixture
+def tls_cluster(tmp_path: Path) -> Iterator[int]:
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
+            "-out", str(tmp_path / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    plain = free_port()
+    tls = free_port()
+    node = subprocess.Popen(
+        [
+            "redis-server", "--port", str(plain), "--tls-port", str(tls),
+            "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+            "--tls-cert-file", str(tmp_path / "cert.pem"),
+            "--tls-key-file", str(tmp_path / "key.pem"),
+            "--tls-ca-cert-file", str(tmp_path / "cert.pem"),
+            "--tls-auth-clients", "no", "--tls-cluster", "yes",
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-port", str(free_port()),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        admin = redis.Redis(port=plain, socket_timeout=1, socket_connect_timeout=1)
+        wait_until(admin.ping, what=f"redis-server :{plain}")
+        own_every_slot(admin, tls)
+        yield tls
+    finally:
+        node.terminate()
+        node.wait(10)
+
+
+def test_a_tls_cluster_is_spoken_to_over_tls_with_the_reply_deadline(tls_cluster, timeout):
+    # redis-py lets a rediss:// URL's own connection class win over the one it is given
+    client = redis_routing._cluster_client(f"rediss://127.0.0.1:{tls_cluster}?ssl_cert_reqs=none")
+    client.set("k", "v")
+    assert client.get("k") == b"v"
+    assert node_connection_classes(client) == {DeadlineSSLConnection}
