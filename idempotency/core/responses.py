@@ -22,13 +22,13 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 DETAIL_LIMIT = 200
 
 
-def problem(status: int, code: IdempotencyErrorCode, detail: str, **extra: object) -> HttpResponse:
+def problem(status: int, code: str, detail: str, **extra: object) -> HttpResponse:
     """A refusal as problem+json, written as DRF's JSON renderer writes an API's own errors
     (no spaces, UTF-8 rather than ``\\u`` escapes), so a client reading the bytes of one API
     meets one dialect whichever layer refused."""
     if len(detail) > DETAIL_LIMIT:
         detail = detail[:DETAIL_LIMIT] + "…"
-    body = {"code": code.value, "detail": detail, "status": status, **extra}
+    body = {"code": str(code), "detail": detail, "status": status, **extra}
     return HttpResponse(
         json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
         status=status,

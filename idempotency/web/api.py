@@ -23,11 +23,11 @@ from django.http import HttpResponse
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from idempotency.core import responses, tokens
 from idempotency.core.conf import caller_scope, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.web.errors import ProblemAPIView
 from idempotency.web.fields import BoundedListField, StrictCharField, StrictIntegerField
 from idempotency.web.throttle import TenantRateThrottle
 
@@ -129,7 +129,7 @@ def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
     return response
 
 
-class IssueTokensView(APIView):
+class IssueTokensView(ProblemAPIView):
     throttle_classes = [TenantRateThrottle]
 
     def post(self, request: Request) -> Any:
@@ -155,7 +155,7 @@ class IssueTokensView(APIView):
         return Response(body, status=201)
 
 
-class CheckTokensView(APIView):
+class CheckTokensView(ProblemAPIView):
     def post(self, request: Request) -> Any:
         """Which of these tokens can still be used (one Redis round trip for all of them)."""
         data = CheckTokensIn(data=request.data)

@@ -168,3 +168,46 @@ def test_the_token_api_s_refusals_speak_of_the_caller_in_the_engine_s_words(
     assert json.loads(unscoped.content)["detail"] == (
         "Idempotency tokens are issued only to callers this site identifies"
     )
+
+
+def _problem(response: Any) -> tuple[int, str, str]:
+    body = json.loads(response.content)
+    assert body["status"] == response.status_code and body["detail"], body
+    return response.status_code, response["Content-Type"], body["code"]
+
+
+def test_in_a_host_with_drf_s_own_error_handler_the_token_api_answers_problem_json(
+    settings, client, tenant
+):
+    """Their OpenAPI description promises problem+json with a ``code`` for every refusal; a
+    host that keeps DRF's exception handler (this suite's) got DRF's ``{"detail": …}`` as
+    ``application/json`` for them, and an HTML page for a body over Django's cap (red: no
+    ``code``, no ``status``)."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2_000
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "RATE_LIMIT_PER_MINUTE": 1}
+    tokens_url, check_url = "/api/idempotency-tokens/", "/api/idempotency-tokens/check/"
+    json_body = {"content_type": "application/json", **caller(tenant)}
+    problem_json = "application/problem+json"
+
+    refusals = {
+        "unscoped": client.post(tokens_url, {"count": 1}, content_type="application/json"),
+        "invalid": client.post(check_url, {"tokens": []}, **json_body),
+        "malformed": client.post(check_url, "{", **json_body),
+        "not json": client.post(check_url, "tokens=a", content_type="text/plain", **caller(tenant)),
+        "too large": client.post(check_url, {"tokens": ["a" * 100] * 40}, **json_body),
+        "wrong method": client.get(tokens_url, **caller(tenant)),
+    }
+    assert {name: _problem(r) for name, r in refusals.items()} == {
+        "unscoped": (403, problem_json, "PERMISSION_DENIED"),
+        "invalid": (400, problem_json, "VALIDATION_ERROR"),
+        "malformed": (400, problem_json, "PARSE_ERROR"),
+        "not json": (415, problem_json, "UNSUPPORTED_MEDIA_TYPE"),
+        "too large": (413, problem_json, "REQUEST_TOO_LARGE"),
+        "wrong method": (405, problem_json, "METHOD_NOT_ALLOWED"),
+    }
+    assert "tokens" in json.loads(refusals["invalid"].content)["errors"]
+    # the write rate limit, 1 a minute here: the second issue is refused with its Retry-After
+    issue(client, tenant, 1)
+    limited = client.post(tokens_url, {"count": 1}, **json_body)
+    assert _problem(limited) == (429, problem_json, "RATE_LIMITED")
+    assert 0 < int(limited["Retry-After"]) <= 60
