@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -214,13 +215,18 @@ def _unusable_identity(code: IdempotencyErrorCode, what: str, value: str) -> Htt
 
 
 SCRIPT_PIN_HEADER = "HTTP_X_LUA_VERSION"
+# A version number as the versions' table holds it (a positive 32-bit integer): ASCII digits
+# only. ``str.isdigit`` also holds for "²" (a header's latin-1 byte 0xB2) and for thousands of
+# digits, and ``int()`` of either raised, a 500 for every request the pin was honoured on.
+_SCRIPT_PIN = re.compile(r"[0-9]{1,10}")
 
 
 def script_pin(request: HttpRequest) -> int | None:
     """The Lua script version an ``X-Lua-Version`` header pins, honoured only for the callers
-    ``SCRIPT_PIN_ALLOWED`` approves (staff, test API clients); ignored for everyone else."""
+    ``SCRIPT_PIN_ALLOWED`` approves (staff, test API clients); ignored for everyone else, and
+    so is a value that is no version number."""
     raw = request.META.get(SCRIPT_PIN_HEADER, "")
-    if not raw.isdigit() or not _resolve("SCRIPT_PIN_ALLOWED", request):
+    if _SCRIPT_PIN.fullmatch(raw) is None or not _resolve("SCRIPT_PIN_ALLOWED", request):
         return None
     return int(raw)
 

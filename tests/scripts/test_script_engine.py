@@ -83,6 +83,25 @@ def test_x_lua_version_is_honoured_only_for_test_clients(tenant):
     assert sorted(marks(tenant), key=str) == [None, b"2"]
 
 
+@pytest.mark.parametrize(
+    "pin",
+    [
+        pytest.param("\N{SUPERSCRIPT TWO}", id="a digit of another script"),
+        pytest.param("1" * 5000, id="more digits than Python converts"),
+    ],
+)
+def test_an_x_lua_version_that_is_no_version_number_is_ignored(tenant, pin):
+    """``str.isdigit`` holds for "²" (a header's latin-1 byte 0xB2) and for 5,000 digits, and
+    ``int()`` of either raises: a test client's order answered 500."""
+    menu = menu_for(tenant)
+    qa_backend, _ = issue_api_key(tenant=tenant, name="qa", kind="merchant", is_test=True)
+    tester = api_for(tenant, diner="d2")
+    tester.credentials(HTTP_AUTHORIZATION=f"Bearer {diner_token(tenant, 'd2', client=qa_backend)}")
+    placed = post_order(tester, menu, key="pinned", HTTP_X_LUA_VERSION=pin)
+    assert placed.status_code == 201, placed.content
+    assert marks(tenant) == [None]  # the stable script ran
+
+
 def test_noscript_after_script_flush_is_recovered(settings, tenant):
     node = RedisNode().start()
     try:
