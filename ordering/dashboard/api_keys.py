@@ -68,18 +68,20 @@ def _waiting_keys(request: HttpRequest) -> dict[str, dict[str, Any]]:
 
 def _take_issued_key(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
     """The key this page was sent to show (``?issued=<id>``), taken out of the session so it
-    is shown once; None when it was shown already, or issued while another restaurant was
-    current (never shown here)."""
+    is shown once; None when it was shown already, or when it was issued for another
+    restaurant than the current one (switched in another tab before the page loaded): never
+    shown here, and left in the session for the same page back in its own restaurant. Taken
+    out unseen, it was a key never shown to anyone."""
     issued = request.GET.get("issued", "")
     waiting = _waiting_keys(request)
-    if issued not in waiting:
+    if issued not in waiting or waiting[issued].get("tenant") != tenant.pk:
         return None
     new_key = waiting.pop(issued)
     if waiting:
         request.session[NEW_KEY_SESSION] = waiting
     else:
         request.session.pop(NEW_KEY_SESSION, None)
-    return new_key if new_key["tenant"] == tenant.pk else None
+    return new_key
 
 
 @member_required(Area.API_KEYS)

@@ -478,6 +478,28 @@ def test_a_key_issued_for_one_restaurant_is_not_shown_in_another(client, mine, t
     assert page.context["new_key"] is None
 
 
+def test_a_key_opened_in_another_restaurant_is_still_shown_back_in_its_own(client, mine, theirs):
+    """The issue's redirect loaded while another restaurant was current (switched in another
+    tab) shows nothing there, and must not drop the key: back in its restaurant the same page
+    shows it, once (red: it was taken out of the session unseen, a key never shown)."""
+    from tenants.models import Membership
+
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
+    client.force_login(mine.user)
+    issued = post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
+    post_form(client, "/dashboard/switch-tenant/", {"tenant_id": theirs.tenant.pk}, "/dashboard/")
+    assert client.get(issued["Location"]).context["new_key"] is None
+    post_form(client, "/dashboard/switch-tenant/", {"tenant_id": mine.tenant.pk}, "/dashboard/")
+
+    shown = client.get(issued["Location"])
+
+    assert shown.context["request"].membership.tenant == mine.tenant
+    key = shown.context["new_key"]["key"]
+    client_of_key = authenticate_api_key(key)
+    assert client_of_key is not None and client_of_key.tenant == mine.tenant
+    assert client.get(issued["Location"]).context["new_key"] is None  # once
+
+
 # --- idempotency page --------------------------------------------------------------------
 
 
