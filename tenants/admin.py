@@ -19,11 +19,14 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from tenants import credential_cache
+from tenants import credential_cache, user_admin
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_sessions
 from tenants.members import LAST_OWNER, MemberError, is_last_owner, lock_owners, remove_member
 from tenants.models import ApiClient, DinerSession, Membership, Tenant
+
+# accounts and groups: only superusers grant (tenants/user_admin.py)
+user_admin.register()
 
 
 class MembershipForm(forms.ModelForm):

@@ -1,0 +1,73 @@
+"""Accounts and groups in the Django admin: only superusers grant.
+
+Platform staff create the restaurants' accounts and look after them (names, e-mail, active,
+password), which takes "change user". With Django's own user admin that was everything: the
+same form sets "superuser status", "staff status", groups and permissions, and the password
+page sets anyone's password, a superuser's included; with "change group", a group one belongs
+to takes any permission. So every permission the admin keeps apart (cancelling an order,
+seeing what a diner wrote, erasing diners, the Lua scripts: docs/tenancy.md,
+docs/data-protection.md, docs/lua-scripts.md) was one form away for whoever looks after
+accounts.
+
+Here, for anyone but a superuser, those fields are read-only (a value posted for them is
+ignored, as for any read-only field), and another platform staff account (staff or superuser)
+can be viewed but not changed, given a password or deleted. Superusers manage the admin as
+Django's own user admin does.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+from django.http import HttpRequest
+
+# What makes an account more than it is: granted by superusers only
+GRANTS = ("is_superuser", "is_staff", "groups", "user_permissions")
+
+
+def grants(request: HttpRequest) -> bool:
+    return bool(request.user.is_superuser)
+
+
+class PlatformUserAdmin(UserAdmin):
+    def get_readonly_fields(self, request: HttpRequest, obj: User | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not grants(request):
+            fields += [name for name in GRANTS if name not in fields]
+        return fields
+
+    def has_change_permission(self, request: HttpRequest, obj: User | None = None) -> bool:
+        """Covers the account's page and its password page (which asks this)."""
+        if obj is not None and _another_staff_account(request, obj) and not grants(request):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: User | None = None) -> bool:
+        """Also asked per account by "Delete selected users"."""
+        if obj is not None and _another_staff_account(request, obj) and not grants(request):
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+class PlatformGroupAdmin(GroupAdmin):
+    def get_readonly_fields(self, request: HttpRequest, obj: Group | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not grants(request) and "permissions" not in fields:
+            fields.append("permissions")
+        return fields
+
+
+def _another_staff_account(request: HttpRequest, user: User) -> bool:
+    """A platform staff account (staff or superuser) other than the signed-in one: its
+    password would sign in as someone holding what one does not."""
+    return bool(user.is_staff or user.is_superuser) and user.pk != request.user.pk
+
+
+def register() -> None:
+    """Put these in place of Django's own (``django.contrib.auth`` registers first: it is
+    listed before this app)."""
+    for model, model_admin in ((User, PlatformUserAdmin), (Group, PlatformGroupAdmin)):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+        admin.site.register(model, model_admin)
