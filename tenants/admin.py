@@ -39,9 +39,13 @@ class MembershipForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         before = self.instance  # as stored: the form's values are applied after clean()
+        if before.pk is None:
+            # a new membership takes no role from anyone (and has no tenant to read yet: the
+            # add page answered every submit 500)
+            return data
         moved = data.get("tenant", before.tenant) != before.tenant
         leaves = moved or data.get("role") != Membership.Role.OWNER
-        if before.pk is not None and leaves:
+        if leaves:
             locked_owners(before.tenant)
             stored = Membership.objects.filter(pk=before.pk).first()
             if stored is not None and is_last_owner(stored):

@@ -188,3 +188,17 @@ def test_a_membership_removed_meanwhile_is_not_reported_as_a_last_owner_kept():
     assert "last owner" not in text
     assert "0 membership(s) removed." in text and "Removed meanwhile: m (roma)." in text
     assert list(Membership.objects.values_list("user__username", flat=True)) == ["o"]
+
+
+
+def test_staff_add_a_member_on_the_add_page(staff, restaurant):
+    """The memberships' "Add" page (how staff add a person of several restaurants,
+    docs/tenancy.md) saves the membership (red: its form read the tenant of the membership
+    not made yet, and every submit answered 500)."""
+    tenant, _, _ = restaurant
+    anna = User.objects.create_user("anna")
+    answer = staff.post(
+        "/admin/tenants/membership/add/", {"user": anna.pk, "tenant": tenant.pk, "role": MANAGER}
+    )
+    assert answer.status_code == 302
+    assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
