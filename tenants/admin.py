@@ -84,7 +84,7 @@ class MembershipFormSet(forms.BaseInlineFormSet):
             raise forms.ValidationError(LAST_OWNER)
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(user_admin.RestaurantAccountsOnly, admin.TabularInline):
     model = Membership
     form = MembershipForm
     formset = MembershipFormSet
@@ -169,7 +169,7 @@ def _set_status(queryset: QuerySet[Tenant], current: str, new: str) -> int:
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(user_admin.RestaurantAccountsOnly, admin.ModelAdmin):
     form = MembershipForm
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]

@@ -10,12 +10,15 @@ docs/data-protection.md, docs/lua-scripts.md) was one form away for whoever look
 accounts.
 
 Here, for anyone but a superuser, those fields are read-only (a value posted for them is
-ignored, as for any read-only field), and another platform staff account (staff or superuser)
-can be viewed but not changed, given a password or deleted. Superusers manage the admin as
+ignored, as for any read-only field), another platform staff account (staff or superuser)
+can be viewed but not changed, given a password or deleted, and a membership names a
+restaurant's own account only (:class:`RestaurantAccountsOnly`). Superusers manage the admin as
 Django's own user admin does.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
@@ -56,6 +59,19 @@ class PlatformGroupAdmin(GroupAdmin):
         if not grants(request) and "permissions" not in fields:
             fields.append("permissions")
         return fields
+
+
+class RestaurantAccountsOnly:
+    """For a model admin (or inline) of memberships: to anyone but a superuser, the accounts
+    a membership may name are the restaurants' own, not platform staff accounts. A membership
+    opens the dashboard, whose order pages show the note, phone and address of every order:
+    staff adding their own account (or a colleague's) to a restaurant read there what the
+    admin shows only with "view diner details", and held a restaurant's keys and members."""
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user" and not grants(request):
+            kwargs["queryset"] = User.objects.filter(is_staff=False, is_superuser=False)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
 
 
 def _another_staff_account(request: HttpRequest, user: User) -> bool:

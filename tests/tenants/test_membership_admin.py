@@ -190,7 +190,6 @@ def test_a_membership_removed_meanwhile_is_not_reported_as_a_last_owner_kept():
     assert list(Membership.objects.values_list("user__username", flat=True)) == ["o"]
 
 
-
 def test_staff_add_a_member_on_the_add_page(staff, restaurant):
     """The memberships' "Add" page (how staff add a person of several restaurants,
     docs/tenancy.md) saves the membership (red: its form read the tenant of the membership
@@ -202,3 +201,78 @@ def test_staff_add_a_member_on_the_add_page(staff, restaurant):
     )
     assert answer.status_code == 302
     assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
+
+
+def staff_who_add_members(*more: str) -> tuple[User, Client]:
+    """Platform staff who may add memberships (and, with ``more``, change tenants), nothing
+    else: not seeing what diners wrote on orders (``ordering.view_diner_details``)."""
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("support", password="x-123456789", is_staff=True)
+    codenames = ("add_membership", "view_membership", "view_user", *more)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+def test_staff_cannot_make_themselves_or_another_staff_account_a_member(restaurant):
+    """A membership opens the dashboard's pages, where a member sees the note, phone and
+    address of every order: staff adding their own account (or a colleague's) to a restaurant
+    read what the admin shows only with "view diner details" (red: the membership was made)."""
+    tenant, _, _ = restaurant
+    support, client = staff_who_add_members()
+    colleague = User.objects.create_user("colleague", is_staff=True)
+    root = User.objects.create_superuser("root2", password=None)
+
+    for account in (support, colleague, root):
+        answer = client.post(
+            "/admin/tenants/membership/add/",
+            {"user": account.pk, "tenant": tenant.pk, "role": OWNER},
+        )
+        assert answer.status_code == 200  # the form again, with the error
+        assert not Membership.objects.filter(user=account).exists()
+
+    # a restaurant's own account is added as before
+    anna = User.objects.create_user("anna")
+    answer = client.post(
+        "/admin/tenants/membership/add/", {"user": anna.pk, "tenant": tenant.pk, "role": MANAGER}
+    )
+    assert answer.status_code == 302
+    assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
+
+
+def test_the_tenant_page_s_member_rows_refuse_a_staff_account_too(restaurant):
+    tenant, owner, manager = restaurant
+    support, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
+    rows = {
+        "memberships-TOTAL_FORMS": "3",
+        "memberships-INITIAL_FORMS": "2",
+        "memberships-0-id": owner.pk,
+        "memberships-0-tenant": tenant.pk,
+        "memberships-0-user": owner.user.pk,
+        "memberships-0-role": OWNER,
+        "memberships-1-id": manager.pk,
+        "memberships-1-tenant": tenant.pk,
+        "memberships-1-user": manager.user.pk,
+        "memberships-1-role": MANAGER,
+        "memberships-2-tenant": tenant.pk,
+        "memberships-2-user": support.pk,
+        "memberships-2-role": OWNER,
+    }
+    page = {"slug": tenant.slug, "name": tenant.name, "region": tenant.region}
+    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+
+    client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+
+    assert not Membership.objects.filter(user=support).exists()
+
+
+def test_a_superuser_still_makes_a_staff_account_a_member(staff, restaurant):
+    tenant, _, _ = restaurant
+    colleague = User.objects.create_user("colleague", is_staff=True)
+    answer = staff.post(
+        "/admin/tenants/membership/add/", {"user": colleague.pk, "tenant": tenant.pk, "role": OWNER}
+    )
+    assert answer.status_code == 302
+    assert Membership.objects.filter(user=colleague, tenant=tenant).exists()
