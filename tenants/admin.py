@@ -29,8 +29,19 @@ from tenants.models import ApiClient, DinerSession, Membership, Tenant
 user_admin.register()
 
 
+STAFF_ACCOUNT = (
+    "A platform staff account is made a member of a restaurant, or its membership changed, "
+    "by a superuser only."
+)
+
+
 class MembershipForm(forms.ModelForm):
-    """Refuses to take the role of owner from a restaurant's last owner (or to move them)."""
+    """Refuses to take the role of owner from a restaurant's last owner (or to move them),
+    and to anyone but a superuser, a membership made or changed for a platform staff account
+    (:func:`tenants.user_admin.naming_staff_accounts`)."""
+
+    # set per request by the admin pages that show this form
+    names_staff_accounts = False
 
     class Meta:
         model = Membership
@@ -38,6 +49,11 @@ class MembershipForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        user = data.get("user")
+        staff_account = user is not None and (user.is_staff or user.is_superuser)
+        made_or_changed = self.instance.pk is None or self.has_changed()
+        if staff_account and made_or_changed and not self.names_staff_accounts:
+            raise forms.ValidationError(STAFF_ACCOUNT)
         before = self.instance  # as stored: the form's values are applied after clean()
         if before.pk is None:
             # a new membership takes no role from anyone (and has no tenant to read yet: the
@@ -84,13 +100,18 @@ class MembershipFormSet(forms.BaseInlineFormSet):
             raise forms.ValidationError(LAST_OWNER)
 
 
-class MembershipInline(user_admin.RestaurantAccountsOnly, admin.TabularInline):
+class MembershipInline(admin.TabularInline):
     model = Membership
     form = MembershipForm
     formset = MembershipFormSet
     extra = 0
     autocomplete_fields = ["user"]
     can_delete = False  # removed from the memberships list, through the service
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.form = user_admin.naming_staff_accounts(formset.form, request)
+        return formset
 
 
 @admin.register(Tenant)
@@ -169,7 +190,7 @@ def _set_status(queryset: QuerySet[Tenant], current: str, new: str) -> int:
 
 
 @admin.register(Membership)
-class MembershipAdmin(user_admin.RestaurantAccountsOnly, admin.ModelAdmin):
+class MembershipAdmin(admin.ModelAdmin):
     form = MembershipForm
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]
@@ -177,6 +198,10 @@ class MembershipAdmin(user_admin.RestaurantAccountsOnly, admin.ModelAdmin):
     search_fields = ["user__username", "user__email", "tenant__slug"]
     autocomplete_fields = ["user", "tenant"]
     actions = ["remove_memberships"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        return user_admin.naming_staff_accounts(form, request)
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)

@@ -12,19 +12,20 @@ accounts.
 Here, for anyone but a superuser, those fields are read-only (a value posted for them is
 ignored, as for any read-only field), another platform staff account (staff or superuser)
 can be viewed but not changed, given a password or deleted, and a membership names a
-restaurant's own account only (:class:`RestaurantAccountsOnly`). Superusers manage the admin as
+restaurant's own account only (:func:`naming_staff_accounts`). Superusers manage the admin as
 Django's own user admin does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.http import HttpRequest
 
+T = TypeVar("T")
 # What makes an account more than it is: granted by superusers only
 GRANTS = ("is_superuser", "is_staff", "groups", "user_permissions")
 
@@ -61,17 +62,13 @@ class PlatformGroupAdmin(GroupAdmin):
         return fields
 
 
-class RestaurantAccountsOnly:
-    """For a model admin (or inline) of memberships: to anyone but a superuser, the accounts
-    a membership may name are the restaurants' own, not platform staff accounts. A membership
-    opens the dashboard, whose order pages show the note, phone and address of every order:
-    staff adding their own account (or a colleague's) to a restaurant read there what the
-    admin shows only with "view diner details", and held a restaurant's keys and members."""
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "user" and not grants(request):
-            kwargs["queryset"] = User.objects.filter(is_staff=False, is_superuser=False)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+def naming_staff_accounts(form: type[T], request: HttpRequest) -> type[T]:
+    """``form`` (a membership's, ``tenants.admin.MembershipForm``) told whether this request
+    may name a platform staff account: only a superuser's. A membership opens the dashboard,
+    whose order pages show the note, phone and address of every order: staff adding their own
+    account (or a colleague's) to a restaurant read there what the admin shows only with
+    "view diner details", and held a restaurant's keys and members."""
+    return type(form.__name__, (form,), {"names_staff_accounts": grants(request)})
 
 
 def _another_staff_account(request: HttpRequest, user: User) -> bool:

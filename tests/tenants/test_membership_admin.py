@@ -268,6 +268,39 @@ def test_the_tenant_page_s_member_rows_refuse_a_staff_account_too(restaurant):
     assert not Membership.objects.filter(user=support).exists()
 
 
+def test_a_staff_member_a_superuser_added_leaves_the_tenant_page_editable(restaurant):
+    """An unchanged member row of a platform staff account (added by a superuser) does not
+    stop staff from saving the rest of the tenant's page."""
+    tenant, owner, _ = restaurant
+    colleague = User.objects.create_user("colleague", is_staff=True)
+    theirs = Membership.objects.create(tenant=tenant, user=colleague, role=MANAGER)
+    Membership.objects.filter(tenant=tenant).exclude(pk__in=[owner.pk, theirs.pk]).delete()
+    _, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
+    rows = {
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "2",
+        "memberships-0-id": owner.pk,
+        "memberships-0-tenant": tenant.pk,
+        "memberships-0-user": owner.user.pk,
+        "memberships-0-role": OWNER,
+        "memberships-1-id": theirs.pk,
+        "memberships-1-tenant": tenant.pk,
+        "memberships-1-user": colleague.pk,
+        "memberships-1-role": MANAGER,
+    }
+    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
+    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+
+    assert answer.status_code == 302
+    assert Tenant.objects.get(pk=tenant.pk).name == "Roma Centro"
+    rows["memberships-1-role"] = OWNER  # but the staff account's role is not theirs to change
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    assert answer.status_code == 200
+    assert Membership.objects.get(pk=theirs.pk).role == MANAGER
+
+
 def test_a_superuser_still_makes_a_staff_account_a_member(staff, restaurant):
     tenant, _, _ = restaurant
     colleague = User.objects.create_user("colleague", is_staff=True)
