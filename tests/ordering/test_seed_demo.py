@@ -165,3 +165,17 @@ def test_a_demo_restaurant_being_offboarded_is_refused_clearly_seeding_nothing(k
     with pytest.raises(CommandError, match="trattoria-roma is being offboarded"):
         seed()
     assert ApiClient.objects.count() == keys
+
+
+def test_the_keys_never_sit_in_a_file_others_may_read(key_file):
+    """The file was written, then made 0600: a key file left readable by others (an older
+    one, or the umask's mode) showed the new keys to whoever read it meanwhile, or had it
+    open (red: the open handle reads them)."""
+    key_file.write_text("{}")
+    key_file.chmod(0o644)
+    with key_file.open() as opened_before:
+        merchant_key = seed()["tenants"][0]["merchant_api_key"]
+        assert merchant_key not in opened_before.read()
+    assert merchant_key in key_file.read_text()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in key_file.parent.iterdir()] == [key_file.name]  # nothing left behind

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -223,5 +224,9 @@ def _write_key_file(tenants: list[dict[str, Any]]) -> None:
     databases = _read_file().get("databases")
     databases = dict(databases) if isinstance(databases, dict) else {}
     databases[_database_label()] = keys
-    path.write_text(json.dumps({"databases": databases}))
-    path.chmod(0o600)
+    # Written to a new file that only its owner may read from the start, which then takes the
+    # name: an older file's readers (or those of one the umask left readable) never see a key.
+    descriptor, written = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(descriptor, "w") as out:
+        out.write(json.dumps({"databases": databases}))
+    os.replace(written, path)
