@@ -47,7 +47,8 @@ def api_keys(request: HttpRequest) -> HttpResponse:
         waiting[str(client.pk)] = {"tenant": tenant.pk, "name": client.name, "key": key}
         request.session[NEW_KEY_SESSION] = waiting
         return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
-    new_key = _take_issued_key(request, tenant)
+    # a HEAD answers no body: it shows no key, so it must not use up the key's one showing
+    new_key = _take_issued_key(request, tenant) if request.method == "GET" else None
     return render_page(
         request,
         "dashboard/api_keys.html",

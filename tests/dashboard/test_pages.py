@@ -725,3 +725,14 @@ def test_an_order_page_shows_the_order_and_its_payment_from_one_moment(mine, mer
             seen.append((page.context["order"].status, page.context["payments"][0].status))
     # then every page shows the order and its payment as one committed moment left them
     assert set(seen) <= set(STATES), set(seen) - set(STATES)
+
+
+def test_a_head_request_for_the_issued_key_s_page_leaves_the_key_to_be_shown(client, mine):
+    """A HEAD of the page (a link checker, a prefetch) answers no body, so it shows nothing:
+    it must not use up the key's one showing (red: the GET after it showed no key)."""
+    client.force_login(mine.user)
+    issued = post_form(client, "/dashboard/api-keys/", {"name": "Kiosk", "kind": "merchant"})
+    head = client.head(issued["Location"])
+    assert head.status_code == 200 and head.content == b""
+    key = client.get(issued["Location"]).context["new_key"]["key"]
+    assert authenticate_api_key(key).tenant == mine.tenant
