@@ -75,3 +75,27 @@ def test_another_amount_reported_for_a_paid_order_is_a_conflict(tenant, menu):
     assert again["result"] == "duplicate"
     assert ProviderConflict.all_tenants.filter(payment=payment).count() == 1
     assert simulate(order.pk)["result"] == "duplicate"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "amount",
+    [
+        pytest.param("abc", id="not-a-number"),
+        pytest.param("1,00", id="decimal-comma"),
+        pytest.param("1e999", id="exponent-999"),
+        pytest.param("1" * 120, id="120-digits"),
+    ],
+)
+def test_an_amount_the_provider_cannot_report_is_refused_as_the_amount(tenant, menu, amount):
+    """``--amount`` is read as the provider reports amounts (at most 2 decimals, within the
+    column that keeps them); anything else is the option's usage error, and nothing is sent.
+    Red before: text that is no number raised ``decimal.InvalidOperation`` (a traceback), and
+    a long amount made the event id it names (``evt_<txn>_succeeded_<amount>``) longer than an
+    event id may be, refused as "event_id is missing or malformed", an option not given."""
+    order, payment = paying_order(tenant, menu["pizza"])
+    with pytest.raises(CommandError, match="--amount"):
+        simulate(order.pk, "--amount", amount)
+    assert ProviderConflict.all_tenants.filter(payment=payment).count() == 0
+    payment.refresh_from_db()
+    assert payment.status == payment.Status.PENDING

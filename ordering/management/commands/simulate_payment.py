@@ -11,15 +11,16 @@ would (signature, timestamp header and all). Sending it twice shows duplicate ha
 
 from __future__ import annotations
 
+import argparse
 import json
 import urllib.error
 import urllib.request
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ordering.models import Payment
+from ordering.models import Payment, PaymentCallback
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.error_codes import CallbackRejected
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER
@@ -36,13 +37,43 @@ def default_event_id(payment: Payment, status: str, amount: Decimal | None) -> s
     return event_id if amount is None else f"{event_id}_{amount:f}"
 
 
+def reported_amount(text: str) -> Decimal:
+    """``--amount``: an amount as a provider reports one, of at most 2 decimals and within the
+    column that keeps reported amounts (under 10^10), else the option's usage error.
+
+    Why here: text that is no number raised ``decimal.InvalidOperation`` out of the command (a
+    traceback), and a long amount (``1e999``) made :func:`default_event_id`, which names it,
+    longer than a provider's event id may be: the callback was refused for its event id, an
+    option the user never gave."""
+    field = PaymentCallback._meta.get_field("amount")
+    whole_digits = field.max_digits - field.decimal_places
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        amount = None
+    if (
+        amount is None
+        or not amount.is_finite()
+        or amount < 0
+        or amount.adjusted() >= whole_digits
+        or amount != amount.quantize(Decimal(1).scaleb(-field.decimal_places))
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an amount of at most {field.decimal_places} decimals "
+            f"from 0 to under 10^{whole_digits} (e.g. 1.00)"
+        )
+    return amount
+
+
 class Command(BaseCommand):
     help = "Send the simulated provider's signed payment callback for an order."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("order_id", type=int)
         parser.add_argument("--status", choices=["succeeded", "failed"], default="succeeded")
-        parser.add_argument("--amount", type=Decimal, help="Report another amount (a conflict)")
+        parser.add_argument(
+            "--amount", type=reported_amount, help="Report another amount (a conflict)"
+        )
         parser.add_argument("--event-id", help="Provider event id (repeat one to send a duplicate)")
         parser.add_argument(
             "--url", help="Base URL of a running server, e.g. http://127.0.0.1:8000"
