@@ -112,7 +112,9 @@ class SimulatedProvider:
 
     def parse_callback(self, body: bytes) -> CallbackEvent:
         try:
-            data = json.loads(body)
+            data = json.loads(body, object_pairs_hook=_members_named_once)
+        except _RepeatedMember as exc:
+            raise CallbackPayloadInvalid(f"body names the member {exc.name!r} twice") from None
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise CallbackPayloadInvalid("body is not JSON") from None
         if not isinstance(data, dict):
@@ -140,6 +142,23 @@ class SimulatedProvider:
             amount=amount,
             currency=currency,
         )
+
+
+class _RepeatedMember(Exception):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _members_named_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Each object of a callback's body, refused when it names a member twice: such a body
+    says two things at once (``"status": "failed", "status": "succeeded"``), and ``json``
+    would keep the last without a word, where the provider's own reader may have meant the
+    first. The API's bodies are held to the same rule (``config/parsers.py``)."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedMember(next(name for name, _ in pairs if name in seen or seen.add(name)))
+    return members
 
 
 def _amount(value: Any) -> Decimal:

@@ -305,6 +305,42 @@ def test_a_signed_callback_with_a_malformed_field_is_400(deliver, paying, tenant
     assert PaymentCallback.objects.for_tenant(tenant).count() == 0
 
 
+@pytest.mark.parametrize(
+    ("field", "first", "last"),
+    [
+        pytest.param("status", "failed", "succeeded", id="status"),
+        pytest.param("amount", "0.01", "{amount}", id="amount"),
+        pytest.param("event_id", "evt_first", "evt_last", id="event-id"),
+    ],
+)
+def test_a_signed_body_naming_a_member_twice_is_400_and_writes_nothing(
+    deliver, paying, tenant, field, first, last
+):
+    """A body naming a member twice says two things at once (``"status": "failed"`` and
+    ``"status": "succeeded"``): ``json`` keeps the last without a word, where the provider's
+    own reader (or a log, a gateway) may keep the first. Such a body is malformed, as the
+    API's own parser holds any body naming a member twice (``config/parsers.py``). Red before:
+    the last member was applied (the order PAID on a body that also said the payment failed)."""
+    order, payment = paying
+    data = json.loads(signed(payment)[0])
+    value = {field: last.format(amount=data["amount"])}
+    text = json.dumps({**data, field: "PLACEHOLDER"})
+    body = text.replace(
+        '"PLACEHOLDER"', f"{json.dumps(first)}, {json.dumps(field)}: {json.dumps(value[field])}"
+    ).encode()
+    assert body.count(f'"{field}"'.encode()) == 2
+    ts = int(time.time())
+    headers = {
+        TIMESTAMP_HEADER: str(ts),
+        SIGNATURE_HEADER: sign(secret=webhook_secrets("simulated")[0], timestamp=ts, body=body),
+    }
+    response = deliver(body, headers)
+    assert (response.status_code, response.json()["code"]) == (400, "PAYMENT_CALLBACK_INVALID")
+    assert response.json()["detail"] == f"body names the member {field!r} twice"
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+
+
 @pytest.mark.parametrize("amount", ["10000000000.00", "99999999999.99", "1E+12"])
 def test_an_amount_no_column_of_ours_holds_is_400_and_writes_nothing(
     deliver, paying, tenant, amount
