@@ -28,6 +28,11 @@ def record_operation(
     Committed on its own (the caller is outside any transaction, as with a real provider), so
     the effect exists even if the caller dies before recording it — which is the case the
     callers' idempotency keys are for.
+
+    A key seen before with other terms (another kind, reference or amount) is refused with
+    :class:`ProviderError`, as a careful provider refuses it (Stripe: 400
+    ``idempotency_error``): the operation asked for was not done, and answering with the
+    first one as replayed would have the caller record, say, a refund that never moved money.
     """
     with transaction.atomic():
         operation, created = SimulatedOperation.objects.get_or_create(
@@ -36,6 +41,15 @@ def record_operation(
             defaults={"kind": kind, "reference": reference, "amount": amount},
         )
         if not created:
+            if (operation.kind, operation.reference, operation.amount) != (
+                kind,
+                reference,
+                amount,
+            ):
+                raise ProviderError(
+                    f"idempotency key {idempotency_key!r} was used for another operation "
+                    f"({operation.kind} of {operation.amount} for {operation.reference})"
+                )
             SimulatedOperation.objects.filter(pk=operation.pk).update(calls=F("calls") + 1)
     return operation, created
 

@@ -1,10 +1,11 @@
 """The built-in simulated payment provider, for the demo and the tests.
 
-It behaves like a careful real provider: refunds are idempotent on their key, callbacks are
-signed with the provider's webhook secret and may be delivered several times. It can also play
-the provider's side of the webhook: :func:`signed_callback` builds exactly what the provider
-would send, and :func:`complete_payment` delivers it to our webhook service in-process (the
-``simulate_payment`` command, and the demo's auto-complete, ``settings.
+It behaves like a careful real provider: refunds are idempotent on their key (the key sent
+again with another amount or payment is refused, not answered with the first refund),
+callbacks are signed with the provider's webhook secret and may be delivered several times.
+It can also play the provider's side of the webhook: :func:`signed_callback` builds exactly
+what the provider would send, and :func:`complete_payment` delivers it to our webhook service
+in-process (the ``simulate_payment`` command, and the demo's auto-complete, ``settings.
 SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS``).
 """
 

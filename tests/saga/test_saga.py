@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -32,6 +33,7 @@ from ordering.models import (
     SalesDay,
     SimulatedOperation,
 )
+from ordering.payments.base import ProviderError
 from ordering.payments.registry import get_provider
 from ordering.services.lifecycle import cancel_order
 from ordering.simulation import plan_fault
@@ -166,6 +168,33 @@ def test_a_refund_done_by_a_worker_that_died_before_recording_it_is_not_repeated
     assert effects(tenant, menu, coupon, order, payment) == DONE
     assert SimulatedOperation.objects.get(kind="refund").calls == 2
     assert Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT).result["replayed"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reused_for", ["another-amount", "another-payment"])
+def test_the_provider_refuses_a_refund_key_reused_for_another_refund(tenant, menu, reused_for):
+    """The simulated provider answers a key it saw with that key's refund (a retry), and
+    refuses the key sent with other terms, as a careful provider does (Stripe answers 400
+    ``idempotency_error``): the refund asked for was not made, so the caller must not record
+    it as made. Red before: the first refund came back as ``replayed``, whatever amount or
+    payment the second call named, and a step reusing a key would record money returned that
+    never moved."""
+    # given a refund made under a step's key
+    order, payment = paid_order(tenant, menu["pizza"])
+    _, other_payment = paid_order(tenant, menu["pasta"])
+    provider = get_provider("simulated")
+    key = f"cancel:{order.pk}:{Step.REFUND_PAYMENT}"
+    first = provider.refund(payment=payment, amount=payment.amount, idempotency_key=key)
+    # when the key comes again with another amount, or for another payment
+    with pytest.raises(ProviderError, match="another operation"):
+        if reused_for == "another-amount":
+            provider.refund(payment=payment, amount=Decimal("0.01"), idempotency_key=key)
+        else:
+            provider.refund(payment=other_payment, amount=other_payment.amount, idempotency_key=key)
+    # then no refund is made for it, and the same terms still replay the first refund
+    assert SimulatedOperation.objects.filter(kind="refund").count() == 1
+    again = provider.refund(payment=payment, amount=payment.amount, idempotency_key=key)
+    assert (again.refund_id, again.amount, again.replayed) == (first.refund_id, first.amount, True)
 
 
 @pytest.mark.django_db
