@@ -46,7 +46,14 @@ from django.utils import timezone
 from idempotency import erasure
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
-from ordering.models import Compensation, Order, OrderStatus, Payment, TenantOffboarding
+from ordering.models import (
+    Compensation,
+    Order,
+    OrderStatus,
+    Payment,
+    ProviderConflict,
+    TenantOffboarding,
+)
 from ordering.payments.due_checks import reconcilable
 from ordering.privacy.archive import archive_holds_all, export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
@@ -209,7 +216,8 @@ def money_in_flight(tenant_id: int) -> str:
     reconciliation asks the provider about them in: a capture then is refunded by the
     platform, where once the rows are gone the provider's report of it is a 404 and the
     diner's money leaves with the restaurant), cancels whose saga has not ended, refunds not
-    yet made. Read under the tenant's row lock, so nothing of it starts meanwhile."""
+    yet made, and provider conflicts staff have not resolved. Read under the tenant's row lock,
+    so nothing of it starts meanwhile."""
     may_still_settle = reconcilable(timezone.now()).filter(tenant_id=tenant_id)
     counts = {
         "payments awaiting the provider": Payment.all_tenants.filter(
@@ -223,6 +231,12 @@ def money_in_flight(tenant_id: int) -> str:
         ).count(),
         "compensations pending": Compensation.all_tenants.filter(
             tenant_id=tenant_id, status=Compensation.Status.PENDING
+        ).count(),
+        # money the provider reported that staff have yet to settle: an amount reported
+        # wrong, or a capture the platform's refund of failed for good; deleted, nothing
+        # would tell staff the diner's money is still to go back
+        "payments under review by staff": ProviderConflict.all_tenants.filter(
+            tenant_id=tenant_id, resolved=False
         ).count(),
     }
     return ", ".join(f"{n} {what}" for what, n in counts.items() if n)

@@ -24,14 +24,27 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
-from ordering.models import Dish, Order, Payment, TenantOffboarding
+from ordering.models import (
+    Compensation,
+    DeadLetter,
+    Dish,
+    Order,
+    Payment,
+    ProviderConflict,
+    TenantOffboarding,
+)
+from ordering.payments.conflicts import resolve_conflict
+from ordering.payments.simulated import complete_payment
 from ordering.privacy.offboarding import WAITING_FOR_MONEY, run_offboarding, start_offboarding
 from ordering.privacy.tenant_tables import deletion_order
+from ordering.services.lifecycle import cancel_order
+from ordering.simulation import plan_fault
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tenants.write_fence import fenced_columns, install, refused_by_fence
 from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
+from tests.payments.helpers import paying_order
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_erase_diner import place
 from tests.privacy.test_offboard_tenant import rows_of_tenant
@@ -323,6 +336,40 @@ def test_an_offboarding_waits_for_a_declined_or_voided_payment_the_provider_may_
     # closes the tables and finishes
     window = timedelta(seconds=settings.PAYMENT_RECONCILE_MAX_AGE_SECONDS + 1)
     Payment.all_tenants.filter(pk=payment.pk).update(created_at=timezone.now() - window)
+    job = run_offboarding(job.pk)
+    assert job.is_done and job.last_error == ""
+
+
+def test_an_offboarding_waits_for_a_payment_staff_have_yet_to_settle(
+    make_tenant, tmp_path, settings, celery_eager
+):
+    """Money the provider took after a cancel is refunded by the platform; a refund failing
+    for good leaves its conflict open for staff, who refund it by hand (as they settle an
+    amount reported wrong). An offboarding that closed the tables meanwhile deleted the
+    conflict and its dead letter: nothing told staff the diner's money was still to go back.
+    Red before: open conflicts were not money in flight, and the offboarding finished."""
+    settings.SAGA_MAX_RETRIES = 0  # the refund's first failure is its last
+    # given a capture after a cancel whose refund by the platform failed for good
+    tenant = make_tenant(slug="leaving")
+    order, payment = paying_order(tenant, menu_for(tenant)["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    result = complete_payment(provider_name="simulated", provider_txn_id=payment.provider_txn_id)
+    assert result.outcome == "conflict"
+    assert DeadLetter.objects.filter(order=order, state=DeadLetter.State.OPEN).count() == 1
+    conflict = ProviderConflict.all_tenants.get(payment=payment, resolved=False)
+    # when its offboarding runs
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    job = run_offboarding(job.pk)
+    # then it is suspended and waits for staff, its tables open
+    job.refresh_from_db()
+    tenant.refresh_from_db()
+    assert (job.phase, tenant.status) == (TenantOffboarding.Phase.SUSPEND, "suspended")
+    assert job.last_error.startswith(f"{WAITING_FOR_MONEY}: 1 payments under review by staff")
+    # once staff settled it, the next run closes the tables and finishes
+    resolve_conflict(
+        conflict_id=conflict.pk, outcome="refunded", note="refunded by hand", actor="staff:ann"
+    )
     job = run_offboarding(job.pk)
     assert job.is_done and job.last_error == ""
 
