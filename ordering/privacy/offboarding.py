@@ -40,7 +40,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Model, Q
+from django.db.models import Exists, Model, OuterRef, Q
 from django.utils import timezone
 
 from idempotency import erasure
@@ -48,6 +48,7 @@ from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
     Compensation,
+    DeadLetter,
     Order,
     OrderStatus,
     Payment,
@@ -228,7 +229,9 @@ def money_in_flight(tenant_id: int) -> str:
         ).count(),
         "cancels in progress": Order.all_tenants.filter(
             tenant_id=tenant_id, status=OrderStatus.CANCELLING
-        ).count(),
+        )
+        .exclude(_settled_by_staff())
+        .count(),
         "compensations pending": Compensation.all_tenants.filter(
             tenant_id=tenant_id, status=Compensation.Status.PENDING
         ).count(),
@@ -240,6 +243,19 @@ def money_in_flight(tenant_id: int) -> str:
         ).count(),
     }
     return ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+
+
+def _settled_by_staff() -> Q:
+    """A CANCELLING order whose saga stopped at a step that failed for good and whose letter
+    staff closed without a requeue (discarded: they settled it by hand). It stays CANCELLING
+    for good and nothing runs it again, so no money of it moves: counted as a cancel in
+    progress, it held its restaurant's offboarding back for ever, and the only way on, a
+    requeue, would refund again what staff had refunded."""
+    failed_step = Compensation.all_tenants.filter(
+        order=OuterRef("pk"), status=Compensation.Status.FAILED
+    )
+    open_letter = DeadLetter.objects.filter(order=OuterRef("pk"), state=DeadLetter.State.OPEN)
+    return Q(Exists(failed_step)) & ~Q(Exists(open_letter))
 
 
 def _lock_credentials(tenant_id: int) -> None:

@@ -24,6 +24,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
+from ordering.background.dead_letters import discard_dead_letter
 from ordering.models import (
     Compensation,
     DeadLetter,
@@ -44,7 +45,7 @@ from tenants.models import ApiClient
 from tenants.write_fence import fenced_columns, install, refused_by_fence
 from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
-from tests.payments.helpers import paying_order
+from tests.payments.helpers import paid_order, paying_order
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_erase_diner import place
 from tests.privacy.test_offboard_tenant import rows_of_tenant
@@ -372,6 +373,31 @@ def test_an_offboarding_waits_for_a_payment_staff_have_yet_to_settle(
     )
     job = run_offboarding(job.pk)
     assert job.is_done and job.last_error == ""
+
+
+def test_an_offboarding_does_not_wait_for_a_cancel_staff_settled_by_hand(
+    make_tenant, tmp_path, settings, celery_eager
+):
+    """A cancel whose refund failed for good stays CANCELLING with a dead letter; staff who
+    refund by hand discard the letter, and the order stays where it is (nothing runs it
+    again). It moves no money any more, yet every CANCELLING order counted as a cancel in
+    progress: the restaurant could never be offboarded, and the only way on, a requeue,
+    would refund again what staff had refunded. Red before: the offboarding waited for it."""
+    settings.SAGA_MAX_RETRIES = 0  # the refund's first failure is its last
+    # given a paid order whose cancel's refund failed for good, and staff who settled it
+    tenant = make_tenant(slug="leaving")
+    order, _ = paid_order(tenant, menu_for(tenant)["pizza"])
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    letter = DeadLetter.objects.get(order=order, state=DeadLetter.State.OPEN)
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    job = run_offboarding(job.pk)
+    assert job.last_error.startswith(f"{WAITING_FOR_MONEY}: 1 cancels in progress")
+    discard_dead_letter(dead_letter_id=letter.pk, actor="staff:ann", note="refunded by hand")
+    # when the offboarding runs again, then it closes the tables and finishes
+    job = run_offboarding(job.pk)
+    assert job.is_done and job.last_error == ""
+    assert Order.all_tenants.filter(pk=order.pk).count() == 0
 
 
 def test_the_worker_looks_again_a_minute_later_while_the_money_moves(
