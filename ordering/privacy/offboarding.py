@@ -55,7 +55,6 @@ from ordering.models import (
     ProviderConflict,
     TenantOffboarding,
 )
-from ordering.payments.due_checks import reconcilable
 from ordering.privacy.archive import archive_holds_all, export_tenant
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from tenants import credential_cache, session_state, write_fence
@@ -213,19 +212,12 @@ WAITING_FOR_MONEY = "waiting for the restaurant's money in flight to settle"
 
 def money_in_flight(tenant_id: int) -> str:
     """What of the tenant's money still moves, in words ("" when nothing does): payments the
-    provider has not settled, or may still take (declined or voided, within the window
-    reconciliation asks the provider about them in: a capture then is refunded by the
-    platform, where once the rows are gone the provider's report of it is a 404 and the
-    diner's money leaves with the restaurant), cancels whose saga has not ended, refunds not
-    yet made, and provider conflicts staff have not resolved. Read under the tenant's row lock,
+    provider has not settled, cancels whose saga has not ended, refunds not yet made, and
+    provider conflicts staff have not resolved. Read under the tenant's row lock,
     so nothing of it starts meanwhile."""
-    may_still_settle = reconcilable(timezone.now()).filter(tenant_id=tenant_id)
     counts = {
         "payments awaiting the provider": Payment.all_tenants.filter(
             tenant_id=tenant_id, status=Payment.Status.PENDING
-        ).count(),
-        "payments the provider may still take (declined or voided)": may_still_settle.exclude(
-            status=Payment.Status.PENDING
         ).count(),
         "cancels in progress": Order.all_tenants.filter(
             tenant_id=tenant_id, status=OrderStatus.CANCELLING

@@ -15,14 +15,12 @@ import json
 import threading
 import zipfile
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.test import Client
-from django.utils import timezone
 
 from ordering.background.dead_letters import discard_dead_letter
 from ordering.models import (
@@ -303,42 +301,6 @@ def test_an_offboarding_waits_for_the_money_in_flight_then_closes_the_tables(mak
             if line.strip()
         ]
     assert "succeeded" in json.dumps(payments)
-
-
-@pytest.mark.parametrize("status", [Payment.Status.FAILED, Payment.Status.VOIDED])
-def test_an_offboarding_waits_for_a_declined_or_voided_payment_the_provider_may_still_take(
-    make_tenant, tmp_path, settings, status
-):
-    """A declined card may be reported taken after all, and a payment voided by a cancel taken
-    while the bank was still charging it: reconciliation asks the provider about both for
-    ``PAYMENT_RECONCILE_MAX_AGE_SECONDS``, and the capture is refunded by the platform. An
-    offboarding that closed the tables meanwhile deleted the payment, and the provider's
-    report of it was a 404: the diner's money left with the restaurant. Red before: only a
-    pending payment was money in flight, and the offboarding finished at once."""
-    # given a restaurant whose last payment was declined (or voided) a moment ago
-    tenant = make_tenant(slug="leaving")
-    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
-    order = Order.all_tenants.get(tenant=tenant)
-    payment = Payment.all_tenants.create(
-        tenant=tenant, order=order, provider="simulated", provider_txn_id="tx-1",
-        method="card", amount=order.total, status=status,
-    )  # fmt: skip
-    # when its offboarding runs
-    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
-    job = run_offboarding(job.pk)
-    # then it is suspended and waits for that payment, its tables open
-    job.refresh_from_db()
-    tenant.refresh_from_db()
-    assert (job.phase, tenant.status) == (TenantOffboarding.Phase.SUSPEND, "suspended")
-    assert job.last_error.startswith(
-        f"{WAITING_FOR_MONEY}: 1 payments the provider may still take (declined or voided)"
-    )
-    # once the payment is past the window the provider is asked about it in, the next run
-    # closes the tables and finishes
-    window = timedelta(seconds=settings.PAYMENT_RECONCILE_MAX_AGE_SECONDS + 1)
-    Payment.all_tenants.filter(pk=payment.pk).update(created_at=timezone.now() - window)
-    job = run_offboarding(job.pk)
-    assert job.is_done and job.last_error == ""
 
 
 def test_an_offboarding_waits_for_a_payment_staff_have_yet_to_settle(
