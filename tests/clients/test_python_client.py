@@ -585,6 +585,26 @@ def test_the_session_is_refreshed_near_expiry_and_reopened_once_expired(
     assert len(wire.posts("/api/v1/diner-sessions/refresh/")) == 1
 
 
+def test_a_device_clock_a_day_ahead_keeps_its_session_and_its_batch_of_tokens(
+    client_server: LiveServer, shop: Shop, make_client, wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phone whose clock is 25 hours ahead of the server's: the session's and the tokens'
+    expiries are read on the server's clock (the answer's ``Date``), so one guest session and
+    one batch of tokens serve every order (red: each call opened two guest sessions and raised
+    SessionChangedError, ordering nothing; and each operation asked for a new batch)."""
+    device_clock = time.time
+    monkeypatch.setattr(time, "time", lambda: device_clock() + 25 * 3600)
+    client = make_client(client_server.url, keys=TokenKeys(batch_size=5))
+
+    results = [client.place_order(shop.order_body(n)) for n in (1, 2, 3)]
+
+    assert [r.status for r in results] == [201, 201, 201]
+    assert len(wire.posts("/api/v1/diner-sessions/")) == 1
+    assert wire.posts("/api/v1/diner-sessions/refresh/") == []
+    assert len(wire.posts("/api/v1/idempotency-tokens/")) == 1
+    assert shop.orders_of(client.session().diner_id) == 3
+
+
 def test_pre_issued_tokens_come_in_batches_one_per_operation_and_replay_after_a_lost_answer(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
 ) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, NotRequired, TypedDict
 
@@ -95,16 +96,39 @@ class PlaceOrder(TypedDict):
 
 @dataclass(frozen=True)
 class Session:
-    """A diner session (``POST /api/v1/diner-sessions/``); ``expires_at`` in epoch seconds."""
+    """A diner session (``POST /api/v1/diner-sessions/``); ``expires_at`` in epoch seconds of
+    this device's clock (:func:`on_this_clock`)."""
 
     token: str
     diner_id: str
     expires_at: float
 
     @classmethod
-    def from_answer(cls, data: Mapping[str, Any]) -> Session:
-        expires = datetime.fromisoformat(str(data["expires_at"])).timestamp()
+    def from_answer(
+        cls, data: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> Session:
+        """The answer's session; its ``headers`` (their ``Date``) put its expiry on this
+        device's clock."""
+        expires = on_this_clock(str(data["expires_at"]), headers or {})
         return cls(token=str(data["token"]), diner_id=str(data["diner_id"]), expires_at=expires)
+
+
+def on_this_clock(expires_at: str, headers: Mapping[str, str]) -> float:
+    """The server's ``expires_at`` (ISO 8601, on the server's clock) as an instant of this
+    device's clock (``time.time()``), which is all the client compares it with.
+
+    A phone's clock may be hours off. Read as it is, an expiry seemed past on a clock a day
+    ahead (every call opened a new guest session, and an operation's retry met another diner)
+    and far off on one behind. So what is kept is the time the answer says is left, from its
+    ``Date`` (the server's clock when it answered, in whole seconds, so the second is counted
+    as over), added to this clock now. An answer without a readable ``Date`` is taken as
+    said."""
+    expires = datetime.fromisoformat(expires_at).timestamp()
+    try:
+        answered = parsedate_to_datetime(headers.get("date") or "").timestamp() + 1
+    except (TypeError, ValueError):
+        return expires
+    return time.time() + (expires - answered)
 
 
 @dataclass(frozen=True)
@@ -401,7 +425,7 @@ class OrderingClient:
                             "/api/v1/diner-sessions/refresh/",
                             content=b"",
                             auth=lambda: _bearer_header(session.token),
-                        ).json()
+                        )
                     )
                 except ApiError as error:
                     if error.status != 401:
@@ -411,14 +435,14 @@ class OrderingClient:
 
     def _open_guest_session(self) -> Session:
         answer = self._send("POST", "/api/v1/diner-sessions/", content=b"", auth=self._key_auth)
-        return self._save_session(answer.json())
+        return self._save_session(answer)
 
     def _stored_session(self) -> Session | None:
         raw = self.storage.get(self._prefix + "session")
         return Session(**json.loads(raw)) if raw else None
 
-    def _save_session(self, data: Mapping[str, Any]) -> Session:
-        session = Session.from_answer(data)
+    def _save_session(self, answer: ApiResult) -> Session:
+        session = Session.from_answer(answer.json(), answer.headers)
         self.storage.set(self._prefix + "session", json.dumps(session.__dict__))
         return session
 
@@ -515,14 +539,15 @@ class OrderingClient:
         """One request for ``count`` pre-issued tokens; no retries (the key source falls back
         to a UUID when this fails)."""
         diner_id = self.session().diner_id
-        answer = self._send(
+        issued = self._send(
             "POST",
             "/api/v1/idempotency-tokens/",
             content=json.dumps({"count": count}).encode(),
             auth=self._bearer,
             retry=RetryPolicy(max_attempts=1),
-        ).json()
-        expires = datetime.fromisoformat(str(answer["expires_at"])).timestamp()
+        )
+        answer = issued.json()
+        expires = on_this_clock(str(answer["expires_at"]), issued.headers)
         return IssuedTokens(tokens=list(answer["tokens"]), expires_at=expires, diner_id=diner_id)
 
     # --- one request, retried ----------------------------------------------------------

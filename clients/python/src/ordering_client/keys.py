@@ -23,7 +23,7 @@ class IssuedTokens:
     """A batch from ``POST /api/v1/idempotency-tokens/``; tokens are bound to ``diner_id``."""
 
     tokens: list[str]
-    expires_at: float  # epoch seconds
+    expires_at: float  # epoch seconds, on this device's clock (client.on_this_clock)
     diner_id: str
 
 
