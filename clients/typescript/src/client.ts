@@ -122,7 +122,7 @@ export interface ApiResult<T> {
 export interface Session {
   token: string;
   dinerId: string;
-  /** Epoch milliseconds. */
+  /** Epoch milliseconds, on this device's clock (counted from the answer's `Date`). */
   expiresAt: number;
 }
 
@@ -339,7 +339,7 @@ export class OrderingClient {
         auth: async () => bearerHeader(session.token),
         content: "",
       });
-      return await this.saveSession(answer.data);
+      return await this.saveSession(answer);
     } catch (error) {
       if (error instanceof ApiError && error.status === 401) return this.openGuestSession();
       throw error;
@@ -351,7 +351,7 @@ export class OrderingClient {
       auth: this.keyAuth,
       content: "",
     });
-    return this.saveSession(answer.data);
+    return this.saveSession(answer);
   }
 
   private async storedSession(): Promise<Session | null> {
@@ -359,8 +359,8 @@ export class OrderingClient {
     return raw ? (JSON.parse(raw) as Session) : null;
   }
 
-  private async saveSession(answer: Schemas["DinerSessionOut"]): Promise<Session> {
-    const session = { token: answer.token, dinerId: answer.diner_id, expiresAt: Date.parse(answer.expires_at) };
+  private async saveSession({ data, headers }: ApiResult<Schemas["DinerSessionOut"]>): Promise<Session> {
+    const session = { token: data.token, dinerId: data.diner_id, expiresAt: onThisClock(data.expires_at, headers) };
     await this.storage.setItem(`${this.prefix}session`, JSON.stringify(session));
     return session;
   }
@@ -457,7 +457,7 @@ export class OrderingClient {
       content: JSON.stringify({ count }),
       retry: { ...this.retry, maxAttempts: 1 },
     });
-    return { tokens: answer.data.tokens, expiresAt: Date.parse(answer.data.expires_at), dinerId };
+    return { tokens: answer.data.tokens, expiresAt: onThisClock(answer.data.expires_at, answer.headers), dinerId };
   };
 
   // --- one request, retried ------------------------------------------------------------
@@ -586,6 +586,20 @@ function tokenRefusedUnsent(error: unknown, key: KeyInFlight): boolean {
     key.key.startsWith("tok_") &&
     !key.mayHaveReached
   );
+}
+
+/** The server's `expiresAt` (ISO 8601, on the server's clock) as an instant of this device's
+ * clock (`Date.now()`), which is all the client compares it with. A phone's clock may be hours
+ * off: read as it is, an expiry seemed past on a clock a day ahead (every call opened a new
+ * guest session, and an operation's attempt met another diner) and far off on one behind. So
+ * what is kept is the time the answer says is left, from its `Date` (the server's clock when
+ * it answered, in whole seconds, so the second is counted as over), added to this clock now.
+ * An answer without a readable `Date` (a cross-origin one that does not expose it) is taken as
+ * said. */
+function onThisClock(expiresAt: string, headers: Headers): number {
+  const expires = Date.parse(expiresAt);
+  const answered = Date.parse(headers.get("date") ?? "");
+  return Number.isNaN(answered) ? expires : Date.now() + (expires - (answered + 1000));
 }
 
 function bearerHeader(token: string): Record<string, string> {

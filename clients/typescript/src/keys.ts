@@ -8,7 +8,7 @@ import { OrderingError } from "./errors.js";
 /** A batch from `POST /api/v1/idempotency-tokens/`; tokens are bound to `dinerId`. */
 export interface IssuedTokens {
   tokens: string[];
-  expiresAt: number; // epoch milliseconds
+  expiresAt: number; // epoch milliseconds, on this device's clock (from the answer's Date)
   dinerId: string;
 }
 

@@ -16,6 +16,7 @@ import {
   RetriesExhaustedError,
   requestId,
   SessionChangedError,
+  tokenKeys,
 } from "../src/index.js";
 
 const HOUR = 3_600_000;
@@ -105,6 +106,56 @@ test("a login page in place of a new guest session is retried like any page not 
   assert.equal(session.dinerId, "guest_1");
   assert.equal(opened, 2);
   assert.ok(errors[0] instanceof NetworkError && errors[0].message.includes("not the API's"), String(errors[0]));
+});
+
+test("a device clock a day ahead keeps its session and its batch of tokens", async () => {
+  // given a server whose session and tokens live 24 h by its own clock (its answers' Date),
+  // and a phone whose clock is 25 h ahead of it
+  const serverNow = Date.now();
+  const inOneDay = new Date(serverNow + 24 * HOUR).toISOString();
+  const dated = (body: object, status: number, headers: Record<string, string> = {}) =>
+    new Response(JSON.stringify(body), { status, headers: { Date: new Date(serverNow).toUTCString(), ...headers } });
+  const sent: string[] = [];
+  let issued = 0;
+  let guests = 0;
+  const fakeFetch: typeof fetch = async (input) => {
+    const path = new URL(String(input)).pathname;
+    sent.push(path);
+    if (path === "/api/v1/diner-sessions/") {
+      return dated({ token: "t", diner_id: `guest_${++guests}`, expires_at: inOneDay }, 201);
+    }
+    if (path === "/api/v1/idempotency-tokens/") {
+      const tokens = [1, 2, 3, 4, 5].map((n) => `tok_${++issued}_${n}`);
+      return dated({ tokens, expires_at: inOneDay, ttl_seconds: 86_400 }, 201);
+    }
+    return dated({ id: "1" }, 201, { "X-Idempotent-Result": "MISS" });
+  };
+  const deviceClock = Date.now;
+  Date.now = () => deviceClock() + 25 * HOUR;
+  try {
+    const client = new OrderingClient({
+      baseUrl: "http://api.test",
+      publishableKey: "pk_test.secret",
+      fetch: fakeFetch,
+      keys: tokenKeys({ batchSize: 5 }),
+      retry: { baseDelayMs: 10, maxDelayMs: 50 },
+    });
+
+    // when it places three orders, one after another
+    const outcomes: (number | string)[] = [];
+    for (const note of ["1", "2", "3"]) {
+      outcomes.push(await client.placeOrder({ ...ORDER, note }).then((placed) => placed.status, String));
+    }
+
+    // then one guest session and one batch serve them all (red: a new guest for each call,
+    // whose attempt then met another new guest, SessionChangedError; a batch per order)
+    assert.deepEqual(outcomes, [201, 201, 201]);
+    assert.equal(sent.filter((path) => path === "/api/v1/diner-sessions/").length, 1);
+    assert.equal(sent.filter((path) => path === "/api/v1/diner-sessions/refresh/").length, 0);
+    assert.equal(sent.filter((path) => path === "/api/v1/idempotency-tokens/").length, 1);
+  } finally {
+    Date.now = deviceClock;
+  }
 });
 
 test("no attempt runs past maxElapsedMs: the last one's timeout is cut to the time left", async () => {
