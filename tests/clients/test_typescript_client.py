@@ -165,3 +165,26 @@ def test_the_committed_api_types_match_the_schema_the_server_publishes(npm: str)
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_committed_api_types_do_not_depend_on_the_shell_s_deployment_settings(
+    npm: str,
+) -> None:
+    """A developer's shell may hold a deployment's settings (README, "Run it in production"):
+    a keyless window of 120 s, which the Idempotency-Key's description names, or the load
+    test's BENCH_ENDPOINTS, which adds its routes. The types are the code's, not a deployment's
+    (red: "is stale: the API schema changed", and `npm run generate` wrote them in)."""
+    run = subprocess.run(
+        ["node", "scripts/generate-types.mjs", "--check"],
+        cwd=PACKAGE,
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")},
+            "PYTHON": sys.executable,
+            "IDEMPOTENCY_AUTO_KEY_WINDOW": "120",
+            "BENCH_ENDPOINTS": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr

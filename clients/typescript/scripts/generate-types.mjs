@@ -12,8 +12,16 @@ const python = process.env.PYTHON ?? `${root}.venv/bin/python`;
 
 // The schema as a PostgreSQL deployment publishes it: integer ranges depend on the database
 // backend, so SQLite would give other bounds. Nothing connects to this address. DEBUG=1 lets
-// the settings load with their development secrets (none of them is in the schema).
-const env = { ...process.env, DEBUG: "1", DATABASE_URL: "postgres://schema@127.0.0.1:1/schema" };
+// the settings load with their development secrets (none of them is in the schema). Of the
+// shell's environment only what running Python needs is passed on: a deployment's settings
+// there (the keyless window the Idempotency-Key's description names, BENCH_ENDPOINTS' routes)
+// would give that deployment's schema, not the code's, and --check would call it stale.
+const PASSED_ON = ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT"];
+const env = {
+  ...Object.fromEntries(PASSED_ON.filter((name) => name in process.env).map((name) => [name, process.env[name]])),
+  DEBUG: "1",
+  DATABASE_URL: "postgres://schema@127.0.0.1:1/schema",
+};
 const schema = execFileSync(python, ["manage.py", "spectacular", "--format", "openapi-json"], {
   cwd: root,
   env,
