@@ -701,6 +701,21 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
 @pytest.mark.parametrize(
     "value",
     [
+        pytest.param("\u00b2", id="superscript-two"),  # byte 0xB2 read as Latin-1
+        pytest.param("\u0661\u0662", id="arabic-indic-digits"),
+        pytest.param("\uff13", id="fullwidth-three"),
+    ],
+)
+def test_a_retry_after_of_digits_other_than_ascii_is_unreadable(value: str) -> None:
+    """delta-seconds are ASCII digits (RFC 9110). A proxy's header of other characters that
+    Python calls digits is unreadable, as documented, so the client waits its own backoff
+    (red: ValueError out of the retry loop for U+00B2, and 12 s waited for Arabic-Indic)."""
+    assert parse_retry_after(value) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
         pytest.param("Thu, 01 Jan 2026 12:00:05 GMT", id="imf-fixdate"),
         pytest.param("Thursday, 01-Jan-26 12:00:05 GMT", id="rfc850"),
         pytest.param("Thu Jan  1 12:00:05 2026", id="asctime"),

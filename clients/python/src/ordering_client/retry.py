@@ -64,7 +64,9 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    # delta-seconds are ASCII digits (RFC 9110); str.isdigit also takes "²" (a byte 0xB2 read
+    # as Latin-1), which float() refuses, and other scripts' digits
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)
