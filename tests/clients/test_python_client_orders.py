@@ -65,6 +65,30 @@ def test_a_status_filter_pages_by_cursor_too(client: OrderingClient, shop: Shop)
     assert (page["count"], page["next"], page["previous"]) == (1, None, None)
 
 
+def test_a_filtered_list_keeps_its_filter_only_with_the_status_passed_again(
+    client: OrderingClient, shop: Shop
+) -> None:
+    """The README's loop passes ``status`` with each page's cursor: the cursor is a place in
+    the list, not its filter, so a cursor alone reads every order from there."""
+    paying = []
+    for n in range(1, PAGE + 3):
+        order = client.place_order(shop.order_body(n)).json()["id"]
+        if n > 1:
+            client.pay_order(order)
+            paying.append(order)
+
+    first = client.orders(status="PAYING")
+    cursor = cursor_of(first["next"])
+    kept = client.orders(status="PAYING", cursor=cursor)
+    alone = client.orders(cursor=cursor)
+
+    assert "status=PAYING" in first["next"]
+    assert [o["id"] for o in first["results"] + kept["results"]] == paying[::-1]
+    assert (kept["count"], kept["next"]) == (PAGE + 1, None)
+    assert {o["status"] for o in alone["results"]} == {"PAYING", "CREATED"}
+    assert alone["count"] == PAGE + 2
+
+
 def test_an_order_that_costs_nothing_is_paid_with_no_payment(
     client: OrderingClient, shop: Shop
 ) -> None:

@@ -185,7 +185,9 @@ export class OrderingClient {
   }
 
   /** This diner's orders, one page, newest first: `{ count, next, previous, results }`. The next
-   * page's `cursor` is in the answer's `next` link (`previous`: the newer orders' page). */
+   * page's `cursor` is in the answer's `next` link (`previous`: the newer orders' page); pass it
+   * with the same `status`: the cursor is a place, not the filter, so without it the page is of
+   * every order. */
   async orders(query: { status?: OrderStatus; cursor?: string } = {}): Promise<PaginatedOrders> {
     const params = new URLSearchParams();
     if (query.status) params.set("status", query.status);
