@@ -37,6 +37,7 @@ from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+IDEMPOTENCY_DOC = ROOT / "docs" / "idempotency.md"
 MARKER = "<!-- walkthrough:"
 DEMO_PORT = "127.0.0.1:8000"
 STORM_THREADS = 16
@@ -58,10 +59,10 @@ _NOT_INHERITED = (
 )
 
 
-def readme_walkthrough() -> str:
-    """The fenced block that follows the walkthrough marker in README.md."""
-    text = README.read_text()
-    assert MARKER in text, f"README.md lost its walkthrough marker ({MARKER} ...)"
+def readme_walkthrough(document: Path = README) -> str:
+    """The fenced block that follows the walkthrough marker in ``document`` (README.md)."""
+    text = document.read_text()
+    assert MARKER in text, f"{document.name} lost its walkthrough marker ({MARKER} ...)"
     after = text[text.index(MARKER) :]
     match = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
     assert match is not None, "no ```sh block after the walkthrough marker"
@@ -163,6 +164,18 @@ def json_documents(text: str) -> list[str]:
     return documents
 
 
+def json_objects_in(text: str) -> list[dict]:
+    """The JSON objects in ``text``, among headers and one after another (``curl -si`` and
+    ``curl -s`` add no newline after a body)."""
+    decoder = json.JSONDecoder()
+    objects, position = [], text.find("{")
+    while position != -1:
+        value, end = decoder.raw_decode(text, position)
+        objects.append(value)
+        position = text.find("{", end)
+    return objects
+
+
 def order_command(walkthrough: str) -> str:
     """The walkthrough's order command (the one carrying an Idempotency-Key), continuation
     lines included; empty if there is none."""
@@ -203,6 +216,32 @@ def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -
     assert "X-Idempotent-Result: HIT" in head, head
     assert body == raw[1]  # byte for byte
     assert key_alone.strip() == "403"
+
+
+def test_the_idempotency_doc_s_examples_run_verbatim_on_the_embedded_demo(demo: Demo) -> None:
+    """docs/idempotency.md's examples, pasted as they are with the README's ``KEY``: the order
+    placed (MISS), the same key with another quantity refused (422), the order paid twice
+    without a key, once (MISS, then the same answer replayed: HIT). Red: the 422's command was
+    elided (``curl -s ...``, no answer) and the pay named an ``$ORDER_ID`` no command set."""
+    examples = readme_walkthrough(IDEMPOTENCY_DOC).replace(DEMO_PORT, f"127.0.0.1:{demo.port}")
+
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", examples],
+        env={"PATH": os.environ["PATH"], "KEY": demo.key},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_SECONDS,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = re.findall(r"^X-Idempotent-Result: (\w+)$", run.stdout, re.MULTILINE)
+    assert results == ["MISS", "MISS", "HIT"], run.stdout
+    assert '"code":"IDEMPOTENCY_KEY_REUSED"' in run.stdout, run.stdout
+    order, first_pay, second_pay = (
+        answer for answer in json_objects_in(run.stdout) if "lines" in answer
+    )
+    assert (order["status"], first_pay["status"]) == ("CREATED", "PAYING"), run.stdout
+    assert first_pay["id"] == order["id"] and second_pay == first_pay
 
 
 def test_a_same_key_storm_of_16_threads_places_one_order(demo: Demo) -> None:
