@@ -180,3 +180,48 @@ def test_a_call_can_take_about_max_elapsed_plus_timeout() -> None:
     assert raised.value.attempts == 2
     assert "ReadTimeout" in str(raised.value.last_error)
     assert 1.0 < took <= 1.0 + 0.7 + 0.3
+
+
+def test_an_answer_whose_body_cannot_be_decoded_is_an_unknown_outcome_retried_with_the_key() -> (
+    None
+):
+    """A proxy passes on the order's answer with a body its Content-Encoding cannot decode (a
+    gzip stream cut or mangled): the answer is unreadable, so the outcome is unknown and the
+    operation is retried with the same key (red: httpx.DecodingError escaped the call, no
+    OrderingError, no retry)."""
+    order_keys: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/diner-sessions/":
+            return httpx.Response(
+                201,
+                json={"token": "t", "diner_id": "guest_1", "expires_at": "2999-01-01T00:00:00Z"},
+            )
+        order_keys.append(request.headers.get("idempotency-key"))
+        if len(order_keys) == 1:
+            return httpx.Response(
+                201,
+                content=b"\x1f\x8b\x08\x00 not a gzip stream",
+                headers={
+                    "Content-Type": "application/json",
+                    "Content-Encoding": "gzip",
+                    "X-Idempotent-Result": "MISS",
+                },
+            )
+        return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "HIT"})
+
+    events: list[RetryEvent] = []
+    client = OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        retry=RetryPolicy(base_delay=0.01, max_delay=0.05),
+        on_retry=events.append,
+    )
+    placed = client.place_order(
+        {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}
+    )
+    client.close()
+    assert (placed.status, placed.replayed) == (201, True)
+    assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
+    assert isinstance(events[0].error, NetworkError) and "DecodingError" in str(events[0].error)

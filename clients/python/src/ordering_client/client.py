@@ -586,7 +586,9 @@ class OrderingClient:
                         method, path, content=content, headers=headers, params=params
                     )
                 )
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, httpx.DecodingError) as exc:
+                # no answer, or one whose body its Content-Encoding cannot decode (a proxy cut
+                # or mangled it): either way nothing says what the server did
                 error = NetworkError(f"{type(exc).__name__}: {exc}")
                 error.__cause__ = exc
             else:

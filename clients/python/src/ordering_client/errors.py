@@ -53,8 +53,9 @@ class IdempotencyKeyReusedError(ApiError):
 
 
 class NetworkError(OrderingError):
-    """No answer: the connection failed, was reset, or timed out. The server may or may not
-    have executed the request; a retry with the same key finds out without doing it twice."""
+    """No answer: the connection failed, was reset, or timed out, or the answer's body could
+    not be decoded (its Content-Encoding garbled on the way). The server may or may not have
+    executed the request; a retry with the same key finds out without doing it twice."""
 
 
 class RetriesExhaustedError(OrderingError):
