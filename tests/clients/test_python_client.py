@@ -16,6 +16,7 @@ import httpx
 import pytest
 from django.conf import settings
 from django.utils import timezone
+from django.utils.http import http_date
 from ordering_client import (
     ApiError,
     IdempotencyKeyReusedError,
@@ -640,6 +641,52 @@ def test_a_batch_redis_lost_costs_no_order_the_client_takes_new_keys(
     keys = [first.idempotency_key, *(r.idempotency_key for r in later)]
     assert all(k.startswith("tok_") for k in keys) and len(set(keys)) == 3
     assert shop.orders_of(client.session().diner_id) == 3
+
+
+def test_tokens_that_live_less_than_the_expiry_margin_serve_a_batch_each() -> None:
+    """A deployment whose tokens live 30 minutes (IDEMPOTENCY_TOKEN_TTL_SECONDS=1800), under
+    TokenKeys' hour of margin: the margin is cut to half the batch's life, so one batch serves
+    three orders (red: a batch of five was asked for each order, four of them wasted)."""
+    issued: list[int] = []
+    order_keys: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        now = timezone.now()
+        dated = {"Date": http_date(now.timestamp())}
+        if request.url.path == "/api/v1/diner-sessions/":
+            expires = (now + timedelta(hours=24)).isoformat()
+            return httpx.Response(
+                201,
+                json={"token": "t", "diner_id": "guest_1", "expires_at": expires},
+                headers=dated,
+            )
+        if request.url.path == "/api/v1/idempotency-tokens/":
+            count = json.loads(request.content)["count"]
+            issued.append(count)
+            tokens = [f"tok_{len(issued)}_{n}" for n in range(count)]
+            expires = (now + timedelta(seconds=1800)).isoformat()
+            return httpx.Response(
+                201,
+                json={"tokens": tokens, "expires_at": expires, "ttl_seconds": 1800},
+                headers=dated,
+            )
+        order_keys.append(request.headers.get("idempotency-key"))
+        return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "MISS"})
+
+    client = OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        keys=TokenKeys(batch_size=5),
+    )
+    for quantity in (1, 2, 3):
+        client.place_order(
+            {"items": [{"dish_id": 1, "quantity": quantity}], "payment_method": "card"}
+        )
+    client.close()
+
+    assert issued == [5]
+    assert order_keys == ["tok_1_0", "tok_1_1", "tok_1_2"]
 
 
 def test_without_tokens_on_the_server_the_client_falls_back_to_uuid_keys(

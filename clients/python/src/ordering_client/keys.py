@@ -47,9 +47,12 @@ class TokenKeys:
 
     A token is bound to the diner it was issued to, so the batch is dropped when the session's
     diner changes, and a token is not handed out within ``expiry_margin`` seconds of its
-    expiry. When tokens cannot be had (the server answers 503 while its Redis is down, or any
-    other failure), the operation gets a UUID v4 instead: a token is a convenience, never a
-    reason for an order to fail. A token the server refuses as unknown or invalid before
+    expiry, or within half the batch's life where tokens live less than twice that (a
+    deployment's ``IDEMPOTENCY_TOKEN_TTL_SECONDS`` of an hour or less would otherwise leave no
+    token usable, and a batch would be asked for, and wasted, for every operation). When
+    tokens cannot be had (the server answers 503 while its Redis is down, or any other
+    failure), the operation gets a UUID v4 instead: a token is a convenience, never a reason
+    for an order to fail. A token the server refuses as unknown or invalid before
     anything ran (a Redis that came back without its data no longer knows the batch) makes
     the client drop the batch (:meth:`discard_batch`) and send the operation once more with
     a new key.
@@ -62,14 +65,13 @@ class TokenKeys:
         self.expiry_margin = expiry_margin
         self._tokens: deque[str] = deque()
         self._expires_at = 0.0
+        self._margin = expiry_margin  # this batch's: at most half its life
         self._diner_id: str | None = None
         self._lock = threading.Lock()
 
     def next_key(self, issue: TokenIssuer, diner_id: str) -> str:
         with self._lock:
-            usable = (
-                self._diner_id == diner_id and time.time() < self._expires_at - self.expiry_margin
-            )
+            usable = self._diner_id == diner_id and time.time() < self._expires_at - self._margin
             if not usable or not self._tokens:
                 try:
                     batch = issue(self.batch_size)
@@ -77,6 +79,7 @@ class TokenKeys:
                     return str(uuid.uuid4())
                 self._tokens = deque(batch.tokens)
                 self._expires_at = batch.expires_at
+                self._margin = min(self.expiry_margin, (batch.expires_at - time.time()) / 2)
                 self._diner_id = batch.diner_id
             return self._tokens.popleft()
 
