@@ -45,7 +45,10 @@ export function uuidKeys(): KeySource {
 /**
  * Pre-issued tokens, `batchSize` per request, one per operation. The batch is dropped when the
  * session's diner changes (tokens are bound to a diner), and no token is handed out within
- * `expiryMarginMs` of its expiry. When tokens cannot be had (503 while the server's Redis is
+ * `expiryMarginMs` of its expiry, or within half the batch's life where tokens live less than
+ * twice that (a deployment's `IDEMPOTENCY_TOKEN_TTL_SECONDS` of an hour or less would otherwise
+ * leave no token usable, and a batch would be asked for, and wasted, for every operation). When
+ * tokens cannot be had (503 while the server's Redis is
  * down, or any other failure) the operation gets a UUID v4: a token is a convenience, never a
  * reason for an order to fail. A token the server refuses as unknown or invalid before anything
  * ran (a Redis that came back without its data no longer knows the batch) makes the client drop
@@ -56,15 +59,19 @@ export function tokenKeys(options: { batchSize?: number; expiryMarginMs?: number
   const expiryMarginMs = options.expiryMarginMs ?? 3_600_000;
   if (!(batchSize >= 1 && batchSize <= 1000)) throw new RangeError("batchSize must be 1-1000");
   let batch: IssuedTokens = { tokens: [], expiresAt: 0, dinerId: "" };
+  let marginMs = expiryMarginMs; // this batch's: at most half its life
   let refill: Promise<void> | null = null;
   const usable = (dinerId: string) =>
-    batch.dinerId === dinerId && Date.now() < batch.expiresAt - expiryMarginMs && batch.tokens.length > 0;
+    batch.dinerId === dinerId && Date.now() < batch.expiresAt - marginMs && batch.tokens.length > 0;
   return {
     async nextKey(issue, dinerId) {
       if (!usable(dinerId)) {
         // One request at a time: concurrent operations wait for the same batch.
         refill ??= issue(batchSize)
-          .then((issued) => void (batch = { ...issued, tokens: [...issued.tokens] }))
+          .then((issued) => {
+            batch = { ...issued, tokens: [...issued.tokens] };
+            marginMs = Math.min(expiryMarginMs, (issued.expiresAt - Date.now()) / 2);
+          })
           .finally(() => void (refill = null));
         try {
           await refill;

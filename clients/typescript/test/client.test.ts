@@ -158,6 +158,39 @@ test("a device clock a day ahead keeps its session and its batch of tokens", asy
   }
 });
 
+test("tokens that live less than the expiry margin serve a batch each", async () => {
+  // given a deployment whose tokens live 30 minutes, under tokenKeys' hour of margin
+  const issued: number[] = [];
+  const orderKeys: (string | null)[] = [];
+  const fakeFetch: typeof fetch = async (input, init) => {
+    const path = new URL(String(input)).pathname;
+    const now = Date.now();
+    if (path === "/api/v1/diner-sessions/") return new Response(JSON.stringify(SESSION), { status: 201 });
+    if (path === "/api/v1/idempotency-tokens/") {
+      const { count } = JSON.parse(String(init?.body)) as { count: number };
+      issued.push(count);
+      const tokens = Array.from({ length: count }, (_, n) => `tok_${issued.length}_${n}`);
+      const body = { tokens, expires_at: new Date(now + 1_800_000).toISOString(), ttl_seconds: 1800 };
+      return new Response(JSON.stringify(body), { status: 201, headers: { Date: new Date(now).toUTCString() } });
+    }
+    orderKeys.push(new Headers(init?.headers).get("idempotency-key"));
+    return placed();
+  };
+  const client = new OrderingClient({
+    baseUrl: "http://api.test",
+    publishableKey: "pk_test.secret",
+    fetch: fakeFetch,
+    keys: tokenKeys({ batchSize: 5 }),
+  });
+
+  // when three orders are placed
+  for (const quantity of [1, 2, 3]) await client.placeOrder({ ...ORDER, items: [{ dish_id: 1, quantity }] });
+
+  // then one batch serves them (red: a batch asked for each, and a UUID sent instead)
+  assert.deepEqual(issued, [5]);
+  assert.deepEqual(orderKeys, ["tok_1_0", "tok_1_1", "tok_1_2"]);
+});
+
 test("no attempt runs past maxElapsedMs: the last one's timeout is cut to the time left", async () => {
   const never: typeof fetch = (_input, init) =>
     new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(new Error("aborted"))));
