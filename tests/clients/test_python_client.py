@@ -606,6 +606,29 @@ def test_a_device_clock_a_day_ahead_keeps_its_session_and_its_batch_of_tokens(
     assert shop.orders_of(client.session().diner_id) == 3
 
 
+def test_a_device_clock_in_step_with_the_server_s_keeps_the_expiry_as_said() -> None:
+    """Date is in whole seconds and comes after the network's delay: a clock in step with the
+    server's keeps the session's expiry exactly as the server said it, so a refresh never
+    seems to shorten it (red when every answer's Date moved it: up to a second off, and the
+    refresh test above failed now and then)."""
+    expires = timezone.now() + timedelta(hours=24, microseconds=987_654)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            201,
+            json={"token": "t", "diner_id": "guest_1", "expires_at": expires.isoformat()},
+            headers={"Date": http_date(time.time() - 2)},  # whole seconds, and the way back
+        )
+
+    client = OrderingClient(
+        "http://api.test", "pk_test.secret", transport=httpx.MockTransport(answer)
+    )
+    session = client.session()
+    client.close()
+
+    assert session.expires_at == expires.timestamp()
+
+
 def test_pre_issued_tokens_come_in_batches_one_per_operation_and_replay_after_a_lost_answer(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
 ) -> None:

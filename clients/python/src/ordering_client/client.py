@@ -113,22 +113,28 @@ class Session:
         return cls(token=str(data["token"]), diner_id=str(data["diner_id"]), expires_at=expires)
 
 
+# How far apart this device's clock and the server's may be and still be taken as one: an
+# answer's Date is in whole seconds and reaches the device after the network's delay, so a
+# smaller difference measured is noise, and it is well inside the refresh margin.
+CLOCK_TOLERANCE = 60.0
+
+
 def on_this_clock(expires_at: str, headers: Mapping[str, str]) -> float:
     """The server's ``expires_at`` (ISO 8601, on the server's clock) as an instant of this
     device's clock (``time.time()``), which is all the client compares it with.
 
     A phone's clock may be hours off. Read as it is, an expiry seemed past on a clock a day
     ahead (every call opened a new guest session, and an operation's retry met another diner)
-    and far off on one behind. So what is kept is the time the answer says is left, from its
-    ``Date`` (the server's clock when it answered, in whole seconds, so the second is counted
-    as over), added to this clock now. An answer without a readable ``Date`` is taken as
-    said."""
+    and far off on one behind. So when the answer's ``Date`` (the server's clock as it
+    answered) is ``CLOCK_TOLERANCE`` or more away from this clock, the expiry is moved by that
+    difference. An answer without a readable ``Date`` is taken as said."""
     expires = datetime.fromisoformat(expires_at).timestamp()
     try:
-        answered = parsedate_to_datetime(headers.get("date") or "").timestamp() + 1
+        answered = parsedate_to_datetime(headers.get("date") or "").timestamp()
     except (TypeError, ValueError):
         return expires
-    return time.time() + (expires - answered)
+    ahead = time.time() - answered  # how far this clock is ahead of the server's
+    return expires if abs(ahead) < CLOCK_TOLERANCE else expires + ahead
 
 
 @dataclass(frozen=True)
