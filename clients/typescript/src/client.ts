@@ -590,18 +590,24 @@ function tokenRefusedUnsent(error: unknown, key: KeyInFlight): boolean {
   );
 }
 
+/** How far apart this device's clock and the server's may be and still be taken as one: an
+ * answer's `Date` is in whole seconds and reaches the device after the network's delay, so a
+ * smaller difference measured is noise, and it is well inside the refresh margin. */
+const CLOCK_TOLERANCE_MS = 60_000;
+
 /** The server's `expiresAt` (ISO 8601, on the server's clock) as an instant of this device's
  * clock (`Date.now()`), which is all the client compares it with. A phone's clock may be hours
  * off: read as it is, an expiry seemed past on a clock a day ahead (every call opened a new
  * guest session, and an operation's attempt met another diner) and far off on one behind. So
- * what is kept is the time the answer says is left, from its `Date` (the server's clock when
- * it answered, in whole seconds, so the second is counted as over), added to this clock now.
- * An answer without a readable `Date` (a cross-origin one that does not expose it) is taken as
- * said. */
+ * when the answer's `Date` (the server's clock as it answered) is `CLOCK_TOLERANCE_MS` or more
+ * away from this clock, the expiry is moved by that difference. An answer without a readable
+ * `Date` (a cross-origin one that does not expose it) is taken as said. */
 function onThisClock(expiresAt: string, headers: Headers): number {
   const expires = Date.parse(expiresAt);
   const answered = Date.parse(headers.get("date") ?? "");
-  return Number.isNaN(answered) ? expires : Date.now() + (expires - (answered + 1000));
+  if (Number.isNaN(answered)) return expires;
+  const aheadMs = Date.now() - answered; // how far this clock is ahead of the server's
+  return Math.abs(aheadMs) < CLOCK_TOLERANCE_MS ? expires : expires + aheadMs;
 }
 
 function bearerHeader(token: string): Record<string, string> {

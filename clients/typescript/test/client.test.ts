@@ -158,6 +158,21 @@ test("a device clock a day ahead keeps its session and its batch of tokens", asy
   }
 });
 
+test("a device clock in step with the server's keeps the session's expiry as said", async () => {
+  // given an answer whose Date is in whole seconds, and read after the way back
+  const expiresAt = new Date(Date.now() + 24 * HOUR + 987).toISOString();
+  const fakeFetch: typeof fetch = async () =>
+    new Response(JSON.stringify({ ...SESSION, expires_at: expiresAt }), {
+      status: 201,
+      headers: { Date: new Date(Date.now() - 2000).toUTCString() },
+    });
+  const client = new OrderingClient({ baseUrl: "http://api.test", publishableKey: "pk_test.secret", fetch: fakeFetch });
+
+  // then the expiry is the server's, to the millisecond (red when every Date moved it: a
+  // refreshed session could seem to end before the one it replaced)
+  assert.equal((await client.session()).expiresAt, Date.parse(expiresAt));
+});
+
 test("tokens that live less than the expiry margin serve a batch each", async () => {
   // given a deployment whose tokens live 30 minutes, under tokenKeys' hour of margin
   const issued: number[] = [];
