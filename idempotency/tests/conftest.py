@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.core.servers.basehttp import WSGIServer
 from django.test import Client
 
 from idempotency.core.ratelimit import reset_rate_cache
@@ -22,6 +23,10 @@ from idempotency.tests.testapp.views import behaviour
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: storms and sandboxed runs (left out by --quick)")
+    # The live server's listen backlog: Django's is 10, and a storm opens its 24 connections
+    # before it sends a request; on a busy machine the server thread had not accepted them
+    # yet, the kernel's queue overflowed, and a connection was reset (seen in a full run).
+    WSGIServer.request_queue_size = 128
     if not os.environ.get("IDEMPOTENCY_TEST_REDIS_URL"):
         raise pytest.UsageError(
             "set IDEMPOTENCY_TEST_REDIS_URL to a Redis database the engine's suite may empty of "
