@@ -64,6 +64,28 @@ def test_dashboard_pages_run_under_the_policy(page, live_server):
     assert outside == [] and violations == []
 
 
+def test_a_new_api_key_is_selected_for_copying_without_inline_script(page, live_server):
+    """The page showing a key just issued selects it when it takes focus, ready to copy. Red:
+    the field did it in an inline ``onfocus`` handler, which the policy blocks (a violation
+    in the console, and the key left unselected)."""
+    open_shop()
+    outside, violations = watch(page)
+    log_in(page, live_server.url, "roma-owner", "/dashboard/api-keys/")
+    page.fill("#id_name", "POS")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Create key").click()
+
+    field = page.locator("#new-key-value")
+    field.focus()
+    key = field.input_value()
+    selected = field.evaluate("f => f.value.slice(f.selectionStart, f.selectionEnd)")
+
+    assert key.count(".") == 1
+    assert selected == key
+    assert page.locator("[onfocus], [onclick], [onload], [onchange], [onsubmit]").count() == 0
+    assert outside == [] and violations == []
+
+
 def test_the_admin_runs_under_the_policy(page, live_server):
     User.objects.create_superuser("root", password="pw-123456789")
     outside, violations = watch(page)
