@@ -11,6 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from ordering.models import Order, OrderStatus
+from ordering.services.lifecycle import transition_order
 from ordering.templatetags.order_age import age_label
 from tests.browser.test_dashboard import log_in, open_shop
 from tests.dashboard.factories import make_order
@@ -89,3 +90,34 @@ def test_the_script_writes_the_server_s_words_on_the_server_s_clock(page, live_s
     assert server_words == [age_label(seconds) for seconds in AGES]
     assert [card_age(page, order) for order in orders] == server_words
     assert server_words == ["5 min ago", "2 h 5 min ago", "1 d 3 h ago", "3 d ago"]
+
+
+def focused(page) -> str:
+    """What has the keyboard's focus: the order id of the card whose link it is, else the tag."""
+    return page.evaluate(
+        "() => { const el = document.activeElement;"
+        " const card = el && el.closest('[data-order-id]');"
+        " return card ? card.dataset.orderId : el.tagName; }"
+    )
+
+
+def test_a_card_keeps_the_keyboard_s_focus_when_the_board_refreshes(page, live_server):
+    """A person at the keyboard tabs to an order's card; a new order arrives and the board
+    swaps in its columns. The focus stays on that card, in the column it is in now, so Enter
+    still opens it and Tab goes on from it (red: the focus fell back to the page's body)."""
+    shop = open_shop()
+    order = make_order(shop.tenant, shop.dishes["Margherita"], S.PAID)
+    log_in(page, live_server.url, "roma-owner")
+    page.locator(f'[data-order-id="{order.pk}"] a.card-link').focus()
+    assert focused(page) == str(order.pk)
+
+    # another order arrives, and this one is accepted elsewhere: the next poll swaps columns
+    new = make_order(shop.tenant, shop.dishes["Tiramisu"], S.PAID)
+    transition_order(tenant=shop.tenant, order_id=order.pk, target=S.ACCEPTED, actor="test")
+    page.locator(f'[data-order-id="{new.pk}"]').wait_for(state="visible", timeout=30_000)
+    expect(page.locator(f'.status-accepted [data-order-id="{order.pk}"]')).to_be_visible()
+
+    assert focused(page) == str(order.pk)
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url == f"{live_server.url}/dashboard/orders/{order.pk}/"

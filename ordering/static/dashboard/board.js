@@ -1,6 +1,7 @@
 // Refresh the orders board: fetch the server-rendered columns every few seconds and swap them in.
 // No library; pauses while the tab is hidden; reloads the page if the session has expired, or
 // if the columns are another restaurant's than the page's (switched in another tab).
+// A card that has the keyboard's focus keeps it across a swap (keepFocus), wherever it moved.
 //
 // Each poll sends the ETag of the columns shown (If-None-Match): while no card has changed the
 // server answers 304 without rendering them, and only the cards' ages move on, written here by
@@ -38,6 +39,21 @@
     }
   }
 
+  // The swap replaces every card: a card link that had the focus is gone, and the focus falls
+  // back to the page's body (a person at the keyboard is sent to its top, Enter opens nothing).
+  // Put it on the same order's link in the new columns; on the board itself if it left them.
+  function keepFocus(swap) {
+    var had = document.activeElement;
+    var card = had && board.contains(had) && had.closest("[data-order-id]");
+    var id = card && card.getAttribute("data-order-id");
+    swap();
+    if (!id) return;
+    var link = board.querySelector('[data-order-id="' + id + '"] a.card-link');
+    if (link) { link.focus(); return; }
+    board.setAttribute("tabindex", "-1");
+    board.focus();
+  }
+
   function schedule() { window.setTimeout(refresh, every); }
 
   function refresh() {
@@ -65,7 +81,7 @@
       })
       .then(function (html) {
         if (html === null || html === undefined) return;
-        if (html) board.innerHTML = html;
+        if (html) keepFocus(function () { board.innerHTML = html; });
         writeAges();
         if (stamp) stamp.textContent = "Updated " + new Date().toLocaleTimeString();
       })
