@@ -22,6 +22,7 @@ from idempotency.models import DuplicateAudit
 from ordering.background.dead_letters import record_dead_letter
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, ProviderConflict
 from ordering.services.lifecycle import transition_order
+from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 from tests.browser.conftest import screenshot
@@ -233,3 +234,48 @@ def test_the_main_admin_pages_fit_1280px(wide_tab, live_server):
     wide_tab.goto(f"{live_server.url}/admin/ordering/order/{order.pk}/change/")
     assert wide_tab.locator("h1").inner_text() == "View order"
     assert wide_tab.locator('input[name="_save"]').count() == 0
+
+
+def test_the_longest_words_merchants_and_diners_may_write_fit_1280px(wide_tab, live_server):
+    """Each field at its bound, written as one word (a pasted link, a code, a name without
+    spaces): the dish's name and description, a coupon's code, an API key's name, and what a
+    diner writes in an order (its note and address). Each breaks inside its cell; red: the
+    order's items table was cut off at the panel's edge, with its quantities, prices and
+    total out of sight, and the menu page 22,000 px wide."""
+    tenant = Tenant.objects.create(slug="long-words", name="Long Words")
+    dish = Dish.objects.for_tenant(tenant).create(
+        tenant=tenant, name="V" * 200, description="D" * 2000, price=Decimal("3.00"), stock=10
+    )
+    Coupon.objects.for_tenant(tenant).create(
+        tenant=tenant, code="C" * 40, kind=Coupon.Kind.AMOUNT, value=1
+    )
+    issue_api_key(tenant=tenant, name="K" * 100)
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=dish.pk, quantity=2)],
+        payment_method="card",
+        diner_id="d" * 64,
+        coupon_code="C" * 40,
+        note="N" * 500,
+        contact_phone="+390612345678",
+        delivery_address="A" * 300,
+        actor="test",
+    )
+    log_in_as(wide_tab, live_server.url, make_merchant(tenant, "u" * 150))
+    pages = [
+        ("long-board", "/dashboard/"),
+        ("long-order", f"/dashboard/orders/{order.pk}/"),
+        ("long-menu", "/dashboard/menu/"),
+        ("long-dish", f"/dashboard/menu/{dish.pk}/"),
+        ("long-coupons", "/dashboard/coupons/"),
+        ("long-api-keys", "/dashboard/api-keys/"),
+        ("long-members", "/dashboard/members/"),
+    ]
+
+    overflowing = visit_all(wide_tab, live_server.url, pages, readme=set())
+
+    assert overflowing == {}
+    wide_tab.goto(f"{live_server.url}/dashboard/orders/{order.pk}/")
+    total = wide_tab.get_by_text(f"{order.total} EUR")
+    assert total.is_visible()
+    assert total.bounding_box()["x"] + total.bounding_box()["width"] <= WIDTH
