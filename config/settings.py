@@ -432,6 +432,8 @@ DASHBOARD_REFRESH_SECONDS = env_number("DASHBOARD_REFRESH_SECONDS", 5, low=1, hi
 
 LOGIN_URL = "/dashboard/login/"
 LOGIN_REDIRECT_URL = "/dashboard/"
+# a stale sign-in form of someone signed in (in another tab) goes on to its page
+CSRF_FAILURE_VIEW = "config.csrf_failure.csrf_failure"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

@@ -185,3 +185,28 @@ def test_keys_issued_in_two_tabs_at_once_are_each_shown_in_their_own_tab(page, l
         assert name in panel.inner_text()
         key = tab.locator("#new-key-value").input_value()
         assert key.split(".")[0] == issued[name].prefix
+
+
+def test_signing_in_again_in_a_second_tab_lands_on_its_page_signed_in(page, live_server):
+    """The session ended with two tabs open: each shows the sign-in page, leading back to its
+    own page. The owner signs in in one, then (that tab forgotten) in the other, whose form
+    was shown before the first sign-in changed the CSRF secret. The second lands on its page,
+    told that they are signed in already (red: "This form has expired… cookies are blocked",
+    and reloading sent the stale form again to the same page)."""
+    open_shop()
+    coupons_tab = page.context.new_page()
+    page.goto(f"{live_server.url}/dashboard/menu/")
+    coupons_tab.goto(f"{live_server.url}/dashboard/coupons/")
+    for tab in (page, coupons_tab):
+        tab.fill("#id_username", "roma-owner")
+        tab.fill("#id_password", PASSWORD)
+
+    with page.expect_navigation():
+        page.get_by_role("button", name="Log in").click()
+    with coupons_tab.expect_navigation():
+        coupons_tab.get_by_role("button", name="Log in").click()
+
+    assert page.url == f"{live_server.url}/dashboard/menu/"
+    assert coupons_tab.url == f"{live_server.url}/dashboard/coupons/"
+    assert coupons_tab.locator("h1").inner_text() == "Coupons"
+    assert "signed in already as roma-owner" in coupons_tab.locator(".messages").inner_text()
