@@ -73,3 +73,28 @@ def test_every_model_admin_on_the_site_takes_only_its_offered_filters():
     """Ours and the installed apps' (users, groups, login records) alike."""
     assert admin.site._registry
     assert all(isinstance(each, OfferedFiltersOnly) for each in admin.site._registry.values())
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"created_at__year": "99999"},
+        {"created_at__year": "0"},
+        {"created_at__year__gte": "10000"},
+        {"created_at__iso_year": "0"},
+    ],
+    ids=["past-9999", "year-0", "gte-past-9999", "iso-year-0"],
+)
+def test_a_year_no_date_can_have_is_a_400_not_a_500(viewer, record, query):
+    """Django finds a year's first and last instant with ``datetime()``, which holds the
+    years 1 to 9999: another one raised ValueError as the list was counted (red: a 500,
+    on every admin list with a date filter, the login records' included)."""
+    answer = Client(raise_request_exception=False)
+    answer.cookies = viewer.cookies
+    assert answer.get("/admin/idempotency/idempotencyrecord/", query).status_code == 400
+    assert (
+        viewer.get(
+            "/admin/idempotency/idempotencyrecord/", {"created_at__year": "9999"}
+        ).status_code
+        == 200
+    )
