@@ -64,6 +64,23 @@ def test_dashboard_pages_run_under_the_policy(page, live_server):
     assert outside == [] and violations == []
 
 
+def test_dashboard_pages_log_no_error_in_the_console(page, live_server):
+    """Nothing a page loads fails, the browser's own request for the site's icon included
+    (red: every page logged "Failed to load resource: … 404", /favicon.ico)."""
+    open_shop()
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    failed: list[str] = []
+    page.on("response", lambda answer: answer.status >= 400 and failed.append(answer.url))
+
+    log_in(page, live_server.url, "roma-owner")
+    for path in ("/dashboard/menu/", "/dashboard/coupons/", "/dashboard/members/"):
+        page.goto(f"{live_server.url}{path}")
+        page.wait_for_load_state("networkidle")
+
+    assert failed == [] and errors == []
+
+
 def test_a_new_api_key_is_selected_for_copying_without_inline_script(page, live_server):
     """The page showing a key just issued selects it when it takes focus, ready to copy. Red:
     the field did it in an inline ``onfocus`` handler, which the policy blocks (a violation
