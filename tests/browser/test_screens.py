@@ -236,12 +236,9 @@ def test_the_main_admin_pages_fit_1280px(wide_tab, live_server):
     assert wide_tab.locator('input[name="_save"]').count() == 0
 
 
-def test_the_longest_words_merchants_and_diners_may_write_fit_1280px(wide_tab, live_server):
-    """Each field at its bound, written as one word (a pasted link, a code, a name without
-    spaces): the dish's name and description, a coupon's code, an API key's name, and what a
-    diner writes in an order (its note and address). Each breaks inside its cell; red: the
-    order's items table was cut off at the panel's edge, with its quantities, prices and
-    total out of sight, and the menu page 22,000 px wide."""
+def long_words() -> tuple[Tenant, Dish, Order]:
+    """A restaurant whose every field people write is at its bound, written as one word (a
+    pasted link, a code, a name without spaces)."""
     tenant = Tenant.objects.create(slug="long-words", name="Long Words")
     dish = Dish.objects.for_tenant(tenant).create(
         tenant=tenant, name="V" * 200, description="D" * 2000, price=Decimal("3.00"), stock=10
@@ -261,6 +258,16 @@ def test_the_longest_words_merchants_and_diners_may_write_fit_1280px(wide_tab, l
         delivery_address="A" * 300,
         actor="test",
     )
+    return tenant, dish, order
+
+
+def test_the_longest_words_merchants_and_diners_may_write_fit_1280px(wide_tab, live_server):
+    """Each field at its bound, written as one word (a pasted link, a code, a name without
+    spaces): the dish's name and description, a coupon's code, an API key's name, and what a
+    diner writes in an order (its note and address). Each breaks inside its cell; red: the
+    order's items table was cut off at the panel's edge, with its quantities, prices and
+    total out of sight, and the menu page 22,000 px wide."""
+    tenant, dish, order = long_words()
     log_in_as(wide_tab, live_server.url, make_merchant(tenant, "u" * 150))
     pages = [
         ("long-board", "/dashboard/"),
@@ -279,3 +286,21 @@ def test_the_longest_words_merchants_and_diners_may_write_fit_1280px(wide_tab, l
     total = wide_tab.get_by_text(f"{order.total} EUR")
     assert total.is_visible()
     assert total.bounding_box()["x"] + total.bounding_box()["width"] <= WIDTH
+
+
+def test_the_longest_words_merchants_and_diners_may_write_fit_the_admin_at_1280px(
+    wide_tab, live_server
+):
+    """The same words on the admin's pages (red: the order's page 2,050 px wide, its diner's
+    note and its line's dish running past the window; the lists of dishes and keys wider than
+    their box)."""
+    order = long_words()[2]
+    log_in_as(wide_tab, live_server.url, User.objects.create_superuser("staff", password="x"))
+    pages = [
+        ("long-admin-order", f"/admin/ordering/order/{order.pk}/change/"),
+        ("long-admin-dishes", "/admin/ordering/dish/"),
+        ("long-admin-api-clients", "/admin/tenants/apiclient/"),
+        ("long-admin-coupons", "/admin/ordering/coupon/"),
+    ]
+
+    assert visit_all(wide_tab, live_server.url, pages, readme=set()) == {}
