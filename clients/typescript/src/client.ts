@@ -300,20 +300,28 @@ export class OrderingClient {
 
   /** Sign the diner out (`POST /api/v1/diner-sessions/end/`) and forget the session. A 401 says
    * the session has ended already (a retry after the sign-out's answer was lost, or a session
-   * revoked or expired): the diner is signed out, not an error. */
-  async endSession(): Promise<void> {
-    const session = await this.storedSession();
-    if (session !== null) {
-      try {
-        await this.send("POST", "/api/v1/diner-sessions/end/", {
-          auth: async () => bearerHeader(session.token),
-          content: "",
-        });
-      } catch (error) {
-        if (!(error instanceof ApiError && error.status === 401)) throw error;
+   * revoked or expired): the diner is signed out, not an error.
+   *
+   * It holds the session's lock, as opening and refreshing it do: a refresh on its way (of this
+   * client, or of another sharing the storage) finishes first, and its token is the one ended
+   * and forgotten. Without it the refresh's answer, arriving after the sign-out, stored a token
+   * of the ended session, and the next call got a 401. A call made meanwhile waits its turn and
+   * opens a new guest. */
+  endSession(): Promise<void> {
+    return withLock(this.storage, `${this.prefix}session`, async () => {
+      const session = await this.storedSession();
+      if (session !== null) {
+        try {
+          await this.send("POST", "/api/v1/diner-sessions/end/", {
+            auth: async () => bearerHeader(session.token),
+            content: "",
+          });
+        } catch (error) {
+          if (!(error instanceof ApiError && error.status === 401)) throw error;
+        }
       }
-    }
-    await this.storage.removeItem(`${this.prefix}session`);
+      await this.storage.removeItem(`${this.prefix}session`);
+    });
   }
 
   // --- the session ---------------------------------------------------------------------

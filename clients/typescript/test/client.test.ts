@@ -173,6 +173,64 @@ test("a device clock in step with the server's keeps the session's expiry as sai
   assert.equal((await client.session()).expiresAt, Date.parse(expiresAt));
 });
 
+test("endSession waits for a refresh in flight: no token of the ended session is kept or sent", async () => {
+  // given a stored session within the refresh margin, and a server whose refresh answers only
+  // when let go, and whose sign-out ends every token of the session (a refreshed one too)
+  const sessionOf = new Map([["t1", "s1"], ["t1-refreshed", "s1"], ["t2", "s2"]]);
+  const ended = new Set<string>();
+  const sent: { path: string; token: string | null }[] = [];
+  let refreshArrived!: () => void;
+  const arrived = new Promise<void>((resolve) => (refreshArrived = resolve));
+  let letRefreshGo!: () => void;
+  const gate = new Promise<void>((resolve) => (letRefreshGo = resolve));
+  const json = (body: object | null, status: number) =>
+    new Response(body === null ? null : JSON.stringify(body), { status });
+  const fakeFetch: typeof fetch = async (input, init) => {
+    const path = new URL(String(input)).pathname;
+    const authorization = new Headers(init?.headers).get("authorization") ?? "";
+    const token = authorization.startsWith("Bearer ") ? authorization.slice("Bearer ".length) : null;
+    sent.push({ path, token });
+    if (path === "/api/v1/diner-sessions/") return json({ ...SESSION, token: "t2", diner_id: "guest_2" }, 201);
+    const session = sessionOf.get(token ?? "");
+    if (session === undefined || ended.has(session)) return json({ code: "SESSION_REVOKED", status: 401 }, 401);
+    if (path === "/api/v1/diner-sessions/refresh/") {
+      refreshArrived();
+      await gate;
+      return json({ ...SESSION, token: "t1-refreshed" }, 200);
+    }
+    if (path === "/api/v1/diner-sessions/end/") {
+      ended.add(session);
+      return json(null, 204);
+    }
+    return json({ count: 0, next: null, previous: null, results: [] }, 200);
+  };
+  const storage = memoryStorage();
+  storage.setItem(entryOf("session"), JSON.stringify({ token: "t1", dinerId: "guest_1", expiresAt: Date.now() + 60_000 }));
+  const client = new OrderingClient({ baseUrl: "http://api.test", publishableKey: "pk_test.secret", fetch: fakeFetch, storage });
+
+  // when the diner signs out while the session's refresh is on its way, which answers after
+  const refreshing = client.session();
+  await arrived;
+  const ending = client.endSession();
+  letRefreshGo();
+  await refreshing;
+  await ending;
+  const kept = storage.getItem(entryOf("session"));
+  const signedOut = sent.length;
+  const afterwards = await client.orders().then(() => "listed", String);
+
+  // then nothing of the ended session is kept, and the next call opens a new guest (red: the
+  // refresh's token stored after the sign-out, and the next call an ApiError 401)
+  assert.equal(kept, null);
+  assert.equal(afterwards, "listed");
+  assert.deepEqual(
+    sent.slice(signedOut).map((request) => request.path),
+    ["/api/v1/diner-sessions/", "/api/v1/orders/"],
+  );
+  assert.deepEqual(sent.slice(signedOut).filter((request) => sessionOf.get(request.token ?? "") === "s1"), []);
+  assert.equal(ended.has("s1"), true);
+});
+
 test("tokens that live less than the expiry margin serve a batch each", async () => {
   // given a deployment whose tokens live 30 minutes, under tokenKeys' hour of margin
   const issued: number[] = [];
