@@ -802,6 +802,53 @@ def test_retry_after_reads_every_http_date_format_as_gmt(value: str) -> None:
     assert parse_retry_after(value, now=now) == 5.0
 
 
+@pytest.mark.parametrize(
+    ("server_offset", "dated", "expected"),
+    [
+        pytest.param(-3600, True, [1.0], id="device-an-hour-ahead"),
+        pytest.param(3600, True, [1.0], id="device-an-hour-behind"),
+        pytest.param(3600, False, [], id="no-date-on-the-device-clock"),
+    ],
+)
+def test_a_retry_after_date_is_counted_from_the_answer_s_date(
+    server_offset: float, dated: bool, expected: list[float]
+) -> None:
+    """A proxy's 503 asks to come back in a second, as an HTTP date on its own clock. It is
+    counted from the answer's ``Date``, not the device's clock (red: a device an hour ahead
+    did not wait at all, and one an hour behind gave up at once, as a wait past
+    ``max_elapsed`` is not started). Without a ``Date`` it is the device's clock: an hour
+    away, past ``max_elapsed``, so no wait is started."""
+    calls: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) > 1:
+            return httpx.Response(200, json=[])
+        server_now = time.time() + server_offset
+        headers = {"Retry-After": http_date(server_now + 1)}
+        if dated:
+            headers["Date"] = http_date(server_now)
+        return httpx.Response(503, json={}, headers=headers)
+
+    waited: list[float | None] = []
+    client = OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        retry=FAST,
+        on_retry=lambda event: waited.append(event.retry_after),
+    )
+    try:
+        outcome: object = client.menu()
+    except RetriesExhaustedError as error:
+        outcome = error.attempts
+    finally:
+        client.close()
+
+    assert waited == expected
+    assert outcome == ([] if dated else 1)
+
+
 # --- one diner per key, kept keys, and answers that name an order ---------------------------
 
 

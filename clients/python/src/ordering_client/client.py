@@ -57,7 +57,7 @@ from ordering_client.retry import (
     RetryEvent,
     RetryPolicy,
     is_retryable_status,
-    parse_retry_after,
+    retry_after_of,
 )
 from ordering_client.storage import MemoryStorage, Storage, shared_identity
 
@@ -616,7 +616,7 @@ class OrderingClient:
                         error.status, error.code
                     ):
                         raise error
-                    retry_after = parse_retry_after(response.headers.get("retry-after"))
+                    retry_after = retry_after_of(response.headers)
             delay = policy.delay(attempt, retry_after)
             if attempt >= policy.max_attempts or (
                 time.monotonic() - started + delay > policy.max_elapsed

@@ -9,7 +9,7 @@ server saying when trying again is worth it, so the client never comes back soon
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -58,9 +58,25 @@ def is_retryable_status(status: int, code: str | None) -> bool:
     return status >= 500 or status == 429 or (status == 409 and code == IN_PROGRESS)
 
 
+def parse_http_date(value: str | None) -> datetime | None:
+    """An HTTP date (any of RFC 9110's three formats); None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        # asctime dates carry no zone (and "-0000" says none is known): RFC 9110 has every
+        # HTTP date in GMT, and a recipient must read all three of its formats
+        when = when.replace(tzinfo=UTC)
+    return when
+
+
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
     """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent
-    or unreadable."""
+    or unreadable. A date is counted from ``now``: pass the answer's ``Date``
+    (:func:`retry_after_of`)."""
     if not value:
         return None
     value = value.strip()
@@ -68,12 +84,16 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     # as Latin-1), which float() refuses, and other scripts' digits
     if value.isascii() and value.isdigit():
         return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    when = parse_http_date(value)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        # asctime dates carry no zone (and "-0000" says none is known): RFC 9110 has every
-        # HTTP date in GMT, and a recipient must read all three of its formats
-        when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def retry_after_of(headers: Mapping[str, str]) -> float | None:
+    """Seconds an answer's ``Retry-After`` asks to wait. A date in it is on the server's clock
+    (or a proxy's), so it is counted from the answer's ``Date``, not from this device's clock:
+    a device an hour behind read "in a second" as an hour and gave up at once (a wait past
+    ``max_elapsed`` is not started), and one ahead did not wait at all. Only an answer without
+    a readable ``Date`` is counted on this device's clock."""
+    return parse_retry_after(headers.get("retry-after"), now=parse_http_date(headers.get("date")))
