@@ -45,7 +45,7 @@ import { withLock } from "./locks.js";
 import {
   defaultRetryPolicy,
   isRetryableStatus,
-  parseRetryAfter,
+  retryAfterOf,
   type RetryEvent,
   type RetryPolicy,
   retryDelayMs,
@@ -535,7 +535,7 @@ export class OrderingClient {
           if (error instanceof IdempotencyKeyReusedError || !isRetryableStatus(error.status, error.code)) {
             throw error;
           }
-          retryAfterMs = parseRetryAfter(response.headers.get("retry-after"));
+          retryAfterMs = retryAfterOf(response.headers);
         }
       }
       // No final answer: the server may have executed this attempt.

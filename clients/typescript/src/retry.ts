@@ -63,14 +63,33 @@ export function isRetryableStatus(status: number, code: string | null): boolean 
 /** `Sun Nov  6 08:49:37 1994`: the one HTTP date form without a zone. */
 const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
 
-/** Milliseconds from a `Retry-After` header (delta-seconds or an HTTP date); null if absent or
+/** An HTTP date (any of RFC 9110's three forms) in epoch milliseconds; null if absent or
  * unreadable. */
+export function parseHttpDate(value: string | null): number | null {
+  if (!value) return null;
+  const trimmed = value.trim();
+  // RFC 9110's asctime form names no zone, and Date.parse would read it in the device's own
+  // (off by hours, east or west of UTC); every HTTP date is in GMT.
+  const when = Date.parse(ASCTIME.test(trimmed) ? `${trimmed} GMT` : trimmed);
+  return Number.isNaN(when) ? null : when;
+}
+
+/** Milliseconds from a `Retry-After` header (delta-seconds or an HTTP date); null if absent or
+ * unreadable. A date is counted from `now`: pass the answer's `Date` (`retryAfterOf`). */
 export function parseRetryAfter(value: string | null, now: number = Date.now()): number | null {
   if (!value) return null;
   const trimmed = value.trim();
   if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
-  // RFC 9110's asctime form names no zone, and Date.parse would read it in the device's own
-  // (off by hours, east or west of UTC); every HTTP date is in GMT.
-  const when = Date.parse(ASCTIME.test(trimmed) ? `${trimmed} GMT` : trimmed);
-  return Number.isNaN(when) ? null : Math.max(0, when - now);
+  const when = parseHttpDate(trimmed);
+  return when === null ? null : Math.max(0, when - now);
+}
+
+/** Milliseconds an answer's `Retry-After` asks to wait. A date in it is on the server's clock
+ * (or a proxy's), so it is counted from the answer's `Date`, not from this device's clock: a
+ * phone an hour behind read "in a second" as an hour and gave up at once (a wait past
+ * `maxElapsedMs` is not started), and one ahead did not wait at all. Only an answer without a
+ * readable `Date` (a cross-origin one that does not expose it) is counted on this device's
+ * clock. */
+export function retryAfterOf(headers: Headers): number | null {
+  return parseRetryAfter(headers.get("retry-after"), parseHttpDate(headers.get("date")) ?? Date.now());
 }

@@ -120,3 +120,43 @@ test("a success page not from the API is an unknown outcome, retried with the sa
   assert.ok(orderKeys[0] && orderKeys[0] === orderKeys[1]);
   assert.ok(errors[0] instanceof NetworkError && errors[0].message.includes("not the API's"));
 });
+
+test("a Retry-After date is counted from the answer's Date, whatever the device's clock says", async () => {
+  // given a proxy answering 503 "come back in a second" as an HTTP date, on a server clock an
+  // hour behind or ahead of the device's (or, without a Date, on the device's own)
+  const HOUR = 3_600_000;
+  const unavailable = (serverNow: number, withDate = true) =>
+    new Response("{}", {
+      status: 503,
+      headers: {
+        "Retry-After": new Date(serverNow + 1000).toUTCString(),
+        ...(withDate ? { Date: new Date(serverNow).toUTCString() } : {}),
+      },
+    });
+  const menuAfter = async (first: () => Response) => {
+    let calls = 0;
+    const waited: (number | null)[] = [];
+    const client = new OrderingClient({
+      baseUrl: "http://api.test",
+      publishableKey: "pk_test.secret",
+      fetch: async () => (++calls === 1 ? first() : new Response("[]", { status: 200 })),
+      retry: { baseDelayMs: 10, maxDelayMs: 50 },
+      onRetry: (event) => void waited.push(event.retryAfterMs),
+    });
+    const outcome = await client.menu().then((dishes) => dishes.length, (e: unknown) => e);
+    return { outcome, waited };
+  };
+
+  // when the menu is read through it
+  const deviceAhead = await menuAfter(() => unavailable(Date.now() - HOUR));
+  const deviceBehind = await menuAfter(() => unavailable(Date.now() + HOUR));
+  const undated = await menuAfter(() => unavailable(Date.now() + HOUR, false));
+
+  // then the wait is the second the server meant (red: none at all on a device clock an hour
+  // ahead, and a device clock an hour behind gave up at once, as a wait past maxElapsedMs)
+  assert.deepEqual(deviceAhead, { outcome: 0, waited: [1000] });
+  assert.deepEqual(deviceBehind, { outcome: 0, waited: [1000] });
+  // without a Date, the device's clock: an hour away, past maxElapsedMs, so no wait is started
+  assert.ok(undated.outcome instanceof RetriesExhaustedError && undated.outcome.attempts === 1, String(undated.outcome));
+  assert.deepEqual(undated.waited, []);
+});
