@@ -1233,3 +1233,45 @@ def test_a_portal_page_instead_of_a_new_session_is_retried(
     assert isinstance(events[0].error, NetworkError) and "not the API's" in str(events[0].error)
     assert (placed.status, placed.replayed) == (201, False)
     assert shop.orders_of(client.session().diner_id) == 1
+
+
+class ReplacingTransport(RecordingTransport):
+    """Before the first request to ``path``, another client on the storage stores a session
+    of its own (``replace``): the request goes out with the session it read before that."""
+
+    def __init__(self, path: str, replace) -> None:
+        super().__init__()
+        self.path, self.replace = path, replace
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == self.path and self.replace is not None:
+            replace, self.replace = self.replace, None
+            replace()
+        return super().handle_request(request)
+
+
+def test_a_401_to_an_older_session_keeps_the_newer_one_stored(
+    client_server: LiveServer, shop: Shop, make_client
+) -> None:
+    """A call sent with a session another client on the storage has replaced meanwhile (the
+    old one revoked, a new guest opened) is refused 401: that forgets the old session, not the
+    new one (red: the new guest's session was deleted, and its next call opened a third)."""
+    storage = MemoryStorage()
+    other = make_client(client_server.url, storage=MemoryStorage())
+    newer = json.dumps(other.session().__dict__)
+    session_entry = "ordering-client:" + shop.publishable_key.partition(".")[0] + ":session"
+
+    def another_client_replaces_the_session() -> None:
+        storage.set(session_entry, newer)
+
+    transport = ReplacingTransport("/api/v1/orders/", another_client_replaces_the_session)
+    client = make_client(client_server.url, storage=storage, transport=transport)
+    old_diner = client.session().diner_id
+    revoke_sessions(client_server, shop, old_diner)
+
+    with pytest.raises(ApiError) as refused:
+        client.orders()
+
+    assert refused.value.status == 401
+    assert storage.get(session_entry) == newer
+    assert client.session().diner_id == json.loads(newer)["diner_id"]

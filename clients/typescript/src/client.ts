@@ -364,6 +364,13 @@ export class OrderingClient {
     return this.saveSession(answer);
   }
 
+  /** Forget the stored session if it is the one whose token was refused: another client on
+   * the storage may have stored a newer one meanwhile (a new guest), which stays. */
+  private async forgetSession(refusedToken: string): Promise<void> {
+    const session = await this.storedSession();
+    if (session !== null && session.token === refusedToken) await this.storage.removeItem(`${this.prefix}session`);
+  }
+
   private async storedSession(): Promise<Session | null> {
     const raw = await this.storage.getItem(`${this.prefix}session`);
     return raw ? (JSON.parse(raw) as Session) : null;
@@ -527,7 +534,7 @@ export class OrderingClient {
           error = apiError(response, text);
           if (error.status === 401 && headers["Authorization"]?.startsWith("Bearer ")) {
             // Revoked or expired under our feet: the next call opens a new session.
-            await this.storage.removeItem(`${this.prefix}session`);
+            await this.forgetSession(headers["Authorization"].slice("Bearer ".length));
             // The key may have done its work already, as this diner's: forgetting it would let
             // the next call, as a new guest, run the operation again.
             if (key?.mayHaveReached) throw new SessionChangedError(key.key, key.dinerId, undefined);

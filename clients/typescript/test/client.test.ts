@@ -231,6 +231,32 @@ test("endSession waits for a refresh in flight: no token of the ended session is
   assert.equal(ended.has("s1"), true);
 });
 
+test("a 401 to an older session keeps the newer one another client stored meanwhile", async () => {
+  // given a stored session t1, revoked on the server, and another client on the storage that
+  // stores its new guest t2 while this client's list request (sent with t1) is on its way
+  const newer = JSON.stringify({ token: "t2", dinerId: "guest_2", expiresAt: Date.now() + HOUR });
+  const storage = memoryStorage();
+  storage.setItem(entryOf("session"), JSON.stringify({ token: "t1", dinerId: "guest_1", expiresAt: Date.now() + HOUR }));
+  const fakeFetch: typeof fetch = async (input, init) => {
+    const token = new Headers(init?.headers).get("authorization");
+    if (new URL(String(input)).pathname === "/api/v1/orders/" && token === "Bearer t1") {
+      storage.setItem(entryOf("session"), newer);
+      return new Response(JSON.stringify({ code: "SESSION_REVOKED", status: 401 }), { status: 401 });
+    }
+    return new Response(JSON.stringify({ count: 0, next: null, previous: null, results: [] }), { status: 200 });
+  };
+  const client = new OrderingClient({ baseUrl: "http://api.test", publishableKey: "pk_test.secret", fetch: fakeFetch, storage });
+
+  // when the 401 answers the request sent with t1
+  const refused = await client.orders().then(() => null, (error: unknown) => error);
+
+  // then t1 is refused, and the newer session stays stored (red: the 401 removed it, and the
+  // next call opened yet another guest)
+  assert.ok(refused instanceof ApiError && refused.status === 401);
+  assert.equal(storage.getItem(entryOf("session")), newer);
+  assert.equal((await client.session()).token, "t2");
+});
+
 test("tokens that live less than the expiry margin serve a batch each", async () => {
   // given a deployment whose tokens live 30 minutes, under tokenKeys' hour of margin
   const issued: number[] = [];

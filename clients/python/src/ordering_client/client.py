@@ -445,6 +445,14 @@ class OrderingClient:
         answer = self._send("POST", "/api/v1/diner-sessions/", content=b"", auth=self._key_auth)
         return self._save_session(answer)
 
+    def _forget_session(self, refused_token: str) -> None:
+        """Forget the stored session if it is the one whose token was refused: another client
+        on the storage may have stored a newer one meanwhile (a new guest), which stays."""
+        with self._session_lock:
+            session = self._stored_session()
+            if session is not None and session.token == refused_token:
+                self.storage.delete(self._prefix + "session")
+
     def _stored_session(self) -> Session | None:
         raw = self.storage.get(self._prefix + "session")
         return Session(**json.loads(raw)) if raw else None
@@ -611,7 +619,7 @@ class OrderingClient:
                     error = _api_error(response)
                     if error.status == 401 and headers["Authorization"].startswith("Bearer "):
                         # Revoked or expired under our feet: the next call opens a new session.
-                        self.storage.delete(self._prefix + "session")
+                        self._forget_session(headers["Authorization"].removeprefix("Bearer "))
                     if isinstance(error, IdempotencyKeyReusedError) or not is_retryable_status(
                         error.status, error.code
                     ):
