@@ -36,7 +36,18 @@ def _env_int(name: str, default: int, *, low: int) -> int:
 
 
 wsgi_app = "config.wsgi:application"
-bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
+
+
+def _bind_addresses(default: str) -> list[str]:
+    """``GUNICORN_BIND``'s addresses, comma-separated; unset, empty or blank, ``default``. An
+    empty entry is dropped, never handed on: gunicorn binds an empty address to 0.0.0.0:8000,
+    every interface of the host, so ``GUNICORN_BIND=`` (or a trailing comma) served the site
+    past the proxy to anyone who could reach the host, where the default is loopback."""
+    entries = [entry.strip() for entry in os.environ.get("GUNICORN_BIND", "").split(",")]
+    return [entry for entry in entries if entry] or [default]
+
+
+bind = _bind_addresses("127.0.0.1:8000")
 worker_class = "sync"
 # gunicorn's rule of thumb for sync workers. Every worker that places orders leases one of the
 # 128 order-ID worker ids (ordering/worker_ids.py): keep workers x hosts within the capacity plan

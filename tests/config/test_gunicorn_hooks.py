@@ -72,6 +72,34 @@ def test_the_settings_left_unset_or_empty_take_their_defaults():
     assert (read.returncode, read.stdout.split()) == (0, ["30", "0"]), read.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "bind"),
+    [
+        pytest.param("", ["127.0.0.1:8000"], id="empty"),
+        pytest.param("  ", ["127.0.0.1:8000"], id="blank"),
+        pytest.param("10.0.0.5:8000,", ["10.0.0.5:8000"], id="trailing-comma"),
+        pytest.param(
+            " 10.0.0.5:8000 , unix:/run/o.sock", ["10.0.0.5:8000", "unix:/run/o.sock"], id="two"
+        ),
+    ],
+)
+def test_the_bind_address_left_empty_is_loopback_never_every_interface(value, bind):
+    """GUNICORN_BIND set empty (or an address list with a trailing comma) handed gunicorn an
+    empty address, which it binds to 0.0.0.0:8000: every interface of the host, the API, the
+    dashboard and the admin reachable from anywhere past the proxy, where the default is
+    loopback."""
+    read = subprocess.run(
+        [sys.executable, "-c", "import config.gunicorn as g; print(g.bind)"],
+        cwd=ROOT,
+        env={**os.environ, "GUNICORN_BIND": value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (read.returncode, read.stdout.strip()) == (0, str(bind)), read.stderr
+
+
 def test_a_dead_worker_s_open_breaker_leaves_the_merged_gauge(tmp_path, monkeypatch):
     """``idempotency_breaker_state`` is merged over the workers as the worst one's; a worker
     that died (``max_requests``, a timeout, a restart) while its breaker was open kept the
