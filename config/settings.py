@@ -837,7 +837,9 @@ if not DEBUG and (CELERY_TASK_ALWAYS_EAGER or CELERY_BROKER_URL.startswith("memo
         "CELERY_BROKER_URL=memory:// and CELERY_TASK_ALWAYS_EAGER=1 run tasks without a broker "
         "(the demo's way; no worker receives them): refused when DEBUG is off"
     )
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "celery")
+# The queue tasks are sent to and workers consume; left empty, the default: an empty name was
+# a queue no worker consumes (a worker started with it listens on none), so nothing ran.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "").strip() or "celery"
 # Seconds before a delivered-but-unacknowledged message goes back to the queue. Must exceed the
 # longest task run *and* the longest retry countdown (a worker holds ETA messages unacked).
 CELERY_VISIBILITY_TIMEOUT = env_bounded("CELERY_VISIBILITY_TIMEOUT", 900, low=1, high=86_400)

@@ -52,7 +52,7 @@ SHOW_SETTINGS = (
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
     "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE'], "
-    "'bench': s.BENCH_ENDPOINTS}))"
+    "'bench': s.BENCH_ENDPOINTS, 'queue': s.CELERY_TASK_DEFAULT_QUEUE}))"
 )
 
 
@@ -430,6 +430,26 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
     assert code == 0, stderr
     assert values is not None
     assert (values["engine_on"], values["redirect"], values["debug"]) == (True, True, False)
+
+
+@pytest.mark.parametrize(
+    "value, queue",
+    [
+        pytest.param("", "celery", id="empty"),
+        pytest.param("  ", "celery", id="blank"),
+        pytest.param(" orders ", "orders", id="padded"),
+    ],
+)
+def test_a_celery_queue_left_empty_is_the_default_queue(value: str, queue: str) -> None:
+    """``CELERY_QUEUE=`` (an env file's empty line, a template's unset variable) named the
+    queue "": the web processes sent every task to it and a worker started so consumed no
+    queue at all (its banner's ``[queues]`` was empty), so no payment, refund or outbox
+    event was ever handled, and nothing said why."""
+    code, values, stderr = settings_with({**production_environment(), "CELERY_QUEUE": value})
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["queue"] == queue
 
 
 @pytest.mark.parametrize(
