@@ -30,8 +30,18 @@ from django.urls import get_urlconf, is_valid_path
 from config.api_errors import code_for_status, problem_http_response
 
 API_PREFIX = "/api/"
-# Headers of the replaced answer that still mean something to the client.
-KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+# Headers of the replaced answer that still mean something to the client: what to send next,
+# and the security headers Django's SecurityMiddleware set on it (HSTS, nosniff, ...), which
+# a problem built here would otherwise go without.
+KEPT_HEADERS = (
+    "Allow",
+    "Retry-After",
+    "WWW-Authenticate",
+    "Strict-Transport-Security",
+    "X-Content-Type-Options",
+    "Referrer-Policy",
+    "Cross-Origin-Opener-Policy",
+)
 
 
 def is_api_path(request: HttpRequest) -> bool:

@@ -202,6 +202,10 @@ MIDDLEWARE = [
     "config.metrics_view.MetricsByAddressMiddleware",
     "config.request_context.RequestContextMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
+    # HSTS, nosniff, the referrer and opener policies, and the HTTPS redirect: before every
+    # middleware below that may answer by itself (413, 415, 503, a NUL in a page's query), so
+    # those answers carry the headers too, and inside the API's problem pages, which keep them
+    "django.middleware.security.SecurityMiddleware",
     # 503 DATABASE_UNAVAILABLE, not a 500, while PostgreSQL cannot be reached
     # (config/database_unavailable.py)
     "config.database_unavailable.DatabaseUnavailableMiddleware",
@@ -215,7 +219,6 @@ MIDDLEWARE = [
     "config.request_limits.RequestSizeLimitMiddleware",
     # an API write's body that is not JSON is 415, whether its view reads a body or not
     "config.json_bodies.JsonBodiesOnlyMiddleware",
-    "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.csp.SettingsPolicyCSPMiddleware",
     "config.cache_headers.NoStoreMiddleware",

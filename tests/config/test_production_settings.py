@@ -959,6 +959,45 @@ class TestTheDocumentedProductionServer:
         ]  # red: an ERROR with Django's traceback
         assert "Traceback" not in server.log_tail(400)
 
+    @pytest.mark.parametrize(
+        "method, path, body, status",
+        [
+            pytest.param("GET", "/api/v1/no-such-route/", None, 404, id="api-no-route"),
+            pytest.param("GET", "/api/v1/menu", None, 404, id="api-no-slash"),
+            pytest.param("POST", "/api/v1/orders/", 2 << 20, 413, id="api-too-large"),
+            pytest.param("POST", "/dashboard/login/", 2 << 20, 413, id="page-too-large"),
+            pytest.param("GET", "/admin/?q=%00", None, 400, id="page-nul-query"),
+        ],
+    )
+    def test_https_error_answers_carry_the_security_headers(
+        self,
+        production_server: tuple[LiveServer, dict[str, str | None]],
+        method: str,
+        path: str,
+        body: int | None,
+        status: int,
+    ) -> None:
+        """The answers made before Django's SecurityMiddleware ran (a body too large, a NUL in
+        a page's query) or rebuilt after it (an API path's 404, rewritten as problem+json) had
+        none of its headers: no Strict-Transport-Security, no nosniff, no Referrer-Policy,
+        while every other answer of the site carries them."""
+        server, env = production_server
+        with _client(server, env) as client:
+            answer = client.request(
+                method,
+                path,
+                content=b"{" + b" " * body + b"}" if body else None,
+                headers={"Content-Type": "application/json"} if body else {},
+            )
+
+        assert answer.status_code == status, answer.text
+        assert answer.headers.get("Strict-Transport-Security") == (
+            "max-age=31536000; includeSubDomains"
+        )
+        assert answer.headers.get("X-Content-Type-Options") == "nosniff"
+        assert answer.headers.get("Referrer-Policy") == "same-origin"
+        assert answer.headers.get("Cross-Origin-Opener-Policy") == "same-origin"
+
     def test_https_answers_carry_hsts_and_secure_cookies(
         self, production_server: tuple[LiveServer, dict[str, str | None]]
     ) -> None:
