@@ -1,4 +1,5 @@
-"""One JSON object per log line, with the request context (``config/request_context.py``).
+"""One JSON object per log line, with the request context (``config/request_context.py``);
+or, with ``LOG_FORMAT=text``, a plain line, its request path masked the same way.
 
 A line logged while a tenant's request runs drops the fields of
 ``settings.LOG_FIELDS_TENANT_MAY_KEEP`` that the tenant does not keep (``Tenant.log_fields``).
@@ -18,16 +19,14 @@ from typing import Any
 
 from django.conf import settings
 
-from config.request_context import current
+from config.request_context import RequestContext, current
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        context = current()
-        if not context.request_id:
-            context = getattr(getattr(record, "request", None), "log_context", context)
+        context = _context_of(record)
         line = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
@@ -46,18 +45,52 @@ class JsonFormatter(logging.Formatter):
         )
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
+        dropped = _dropped_fields(context)
         if context.log_fields is not None:
-            dropped = set(settings.LOG_FIELDS_TENANT_MAY_KEEP) - context.log_fields
             for name in dropped:
                 line.pop(name, None)
-            _mask_request_path(line, getattr(record, "request", None), dropped)
-        elif not context.tenant:
-            # refused before its tenant was known (a credential refused, or an Accept header or
-            # ?format= the API cannot write, which DRF refuses before it authenticates): the
-            # path may carry the id of a diner whose restaurant keeps none in its logs
-            optional = set(settings.LOG_FIELDS_TENANT_MAY_KEEP)
-            _mask_request_path(line, getattr(record, "request", None), optional)
+        _mask_request_path(line, getattr(record, "request", None), dropped)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines (``LOG_FORMAT=text``): time, level, logger and message, with a request's
+    path masked as :class:`JsonFormatter` masks it. Django's line about a refused request
+    otherwise wrote the path as sent, a diner id its tenant keeps out of its logs included."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        line = {"msg": text}
+        _mask_request_path(
+            line, getattr(record, "request", None), _dropped_fields(_context_of(record))
+        )
+        return str(line["msg"])
+
+
+def _context_of(record: logging.LogRecord) -> RequestContext:
+    """The request context of the line: the running request's, or for a line about a request
+    logged after it ran, the one the middleware left on it."""
+    context = current()
+    if not context.request_id:
+        context = getattr(getattr(record, "request", None), "log_context", context)
+    return context
+
+
+def _dropped_fields(context: RequestContext) -> set[str]:
+    """The optional fields (``settings.LOG_FIELDS_TENANT_MAY_KEEP``) a line must not carry:
+    those its tenant does not keep; all of them for a request refused before its tenant was
+    known (a credential refused, or an Accept header or ?format= the API cannot write, which
+    DRF refuses before it authenticates: the path may carry the id of a diner whose restaurant
+    keeps none in its logs); none when the tenant keeps them all."""
+    optional = set(settings.LOG_FIELDS_TENANT_MAY_KEEP)
+    if context.log_fields is not None:
+        return optional - context.log_fields
+    if not context.tenant:
+        return optional
+    return set()
 
 
 _ROUTE_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")

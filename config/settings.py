@@ -642,7 +642,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "json": {"()": "config.logging.JsonFormatter"},
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {"()": "config.logging.TextFormatter"},
     },
     "filters": {"refused_host": {"()": "config.logging.RefusedHostFilter"}},
     "handlers": {

@@ -9,8 +9,10 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
+from django.utils.module_loading import import_string
 
 from config.logging import JsonFormatter
 from config.request_context import RequestContextMiddleware
@@ -152,3 +154,36 @@ def test_a_request_refused_before_its_tenant_is_known_names_no_diner_of_its_path
     [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
     assert "zoe.private" not in json.dumps(line)
     assert line["msg"].endswith(": /api/v1/diners/<diner_id>/revoke-sessions/")
+
+
+def configured_formatter(log_format: str) -> logging.Formatter:
+    """The formatter ``LOG_FORMAT=<log_format>`` gives the console handler (settings.LOGGING)."""
+    spec = dict(settings.LOGGING["formatters"][log_format])
+    factory = spec.pop("()", None)
+    return import_string(factory)(**spec) if factory else logging.Formatter(**spec)
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_a_request_line_in_either_log_format_names_no_diner_the_tenant_drops(
+    make_tenant, log_format
+):
+    """``LOG_FORMAT=text`` wrote Django's line about a refused request with its path as sent:
+    the diner id of a tenant that keeps none in its logs, in every 4xx line of
+    ``/api/v1/diners/<id>/…``, which the JSON lines write as its name."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(configured_formatter(log_format))
+    logger = logging.getLogger("django.request")
+    logger.addHandler(handler)
+    tenant = make_tenant("logs", log_fields=[])
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    try:
+        r = Client().get(
+            "/api/v1/diners/zoe.private/revoke-sessions/", HTTP_AUTHORIZATION=f"Api-Key {key}"
+        )
+    finally:
+        logger.removeHandler(handler)
+    assert r.status_code == 405
+    [line] = stream.getvalue().splitlines()
+    assert "zoe.private" not in line
+    assert "Method Not Allowed: /api/v1/diners/<diner_id>/revoke-sessions/" in line
