@@ -563,8 +563,9 @@ DINER_SESSION_STATE_CACHE_SECONDS = env_number(
     "DINER_SESSION_STATE_CACHE_SECONDS", 1.0, low=0, high=3600
 )
 # Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
+# Left empty, the default: Path("") is the working directory, the checkout the worker runs from.
 OFFBOARDING_EXPORT_DIR = Path(
-    os.environ.get("OFFBOARDING_EXPORT_DIR", BASE_DIR / "var" / "offboarding")
+    os.environ.get("OFFBOARDING_EXPORT_DIR", "").strip() or BASE_DIR / "var" / "offboarding"
 )
 # How long after its suspension an offboarding waits before its last sweep of the tenant's
 # Redis keys and engine rows: a request authenticated just before may still be running, and
@@ -590,7 +591,9 @@ API_GUEST_CEILING_SHARE = env_share("API_GUEST_CEILING_SHARE", 0.8)
 
 # `manage.py seed_demo` keeps the demo's full API keys here (DEBUG only, git-ignored) so that a
 # re-run can print them again; the database has only their hashes.
-DEMO_KEYS_FILE = Path(os.environ.get("DEMO_KEYS_FILE", BASE_DIR / "var" / "demo_keys.json"))
+DEMO_KEYS_FILE = Path(
+    os.environ.get("DEMO_KEYS_FILE", "").strip() or BASE_DIR / "var" / "demo_keys.json"
+)
 
 # The site's own reverse proxies (addresses or networks, comma-separated; empty by default;
 # `unix` for one on gunicorn's unix socket): from them the client's address is read from

@@ -52,7 +52,8 @@ SHOW_SETTINGS = (
     "'redirect': s.SECURE_SSL_REDIRECT, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
     "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE'], "
-    "'bench': s.BENCH_ENDPOINTS, 'queue': s.CELERY_TASK_DEFAULT_QUEUE}))"
+    "'bench': s.BENCH_ENDPOINTS, 'queue': s.CELERY_TASK_DEFAULT_QUEUE, "
+    "'export_dir': str(s.OFFBOARDING_EXPORT_DIR), 'demo_keys': str(s.DEMO_KEYS_FILE)}))"
 )
 
 
@@ -450,6 +451,24 @@ def test_a_celery_queue_left_empty_is_the_default_queue(value: str, queue: str) 
     assert code == 0, stderr
     assert values is not None
     assert values["queue"] == queue
+
+
+@pytest.mark.parametrize("value", ["", "  "], ids=["empty", "blank"])
+def test_a_path_setting_left_empty_is_its_default_never_the_working_directory(
+    value: str,
+) -> None:
+    """``OFFBOARDING_EXPORT_DIR=`` was ``Path("")``, the process's working directory: the
+    admin's offboarding wrote a leaving restaurant's archive (its diners' ids, notes and
+    contact details) into the checkout the worker runs from, beside the code and outside
+    the git-ignored ``var/``; ``DEMO_KEYS_FILE=`` named that directory as a file."""
+    code, values, stderr = settings_with(
+        {**production_environment(), "OFFBOARDING_EXPORT_DIR": value, "DEMO_KEYS_FILE": value}
+    )
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["export_dir"] == str(PROJECT_ROOT / "var" / "offboarding")
+    assert values["demo_keys"] == str(PROJECT_ROOT / "var" / "demo_keys.json")
 
 
 @pytest.mark.parametrize(
