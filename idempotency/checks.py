@@ -10,6 +10,7 @@ would store results that expire at once. Every message names the setting.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -349,7 +350,22 @@ def _breaker(value: Any) -> Problem | None:
     for option, number in value.items():
         if _number(number, minimum_exclusive=0):
             return f"option {option!r} must be a positive number, not {number!r}"
+        if option in _BREAKER_COUNTS and not isinstance(number, int):
+            return f"option {option!r} must be a whole number more than 0, not {number!r}"
+        if not math.isfinite(number):
+            # JSON settings read NaN and Infinity: a NaN open_seconds kept an opened breaker
+            # open for ever (no time is >= NaN), an infinite threshold never opened it
+            return f"option {option!r} must be a finite number more than 0, not {number!r}"
+        if option == "error_rate_threshold" and number > 1:
+            return (
+                f"option {option!r} must be a share more than 0 and at most 1 (of the calls "
+                f"that failed; more never opens the breaker), not {number!r}"
+            )
     return None
+
+
+# The breaker's options that count calls or samples: a fraction of one is no count.
+_BREAKER_COUNTS = ("min_calls", "probes_to_close", "max_samples")
 
 
 def _forced_scripts(value: Any) -> Problem | None:

@@ -203,6 +203,27 @@ def test_missing_unknown_and_inconsistent_settings_are_named(settings, changes, 
     assert expected in message
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("open_seconds", float("nan"), "must be a finite number more than 0"),
+        ("p99_threshold_ms", float("inf"), "must be a finite number more than 0"),
+        ("window_seconds", 1e309, "must be a finite number more than 0"),
+        ("min_calls", 2.5, "must be a whole number more than 0"),
+        ("probes_to_close", float("inf"), "must be a whole number more than 0"),
+        ("error_rate_threshold", 2, "must be a share more than 0 and at most 1"),
+    ],
+    ids=["nan-open", "inf-threshold", "inf-window", "fractional-calls", "inf-probes", "rate-2"],
+)
+def test_a_breaker_option_no_breaker_can_work_with_is_named(settings, option, value, expected):
+    """``IDEMPOTENCY_BREAKER`` is JSON, which reads ``NaN`` and ``Infinity`` (and 1e309 as
+    infinity): each passed the check, being no number <= 0. A NaN ``open_seconds`` kept an
+    opened breaker open for ever (no time is >= NaN), an infinite threshold or window or an
+    error rate over 1 never opened it, and a fractional count is no count of calls."""
+    [message] = errors_with(settings, BREAKER={option: value})
+    assert f"option {option!r} {expected}" in message
+
+
 def test_a_missing_scope_resolver_stops_manage_py_check(tmp_path: Path):
     (tmp_path / "host_settings.py").write_text(
         "from idempotency.tests.settings import *\n"
