@@ -61,8 +61,15 @@ graceful_timeout = _env_int("GUNICORN_GRACEFUL_TIMEOUT", 30, low=0)
 keepalive = _env_int("GUNICORN_KEEPALIVE", 2, low=0)
 backlog = _env_int("GUNICORN_BACKLOG", 2048, low=1)
 accesslog = os.environ.get("GUNICORN_ACCESS_LOG") or None
-errorlog = os.environ.get("GUNICORN_ERROR_LOG", "-")
-loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# Left empty, stderr ("-"): an empty name was a file gunicorn could not open.
+errorlog = os.environ.get("GUNICORN_ERROR_LOG", "").strip() or "-"
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "").strip().lower() or "info"
+if loglevel not in _LOG_LEVELS:  # gunicorn reads any other as info, and says nothing
+    raise RuntimeError(
+        f"GUNICORN_LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}, "
+        f"not {os.environ['GUNICORN_LOG_LEVEL']!r}"
+    )
 # Whether a request came over HTTPS is Django's to decide, from the one header the proxy sets
 # (SECURE_PROXY_SSL_HEADER). gunicorn would otherwise mark a request HTTPS itself on any of
 # X-Forwarded-Proto, -Ssl or -Protocol from a loopback address, which a client can send through

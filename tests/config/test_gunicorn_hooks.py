@@ -100,6 +100,40 @@ def test_the_bind_address_left_empty_is_loopback_never_every_interface(value, bi
     assert (read.returncode, read.stdout.strip()) == (0, str(bind)), read.stderr
 
 
+def test_the_log_settings_left_empty_take_their_defaults():
+    """``GUNICORN_ERROR_LOG=`` named the file "", and gunicorn stopped with "Error: '' isn't
+    writable"; ``GUNICORN_LOG_LEVEL=`` was a level of no name."""
+    read = subprocess.run(
+        [sys.executable, "-c", "import config.gunicorn as g; print(g.errorlog, g.loglevel)"],
+        cwd=ROOT,
+        env={**os.environ, "GUNICORN_ERROR_LOG": " ", "GUNICORN_LOG_LEVEL": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (read.returncode, read.stdout.split()) == (0, ["-", "info"]), read.stderr
+
+
+def test_a_log_level_gunicorn_does_not_know_stops_it_naming_the_setting():
+    """gunicorn reads a level it does not know as info: ``GUNICORN_LOG_LEVEL=warn`` (or
+    ``debgu``) ran a server that logged otherwise than asked, and said nothing."""
+    read = subprocess.run(
+        [sys.executable, "-c", "import config.gunicorn"],
+        cwd=ROOT,
+        env={**os.environ, "GUNICORN_LOG_LEVEL": "warn"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert read.returncode != 0
+    assert (
+        "GUNICORN_LOG_LEVEL must be one of debug, info, warning, error, critical, not 'warn'"
+        in read.stderr
+    )
+
+
 def test_a_dead_worker_s_open_breaker_leaves_the_merged_gauge(tmp_path, monkeypatch):
     """``idempotency_breaker_state`` is merged over the workers as the worst one's; a worker
     that died (``max_requests``, a timeout, a restart) while its breaker was open kept the
