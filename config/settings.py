@@ -821,7 +821,8 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
 
 
 _redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or (
+# Left empty or blank, the default beside Redis: a stray space was a broker URL of no host.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or (
     _broker_next_to(_redis_for_broker, name="REDIS_URL" if REDIS_URL else "REDIS_SHARDS")
     if _redis_for_broker
     else ""

@@ -53,7 +53,8 @@ SHOW_SETTINGS = (
     "'providers': {n: p['SECRETS'] for n, p in s.PAYMENT_PROVIDERS.items()}, "
     "'engine_on': s.IDEMPOTENCY['ENABLED'], 'database': s.DATABASES['default']['ENGINE'], "
     "'bench': s.BENCH_ENDPOINTS, 'queue': s.CELERY_TASK_DEFAULT_QUEUE, "
-    "'export_dir': str(s.OFFBOARDING_EXPORT_DIR), 'demo_keys': str(s.DEMO_KEYS_FILE)}))"
+    "'export_dir': str(s.OFFBOARDING_EXPORT_DIR), 'demo_keys': str(s.DEMO_KEYS_FILE), "
+    "'broker': s.CELERY_BROKER_URL}))"
 )
 
 
@@ -451,6 +452,20 @@ def test_a_celery_queue_left_empty_is_the_default_queue(value: str, queue: str) 
     assert code == 0, stderr
     assert values is not None
     assert values["queue"] == queue
+
+
+@pytest.mark.parametrize("value", ["", "  "], ids=["empty", "blank"])
+def test_a_broker_url_left_empty_is_the_one_beside_redis(value: str) -> None:
+    """``CELERY_BROKER_URL=" "`` (a stray space in an env file) was the broker's URL: the
+    server started, every task's publish failed to resolve a host, and a worker never
+    connected; the outbox's payments and refunds waited for ever."""
+    env = {**production_environment(), "CELERY_BROKER_URL": value}
+
+    code, values, stderr = settings_with(env)
+
+    assert code == 0, stderr
+    assert values is not None
+    assert values["broker"] == env["REDIS_URL"].removesuffix("/0") + "/1"
 
 
 @pytest.mark.parametrize("value", ["", "  "], ids=["empty", "blank"])
