@@ -1,9 +1,11 @@
-"""``Cache-Control: no-store`` on the dashboard's pages.
+"""``Cache-Control: no-store`` on the dashboard's pages and the API's answers.
 
 They show a restaurant's orders, diners and keys: no browser cache or shared proxy may keep a
-copy (the back button after logging out, a shared computer, a caching proxy). A view that said
-``no-store`` itself is left as it is, and so are the admin's views (Django's ``never_cache``),
-static files and the API.
+copy (the back button after logging out, a shared computer, a caching proxy). The API's
+answers hold a diner's session token, contact phone and address: without a policy a diner
+app's HTTP stack may write them to disk (iOS's URLCache keeps such answers in its Cache.db).
+A view that said ``no-store`` itself is left as it is, and so are the admin's views (Django's
+``never_cache``), static files and the API's public schema and docs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import add_never_cache_headers
 
-PRIVATE_PREFIXES = ("/dashboard/",)
+PRIVATE_PREFIXES = ("/dashboard/", "/api/v1/")
 
 
 class NoStoreMiddleware:
