@@ -609,6 +609,13 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 if METRICS_TOKEN:
     METRICS_TOKEN = production_secret("METRICS_TOKEN", "", min_chars=32, unlike=_SIGNING_KEYS)
+    # Sent in a header, which the server reads as Latin-1 bytes: a character outside printable
+    # ASCII never matched what Prometheus sent, and every scrape was a 404.
+    if not (METRICS_TOKEN.isascii() and METRICS_TOKEN.isprintable()):
+        raise ImproperlyConfigured(
+            "METRICS_TOKEN must be printable ASCII: Prometheus sends it in a header "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
 
 # --- order ids --------------------------------------------------------------------------
 # Largest backwards clock step (ms) the ID generator waits out; larger steps are refused.

@@ -435,6 +435,19 @@ def test_a_yes_or_no_setting_left_empty_keeps_its_default(name: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "token", ["é" * 40 + "0123456789", "abcdefghij" * 4 + "\u00a0token"], ids=["accents", "nbsp"]
+)
+def test_a_metrics_token_no_header_can_carry_stops_the_server(token: str) -> None:
+    """Prometheus sends the token in an ``Authorization`` header, which the server reads as
+    Latin-1 bytes: a token of characters outside ASCII started the server and then never
+    matched what was sent, so every scrape was a 404 and the metrics' alerts went quiet."""
+    code, _, stderr = settings_with({**production_environment(), "METRICS_TOKEN": token})
+
+    assert code != 0
+    assert "METRICS_TOKEN must be printable ASCII" in stderr
+
+
+@pytest.mark.parametrize(
     "value, queue",
     [
         pytest.param("", "celery", id="empty"),
