@@ -315,6 +315,21 @@ def test_production_refuses_to_answer_any_host_name(hosts: str) -> None:
     assert code == 0, stderr
 
 
+@pytest.mark.parametrize(
+    "hosts", [".", ".com", "orders.example.com,.net"], ids=["dot", "top-level", "a-name-and-tld"]
+)
+def test_production_refuses_a_host_pattern_of_every_owner_s_names(hosts: str) -> None:
+    """A subdomain pattern of a top-level domain (".com") lets through every host of it,
+    anyone's, as '*' lets every host; "." let through any name ending in two dots
+    ("evil.com.."). Both started the server; a pattern of the site's own domain still does
+    (the test above)."""
+    code, _, stderr = settings_with({**production_environment(), "ALLOWED_HOSTS": hosts})
+
+    assert code != 0
+    assert "ImproperlyConfigured: ALLOWED_HOSTS must name the host names" in stderr
+    assert "a pattern of a whole top-level domain" in stderr
+
+
 def test_production_refuses_to_run_without_the_idempotency_engine() -> None:
     """IDEMPOTENCY_ENABLED=0 runs every write unprotected, the product's whole promise off (red:
     the server started with it, silently); the load test's loopback baseline still starts, as
