@@ -175,9 +175,12 @@ elif not ALLOWED_HOSTS or "*" in ALLOWED_HOSTS:
         "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off "
         f"(comma-separated; '*', which lets any Host through, is refused), not {ALLOWED_HOSTS!r}"
     )
-elif any(host.startswith(".") and "." not in host[1:] for host in ALLOWED_HOSTS):
+elif any(
+    host.startswith(".") and "." not in host[1:] and host != ".localhost" for host in ALLOWED_HOSTS
+):
     # ".com" lets through every .com host, anyone's, as "*" lets every host; "." lets through
-    # any name ending in two dots ("evil.com..", which Django reads as "evil.com.")
+    # any name ending in two dots ("evil.com..", which Django reads as "evil.com."). Only
+    # ".localhost" names one owner's hosts: this machine's loopback names (RFC 6761).
     raise ImproperlyConfigured(
         "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off: "
         "a pattern of a whole top-level domain (.com, or a bare .) lets through hosts of "

@@ -330,6 +330,14 @@ def test_production_refuses_a_host_pattern_of_every_owner_s_names(hosts: str) ->
     assert "a pattern of a whole top-level domain" in stderr
 
 
+def test_production_takes_the_loopback_names_pattern() -> None:
+    """The pattern ".localhost" (Django's own default under DEBUG) names this machine's loopback names
+    only (RFC 6761), nobody else's: a server for local checks starts with it."""
+    env = {**production_environment(), "ALLOWED_HOSTS": ".localhost,127.0.0.1"}
+    code, _, stderr = settings_with(env)
+    assert code == 0, stderr
+
+
 def test_production_refuses_to_run_without_the_idempotency_engine() -> None:
     """IDEMPOTENCY_ENABLED=0 runs every write unprotected, the product's whole promise off (red:
     the server started with it, silently); the load test's loopback baseline still starts, as
