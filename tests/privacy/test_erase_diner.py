@@ -518,3 +518,15 @@ def test_a_merchant_move_that_read_the_order_before_the_erasure_keeps_no_reply_s
         HTTP_IDEMPOTENCY_KEY="m1",
     )
     assert again["X-Idempotent-Result"] == "HIT" and b"zoe" not in again.content
+
+
+def test_command_refuses_a_requester_longer_than_the_log_keeps(tenant):
+    """The log keeps 200 characters of who asked: a longer ``--by`` was cut without a word, so
+    the log named someone else than given (red: the erasure ran and kept the first 200)."""
+    from django.core.management.base import CommandError
+
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    with pytest.raises(CommandError, match="--by"):
+        call_command("erase_diner", tenant.slug, "zoe", "--by", "d" * 201)
+    assert not DinerErasure.objects.exists()
+    assert Order.all_tenants.filter(diner_id="zoe").exists()

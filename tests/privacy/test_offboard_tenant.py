@@ -305,3 +305,14 @@ def test_an_archive_gone_before_the_tables_phase_is_written_again_before_anythin
     assert exported == {int(placed.json()["id"])}
     job.refresh_from_db()
     assert job.is_done and not Order.all_tenants.filter(tenant_id=tenant.pk).exists()
+
+
+def test_a_requester_longer_than_the_job_keeps_is_refused(make_tenant, tmp_path):
+    """The job keeps 200 characters of who asked: a longer ``--by`` was cut without a word
+    (red: the offboarding started and kept the first 200)."""
+    tenant = make_tenant(slug="long")
+    with pytest.raises(CommandError, match="--by"):
+        call_command(
+            "offboard_tenant", "long", "--export", str(tmp_path / "l.zip"), "--by", "d" * 201
+        )
+    assert not TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exists()

@@ -15,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisClusterException, RedisError
 
+from ordering.management.requester import requester
 from ordering.privacy.diners import NotADinerId, TenantLeaving, erase_diner
 from tenants.models import Tenant
 
@@ -25,7 +26,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("tenant", help="The tenant's slug")
         parser.add_argument("diner_id")
-        parser.add_argument("--by", help="Who asked (kept in the erasure log); default: you")
+        parser.add_argument(
+            "--by", type=requester, help="Who asked (kept in the erasure log); default: you"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ordering.management.requester import requester
 from ordering.models import TenantOffboarding
 from ordering.privacy.offboarding import OffboardingRefused, run_offboarding, start_offboarding
 from tenants.models import Tenant
@@ -27,7 +28,9 @@ class Command(BaseCommand):
         parser.add_argument("tenant", help="The tenant's slug")
         parser.add_argument("--export", required=True, type=Path, help="Where to write the zip")
         parser.add_argument("--batch-size", type=int, default=500, help="Rows or keys per step")
-        parser.add_argument("--by", help="Who asked (kept on the job); default: you")
+        parser.add_argument(
+            "--by", type=requester, help="Who asked (kept on the job); default: you"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
