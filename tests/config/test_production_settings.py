@@ -331,8 +331,8 @@ def test_production_refuses_a_host_pattern_of_every_owner_s_names(hosts: str) ->
 
 
 def test_production_takes_the_loopback_names_pattern() -> None:
-    """The pattern ".localhost" (Django's own default under DEBUG) names this machine's loopback names
-    only (RFC 6761), nobody else's: a server for local checks starts with it."""
+    """The pattern ".localhost" (Django's own default under DEBUG) names this machine's
+    loopback names only (RFC 6761), nobody else's: a server for local checks starts with it."""
     env = {**production_environment(), "ALLOWED_HOSTS": ".localhost,127.0.0.1"}
     code, _, stderr = settings_with(env)
     assert code == 0, stderr
