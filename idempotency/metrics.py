@@ -80,6 +80,14 @@ audits_drained = _metric(
     "serve this endpoint (the drain usually runs in a Celery worker, which serves none: watch "
     "idempotency_audit_stream_oldest_seconds instead)",
 )
+rate_limited = _metric(
+    "Counter",
+    "idempotency_rate_limited_total",
+    "Requests refused 429 RATE_LIMITED, per tenant and the limit that refused them: a "
+    "principal's own (principal), the tenant's ceiling (ceiling) or the share of it a caller "
+    "may fill (ceiling_share); the host app may count its own limits here too",
+    ["tenant", "limit"],
+)
 # by BreakerState value (idempotency.stores.breaker), which this module sits below
 _STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -90,3 +98,10 @@ def breaker_changed(node: str, state: str) -> None:
 
 def count(*, tenant: str, endpoint: str, outcome: str) -> None:
     outcomes.labels(tenant=tenant, endpoint=endpoint, outcome=outcome).inc()
+
+
+def count_rate_limited(*, tenant: str, limit: str) -> None:
+    """One request refused by a rate limit. A limit that anyone holding a public credential can
+    spend (a tenant's ceiling share, a key's budget) denies the tenant's real users while it is
+    spent: without a count of refusals nobody could see that happen."""
+    rate_limited.labels(tenant=tenant, limit=limit).inc()

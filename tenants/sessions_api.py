@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 from config.api_errors import ApiError
 from config.client_address import limited_address_of
 from idempotency.core.ratelimit import RateDecision, check_rate
+from idempotency.metrics import count_rate_limited
 from idempotency.web.fields import StrictRegexField
 from idempotency.web.openapi import problems
 from idempotency.web.throttle import RateLimited, TenantRateThrottle, answers
@@ -147,6 +148,9 @@ class SessionOpenThrottle(BaseThrottle):
         )
         if decision is None or decision.allowed:
             return True
+        # check_rate's outer counter, here the key's, refuses with the tenant's scope
+        budget = "session_key" if decision.scope == "tenant" else "session_address"
+        count_rate_limited(tenant=tenant, limit=budget)
         raise TooManySessionsOpened(decision)
 
 

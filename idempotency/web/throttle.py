@@ -10,6 +10,7 @@ from rest_framework.throttling import BaseThrottle
 
 from idempotency.core.conf import caller_scope, engine_hook
 from idempotency.core.ratelimit import RateDecision, check_write_rate
+from idempotency.metrics import count_rate_limited
 
 
 def answers(view: Any, method: str) -> bool:
@@ -67,4 +68,13 @@ class TenantRateThrottle(BaseThrottle):
         )
         if decision is None or decision.allowed:
             return True
+        count_rate_limited(tenant=tenant, limit=refusing_limit(decision, share=share))
         raise RateLimited(decision)
+
+
+def refusing_limit(decision: RateDecision, *, share: float | None) -> str:
+    """The ``limit`` label of a refusal: ``principal``, ``ceiling``, or ``ceiling_share``
+    when the tenant's counter refused a caller held to a share of the ceiling (a guest)."""
+    if decision.scope != "tenant":
+        return "principal"
+    return "ceiling_share" if share is not None and share < 1 else "ceiling"

@@ -18,6 +18,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.metrics_view import MetricsByAddressMiddleware
+from idempotency.core.ratelimit import reset_rate_cache
 from idempotency.models import AuditStreamCursor
 from idempotency.stores import nodes
 from idempotency.stores.audit_stream import stream_key
@@ -25,9 +26,12 @@ from idempotency.stores.nodes import node_name
 from idempotency.stores.usage import usage
 from ordering.models import EventType, Order, OutboxEvent
 from ordering.worker_ids import lease_worker_id
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
 from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
+from tests.support.auth import with_auth
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
@@ -148,6 +152,66 @@ def test_outcomes_breaker_outbox_and_conflicts_are_exported(
     assert re.search(r"^idempotency_breaker_state\{node=\"[^\"]+\"\} 0\.0$", body, re.M)
     assert "ordering_outbox_lag_seconds" in body and "ordering_dead_letters" in body
     assert Order.all_tenants.count() == 1
+
+
+def test_requests_refused_by_each_rate_limit_are_counted_per_tenant_and_limit(
+    client, settings, tenant, other_tenant
+):
+    """Whoever holds the public key can spend a key's guest sessions or the guests' share of
+    the ceiling, and the restaurant's diners then get 429: the refusals are counted, per
+    tenant and per limit, so the restaurant can see it and act (a new key, a shorter expiry)."""
+    # given guest sessions limited to 1 per address and 2 per key; writes to 3 per principal;
+    # a ceiling of 5, of which guests may fill 4
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 1
+    settings.DINER_SESSION_OPEN_RATE_PER_KEY = 2
+    settings.API_GUEST_CEILING_SHARE = 0.8
+    tenant.write_rate_per_minute = 3
+    tenant.write_ceiling_per_minute = 5
+    tenant.save(update_fields=["write_rate_per_minute", "write_ceiling_per_minute"])
+    reset_rate_cache()
+    _, publishable = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    _, secret = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    app = with_auth(f"Api-Key {publishable}")
+    before = scrape(client).content.decode()
+
+    # when guests open sessions past an address's budget, then past the key's
+    opened = [app.post("/api/v1/diner-sessions/", REMOTE_ADDR=a) for a in ("10.0.0.1",) * 2]
+    opened += [app.post("/api/v1/diner-sessions/", REMOTE_ADDR=a) for a in ("10.0.0.2", "10.0.0.3")]
+    assert [r.status_code for r in opened] == [201, 429, 201, 429]
+    first, second = (
+        with_auth(f"Bearer {r.json()['token']}") for r in opened if r.status_code == 201
+    )
+    # and one guest writes past its own limit (3 taken), the other past the guests' share (4)
+    # and the merchant past the whole ceiling (5)
+    writes = [
+        first.post("/api/v1/idempotency-tokens/", {"count": 1}, format="json") for _ in "1234"
+    ]
+    writes += [
+        second.post("/api/v1/idempotency-tokens/", {"count": 1}, format="json") for _ in "12"
+    ]
+    merchant = with_auth(f"Api-Key {secret}")
+    writes += [
+        merchant.post("/api/v1/idempotency-tokens/", {"count": 1}, format="json") for _ in "12"
+    ]
+    assert [r.status_code for r in writes] == [201, 201, 201, 429, 201, 429, 201, 429]
+
+    # then each refusal is counted on the tenant, under the limit that refused it
+    body = scrape(client).content.decode()
+    t = str(tenant.pk)
+
+    def refused(tenant_key: str, limit: str) -> float:
+        name = "idempotency_rate_limited_total"
+        return value(body, name, tenant=tenant_key, limit=limit) - value(
+            before, name, tenant=tenant_key, limit=limit
+        )
+
+    counted = {
+        limit: refused(t, limit)
+        for limit in ("session_address", "session_key", "principal", "ceiling_share", "ceiling")
+    }
+    assert counted == dict.fromkeys(counted, 1.0)
+    assert refused(str(other_tenant.pk), "ceiling_share") == 0
+    reset_rate_cache()
 
 
 def free_ids(body: str) -> dict[str, float]:
