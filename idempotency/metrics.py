@@ -83,9 +83,11 @@ audits_drained = _metric(
 rate_limited = _metric(
     "Counter",
     "idempotency_rate_limited_total",
-    "Requests refused 429 RATE_LIMITED, per tenant and the limit that refused them: a "
-    "principal's own (principal), the tenant's ceiling (ceiling) or the share of it a caller "
-    "may fill (ceiling_share); the host app may count its own limits here too",
+    "Requests refused 429 by a limit, per tenant and the limit that refused them: a "
+    "principal's own write rate (principal), the tenant's ceiling (ceiling) or the share of it "
+    "a caller may fill (ceiling_share), tokens past the tenant's quota (token_quota) or a "
+    "principal's share of it (token_quota_principal); the host app may count its own limits "
+    "here too",
     ["tenant", "limit"],
 )
 # by BreakerState value (idempotency.stores.breaker), which this module sits below

@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from idempotency.core import responses, tokens
 from idempotency.core.conf import caller_scope, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
+from idempotency.metrics import count_rate_limited
 from idempotency.web.errors import ProblemAPIView
 from idempotency.web.fields import BoundedListField, StrictCharField, StrictIntegerField
 from idempotency.web.throttle import TenantRateThrottle
@@ -144,6 +145,8 @@ class IssueTokensView(ProblemAPIView):
         except tokens.TokensUnavailable:
             return _unavailable()
         except tokens.QuotaExceeded as exc:
+            quota = "token_quota_principal" if exc.per_principal else "token_quota"
+            count_rate_limited(tenant=tenant, limit=quota)
             return _quota_exceeded(exc)
         body = IssuedTokensOut(
             {

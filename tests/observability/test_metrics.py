@@ -214,6 +214,46 @@ def test_requests_refused_by_each_rate_limit_are_counted_per_tenant_and_limit(
     reset_rate_cache()
 
 
+def test_token_requests_refused_by_the_quota_are_counted_per_tenant_and_holder(
+    client, tenant, other_tenant
+):
+    """Fifty guest sessions fill a tenant's token quota for a day (docs/idempotency.md): its
+    diners are then refused tokens, and the refusals are counted so that it can be seen."""
+    # given a quota of 2,500 tokens outstanding: 1,000 (one batch) for each principal
+    tenant.token_quota = 2500
+    tenant.save(update_fields=["token_quota"])
+    _, publishable = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    _, secret = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    app = with_auth(f"Api-Key {publishable}")
+    guests = [
+        with_auth(f"Bearer {app.post('/api/v1/diner-sessions/').json()['token']}") for _ in "12"
+    ]
+    merchant = with_auth(f"Api-Key {secret}")
+    before = scrape(client).content.decode()
+
+    # when a guest asks past its own share, and the merchant past the tenant's whole quota
+    asked = [(guests[0], 1000), (guests[0], 1), (guests[1], 1000), (merchant, 1000)]
+    answers = [
+        holder.post("/api/v1/idempotency-tokens/", {"count": n}, format="json")
+        for holder, n in asked
+    ]
+    assert [r.status_code for r in answers] == [201, 429, 201, 429]
+    assert [r.json()["scope"] for r in answers if r.status_code == 429] == ["principal", "tenant"]
+
+    # then each is counted on the tenant, under the quota that refused it
+    body = scrape(client).content.decode()
+
+    def refused(tenant_key: str, limit: str) -> float:
+        name = "idempotency_rate_limited_total"
+        return value(body, name, tenant=tenant_key, limit=limit) - value(
+            before, name, tenant=tenant_key, limit=limit
+        )
+
+    t = str(tenant.pk)
+    assert (refused(t, "token_quota_principal"), refused(t, "token_quota")) == (1, 1)
+    assert refused(str(other_tenant.pk), "token_quota") == 0
+
+
 def free_ids(body: str) -> dict[str, float]:
     return {
         store: value(body, "ordering_order_id_worker_ids_free", store=store)
