@@ -23,7 +23,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from ordering.models import Order, OrderStatus, Payment
@@ -38,8 +38,16 @@ NO_DECLINE_OLD_ENOUGH = datetime.min.replace(tzinfo=UTC)
 
 
 def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> int:
-    """Cancel up to ``batch`` orders of each kind left unpaid past the window, oldest first;
-    how many. An order the diner starts paying (or pays) meanwhile is left as it is."""
+    """Cancel every order left unpaid past the window, oldest first, ``batch`` at a time; how
+    many. An order the diner starts paying (or pays) meanwhile is left as it is.
+
+    A run goes on until no order is due, not for one batch: whoever holds a restaurant's
+    public key may leave unpaid orders faster than a batch a run, and a run that stopped
+    after one fell further behind every minute, while every other restaurant's overdue
+    orders waited behind that backlog, holding their portions long past the window. Each
+    batch starts after the last order the previous one chose, so orders that cannot be
+    expired are not chosen again in the same run. A run longer than the beat's period
+    overlaps the next one harmlessly (each expiry is a conditional update)."""
     now = now or timezone.now()
     window = settings.UNPAID_ORDER_EXPIRY_SECONDS
     kinds: list[QuerySet[Order]] = []
@@ -56,13 +64,38 @@ def expire_unpaid_orders(*, batch: int = 500, now: datetime | None = None) -> in
     # that the provider declines before the sweep reaches it is left to the diner to pay
     # again (``declined_before`` None would expire it, however recent the decline).
     declined_before = cutoff if cutoff is not None else NO_DECLINE_OLD_ENOUGH
-    due = [
-        row
-        for orders in kinds
-        for row in orders.filter(writable())
-        .order_by("created_at", "pk")
-        .values_list("tenant_id", "pk")[:batch]
-    ]
+    expired = 0
+    for orders in kinds:
+        after: tuple[datetime, int] | None = None
+        while True:
+            chosen = orders.filter(writable())
+            if after is not None:
+                chosen = chosen.filter(
+                    Q(created_at__gt=after[0]) | Q(created_at=after[0], pk__gt=after[1])
+                )
+            due = list(
+                chosen.order_by("created_at", "pk").values_list("tenant_id", "pk", "created_at")[
+                    :batch
+                ]
+            )
+            expired += _expire(
+                [(tenant_id, order_id) for tenant_id, order_id, _ in due],
+                pending_started_before=pending_started_before,
+                declined_before=declined_before,
+            )
+            if len(due) < batch:
+                break
+            after = (due[-1][2], due[-1][1])
+    return expired
+
+
+def _expire(
+    due: list[tuple[int, int]],
+    *,
+    pending_started_before: datetime | None,
+    declined_before: datetime,
+) -> int:
+    """Expire the ``(tenant id, order id)`` chosen; how many were."""
     tenants = Tenant.objects.in_bulk({tenant_id for tenant_id, _ in due})
     expired = 0
     for tenant_id, order_id in due:

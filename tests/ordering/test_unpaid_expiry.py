@@ -134,6 +134,36 @@ def test_an_order_that_cannot_be_expired_does_not_hold_up_the_others(tenant, oth
 
 
 @pytest.mark.django_db
+def test_one_run_expires_every_overdue_order_however_many_one_tenant_left(
+    tenant, other_tenant, menu
+):
+    """Whoever holds a restaurant's public key can leave unpaid orders faster than one batch
+    a run: a run that stopped after its batch fell further behind every minute, and another
+    restaurant's overdue orders waited behind that backlog (oldest first), holding their
+    portions far past the window (red: 2 of the 5, the other tenant's not among them)."""
+    flood = [placed(tenant, menu, minutes_ago=60 - i) for i in range(4)]
+    their_menu = menu_for(other_tenant)
+    theirs = placed(other_tenant, their_menu, minutes_ago=40)
+    young = placed(other_tenant, their_menu, minutes_ago=10)
+
+    assert expire_unpaid_orders(batch=2) == 5
+
+    assert {status(order) for order in [*flood, theirs]} == {S.CANCELLED}
+    assert status(young) == S.CREATED
+
+
+@pytest.mark.django_db
+def test_a_run_that_keeps_finding_orders_it_cannot_expire_still_ends(tenant, menu):
+    """Orders a run chose but could not expire (their cancel fails) are not chosen again in
+    the same run, so a batch of them never keeps it going."""
+    stuck = [placed(tenant, menu, minutes_ago=90 - i) for i in range(3)]
+    Dish.all_tenants.filter(pk=menu["pasta"].pk).update(stock=2**31 - 1)
+
+    assert expire_unpaid_orders(batch=1) == 0
+    assert {status(order) for order in stuck} == {S.CREATED}
+
+
+@pytest.mark.django_db
 def test_a_dish_s_stock_is_bounded_for_every_form_that_writes_it(tenant, menu):
     dish = menu["pasta"]
     dish.stock = MAX_STOCK + 1
