@@ -72,6 +72,32 @@ def test_guests_fill_their_share_and_the_merchant_still_writes(
     assert guests[1].post(TOKENS, {"count": 1}, format="json").status_code == 429
 
 
+def test_a_guest_signs_out_while_other_guests_spend_the_share(
+    small_ceiling: int, tenant: Any
+) -> None:
+    """Ending one's own session is never refused for what others wrote: whoever holds the
+    public key could otherwise keep every guest of the restaurant from signing out (a shared
+    device staying signed in as its last diner, orders and address in view) for as long as
+    it writes. It needs no budget: once ended, the session's token is refused (401)."""
+    # given guests who spent their whole share of the ceiling
+    _, publishable = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    tokens = [
+        with_auth(f"Api-Key {publishable}").post(SESSIONS, format="json").json()["token"]
+        for _ in range(2)
+    ]
+    spender, leaving = (with_auth(f"Bearer {token}") for token in tokens)
+    statuses = [spender.post(TOKENS, {"count": 1}, format="json").status_code for _ in range(9)]
+    assert statuses == [201] * 8 + [429]
+
+    # when another guest signs out
+    ended = leaving.post(f"{SESSIONS}end/")
+
+    # then it is signed out, and its token opens nothing any more
+    assert ended.status_code == 204
+    refused = leaving.post(TOKENS, {"count": 1}, format="json")
+    assert (refused.status_code, refused.json()["code"]) == (401, "SESSION_REVOKED")
+
+
 def test_a_signed_in_diner_is_not_held_to_the_guests_share(small_ceiling: int, tenant: Any) -> None:
     _, secret = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
     signed_in = with_auth(f"Api-Key {secret}").post(SESSIONS, {"diner_id": "bob"}, format="json")

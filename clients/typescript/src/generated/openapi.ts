@@ -675,17 +675,6 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Write rate limit reached (Retry-After) */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before sending again. */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Temporarily unavailable (Retry-After): e.g. the database cannot be reached (DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key */
             503: {
                 headers: {
