@@ -29,6 +29,7 @@ from django_redis.pool import ConnectionFactory
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import Encoder, parse_url
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from idempotency.stores.reply_deadline import connection_class_for
@@ -112,6 +113,7 @@ def _cluster_client(url: str) -> RedisCluster:
         # after its own 0.25 s pause, made every command to a cluster that lost a master
         # (CLUSTERDOWN) take about 3 s, two of them per order: 6 s per request, not the
         # database-only latency the engine falls back to, until each process's breaker opened.
+        # A command that timed out is not retried at all (``_LazyRedisCluster``).
         retry=Retry(NoBackoff(), 1),
     )
 
@@ -132,7 +134,19 @@ class _LazyRedisCluster(RedisCluster):
     failed over) answered 500 to every request that touches Redis, the diner's sign-in
     included. Here the first command makes it, and the next one after a failure tries again;
     a failure is the ``RedisClusterException`` every caller already treats as an outage.
+
+    A command that timed out is not sent again. redis-py retries it (the one retry above)
+    after reading the slot map anew, but a master that does not answer within the timeout is
+    still the slot's master a moment later (a failover takes the cluster's node timeout,
+    seconds), so the retry dialled the same silent master and waited a second timeout: every
+    engine call to it took twice ``REDIS_SOCKET_TIMEOUT`` until the breaker opened, not the
+    one timeout a standalone node costs. A refused connection or ``CLUSTERDOWN`` is still
+    retried once, against the slot map just read.
     """
+
+    ERRORS_ALLOW_RETRY = tuple(
+        error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not RedisTimeoutError
+    )
 
     def __init__(self, url: str, **kwargs: Any) -> None:  # no super().__init__: deferred
         self.__dict__.update(

@@ -19,7 +19,7 @@ from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from idempotency.stores.reply_deadline import DeadlineConnection, DeadlineSSLConnection
 from tenants import redis_routing
 from tests.support.ports import free_port
-from tests.support.redis_nodes import RedisNode, wait_until
+from tests.support.redis_nodes import RedisNode, start_cluster, wait_until
 from tests.support.slow_proxy import SlowProxy
 
 SOCKET_TIMEOUT = 0.5
@@ -114,3 +114,49 @@ def test_a_tls_cluster_is_spoken_to_over_tls_with_the_reply_deadline(tls_cluster
     client.set("k", "v")
     assert client.get("k") == b"v"
     assert node_connection_classes(client) == {DeadlineSSLConnection}
+
+
+@pytest.fixture
+def cluster_with_a_silent_master() -> Iterator[tuple[list[RedisNode], SlowProxy]]:
+    """Three masters; the second is reached through the proxy only (it announces its port)."""
+    nodes = start_cluster(3)
+    proxy = SlowProxy(nodes[1].port)
+    try:
+        nodes[1].client().config_set("cluster-announce-port", proxy.port)
+        wait_until(
+            lambda: all(
+                any(s[2][1] == proxy.port for s in n.client().execute_command("CLUSTER SLOTS"))
+                for n in nodes
+            ),
+            what="every node to announce the proxy",
+        )
+        yield nodes, proxy
+    finally:
+        proxy.close()
+        for node in nodes:
+            node.remove()
+
+
+def test_a_master_that_does_not_answer_costs_one_timeout_per_call(
+    cluster_with_a_silent_master, timeout
+) -> None:
+    # given the platform's cluster client (started from that master, as REDIS_CLUSTER_URL may
+    # name any node) and a key on the master behind the proxy
+    nodes, proxy = cluster_with_a_silent_master
+    client = redis_routing._cluster_client(proxy.url)
+    key = next(
+        f"k{i}" for i in range(10_000) if client.get_node_from_key(f"k{i}").port == proxy.port
+    )
+    client.set(key, "v" * 20)
+    admin = nodes[1].client()  # one connection of its own, left out of the count below
+    admin.config_resetstat()
+    # when that master's replies stop arriving within the timeout (27 bytes, one per 0.2 s)
+    proxy.trickle = 0.2
+    # then the call fails at its first timeout, as a standalone node's does: the slot map is
+    # read again (from the other masters) for the next call, but the command is not sent to
+    # the same silent master again, which dialled it anew and waited a second timeout (every
+    # engine call to it 2 s instead of 1 s, an order 4 s, until the breaker opened)
+    with pytest.raises(REDIS_UNAVAILABLE):
+        client.get(key)
+    proxy.trickle = 0.0
+    assert admin.info("stats")["total_connections_received"] == 0
