@@ -17,6 +17,7 @@ its Lua scripts on (:func:`client_for_tenant`) go through the same :func:`alias_
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -29,6 +30,7 @@ from django_redis.pool import ConnectionFactory
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import Encoder, parse_url
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -135,6 +137,13 @@ class _LazyRedisCluster(RedisCluster):
     included. Here the first command makes it, and the next one after a failure tries again;
     a failure is the ``RedisClusterException`` every caller already treats as an outage.
 
+    After a failed attempt the next one waits ``SLOT_MAP_RETRY_SECONDS`` (the breakers' open
+    period): until then every caller fails at once. Each attempt against a silent startup node
+    waits out the socket timeout holding the client's lock, and every engine call, the
+    breaker's node lookup and the process's listeners and heartbeat each made one, so a worker
+    started during the outage took about 17 s per order (its "cluster" breaker could not help:
+    the lookup that names it is one of those attempts).
+
     A command that timed out is not sent again. redis-py retries it (the one retry above)
     after reading the slot map anew, but a master that does not answer within the timeout is
     still the slot's master a moment later (a failover takes the cluster's node timeout,
@@ -148,6 +157,8 @@ class _LazyRedisCluster(RedisCluster):
         error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not RedisTimeoutError
     )
 
+    SLOT_MAP_RETRY_SECONDS = 5.0
+
     def __init__(self, url: str, **kwargs: Any) -> None:  # no super().__init__: deferred
         self.__dict__.update(
             _lazy_url=url,
@@ -155,6 +166,8 @@ class _LazyRedisCluster(RedisCluster):
             _lazy_lock=threading.RLock(),
             _lazy_building=False,
             _lazy_built=False,
+            _lazy_failed_at=None,  # time.monotonic() of the last failed attempt
+            _lazy_failure="",
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -166,9 +179,21 @@ class _LazyRedisCluster(RedisCluster):
             if state["_lazy_building"]:  # RedisCluster.__init__ probing its own attributes
                 raise AttributeError(name)
             if not state["_lazy_built"]:
+                failed_at = state["_lazy_failed_at"]
+                if (
+                    failed_at is not None
+                    and time.monotonic() - failed_at < self.SLOT_MAP_RETRY_SECONDS
+                ):
+                    raise RedisClusterException(
+                        f"the cluster's slot map is not read yet: {state['_lazy_failure']}"
+                    )
                 state["_lazy_building"] = True
                 try:
                     RedisCluster.__init__(self, url=state["_lazy_url"], **state["_lazy_kwargs"])
+                except Exception as exc:
+                    state["_lazy_failed_at"] = time.monotonic()
+                    state["_lazy_failure"] = str(exc)
+                    raise
                 finally:
                     state["_lazy_building"] = False
                 state["_lazy_built"] = True

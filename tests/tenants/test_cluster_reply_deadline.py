@@ -160,3 +160,34 @@ def test_a_master_that_does_not_answer_costs_one_timeout_per_call(
         client.get(key)
     proxy.trickle = 0.0
     assert admin.info("stats")["total_connections_received"] == 0
+
+
+def test_a_silent_startup_node_is_dialled_once_per_retry_period_not_per_call(
+    cluster_with_a_silent_master, timeout
+) -> None:
+    # given a process whose cluster client has not read the slot map yet (a worker started
+    # during the outage), from a REDIS_CLUSTER_URL naming the master that stopped answering
+    nodes, proxy = cluster_with_a_silent_master
+    admin = nodes[1].client()  # one connection of its own, left out of the count below
+    admin.config_resetstat()
+    proxy.trickle = 0.2
+    client = redis_routing._cluster_client(proxy.url)
+    # when calls follow each other (each request makes several: the rate limiter, the breaker's
+    # node lookup, the claim, and the process's own listeners and heartbeat besides)
+    for _ in range(4):
+        with pytest.raises(REDIS_UNAVAILABLE):
+            client.get("k")
+    # then only the first waited on the node; the others failed at once, as calls to a node
+    # behind an open breaker do, where each one dialled it and waited a socket timeout of its
+    # own (queued behind the others' on the client's lock): 17 s per order on such a worker
+    assert admin.info("stats")["total_connections_received"] == 1
+    # and once the node answers again the slot map is read and the cluster served
+    proxy.trickle = 0.0
+    wait_until(lambda: _answers(client), what="the cluster answering again")
+
+
+def _answers(client: RedisCluster) -> bool:
+    try:
+        return client.get("k") is None
+    except REDIS_UNAVAILABLE:
+        return False
