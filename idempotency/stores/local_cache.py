@@ -95,8 +95,10 @@ class LocalResultCache:
             raise ValueError("max_entries must be positive")
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
-        if ttl_s <= 0:
-            raise ValueError("ttl_s must be positive")
+        if ttl_s < 0:
+            # 0 is LOCAL_CACHE_TTL_SECONDS's "keep none here" (the check lets it through):
+            # every lookup then asks Redis
+            raise ValueError("ttl_s must be 0 or more")
         self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._ttl_s = ttl_s
@@ -139,6 +141,8 @@ class LocalResultCache:
         ``ttl_s`` may shorten the default, e.g. to the remaining Redis TTL of the entry.
         """
         ttl = self._ttl_s if ttl_s is None else min(ttl_s, self._ttl_s)
+        if ttl <= 0:
+            return  # it would be expired when read: keeping it would only take memory
         entry = CachedResult(fingerprint, fingerprint_version, response)
         cost = entry_bytes(key, response)
         expires_at = self._clock() + ttl

@@ -362,3 +362,20 @@ def test_a_form_page_that_names_no_url_is_named_before_any_request(monkeypatch):
         f"{__name__}.test_a_form_page_that_names_no_url_is_named_before_any_request."
         "<locals>.save_note names no URL"
     ]
+
+
+@pytest.mark.django_db
+def test_a_local_cache_ttl_of_0_passes_the_check_and_keeps_no_result(settings, tenant):
+    """``LOCAL_CACHE_TTL_SECONDS = 0`` ("keep none in the process") passed ``manage.py check``,
+    then the cache refused it when first built: every write under Redis answered 500."""
+    assert errors_with(settings, LOCAL_CACHE_TTL_SECONDS=0) == []
+    nodes.reset()
+    nodes.local_cache.cache_clear()
+    try:
+        first = post_note(Client(), tenant, key="k")
+        retry = post_note(Client(), tenant, key="k")
+        assert (first.status_code, retry.status_code) == (201, 201)
+        assert retry["Idempotent-Replayed"] == "true" and retry.content == first.content
+        assert nodes.local_cache().bytes_used == 0 and len(nodes.local_cache()) == 0
+    finally:
+        nodes.local_cache.cache_clear()
