@@ -282,6 +282,10 @@ def _number(
 ) -> Problem | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be a number, not {value!r}"
+    if not math.isfinite(value):
+        # float() reads "nan" and "inf" from the environment: a NaN period is never reached
+        # (no time is past it), an infinite one never ends, and time.sleep() refuses both
+        return f"must be a finite number, not {value!r}"
     if minimum is not None and value < minimum:
         return f"must be {minimum} or more, not {value!r}"
     if minimum_exclusive is not None and value <= minimum_exclusive:
@@ -348,7 +352,7 @@ def _breaker(value: Any) -> Problem | None:
     except TypeError as exc:
         return f"has an unknown option: {exc}"
     for option, number in value.items():
-        if _number(number, minimum_exclusive=0):
+        if isinstance(number, bool) or not isinstance(number, int | float) or number <= 0:
             return f"option {option!r} must be a positive number, not {number!r}"
         if option in _BREAKER_COUNTS and not isinstance(number, int):
             return f"option {option!r} must be a whole number more than 0, not {number!r}"

@@ -224,6 +224,29 @@ def test_a_breaker_option_no_breaker_can_work_with_is_named(settings, option, va
     assert f"option {option!r} {expected}" in message
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AUDIT_FLUSH_SECONDS",
+        "SCRIPT_REFRESH_SECONDS",
+        "INSTANCE_DEAD_AFTER_SECONDS",
+        "LOCAL_CACHE_TTL_SECONDS",
+        "RATE_LIMIT_CACHE_SECONDS",
+        "USAGE_CACHE_SECONDS",
+        "TENANT_POLICY_CACHE_SECONDS",
+    ],
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_period_in_seconds_that_is_no_finite_number_is_named(settings, name, value):
+    """A setting read from the environment with ``float()`` takes "nan" and "inf": each passed
+    the check. An ``AUDIT_FLUSH_SECONDS`` of either killed the audit writer's thread at its
+    first batch (``time.sleep`` refuses them), so first-execution counts and the audits
+    neither Redis nor the database took piled up until dropped; a NaN refresh period or cache
+    lifetime is never reached (no time is past NaN), an infinite one never ends."""
+    [message] = errors_with(settings, **{name: value})
+    assert message.startswith(f'IDEMPOTENCY["{name}"] ') and "must be a finite number" in message
+
+
 def test_a_missing_scope_resolver_stops_manage_py_check(tmp_path: Path):
     (tmp_path / "host_settings.py").write_text(
         "from idempotency.tests.settings import *\n"
