@@ -48,6 +48,12 @@ def test_the_contract_table_names_every_error_code():
     assert [c.value for c in IdempotencyErrorCode if f"`{c.value}`" not in contract] == []
 
 
+def test_the_readme_cites_no_document_the_distribution_does_not_ship():
+    """The README is the distribution's description: a host reads it without the repository
+    the engine came from, whose design notes (``DESIGN``, ``docs/adr``) it cannot open."""
+    assert re.findall(r"\bADR \d+|\bDESIGN\b|docs/adr", README) == []
+
+
 def test_the_quick_start_is_the_module_the_suite_runs():
     settings_block, *code_blocks = python_blocks(section("Quick start"))
     namespace: dict = {}
