@@ -115,6 +115,11 @@ def scope_of(*, principal: str, method: str, route: str) -> str:
     return f"{full[: MAX_SCOPE_LENGTH - len(digest) - 1]}#{digest}"
 
 
+# What a tenant may not hold: ":" ends the tenant in a sub-bucket's hash tag ``{t:<tenant>:<n>}``
+# and "}" ends the tag itself, so "a:eu" or "a}eu" would name keys inside tenant "a"'s
+TENANT_TAG_CHARACTERS = (":", "}")
+
+
 def tenant_hash_tag(tenant: str) -> str:
     """``{t:<tenant>}``: the hash tag of the tenant's keys, so its cluster slot."""
     return f"{{t:{tenant}}}"

@@ -30,6 +30,7 @@ from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.metrics import count_rate_limited
 from idempotency.web.errors import ProblemAPIView
 from idempotency.web.fields import BoundedListField, StrictCharField, StrictIntegerField
+from idempotency.web.http import identity_refusal
 from idempotency.web.throttle import TenantRateThrottle
 
 UNAVAILABLE_RETRY_AFTER_SECONDS = 5
@@ -93,14 +94,15 @@ class TokenStatusField(serializers.CharField):
     name it ``StatusEnum`` like the orders' ``status`` and warn about the collision."""
 
 
-def _caller(request: Request) -> tuple[str, str]:
-    """(tenant, principal) as the engine names them; tokens are bound to both."""
+def _caller(request: Request) -> tuple[str, str] | HttpResponse:
+    """(tenant, principal) as the engine names them, tokens being bound to both; or the
+    refusal of an identity whose tokens would be stored under another tenant's keys."""
     identity = caller_scope(request)
     if identity is None:
         raise exceptions.PermissionDenied(
             "Idempotency tokens are issued only to callers this site identifies"
         )
-    return identity
+    return identity_refusal(*identity) or identity
 
 
 def _unavailable() -> HttpResponse:
@@ -137,7 +139,10 @@ class IssueTokensView(ProblemAPIView):
         """Issue up to 1,000 one-time tokens, each usable once as an ``Idempotency-Key``."""
         data = IssueTokensIn(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant, principal = _caller(request)
+        identity = _caller(request)
+        if isinstance(identity, HttpResponse):
+            return identity
+        tenant, principal = identity
         try:
             issued = tokens.issue_tokens(
                 tenant=tenant, principal=principal, count=data.validated_data["count"]
@@ -163,7 +168,10 @@ class CheckTokensView(ProblemAPIView):
         """Which of these tokens can still be used (one Redis round trip for all of them)."""
         data = CheckTokensIn(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant, principal = _caller(request)
+        identity = _caller(request)
+        if isinstance(identity, HttpResponse):
+            return identity
+        tenant, principal = identity
         given = data.validated_data["tokens"]
         try:
             states = tokens.check_tokens(tenant=tenant, principal=principal, tokens=given)

@@ -35,6 +35,7 @@ from idempotency.core.hashing import hash_keys, key_by_id
 from idempotency.core.keys import (
     MAX_TENANT_LENGTH,
     SCOPE_SEPARATOR,
+    TENANT_TAG_CHARACTERS,
     InvalidKey,
     ScopedKey,
     automatic_key,
@@ -117,21 +118,9 @@ def prepare(
     if identity is None:
         return None
     tenant, principal = identity
-    if len(tenant) > MAX_TENANT_LENGTH:
-        # its record would fail to insert after the view ran: a 500 on every request
-        return _unusable_identity(
-            IdempotencyErrorCode.TENANT_INVALID,
-            f"a tenant of {len(tenant)} characters (at most {MAX_TENANT_LENGTH})",
-            tenant,
-        )
-    if SCOPE_SEPARATOR in principal:
-        # its scopes would read as another principal's: erasing principal "a" would take the
-        # records of "a|b" too, and "a|b"'s retry would run again
-        return _unusable_identity(
-            IdempotencyErrorCode.PRINCIPAL_INVALID,
-            f"a principal holding {SCOPE_SEPARATOR!r}",
-            principal,
-        )
+    refusal = identity_refusal(tenant, principal)
+    if refusal is not None:
+        return refusal
     keys = hash_keys()
     version = keyed_version(keys[0].id)
     try:
@@ -199,6 +188,35 @@ def prepare(
         render_pointer=render_pointer,
         recall=recall,
     )
+
+
+def identity_refusal(tenant: str, principal: str) -> HttpResponse | None:
+    """The 400 for a tenant or principal the engine cannot keep apart from another's, else
+    None: asked before any view runs or any token is issued."""
+    if len(tenant) > MAX_TENANT_LENGTH:
+        # its record would fail to insert after the view ran: a 500 on every request
+        return _unusable_identity(
+            IdempotencyErrorCode.TENANT_INVALID,
+            f"a tenant of {len(tenant)} characters (at most {MAX_TENANT_LENGTH})",
+            tenant,
+        )
+    if any(c in tenant for c in TENANT_TAG_CHARACTERS):
+        # its Redis keys would read as another tenant's: tenant "a"'s erasure would take
+        # those of "a:eu" or "a}eu", and "a:1"'s would be those of "a"'s first sub-bucket
+        return _unusable_identity(
+            IdempotencyErrorCode.TENANT_INVALID,
+            f"a tenant holding one of {TENANT_TAG_CHARACTERS!r}",
+            tenant,
+        )
+    if SCOPE_SEPARATOR in principal:
+        # its scopes would read as another principal's: erasing principal "a" would take the
+        # records of "a|b" too, and "a|b"'s retry would run again
+        return _unusable_identity(
+            IdempotencyErrorCode.PRINCIPAL_INVALID,
+            f"a principal holding {SCOPE_SEPARATOR!r}",
+            principal,
+        )
+    return None
 
 
 def _unusable_identity(code: IdempotencyErrorCode, what: str, value: str) -> HttpResponse:

@@ -312,6 +312,29 @@ def test_a_tenant_too_long_to_keep_is_refused_before_the_view_runs(engine_mode, 
     assert post_note(client, "t" * 64, key="k-tenant").status_code == 201
 
 
+@pytest.mark.parametrize("suffix", [":eu", "}eu"], ids=["colon", "brace"])
+def test_a_tenant_whose_keys_another_tenant_s_would_name_is_refused(
+    engine_mode, client, tenant, suffix
+):
+    """Redis names a tenant's keys by the hash tag ``{t:<tenant>}``, and a hot tenant's
+    sub-buckets ``{t:<tenant>:<n>}``: a tenant ``<tenant>:eu`` (or ``<tenant>}eu``) had keys
+    that tenant ``<tenant>``'s erasure patterns matched, so forgetting ``<tenant>`` deleted the
+    other's claims, replies and tokens, and ``<tenant>:1``'s keys were those of ``<tenant>``'s
+    first bucket. Such a tenant is refused before the view runs, and no token is issued to it
+    (red: 201, and its keys went with ``forget_tenant_keys(<tenant>)``)."""
+    other = f"{tenant}{suffix}"
+    refused = post_note(client, other, key="k-tenant")
+    assert refused.status_code == 400
+    assert json.loads(refused.content)["code"] == "IDEMPOTENCY_TENANT_INVALID"
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+    issued = client.post(
+        "/api/idempotency-tokens/", {"count": 1}, content_type="application/json", **caller(other)
+    )
+    assert issued.status_code == 400
+    assert json.loads(issued.content)["code"] == "IDEMPOTENCY_TENANT_INVALID"
+    assert post_note(client, tenant, key="k-tenant").status_code == 201
+
+
 def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant):
     behaviour["fail_once"] = {"flaky"}
     failed = post_note(client, tenant, key="k-5xx", text="flaky")
