@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.http import HttpResponse, QueryDict
 from django.urls import resolve
+from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -113,7 +114,7 @@ def idempotent(
                 return handler(view, request, *args, **kwargs)
             # request.data raises ParseError for a bad body: DRF answers 400 INVALID_JSON.
             payload = business_payload(
-                request.data, policy.fields, kwargs, with_files=bool(request.FILES)
+                _request_data(request), policy.fields, kwargs, with_files=bool(request.FILES)
             )
             prepared = prepare(
                 request,
@@ -136,6 +137,17 @@ def idempotent(
         return wrapper
 
     return decorate
+
+
+def _request_data(request: Request) -> Any:
+    """``request.data``, with a body nested deeper than the parser can recurse answered as the
+    parse error it is: DRF's JSON parser turns ``ValueError`` into ``ParseError`` (a 400) but
+    lets ``RecursionError`` through, and the decorator, which reads the body before the view
+    runs, turned it into a 500 and a traceback."""
+    try:
+        return request.data
+    except RecursionError:
+        raise exceptions.ParseError("The request body is nested too deeply to be read.") from None
 
 
 def _run_view(

@@ -335,6 +335,18 @@ def test_a_tenant_whose_keys_another_tenant_s_would_name_is_refused(
     assert post_note(client, tenant, key="k-tenant").status_code == 201
 
 
+def test_a_body_nested_deeper_than_json_can_read_is_a_400_not_a_500(engine_mode, client, tenant):
+    """The decorator reads the body before the view runs. DRF's JSON parser answers a body it
+    cannot read with 400, but a body nested deeper than Python's recursion limit raised
+    ``RecursionError`` out of it, which DRF does not answer: a 500 and a traceback from the
+    decorator, for a request a client can send anywhere."""
+    body = '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    headers = {**caller(tenant), "HTTP_IDEMPOTENCY_KEY": "k-deep"}
+    refused = client.post("/notes/", body, content_type="application/json", **headers)
+    assert refused.status_code == 400
+    assert Note.objects.count() == 0 and not IdempotencyRecord.objects.exists()
+
+
 def test_a_5xx_is_not_stored_and_the_retry_executes(engine_mode, client, tenant):
     behaviour["fail_once"] = {"flaky"}
     failed = post_note(client, tenant, key="k-5xx", text="flaky")
