@@ -31,6 +31,7 @@ from rest_framework.views import APIView
 from idempotency.core import engine
 from idempotency.core.conf import Policy, engine_setting, field_names
 from idempotency.core.redaction import check_paths
+from idempotency.web.errors import NESTED_TOO_DEEPLY
 from idempotency.web.http import (
     KEY_HEADER,
     business_payload,
@@ -147,7 +148,7 @@ def _request_data(request: Request) -> Any:
     try:
         return request.data
     except RecursionError:
-        raise exceptions.ParseError("The request body is nested too deeply to be read.") from None
+        raise exceptions.ParseError(NESTED_TOO_DEEPLY) from None
 
 
 def _run_view(

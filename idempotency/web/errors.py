@@ -52,8 +52,19 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRe
     return answer
 
 
+# DRF's JSON parser turns ValueError into ParseError (a 400) but lets RecursionError through:
+# a body nested deeper than Python's recursion limit is as unreadable as "{"
+NESTED_TOO_DEEPLY = "The request body is nested too deeply to be read."
+
+
 class ProblemAPIView(APIView):
     """The engine's own views: refusals as problem+json unless the host handles them."""
+
+    def handle_exception(self, exc: Exception) -> Any:
+        """A body the parser could not read for its depth is a parse error, not a 500."""
+        if isinstance(exc, RecursionError):
+            exc = exceptions.ParseError(NESTED_TOO_DEEPLY)
+        return super().handle_exception(exc)
 
     def get_exception_handler(self) -> Any:
         host = super().get_exception_handler()

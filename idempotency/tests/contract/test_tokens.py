@@ -211,3 +211,13 @@ def test_in_a_host_with_drf_s_own_error_handler_the_token_api_answers_problem_js
     limited = client.post(tokens_url, {"count": 1}, **json_body)
     assert _problem(limited) == (429, problem_json, "RATE_LIMITED")
     assert 0 < int(limited["Retry-After"]) <= 60
+
+
+@pytest.mark.parametrize("url", ["/api/idempotency-tokens/", "/api/idempotency-tokens/check/"])
+def test_a_body_nested_too_deeply_is_a_parse_error_of_the_token_api(client, tenant, url):
+    """DRF's JSON parser turns ``ValueError`` into a 400 but lets ``RecursionError`` through:
+    a body nested deeper than Python's recursion limit was a 500 and a traceback from both
+    token views, where "{" is a problem+json ``PARSE_ERROR``."""
+    body = '{"count": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    refused = client.post(url, body, content_type="application/json", **caller(tenant))
+    assert _problem(refused) == (400, "application/problem+json", "PARSE_ERROR")
