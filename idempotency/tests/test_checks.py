@@ -387,6 +387,29 @@ def test_a_form_page_that_names_no_url_is_named_before_any_request(monkeypatch):
     ]
 
 
+def test_a_form_page_given_lazily_or_as_no_page_is_named_before_any_request(monkeypatch):
+    """``form_page=reverse_lazy("note-froms")``, Django's idiom for a URL named in a decorator,
+    passed the check that a name does (only strings were checked), and ``form_page=5`` passed
+    the decorator: either was a 500 at the first refused form without a ``Referer``."""
+    from django.http import HttpResponse
+    from django.urls import reverse_lazy
+
+    from idempotency.web import forms
+
+    monkeypatch.setattr(forms, "NAMED_FORM_PAGES", list(forms.NAMED_FORM_PAGES))
+
+    def save_note(request):
+        return HttpResponse()
+
+    forms.idempotent_form(form_page=reverse_lazy("note-form"))(save_note)
+    assert [m for m in run_checks() if m.id == "idempotency.E006"] == []
+    forms.idempotent_form(form_page=reverse_lazy("note-froms"))(save_note)
+    [message] = [m.msg for m in run_checks() if m.id == "idempotency.E006"]
+    assert "form_page=reverse_lazy('note-froms')" in message and "names no URL" in message
+    with pytest.raises(ImproperlyConfigured, match=r"form_page of .*save_note .* not 5"):
+        forms.idempotent_form(form_page=5)(save_note)
+
+
 @pytest.mark.django_db
 def test_a_local_cache_ttl_of_0_passes_the_check_and_keeps_no_result(settings, tenant):
     """``LOCAL_CACHE_TTL_SECONDS = 0`` ("keep none in the process") passed ``manage.py check``,

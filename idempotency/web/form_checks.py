@@ -8,6 +8,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, get_resolver
+from django.utils.functional import Promise
 
 from idempotency.web import forms
 
@@ -28,10 +29,19 @@ def check_form_pages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         except NoReverseMatch:
             messages.append(
                 Error(
-                    f"@idempotent_form(form_page={page!r}) of {view} names no URL",
+                    f"@idempotent_form(form_page={_given(page)}) of {view} names no URL",
                     hint="give the name of a URL pattern without arguments, a path, or a "
                     "callable given the view's request and arguments",
                     id="idempotency.E006",
                 )
             )
     return messages
+
+
+def _given(page: str | Promise) -> str:
+    """The ``form_page`` as the decorator was given it; a ``reverse_lazy()`` by its URL name
+    (the first argument lazy()'s proxy keeps), not as a proxy object's repr."""
+    if not isinstance(page, Promise):
+        return repr(page)
+    args = getattr(page, "_args", ())
+    return f"reverse_lazy({args[0]!r})" if args else repr(page)

@@ -29,6 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
 from django.template.response import SimpleTemplateResponse
+from django.utils.functional import Promise
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from idempotency.core import engine, responses
@@ -71,11 +72,11 @@ _A_CLASS = (
 )
 # Where a refused form goes when the browser did not say where it posted from: a URL name or a
 # path (``resolve_url``), or a callable given the view's request and arguments
-FormPage = str | Callable[..., str]
+FormPage = str | Promise | Callable[..., str]
 # Each decorated view's ``form_page`` given as a name or path, with the view's name: a name no
 # URL has would fail only when a refused form arrives without a ``Referer``, as a 500, so
 # ``idempotency.checks.check_form_pages`` resolves them all when the URLconf is loaded.
-NAMED_FORM_PAGES: list[tuple[str, str]] = []
+NAMED_FORM_PAGES: list[tuple[str, str | Promise]] = []
 
 
 def idempotent_form(
@@ -108,8 +109,14 @@ def idempotent_form(
         refuse_async(view, decorator="@idempotent_form")
         if first_parameter(view) == "self":
             raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
-        if isinstance(form_page, str):
+        if isinstance(form_page, str | Promise):  # a lazy one: reverse_lazy("note-list")
             NAMED_FORM_PAGES.append((f"{view.__module__}.{view.__qualname__}", form_page))
+        elif form_page is not None and not callable(form_page):
+            # it would be read only when a refused form arrives without a Referer: a 500
+            raise ImproperlyConfigured(
+                f"@idempotent_form's form_page of {view.__qualname__} must be a URL name, a "
+                f"path or a callable given the view's request and arguments, not {form_page!r}"
+            )
 
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
