@@ -66,8 +66,8 @@ NOT_ANSWERED_BY_THE_API = {
     OrderingErrorCode.INVALID_TRANSITION_TARGET,
     # dashboard-side: a user without a membership sees a page, not an API error
     TenantErrorCode.NOT_A_MEMBER,
-    # the engine's refusal of a tenant over 64 characters: the product's resolver gives a
-    # tenant's primary key, never that long
+    # the engine's refusal of a tenant over 64 characters, or holding ":" or "}": the
+    # product's resolver gives a tenant's primary key, never that long nor holding either
     IdempotencyErrorCode.TENANT_INVALID,
     # and of a principal holding "|": the product's principals (diner:<id>, api:<prefix>, …)
     # are made of characters that exclude it
