@@ -10,10 +10,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from ordering_client import (
+    ApiResult,
     NetworkError,
     OrderingClient,
     RetriesExhaustedError,
@@ -141,18 +143,7 @@ def test_a_success_page_not_from_the_api_is_an_unknown_outcome_retried_with_the_
             return httpx.Response(200, html="<html>Sign in to the cafe's wifi</html>")
         return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "MISS"})
 
-    events: list[RetryEvent] = []
-    client = OrderingClient(
-        "http://api.test",
-        "pk_test.secret",
-        transport=httpx.MockTransport(answer),
-        retry=RetryPolicy(base_delay=0.01, max_delay=0.05),
-        on_retry=events.append,
-    )
-    placed = client.place_order(
-        {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}
-    )
-    client.close()
+    placed, events = place_with_quick_retries(answer)
     assert (placed.status, placed.json()) == (201, {"id": "1"})
     assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
     assert isinstance(events[0].error, NetworkError) and "not the API's" in str(events[0].error)
@@ -210,6 +201,15 @@ def test_an_answer_whose_body_cannot_be_decoded_is_an_unknown_outcome_retried_wi
             )
         return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "HIT"})
 
+    placed, events = place_with_quick_retries(answer)
+    assert (placed.status, placed.replayed) == (201, True)
+    assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
+    assert isinstance(events[0].error, NetworkError) and "DecodingError" in str(events[0].error)
+
+
+def place_with_quick_retries(answer: Any) -> tuple[ApiResult, list[RetryEvent]]:
+    """One order placed through a fake server that answers with ``answer``, retried quickly:
+    the final answer and the retries the client reported."""
     events: list[RetryEvent] = []
     client = OrderingClient(
         "http://api.test",
@@ -218,10 +218,10 @@ def test_an_answer_whose_body_cannot_be_decoded_is_an_unknown_outcome_retried_wi
         retry=RetryPolicy(base_delay=0.01, max_delay=0.05),
         on_retry=events.append,
     )
-    placed = client.place_order(
-        {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}
-    )
-    client.close()
-    assert (placed.status, placed.replayed) == (201, True)
-    assert len(order_keys) == 2 and order_keys[0] == order_keys[1] is not None
-    assert isinstance(events[0].error, NetworkError) and "DecodingError" in str(events[0].error)
+    try:
+        placed = client.place_order(
+            {"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}
+        )
+    finally:
+        client.close()
+    return placed, events
