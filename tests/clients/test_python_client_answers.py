@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -130,18 +130,10 @@ def test_a_success_page_not_from_the_api_is_an_unknown_outcome_retried_with_the_
     """A captive portal answers 200 with its own page: not the API's answer (no
     X-Idempotent-Result), so the operation's outcome is unknown and it is retried with the
     same key (red when any 2xx counts: the call returns the portal and forgets the key)."""
-    order_keys: list[str | None] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/api/v1/diner-sessions/":
-            return httpx.Response(
-                201,
-                json={"token": "t", "diner_id": "guest_1", "expires_at": "2999-01-01T00:00:00Z"},
-            )
-        order_keys.append(request.headers.get("idempotency-key"))
-        if len(order_keys) == 1:
-            return httpx.Response(200, html="<html>Sign in to the cafe's wifi</html>")
-        return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "MISS"})
+    answer, order_keys = guest_api(
+        lambda: httpx.Response(200, html="<html>Sign in to the cafe's wifi</html>"),
+        lambda: httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "MISS"}),
+    )
 
     placed, events = place_with_quick_retries(answer)
     assert (placed.status, placed.json()) == (201, {"id": "1"})
@@ -180,26 +172,18 @@ def test_an_answer_whose_body_cannot_be_decoded_is_an_unknown_outcome_retried_wi
     gzip stream cut or mangled): the answer is unreadable, so the outcome is unknown and the
     operation is retried with the same key (red: httpx.DecodingError escaped the call, no
     OrderingError, no retry)."""
-    order_keys: list[str | None] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/api/v1/diner-sessions/":
-            return httpx.Response(
-                201,
-                json={"token": "t", "diner_id": "guest_1", "expires_at": "2999-01-01T00:00:00Z"},
-            )
-        order_keys.append(request.headers.get("idempotency-key"))
-        if len(order_keys) == 1:
-            return httpx.Response(
-                201,
-                content=b"\x1f\x8b\x08\x00 not a gzip stream",
-                headers={
-                    "Content-Type": "application/json",
-                    "Content-Encoding": "gzip",
-                    "X-Idempotent-Result": "MISS",
-                },
-            )
-        return httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "HIT"})
+    answer, order_keys = guest_api(
+        lambda: httpx.Response(
+            201,
+            content=b"\x1f\x8b\x08\x00 not a gzip stream",
+            headers={
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+                "X-Idempotent-Result": "MISS",
+            },
+        ),
+        lambda: httpx.Response(201, json={"id": "1"}, headers={"X-Idempotent-Result": "HIT"}),
+    )
 
     placed, events = place_with_quick_retries(answer)
     assert (placed.status, placed.replayed) == (201, True)
@@ -225,3 +209,22 @@ def place_with_quick_retries(answer: Any) -> tuple[ApiResult, list[RetryEvent]]:
     finally:
         client.close()
     return placed, events
+
+
+def guest_api(*order_answers: Callable[[], httpx.Response]) -> tuple[Any, list[str | None]]:
+    """A fake API of one guest session whose order endpoint answers what ``order_answers``
+    make, in turn (the last one again), and the keys the order requests carried. Made while
+    answering: httpx decodes a body as the response is made, so an undecodable one must fail
+    inside the client's call."""
+    order_keys: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/diner-sessions/":
+            return httpx.Response(
+                201,
+                json={"token": "t", "diner_id": "guest_1", "expires_at": "2999-01-01T00:00:00Z"},
+            )
+        order_keys.append(request.headers.get("idempotency-key"))
+        return order_answers[min(len(order_keys), len(order_answers)) - 1]()
+
+    return answer, order_keys
