@@ -11,9 +11,7 @@ other workers for up to a minute (docs/tenancy.md promises 1 s).
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import Counter
 from collections.abc import Iterator
 
 import httpx
@@ -21,16 +19,15 @@ import pytest
 from django.conf import settings
 
 from tenants.models import Tenant
+from tests.flows.test_credential_feed_live import cache_everywhere, read_all
 from tests.support.auth import bearer, diner_token
-from tests.support.live_server import LiveServer, live_gunicorn
+from tests.support.live_server import live_gunicorn
 from tests.support.redis_nodes import RedisNode
 from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ORDERS = "/api/v1/orders/"
 BOUND_S = 1.0
-READS = 24
 PAUSE_MS = 3000
 
 
@@ -39,31 +36,6 @@ def node() -> Iterator[RedisNode]:
     node = RedisNode().start()
     yield node
     node.remove()
-
-
-def _read_all(server: LiveServer, headers: dict[str, str]) -> list[httpx.Response]:
-    """GET the orders READS times at once, each on its own connection (any worker takes it)."""
-
-    async def go() -> list[httpx.Response]:
-        limits = httpx.Limits(max_connections=READS, max_keepalive_connections=0)
-        async with httpx.AsyncClient(
-            base_url=server.url, timeout=DEADLINE_SECONDS, limits=limits
-        ) as client:
-            calls = [client.get(ORDERS, headers=headers) for _ in range(READS)]
-            return await asyncio.gather(*calls)
-
-    return asyncio.run(go())
-
-
-def _cache_everywhere(server: LiveServer, headers: dict[str, str]) -> None:
-    """Read until every worker has answered 200 at least twice (state cached and trusted)."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        assert {r.status_code for r in _read_all(server, headers)} == {200}
-        pids = Counter(line.pid for line in server.access_log() if line.path == ORDERS)
-        if set(pids) >= server.worker_pids and min(pids.values()) >= 2:
-            return
-        assert time.monotonic() < deadline, pids
 
 
 def _answers(responses: list[httpx.Response]) -> set[tuple[int, str | None]]:
@@ -81,9 +53,9 @@ def test_a_sign_out_during_a_write_pause_is_refused_by_every_worker_within_1s(
     with live_gunicorn(db_name=db_name, log_dir=tmp_path, env=env) as server:
         # given a diner session every worker holds in its cache while it hears the feed (read
         # again past the short bound: what a worker read before its feed was heard is gone)
-        _cache_everywhere(server, headers)
+        cache_everywhere(server, headers)
         time.sleep(2 * BOUND_S)
-        _cache_everywhere(server, headers)
+        cache_everywhere(server, headers)
         # when Redis holds every write for 3 s, as a failover does, and the diner signs out
         node.client().client_pause(PAUSE_MS, all=False)
         paused_at = time.monotonic()
@@ -97,7 +69,7 @@ def test_a_sign_out_during_a_write_pause_is_refused_by_every_worker_within_1s(
         ended_at = time.monotonic()
         # then 1 s after the sign-out was answered, no worker lets the session in
         time.sleep(max(0.0, ended_at + BOUND_S - time.monotonic()))
-        assert _answers(_read_all(server, headers)) == {(401, "SESSION_REVOKED")}
+        assert _answers(read_all(server, headers)) == {(401, "SESSION_REVOKED")}
         # and once the pause is over, none trusts the state it had cached before it again
         time.sleep(max(0.0, paused_at + PAUSE_MS / 1000 + BOUND_S - time.monotonic()))
-        assert _answers(_read_all(server, headers)) == {(401, "SESSION_REVOKED")}
+        assert _answers(read_all(server, headers)) == {(401, "SESSION_REVOKED")}

@@ -20,6 +20,7 @@ from tenants.diner_sessions import revoke_diner
 from tenants.models import ApiClient
 from tests.flows.conftest import ONE_REDIS_ENV, Shop
 from tests.support.live_server import LiveServer, gunicorn_fixture
+from tests.support.waiting import DEADLINE_SECONDS
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -34,23 +35,25 @@ live_gunicorn_long_ttl = gunicorn_fixture(
 )
 
 
-def _read_all(server: LiveServer, headers: dict[str, str]) -> list[httpx.Response]:
+def read_all(server: LiveServer, headers: dict[str, str]) -> list[httpx.Response]:
     """GET the orders READS times at once, each on its own connection (any worker takes it)."""
 
     async def go() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=READS, max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=server.url, timeout=30.0, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=DEADLINE_SECONDS, limits=limits
+        ) as client:
             calls = [client.get(ORDERS, headers=headers) for _ in range(READS)]
             return await asyncio.gather(*calls)
 
     return asyncio.run(go())
 
 
-def _cache_everywhere(server: LiveServer, headers: dict[str, str]) -> None:
+def cache_everywhere(server: LiveServer, headers: dict[str, str]) -> None:
     """Read until every worker has answered 200 at least twice (state cached and trusted)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + DEADLINE_SECONDS
     while True:
-        assert {r.status_code for r in _read_all(server, headers)} == {200}
+        assert {r.status_code for r in read_all(server, headers)} == {200}
         pids = Counter(line.pid for line in server.access_log() if line.path == ORDERS)
         if set(pids) >= server.worker_pids and min(pids.values()) >= 2:
             return
@@ -69,7 +72,7 @@ def test_a_revocation_in_another_process_is_refused_by_every_worker_within_1s(
         client, key = issue_api_key(tenant=shop.tenant, name="till", kind=ApiClient.Kind.MERCHANT)
         headers = {"Authorization": f"Api-Key {key}"}
         expected = "API_KEY_INVALID"
-    _cache_everywhere(live_gunicorn_long_ttl, headers)
+    cache_everywhere(live_gunicorn_long_ttl, headers)
     # when this process (not the server) revokes it
     if credential == "diner session":
         assert revoke_diner(tenant=shop.tenant, diner_id="leaving") == 1
@@ -78,5 +81,5 @@ def test_a_revocation_in_another_process_is_refused_by_every_worker_within_1s(
     revoked_at = time.monotonic()
     # then one second later no worker answers with it any more
     time.sleep(max(0.0, revoked_at + BOUND_S - time.monotonic()))
-    after = _read_all(live_gunicorn_long_ttl, headers)
+    after = read_all(live_gunicorn_long_ttl, headers)
     assert {(r.status_code, r.json()["code"]) for r in after} == {(401, expected)}
