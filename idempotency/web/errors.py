@@ -35,11 +35,9 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRe
     decided = exception_handler(exc, context)
     if decided is None:
         return None
-    drf_exc = exc if isinstance(exc, exceptions.APIException) else None
     code = next((c for t, c in _CODES if isinstance(exc, t)), None)
     if code is None:
-        default = getattr(drf_exc, "default_code", None) or "error"
-        code = str(default).upper()
+        code = str(getattr(exc, "default_code", None) or "error").upper()
     extra: dict[str, Any] = {}
     if isinstance(exc, exceptions.ValidationError):
         detail, extra["errors"] = "Invalid input", exc.detail
