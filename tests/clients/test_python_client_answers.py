@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from ordering_client import (
+    ApiError,
     ApiResult,
     NetworkError,
     OrderingClient,
@@ -226,3 +227,19 @@ def guest_api(*order_answers: Callable[[], httpx.Response]) -> tuple[Any, list[s
         return order_answers[min(len(order_keys), len(order_answers)) - 1]()
 
     return answer, order_keys
+
+
+def test_a_redirect_is_a_final_error_naming_where_it_points() -> None:
+    """An ``http://`` address a proxy answers with a redirect to ``https://`` is the caller's
+    to fix: one attempt, and an ``ApiError`` naming the new address."""
+    answer, order_keys = guest_api(
+        lambda: httpx.Response(301, headers={"Location": "https://api.test/api/v1/orders/"})
+    )
+
+    with pytest.raises(ApiError) as raised:
+        place_with_quick_retries(answer)
+
+    assert not isinstance(raised.value, RetriesExhaustedError)
+    assert raised.value.status == 301
+    assert "redirected to https://api.test/api/v1/orders/" in raised.value.detail
+    assert len(order_keys) == 1

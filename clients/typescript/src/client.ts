@@ -516,7 +516,8 @@ export class OrderingClient {
         // portal's page) says nothing about the request: its outcome is unknown, retried
         // (with the same key).
         const fromTheApi = key === undefined || response.headers.has("x-idempotent-result");
-        const data = response.status < 400 && fromTheApi ? jsonOf(text) : NOT_JSON;
+        const redirected = isRedirect(response);
+        const data = response.status < 400 && !redirected && fromTheApi ? jsonOf(text) : NOT_JSON;
         if (data !== NOT_JSON) {
           return {
             status: response.status,
@@ -527,6 +528,9 @@ export class OrderingClient {
             replayed: response.headers.get("x-idempotent-result") === "HIT",
           };
         }
+        // A redirect (an http:// address answered by a proxy that sends clients to https://) is
+        // final: nothing behind it ran the request, and following it could turn a POST into a GET.
+        if (redirected) throw redirectedError(method, response, text);
         if (response.status < 400) {
           const why = fromTheApi ? "whose body is not JSON" : "without X-Idempotent-Result";
           error = new NetworkError(`a ${response.status} answer ${why}: not the API's`, null);
@@ -580,6 +584,7 @@ export class OrderingClient {
         method,
         headers,
         body: content,
+        redirect: "manual",
         signal: abort.signal,
       });
       return { response, text: await response.text() };
@@ -643,6 +648,22 @@ function jsonOf(text: string): unknown {
   } catch {
     return NOT_JSON;
   }
+}
+
+/** Whether the answer is a redirect, which `redirect: "manual"` hands back instead of following:
+ * a 3xx with its `Location` (Node), or an opaque one with none (a browser). */
+function isRedirect(response: Response): boolean {
+  return response.type === "opaqueredirect" || (response.status >= 300 && response.status < 400);
+}
+
+/** A redirect as the final `ApiError` it is: a client told the wrong address (`http://` where
+ * the API is served over `https://`, a path behind another prefix) must be told so, not retry
+ * into `RetriesExhaustedError`, and never follow it: `fetch` turns a POST redirected by 301 or
+ * 302 into a GET. */
+function redirectedError(method: string, response: Response, text: string): ApiError {
+  const location = response.headers.get("location");
+  const detail = `${method} redirected${location ? ` to ${location}` : ""}: not followed; set baseUrl to the API's own address`;
+  return new ApiError(response.status, null, detail, {}, response.headers, text);
 }
 
 function apiError(response: Response, text: string): ApiError {

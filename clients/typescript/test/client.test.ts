@@ -459,3 +459,39 @@ test("a note the server refuses for its combining marks names its operation with
   const decomposed = { ...ORDER, note: "cafe\u0301" };
   assert.equal(requestId("POST", "/api/v1/orders/", composed), requestId("POST", "/api/v1/orders/", decomposed));
 });
+
+test("a redirect is a final ApiError naming where it points: never followed, so a POST never becomes a GET", async () => {
+  const { createServer } = await import("node:http");
+  const seen: string[] = [];
+  const server = createServer((request, response) => {
+    seen.push(`${request.method} ${request.url}`);
+    if (request.url === "/api/v1/diner-sessions/") {
+      response.writeHead(201, { "Content-Type": "application/json" }).end(JSON.stringify(SESSION));
+    } else if (request.url === "/api/v1/orders/") {
+      response.writeHead(301, { Location: "/moved/api/v1/orders/" }).end();
+    } else {
+      response.writeHead(200, { "Content-Type": "application/json", "X-Idempotent-Result": "MISS" }).end("[]");
+    }
+  });
+  await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
+  const { port } = server.address() as { port: number };
+  try {
+    const storage = memoryStorage();
+    const client = new OrderingClient({
+      baseUrl: `http://127.0.0.1:${port}`,
+      publishableKey: "pk_test.secret",
+      storage,
+      retry: { baseDelayMs: 10, maxDelayMs: 50 },
+    });
+
+    const error = await client.placeOrder(ORDER, { operationId: "cart-r" }).catch((e: unknown) => e);
+
+    assert.ok(error instanceof ApiError && !(error instanceof RetriesExhaustedError), String(error));
+    assert.equal(error.status, 301);
+    assert.match(error.detail, /redirected to \/moved\/api\/v1\/orders\//);
+    assert.deepEqual(seen, ["POST /api/v1/diner-sessions/", "POST /api/v1/orders/"]); // once, not followed
+    assert.equal(storage.getItem(entryOf("op:cart-r")), null); // its key never reached the API
+  } finally {
+    await new Promise((closed) => server.close(closed));
+  }
+});

@@ -606,6 +606,10 @@ class OrderingClient:
                 error = NetworkError(f"{type(exc).__name__}: {exc}")
                 error.__cause__ = exc
             else:
+                if response.is_redirect:
+                    # An http:// address a proxy sends to https://, a path behind another
+                    # prefix: nothing behind it ran the request, and a retry meets it again.
+                    raise _redirected(method, response)
                 if response.status_code < 400 and _from_the_api(response, key):
                     return ApiResult(response.status_code, response.content, response.headers, key)
                 if response.status_code < 400:
@@ -809,6 +813,22 @@ def _non_starters(char: str) -> tuple[int, int, int]:
     leading = next((i for i, mark in enumerate(marks) if not mark), len(marks))
     trailing = next((i for i, mark in enumerate(reversed(marks)) if not mark), len(marks))
     return leading, trailing, len(marks)
+
+
+def _redirected(method: str, response: httpx.Response) -> ApiError:
+    """A redirect as the final :class:`ApiError` it is, naming where it points. The client
+    follows none: the caller is told the API's own address instead of retrying into
+    :class:`RetriesExhaustedError`, and a 301 or 302 followed would turn a POST into a GET."""
+    location = response.headers.get("location")
+    return ApiError(
+        status=response.status_code,
+        code=None,
+        detail=f"{method} redirected{f' to {location}' if location else ''}: not followed; "
+        "give the client the API's own address",
+        problem={},
+        headers=dict(response.headers),
+        body=response.content,
+    )
 
 
 def _api_error(response: httpx.Response) -> ApiError:
