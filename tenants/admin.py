@@ -199,6 +199,16 @@ class MembershipAdmin(admin.ModelAdmin):
     autocomplete_fields = ["user", "tenant"]
     actions = ["remove_memberships"]
 
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        """Usernames and slugs, which the list shows, for everyone; e-mail addresses only for
+        staff who may see accounts (the accounts' pages show them). The list never shows an
+        address: searched by staff who may not see accounts, the rows a fragment of one left
+        told them the address one letter at a time."""
+        fields = list(super().get_search_fields(request))
+        if not user_admin.may_see_accounts(request):
+            fields.remove("user__email")
+        return fields
+
     def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, **kwargs)
         return user_admin.naming_staff_accounts(form, request)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from django.contrib import admin
+from django.contrib.auth import get_permission_codename
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.http import HttpRequest
@@ -32,6 +33,16 @@ GRANTS = ("is_superuser", "is_staff", "groups", "user_permissions")
 
 def grants(request: HttpRequest) -> bool:
     return bool(request.user.is_superuser)
+
+
+def may_see_accounts(request: HttpRequest) -> bool:
+    """Whether the accounts' pages (e-mail addresses included) are this user's to view: "view
+    user" or "change user", as Django's admin decides it for the accounts' list."""
+    opts = User._meta
+    return any(
+        request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+        for action in ("view", "change")
+    )
 
 
 class PlatformUserAdmin(UserAdmin):

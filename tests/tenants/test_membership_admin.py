@@ -309,3 +309,43 @@ def test_a_superuser_still_makes_a_staff_account_a_member(staff, restaurant):
     )
     assert answer.status_code == 302
     assert Membership.objects.filter(user=colleague, tenant=tenant).exists()
+
+
+@pytest.mark.parametrize(
+    ("also", "finds_by_email"),
+    [
+        ((), False),
+        (("view_user",), True),
+        (("change_user",), True),
+    ],
+    ids=["memberships-only", "with-view-user", "with-change-user"],
+)
+def test_the_memberships_search_reads_e_mail_addresses_only_for_who_may_see_accounts(
+    restaurant, also, finds_by_email
+):
+    """The memberships' list shows each member's username, never their e-mail address, which
+    the accounts' pages show to staff who may view accounts. Searched by staff who may not,
+    the rows an address's fragment left told them the address one letter at a time (red: the
+    fragment found the member without "view user"). Usernames and slugs are searched for
+    everyone, as the list shows them."""
+    from django.contrib.auth.models import Permission
+
+    _, owner, _ = restaurant
+    User.objects.filter(pk=owner.user.pk).update(
+        username="giulia", email="g.rossi@private-mail.example"
+    )
+    user = User.objects.create_user("support", password="x-123456789", is_staff=True)
+    codenames = ("view_membership", *also)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+
+    def found(term: str) -> list[int]:
+        answer = client.get("/admin/tenants/membership/", {"q": term})
+        assert answer.status_code == 200
+        return sorted(m.pk for m in answer.context["cl"].result_list)
+
+    assert found("rossi@private") == ([owner.pk] if finds_by_email else [])
+    assert found("g.rossi@private-mail.example") == ([owner.pk] if finds_by_email else [])
+    assert found("giulia") == [owner.pk]
+    assert len(found("roma")) == 2  # the restaurant's slug: both its members
