@@ -673,11 +673,16 @@ LOGGING = {
         }
     },
     "loggers": {
+        # Django's own handlers of its "django" logger (a plain console copy under DEBUG, the
+        # admins' mail off DEBUG) wrote each line a second time with the request's path as
+        # sent: a diner id the tenant keeps out of its logs, and no JSON. Its lines go to the
+        # root's handler alone, through the formatter that masks them (config/logging.py).
+        "django": {"handlers": [], "propagate": True},
         "django.security.DisallowedHost": {
             "handlers": ["console"],
             "filters": ["refused_host"],
             "propagate": False,
-        }
+        },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
