@@ -6,11 +6,13 @@ A line logged while a tenant's request runs drops the fields of
 A line about a request logged after it ran (Django's own ``django.request`` line of a 4xx or
 5xx) takes the context the request ran with, which the middleware left on it, and writes a
 URL parameter of its path named as a dropped field (a diner id, an order id) as its name; a
-request refused before its tenant was known has every such parameter written as its name.
+request refused before its tenant was known has every such parameter written as its name, and a
+path no route matched has so each part that stands where a route takes one.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -18,6 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
+from django.urls import URLResolver, get_resolver
 
 from config.request_context import RequestContext, current
 
@@ -102,7 +106,10 @@ def _mask_request_path(line: dict[str, Any], request: Any, dropped: set[str]) ->
     dropped field (``/api/v1/diners/<diner_id>/…``, ``/api/v1/orders/<order_id>/…``) is
     written as its name, in ``msg`` and in ``request``."""
     match = getattr(request, "resolver_match", None)
-    if match is None or not match.route or not dropped & set(match.kwargs):
+    if match is None:
+        _mask_unrouted_path(line, request, dropped)
+        return
+    if not match.route or not dropped & set(match.kwargs):
         return
 
     def parameter(found: re.Match[str]) -> str:
@@ -113,6 +120,52 @@ def _mask_request_path(line: dict[str, Any], request: Any, dropped: set[str]) ->
     line["msg"] = str(line["msg"]).replace(request.path, masked)
     if "request" in line:
         line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
+
+
+def _mask_unrouted_path(line: dict[str, Any], request: Any, dropped: set[str]) -> None:
+    """A path no route matched (a 404 before any tenant was known: a mistyped action, a
+    missing trailing slash) still carries what the client put where a route takes a
+    parameter: ``/api/v1/diners/alice/revoke-sessions`` names a diner as surely as the route
+    does. Each part that stands where a route of the site, read from its start, takes a
+    dropped field is written as its name; a part no route names is left as sent."""
+    if not isinstance(request, HttpRequest) or not dropped:
+        return
+    path = request.path
+    parts = path.removeprefix("/").split("/")
+    names: dict[int, str] = {}
+    for route in _route_parts(get_resolver()):
+        for i, (part, pattern) in enumerate(zip(parts, route, strict=False)):
+            parameter = _ROUTE_PARAMETER.fullmatch(pattern)
+            if parameter is None:
+                if part != pattern:
+                    break
+            elif not part:
+                break
+            elif parameter[1] in dropped:
+                names[i] = f"<{parameter[1]}>"
+    if not names:
+        return
+    masked = "/" + "/".join(names.get(i, part) for i, part in enumerate(parts))
+    line["msg"] = str(line["msg"]).replace(path, masked)
+    if "request" in line:
+        line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
+
+
+@functools.cache
+def _route_parts(resolver: URLResolver) -> tuple[tuple[str, ...], ...]:
+    """Every route of the URLconf (as ``ResolverMatch.route`` spells it), split at ``/``."""
+    routes: list[tuple[str, ...]] = []
+
+    def walk(patterns: Any, prefix: str) -> None:
+        for item in patterns:
+            route = prefix + str(item.pattern).removeprefix("^")
+            if isinstance(item, URLResolver):
+                walk(item.url_patterns, route)
+            else:
+                routes.append(tuple(route.split("/")))
+
+    walk(resolver.url_patterns, "")
+    return tuple(routes)
 
 
 class RefusedHostFilter(logging.Filter):

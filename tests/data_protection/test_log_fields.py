@@ -159,6 +159,41 @@ def test_a_request_refused_before_its_tenant_is_known_names_no_diner_of_its_path
     assert line["msg"].endswith(": /api/v1/diners/<diner_id>/revoke-sessions/")
 
 
+@pytest.mark.parametrize(
+    ("sent", "shown"),
+    [
+        pytest.param(
+            "/api/v1/diners/zoe.private/revoke-sessions",
+            "/api/v1/diners/<diner_id>/revoke-sessions",
+            id="no-trailing-slash",
+        ),
+        pytest.param("/api/v1/diners/zoe.private/", "/api/v1/diners/<diner_id>/", id="no-action"),
+        pytest.param(
+            "/api/v1/diners/zoe.private/revoke/", "/api/v1/diners/<diner_id>/revoke/", id="typo"
+        ),
+        pytest.param("/api/v1/orders/12345/payy/", "/api/v1/orders/<order_id>/payy/", id="order"),
+        pytest.param("/api/v1/nowhere/zoe.private/", "/api/v1/nowhere/zoe.private/", id="no-route"),
+    ],
+)
+def test_a_path_that_matches_no_route_names_no_diner_where_a_route_takes_one(
+    make_tenant, request_lines, sent, shown
+):
+    """A path no route matches is answered 404 before any tenant is known, and its line kept
+    the path as sent: a client's mistyped or unslashed ``/api/v1/diners/<id>/…`` wrote the
+    diner id of a tenant that keeps none in its logs. A part of it standing where a route of
+    the site takes a diner id or an order id is now written as its name (a part no route
+    names, as it was sent)."""
+    tenant = make_tenant("logs", log_fields=[])
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    r = Client().post(
+        sent, {}, content_type="application/json", HTTP_AUTHORIZATION=f"Api-Key {key}"
+    )
+    assert r.status_code == 404
+    [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
+    assert line["msg"] == f"Not Found: {shown}"
+    assert line["request"] == f"<WSGIRequest: POST '{shown}'>"
+
+
 def configured_formatter(log_format: str) -> logging.Formatter:
     """The formatter ``LOG_FORMAT=<log_format>`` gives the console handler (settings.LOGGING)."""
     spec = dict(settings.LOGGING["formatters"][log_format])
