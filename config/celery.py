@@ -99,6 +99,18 @@ def _reclaim_on_start(sender: Any = None, **kwargs: Any) -> None:
         logger.exception("could not schedule stale-lease recovery at start-up")
 
 
+@beat_init.connect
+def _purge_on_start(sender: Any = None, **kwargs: Any) -> None:
+    """Beat sends the retention purge as it starts, then on its schedule. An interval task is
+    first sent one interval after beat starts: with the purge's hour and a schedule file that
+    does not outlive the process (``make run`` makes a fresh one each run, and so does a
+    container), a beat restarted within the hour never purged anything."""
+    try:
+        app.send_task("tenants.purge_expired_data", queue=app.conf.task_default_queue)
+    except Exception:  # a broker hiccup must not stop beat; the schedule sends it again
+        logger.exception("could not send the retention purge at start-up")
+
+
 @worker_init.connect
 def _survive_losing_the_broker(**kwargs: Any) -> None:
     """In a worker, before it connects: a lost broker is reconnected to, never the end of the
