@@ -8,6 +8,8 @@ A line about a request logged after it ran (Django's own ``django.request`` line
 URL parameter of its path named as a dropped field (a diner id, an order id) as its name; a
 request refused before its tenant was known has every such parameter written as its name, and a
 path no route matched has so each part that stands where a route takes one.
+The development server's line about each request it served (``django.server``, ``make run``)
+writes its path so, and leaves out the socket it came in on (the client's address).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import logging
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 from django.conf import settings
 from django.http import HttpRequest
-from django.urls import URLResolver, get_resolver
+from django.urls import Resolver404, ResolverMatch, URLResolver, get_resolver, resolve
 
 from config.request_context import RequestContext, current
 
@@ -53,7 +56,7 @@ class JsonFormatter(logging.Formatter):
         if context.log_fields is not None:
             for name in dropped:
                 line.pop(name, None)
-        _mask_request_path(line, getattr(record, "request", None), dropped)
+        _mask_request_path(line, record, dropped)
         return json.dumps({k: v for k, v in line.items() if v is not None}, default=str)
 
 
@@ -68,9 +71,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         line = {"msg": text}
-        _mask_request_path(
-            line, getattr(record, "request", None), _dropped_fields(_context_of(record))
-        )
+        _mask_request_path(line, record, _dropped_fields(_context_of(record)))
         return str(line["msg"])
 
 
@@ -100,37 +101,76 @@ def _dropped_fields(context: RequestContext) -> set[str]:
 _ROUTE_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
 
 
-def _mask_request_path(line: dict[str, Any], request: Any, dropped: set[str]) -> None:
+def _mask_request_path(line: dict[str, Any], record: logging.LogRecord, dropped: set[str]) -> None:
     """A line about a request (Django's ``django.request`` line of a 4xx or 5xx) names its
     path, and a path can carry what the tenant chose not to log: a URL parameter named as a
     dropped field (``/api/v1/diners/<diner_id>/…``, ``/api/v1/orders/<order_id>/…``) is
     written as its name, in ``msg`` and in ``request``."""
-    match = getattr(request, "resolver_match", None)
-    if match is None:
-        _mask_unrouted_path(line, request, dropped)
+    if record.name == SERVED_REQUEST_LOGGER:
+        _mask_served_request(line, record, dropped)
         return
-    if not match.route or not dropped & set(match.kwargs):
+    request = getattr(record, "request", None)
+    if not isinstance(request, HttpRequest):
         return
-
-    def parameter(found: re.Match[str]) -> str:
-        name = found[1]
-        return f"<{name}>" if name in dropped else str(match.kwargs.get(name, found[0]))
-
-    masked = "/" + _ROUTE_PARAMETER.sub(parameter, match.route)
+    match = request.resolver_match
+    masked = _routed(match, dropped) if match is not None else _unrouted(request.path, dropped)
+    if masked is None:
+        return
     line["msg"] = str(line["msg"]).replace(request.path, masked)
     if "request" in line:
         line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
 
 
-def _mask_unrouted_path(line: dict[str, Any], request: Any, dropped: set[str]) -> None:
+# Django's development server (``make run``) logs each request it served here:
+# ``"<method> <target> HTTP/1.1" <status> <size>``, with the socket it came in on
+SERVED_REQUEST_LOGGER = "django.server"
+
+
+def _mask_served_request(
+    line: dict[str, Any], record: logging.LogRecord, dropped: set[str]
+) -> None:
+    """The development server's line about each request it served wrote its path as sent,
+    whatever the tenant chose, and the socket it came in on (the client's address and port).
+    The socket is left out, and the path is written as a line about a request refused
+    before its tenant was known writes it (the line is logged once the request has run)."""
+    line.pop("request", None)
+    args = record.args if isinstance(record.args, tuple) else ()
+    target = str(args[0]).split(" ")[1:2] if args else []
+    if not target or not dropped:
+        return
+    path, mark, query = target[0].partition("?")
+    try:
+        match = resolve(unquote(path))
+    except Resolver404:
+        masked = _unrouted(unquote(path), dropped)
+    else:
+        masked = _routed(match, dropped)
+    if masked is not None:
+        line["msg"] = str(line["msg"]).replace(target[0], masked + mark + query, 1)
+
+
+def _routed(match: ResolverMatch, dropped: set[str]) -> str | None:
+    """The path of ``match`` with each dropped URL parameter written as its name; None when
+    it has none."""
+    if not match.route or not dropped & set(match.kwargs):
+        return None
+
+    def parameter(found: re.Match[str]) -> str:
+        name = found[1]
+        return f"<{name}>" if name in dropped else str(match.kwargs.get(name, found[0]))
+
+    return "/" + _ROUTE_PARAMETER.sub(parameter, match.route)
+
+
+def _unrouted(path: str, dropped: set[str]) -> str | None:
     """A path no route matched (a 404 before any tenant was known: a mistyped action, a
     missing trailing slash) still carries what the client put where a route takes a
     parameter: ``/api/v1/diners/alice/revoke-sessions`` names a diner as surely as the route
     does. Each part that stands where a route of the site, read from its start, takes a
-    dropped field is written as its name; a part no route names is left as sent."""
-    if not isinstance(request, HttpRequest) or not dropped:
-        return
-    path = request.path
+    dropped field is written as its name, a part no route names as sent; None when no part
+    is written so."""
+    if not dropped:
+        return None
     parts = path.removeprefix("/").split("/")
     names: dict[int, str] = {}
     for route in _route_parts(get_resolver()):
@@ -144,11 +184,8 @@ def _mask_unrouted_path(line: dict[str, Any], request: Any, dropped: set[str]) -
             elif parameter[1] in dropped:
                 names[i] = f"<{parameter[1]}>"
     if not names:
-        return
-    masked = "/" + "/".join(names.get(i, part) for i, part in enumerate(parts))
-    line["msg"] = str(line["msg"]).replace(path, masked)
-    if "request" in line:
-        line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
+        return None
+    return "/" + "/".join(names.get(i, part) for i, part in enumerate(parts))
 
 
 @functools.cache

@@ -6,7 +6,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +26,7 @@ from tenants.api_keys import issue_api_key
 from tenants.authentication import ApiKeyAuthentication
 from tenants.models import ApiClient, Tenant
 from tests.support.live_server import live_gunicorn
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -263,3 +269,53 @@ def test_a_served_request_is_logged_once_and_names_no_diner_the_tenant_drops(tmp
     assert len(lines) == 1, lines
     if log_format == "json":
         assert json.loads(lines[0])["msg"] == masked
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_server_s_request_lines_name_no_diner(tmp_path):
+    """``make run`` serves with Django's development server, whose own logger
+    (``django.server``) wrote a line for every request with its path as sent, whatever the
+    tenant chose (``"POST /api/v1/diners/zoe.private/revoke-sessions/ HTTP/1.1" 200``), and
+    in JSON the socket it came in on, the client's address and port. The path is now written
+    as the lines about requests refused before their tenant was known write it, and the
+    socket is left out."""
+    port = free_port()
+    log_path = tmp_path / "runserver.log"
+    env = {**os.environ, "DEBUG": "1", "APP_DB_NAME": settings.DATABASES["default"]["NAME"]}
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+            cwd=Path(settings.BASE_DIR),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(
+            lambda: httpx.get(f"{url}/healthz").status_code == 200,
+            what="the development server",
+            ignoring=(httpx.HTTPError,),
+            detail=log_path.read_text,
+        )
+        for path in ("/api/v1/diners/zoe.private/revoke-sessions/", "/api/v1/orders/12345/"):
+            httpx.post(f"{url}{path}?x=1", timeout=DEADLINE_SECONDS)
+        wait_until(
+            lambda: log_path.read_text().count('"logger": "django.server"') >= 3,
+            what="the development server's request lines",
+            detail=log_path.read_text,
+        )
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(DEADLINE_SECONDS)
+    written = log_path.read_text()
+    assert "zoe.private" not in written and "12345" not in written
+    lines = [json.loads(x) for x in written.splitlines() if '"django.server"' in x]
+    assert [line["msg"].rpartition(" ")[0] for line in lines[-2:]] == [
+        '"POST /api/v1/diners/<diner_id>/revoke-sessions/?x=1 HTTP/1.1" 401',
+        '"POST /api/v1/orders/<order_id>/?x=1 HTTP/1.1" 401',
+    ]
+    # nor the socket the request came in on: the client's address and port
+    assert not any("request" in line for line in lines)
