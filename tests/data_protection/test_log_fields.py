@@ -319,3 +319,33 @@ def test_the_demo_server_s_request_lines_name_no_diner(tmp_path):
     ]
     # nor the socket the request came in on: the client's address and port
     assert not any("request" in line for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_access_log_names_no_client_address_referer_or_user_agent(tmp_path):
+    """``GUNICORN_ACCESS_LOG`` on: gunicorn's default line format wrote the client's address,
+    its referer and its user agent beside the request line, personal data no other line of
+    the product keeps. The line holds the request, its status, size and time taken."""
+    with live_gunicorn(
+        db_name=settings.DATABASES["default"]["NAME"],
+        log_dir=tmp_path,
+        workers=1,
+        access_log_format=None,  # config/gunicorn.py's
+    ) as server:
+        access_log = server.access_log_path
+        r = httpx.get(
+            f"{server.url}/api/v1/menu/?marker=access-line",
+            headers={"User-Agent": "agent-of-a-diner/1.0", "Referer": "https://referer.test/x"},
+            timeout=DEADLINE_SECONDS,
+        )
+        assert r.status_code == 401
+        wait_until(
+            lambda: access_log.exists() and "marker=access-line" in access_log.read_text(),
+            what="the access line of the request",
+            detail=server.log_tail,
+        )
+    [line] = [line for line in access_log.read_text().splitlines() if "access-line" in line]
+    assert '"GET /api/v1/menu/?marker=access-line HTTP/1.1" 401' in line
+    for personal in ("127.0.0.1", "agent-of-a-diner", "referer.test"):
+        assert personal not in line, line

@@ -124,6 +124,7 @@ def live_gunicorn(
     ready_timeout: float = DEADLINE_SECONDS,
     extra_args: Sequence[str] = (),
     ready_headers: Mapping[str, str] | None = None,
+    access_log_format: str | None = ACCESS_LOG_FORMAT,
 ) -> Iterator[LiveServer]:
     """Serve the app with ``workers`` sync workers on ``db_name`` until the block ends.
 
@@ -133,6 +134,7 @@ def live_gunicorn(
     to the process group (workers run their ``worker_exit`` hook) and SIGKILL after 10 s.
     ``ready_headers`` go with the readiness request: a server off DEBUG answers only its
     ``ALLOWED_HOSTS`` and, behind its TLS proxy, only requests marked as HTTPS.
+    ``access_log_format`` None writes the access log in the format ``config/gunicorn.py`` sets.
     """
     server = _start(
         db_name=db_name,
@@ -142,6 +144,7 @@ def live_gunicorn(
         ready_timeout=ready_timeout,
         extra_args=extra_args,
         ready_headers=ready_headers or {},
+        access_log_format=access_log_format,
     )
     try:
         yield server
@@ -196,6 +199,7 @@ def _start(
     ready_timeout: float,
     extra_args: Sequence[str],
     ready_headers: Mapping[str, str],
+    access_log_format: str | None = ACCESS_LOG_FORMAT,
 ) -> LiveServer:
     port = free_port()
     log_path = log_dir / "gunicorn.log"
@@ -226,8 +230,7 @@ def _start(
         "info",
         "--access-logfile",
         str(access_log_path),
-        "--access-logformat",
-        ACCESS_LOG_FORMAT,
+        *(["--access-logformat", access_log_format] if access_log_format else []),
         # gunicorn >= 25 opens a control socket at one fixed path per user by default; servers
         # running side by side (module fixtures, other test runs) would unlink each other's.
         "--no-control-socket",
