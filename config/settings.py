@@ -431,6 +431,12 @@ AXES_FAILURE_LIMIT = env_bounded("LOGIN_FAILURE_LIMIT", 5, low=1, high=1000)
 AXES_COOLOFF_TIME = timedelta(minutes=env_bounded("LOGIN_LOCKOUT_MINUTES", 15, low=1, high=525_600))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# An attempt the lockout refuses checked no password: it is not recorded. axes' default records
+# it, appending its form and query string (up to 2 KB) to the pair's one row and moving the
+# cool-off on, so anyone could grow that row without bound, each request rewriting all of it,
+# and keep it (the name typed) past the cool-off for as long as they kept sending. The row now
+# holds at most LOGIN_FAILURE_LIMIT attempts, and the lockout ends its time after the last.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 # An IPv6 client counts as its /64, every address of which it may send from: without this, a

@@ -108,3 +108,28 @@ def test_a_username_no_account_can_have_is_the_form_s_error(
     assert response.status_code == 200
     assert b"at most 150 characters" in response.content
     assert not AccessAttempt.objects.exists()
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_attempts_during_the_lockout_are_refused_without_being_recorded(
+    url: str, staff: bool
+) -> None:
+    # Each failure used to append its form (up to 1 KB) and query string (up to 1 KB) to the
+    # pair's one row, locked out or not, so anyone could grow that row by 2 KB a request
+    # without bound, every request rewriting all of it (and holding the lockout, and the name
+    # typed, past its cool-off for as long as they kept sending)
+    user = account(staff)
+    form = {"username": user.username, "password": "wrong", "note": "n" * 2000}
+    browser = Client(REMOTE_ADDR="198.51.100.7")
+    for _ in range(5):
+        browser.post(f"{url}?q={'g' * 2000}", form)
+    locked_row = AccessAttempt.objects.get()
+    stored = len(locked_row.get_data) + len(locked_row.post_data)
+
+    refused = [browser.post(f"{url}?q={'g' * 2000}", form).status_code for _ in range(30)]
+
+    row = AccessAttempt.objects.get()
+    assert refused == [429] * 30
+    assert row.failures_since_start == 5
+    assert len(row.get_data) + len(row.post_data) == stored
+    assert row.attempt_time == locked_row.attempt_time  # the cool-off still ends as it would
