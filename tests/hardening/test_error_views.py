@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.utils.translation import trans_real
 
 from ordering.models import Order
 from tests.hardening.conftest import World, assert_problem
@@ -232,6 +233,23 @@ def test_the_schema_ignores_a_version_parameter(api_caller: Client, version: str
     assert response.status_code == 200
     assert response["Content-Disposition"] == api_caller.get("/api/schema/")["Content-Disposition"]
     assert "X-Injected" not in response
+
+
+def test_the_schema_keeps_nothing_for_a_language_the_site_does_not_have() -> None:
+    # ?lang= was handed to translation.override() as it came: Django keeps the catalogue of
+    # every language code it is given for the life of the process, so each new value
+    # (?lang=zz1, zz2, ...) held some 20 KB of every worker for good, for anyone
+    caller = Client()
+    english = caller.get("/api/schema/").content
+    caller.get("/api/schema/", {"lang": "de"})
+    before = set(trans_real._translations)
+
+    answers = [caller.get("/api/schema/", {"lang": f"zz{n}"}) for n in range(20)]
+    answers += [caller.get("/api/schema/", {"lang": code}) for code in ("DE", "de-AT", "x" * 300)]
+
+    assert [a.status_code for a in answers] == [200] * len(answers)
+    assert all(a.content == english for a in answers[:20])  # no such language: the default
+    assert set(trans_real._translations) == before
 
 
 def served_operations(caller: Client) -> list[tuple[str, str, dict]]:
