@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections, router, transaction
+from django.db import DatabaseError, connection, connections, router, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -67,7 +67,14 @@ def emit_event(
         payload=payload or {},
     )
     insert_together([event], leading=counted)
-    transaction.on_commit(partial(publish_event, event_id=event.pk), robust=True)
+    event_id = event.pk
+
+    # A function, not a functools.partial: Django's robust hook names what failed by its
+    # __qualname__, which a partial lacks, so the failure escaped as an AttributeError.
+    def publish() -> None:
+        publish_event(event_id=event_id)
+
+    transaction.on_commit(publish, robust=True)
     return event
 
 
@@ -84,7 +91,11 @@ def _transitions_count_sql(using: str) -> str:
 def publish_event(*, event_id: int) -> bool:
     """Send the event to the consumers' queue and mark it published; False if sending failed.
 
-    Never raises: a failed publish leaves the row unpublished for the sweeper.
+    Never raises: a failed publish leaves the row unpublished for the sweeper. It runs after
+    the commit of the change, inside the request that made it: the database lost then (a
+    restart, a failover ending the session) must not turn a change that happened into an
+    error answer. A send whose row could not be marked is sent again by the sweeper, and its
+    consumer absorbs the copy.
     """
     try:
         dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, event_id)
@@ -94,19 +105,33 @@ def publish_event(*, event_id: int) -> bool:
         return False
     except Exception as exc:
         logger.warning("outbox event %s not published (the sweeper retries): %s", event_id, exc)
-        OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
+        _record_send(
+            event_id,
             publish_attempts=F("publish_attempts") + 1,
             last_publish_at=Now(),
             last_error=str(exc)[:2000],
         )
         return False
-    OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(
+    _record_send(
+        event_id,
         published_at=Now(),
         last_publish_at=Now(),
         publish_attempts=F("publish_attempts") + 1,
         resend_at=OutboxEvent.resend_after(sends=1),
     )
     return True
+
+
+def _record_send(event_id: int, **fields: Any) -> None:
+    """Write a send's outcome on the event's row; a database failure is logged, not raised."""
+    try:
+        OutboxEvent.all_tenants.filter(pk=event_id, published_at__isnull=True).update(**fields)
+    except DatabaseError as exc:
+        logger.warning(
+            "outbox event %s: its send could not be recorded (the sweeper sends it again): %s",
+            event_id,
+            exc,
+        )
 
 
 def mark_consumed(*, event_id: int) -> None:

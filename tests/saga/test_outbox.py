@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from ordering.background import consumers, dispatch
 from ordering.background.dead_letters import is_flagged
@@ -29,7 +30,9 @@ from ordering.models import (
 from ordering.services.lifecycle import cancel_order
 from ordering.services.placing import MAX_ORDER_AMOUNT
 from tenants.models import Tenant
-from tests.payments.helpers import paid_order
+from tests.payments.helpers import paid_order, paying_order, post_callback, signed
+from tests.support.auth import bearer, diner_token
+from tests.support.database_gone import session_ended_before
 
 pytestmark = pytest.mark.django_db
 
@@ -84,6 +87,70 @@ def test_a_failed_publish_leaves_the_row_for_the_sweeper(tenant, menu, monkeypat
     event.refresh_from_db()
     assert (event.published_at, event.publish_attempts) == (None, 1)
     assert "broker unreachable" in event.last_error
+
+
+# the statement that marks an event published once the broker took it (publish_event)
+MARK_PUBLISHED = 'SET "published_at"'
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_whose_session_ends_after_its_commit_is_answered_not_a_500(tenant, menu):
+    """The database ends the request's session after the cancel committed, as the publish
+    marks its event sent: the diner is answered the cancel that happened (it was a 500, "a bug
+    on our side": the publish raised out of Django's on-commit hook), the event is left to
+    the sweeper, and the key's retry replays the same answer; the money goes back once."""
+    order, _ = paid_order(tenant, menu["pizza"])
+    client = APIClient()
+    headers = {**bearer(diner_token(tenant, "diner-1")), "Idempotency-Key": "cancel-1"}
+    url = f"/api/v1/orders/{order.pk}/cancel/"
+
+    with session_ended_before(MARK_PUBLISHED):
+        answer = APIClient(raise_request_exception=False).post(
+            url, data={}, format="json", headers=headers
+        )
+
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["status"] == OrderStatus.CANCELLING
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.CANCEL_REQUESTED)
+    assert event.published_at is None  # the sweeper sends it again; its consumer absorbs that
+    retry = client.post(url, data={}, format="json", headers=headers)
+    assert (retry.status_code, retry.content) == (200, answer.content)
+    order.refresh_from_db()
+    assert order.status == OrderStatus.CANCELLED
+    refunds = SimulatedOperation.objects.filter(kind=SimulatedOperation.Kind.REFUND)
+    assert refunds.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_publish_whose_session_ends_after_the_send_does_not_raise(tenant, menu):
+    """publish_event never raises, also when the database goes after the broker took the
+    event: the row stays unpublished, for the sweeper to send again."""
+    paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+    OutboxEvent.all_tenants.filter(pk=event.pk).update(published_at=None)
+
+    with session_ended_before(MARK_PUBLISHED):
+        assert publish_event(event_id=event.pk) is True
+
+    event.refresh_from_db()
+    assert event.published_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_callback_whose_session_ends_after_its_commit_is_answered_not_a_500(tenant, menu):
+    """The same for the provider's callback: it was answered 500 after the order was paid."""
+    order, payment = paying_order(tenant, menu["pizza"])
+
+    with session_ended_before(MARK_PUBLISHED):
+        answer = post_callback(
+            APIClient(raise_request_exception=False), *signed(payment, event_id="evt_1")
+        )
+
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["result"], answer.json()["order_status"]) == ("applied", "PAID")
+    order.refresh_from_db()
+    assert order.status == OrderStatus.PAID
+    assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
 
 
 def test_the_sweeper_publishes_rows_left_unpublished_after_the_grace_period(tenant, menu):

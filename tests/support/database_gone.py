@@ -24,3 +24,32 @@ def database_unreachable() -> Iterator[None]:
     finally:
         gone.close()
         connections[DEFAULT_DB_ALIAS] = held
+
+
+@contextmanager
+def session_ended_before(marker: str) -> Iterator[None]:
+    """The server ends this thread's session just before the first statement whose SQL holds
+    ``marker`` (``pg_terminate_backend``, as a restart or a failover ends every session), so
+    that statement really fails on the ended session. What ran before it, a commit included,
+    stands. The ended session is closed afterwards, as the end of a request closes it in a
+    server (the test client leaves that to the test), so the test's next query reconnects."""
+    ended: list[bool] = []
+
+    def end_session_first(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        if not ended and marker in sql:
+            ended.append(True)
+            pid = context["connection"].connection.info.backend_pid
+            other = connections[DEFAULT_DB_ALIAS].copy()
+            try:
+                with other.cursor() as cursor:
+                    cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+            finally:
+                other.close()
+        return execute(sql, params, many, context)
+
+    try:
+        with connections[DEFAULT_DB_ALIAS].execute_wrapper(end_session_first):
+            yield
+    finally:
+        connections[DEFAULT_DB_ALIAS].close_if_unusable_or_obsolete()
+    assert ended, f"no statement held {marker!r}"
