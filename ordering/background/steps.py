@@ -23,10 +23,11 @@ import random
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from config.database_unavailable import is_database_unavailable
 from ordering.background.dead_letters import record_dead_letter
 from ordering.models import Compensation, DeadLetter, Order
 
@@ -110,6 +111,17 @@ def _close_open_letters(compensation: Compensation) -> None:
     )
 
 
+def _give_back_attempt(compensation: Compensation) -> None:
+    """Uncount the attempt an outage ended; while the database is still gone it stays counted,
+    as a killed worker's does."""
+    try:
+        Compensation.all_tenants.filter(
+            pk=compensation.pk, status=Compensation.Status.PENDING, attempts__gt=0
+        ).update(attempts=F("attempts") - 1)
+    except DatabaseError as exc:
+        logger.warning("%s: the attempt an outage ended stays counted (%s)", compensation, exc)
+
+
 def step_failed(
     *,
     order: Order,
@@ -121,7 +133,16 @@ def step_failed(
 ) -> None:
     """Attempt ``attempt`` of the step raised ``exc``: :class:`RetryLater` while retries are
     left; after the last, the step is failed and dead-lettered (``task`` with ``payload`` is
-    what a requeue sends again) and this returns."""
+    what a requeue sends again) and this returns.
+
+    An unreachable database (down, or ending the worker's session: a restart, a failover) is
+    no failure of the step: ``exc`` is raised again for its task (the saga's retries it for as
+    long as the outage lasts, ADR 0007; a capture refund's step stays pending for its resend
+    sweep), and the attempt is given back when the database takes it.
+    Counted, a few seconds of outage spent the step's retries and left the order to staff."""
+    if is_database_unavailable(exc):
+        _give_back_attempt(compensation)
+        raise exc
     error = f"{type(exc).__name__}: {exc}"[:2000]
     if attempt <= settings.SAGA_MAX_RETRIES:
         Compensation.all_tenants.filter(pk=compensation.pk).update(last_error=error)

@@ -8,9 +8,10 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from config.database_unavailable import is_database_unavailable
 from ordering.background import consumers, dispatch, saga
 from ordering.background.dead_letters import (
     DeadLetterNotOpen,
@@ -40,6 +41,7 @@ from ordering.simulation import plan_fault
 from tenants.models import Tenant
 from tests.payments.helpers import paid_order
 from tests.support.concurrency import at_once
+from tests.support.database_gone import session_ended_before
 
 S = OrderStatus
 Step = Compensation.Step
@@ -216,6 +218,39 @@ def test_a_failing_step_asks_for_a_retry_and_keeps_earlier_steps_done(
     assert effects(tenant, menu, coupon, order, payment) == DONE
     refund = Compensation.objects.for_tenant(tenant).get(step=Step.REFUND_PAYMENT)
     assert (refund.attempts, refund.last_error) == (3, "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_the_database_outage_failed_spends_no_retry_and_files_no_letter(
+    tenant, menu, coupon, settings, monkeypatch
+):
+    """The database ends the worker's session as the courier's cancel is asked (a restart, a
+    failover): that is no failure of the step. It was counted as one, and past the retry
+    limit dead-lettered for staff, the order left CANCELLING; now the outage is raised for
+    the task, which retries it for as long as the outage lasts (ADR 0007), and the attempt is
+    given back."""
+    settings.SAGA_MAX_RETRIES = 0  # any failure of the step's own is its last
+
+    def broker_down(*args, **kwargs):
+        raise dispatch.BrokerUnavailable("down")
+
+    monkeypatch.setattr(dispatch, "enqueue", broker_down)  # the saga runs here, not at commit
+    order, payment, event = cancelled(tenant, menu)
+
+    with (
+        pytest.raises(DatabaseError) as outage,
+        session_ended_before('"ordering_simulatedoperation"'),
+    ):
+        run_cancel_saga(event=event)
+
+    assert is_database_unavailable(outage.value)
+    assert not DeadLetter.objects.exists()
+    step = Compensation.objects.for_tenant(tenant).get(step=Step.CANCEL_DELIVERY)
+    assert (step.status, step.attempts) == (Compensation.Status.PENDING, 0)
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    assert effects(tenant, menu, coupon, order, payment) == DONE
+    step.refresh_from_db()
+    assert (step.status, step.attempts) == (Compensation.Status.DONE, 1)
 
 
 def fail_past_the_limit(order, event, *, step: str) -> None:
