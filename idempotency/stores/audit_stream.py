@@ -70,12 +70,21 @@ def report(event: AuditEvent, *, in_transaction: bool = False) -> None:
     """Send ``event`` along the first durable path open now (see the module docstring).
 
     ``in_transaction``: the caller decided the duplicate inside its own open transaction and
-    wants the audit written in it (a doomed transaction falls through to the stream)."""
+    wants the audit written in it (a doomed transaction falls through to the stream). A write
+    that dooms it (the database ended the session: the audit's savepoint cannot be rolled
+    back to) raises its error: nothing the caller decided will commit, and the caller must
+    not answer as if it had (Django rolls such a transaction back at its end without a word)."""
     if not event.is_duplicate:
         pending.record(event)  # a first execution is only counted: batched, see above
         return
-    if in_transaction and not connection.needs_rollback and _save(event):
-        return
+    if in_transaction and not connection.needs_rollback:
+        try:
+            save_events([event])
+            return
+        except DatabaseError:
+            if connection.needs_rollback:
+                raise
+            logger.warning("could not write an audit to the database", exc_info=True)
     node = redis_store_for(event.tenant_key)
     if node is not None:
         try:

@@ -32,6 +32,7 @@ from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sig
 from ordering.services.lifecycle import cancel_order
 from tenants.models import Tenant
 from tests.payments.helpers import paying_order, post_callback, signed
+from tests.support.database_gone import session_ended_before
 
 pytestmark = pytest.mark.django_db
 S = OrderStatus
@@ -174,6 +175,31 @@ def test_success_after_the_order_was_cancelled_is_a_conflict_the_platform_refund
     conflict = ProviderConflict.objects.for_tenant(tenant).get()
     assert (conflict.kind, conflict.resolved_by) == ("paid_after_cancel", "platform:capture-refund")
     assert len(audits("CONFLICT")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_conflict_whose_audit_the_ended_session_lost_is_not_answered_as_recorded(tenant, menu):
+    """Money taken after the cancel: the database ends the session as the conflict's audit is
+    written in the callback's transaction. It was answered 200 "conflict", the audit sent to
+    the stream instead, while the transaction (its inbox row, the conflict and the refund of
+    the money) was rolled back unseen: the provider, answered 2xx, stopped sending, and the
+    money was never given back. Now the outage is the answer (503, the provider sends again),
+    and the event sent again is recorded and refunded once."""
+    order, payment = paying_order(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    callback = signed(payment, event_id="evt_after_cancel")
+
+    with session_ended_before('"idempotency_duplicateaudit"'):
+        lost = post_callback(APIClient(raise_request_exception=False), *callback)
+
+    assert lost.status_code == 503, lost.content
+    assert lost.json()["code"] == "DATABASE_UNAVAILABLE"
+    assert not PaymentCallback.objects.for_tenant(tenant).exists()
+    assert not ProviderConflict.objects.for_tenant(tenant).exists()
+    again = post_callback(APIClient(), *callback)
+    assert (again.status_code, again.json()["conflict"]) == (200, "paid_after_cancel")
+    assert inbox_outcomes(tenant) == {"evt_after_cancel": "conflict"}
+    assert ProviderConflict.objects.for_tenant(tenant).get().kind == "paid_after_cancel"
 
 
 def test_failed_then_succeeded_out_of_order_ends_paid(deliver, paying):
