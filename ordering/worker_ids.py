@@ -504,7 +504,11 @@ def _heartbeat(
                 return
         except LeaseStoreUnavailable as exc:
             logger.warning("order-ID worker lease: renewal failed: %s", exc)
-            handle.fail_over_if_expiring(interval)
+            try:
+                handle.fail_over_if_expiring(interval)
+            except (LeaseStoreUnavailable, NoWorkerIdAvailable) as failed:
+                # every store gone at once (or full): this thread tries again next turn
+                logger.warning("order-ID worker lease: no store to fail over to: %s", failed)
         except Exception:
             # The thread must outlive any surprise, or the lease would silently lapse.
             logger.exception("order-ID worker lease: renewal failed, will retry")
@@ -595,7 +599,11 @@ class WorkerLeaseHandle:
         """The store is unreachable: if the lease would lapse before the next renewal, lease a
         fresh id from the next reachable store (the database when a Redis node is lost).
 
-        Safe at once because the stores lease disjoint ids (:func:`default_stores`)."""
+        Safe at once because the stores lease disjoint ids (:func:`default_stores`). Raises
+        :class:`LeaseStoreUnavailable` (or :class:`NoWorkerIdAvailable`) when no later store
+        leases one; the lease and its heartbeat are then left as they were, so the heartbeat
+        keeps trying (stopped first, nothing renewed the lease once a store came back, and the
+        process refused every order until restarted)."""
         with self._lock:
             if self._released or self._lost or self._pid != os.getpid():
                 return
@@ -604,13 +612,13 @@ class WorkerLeaseHandle:
             remaining = self._stores[self._stores.index(self._store) + 1 :]
             if not remaining:
                 return
-            old_id, old_store = self._worker_id, self._store.name
-            self._stop.set()
+            old_id, old_store, old_heartbeat = self._worker_id, self._store.name, self._stop
             self._stores_for_acquire = remaining
             try:
                 self._acquire()
             finally:
                 self._stores_for_acquire = None
+            old_heartbeat.set()  # the new lease has a heartbeat of its own
         logger.warning(
             "order-ID worker id %d (%s) replaced by %d (%s) after the store became unreachable",
             old_id,

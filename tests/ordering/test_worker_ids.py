@@ -307,6 +307,49 @@ def test_lease_follows_the_routing_and_survives_losing_its_node(
         node.remove()
 
 
+class CountedClaims(RedisLeaseStore):
+    """A Redis lease store that counts the claims made of it (each a try to lease an id)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.claims = 0
+
+    def claim(self, *, candidates: Any, owner: str, lease_seconds: int) -> int | None:
+        self.claims += 1
+        return super().claim(candidates=candidates, owner=owner, lease_seconds=lease_seconds)
+
+
+def test_a_lease_lapsed_while_every_store_was_unreachable_is_renewed_once_one_is_back(
+    settings: Any,
+) -> None:
+    """Both lease stores unreachable as the lease nears its end (Redis and PostgreSQL gone
+    together: the host's network, a failover of both): the heartbeat's fail-over found no
+    store to lease from, and its error ended the heartbeat thread, whose stop it had already
+    set. Nothing renewed the lease again, so the process answered every order 503
+    ORDER_ID_UNAVAILABLE until it was restarted. Now the heartbeat goes on trying, and the
+    lease is taken back once a store answers."""
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        half = WORKER_IDS // 2
+        prefix = f"test:{uuid.uuid4().hex[:12]}:orderid:worker:"
+        fallback = CountedClaims(key_prefix=prefix, ids=range(half, WORKER_IDS))
+        handle = lease_worker_id(
+            stores=[RedisLeaseStore(ids=range(half)), fallback], lease_seconds=1
+        )
+        try:
+            node.stop()  # both stores live on this node: neither can be reached
+            wait_until(lambda: not handle.is_valid(), what="the lease lapsing")
+            # the heartbeat tries to fail over again and again, not once
+            wait_until(lambda: fallback.claims >= 3, what="fail-over tries after the first")
+            node.start()
+            wait_until(handle.is_valid, what="the lease renewed once Redis is back")
+        finally:
+            handle.release()
+    finally:
+        node.remove()
+
+
 def _demoted(node: RedisNode) -> None:
     """The node became a replica (a failover promoted another): writes answer READONLY."""
     node.client().replicaof("127.0.0.1", free_port())
