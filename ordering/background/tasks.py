@@ -140,14 +140,20 @@ def reconcile_payments() -> dict[str, int]:
 def refund_unwanted_capture(self: Task, compensation_id: str) -> str:
     """Give back money the provider took that no order wanted. A provider failure with
     retries left comes back as :class:`RetryLater` (the step counts its attempts); after the
-    last, the step is dead-lettered. Anything else raised leaves the step pending, for the
-    resend sweep."""
+    last, the step is dead-lettered. An unreachable database is retried, as long as it lasts
+    and spending no attempt of the step, as :func:`handle_outbox_event` retries it. Anything
+    else raised leaves the step pending, for the resend sweep."""
     from ordering.payments.capture_refunds import refund_unwanted_capture as refund
 
     try:
         return refund(compensation_id=compensation_id)
     except RetryLater as exc:
         raise self.retry(countdown=exc.countdown, exc=exc) from None
+    except DatabaseError as exc:
+        if not is_database_unavailable(exc):
+            raise
+        countdown = backoff_seconds(self.request.retries + 1)
+        raise self.retry(countdown=countdown, exc=exc) from None
 
 
 @shared_task(name="ordering.resend_capture_refunds")

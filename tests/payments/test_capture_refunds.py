@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from ordering.background import dispatch
+from ordering.background import dispatch, tasks
 from ordering.background.dead_letters import DeadLetterNotOpen, requeue_dead_letter
 from ordering.background.saga import SagaOutcome, run_cancel_saga
 from ordering.background.steps import RetryLater, begin_attempt, mark_done, step_failed
@@ -53,6 +53,7 @@ from tests.dashboard.factories import make_merchant
 from tests.payments.helpers import paying_order, post_callback
 from tests.support.broker import sending_to
 from tests.support.concurrency import at_once
+from tests.support.database_gone import session_ended_before
 
 pytestmark = pytest.mark.django_db
 S, P = OrderStatus, Payment.Status
@@ -125,6 +126,33 @@ def test_money_taken_after_the_cancel_is_refunded_once_and_its_conflict_closes(
     assert "sim_re_" in conflict.resolution_note and "19.00 EUR" in conflict.resolution_note
     # and the sales book is untouched: the money was never a sale
     assert not SalesDay.objects.for_tenant(tenant).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_the_database_outage_caught_is_retried_by_its_task_and_made_once(
+    tenant, menu, monkeypatch
+):
+    """The database ends the worker's session as the refund asks the provider: the task tries
+    again (it was counted as a failure of the step; now an outage spends no retry and is
+    retried at once by the task, not left for the resend sweep minutes on)."""
+    monkeypatch.setattr(dispatch, "enqueue", _broker_down)  # the task runs here, not at commit
+    order, payment = paying_order(tenant, menu["pizza"], quantity=2)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    assert capture(payment) == "conflict"
+    compensation_id = capture_refund_id(payment.pk)
+
+    with session_ended_before('"ordering_simulatedoperation"'):
+        run = tasks.refund_unwanted_capture.apply(args=[compensation_id])
+
+    assert run.successful(), run.result
+    assert run.result == RefundOutcome.REFUNDED
+    assert refunds() == [(payment.provider_txn_id, compensation_id, Decimal("19.00"))]
+    step = Compensation.objects.for_tenant(tenant).get(compensation_id=compensation_id)
+    assert (step.status, step.attempts) == (Compensation.Status.DONE, 1)
+
+
+def _broker_down(*args: object, **kwargs: object) -> None:
+    raise dispatch.BrokerUnavailable("down")
 
 
 def test_the_same_capture_reported_again_or_the_refund_run_again_moves_no_money(
