@@ -7,7 +7,7 @@ import logging
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, close_old_connections
 
 from config.database_unavailable import is_database_unavailable
 from ordering.background import consumers, dispatch, outbox
@@ -32,6 +32,9 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
     """
     try:
         result = consumers.handle_event(event_id=event_id)
+        # whatever came of it: done with. Inside the try: an outage here is retried like one
+        # during the work (the retry finds the work done), not left to the sweeper's resend.
+        outbox.mark_consumed(event_id=event_id)
     except RetryLater as exc:
         _expect_retry(event_id, exc.countdown)
         raise self.retry(countdown=exc.countdown, exc=exc) from None
@@ -44,6 +47,8 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
             return consumers.ConsumeResult.TENANT_LEAVING
         attempt = self.request.retries + 1
         if attempt <= settings.SAGA_MAX_RETRIES or is_database_unavailable(exc):
+            if is_database_unavailable(exc):
+                close_old_connections()  # a session the outage ended is not the retry's
             countdown = backoff_seconds(attempt)
             _expect_retry(event_id, countdown)
             raise self.retry(countdown=countdown, exc=exc) from None
@@ -63,7 +68,6 @@ def handle_outbox_event(self: Task, event_id: int) -> str:
         )
         logger.exception("outbox event %s dead-lettered after %d attempts", event_id, attempt)
         return consumers.ConsumeResult.DEAD_LETTERED
-    outbox.mark_consumed(event_id=event_id)  # whatever came of it: done with
     return result
 
 

@@ -190,6 +190,32 @@ def test_the_order_paid_consumer_counts_a_sale_once_however_often_delivered(tena
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_event_whose_consumed_mark_the_outage_lost_is_retried_and_marked(
+    tenant, menu, monkeypatch
+):
+    """The database ends the worker's session right after the consumer's work committed, as
+    the event is marked consumed: the task ended "raised unexpected", not retried, so the
+    event stayed unconsumed until the sweeper's resend 10 minutes on. Now the outage is
+    retried as any other (ADR 0007): the retry finds the work done and marks the event."""
+    monkeypatch.setattr(dispatch, "enqueue", _broker_down)  # the task runs here, not at commit
+    paid_order(tenant, menu["pizza"])
+    event = OutboxEvent.objects.for_tenant(tenant).get(event_type=EventType.ORDER_PAID)
+
+    with session_ended_before('SET "consumed_at"'):
+        run = handle_outbox_event.apply(args=[event.pk])
+
+    assert run.successful(), run.result
+    assert run.result == consumers.ConsumeResult.DUPLICATE  # the retry's: the sale was counted
+    event.refresh_from_db()
+    assert event.consumed_at is not None
+    assert SalesDay.objects.for_tenant(tenant).get().paid_orders == 1
+
+
+def _broker_down(*args: object, **kwargs: object) -> None:
+    raise dispatch.BrokerUnavailable("down")
+
+
 def test_a_message_for_an_unknown_event_is_dropped():
     assert consumers.handle_event(event_id=987654321) == consumers.ConsumeResult.MISSING
 
