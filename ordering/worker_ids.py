@@ -555,19 +555,20 @@ class WorkerLeaseHandle:
     def is_valid(self) -> bool:
         """Whether IDs may be issued with this worker id right now."""
         self._ensure_own_process()
-        return not (self._lost or self._released) and time.monotonic() < self._valid_until
+        return not self._released and time.monotonic() < self._valid_until
 
     def renew(self) -> bool:
-        """Extend the lease; False once released (or lost with no id left to lease).
+        """Extend the lease; False once released.
 
         When another owner holds our id (Redis came back empty and a new process claimed it),
         the id is given up and a fresh one leased, so this process keeps issuing IDs under an
-        id that is its own. Raises :class:`LeaseStoreUnavailable` when the store cannot be
+        id that is its own; while none can be leased it issues none, and the heartbeat tries
+        again each turn. Raises :class:`LeaseStoreUnavailable` when the store cannot be
         reached; the lease then stays valid until ``valid_until`` and the heartbeat tries again.
         """
         self._ensure_own_process()
         with self._lock:
-            if self._lost or self._released:
+            if self._released:
                 return False
             started = time.monotonic()
             if self._store.renew(
@@ -575,19 +576,22 @@ class WorkerLeaseHandle:
             ):
                 self._valid_until = self._deadline(started)
                 return True
-            lost_id = self._worker_id
-            self._stop.set()  # this heartbeat thread ends; _acquire starts the next one
+            lost_id, old_heartbeat = self._worker_id, self._stop
             try:
                 self._acquire()
             except (NoWorkerIdAvailable, LeaseStoreUnavailable):
-                self._lost = True
+                # The id is another's: none is issued under it. This heartbeat goes on and
+                # tries again next turn (ended here, nothing leased again, and the process
+                # refused every order until it was restarted).
+                self._valid_until = 0.0
                 logger.exception(
-                    "order-ID worker id %d was taken over and no other id can be leased; %s "
-                    "stops issuing order IDs",
+                    "order-ID worker id %d was taken over and no other id can be leased now; "
+                    "%s issues no order IDs until one can",
                     lost_id,
                     self._owner,
                 )
-                return False
+                return True
+            old_heartbeat.set()  # the new lease has a heartbeat of its own
         logger.error(
             "order-ID worker id %d was taken over by another owner; now using %d",
             lost_id,
@@ -605,7 +609,7 @@ class WorkerLeaseHandle:
         keeps trying (stopped first, nothing renewed the lease once a store came back, and the
         process refused every order until restarted)."""
         with self._lock:
-            if self._released or self._lost or self._pid != os.getpid():
+            if self._released or self._pid != os.getpid():
                 return
             if time.monotonic() + interval < self._valid_until:
                 return
@@ -670,7 +674,6 @@ class WorkerLeaseHandle:
         self._worker_id = worker_id
         self._owner = owner
         self._valid_until = self._deadline(started)
-        self._lost = False
         self._stop = threading.Event()
         threading.Thread(
             target=_heartbeat,

@@ -469,3 +469,24 @@ def test_a_full_redis_range_falls_back_to_the_database_range(
         keys = list(redis_client.scan_iter(match=f"{prefix}*"))
         if keys:
             redis_client.delete(*keys)
+
+
+def test_an_id_taken_over_while_none_is_free_is_leased_again_once_one_is(
+    redis_client: redis.Redis,
+) -> None:
+    """Another process holds this process's id (Redis came back without the lease, and a new
+    process claimed it) while no other id can be leased: the handle marked itself lost for
+    good and its heartbeat ended, so the process refused every order until it was restarted.
+    It issues no ID under the id that is not its own, and leases again once one is free."""
+    prefix = f"test:{uuid.uuid4().hex[:12]}:orderid:worker:"
+    store = RedisLeaseStore(key_prefix=prefix, ids=range(1))  # one id: none to fall back on
+    handle = lease_worker_id(stores=[store], lease_seconds=1)
+    try:
+        assert handle.worker_id == 0
+        redis_client.set(store.key(0), "another-process", ex=60)  # taken over
+        wait_until(lambda: not handle.is_valid(), what="the taken-over id given up")
+        store.release(worker_id=0, owner="another-process")
+        wait_until(handle.is_valid, what="an id leased again once one is free")
+        assert redis_client.get(store.key(0)) == handle.owner
+    finally:
+        handle.release()
