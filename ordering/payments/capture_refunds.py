@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -77,7 +76,12 @@ def schedule_capture_refund(*, order: Order, payment: Payment) -> None:
     Compensation.all_tenants.create(
         compensation_id=compensation_id, tenant_id=order.tenant_id, order=order, step=STEP
     )
-    transaction.on_commit(partial(_send, compensation_id), robust=True)
+    # A function, not a functools.partial: Django's robust hook names what failed by its
+    # __qualname__, which a partial lacks, so any failure escaped as an AttributeError.
+    def send() -> None:
+        _send(compensation_id)
+
+    transaction.on_commit(send, robust=True)
 
 
 def refund_unwanted_capture(*, compensation_id: str) -> RefundOutcome:

@@ -34,6 +34,7 @@ from ordering.models import (
     SalesDay,
     SimulatedOperation,
 )
+from ordering.payments import capture_refunds
 from ordering.payments.base import ProviderError
 from ordering.payments.capture_refunds import (
     CaptureRefundRunning,
@@ -551,3 +552,26 @@ def test_another_amount_reported_while_the_platform_refunds_waits_for_the_refund
         conflict_id=mismatch.pk, outcome="ignored", note="refunded already", actor="staff:a"
     )
     assert len(refunds()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_whose_sending_fails_after_the_commit_leaves_the_callback_answered(
+    tenant, menu, monkeypatch
+):
+    """The refund's task is sent by a robust on-commit hook: a failure there is logged and
+    the callback, committed, is answered what it recorded. Django's robust hook names the
+    failing callback by its ``__qualname__``, which a ``functools.partial`` lacks: the failure
+    escaped as an AttributeError instead."""
+
+    def send_fails(compensation_id: str) -> int:
+        raise RuntimeError("the send failed")
+
+    monkeypatch.setattr(capture_refunds, "_send", send_fails)
+    order, payment = paying_order(tenant, menu["pizza"], quantity=2)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+
+    assert capture(payment) == "conflict"
+    step = Compensation.objects.for_tenant(tenant).get(
+        compensation_id=capture_refund_id(payment.pk)
+    )
+    assert step.status == Compensation.Status.PENDING  # in the database: the sweep sends it
