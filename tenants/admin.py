@@ -14,6 +14,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import AutocompleteSelect
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -100,7 +102,39 @@ class MembershipFormSet(forms.BaseInlineFormSet):
             raise forms.ValidationError(LAST_OWNER)
 
 
-class MembershipInline(admin.TabularInline):
+class KeyedAutocompleteSelect(AutocompleteSelect):
+    """Django's search widget of a foreign key, showing only values that are keys at all.
+
+    To show the chosen account or restaurant, the widget looks the form's value up in the
+    database, unconverted: a value no key can be (``abc``, ``1,2``), sent in a form or in the
+    add page's address (``?user=abc``), raised in that conversion while the page was drawn,
+    a 500 where the form's own check says "Select a valid choice"."""
+
+    def optgroups(self, name: str, value: list[Any], attr: Any = None) -> list[Any]:
+        key = self.field.remote_field.get_related_field()
+        return super().optgroups(name, [v for v in value if _is_key(key, v)], attr)
+
+
+def _is_key(field: Any, value: Any) -> bool:
+    try:
+        field.to_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+class KeyedAutocompleteAdmin(admin.options.BaseModelAdmin):
+    """An admin (or inline) whose ``autocomplete_fields`` use :class:`KeyedAutocompleteSelect`."""
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = KeyedAutocompleteSelect(
+                db_field, self.admin_site, using=kwargs.get("using")
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class MembershipInline(KeyedAutocompleteAdmin, admin.TabularInline):
     model = Membership
     form = MembershipForm
     formset = MembershipFormSet
@@ -190,7 +224,7 @@ def _set_status(queryset: QuerySet[Tenant], current: str, new: str) -> int:
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(KeyedAutocompleteAdmin, admin.ModelAdmin):
     form = MembershipForm
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]

@@ -70,8 +70,14 @@ def test_the_form_refuses_to_demote_or_move_the_last_owner(staff, restaurant):
     assert (owner.tenant, owner.role) == (tenant, OWNER)
 
 
-def post_tenant_page(staff: Client, tenant: Tenant, roles: dict[Membership, str]) -> object:
-    """Save the tenant's admin page as shown, with its member rows' roles set to ``roles``."""
+def post_tenant_page(
+    staff: Client,
+    tenant: Tenant,
+    roles: dict[Membership, str],
+    users: dict[Membership, object] | None = None,
+) -> object:
+    """Save the tenant's admin page as shown, with its member rows' roles set to ``roles``
+    (and, given ``users``, their accounts to what it says, as sent)."""
     page = staff.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
     form = page.context["adminform"].form
     data = {name: form[name].value() for name in form.fields}
@@ -84,7 +90,7 @@ def post_tenant_page(staff: Client, tenant: Tenant, roles: dict[Membership, str]
             {
                 f"{row.prefix}-id": membership.pk,
                 f"{row.prefix}-tenant": tenant.pk,
-                f"{row.prefix}-user": membership.user_id,
+                f"{row.prefix}-user": (users or {}).get(membership, membership.user_id),
                 f"{row.prefix}-role": roles.get(membership, membership.role),
             }
         )
@@ -201,6 +207,36 @@ def test_staff_add_a_member_on_the_add_page(staff, restaurant):
     )
     assert answer.status_code == 302
     assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
+
+
+REFUSED = b"Please correct the error below."
+
+
+@pytest.mark.parametrize("value", ["abc", "1,2", "1e999", "\x00"])
+def test_a_member_row_naming_no_account_or_restaurant_by_its_key_is_refused_by_the_form(
+    staff, restaurant, value
+):
+    """A user or tenant that is no key at all, in a membership's form, the tenant page's
+    member rows or the add page's address, is an error of the form (red: 500: the fields'
+    search widget looked the value up as a key to show it, and the conversion raised)."""
+    tenant, owner, manager = restaurant
+    add = "/admin/tenants/membership/add/"
+    for data in (
+        {"user": value, "tenant": tenant.pk, "role": MANAGER},
+        {"user": User.objects.create_user(f"new{len(value)}").pk, "tenant": value, "role": MANAGER},
+    ):
+        answer = staff.post(add, data)
+        assert answer.status_code == 200 and REFUSED in answer.content
+    change = staff.post(
+        f"/admin/tenants/membership/{manager.pk}/change/",
+        {"user": value, "tenant": tenant.pk, "role": MANAGER},
+    )
+    assert change.status_code == 200 and REFUSED in change.content
+    row = post_tenant_page(staff, tenant, {}, users={manager: value})
+    assert row.status_code == 200 and REFUSED in row.content
+    shown = staff.get(add, {"user": value, "tenant": value})
+    assert shown.status_code == (400 if "\x00" in value else 200)  # a page's query: no NUL
+    assert list(Membership.objects.filter(tenant=tenant).order_by("pk")) == [owner, manager]
 
 
 def staff_who_add_members(*more: str) -> tuple[User, Client]:
