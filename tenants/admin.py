@@ -10,14 +10,16 @@ owner's role away, or move them to another restaurant, is refused by the form.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import Count, Q, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
@@ -148,6 +150,40 @@ class MembershipInline(KeyedAutocompleteAdmin, admin.TabularInline):
         return formset
 
 
+class ReadableJSONField(forms.JSONField):
+    """Django's JSON form field, refusing as "Enter a valid JSON." all JSON it cannot hold.
+
+    Django's field turns a syntax error into that form error, but let through what Python's
+    reader raises besides (``RecursionError`` for arrays nested past its limit, ``ValueError``
+    for an integer past its 4,300 digits), a 500; and a lone surrogate, read from its escape
+    (``"\\ud800"``), went on to the page drawn again with the form's errors, which could not
+    be encoded as UTF-8, a 500 too."""
+
+    def to_python(self, value: Any) -> Any:
+        if not _readable(value):
+            raise ValidationError(
+                self.error_messages["invalid"], code="invalid", params={"value": value}
+            )
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if not self.disabled and not _readable(data):
+            return InvalidJSONInput(data)  # shown again as typed
+        return super().bound_data(data, initial)
+
+
+def _readable(value: Any) -> bool:
+    """Whether ``value``, text a form sent, is JSON that reads into values UTF-8 can write
+    (anything else, not text, is for Django's field to judge)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        json.dumps(json.loads(value), ensure_ascii=False).encode()
+    except (ValueError, RecursionError):  # a UnicodeEncodeError is a ValueError
+        return False
+    return True
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "region", "status", "members", "active_keys", "created_at"]
@@ -156,6 +192,7 @@ class TenantAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at"]
     inlines = [MembershipInline]
     actions = ["suspend", "reactivate"]
+    formfield_overrides = {models.JSONField: {"form_class": ReadableJSONField}}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return (

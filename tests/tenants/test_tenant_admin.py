@@ -1,0 +1,46 @@
+"""The tenant's admin page: what staff type into its JSON fields (the paths a restaurant's
+stored replies redact, the optional fields its log lines keep) is refused as a form error
+whatever it is, never a 500, and nothing is saved."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tenants.models import Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(User.objects.create_superuser("root", password=None))
+    return client
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("[" * 5000 + "]" * 5000, id="nested-past-the-recursion-limit"),
+        pytest.param("[1" + "0" * 5000 + "]", id="a-number-of-5000-digits"),
+        pytest.param('["\\ud800"]', id="a-lone-surrogate"),
+    ],
+)
+@pytest.mark.parametrize("field", ["redacted_paths", "log_fields"])
+def test_json_no_field_can_hold_is_a_form_error(staff: Client, field: str, text: str) -> None:
+    """Red: 500. Django's JSON form field let through what Python's reader raises besides a
+    syntax error (a RecursionError, an integer past its digit limit), and a lone surrogate,
+    read from its escape, reached the page drawn again with the error, which could not be
+    encoded."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
+    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    rows = {"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+
+    answer = staff.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows, field: text})
+
+    assert answer.status_code == 200
+    assert answer.context["adminform"].form.errors[field] == ["Enter a valid JSON."]
+    assert Tenant.objects.get(pk=tenant.pk).name == "Roma"
