@@ -24,7 +24,8 @@ written to the duplicate-hit audit (``idempotency.models.DuplicateAudit``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from enum import Enum
 
 from django.conf import settings
@@ -126,8 +127,7 @@ def handle_payment_callback(
         now=now,
     )
     try:
-        event = provider.parse_callback(raw_body)
-        _check_amount_fits(event)
+        event = _in_cents(provider.parse_callback(raw_body))
     except CallbackPayloadInvalid as exc:
         raise CallbackRejected(PaymentErrorCode.PAYMENT_CALLBACK_INVALID, str(exc)) from None
     return apply_provider_event(provider=provider.name, event=event)
@@ -168,15 +168,23 @@ def apply_provider_event(*, provider: str, event: CallbackEvent) -> CallbackResu
     )
 
 
-def _check_amount_fits(event: CallbackEvent) -> None:
-    """An amount the inbox's column cannot hold (``numeric(12, 2)``: under 10^10) is no
-    payment of ours either, whose amounts are the same kind of column: the body is refused
-    as malformed, whatever the provider's own bounds let through."""
+def _in_cents(event: CallbackEvent) -> CallbackEvent:
+    """``event`` with its amount written as the inbox's column holds it (``numeric(12, 2)``),
+    however many digits the provider wrote it with (``8.5``, ``8.50``, or ``8.50`` and 20,000
+    zeros): written as received, such zeros went past the digits PostgreSQL's numeric keeps
+    after the point, and the inbox's insert failed, a 500 on every delivery (and the audit of
+    a redelivery kept the amount's 20,000 digits). An amount the column cannot hold (10^10 or
+    more, or a fraction of a cent) is no payment of ours either, whose amounts are the same
+    kind of column: the body is refused as malformed, whatever the provider's own bounds let
+    through."""
     field = PaymentCallback._meta.get_field("amount")
-    if event.amount.adjusted() >= field.max_digits - field.decimal_places:
-        raise CallbackPayloadInvalid(
-            f"amount out of range (under 10^{field.max_digits - field.decimal_places})"
-        )
+    whole_digits = field.max_digits - field.decimal_places
+    if event.amount.adjusted() >= whole_digits:
+        raise CallbackPayloadInvalid(f"amount out of range (under 10^{whole_digits})")
+    cents = event.amount.quantize(Decimal(1).scaleb(-field.decimal_places))
+    if cents != event.amount:
+        raise CallbackPayloadInvalid("amount must be a whole number of cents")
+    return replace(event, amount=cents)
 
 
 # per database alias: the callback's locked read, compiled once

@@ -382,6 +382,31 @@ def test_an_amount_no_column_of_ours_holds_is_400_and_writes_nothing(
     assert ProviderConflict.all_tenants.count() == 0
 
 
+@pytest.mark.parametrize("status", ["succeeded", "failed"])
+def test_an_amount_written_with_many_trailing_zeros_is_the_amount_it_names(
+    deliver, paying, tenant, status
+):
+    """The payment's amount followed by 20,000 zeros is that amount: applied once, kept in
+    the inbox and in the audit of its redelivery at cents (red: 500 on every delivery: the
+    inbox's insert sent the amount as written, past the digits PostgreSQL's numeric holds
+    after the point, so the provider was never answered 2xx)."""
+    order, payment = paying
+    written = Decimal(f"{payment.amount}{'0' * 20_000}")
+    body, headers = signed(payment, status=status, amount=written)
+
+    first = deliver(body, headers)
+    again = deliver(body, headers)
+
+    assert (first.status_code, first.json()["result"]) == (200, "applied")
+    assert (again.status_code, again.json()["result"]) == (200, "duplicate")
+    assert PaymentCallback.objects.for_tenant(tenant).get().amount == payment.amount
+    assert [audit.request_meta["amount"] for audit in audits()] == [str(payment.amount)]
+    paid = status == "succeeded"
+    assert state(order) == (
+        (S.PAID, Payment.Status.SUCCEEDED) if paid else (S.PAYING, Payment.Status.FAILED)
+    )
+
+
 def test_the_largest_amount_a_column_holds_is_a_conflict_not_a_refusal(deliver, paying, tenant):
     order, payment = paying
     response = deliver(*signed(payment, amount=Decimal("9999999999.99")))
