@@ -59,6 +59,10 @@ REFUSED = {
     IdempotencyErrorCode.TOKEN_USED: _NOT_VALID,
     IdempotencyErrorCode.IN_PROGRESS: "This form's first submit is still being applied. "
     "Reload in a moment to see it.",
+    # text the fingerprint cannot put in one form: more than 30 combining marks in a row, or
+    # two fields whose names differ only in their Unicode form
+    IdempotencyErrorCode.PAYLOAD_INVALID: "This form holds text that cannot be read one way "
+    f"only (more than 30 accents or other combining marks in a row), so nothing was done. {_AGAIN}",
 }
 
 View = Callable[..., HttpResponse]

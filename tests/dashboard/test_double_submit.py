@@ -180,6 +180,24 @@ def test_same_token_with_other_fields_is_refused(merchant, mine):
     assert audit.differing_fields == ["to"]
 
 
+@pytest.mark.django_db
+def test_a_name_of_text_with_no_canonical_form_is_refused_in_words_on_its_page(merchant, mine):
+    """A dish's name with more than 30 accents in a row (Unicode's stream-safe limit) cannot
+    be fingerprinted: the merchant is sent back to the menu, told why, nothing added (red:
+    the API's JSON problem, IDEMPOTENCY_PAYLOAD_INVALID, shown in the browser)."""
+    case = CASES["dish-create"]
+    before = case.effect(mine)
+    name = "Zuppa" + "\u0301" * 31
+    body = {**case.data(mine), "name": name, "idempotency_key": token_for(merchant, case, mine)}
+
+    refused = merchant.post(case.action(mine), body)
+
+    assert refused.status_code == 303 and refused["Location"] == case.page(mine)
+    shown = merchant.get(refused["Location"])
+    assert shown.status_code == 200 and "cannot be read one way only" in shown.text
+    assert case.effect(mine) == before
+
+
 def _colleague(world: World) -> int:
     return Membership.objects.get(user=make_merchant(world.tenant, "colleague", "staff")).pk
 

@@ -159,15 +159,20 @@ def test_a_refused_form_is_not_kept_and_its_correction_runs(engine_mode, client,
 
 @pytest.mark.parametrize(
     ("token", "text", "status"),
-    [("form-abc", "other", 422), ("bad\u00e9token", "hello", 400)],
-    ids=["reused-with-other-values", "malformed-token"],
+    [
+        ("form-abc", "other", 422),
+        ("bad\u00e9token", "hello", 400),
+        ("form-new", "a" + "\u0301" * 31, 400),
+    ],
+    ids=["reused-with-other-values", "malformed-token", "text-with-no-canonical-form"],
 )
 def test_a_form_the_engine_refuses_goes_back_to_the_form_not_to_json(
     engine_mode, client, tenant, token, text, status
 ):
-    """A person who reused a form's token with other values (back, edit, submit) or sent a
-    broken one is sent back to the form's page, not shown the API's problem+json (red: the
-    JSON answer, status ``status``)."""
+    """A person who reused a form's token with other values (back, edit, submit), sent a
+    broken one, or typed text the fingerprint cannot put in one form (more than 30 combining
+    marks in a row) is sent back to the form's page, not shown the API's problem+json (red:
+    the JSON answer, status ``status``)."""
     assert post_form(client, tenant, token="form-abc").status_code == 302
     refused = post_form(client, tenant, token=token, text=text)
     assert refused.status_code == 303 and refused["Location"] == "/notes/form/"
