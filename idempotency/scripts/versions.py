@@ -91,11 +91,13 @@ def record_contract_pass(script: LuaScriptVersion, *, author: str) -> None:
 
 
 def check_reviewed(reviewed_sha256: str, actual: str, *, what: str) -> None:
-    """Refuse a change unless its author named the SHA-256 of what it makes live."""
+    """Refuse a change unless its author named the SHA-256 of what it makes live. Compared as
+    UTF-8 bytes: :func:`hmac.compare_digest` raises ``TypeError`` for text that is not ASCII,
+    so 64 accented letters typed in the admin's field were a 500, not a mismatch."""
     given = (reviewed_sha256 or "").strip().lower()
     if not given:
         raise ScriptRejected(f"the SHA-256 you reviewed of {what} is required")
-    if not hmac.compare_digest(given, actual):
+    if not hmac.compare_digest(given.encode(), actual.encode()):
         raise ScriptRejected(f"SHA-256 mismatch: {what} hashes to {actual}")
 
 
