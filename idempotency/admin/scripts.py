@@ -78,10 +78,32 @@ class ReviewForm(forms.Form):
     reviewed_sha256 = reviewed_sha256_field()
 
 
+# A canary's audience, bounded: every process holds it in memory (the registry's cache) and
+# the change log keeps it; typed as it came, 50,000 ids of a 250 KB form were saved as readily
+# as one. A tenant's key is at most 64 characters (IdempotencyRecord.tenant_key).
+MAX_AUDIENCE = 1000
+MAX_AUDIENCE_ENTRY = 64
+
+
 class CanaryForm(ReviewForm):
     percent = forms.IntegerField(min_value=0, max_value=100, initial=5)
     tenants = forms.CharField(required=False, help_text="Tenant ids, comma-separated")
     regions = forms.CharField(required=False, help_text="Regions, comma-separated")
+
+    def clean_tenants(self) -> str:
+        return _audience(self.cleaned_data["tenants"], "tenant ids")
+
+    def clean_regions(self) -> str:
+        return _audience(self.cleaned_data["regions"], "regions")
+
+
+def _audience(raw: str, what: str) -> str:
+    entries = _split(raw)
+    if len(entries) > MAX_AUDIENCE:
+        raise forms.ValidationError(f"At most {MAX_AUDIENCE:,} {what}, comma-separated.")
+    if any(len(entry) > MAX_AUDIENCE_ENTRY for entry in entries):
+        raise forms.ValidationError(f"Each of at most {MAX_AUDIENCE_ENTRY} characters.")
+    return raw
 
 
 class ChangeInline(admin.TabularInline):

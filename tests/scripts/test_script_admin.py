@@ -195,3 +195,42 @@ def test_the_actions_are_superuser_only_whatever_the_model_permissions():
 def test_non_staff_cannot_reach_the_scripts(client):
     client.force_login(User.objects.create_user("merchant", password="pw-123456"))
     assert client.get(LIST).status_code == 302
+
+
+LONG = b"Each of at most 64 characters"
+
+
+def many(what: str) -> bytes:
+    return f"At most 1,000 {what}, comma-separated".encode()
+
+
+@pytest.mark.parametrize(
+    ("field", "typed", "message"),
+    [
+        pytest.param(
+            "tenants", ",".join(str(n) for n in range(1001)), many("tenant ids"), id="1001-tenants"
+        ),
+        pytest.param("tenants", "t" * 65, LONG, id="a-tenant-id-of-65"),
+        pytest.param(
+            "regions", ",".join(f"r{n}" for n in range(1001)), many("regions"), id="1001-regions"
+        ),
+        pytest.param("regions", "r" * 65, LONG, id="a-region-of-65"),
+    ],
+)
+def test_a_canary_audience_is_bounded(staff, field, typed, message):
+    """At most 1,000 tenant ids and 1,000 regions, each of at most 64 characters (as a tenant's
+    key is): every process holds the audience in memory and the change log keeps it (red:
+    saved as typed, 50,000 ids of a 250 KB form as readily as one)."""
+    script = upload_version(name="claim", source=V2, author="ops", reviewed_sha256=sha256_of(V2))
+    record_contract_pass(script, author="ci")
+    fields = {"apply": "1", "reviewed_sha256": script.sha256, "percent": "0", field: typed}
+
+    r = act(staff, "canary", script, **fields)
+
+    assert r.status_code == 200 and message in r.content
+    script.refresh_from_db()
+    assert (script.state, script.canary_tenants, script.canary_regions) == ("draft", [], [])
+    assert sorted(LuaScriptChange.objects.values_list("action", flat=True)) == [
+        "contract_passed",
+        "upload",
+    ]
