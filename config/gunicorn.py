@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -123,13 +124,27 @@ def worker_exit(server: Any, worker: Any) -> None:
         server.log.exception("could not release the order-ID worker lease of pid %s", worker.pid)
 
 
+# The metrics directory on_starting made (None: the environment named one, kept as it is).
+_made_metrics_dir: str | None = None
+
+
 def on_starting(server: Any) -> None:
     """prometheus-client's multiprocess mode: every worker writes its metrics to files in this
     directory and /metrics merges them. Set in the master before any worker starts (workers
     import prometheus_client after the fork); a fresh directory per start, so a restart does
     not count old workers twice."""
+    global _made_metrics_dir
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ordering-metrics-")
+        _made_metrics_dir = tempfile.mkdtemp(prefix="ordering-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _made_metrics_dir
+
+
+def on_exit(server: Any) -> None:
+    """The master, stopping, removes the metrics directory it made: a fresh one per start was
+    never removed, so every restart (a deploy, a crash loop) left another in the temporary
+    directory with its workers' files. One the environment named is left alone."""
+    if _made_metrics_dir is not None:
+        shutil.rmtree(_made_metrics_dir, ignore_errors=True)
 
 
 def child_exit(server: Any, worker: Any) -> None:

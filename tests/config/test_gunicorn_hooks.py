@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from config.gunicorn import child_exit, post_worker_init
+from tests.support.ports import free_port
+from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,3 +189,34 @@ def test_a_dead_worker_s_open_breaker_leaves_the_merged_gauge(tmp_path, monkeypa
         assert states == [0.0]
     finally:
         live.communicate(input="", timeout=60)
+
+
+def test_a_stopped_server_leaves_no_metrics_directory_behind(tmp_path):
+    """gunicorn makes a fresh directory for its workers' metrics files at every start; the
+    master removes it as it stops (red: never removed, every restart, a deploy or a crash
+    loop, left another ordering-metrics-* directory with its workers' files in /tmp)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": ""}
+    port = free_port()
+    command = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "1"]
+    server = subprocess.Popen(
+        [*command, "--bind", f"127.0.0.1:{port}", "--no-control-socket"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the server answers")
+        [made] = tmp_path.glob("ordering-metrics-*")
+        assert made.is_dir()
+    finally:
+        server.terminate()
+        assert server.wait(timeout=DEADLINE_SECONDS) == 0
+    assert list(tmp_path.glob("ordering-metrics-*")) == []
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
