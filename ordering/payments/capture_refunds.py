@@ -76,6 +76,7 @@ def schedule_capture_refund(*, order: Order, payment: Payment) -> None:
     Compensation.all_tenants.create(
         compensation_id=compensation_id, tenant_id=order.tenant_id, order=order, step=STEP
     )
+
     # A function, not a functools.partial: Django's robust hook names what failed by its
     # __qualname__, which a partial lacks, so any failure escaped as an AttributeError.
     def send() -> None:
