@@ -36,9 +36,12 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-# Renderings kept per schema: the media types clients ask for (YAML, JSON, each with and
-# without ``indent``); an ``Accept`` varied past this is written out again each time.
-MAX_RENDERINGS = 16
+# What a process keeps, bounded whatever callers ask for: schemas of this many languages
+# (``?lang=`` takes any of Django's hundred), and per schema this many renderings (YAML and
+# JSON, with and without ``indent``), about 80 to 150 KB each. Past either, a request's
+# schema is generated or written out as drf-spectacular does, and not kept.
+MAX_LANGUAGES = 4
+MAX_RENDERINGS = 8
 
 
 class KeptSchema(dict):
@@ -75,7 +78,9 @@ class KeptSchemaGenerator(SchemaGenerator):
         key = (translation.get_language(), public, self.api_version)
         kept = _KEPT.get(key)
         if kept is None:
-            kept = _KEPT.setdefault(key, KeptSchema(super().get_schema(request, public)))
+            kept = KeptSchema(super().get_schema(request, public))
+            if len(_KEPT) < MAX_LANGUAGES:
+                kept = _KEPT.setdefault(key, kept)
         return kept
 
 

@@ -14,7 +14,7 @@ from django.utils import translation
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView
 
-from config.schema_view import _forget_kept_schemas
+from config.schema_view import _KEPT, MAX_LANGUAGES, MAX_RENDERINGS, _forget_kept_schemas
 
 ASKED = [
     ({}, {}),
@@ -37,12 +37,17 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Counter[str]]:
         return generate(self, request, public)
 
     monkeypatch.setattr(SchemaGenerator, "get_schema", counting_generate)
+    writing = [0]  # a renderer's render calling its base class's is one writing
     for renderer in SpectacularAPIView.renderer_classes:
         write = renderer.render
 
         def counting_write(self: Any, *args: Any, _write: Any = write, **kwargs: Any) -> Any:
-            written[type(self).__name__] += 1
-            return _write(self, *args, **kwargs)
+            written[type(self).__name__] += writing[0] == 0
+            writing[0] += 1
+            try:
+                return _write(self, *args, **kwargs)
+            finally:
+                writing[0] -= 1
 
         monkeypatch.setattr(renderer, "render", counting_write)
     yield generated, written
@@ -84,3 +89,27 @@ def test_a_changed_setting_drops_the_kept_schema(counted):
         pass
     Client().get("/api/schema/")
     assert generated == ["en-us", "en-us"]
+
+
+@pytest.mark.django_db
+def test_what_a_process_keeps_is_bounded_whatever_callers_ask_for(counted):
+    generated, written = counted
+    caller = Client()
+    languages = ["de", "fr", "es", "it", "nl", "pt", "sv"]  # more than are kept
+    indents = [{"HTTP_ACCEPT": f"application/json; indent={n}"} for n in range(1, 12)]
+
+    for _ in range(2):
+        for headers in indents:  # the default language's schema, kept first
+            caller.get("/api/schema/", **headers)
+        for language in languages:
+            caller.get("/api/schema/", {"lang": language})
+
+    assert len(_KEPT) == MAX_LANGUAGES
+    assert all(len(kept.renderings) <= MAX_RENDERINGS for kept in _KEPT.values())
+    # the second time round, only what could not be kept was generated or written again
+    languages_kept = MAX_LANGUAGES - 1  # beside the default language's
+    not_kept = len(languages) - languages_kept
+    assert len(generated) == 1 + len(languages) + not_kept
+    assert sum(written.values()) == (
+        len(indents) + len(languages) + (len(indents) - MAX_RENDERINGS) + not_kept
+    )
