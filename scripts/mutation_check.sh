@@ -9,7 +9,8 @@
 # redis-server it starts on a free loopback port and a database of their own
 # (${TEST_DATABASE_URL}_mut_<first module>), so other test runs are not disturbed.
 #
-# Environment: TEST_DATABASE_URL (required), PY (default .venv/bin/python),
+# Environment: TEST_DATABASE_URL (default: make test's, postgres://postgres@127.0.0.1:5432/ordering,
+# so the commands in the doc run as they are written), PY (default .venv/bin/python),
 # MUTATION_TIMEOUT (seconds per mutant, default 300), MUTATION_OUT (reports, default
 # ./mutation-reports), MUTATION_ONLY_<module>="function ..." (mutate only these functions of a
 # module: the time box for engine.py and redis_store.py, see the doc), MUTATION_SURVIVORS_ONLY=1
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 PY=${PY:-$root/.venv/bin/python}
 bin=$(dirname "$PY")
-: "${TEST_DATABASE_URL:?set TEST_DATABASE_URL (postgres://...)}"
+: "${TEST_DATABASE_URL:=postgres://postgres@127.0.0.1:5432/ordering}"
 out=${MUTATION_OUT:-$root/mutation-reports}
 timeout=${MUTATION_TIMEOUT:-300}
 modules=("$@")
