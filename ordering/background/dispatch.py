@@ -93,6 +93,25 @@ def enqueue(task_name: str, *args: Any, countdown: float | None = None, **kwargs
     _broker.record(seconds=time.monotonic() - started, ok=True)
 
 
+def enqueue_or_run_here(task_name: str, *args: Any, countdown: float, **kwargs: Any) -> None:
+    """Send like :func:`enqueue`; when the broker does not take the message, run the task in
+    this process once ``countdown`` has passed, as eager mode does. For a message that stands
+    for something outside the platform, which an outage of our broker would not stop (the
+    demo's simulated provider confirming a payment by itself): without it, a payment started
+    while Redis was down stayed PAYING, since the provider's books never recorded it either.
+    Demo-grade, like eager mode: lost if the process exits first."""
+    try:
+        enqueue(task_name, *args, countdown=countdown, **kwargs)
+    except Exception as exc:
+        logger.warning(
+            "%s not sent to the broker (%s); this process runs it in %s s",
+            task_name,
+            exc,
+            countdown,
+        )
+        _run_later(current_app.tasks[task_name], countdown, args, kwargs)
+
+
 def _run_later(task: Task, delay: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Eager mode runs a task at once and ignores its countdown; but a delay is part of what the
     task means (the simulated provider confirms a payment *after* a while, so the demo shows

@@ -68,7 +68,7 @@ class SimulatedProvider:
         delay = settings.SIMULATED_PAYMENT_AUTO_COMPLETE_SECONDS
         if delay > 0:
             transaction.on_commit(
-                lambda: dispatch.enqueue(
+                lambda: dispatch.enqueue_or_run_here(
                     dispatch.COMPLETE_SIMULATED_PAYMENT, self.name, txn_id, countdown=delay
                 ),
                 robust=True,
