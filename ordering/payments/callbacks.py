@@ -35,7 +35,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from idempotency import metrics
-from idempotency.audit import AuditEvent
+from idempotency.audit import MISS, AuditEvent
 from idempotency.core.hashing import keyed_digest
 from idempotency.stores.audit_stream import report
 from ordering.background.outbox import emit_event
@@ -160,6 +160,8 @@ def apply_provider_event(*, provider: str, event: CallbackEvent) -> CallbackResu
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
             _audit(order=order, event=event, provider=provider, decision=decision)
+        else:
+            _count_first_delivery(order=order, provider=provider)
     return CallbackResult(
         outcome=decision.outcome,
         order_id=order.pk,
@@ -366,6 +368,28 @@ def _carry_out(
                 "currency": payment.currency,
             },
         )
+
+
+def _count_first_delivery(*, order: Order, provider: str) -> None:
+    """Once the transaction commits, count the event's first delivery (MISS) as the engine
+    counts a request that ran: in ``idempotency_outcomes_total`` and the durable counters
+    (batched, no audit row). Without it the provider's repeats (HIT) had no first executions
+    beside them, and the hit rate read a provider delivering each event twice as all repeats."""
+    tenant = str(order.tenant_id)
+    first = AuditEvent(
+        tenant_key=tenant,
+        endpoint=AUDIT_ENDPOINT,
+        key="",  # a first execution is only counted: no row keeps its key
+        outcome=MISS,
+        source="database",
+        principal=f"provider:{provider}",
+    )
+
+    def count() -> None:
+        metrics.count(tenant=tenant, endpoint=AUDIT_ENDPOINT, outcome=MISS)
+        report(first)
+
+    transaction.on_commit(count)
 
 
 def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:

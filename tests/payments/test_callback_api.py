@@ -9,12 +9,14 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
 from idempotency.core.hashing import keyed_digest
-from idempotency.models import DuplicateAudit
+from idempotency.models import DuplicateAudit, OutcomeCount
+from idempotency.stores.audit_pending import pending
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import (
     EventType,
@@ -483,3 +485,33 @@ def test_the_duplicates_and_conflicts_a_provider_sends_are_counted_for_prometheu
     deliver(body, headers)  # the same event again: a duplicate
     assert counted("HIT") - before["HIT"] == 1
     assert counted("CONFLICT") - before["CONFLICT"] == 1
+
+
+def test_a_first_delivery_is_counted_as_a_first_execution_beside_its_repeats(
+    deliver, paying, tenant
+):
+    """The provider's repeats were counted (HIT), its first deliveries never (MISS): the hit
+    rate, HIT over all outcomes in Prometheus and HIT over HIT + MISS on the Duplicates page,
+    read a provider that delivers each event twice as all repeats. A first delivery is now
+    counted once, in /metrics and in the durable counters, as the engine counts a request
+    that ran; its repeat is not counted as one."""
+
+    def counted(outcome: str) -> float:
+        labels = {"tenant": str(tenant.pk), "endpoint": CALLBACK_ENDPOINT, "outcome": outcome}
+        return REGISTRY.get_sample_value("idempotency_outcomes_total", labels) or 0.0
+
+    _, payment = paying
+    before = {outcome: counted(outcome) for outcome in ("MISS", "HIT")}
+    body, headers = signed(payment, event_id="evt_first")
+    deliver(body, headers)
+    deliver(body, headers)  # the same event again: a duplicate
+    pending.flush()
+    assert counted("MISS") - before["MISS"] == 1
+    assert counted("HIT") - before["HIT"] == 1
+    durable = dict(
+        OutcomeCount.objects.filter(tenant_key=str(tenant.pk), endpoint=CALLBACK_ENDPOINT)
+        .values("outcome")
+        .annotate(n=Sum("count"))
+        .values_list("outcome", "n")
+    )
+    assert durable == {"MISS": 1, "HIT": 1}
