@@ -45,6 +45,14 @@ class PendingAudits:
         self._queue: queue.Queue[_Queued] = queue.Queue()
         self._lock = threading.Lock()
         self._pid: int | None = None
+        # Set when an event is queued. The writer waits on it rather than taking the first
+        # event off the queue: an event it held through its gathering interval was in no
+        # queue the exit's flush could see, and a process that exited then (a command, a
+        # worker's restart) lost it.
+        self._queued = threading.Event()
+        # Held while a batch is written: the exit's flush waits for the writer's write to end
+        # instead of leaving it to be cut off with the interpreter.
+        self._writing = threading.Lock()
 
     def record(self, event: AuditEvent) -> bool:
         """Queue ``event``; False (and counted as dropped) when the queue is full."""
@@ -69,12 +77,12 @@ class PendingAudits:
             except queue.Empty:
                 return
 
-    def flush(self, first: _Queued | None = None) -> int:
+    def flush(self) -> int:
         """Write everything queued now, in the caller's thread; returns how many events.
 
         On a database error the batch goes back on the queue (each event at most
         ``AUDIT_WRITE_ATTEMPTS`` times) and the error is raised."""
-        batch: list[_Queued] = [first] if first else []
+        batch: list[_Queued] = []
         while True:
             try:
                 batch.append(self._queue.get_nowait())
@@ -93,6 +101,7 @@ class PendingAudits:
             metrics.audits_dropped.labels(reason="queue_full").inc()
             return False
         self._queue.put(item)
+        self._queued.set()
         return True
 
     def _requeue(self, batch: list[_Queued]) -> None:
@@ -110,21 +119,30 @@ class PendingAudits:
             if self.runs_in_this_process:
                 return
             self._pid = os.getpid()
+            self._writing = threading.Lock()  # a forked child's copy may be held by no thread
             threading.Thread(target=self._run, name="idempotency-audit", daemon=True).start()
 
     def _run(self) -> None:
-        """Sleep until an event arrives, let a batch gather for a moment, write it."""
+        """Sleep until an event arrives, let a batch gather for a moment, write it. Events
+        stay in the queue until the write takes them, so the exit's flush finds them."""
         interval = engine_setting("AUDIT_FLUSH_SECONDS")
         while True:
-            first = self._queue.get()
+            self._queued.wait()
+            self._queued.clear()  # an event queued from here on wakes the next round
             time.sleep(interval)
             try:
                 close_old_connections()
-                self.flush(first)
+                with self._writing:
+                    self.flush()
             except Exception:  # survive a database blip; the batch was re-queued (bounded)
                 logger.exception("could not write idempotency audit events")
             finally:
                 connection.close()
+
+    def flush_at_exit(self) -> None:
+        """Write what is queued, after the writer's write under way (if any) has ended."""
+        with self._writing:
+            self.flush()
 
 
 pending = PendingAudits()
@@ -136,6 +154,6 @@ def _flush_at_exit() -> None:
     if not pending.runs_in_this_process:
         return
     try:
-        pending.flush()
+        pending.flush_at_exit()
     except Exception:  # interpreter shutdown: nothing more to do than say so
         logger.exception("audit events lost at exit")
