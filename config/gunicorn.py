@@ -124,8 +124,12 @@ def worker_exit(server: Any, worker: Any) -> None:
         server.log.exception("could not release the order-ID worker lease of pid %s", worker.pid)
 
 
-# The metrics directory on_starting made (None: the environment named one, kept as it is).
-_made_metrics_dir: str | None = None
+# Names the metrics directory a master made, as "<its pid>:<path>", in the environment: a
+# reload (SIGHUP) runs this file afresh in the master, so a module global forgot the directory
+# and the master stopping after a reload left it behind; the environment outlives the reload.
+# A master re-executed by an upgrade (SIGUSR2) inherits it with another pid: that directory is
+# its parent's, which removes it as it stops.
+METRICS_DIR_MADE_BY = "ORDERING_METRICS_DIR_MADE_BY"
 
 
 def on_starting(server: Any) -> None:
@@ -133,18 +137,26 @@ def on_starting(server: Any) -> None:
     directory and /metrics merges them. Set in the master before any worker starts (workers
     import prometheus_client after the fork); a fresh directory per start, so a restart does
     not count old workers twice."""
-    global _made_metrics_dir
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        _made_metrics_dir = tempfile.mkdtemp(prefix="ordering-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _made_metrics_dir
+    named = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not named or _made_by_a_master(named):
+        made = tempfile.mkdtemp(prefix="ordering-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+        os.environ[METRICS_DIR_MADE_BY] = f"{os.getpid()}:{made}"
 
 
 def on_exit(server: Any) -> None:
     """The master, stopping, removes the metrics directory it made: a fresh one per start was
     never removed, so every restart (a deploy, a crash loop) left another in the temporary
     directory with its workers' files. One the environment named is left alone."""
-    if _made_metrics_dir is not None:
-        shutil.rmtree(_made_metrics_dir, ignore_errors=True)
+    named = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if named and _made_by_a_master(named, pid=os.getpid()):
+        shutil.rmtree(named, ignore_errors=True)
+
+
+def _made_by_a_master(path: str, *, pid: int | None = None) -> bool:
+    """Whether a gunicorn master made ``path`` in on_starting (``pid``: that very master)."""
+    maker, _, made = os.environ.get(METRICS_DIR_MADE_BY, "").partition(":")
+    return made == path and (pid is None or maker == str(pid))
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +221,44 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_server_reloaded_then_stopped_leaves_no_metrics_directory_behind(tmp_path):
+    """A reload (SIGHUP: new workers, the configuration read again) runs config/gunicorn.py
+    afresh in the master, which forgot the directory it had made: stopped afterwards, the
+    master left it behind with every worker's files (red: the directory is still there)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": ""}
+    port = free_port()
+    command = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "1"]
+    server = subprocess.Popen(
+        [*command, "--bind", f"127.0.0.1:{port}", "--no-control-socket"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the server answers")
+        first_workers = _children(server.pid)
+        assert first_workers
+        [made] = tmp_path.glob("ordering-metrics-*")
+        # when the server is reloaded, and its new worker answers
+        server.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda: _children(server.pid).isdisjoint(first_workers)
+            and _children(server.pid)
+            and _answers(f"http://127.0.0.1:{port}/healthz"),
+            what="the reloaded server's new worker answers",
+        )
+        assert made.is_dir()
+    finally:
+        server.terminate()
+        assert server.wait(timeout=DEADLINE_SECONDS) == 0
+    # then stopping it removes the directory it made at its start
+    assert list(tmp_path.glob("ordering-metrics-*")) == []
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (Linux's /proc)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return {int(child) for child in text.split()}
