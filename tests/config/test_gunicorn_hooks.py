@@ -245,9 +245,11 @@ def test_a_server_reloaded_then_stopped_leaves_no_metrics_directory_behind(tmp_p
         # when the server is reloaded, and its new worker answers
         server.send_signal(signal.SIGHUP)
         wait_until(
-            lambda: _children(server.pid).isdisjoint(first_workers)
-            and _children(server.pid)
-            and _answers(f"http://127.0.0.1:{port}/healthz"),
+            lambda: (
+                _children(server.pid).isdisjoint(first_workers)
+                and _children(server.pid)
+                and _answers(f"http://127.0.0.1:{port}/healthz")
+            ),
             what="the reloaded server's new worker answers",
         )
         assert made.is_dir()
