@@ -10,9 +10,13 @@ first key when the second was issued before the first's page loaded).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.contrib import messages
+from django.contrib.sessions.backends.base import SessionBase
+from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -29,6 +33,8 @@ from tenants.permissions import Area
 
 NEW_KEY_SESSION = "dashboard_new_api_key"
 
+T = TypeVar("T")
+
 
 def clients_of(tenant: Tenant) -> QuerySet[ApiClient]:
     return ApiClient.objects.filter(tenant=tenant).order_by("revoked_at", "name", "pk")
@@ -43,9 +49,8 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     form = ApiKeyCreateForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         client, key = issue_api_key(tenant=tenant, **form.cleaned_data)
-        waiting = _waiting_keys(request)
-        waiting[str(client.pk)] = {"tenant": tenant.pk, "name": client.name, "key": key}
-        request.session[NEW_KEY_SESSION] = waiting
+        shown = {"tenant": tenant.pk, "name": client.name, "key": key}
+        _change_waiting_keys(request, lambda waiting: waiting.update({str(client.pk): shown}))
         return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
     # a HEAD answers no body: it shows no key, so it must not use up the key's one showing
     new_key = _take_issued_key(request, tenant) if request.method == "GET" else None
@@ -58,13 +63,54 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _waiting_keys(request: HttpRequest) -> dict[str, dict[str, Any]]:
-    """The keys issued in this session and not shown yet, by id (a session from before keys
-    were kept by id holds one, unnamed)."""
-    waiting = request.session.get(NEW_KEY_SESSION) or {}
+def _waiting_keys(stored: Any) -> dict[str, dict[str, Any]]:
+    """The keys issued in this session and not shown yet, by id, from the session's value
+    (a session from before keys were kept by id holds one, unnamed)."""
+    waiting = stored or {}
     if "key" in waiting:
         waiting = {str(waiting.get("id")): {**waiting, "name": ""}}
     return dict(waiting)
+
+
+def _change_waiting_keys(
+    request: HttpRequest, change: Callable[[dict[str, dict[str, Any]]], T]
+) -> T:
+    """``change`` applied to the keys waiting in the session as the database holds them now,
+    and written back at once.
+
+    The tabs of one browser share its session, and a request writes the whole session back as
+    it ends: a tab whose request read the session before another tab issued a key wrote its
+    older copy over it, and that key, live, was never shown to anyone. So the session's row is
+    locked and read again here, and once written this request leaves it alone (the session
+    middleware would write this request's copy again, over a key issued meanwhile). A session
+    kept elsewhere than in the database (no row to lock) is changed as it was read."""
+    session = request.session
+    if not isinstance(session, DatabaseSessionStore) or session.session_key is None:
+        waiting = _waiting_keys(session.get(NEW_KEY_SESSION))
+        result = change(waiting)
+        _keep_waiting(session, waiting)
+        return result
+    with transaction.atomic():
+        row = (
+            session.model.objects.select_for_update()
+            .filter(session_key=session.session_key)
+            .first()
+        )
+        stored = session.decode(row.session_data) if row is not None else {}
+        waiting = _waiting_keys(stored.get(NEW_KEY_SESSION))
+        result = change(waiting)
+        _keep_waiting(session, waiting)
+        if row is not None and session.modified:  # a session ended meanwhile stays ended
+            session.save()
+            session.modified = False
+    return result
+
+
+def _keep_waiting(session: SessionBase, waiting: dict[str, dict[str, Any]]) -> None:
+    if waiting:
+        session[NEW_KEY_SESSION] = waiting
+    elif NEW_KEY_SESSION in session:
+        del session[NEW_KEY_SESSION]
 
 
 def _take_issued_key(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:
@@ -74,15 +120,15 @@ def _take_issued_key(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | N
     shown here, and left in the session for the same page back in its own restaurant. Taken
     out unseen, it was a key never shown to anyone."""
     issued = request.GET.get("issued", "")
-    waiting = _waiting_keys(request)
-    if issued not in waiting or waiting[issued].get("tenant") != tenant.pk:
-        return None
-    new_key = waiting.pop(issued)
-    if waiting:
-        request.session[NEW_KEY_SESSION] = waiting
-    else:
-        request.session.pop(NEW_KEY_SESSION, None)
-    return new_key
+
+    def take(waiting: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        if issued not in waiting or waiting[issued].get("tenant") != tenant.pk:
+            return None
+        return waiting.pop(issued)
+
+    if issued not in _waiting_keys(request.session.get(NEW_KEY_SESSION)):
+        return None  # nothing of this page's to take: no lock, no write
+    return _change_waiting_keys(request, take)
 
 
 @member_required(Area.API_KEYS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from datetime import UTC, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -12,6 +13,7 @@ from django.contrib.staticfiles import finders
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.templatetags.static import static
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 from django.utils import timezone
@@ -19,6 +21,7 @@ from django.utils import timezone
 from idempotency.audit import AuditEvent, save_events
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
+from ordering.dashboard import api_keys as api_keys_views
 from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
@@ -498,6 +501,61 @@ def test_a_key_opened_in_another_restaurant_is_still_shown_back_in_its_own(clien
     client_of_key = authenticate_api_key(key)
     assert client_of_key is not None and client_of_key.tenant == mine.tenant
     assert client.get(issued["Location"]).context["new_key"] is None  # once
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("held", ["issue", "show"])
+def test_a_key_issued_in_another_tab_meanwhile_is_still_shown(mine, monkeypatch, held):
+    """Two tabs of one browser session: the first tab's request (issuing a key, or showing
+    one issued before) has read the session when the second tab issues a key; the first must
+    not write back the keys it read over the second's (red: the second key's page showed
+    nothing, a live secret key no one was ever shown). Threads with their own connections."""
+    tab_a, tab_b = Client(), Client()
+    tab_a.force_login(mine.user)
+    tab_b.cookies = tab_a.cookies  # the same browser: one session
+    earlier = post_form(tab_a, "/dashboard/api-keys/", {"name": "Earlier", "kind": "merchant"})
+    a_form = form_token(tab_a.get("/dashboard/api-keys/").content.decode())
+    a_has_read, b_is_done = threading.Event(), threading.Event()
+    real_tenant_of = api_keys_views.tenant_of
+
+    def held_tenant_of(request):  # the view's first step, once the session is read
+        if threading.current_thread().name == "tab-a":
+            a_has_read.set()
+            assert b_is_done.wait(30)
+        return real_tenant_of(request)
+
+    monkeypatch.setattr(api_keys_views, "tenant_of", held_tenant_of)
+    answers = {}
+
+    def first_tab() -> None:
+        try:
+            if held == "issue":
+                data = {"name": "Tab A", "kind": "merchant", "idempotency_key": a_form}
+                answers["a"] = tab_a.post("/dashboard/api-keys/", data)
+            else:
+                answers["a"] = tab_a.get(earlier["Location"])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_tab, name="tab-a")
+    thread.start()
+    assert a_has_read.wait(30)
+    issued_b = post_form(tab_b, "/dashboard/api-keys/", {"name": "Tab B", "kind": "merchant"})
+    b_is_done.set()
+    thread.join(30)
+
+    shown_b = tab_b.get(issued_b["Location"]).context["new_key"]
+    assert shown_b is not None and shown_b["name"] == "Tab B"
+    assert authenticate_api_key(shown_b["key"]).name == "Tab B"
+    if held == "issue":
+        shown_a = tab_a.get(answers["a"]["Location"]).context["new_key"]
+        assert shown_a is not None and shown_a["name"] == "Tab A"
+    else:
+        # by its page (the test client's context also caught the other tab's pages meanwhile)
+        shown_a = re.search(r'id="new-key-value"[^>]* value="([^"]+)"', answers["a"].text)
+        assert shown_a is not None and authenticate_api_key(shown_a[1]).name == "Earlier"
+        assert tab_a.get(earlier["Location"]).context["new_key"] is None  # once
+    assert tab_b.get(issued_b["Location"]).context["new_key"] is None  # once
 
 
 # --- idempotency page --------------------------------------------------------------------
