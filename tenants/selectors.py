@@ -6,6 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 
 from tenants.models import Membership, Tenant
+from tenants.session_values import change_value
 
 SESSION_TENANT_KEY = "current_tenant_id"
 
@@ -38,6 +39,7 @@ def switch_tenant(request: HttpRequest, tenant_id: int) -> Membership | None:
     """Make ``tenant_id`` current if the user is a member of it; None otherwise."""
     for membership in memberships_of(request.user):
         if membership.tenant_id == tenant_id:
-            request.session[SESSION_TENANT_KEY] = tenant_id
+            # another tab's request must not write its older copy back over the choice
+            change_value(request, SESSION_TENANT_KEY, lambda _: (tenant_id, None))
             return membership
     return None

@@ -14,9 +14,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.contrib import messages
-from django.contrib.sessions.backends.base import SessionBase
-from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -30,6 +27,7 @@ from ordering.dashboard.forms import ApiKeyCreateForm
 from tenants.api_keys import issue_api_key, revoke_api_key
 from tenants.models import ApiClient, Tenant
 from tenants.permissions import Area
+from tenants.session_values import change_value
 
 NEW_KEY_SESSION = "dashboard_new_api_key"
 
@@ -75,42 +73,16 @@ def _waiting_keys(stored: Any) -> dict[str, dict[str, Any]]:
 def _change_waiting_keys(
     request: HttpRequest, change: Callable[[dict[str, dict[str, Any]]], T]
 ) -> T:
-    """``change`` applied to the keys waiting in the session as the database holds them now,
-    and written back at once.
+    """``change`` applied to the keys waiting in the session as stored now, written at once:
+    another tab's request must not write back its older copy over a key issued meanwhile, a
+    live key then shown to no one (:mod:`tenants.session_values`)."""
 
-    The tabs of one browser share its session, and a request writes the whole session back as
-    it ends: a tab whose request read the session before another tab issued a key wrote its
-    older copy over it, and that key, live, was never shown to anyone. So the session's row is
-    locked and read again here, and once written this request leaves it alone (the session
-    middleware would write this request's copy again, over a key issued meanwhile). A session
-    kept elsewhere than in the database (no row to lock) is changed as it was read."""
-    session = request.session
-    if not isinstance(session, DatabaseSessionStore) or session.session_key is None:
-        waiting = _waiting_keys(session.get(NEW_KEY_SESSION))
+    def apply(stored: Any) -> tuple[dict[str, dict[str, Any]] | None, T]:
+        waiting = _waiting_keys(stored)
         result = change(waiting)
-        _keep_waiting(session, waiting)
-        return result
-    with transaction.atomic():
-        row = (
-            session.model.objects.select_for_update()
-            .filter(session_key=session.session_key)
-            .first()
-        )
-        stored = session.decode(row.session_data) if row is not None else {}
-        waiting = _waiting_keys(stored.get(NEW_KEY_SESSION))
-        result = change(waiting)
-        _keep_waiting(session, waiting)
-        if row is not None and session.modified:  # a session ended meanwhile stays ended
-            session.save()
-            session.modified = False
-    return result
+        return waiting or None, result
 
-
-def _keep_waiting(session: SessionBase, waiting: dict[str, dict[str, Any]]) -> None:
-    if waiting:
-        session[NEW_KEY_SESSION] = waiting
-    elif NEW_KEY_SESSION in session:
-        del session[NEW_KEY_SESSION]
+    return change_value(request, NEW_KEY_SESSION, apply)
 
 
 def _take_issued_key(request: HttpRequest, tenant: Tenant) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from idempotency.audit import AuditEvent, save_events
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.dashboard import api_keys as api_keys_views
+from ordering.dashboard import tenant as tenant_views
 from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
@@ -556,6 +557,67 @@ def test_a_key_issued_in_another_tab_meanwhile_is_still_shown(mine, monkeypatch,
         assert shown_a is not None and authenticate_api_key(shown_a[1]).name == "Earlier"
         assert tab_a.get(earlier["Location"]).context["new_key"] is None  # once
     assert tab_b.get(issued_b["Location"]).context["new_key"] is None  # once
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("held", ["switch", "issue"])
+def test_a_key_issued_and_a_restaurant_switched_in_two_tabs_at_once_both_hold(
+    mine, theirs, monkeypatch, held
+):
+    """One tab switches the restaurant while another issues a key, each request having read
+    the session before the other wrote it: neither writes its older copy back over the other
+    (red: the switch's request dropped the key, live and shown to no one). Threads with their
+    own connections."""
+    from tenants.models import Membership
+
+    Membership.objects.create(user=mine.user, tenant=theirs.tenant, role=Membership.Role.OWNER)
+    tab_a, tab_b = Client(), Client()
+    tab_a.force_login(mine.user)
+    tab_b.cookies = tab_a.cookies  # the same browser: one session
+    a_has_read, b_is_done = threading.Event(), threading.Event()
+
+    def hold(real):
+        def held_step(*args, **kwargs):  # the views' first step once the session is read
+            if threading.current_thread().name == "tab-a":
+                a_has_read.set()
+                assert b_is_done.wait(30)
+            return real(*args, **kwargs)
+
+        return held_step
+
+    switch = {"tenant_id": theirs.tenant.pk}
+    key = {"name": "Kiosk", "kind": "merchant"}
+    if held == "switch":
+        a_token = form_token(tab_a.get("/dashboard/").content.decode())
+        monkeypatch.setattr(tenant_views, "switch_tenant", hold(tenant_views.switch_tenant))
+        a_request = ("/dashboard/switch-tenant/", {**switch, "idempotency_key": a_token})
+    else:
+        a_token = form_token(tab_a.get("/dashboard/api-keys/").content.decode())
+        monkeypatch.setattr(api_keys_views, "tenant_of", hold(api_keys_views.tenant_of))
+        a_request = ("/dashboard/api-keys/", {**key, "idempotency_key": a_token})
+    answers = {}
+
+    def first_tab() -> None:
+        try:
+            answers["a"] = tab_a.post(*a_request)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_tab, name="tab-a")
+    thread.start()
+    assert a_has_read.wait(30)
+    if held == "switch":
+        b = post_form(tab_b, "/dashboard/api-keys/", key)
+    else:
+        b = post_form(tab_b, "/dashboard/switch-tenant/", switch, "/dashboard/")
+    b_is_done.set()
+    thread.join(30)
+    issued = b if held == "switch" else answers["a"]
+
+    assert tab_a.get("/dashboard/").context["request"].membership.tenant == theirs.tenant
+    post_form(tab_a, "/dashboard/switch-tenant/", {"tenant_id": mine.tenant.pk}, "/dashboard/")
+    shown = tab_a.get(issued["Location"]).context["new_key"]
+    assert shown is not None and authenticate_api_key(shown["key"]).name == "Kiosk"
 
 
 # --- idempotency page --------------------------------------------------------------------
