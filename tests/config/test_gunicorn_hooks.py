@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -196,49 +198,17 @@ def test_a_stopped_server_leaves_no_metrics_directory_behind(tmp_path):
     """gunicorn makes a fresh directory for its workers' metrics files at every start; the
     master removes it as it stops (red: never removed, every restart, a deploy or a crash
     loop, left another ordering-metrics-* directory with its workers' files in /tmp)."""
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": ""}
-    port = free_port()
-    command = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "1"]
-    server = subprocess.Popen(
-        [*command, "--bind", f"127.0.0.1:{port}", "--no-control-socket"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the server answers")
+    with _serving(tmp_path):
         [made] = tmp_path.glob("ordering-metrics-*")
         assert made.is_dir()
-    finally:
-        server.terminate()
-        assert server.wait(timeout=DEADLINE_SECONDS) == 0
     assert list(tmp_path.glob("ordering-metrics-*")) == []
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_a_server_reloaded_then_stopped_leaves_no_metrics_directory_behind(tmp_path):
     """A reload (SIGHUP: new workers, the configuration read again) runs config/gunicorn.py
     afresh in the master, which forgot the directory it had made: stopped afterwards, the
     master left it behind with every worker's files (red: the directory is still there)."""
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": ""}
-    port = free_port()
-    command = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "1"]
-    server = subprocess.Popen(
-        [*command, "--bind", f"127.0.0.1:{port}", "--no-control-socket"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the server answers")
+    with _serving(tmp_path) as (server, health):
         first_workers = _children(server.pid)
         assert first_workers
         [made] = tmp_path.glob("ordering-metrics-*")
@@ -248,16 +218,43 @@ def test_a_server_reloaded_then_stopped_leaves_no_metrics_directory_behind(tmp_p
             lambda: (
                 _children(server.pid).isdisjoint(first_workers)
                 and _children(server.pid)
-                and _answers(f"http://127.0.0.1:{port}/healthz")
+                and _answers(health)
             ),
             what="the reloaded server's new worker answers",
         )
         assert made.is_dir()
+    # then stopping it removes the directory it made at its start
+    assert list(tmp_path.glob("ordering-metrics-*")) == []
+
+
+@contextmanager
+def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """gunicorn with config/gunicorn.py, one worker, its temporary files in ``tmp_path``,
+    until the block ends (SIGTERM; it must exit cleanly): the process and its health URL."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": ""}
+    port = free_port()
+    command = [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "1"]
+    server = subprocess.Popen(
+        [*command, "--bind", f"127.0.0.1:{port}", "--no-control-socket"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    health = f"http://127.0.0.1:{port}/healthz"
+    try:
+        wait_until(lambda: _answers(health), what="the server answers")
+        yield server, health
     finally:
         server.terminate()
         assert server.wait(timeout=DEADLINE_SECONDS) == 0
-    # then stopping it removes the directory it made at its start
-    assert list(tmp_path.glob("ordering-metrics-*")) == []
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _children(pid: int) -> set[int]:
