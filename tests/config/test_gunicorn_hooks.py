@@ -51,29 +51,15 @@ def test_a_worker_freezes_what_loading_the_app_made_then_says_it_is_ready():
 )
 def test_a_setting_that_is_no_whole_number_stops_gunicorn_naming_it(name, value, low):
     """A bare int() stopped gunicorn with "invalid literal for int()", naming no setting."""
-    read = subprocess.run(
-        [sys.executable, "-c", "import config.gunicorn"],
-        cwd=ROOT,
-        env={**os.environ, name: value},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    read = _read_config({name: value})
     assert read.returncode != 0
     assert f"{name} must be a whole number of at least {low}, not {value!r}" in read.stderr
     assert "invalid literal" not in read.stderr
 
 
 def test_the_settings_left_unset_or_empty_take_their_defaults():
-    read = subprocess.run(
-        [sys.executable, "-c", "import config.gunicorn as g; print(g.timeout, g.keepalive)"],
-        cwd=ROOT,
-        env={**os.environ, "GUNICORN_TIMEOUT": "", "GUNICORN_KEEPALIVE": "0"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    read = _read_config(
+        {"GUNICORN_TIMEOUT": "", "GUNICORN_KEEPALIVE": "0"}, "g.timeout, g.keepalive"
     )
     assert (read.returncode, read.stdout.split()) == (0, ["30", "0"]), read.stderr
 
@@ -94,29 +80,15 @@ def test_the_bind_address_left_empty_is_loopback_never_every_interface(value, bi
     empty address, which it binds to 0.0.0.0:8000: every interface of the host, the API, the
     dashboard and the admin reachable from anywhere past the proxy, where the default is
     loopback."""
-    read = subprocess.run(
-        [sys.executable, "-c", "import config.gunicorn as g; print(g.bind)"],
-        cwd=ROOT,
-        env={**os.environ, "GUNICORN_BIND": value},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    read = _read_config({"GUNICORN_BIND": value}, "g.bind")
     assert (read.returncode, read.stdout.strip()) == (0, str(bind)), read.stderr
 
 
 def test_the_log_settings_left_empty_take_their_defaults():
     """``GUNICORN_ERROR_LOG=`` named the file "", and gunicorn stopped with "Error: '' isn't
     writable"; ``GUNICORN_LOG_LEVEL=`` was a level of no name."""
-    read = subprocess.run(
-        [sys.executable, "-c", "import config.gunicorn as g; print(g.errorlog, g.loglevel)"],
-        cwd=ROOT,
-        env={**os.environ, "GUNICORN_ERROR_LOG": " ", "GUNICORN_LOG_LEVEL": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    read = _read_config(
+        {"GUNICORN_ERROR_LOG": " ", "GUNICORN_LOG_LEVEL": ""}, "g.errorlog, g.loglevel"
     )
     assert (read.returncode, read.stdout.split()) == (0, ["-", "info"]), read.stderr
 
@@ -124,15 +96,7 @@ def test_the_log_settings_left_empty_take_their_defaults():
 def test_a_log_level_gunicorn_does_not_know_stops_it_naming_the_setting():
     """gunicorn reads a level it does not know as info: ``GUNICORN_LOG_LEVEL=warn`` (or
     ``debgu``) ran a server that logged otherwise than asked, and said nothing."""
-    read = subprocess.run(
-        [sys.executable, "-c", "import config.gunicorn"],
-        cwd=ROOT,
-        env={**os.environ, "GUNICORN_LOG_LEVEL": "warn"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    read = _read_config({"GUNICORN_LOG_LEVEL": "warn"})
     assert read.returncode != 0
     assert (
         "GUNICORN_LOG_LEVEL must be one of debug, info, warning, error, critical, not 'warn'"
@@ -248,6 +212,21 @@ def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     finally:
         server.terminate()
         assert server.wait(timeout=DEADLINE_SECONDS) == 0
+
+
+def _read_config(env: dict[str, str], printed: str = "") -> subprocess.CompletedProcess[str]:
+    """config/gunicorn.py read in a fresh interpreter with ``env`` added to the environment,
+    printing ``printed`` (its values, e.g. ``"g.timeout, g.keepalive"``) when given."""
+    code = f"import config.gunicorn as g; print({printed})" if printed else "import config.gunicorn"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _answers(url: str) -> bool:
