@@ -194,13 +194,7 @@ def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -
         '-H "Authorization: Api-Key $KEY"\n'
     )
 
-    run = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        env={"PATH": os.environ["PATH"], "KEY": demo.key},
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_SECONDS,
-    )
+    run = run_as_pasted(script, key=demo.key)
 
     assert run.returncode == 0, run.stdout + run.stderr
     walked, _, rest = run.stdout.partition("@@replay")
@@ -218,6 +212,18 @@ def test_the_readme_walkthrough_runs_verbatim_on_the_embedded_demo(demo: Demo) -
     assert key_alone.strip() == "403"
 
 
+def run_as_pasted(commands: str, *, key: str) -> subprocess.CompletedProcess[str]:
+    """``commands`` in a shell as a reader pastes them, with only ``PATH`` and the README's
+    ``KEY`` set, stopping at the first failing command."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", commands],
+        env={"PATH": os.environ["PATH"], "KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_SECONDS,
+    )
+
+
 def test_the_idempotency_doc_s_examples_run_verbatim_on_the_embedded_demo(demo: Demo) -> None:
     """docs/idempotency.md's examples, pasted as they are with the README's ``KEY``: the order
     placed (MISS), the same key with another quantity refused (422), the order paid twice
@@ -225,13 +231,7 @@ def test_the_idempotency_doc_s_examples_run_verbatim_on_the_embedded_demo(demo: 
     elided (``curl -s ...``, no answer) and the pay named an ``$ORDER_ID`` no command set."""
     examples = readme_walkthrough(IDEMPOTENCY_DOC).replace(DEMO_PORT, f"127.0.0.1:{demo.port}")
 
-    run = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", examples],
-        env={"PATH": os.environ["PATH"], "KEY": demo.key},
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_SECONDS,
-    )
+    run = run_as_pasted(examples, key=demo.key)
 
     assert run.returncode == 0, run.stdout + run.stderr
     results = re.findall(r"^X-Idempotent-Result: (\w+)$", run.stdout, re.MULTILINE)
