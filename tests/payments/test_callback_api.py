@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
+from django.urls import resolve
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
@@ -33,7 +34,7 @@ from ordering.payments.registry import webhook_secrets
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from ordering.services.lifecycle import cancel_order
 from tenants.models import Tenant
-from tests.payments.helpers import paying_order, post_callback, signed
+from tests.payments.helpers import CALLBACK_URL, paying_order, post_callback, signed
 from tests.support.database_gone import session_ended_before
 
 pytestmark = pytest.mark.django_db
@@ -62,7 +63,7 @@ def paying(tenant, menu):
 
 def audits(outcome: str | None = None) -> list[DuplicateAudit]:
     drain_audits()
-    rows = DuplicateAudit.objects.filter(endpoint="POST /api/v1/payments/callback/")
+    rows = DuplicateAudit.objects.filter(endpoint=CALLBACK_ENDPOINT)
     return list(rows.filter(outcome=outcome) if outcome else rows)
 
 
@@ -515,3 +516,19 @@ def test_a_first_delivery_is_counted_as_a_first_execution_beside_its_repeats(
         .values_list("outcome", "n")
     )
     assert durable == {"MISS": 1, "HIT": 1}
+
+
+def test_a_callback_is_labelled_as_the_engine_labels_every_other_route(deliver, paying, tenant):
+    """The callback's ``endpoint`` label read ``POST /api/v1/payments/callback/`` while the
+    engine labels a request by its method and URLconf route (``POST api/v1/orders/``): one
+    spelling per route in /metrics, the durable counters and the audits, so a query or a
+    dashboard panel written for one form finds the callback too."""
+    _, payment = paying
+    body, headers = signed(payment, event_id="evt_label")
+    deliver(body, headers)
+    deliver(body, headers)  # a duplicate: audited
+    route = f"POST {resolve(CALLBACK_URL).route}"
+    assert route == CALLBACK_ENDPOINT
+    assert [row.endpoint for row in audits()] == [route]
+    labels = {"tenant": str(tenant.pk), "endpoint": route, "outcome": "MISS"}
+    assert REGISTRY.get_sample_value("idempotency_outcomes_total", labels) >= 1
