@@ -105,7 +105,8 @@ def _mask_request_path(line: dict[str, Any], record: logging.LogRecord, dropped:
     """A line about a request (Django's ``django.request`` line of a 4xx or 5xx) names its
     path, and a path can carry what the tenant chose not to log: a URL parameter named as a
     dropped field (``/api/v1/diners/<diner_id>/…``, ``/api/v1/orders/<order_id>/…``) is
-    written as its name, in ``msg`` and in ``request``."""
+    written as its name, in ``msg`` and in ``request``. ``request`` names no query string
+    (``repr`` of a request adds it): a search or a filter can name a diner too."""
     if record.name == SERVED_REQUEST_LOGGER:
         _mask_served_request(line, record, dropped)
         return
@@ -114,11 +115,10 @@ def _mask_request_path(line: dict[str, Any], record: logging.LogRecord, dropped:
         return
     match = request.resolver_match
     masked = _routed(match, dropped) if match is not None else _unrouted(request.path, dropped)
-    if masked is None:
-        return
-    line["msg"] = str(line["msg"]).replace(request.path, masked)
-    if "request" in line:
-        line["request"] = f"<{type(request).__name__}: {request.method} {masked!r}>"
+    if masked is not None:
+        line["msg"] = str(line["msg"]).replace(request.path, masked)
+    if "request" in line:  # the path alone: what a client searched or filtered for stays out
+        line["request"] = f"<{type(request).__name__}: {request.method} {masked or request.path!r}>"
 
 
 # Django's development server (``make run``) logs each request it served here:

@@ -200,6 +200,30 @@ def test_a_path_that_matches_no_route_names_no_diner_where_a_route_takes_one(
     assert line["request"] == f"<WSGIRequest: POST '{shown}'>"
 
 
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param("/api/v1/nowhere/?diner=zoe.private", id="no-route"),
+        pytest.param("/api/v1/orders/?status=zoe.private", id="bad-filter"),
+    ],
+)
+def test_a_request_line_keeps_no_query_string(make_tenant, request_lines, sent):
+    """Django's line about a refused request wrote the request as ``repr`` spells it, with
+    its query string: what a client searched or filtered for (a diner's name or id) was kept
+    in the log whatever the tenant chose. The line names the path only, as its
+    ``msg`` always did."""
+    tenant = make_tenant("logs", log_fields=[])
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    r = Client().get(sent, HTTP_AUTHORIZATION=f"Api-Key {key}")
+    assert r.status_code in (400, 404)
+    lines = [json.loads(x) for x in request_lines.getvalue().splitlines()]
+    assert lines, "no line about the refused request"
+    path = sent.partition("?")[0]
+    for line in lines:
+        assert "zoe.private" not in json.dumps(line)
+        assert line["request"] == f"<WSGIRequest: GET '{path}'>"
+
+
 def configured_formatter(log_format: str) -> logging.Formatter:
     """The formatter ``LOG_FORMAT=<log_format>`` gives the console handler (settings.LOGGING)."""
     spec = dict(settings.LOGGING["formatters"][log_format])
