@@ -438,6 +438,9 @@ AXES_RESET_ON_SUCCESS = True
 # holds at most LOGIN_FAILURE_LIMIT attempts, and the lockout ends its time after the last.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Its log lines about each sign-in and failure mask these (the name typed and the address by
+# its default); the user agent too, a detail about the person no other log line keeps.
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "user_agent"]
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 # An IPv6 client counts as its /64, every address of which it may send from: without this, a
 # fresh address for each guess was never locked out.

@@ -133,3 +133,18 @@ def test_attempts_during_the_lockout_are_refused_without_being_recorded(
     assert row.failures_since_start == 5
     assert len(row.get_data) + len(row.post_data) == stored
     assert row.attempt_time == locked_row.attempt_time  # the cool-off still ends as it would
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_the_throttle_s_log_lines_name_no_user_agent(url: str, staff: bool, caplog) -> None:
+    """django-axes wrote each sign-in's and each failure's client in its log lines, the name
+    typed and the address masked but the user agent whole (as long as the header the client
+    sent), a detail about the person signing in that no other line of the product keeps."""
+    user = account(staff)
+    agent = "agent-of-a-merchant/1.0 (canary)"
+    with caplog.at_level("INFO", logger="axes"):
+        Client(HTTP_USER_AGENT=agent).post(url, {"username": user.username, "password": "wrong"})
+        Client(HTTP_USER_AGENT=agent).post(url, {"username": user.username, "password": PASSWORD})
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("axes")]
+    assert any("user_agent" in line for line in lines), lines  # the lines were written
+    assert not any("canary" in line for line in lines), lines
