@@ -87,20 +87,27 @@ class OrderTransitionInline(ReadOnlyInline):
 def _move_action(target: str, label: str) -> Callable[..., None]:
     """An admin action moving each selected order to ``target`` through the lifecycle service.
 
-    Orders that do not allow the move (or lost a race) are reported and left as they were, as
-    are those of a restaurant being offboarded (its rows are fenced, :mod:`tenants.write_fence`):
-    one of them among the selected answered 500, with the orders before it moved and no word
-    of them.
+    Orders already where the move goes (a double click sends the action twice) are reported as
+    already done. Orders that do not allow the move (or lost a race) are reported and left as
+    they were, as are those of a restaurant being offboarded (its rows are fenced,
+    :mod:`tenants.write_fence`): one of them among the selected answered 500, with the orders
+    before it moved and no word of them.
     """
+
+    arrived = (S.CANCELLING, S.CANCELLED) if target == S.CANCELLED else (target,)
 
     def action(modeladmin: OrderAdmin, request: HttpRequest, queryset: QuerySet[Order]) -> None:
         actor = f"staff:{request.user.get_username()}"
-        moved, refused = 0, []
+        moved, already, refused = 0, [], []
         for order in queryset.select_related("tenant").order_by("pk"):
             try:
                 transition_order(tenant=order.tenant, order_id=order.pk, target=target, actor=actor)
             except OrderingError as exc:
-                refused.append(f"{order.pk} ({exc.detail})")
+                # read again: a double click's first request may have moved it meanwhile
+                if Order.all_tenants.filter(pk=order.pk, status__in=arrived).exists():
+                    already.append(str(order.pk))
+                else:
+                    refused.append(f"{order.pk} ({exc.detail})")
             except DatabaseError as exc:
                 if not refused_by_fence(exc):
                     raise
@@ -109,6 +116,10 @@ def _move_action(target: str, label: str) -> Callable[..., None]:
                 moved += 1
         if moved:
             modeladmin.message_user(request, f"{label}: {moved} order(s) moved.", messages.SUCCESS)
+        if already:
+            modeladmin.message_user(
+                request, f"{label}: already done for {', '.join(already)}.", messages.INFO
+            )
         if refused:
             modeladmin.message_user(
                 request, f"{label}: not allowed for {'; '.join(refused)}", messages.WARNING

@@ -92,6 +92,32 @@ def test_admin_cancel_action_uses_the_cancel_service(staff, mine, order_in):
     assert statuses[mine.order.pk] == S.CANCELLING and statuses[unpaid.pk] == S.CANCELLED
 
 
+@pytest.mark.parametrize(
+    ("action", "label", "arrived"),
+    [
+        ("move_to_accepted", "Accept", {S.ACCEPTED}),
+        ("move_to_cancelled", "Cancel (refund if paid)", {S.CANCELLING, S.CANCELLED}),
+    ],
+)
+def test_an_action_sent_twice_says_the_orders_are_already_moved(
+    staff, mine, action, label, arrived
+):
+    """A double click on an action's button sends it twice: the second said the move was "not
+    allowed" for the orders the first had just moved, as if it had failed. It says they were
+    already moved, moves nothing again and logs no second transition."""
+    first = run_action(staff, "/admin/ordering/order/", action, [mine.order.pk])
+    second = run_action(staff, "/admin/ordering/order/", action, [mine.order.pk])
+    assert (first.status_code, second.status_code) == (302, 302)
+    assert Order.all_tenants.get(pk=mine.order.pk).status in arrived
+    moves = OrderTransition.all_tenants.filter(order=mine.order, actor="staff:root")
+    assert moves.count() == 1
+    notices = [str(m) for m in staff.get("/admin/ordering/order/").context["messages"]]
+    assert notices == [
+        f"{label}: 1 order(s) moved.",
+        f"{label}: already done for {mine.order.pk}.",
+    ]
+
+
 def test_cancelling_in_the_admin_needs_the_permission_to_cancel_orders(mine):
     """Staff who move orders (view and change them) may not cancel one, which refunds it when
     paid: on the dashboard a cancel needs a manager (red: the paid order was cancelled and its
