@@ -39,13 +39,21 @@ STAFF_ACCOUNT = (
 )
 
 
+ROLE_BEYOND_MAKER = (
+    "A {role} of a restaurant sees or does on its dashboard what you may not in the admin "
+    "unless you hold {needed}: a superuser, or staff holding them, gives this role."
+)
+
+
 class MembershipForm(forms.ModelForm):
     """Refuses to take the role of owner from a restaurant's last owner (or to move them),
-    and to anyone but a superuser, a membership made or changed for a platform staff account
+    to anyone but a superuser, a membership made or changed for a platform staff account, and
+    a membership made or changed with a role its maker may not give
     (:func:`tenants.user_admin.naming_staff_accounts`)."""
 
     # set per request by the admin pages that show this form
     names_staff_accounts = False
+    grantable_roles: frozenset[str] = frozenset()
 
     class Meta:
         model = Membership
@@ -58,6 +66,10 @@ class MembershipForm(forms.ModelForm):
         made_or_changed = self.instance.pk is None or self.has_changed()
         if staff_account and made_or_changed and not self.names_staff_accounts:
             raise forms.ValidationError(STAFF_ACCOUNT)
+        role = data.get("role")
+        if made_or_changed and role and role not in self.grantable_roles:
+            needed = ", ".join(user_admin.ROLE_PERMISSIONS[role])
+            raise forms.ValidationError(ROLE_BEYOND_MAKER.format(role=role, needed=needed))
         before = self.instance  # as stored: the form's values are applied after clean()
         if before.pk is None:
             # a new membership takes no role from anyone (and has no tenant to read yet: the

@@ -14,6 +14,11 @@ ignored, as for any read-only field), another platform staff account (staff or s
 can be viewed but not changed, given a password or deleted, and a membership names a
 restaurant's own account only (:func:`naming_staff_accounts`). Superusers manage the admin as
 Django's own user admin does.
+
+A restaurant's membership is a grant too: its dashboard pages show what diners wrote on
+orders, and a manager's cancel and refund them, an owner's erase diners, all of which the
+admin keeps behind a permission. Staff give a role (:data:`ROLE_PERMISSIONS`), or set the
+password of a member, and so may sign in as them, only holding those permissions themselves.
 """
 
 from __future__ import annotations
@@ -24,15 +29,40 @@ from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from tenants.models import Membership
 
 T = TypeVar("T")
 # What makes an account more than it is: granted by superusers only
 GRANTS = ("is_superuser", "is_staff", "groups", "user_permissions")
 
 
+# What each role's dashboard pages hold that the admin keeps behind a permission
+# (docs/tenancy.md, "Dashboard roles"): the orders' notes, phones and addresses; cancelling
+# an order, which refunds a paid one; erasing a diner.
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    Membership.Role.STAFF: ("ordering.view_diner_details",),
+    Membership.Role.MANAGER: ("ordering.view_diner_details", "ordering.cancel_order"),
+    Membership.Role.OWNER: (
+        "ordering.view_diner_details",
+        "ordering.cancel_order",
+        "ordering.add_dinererasure",
+    ),
+}
+
+
 def grants(request: HttpRequest) -> bool:
     return bool(request.user.is_superuser)
+
+
+def grantable_roles(request: HttpRequest) -> frozenset[str]:
+    """The roles this request's user may give: those whose permissions they hold (a superuser
+    holds every one)."""
+    return frozenset(
+        role for role, needed in ROLE_PERMISSIONS.items() if request.user.has_perms(needed)
+    )
 
 
 def may_see_accounts(request: HttpRequest) -> bool:
@@ -58,6 +88,18 @@ class PlatformUserAdmin(UserAdmin):
             return False
         return super().has_change_permission(request, obj)
 
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        """A member's password signs in as the member: set only by staff who may give every
+        role the account holds."""
+        user = self.get_object(request, id)
+        if user is not None:
+            roles = set(Membership.objects.filter(user=user).values_list("role", flat=True))
+            if not roles <= grantable_roles(request):
+                raise PermissionDenied
+        return super().user_change_password(request, id, form_url)
+
     def has_delete_permission(self, request: HttpRequest, obj: User | None = None) -> bool:
         """Also asked per account by "Delete selected users"."""
         if obj is not None and _another_staff_account(request, obj) and not grants(request):
@@ -75,11 +117,13 @@ class PlatformGroupAdmin(GroupAdmin):
 
 def naming_staff_accounts(form: type[T], request: HttpRequest) -> type[T]:
     """``form`` (a membership's, ``tenants.admin.MembershipForm``) told whether this request
-    may name a platform staff account: only a superuser's. A membership opens the dashboard,
-    whose order pages show the note, phone and address of every order: staff adding their own
-    account (or a colleague's) to a restaurant read there what the admin shows only with
-    "view diner details", and held a restaurant's keys and members."""
-    return type(form.__name__, (form,), {"names_staff_accounts": grants(request)})
+    may name a platform staff account (only a superuser's) and which roles it may give
+    (:func:`grantable_roles`). A membership opens the dashboard, whose order pages show the
+    note, phone and address of every order: staff adding their own account (or a colleague's,
+    or a new one whose password they chose) to a restaurant read there what the admin shows
+    only with "view diner details", and held a restaurant's keys and members."""
+    granted = {"names_staff_accounts": grants(request), "grantable_roles": grantable_roles(request)}
+    return type(form.__name__, (form,), granted)
 
 
 def _another_staff_account(request: HttpRequest, user: User) -> bool:

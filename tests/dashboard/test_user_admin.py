@@ -125,6 +125,32 @@ def test_staff_who_change_accounts_still_look_after_the_restaurants_accounts():
     assert merchant.check_password("a-new-one-123") and merchant.email == "anna@example.com"
 
 
+def test_staff_who_change_accounts_set_a_member_s_password_only_holding_what_its_role_does():
+    """Setting the password of a restaurant's owner and signing in as them opened that
+    restaurant's dashboard (what diners wrote, cancelling and refunding orders, erasing
+    diners) to staff the admin keeps from all of it (red: the password was set). A member's
+    password is set by staff who hold in the admin what the member's strongest role holds."""
+    from tenants.models import Membership, Tenant
+
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    owner = User.objects.create_user("olga", password=PASSWORD)
+    Membership.objects.create(tenant=tenant, user=owner, role=Membership.Role.OWNER)
+    new = {"password1": "a-new-one-123", "password2": "a-new-one-123"}
+
+    _, client = staff_with("view_user", "change_user", "view_diner_details", "cancel_order")
+    assert client.post(f"/admin/auth/user/{owner.pk}/password/", new).status_code == 403
+    owner.refresh_from_db()
+    assert owner.check_password(PASSWORD)
+
+    _, client = staff_with(
+        "view_user", "change_user", "view_diner_details", "cancel_order", "add_dinererasure",
+        username="senior",
+    )  # fmt: skip
+    assert client.post(f"/admin/auth/user/{owner.pk}/password/", new).status_code == 302
+    owner.refresh_from_db()
+    assert owner.check_password("a-new-one-123")
+
+
 def test_staff_who_change_groups_cannot_add_permissions_to_them(cancel_permission):
     support, client = staff_with("view_group", "change_group")
     theirs = Group.objects.create(name="support")

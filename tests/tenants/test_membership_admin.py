@@ -239,6 +239,15 @@ def test_a_member_row_naming_no_account_or_restaurant_by_its_key_is_refused_by_t
     assert list(Membership.objects.filter(tenant=tenant).order_by("pk")) == [owner, manager]
 
 
+# The admin permissions each role's dashboard pages hold (docs/tenancy.md, "Dashboard roles"):
+# what diners wrote on orders; cancelling one, refunding it; erasing a diner
+ROLE_CODENAMES = {
+    Membership.Role.STAFF: ("view_diner_details",),
+    MANAGER: ("view_diner_details", "cancel_order"),
+    OWNER: ("view_diner_details", "cancel_order", "add_dinererasure"),
+}
+
+
 def staff_who_add_members(*more: str) -> tuple[User, Client]:
     """Platform staff who may add memberships (and, with ``more``, change tenants), nothing
     else: not seeing what diners wrote on orders (``ordering.view_diner_details``)."""
@@ -257,7 +266,7 @@ def test_staff_cannot_make_themselves_or_another_staff_account_a_member(restaura
     address of every order: staff adding their own account (or a colleague's) to a restaurant
     read what the admin shows only with "view diner details" (red: the membership was made)."""
     tenant, _, _ = restaurant
-    support, client = staff_who_add_members()
+    support, client = staff_who_add_members(*ROLE_CODENAMES[MANAGER])
     colleague = User.objects.create_user("colleague", is_staff=True)
     root = User.objects.create_superuser("root2", password=None)
 
@@ -276,6 +285,58 @@ def test_staff_cannot_make_themselves_or_another_staff_account_a_member(restaura
     )
     assert answer.status_code == 302
     assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
+
+
+@pytest.mark.parametrize("role", list(ROLE_CODENAMES))
+def test_a_membership_opens_no_more_than_its_maker_may_see_and_do_in_the_admin(restaurant, role):
+    """Staff who may add memberships but not see what diners wrote (nor cancel orders, nor
+    erase diners) made a new account of their own the owner of any restaurant, signed in to
+    its dashboard and read, cancelled and erased there what the admin keeps from them (red:
+    the membership was made). A role is given by a superuser, or by staff who hold in the
+    admin what its pages hold; a row that is not changed is no grant."""
+    tenant, _, _ = restaurant
+    needed = ROLE_CODENAMES[role]
+    anna = User.objects.create_user("anna", password="x-123456789")
+    add = {"user": anna.pk, "tenant": tenant.pk, "role": role}
+    for held in [(), *(tuple(c for c in needed if c != lacking) for lacking in needed)]:
+        User.objects.filter(username="support").delete()
+        _, client = staff_who_add_members(*held)
+        answer = client.post("/admin/tenants/membership/add/", add)
+        assert answer.status_code == 200, held  # the form again, naming what is missing
+        assert b"what you may not" in answer.content
+        assert not Membership.objects.filter(user=anna).exists()
+    User.objects.filter(username="support").delete()
+    _, client = staff_who_add_members(*needed)
+    assert client.post("/admin/tenants/membership/add/", add).status_code == 302
+    assert Membership.objects.filter(user=anna, tenant=tenant, role=role).exists()
+
+
+def test_the_tenant_page_s_member_rows_refuse_a_role_beyond_its_maker(restaurant):
+    tenant, owner, manager = restaurant
+    _, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
+    anna = User.objects.create_user("anna")
+    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
+    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    rows = {
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "2",
+        "memberships-0-id": owner.pk,
+        "memberships-0-tenant": tenant.pk,
+        "memberships-0-user": owner.user.pk,
+        "memberships-0-role": OWNER,
+        "memberships-1-id": manager.pk,
+        "memberships-1-tenant": tenant.pk,
+        "memberships-1-user": manager.user.pk,
+        "memberships-1-role": MANAGER,
+    }
+    # the rows as they are: the rest of the page is saved
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    assert answer.status_code == 302
+    rows.update({"memberships-TOTAL_FORMS": "3", "memberships-2-tenant": tenant.pk})
+    rows.update({"memberships-2-user": anna.pk, "memberships-2-role": MANAGER})
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    assert answer.status_code == 200
+    assert not Membership.objects.filter(user=anna).exists()
 
 
 def test_the_tenant_page_s_member_rows_refuse_a_staff_account_too(restaurant):
