@@ -3,8 +3,8 @@ outcome and a note), the outbox.
 
 Dead letters are the saga steps that failed past their retries; the order they belong to stays
 CANCELLING and flagged until staff requeue (run the step again: at most once, thanks to its
-compensation id) or discard it with a note. Both actions only act on open letters, so a double
-click requeues once.
+compensation id) or discard it, after a confirmation page, with a note of what was done
+instead. Both actions only act on open letters, so a double click requeues once.
 """
 
 from __future__ import annotations
@@ -28,6 +28,17 @@ from ordering.background.dead_letters import (
 from ordering.models import DeadLetter, OutboxEvent, ProviderConflict
 from ordering.payments.capture_refunds import CaptureRefundRunning
 from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
+
+# the start of each letter's error on the discard page; the whole is on the letter's page
+SHOWN_ERROR_CHARS = 200
+
+
+class DiscardForm(forms.Form):
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        max_length=MAX_NOTE_CHARS,
+        help_text="What was done instead (kept with your name and the time).",
+    )
 
 
 @admin.register(DeadLetter)
@@ -70,17 +81,51 @@ class DeadLetterAdmin(BoundedCountList, ReadOnlyAdmin):
         )
 
     @admin.action(description="Discard (close without running again)", permissions=["change"])
-    def discard(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+    def discard(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> HttpResponse | None:
+        """The step never runs again (a refund that failed is not sent), so the letters are
+        shown first, and closed only with a note of what was done instead."""
+        form = confirmed_form(request, DiscardForm)
+        if not form.is_valid():
+            letters = list(queryset.select_related("tenant").order_by("pk"))
+            return confirmation_page(
+                self,
+                request,
+                action="discard",
+                pks=[letter.pk for letter in letters],
+                form=form,
+                page=Confirmation(
+                    title="Discard dead letters",
+                    consequence=(
+                        "These failed steps will not run again, and the orders they belong to "
+                        "stay where they are (a refund that failed is not sent). Do it some "
+                        "other way first, and say what you did."
+                    ),
+                    headers=["Id", "Restaurant", "Order", "Step", "Attempts", "Error"],
+                    rows=[
+                        (
+                            letter.pk,
+                            letter.tenant,
+                            letter.order_id,
+                            self.step(letter),
+                            letter.attempts,
+                            letter.error[:SHOWN_ERROR_CHARS],
+                        )
+                        for letter in letters
+                    ],
+                    submit="Yes, discard",
+                ),
+            )
         self._each(
             request,
             queryset,
             lambda pk: discard_dead_letter(
                 dead_letter_id=pk,
                 actor=f"staff:{request.user.get_username()}",
-                note="discarded in the admin",
+                note=form.cleaned_data["note"],
             ),
             "discarded",
         )
+        return None
 
     def _each(self, request: HttpRequest, queryset: QuerySet[DeadLetter], step, verb: str) -> None:
         done = skipped = 0

@@ -24,13 +24,16 @@ def letter(key: str) -> DeadLetter:
     )
 
 
+DISCARDED = {"apply": "1", "note": "refunded by hand at the provider"}
+
+
 def test_requeue_and_discard_actions(staff, django_capture_on_commit_callbacks):
     a, b = letter("cancel:1:refund"), letter("cancel:2:refund")
     with django_capture_on_commit_callbacks(execute=False):
         staff.post(LIST, {"action": "requeue", "_selected_action": [a.pk]})
         again = staff.post(LIST, {"action": "requeue", "_selected_action": [a.pk]}, follow=True)
     assert b"were not open any more" in again.content
-    staff.post(LIST, {"action": "discard", "_selected_action": [b.pk]})
+    staff.post(LIST, {"action": "discard", "_selected_action": [b.pk], **DISCARDED})
     a.refresh_from_db()
     b.refresh_from_db()
     assert (a.state, a.resolved_by) == ("requeued", "staff:ops")
@@ -42,3 +45,30 @@ def test_dead_letter_rows_are_read_only(staff):
     page = staff.get(f"{LIST}{row.pk}/change/")
     assert page.status_code == 200 and b'name="error"' not in page.content
     assert staff.post(f"{LIST}{row.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_discarding_asks_for_confirmation_and_a_note_and_keeps_the_note(staff):
+    """Discard closed the letters at once, with the note "discarded in the admin": the
+    step (a refund, say) never runs again and nothing said what was done instead. The action
+    shows the letters and what discarding means, and closes them only with a note, which the
+    letter keeps."""
+    row = letter("cancel:4:refund_payment")
+    action = {"action": "discard", "_selected_action": [row.pk]}
+
+    page = staff.post(LIST, action)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "will not run again" in html and "refund_payment" in html and 'name="note"' in html
+    blank = staff.post(LIST, {**action, "apply": "1", "note": "  "})
+    assert blank.status_code == 200 and b"This field is required." in blank.content
+    row.refresh_from_db()
+    assert row.state == DeadLetter.State.OPEN
+
+    done = staff.post(LIST, {**action, **DISCARDED})
+    assert done.status_code == 302
+    row.refresh_from_db()
+    assert (row.state, row.note, row.resolved_by) == (
+        "discarded",
+        DISCARDED["note"],
+        "staff:ops",
+    )
