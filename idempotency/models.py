@@ -97,6 +97,8 @@ class OutcomeCount(models.Model):
     Every outcome is counted, first executions (MISS) included, so a hit rate is computed from
     complete numbers rather than from the audits alone. Rows are added to in batches
     (``idempotency.audit.storage.save_events``), never one request at a time on a hot path.
+    A row goes once its hour ended as long ago as its tenant keeps audits
+    (:func:`idempotency.purge.expired_outcome_counts`).
     """
 
     tenant_key = models.CharField(max_length=64)
@@ -111,7 +113,11 @@ class OutcomeCount(models.Model):
                 fields=["tenant_key", "endpoint", "outcome", "hour"], name="uniq_outcome_count"
             )
         ]
-        indexes = [models.Index(fields=["tenant_key", "hour"], name="outcome_count_tenant_hour")]
+        indexes = [
+            models.Index(fields=["tenant_key", "hour"], name="outcome_count_tenant_hour"),
+            # the retention purge and its overdue gauge look for old hours across tenants
+            models.Index(fields=["hour"], name="outcome_count_hour"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tenant_key} {self.endpoint} {self.outcome} {self.hour:%Y-%m-%d %H}h"

@@ -10,7 +10,8 @@ either way. Expired Redis entries have already expired by their own TTL.
 
 Retention: a record lives until its ``expires_at`` (set at write time from the tenant's
 ``RECORD_TTL_FOR_TENANT``, the endpoint's TTL or ``TTL_SECONDS``); an audit for its tenant's
-number of days (``AUDIT_RETENTION_OVERRIDES``), else ``AUDIT_RETENTION_DAYS``.
+number of days (``AUDIT_RETENTION_OVERRIDES``), else ``AUDIT_RETENTION_DAYS``, and so does an
+hourly outcome count once its hour ended that long ago.
 
 Purging a live record (staff, after a bad deploy stored a wrong answer) also deletes its Redis
 entry and announces the key on pub/sub so every process drops it from its local cache.
@@ -27,7 +28,7 @@ from django.utils import timezone
 
 from idempotency.core.conf import engine_hook, engine_setting
 from idempotency.core.keys import redis_key_from_digest
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores.nodes import local_cache, node_for
 
 # Called inside each batch's transaction with the number of rows it deleted, so a tally kept
@@ -91,12 +92,25 @@ def expired_records(now: datetime) -> Q:
 def expired_audits(now: datetime) -> Q:
     """Audits older than their tenant's retention: the default cut-off for every tenant
     without its own, each override's cut-off for its tenant."""
+    return _past_audit_retention(now, "at")
+
+
+def expired_outcome_counts(now: datetime) -> Q:
+    """Hourly outcome counts whose whole hour ended before their tenant's audit retention.
+
+    Every request adds to one (anyone's, a guest's of a public key included), a row per tenant,
+    endpoint, outcome and hour; the reports read the last day. Kept for ever, the table grew
+    by the hour for as long as a tenant lived; they go with the audits they summarise."""
+    return _past_audit_retention(now - timedelta(hours=1), "hour")
+
+
+def _past_audit_retention(now: datetime, field: str) -> Q:
     overrides_hook = engine_hook("AUDIT_RETENTION_OVERRIDES")
     overrides: dict[str, int] = overrides_hook() if overrides_hook else {}
     default = now - timedelta(days=engine_setting("AUDIT_RETENTION_DAYS"))
-    condition = Q(at__lt=default) & ~Q(tenant_key__in=list(overrides))
+    condition = Q(**{f"{field}__lt": default}) & ~Q(tenant_key__in=list(overrides))
     for tenant_key, days in overrides.items():
-        condition |= Q(tenant_key=tenant_key, at__lt=now - timedelta(days=days))
+        condition |= Q(tenant_key=tenant_key, **{f"{field}__lt": now - timedelta(days=days)})
     return condition
 
 
@@ -126,6 +140,22 @@ def purge_expired_audits(
     return delete_in_batches(
         DuplicateAudit,
         expired_audits,
+        batch_size=batch_size,
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
+
+
+def purge_expired_outcome_counts(
+    *,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Delete hourly outcome counts past their tenant's audit retention; returns how many."""
+    return delete_in_batches(
+        OutcomeCount,
+        expired_outcome_counts,
         batch_size=batch_size,
         max_batches=max_batches,
         on_batch=on_batch,

@@ -1,10 +1,12 @@
 """The retention purge: what has outlived its retention is deleted, in bounded batches.
 
-Seven kinds of rows, each with its own clock, and the kinds other apps register
+Eight kinds of rows, each with its own clock, and the kinds other apps register
 (:func:`register_kind`; the ordering app clears what diners wrote on long-finished orders):
 
 - ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
 - ``duplicate_audits``: older than the tenant's audit retention (default 30 days);
+- ``outcome_counts``: the engine's hourly counts of outcomes per endpoint, once their hour
+  ended as long ago (the Duplicates page reads the last 24 hours);
 - ``diner_sessions``: past their ``expires_at``. An expired token is refused by its signed
   expiry before any lookup, so nothing reads the row again;
 - ``login_attempts``: the login throttle's failed attempts (django-axes: the name typed, which
@@ -33,8 +35,14 @@ from django.contrib.sessions.models import Session
 from django.db.models import F, Q
 from django.utils import timezone
 
-from idempotency.models import DuplicateAudit, IdempotencyRecord
-from idempotency.purge import OnBatch, delete_in_batches, expired_audits, expired_records
+from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
+from idempotency.purge import (
+    OnBatch,
+    delete_in_batches,
+    expired_audits,
+    expired_outcome_counts,
+    expired_records,
+)
 from tenants.models import DinerSession, RetentionTally
 
 
@@ -58,6 +66,7 @@ def expired_login_records(now: datetime) -> Q:
 KINDS: dict[str, tuple[type, Callable[[datetime], Q]]] = {
     "idempotency_records": (IdempotencyRecord, expired_records),
     "duplicate_audits": (DuplicateAudit, expired_audits),
+    "outcome_counts": (OutcomeCount, expired_outcome_counts),
     "diner_sessions": (DinerSession, expired_diner_sessions),
     "login_attempts": (AccessAttempt, expired_login_attempts),
     "login_records": (AccessLog, expired_login_records),

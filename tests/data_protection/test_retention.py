@@ -20,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores import nodes as stores
 from ordering.models import Dish, Order, OrderStatus
 from ordering.services.placing import ItemRequest, place_order
@@ -72,6 +72,37 @@ def test_each_tenant_keeps_its_audits_for_its_own_number_of_days(make_tenant):
     assert purged["duplicate_audits"] == 3
     remaining = set(DuplicateAudit.objects.values_list("key", flat=True))
     assert remaining == {k.key for k in kept}
+
+
+def outcome_count(tenant, *, hours_ago: float, outcome: str = "MISS") -> OutcomeCount:
+    hour = (timezone.now() - timedelta(hours=hours_ago)).replace(minute=0, second=0, microsecond=0)
+    return OutcomeCount.objects.create(
+        tenant_key=str(tenant.pk), endpoint="POST api/v1/orders/", outcome=outcome, hour=hour,
+        count=7,
+    )  # fmt: skip
+
+
+def test_hourly_outcome_counts_are_kept_as_long_as_their_tenants_audits(make_tenant):
+    """Every request adds to its tenant's hourly count of outcomes (one row per endpoint,
+    outcome and hour, whoever sent it, a guest of the public key included); the Duplicates page
+    reads the last 24 hours. Rows older than the tenant's audit retention go with its audits
+    (red: none was ever deleted, so the table grew by the hour for as long as the tenant
+    lived)."""
+    # given tenant A keeps audits 1 day, C the platform default (30)
+    a = make_tenant("counts-1-day", audit_retention_days=1)
+    c = make_tenant("counts-default")
+    kept = [outcome_count(a, hours_ago=0), outcome_count(a, hours_ago=20)]
+    kept += [outcome_count(c, hours_ago=2 * 24), outcome_count(c, hours_ago=29 * 24)]
+    outcome_count(a, hours_ago=2 * 24)
+    outcome_count(c, hours_ago=31 * 24, outcome="HIT")
+    outcome_count(c, hours_ago=400 * 24)
+    assert overdue_rows()["outcome_counts"] == 3
+    # when the purge runs
+    purged = purge_expired_data()
+    # then the three past their tenant's retention went, and the rest stayed
+    assert purged["outcome_counts"] == 3
+    assert set(OutcomeCount.objects.values_list("pk", flat=True)) == {row.pk for row in kept}
+    assert overdue_rows()["outcome_counts"] == 0
 
 
 def test_a_tenants_record_ttl_sets_how_long_its_replies_are_kept(make_tenant, menu_for_tenant):
