@@ -18,7 +18,7 @@ from django.utils import timezone
 import idempotency
 from idempotency.core.conf import DEFAULTS
 from idempotency.core.error_codes import IdempotencyErrorCode
-from idempotency.models import DuplicateAudit, IdempotencyRecord
+from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.tests.testapp import quickstart
 from idempotency.tests.testapp.models import Note
 
@@ -140,7 +140,7 @@ def test_anonymous_callers_never_reach_the_quick_start_drf_view(quickstart_setti
 
 
 def test_the_purge_command_purges_records_and_audits(db, settings):
-    """As the README's retention paragraph says: `purge_idempotency_records` runs both."""
+    """As the README's retention paragraph says: `purge_idempotency_records` runs all three."""
     now = timezone.now()
     IdempotencyRecord.objects.create(
         tenant_key="t-purge",
@@ -161,8 +161,29 @@ def test_the_purge_command_purges_records_and_audits(db, settings):
     )
     out = StringIO()
     call_command("purge_idempotency_records", stdout=out)
-    assert out.getvalue().strip() == "purged 1 expired idempotency records and 1 audits"
+    assert out.getvalue().strip() == (
+        "purged 1 expired idempotency records, 1 audits and 0 hourly outcome counts"
+    )
     assert not IdempotencyRecord.objects.exists() and not DuplicateAudit.objects.exists()
+
+
+def test_the_purge_command_purges_hourly_outcome_counts_past_the_audit_retention(db, settings):
+    """As the README's retention paragraph says: the hourly counts of outcomes go with the
+    audits, once their hour ended as long ago (red: the command left every count, a row per
+    tenant, endpoint, outcome and hour, for ever)."""
+    retention = settings.IDEMPOTENCY.get("AUDIT_RETENTION_DAYS", 30)
+    this_hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    for days in (1, retention + 1, 400):
+        OutcomeCount.objects.create(
+            tenant_key="t-purge", endpoint="POST notes/", outcome="MISS",
+            hour=this_hour - timedelta(days=days), count=3,
+        )  # fmt: skip
+    out = StringIO()
+    call_command("purge_idempotency_records", stdout=out)
+    assert out.getvalue().strip() == (
+        "purged 0 expired idempotency records, 0 audits and 2 hourly outcome counts"
+    )
+    assert [row.hour for row in OutcomeCount.objects.all()] == [this_hour - timedelta(days=1)]
 
 
 @pytest.mark.parametrize("size", ["-1", "0", "many"])

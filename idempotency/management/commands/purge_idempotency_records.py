@@ -1,5 +1,6 @@
-"""``manage.py purge_idempotency_records``: delete expired idempotency records and the
-duplicate-hit audits past their tenant's retention (cron-safe)."""
+"""``manage.py purge_idempotency_records``: delete expired idempotency records, the
+duplicate-hit audits past their tenant's retention and the hourly outcome counts as old
+(cron-safe). Every request adds to an hourly count: left out, they were kept for ever."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from idempotency.purge import purge_expired, purge_expired_audits
+from idempotency.purge import purge_expired, purge_expired_audits, purge_expired_outcome_counts
 
 
 def _positive(value: str) -> int:
@@ -24,7 +25,8 @@ def _positive(value: str) -> int:
 
 class Command(BaseCommand):
     help = (
-        "Delete idempotency records, and duplicate-hit audits, whose retention has passed. "
+        "Delete idempotency records, duplicate-hit audits and hourly outcome counts whose "
+        "retention has passed. "
         "Safe to run at any time."
     )
 
@@ -36,4 +38,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         records = purge_expired(batch_size=options["batch_size"])
         audits = purge_expired_audits(batch_size=options["batch_size"])
-        self.stdout.write(f"purged {records} expired idempotency records and {audits} audits")
+        counts = purge_expired_outcome_counts(batch_size=options["batch_size"])
+        self.stdout.write(
+            f"purged {records} expired idempotency records, {audits} audits and {counts} "
+            "hourly outcome counts"
+        )
