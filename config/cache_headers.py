@@ -6,6 +6,11 @@ answers hold a diner's session token, contact phone and address: without a polic
 app's HTTP stack may write them to disk (iOS's URLCache keeps such answers in its Cache.db).
 A view that said ``no-store`` itself is left as it is, and so are the admin's views (Django's
 ``never_cache``), static files and the API's public schema and docs.
+
+It sits outside the middleware that refuses a request by itself (a body too large, too many
+query parameters, a charset other than UTF-8) and outside the one that rebuilds an API error
+page as problem+json (a route that does not exist, a Host the site does not serve): placed
+inside them, it never saw those answers, and they went out with no ``Cache-Control`` at all.
 """
 
 from __future__ import annotations

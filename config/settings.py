@@ -212,6 +212,10 @@ MIDDLEWARE = [
     # /metrics scraped by a server's address from METRICS_ALLOWED_IPS, the same way
     "config.metrics_view.MetricsByAddressMiddleware",
     "config.request_context.RequestContextMiddleware",
+    # Cache-Control: no-store on the dashboard's and the API's answers: outside every
+    # middleware below that answers by itself (413, 415, 400) or rebuilds an API error as
+    # problem+json (a 404 route, a Host not served), so those answers carry it too
+    "config.cache_headers.NoStoreMiddleware",
     "config.api_error_pages.ApiErrorPagesMiddleware",
     # HSTS, nosniff, the referrer and opener policies, and the HTTPS redirect: before every
     # middleware below that may answer by itself (413, 415, 503, a NUL in a page's query), so
@@ -232,7 +236,6 @@ MIDDLEWARE = [
     "config.json_bodies.JsonBodiesOnlyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "config.csp.SettingsPolicyCSPMiddleware",
-    "config.cache_headers.NoStoreMiddleware",
     # Sessions, Django's user and messages: browser pages only (config/browser_middleware.py)
     "config.browser_middleware.SessionMiddleware",
     # Django's, except that an /api/ path is never redirected to add a slash

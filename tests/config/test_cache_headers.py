@@ -51,3 +51,48 @@ def test_the_api_s_answers_holding_a_token_or_a_diner_s_contact_are_never_stored
     assert read.status_code == 200 and read.json()["contact"]["phone"] == "+39 333 1234567"
     for answer in (opened, placed, replayed, read):
         assert "no-store" in answer.get("Cache-Control", ""), answer.headers
+
+
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [
+        pytest.param({"path": "/api/v1/no-such-route/"}, id="unknown-route-404"),
+        pytest.param({"path": "/api/v1/orders"}, id="path-without-slash-404"),
+        pytest.param({"path": "/api/v1/menu/", "HTTP_HOST": "not-served.example"}, id="host-400"),
+        pytest.param(
+            {"path": "/api/v1/menu/?" + "&".join(["a"] * 1001)}, id="too-many-parameters-400"
+        ),
+        pytest.param(
+            {"path": "/api/v1/orders/", "method": "post", "data": "x" * 65},
+            id="body-too-large-413",
+        ),
+        pytest.param(
+            {
+                "path": "/api/v1/orders/",
+                "method": "post",
+                "data": "{}",
+                "content_type": "application/json; charset=latin-1",
+            },
+            id="charset-415",
+        ),
+    ],
+)
+def test_the_api_s_refusals_answered_before_or_around_its_views_are_never_stored(
+    settings: object, request_kwargs: dict[str, str]
+) -> None:
+    """Every answer of an ``/api/v1/`` path is ``no-store`` (README, "Dashboard"), refusals
+    included. Those the API's own middleware gives before a view runs (a body too large, too
+    many query parameters, a charset other than UTF-8) and those it rebuilds as problem+json
+    (a route that does not exist, a Host the site does not serve) went without any
+    ``Cache-Control``: the first are answered outside the no-store middleware, and the
+    rebuilt problem kept none of the page's headers but a few."""
+    settings.MAX_REQUEST_BYTES = 64
+    kwargs = dict(request_kwargs)
+    method = kwargs.pop("method", "get")
+    kwargs.setdefault("content_type", "application/json")
+    path = kwargs.pop("path")
+    answer = getattr(Client(), method)(path, **kwargs)
+
+    assert answer.status_code in {400, 404, 413, 415}, answer.content
+    assert answer["Content-Type"] == "application/problem+json"
+    assert "no-store" in answer.get("Cache-Control", ""), answer.headers
