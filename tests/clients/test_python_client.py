@@ -803,6 +803,47 @@ def test_retry_after_reads_every_http_date_format_as_gmt(value: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        pytest.param({"Retry-After": "Thu, 01 Jan 99999999999999999999 12:00:05 GMT"}, None),
+        pytest.param(
+            {"Retry-After": "0", "Date": "Thu, 01 Jan 99999999999999999999 12:00:05 GMT"}, 0.0
+        ),
+    ],
+    ids=["retry-after", "date"],
+)
+def test_a_date_whose_year_no_clock_can_hold_is_unreadable(
+    headers: dict[str, str], expected: float | None
+) -> None:
+    """A proxy's 503 whose ``Retry-After`` (or ``Date``) names a year of twenty digits is as
+    unreadable as any other garbage there: the client waits its own backoff and retries
+    (red: ``OverflowError`` out of the retry loop, neither an answer nor an
+    ``OrderingError``)."""
+    calls: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) > 1:
+            return httpx.Response(200, json=[])
+        return httpx.Response(503, json={}, headers=headers)
+
+    waited: list[float | None] = []
+    client = OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        retry=FAST,
+        on_retry=lambda event: waited.append(event.retry_after),
+    )
+    try:
+        assert client.menu() == []
+    finally:
+        client.close()
+
+    assert waited == [expected]
+
+
+@pytest.mark.parametrize(
     ("server_offset", "dated", "expected"),
     [
         pytest.param(-3600, True, [1.0], id="device-an-hour-ahead"),

@@ -64,7 +64,9 @@ def parse_http_date(value: str | None) -> datetime | None:
         return None
     try:
         when = parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        # OverflowError: a year of twenty digits (a proxy's garbage) fits no clock; as
+        # unreadable as any other, not an error out of the caller's retry loop
         return None
     if when.tzinfo is None:
         # asctime dates carry no zone (and "-0000" says none is known): RFC 9110 has every
