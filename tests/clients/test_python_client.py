@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import httpx
@@ -618,6 +618,50 @@ def test_a_device_clock_in_step_with_the_server_s_keeps_the_expiry_as_said() -> 
             201,
             json={"token": "t", "diner_id": "guest_1", "expires_at": expires.isoformat()},
             headers={"Date": http_date(time.time() - 2)},  # whole seconds, and the way back
+        )
+
+    client = OrderingClient(
+        "http://api.test", "pk_test.secret", transport=httpx.MockTransport(answer)
+    )
+    session = client.session()
+    client.close()
+
+    assert session.expires_at == expires.timestamp()
+
+
+@pytest.fixture
+def device_in_tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local time zone is nine hours east of UTC, as a phone's may be."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "date_format",
+    [
+        pytest.param("%a %b %d %H:%M:%S %Y", id="asctime"),
+        pytest.param("%a, %d %b %Y %H:%M:%S -0000", id="zone-unknown"),
+    ],
+)
+def test_a_session_s_date_in_any_http_date_format_is_gmt_wherever_the_device_is(
+    device_in_tokyo: None, date_format: str
+) -> None:
+    """RFC 9110 has every HTTP date in GMT, the asctime one (which names no zone) and one
+    whose zone is "-0000" too. Read as the device's local time, the server's clock seemed
+    nine hours behind this one in Tokyo, and the session's expiry was moved nine hours past
+    the server's (red): its token was sent for hours after it had expired, each write
+    refused 401; west of UTC the session seemed to end hours early."""
+    expires = timezone.now() + timedelta(hours=24)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        now = timezone.now().astimezone(UTC)
+        return httpx.Response(
+            201,
+            json={"token": "t", "diner_id": "guest_1", "expires_at": expires.isoformat()},
+            headers={"Date": now.strftime(date_format)},
         )
 
     client = OrderingClient(

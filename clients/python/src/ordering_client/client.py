@@ -38,7 +38,6 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, NotRequired, TypedDict
 
@@ -57,6 +56,7 @@ from ordering_client.retry import (
     RetryEvent,
     RetryPolicy,
     is_retryable_status,
+    parse_http_date,
     retry_after_of,
 )
 from ordering_client.storage import MemoryStorage, Storage, shared_identity
@@ -127,13 +127,15 @@ def on_this_clock(expires_at: str, headers: Mapping[str, str]) -> float:
     ahead (every call opened a new guest session, and an operation's retry met another diner)
     and far off on one behind. So when the answer's ``Date`` (the server's clock as it
     answered) is ``CLOCK_TOLERANCE`` or more away from this clock, the expiry is moved by that
-    difference. An answer without a readable ``Date`` is taken as said."""
+    difference. An answer without a readable ``Date`` is taken as said. ``Date`` is read in
+    GMT in each of RFC 9110's formats (:func:`~ordering_client.retry.parse_http_date`): an
+    asctime date (which names no zone) read as this device's local time moved the expiry by
+    the device's distance from UTC."""
     expires = datetime.fromisoformat(expires_at).timestamp()
-    try:
-        answered = parsedate_to_datetime(headers.get("date") or "").timestamp()
-    except (TypeError, ValueError):
+    date = parse_http_date(headers.get("date"))
+    if date is None:
         return expires
-    ahead = time.time() - answered  # how far this clock is ahead of the server's
+    ahead = time.time() - date.timestamp()  # how far this clock is ahead of the server's
     return expires if abs(ahead) < CLOCK_TOLERANCE else expires + ahead
 
 
