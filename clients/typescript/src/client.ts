@@ -45,6 +45,7 @@ import { withLock } from "./locks.js";
 import {
   defaultRetryPolicy,
   isRetryableStatus,
+  parseHttpDate,
   retryAfterOf,
   type RetryEvent,
   type RetryPolicy,
@@ -621,11 +622,13 @@ const CLOCK_TOLERANCE_MS = 60_000;
  * guest session, and an operation's attempt met another diner) and far off on one behind. So
  * when the answer's `Date` (the server's clock as it answered) is `CLOCK_TOLERANCE_MS` or more
  * away from this clock, the expiry is moved by that difference. An answer without a readable
- * `Date` (a cross-origin one that does not expose it) is taken as said. */
+ * `Date` (a cross-origin one that does not expose it) is taken as said. `Date` is read in GMT in
+ * each of RFC 9110's forms (`parseHttpDate`): an asctime date (which names no zone) read in the
+ * device's own zone moved the expiry by the device's distance from UTC. */
 function onThisClock(expiresAt: string, headers: Headers): number {
   const expires = Date.parse(expiresAt);
-  const answered = Date.parse(headers.get("date") ?? "");
-  if (Number.isNaN(answered)) return expires;
+  const answered = parseHttpDate(headers.get("date"));
+  if (answered === null) return expires;
   const aheadMs = Date.now() - answered; // how far this clock is ahead of the server's
   return Math.abs(aheadMs) < CLOCK_TOLERANCE_MS ? expires : expires + aheadMs;
 }

@@ -173,6 +173,35 @@ test("a device clock in step with the server's keeps the session's expiry as sai
   assert.equal((await client.session()).expiresAt, Date.parse(expiresAt));
 });
 
+test("a session's Date in asctime form is GMT, wherever the device is", async () => {
+  // given an answer whose Date is in RFC 9110's asctime form, which names no zone
+  const expiresAt = new Date(Date.now() + 24 * HOUR).toISOString();
+  const asctime = (when: Date) => {
+    const [weekday, day, month, year, time] = when.toUTCString().split(" "); // "Mon, 07 Dec 2026 03:20:00 GMT"
+    return `${weekday!.slice(0, 3)} ${month} ${String(Number(day)).padStart(2, " ")} ${time} ${year}`;
+  };
+  const fakeFetch: typeof fetch = async () =>
+    new Response(JSON.stringify({ ...SESSION, expires_at: expiresAt }), {
+      status: 201,
+      headers: { Date: asctime(new Date()) },
+    });
+  const zone = process.env.TZ;
+  try {
+    for (const tz of ["America/Los_Angeles", "Asia/Tokyo"]) {
+      process.env.TZ = tz;
+      const client = new OrderingClient({ baseUrl: "http://api.test", publishableKey: "pk_test.secret", fetch: fakeFetch });
+
+      // then the expiry is the server's (red when read in the device's zone: in Tokyo the
+      // server's clock seemed 9 h behind and the session's token was sent, refused 401, for
+      // 9 h after it expired; in Los Angeles the session seemed to end 8 h early)
+      assert.equal((await client.session()).expiresAt, Date.parse(expiresAt), tz);
+    }
+  } finally {
+    if (zone === undefined) delete process.env.TZ;
+    else process.env.TZ = zone;
+  }
+});
+
 test("endSession waits for a refresh in flight: no token of the ended session is kept or sent", async () => {
   // given a stored session within the refresh margin, and a server whose refresh answers only
   // when let go, and whose sign-out ends every token of the session (a refreshed one too)
