@@ -170,7 +170,7 @@ export class OrderingClient {
     this.publishableKey = options.publishableKey;
     this.storage = options.storage ?? memoryStorage();
     this.keys = options.keys ?? uuidKeys();
-    this.retry = { ...defaultRetryPolicy, ...options.retry };
+    this.retry = { ...defaultRetryPolicy, ...definedMembers(options.retry ?? {}) };
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.onRetry = options.onRetry;
     this.refreshMarginMs = options.refreshMarginMs ?? 300_000;
@@ -631,6 +631,14 @@ function onThisClock(expiresAt: string, headers: Headers): number {
   if (answered === null) return expires;
   const aheadMs = Date.now() - answered; // how far this clock is ahead of the server's
   return Math.abs(aheadMs) < CLOCK_TOLERANCE_MS ? expires : expires + aheadMs;
+}
+
+/** `options` without its members that are `undefined`. The type of an option (`Partial<...>`)
+ * lets an app pass a setting it lacks as `undefined`, and spread as given that replaced the
+ * default: `retry: { maxAttempts: undefined, baseDelayMs: undefined }` bounded no attempt and
+ * waited NaN ms between them, hundreds of requests a second against a server answering 503. */
+function definedMembers<T extends object>(options: T): Partial<T> {
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as Partial<T>;
 }
 
 function bearerHeader(token: string): Record<string, string> {

@@ -92,6 +92,29 @@ test("retries are bounded by attempts and by total time", async () => {
   assert.ok(gaveUp instanceof RetriesExhaustedError && gaveUp.attempts < 100);
 });
 
+test("a retry option given as undefined keeps its default", async () => {
+  // given an app whose settings lack the retry values it passes on, as its type allows
+  // (Partial<RetryPolicy>), and a server down with 503
+  const settings: { maxAttempts?: number; baseDelayMs?: number } = {};
+  let requests = 0;
+  const delays: number[] = [];
+  const client = new OrderingClient({
+    baseUrl: "http://api.test",
+    publishableKey: "k.s",
+    fetch: async () => (requests++, new Response("{}", { status: 503 })),
+    retry: { maxAttempts: settings.maxAttempts, baseDelayMs: settings.baseDelayMs, maxDelayMs: 20, maxElapsedMs: 2000 },
+    onRetry: (event) => void delays.push(event.delayMs),
+  });
+
+  const exhausted = await client.menu().catch((e: unknown) => e);
+
+  // then the defaults hold: 5 attempts, each wait a number (red when undefined replaced them:
+  // no bound on attempts and every wait NaN, so about 900 requests in the 2 s, back to back)
+  assert.ok(exhausted instanceof RetriesExhaustedError);
+  assert.equal(requests, defaultRetryPolicy.maxAttempts);
+  assert.ok(delays.every(Number.isFinite), String(delays));
+});
+
 test("a success page not from the API is an unknown outcome, retried with the same key", async () => {
   const orderKeys: (string | null)[] = [];
   const fakeFetch: typeof fetch = async (input, init) => {
