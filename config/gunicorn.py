@@ -80,6 +80,12 @@ if loglevel not in _LOG_LEVELS:  # gunicorn reads any other as info, and says no
 # X-Forwarded-Proto, -Ssl or -Protocol from a loopback address, which a client can send through
 # a proxy that passes them on.
 secure_scheme_headers: dict[str, str] = {}
+# Nor may a client say where the site is mounted: gunicorn takes a SCRIPT_NAME header (its
+# default forwarder_headers) from loopback or a unix socket, so through a proxy on this host that
+# passes it on, "SCRIPT_NAME: /x" made /x/readyz the readiness probe the proxy keeps from the
+# internet, and /x/api/v1/... an API path to every check that reads the path (no-store, JSON
+# bodies only, the admin's row keys). The site is served at the root; the header is dropped.
+forwarder_headers = ""  # none (gunicorn reads the setting as comma-separated names)
 # gunicorn's control socket sits at one path per user by default, so a second server on the
 # host takes it over (and removes it when it stops): off unless a path is given.
 control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")

@@ -1003,6 +1003,22 @@ class TestTheDocumentedProductionServer:
         assert answer.status_code == 301
         assert "Strict-Transport-Security" not in answer.headers
 
+    @pytest.mark.parametrize("path", ["/x/readyz", "/x/api/v1/menu/"])
+    def test_a_client_s_script_name_header_moves_no_path(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], path: str
+    ) -> None:
+        """From loopback (a proxy on this host) gunicorn took a ``SCRIPT_NAME`` header for the
+        site's mount point: through a proxy that passes it on, ``/x/readyz`` was the readiness
+        probe the proxy keeps from the internet, and ``/x/api/v1/menu/`` the menu's API answer
+        to its view but a page to the checks that read the path, so without ``no-store``
+        (red: 200 and 401)."""
+        server, env = production_server
+        with _client(server, env) as client:
+            answer = client.get(path, headers={"SCRIPT_NAME": "/x"})
+
+        assert answer.status_code == 404
+        assert "database" not in answer.text
+
     def test_a_head_probe_gets_no_body(
         self, production_server: tuple[LiveServer, dict[str, str | None]]
     ) -> None:
