@@ -418,8 +418,15 @@ else:
     REDIS_NODE_ALIASES = []
 
 # --- auth, i18n, static -----------------------------------------------------------------
+# Django's four: a length alone let "password" and "12345678" through (for platform staff
+# too, who see every restaurant), the first guesses of anyone trying the login, within the
+# lockout's tries from each address. Checked by the admin's password forms, `changepassword`
+# and `createsuperuser`.
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Login throttling (django-axes) on the dashboard's and the admin's login: after
 # LOGIN_FAILURE_LIMIT failures of one account from one address, that pair is locked out for

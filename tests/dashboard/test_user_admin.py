@@ -151,6 +151,23 @@ def test_staff_who_change_accounts_set_a_member_s_password_only_holding_what_its
     assert owner.check_password("a-new-one-123")
 
 
+@pytest.mark.parametrize("weak", ["password", "12345678", "qwertyuiop", "iloveyou"])
+def test_a_password_anyone_would_guess_first_is_refused(weak):
+    """Only a length of 8 was asked: "password" and "12345678" were taken for a restaurant's
+    owner (and by ``changepassword`` and ``createsuperuser``, for platform staff, who see
+    every restaurant), guessed within the login lockout's five tries from each address."""
+    _, client = staff_with("view_user", "change_user")
+    merchant = User.objects.create_user("anna", password=PASSWORD)
+
+    answer = client.post(
+        f"/admin/auth/user/{merchant.pk}/password/", {"password1": weak, "password2": weak}
+    )
+
+    assert answer.status_code == 200  # the form again, with why
+    merchant.refresh_from_db()
+    assert merchant.check_password(PASSWORD)
+
+
 def test_staff_who_change_groups_cannot_add_permissions_to_them(cancel_permission):
     support, client = staff_with("view_group", "change_group")
     theirs = Group.objects.create(name="support")
