@@ -163,6 +163,20 @@ _SIGNING_KEYS = {
     "SECRET_KEY": SECRET_KEY,
     **{f"SECRET_KEY_FALLBACKS ({n})": key for n, key in enumerate(SECRET_KEY_FALLBACKS, 1)},
 }
+
+
+def pattern_of_anyone_s_hosts(host: str) -> bool:
+    """Whether the ``ALLOWED_HOSTS`` entry ``host`` is a pattern of a whole top-level domain.
+
+    ".com" lets through every .com host, anyone's, as "*" lets every host; "." lets through
+    any name ending in two dots ("evil.com..", which Django reads as "evil.com."). Counted by
+    labels, not dots: Django matches a pattern as written, so ".com." let "evil.com.."
+    through, "..com" "evil..com" and ".." "evil...". Only ".localhost" names one owner's
+    hosts: this machine's loopback names (RFC 6761)."""
+    labels = [label for label in host.lower().split(".") if label]
+    return host.startswith(".") and len(labels) < 2 and labels != ["localhost"]
+
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 if DEBUG:
     ALLOWED_HOSTS += ["testserver"]
@@ -175,12 +189,7 @@ elif not ALLOWED_HOSTS or "*" in ALLOWED_HOSTS:
         "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off "
         f"(comma-separated; '*', which lets any Host through, is refused), not {ALLOWED_HOSTS!r}"
     )
-elif any(
-    host.startswith(".") and "." not in host[1:] and host != ".localhost" for host in ALLOWED_HOSTS
-):
-    # ".com" lets through every .com host, anyone's, as "*" lets every host; "." lets through
-    # any name ending in two dots ("evil.com..", which Django reads as "evil.com."). Only
-    # ".localhost" names one owner's hosts: this machine's loopback names (RFC 6761).
+elif any(pattern_of_anyone_s_hosts(host) for host in ALLOWED_HOSTS):
     raise ImproperlyConfigured(
         "ALLOWED_HOSTS must name the host names this site answers to when DEBUG is off: "
         "a pattern of a whole top-level domain (.com, or a bare .) lets through hosts of "

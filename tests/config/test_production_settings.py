@@ -316,13 +316,17 @@ def test_production_refuses_to_answer_any_host_name(hosts: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "hosts", [".", ".com", "orders.example.com,.net"], ids=["dot", "top-level", "a-name-and-tld"]
+    "hosts",
+    [".", ".com", "orders.example.com,.net", ".com.", "..com", ".."],
+    ids=["dot", "top-level", "a-name-and-tld", "tld-dot", "dot-dot-tld", "dot-dot"],
 )
 def test_production_refuses_a_host_pattern_of_every_owner_s_names(hosts: str) -> None:
     """A subdomain pattern of a top-level domain (".com") lets through every host of it,
     anyone's, as '*' lets every host; "." let through any name ending in two dots
     ("evil.com.."). Both started the server; a pattern of the site's own domain still does
-    (the test above)."""
+    (the test above). Written with an empty label (".com.", "..com", ".."), the same patterns
+    started it too, and let through "evil.com..", "evil..com" and "evil...": Django's host
+    check reads them as written."""
     code, _, stderr = settings_with({**production_environment(), "ALLOWED_HOSTS": hosts})
 
     assert code != 0
