@@ -1,6 +1,6 @@
-"""A process that Django's system checks refuse does not serve: the web server (``config/wsgi.py``),
-the Celery worker and beat (``config/celery.py``) run the checks when they start and stop on an
-error.
+"""A process that Django's system checks refuse does not serve: the web server (``config/wsgi.py``,
+or ``config/asgi.py``), the Celery worker and beat (``config/celery.py``) run the checks when they
+start and stop on an error.
 
 ``manage.py migrate`` and ``check`` run them, but gunicorn and Celery do not (Celery runs them
 and ignores the result), so a setting the checks name as wrong was served anyway: a negative

@@ -1191,6 +1191,25 @@ def test_a_celery_process_the_system_checks_refuse_does_not_start(
     assert "option 'p99_threshold_ms' must be a positive number" in done.stdout + done.stderr
 
 
+def test_an_asgi_server_the_system_checks_refuse_does_not_start() -> None:
+    """The ASGI entry point (``config.asgi``, for servers such as uvicorn) ran no system
+    checks, as the WSGI one did before them: loaded by a server, a setting they call an
+    error was served (red: the application loaded, exit status 0)."""
+    env = {**production_environment(), "IDEMPOTENCY_BREAKER": '{"p99_threshold_ms": -1}'}
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import config.asgi"],
+        cwd=PROJECT_ROOT,
+        env={**system_environment(), **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+    assert done.returncode != 0
+    assert "option 'p99_threshold_ms' must be a positive number" in done.stderr
+
+
 @pytest.mark.parametrize(
     "adapter", ["ordering.delivery.NoDeliveryPartnr", "couriers.Acme", "NoDeliveryPartner"]
 )
