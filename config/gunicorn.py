@@ -48,7 +48,24 @@ def _bind_addresses(default: str) -> list[str]:
     return [entry for entry in entries if entry] or [default]
 
 
+def _refuse_a_unix_socket_whose_proxy_is_not_trusted(addresses: list[str]) -> None:
+    """Stop gunicorn when it is to listen on a unix socket and ``TRUSTED_PROXIES`` does not
+    hold ``unix``, the entry for the proxy on it (``config/client_address.py``).
+
+    gunicorn gives a request over a unix socket no address, so without the entry every diner
+    and merchant behind the proxy was the one address "": the site's guests shared one
+    address's sessions a minute, and five wrong passwords from anyone locked a merchant out
+    of the dashboard for everyone. Only this host's processes reach the socket: the proxy."""
+    trusted = [entry.strip() for entry in os.environ.get("TRUSTED_PROXIES", "").split(",")]
+    if any(address.startswith("unix:") for address in addresses) and "unix" not in trusted:
+        raise RuntimeError(
+            "GUNICORN_BIND names a unix socket: TRUSTED_PROXIES must hold unix, the proxy on "
+            "it (e.g. TRUSTED_PROXIES=unix), or every client is one address to the limits"
+        )
+
+
 bind = _bind_addresses("127.0.0.1:8000")
+_refuse_a_unix_socket_whose_proxy_is_not_trusted(bind)
 worker_class = "sync"
 # gunicorn's rule of thumb for sync workers. Every worker that places orders leases one of the
 # 128 order-ID worker ids (ordering/worker_ids.py): keep workers x hosts within the capacity plan

@@ -80,8 +80,23 @@ def test_the_bind_address_left_empty_is_loopback_never_every_interface(value, bi
     empty address, which it binds to 0.0.0.0:8000: every interface of the host, the API, the
     dashboard and the admin reachable from anywhere past the proxy, where the default is
     loopback."""
-    read = _read_config({"GUNICORN_BIND": value}, "g.bind")
+    read = _read_config({"GUNICORN_BIND": value, "TRUSTED_PROXIES": "unix"}, "g.bind")
     assert (read.returncode, read.stdout.strip()) == (0, str(bind)), read.stderr
+
+
+@pytest.mark.parametrize("trusted", ["", "10.0.0.2"], ids=["unset", "another-proxy"])
+def test_a_unix_socket_whose_proxy_is_not_trusted_stops_gunicorn_naming_it(trusted):
+    """gunicorn gives a request over a unix socket no address: without the entry "unix" in
+    TRUSTED_PROXIES every diner and merchant behind the proxy was the one address "", so the
+    site's guests shared one address's 20 sessions a minute, and five wrong passwords from
+    anyone locked a merchant out for everyone (red: gunicorn started)."""
+    read = _read_config({"GUNICORN_BIND": "unix:/run/o.sock", "TRUSTED_PROXIES": trusted})
+    assert read.returncode != 0
+    assert "GUNICORN_BIND names a unix socket: TRUSTED_PROXIES must hold unix" in read.stderr
+
+    trusting = {"GUNICORN_BIND": "unix:/run/o.sock", "TRUSTED_PROXIES": f"{trusted},unix"}
+    read = _read_config(trusting, "g.bind")
+    assert (read.returncode, read.stdout.strip()) == (0, "['unix:/run/o.sock']"), read.stderr
 
 
 def test_the_log_settings_left_empty_take_their_defaults():
