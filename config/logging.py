@@ -168,19 +168,21 @@ def _unrouted(path: str, dropped: set[str]) -> str | None:
     parameter: ``/api/v1/diners/alice/revoke-sessions`` names a diner as surely as the route
     does. Each part that stands where a route of the site, read from its start, takes a
     dropped field is written as its name, a part no route names as sent; None when no part
-    is written so."""
+    is written so. Parts are read past empty ones, as a route has none: a doubled slash (a
+    client joining a base URL that ends in ``/`` to a path that starts with one,
+    ``//api/v1/diners/alice/…``) moved every part off the route and wrote the id as sent."""
     if not dropped:
         return None
     parts = path.removeprefix("/").split("/")
+    filled = [i for i, part in enumerate(parts) if part]
     names: dict[int, str] = {}
     for route in _route_parts(get_resolver()):
-        for i, (part, pattern) in enumerate(zip(parts, route, strict=False)):
+        patterns = [pattern for pattern in route if pattern]
+        for i, pattern in zip(filled, patterns, strict=False):
             parameter = _ROUTE_PARAMETER.fullmatch(pattern)
             if parameter is None:
-                if part != pattern:
+                if parts[i] != pattern:
                     break
-            elif not part:
-                break
             elif parameter[1] in dropped:
                 names[i] = f"<{parameter[1]}>"
     if not names:

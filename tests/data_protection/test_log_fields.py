@@ -179,6 +179,14 @@ def test_a_request_refused_before_its_tenant_is_known_names_no_diner_of_its_path
         ),
         pytest.param("/api/v1/orders/12345/payy/", "/api/v1/orders/<order_id>/payy/", id="order"),
         pytest.param("/api/v1/nowhere/zoe.private/", "/api/v1/nowhere/zoe.private/", id="no-route"),
+        pytest.param(
+            "/api/v1//diners/zoe.private/revoke-sessions/",
+            "/api/v1//diners/<diner_id>/revoke-sessions/",
+            id="doubled-slash",
+        ),
+        pytest.param(
+            "/api//v1/orders//12345/pay/", "/api//v1/orders//<order_id>/pay/", id="doubled-slashes"
+        ),
     ],
 )
 def test_a_path_that_matches_no_route_names_no_diner_where_a_route_takes_one(
@@ -188,7 +196,9 @@ def test_a_path_that_matches_no_route_names_no_diner_where_a_route_takes_one(
     the path as sent: a client's mistyped or unslashed ``/api/v1/diners/<id>/…`` wrote the
     diner id of a tenant that keeps none in its logs. A part of it standing where a route of
     the site takes a diner id or an order id is now written as its name (a part no route
-    names, as it was sent)."""
+    names, as it was sent). A doubled slash (a client joining a base URL ending in ``/`` to a
+    path starting with one) leaves every part where it stands: the parts are read past empty
+    ones, as a route has none."""
     tenant = make_tenant("logs", log_fields=[])
     _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
     r = Client().post(
