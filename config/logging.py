@@ -116,9 +116,20 @@ def _mask_request_path(line: dict[str, Any], record: logging.LogRecord, dropped:
     match = request.resolver_match
     masked = _routed(match, dropped) if match is not None else _unrouted(request.path, dropped)
     if masked is not None:
-        line["msg"] = str(line["msg"]).replace(request.path, masked)
+        # Django writes the path into its line escaped (``log_response``: ``unicode_escape``, a
+        # letter outside ASCII as ``\xe9``), where the path as the request holds it is not found
+        line["msg"] = (
+            str(line["msg"])
+            .replace(_escaped(request.path), _escaped(masked))
+            .replace(request.path, masked)
+        )
     if "request" in line:  # the path alone: what a client searched or filtered for stays out
         line["request"] = f"<{type(request).__name__}: {request.method} {masked or request.path!r}>"
+
+
+def _escaped(text: str) -> str:
+    """``text`` as Django's request lines write a path (``django.utils.log.log_response``)."""
+    return text.encode("unicode_escape").decode("ascii")
 
 
 # Django's development server (``make run``) logs each request it served here:

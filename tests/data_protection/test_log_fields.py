@@ -234,6 +234,45 @@ def test_a_request_line_keeps_no_query_string(make_tenant, request_lines, sent):
         assert line["request"] == f"<WSGIRequest: GET '{path}'>"
 
 
+@pytest.mark.parametrize(
+    ("sent", "shown"),
+    [
+        pytest.param(
+            "/api/v1/diners/zo\u00eb.private/revoke-sessions/",
+            "Bad Request: /api/v1/diners/<diner_id>/revoke-sessions/",
+            id="routed-id-not-ascii",
+        ),
+        pytest.param(
+            "/api/v1/diners/zoe.private/revoke-sessions/\u00e9",
+            "Not Found: /api/v1/diners/<diner_id>/revoke-sessions/\\xe9",
+            id="unrouted-part-not-ascii",
+        ),
+        pytest.param(
+            "/api/v1/orders/12345/pay\u00e9/",
+            "Not Found: /api/v1/orders/<order_id>/pay\\xe9/",
+            id="order-part-not-ascii",
+        ),
+    ],
+)
+def test_a_path_django_escapes_in_its_line_names_no_diner_the_tenant_drops(
+    make_tenant, request_lines, sent, shown
+):
+    """Django writes a refused request's path into its line escaped (``unicode_escape``: a
+    letter outside ASCII as ``\\xe9``), so the path as the request holds it was not found in
+    ``msg`` to be masked there: a tenant that keeps no diner or order ids in its logs had the
+    id of ``/api/v1/diners/<id>/…`` in the line whenever the path held such a letter."""
+    tenant = make_tenant("logs", log_fields=[])
+    _, key = issue_api_key(tenant=tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    r = Client().post(
+        sent, {}, content_type="application/json", HTTP_AUTHORIZATION=f"Api-Key {key}"
+    )
+    assert r.status_code in (400, 404)
+    [line] = [json.loads(x) for x in request_lines.getvalue().splitlines()]
+    assert line["msg"] == shown
+    assert "zo" not in line["msg"] and "12345" not in json.dumps(line)
+    assert "zo\u00eb" not in line["request"] and "zoe" not in line["request"]
+
+
 def configured_formatter(log_format: str) -> logging.Formatter:
     """The formatter ``LOG_FORMAT=<log_format>`` gives the console handler (settings.LOGGING)."""
     spec = dict(settings.LOGGING["formatters"][log_format])
