@@ -55,10 +55,21 @@ def archive_holds_all(*, tenant: Tenant, path: Path, sha256: str) -> bool:
 
 
 def export_tenant(*, tenant: Tenant, path: Path) -> str:
-    """Write the tenant's archive to ``path``; returns its SHA-256 (hex)."""
+    """Write the tenant's archive to ``path``; returns its SHA-256 (hex). An export that
+    fails (a full disk, a lost database) removes what it had written: the partial archive
+    holds diners' data, and the offboarding may finish under another path, which leaves no
+    run to clear this one's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     partial.unlink(missing_ok=True)  # a crashed export's leftover, whatever its mode
+    try:
+        return _write_archive(tenant=tenant, path=path, partial=partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _write_archive(*, tenant: Tenant, path: Path, partial: Path) -> str:
     counts: dict[str, int] = {}
     owner_only = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
     with owner_only, zipfile.ZipFile(owner_only, "w", compression=zipfile.ZIP_DEFLATED) as archive:

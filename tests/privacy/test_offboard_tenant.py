@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import resource
+import signal
 import stat
+import subprocess
+import sys
 import zipfile
 from decimal import Decimal
 from pathlib import Path
@@ -37,6 +42,8 @@ from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.privacy.test_erase_diner import place
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
@@ -213,6 +220,51 @@ def test_a_failed_export_is_kept_on_the_job_and_another_path_finishes_it(make_te
     call_command("offboard_tenant", "busy", "--export", str(tmp_path / "busy.zip"), stdout=out)
     job.refresh_from_db()
     assert job.is_done and job.last_error == "" and (tmp_path / "busy.zip").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_that_fails_half_written_leaves_no_partial_archive(
+    make_tenant, tmp_path, settings
+):
+    """An export that fails while writing (the disk full: here a limit on the size of the
+    files the command's process may write) left its partial archive beside the path, with the
+    diners' ids, notes and contact details written so far; finished under another path (the
+    admin's action names a new one each time), the offboarding kept that file for good, where
+    nobody hands it over or deletes it."""
+    tenant = make_tenant(slug="busy")
+    busy_tenant(tenant)
+    first_dir, second_dir = tmp_path / "full", tmp_path / "roomy"
+    first_dir.mkdir()
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
+        "OFFBOARDING_DRAIN_SECONDS": "0",
+    }
+
+    def small_files() -> None:  # in the command's process: a write past 512 bytes fails
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, resource.RLIM_INFINITY))
+
+    # given an export that fails half-written
+    command = [sys.executable, "manage.py", "offboard_tenant", "busy"]
+    command += ["--export", str(first_dir / "busy.zip")]
+    failed = subprocess.run(
+        command, cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=120,
+        preexec_fn=small_files,
+    )  # fmt: skip
+    assert failed.returncode != 0, failed.stdout.decode()
+    assert b"File too large" in failed.stderr
+    job = TenantOffboarding.objects.get()
+    assert job.phase == TenantOffboarding.Phase.EXPORT
+    # then nothing of it is left beside the path
+    assert list(first_dir.iterdir()) == []
+    # and the offboarding finished under another path leaves none either
+    call_command("offboard_tenant", "busy", "--export", str(second_dir / "busy.zip"))
+    job.refresh_from_db()
+    assert job.is_done
+    assert list(first_dir.iterdir()) == []
+    assert [p.name for p in second_dir.iterdir()] == ["busy.zip"]
 
 
 def test_bad_arguments_are_refused(db, tmp_path):
