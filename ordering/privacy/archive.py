@@ -54,13 +54,18 @@ def archive_holds_all(*, tenant: Tenant, path: Path, sha256: str) -> bool:
     return files == {name: rows(tenant).count() for name, rows in DATASETS.items()}
 
 
+def partial_archive(path: Path) -> Path:
+    """Where the archive for ``path`` is written until it is complete."""
+    return path.with_name(f".{path.name}.partial")
+
+
 def export_tenant(*, tenant: Tenant, path: Path) -> str:
     """Write the tenant's archive to ``path``; returns its SHA-256 (hex). An export that
     fails (a full disk, a lost database) removes what it had written: the partial archive
     holds diners' data, and the offboarding may finish under another path, which leaves no
     run to clear this one's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
+    partial = partial_archive(path)
     partial.unlink(missing_ok=True)  # a crashed export's leftover, whatever its mode
     try:
         return _write_archive(tenant=tenant, path=path, partial=partial)

@@ -35,6 +35,7 @@ deletes what is still there, so repeating one after a crash is harmless.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 
@@ -55,7 +56,7 @@ from ordering.models import (
     ProviderConflict,
     TenantOffboarding,
 )
-from ordering.privacy.archive import archive_holds_all, export_tenant
+from ordering.privacy.archive import archive_holds_all, export_tenant, partial_archive
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from tenants import credential_cache, session_state, write_fence
 from tenants.models import ApiClient, DinerSession, Tenant
@@ -86,6 +87,11 @@ def start_offboarding(
         if TenantOffboarding.objects.filter(
             pk=job.pk, phase__in=[Phase.SUSPEND, Phase.EXPORT]
         ).update(export_path=str(export_path), updated_at=timezone.now()):
+            # No export writes to the old path now (one running holds the row the update
+            # waited for): what a killed one left there holds diners' data, and no later run
+            # of this job would clear it.
+            with suppress(NotADirectoryError):  # a path that could not be written at all
+                partial_archive(Path(job.export_path)).unlink(missing_ok=True)
             job.refresh_from_db()
             return job
         job.refresh_from_db()

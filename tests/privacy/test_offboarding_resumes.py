@@ -204,3 +204,44 @@ def test_another_path_given_while_the_export_runs_is_refused(make_tenant, tmp_pa
     assert (tmp_path / "a.zip").exists() and not (tmp_path / "b.zip").exists()
     assert job.export_path == str(tmp_path / "a.zip")
     assert len(outcome) == 1 and isinstance(outcome[0], OffboardingRefused)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_given_another_path_after_a_killed_export_leaves_no_partial_archive(
+    make_tenant, tmp_path, settings
+):
+    """An export killed half-way leaves its partial archive beside its path (diners' ids,
+    notes and contact details); run again with that path it is cleared, but given another
+    path (the admin's action names a new one each time) the job went on and the partial file
+    stayed for good, where nobody hands it over or deletes it."""
+    tenant = make_tenant(slug="leaving")
+    busy_tenant(tenant)
+    first, second = tmp_path / "first" / "leaving.zip", tmp_path / "second" / "leaving.zip"
+    env = {
+        **os.environ,
+        "DEBUG": "1",
+        "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
+        "OFFBOARDING_DRAIN_SECONDS": "0",
+    }
+    command = [sys.executable, "manage.py", "offboard_tenant", "leaving", "--export", str(first)]
+    # given the export half-written, waiting to read the coupons we hold locked, and killed
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("LOCK TABLE ordering_coupon IN ACCESS EXCLUSIVE MODE")
+        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while waiting_on_a_lock() == 0:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "the export never reached the coupons"
+                time.sleep(0.05)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+    partial = first.with_name(f".{first.name}.partial")
+    assert partial.exists() and TenantOffboarding.objects.get().phase == "export"
+    # when the offboarding is run again with another path, to its end
+    call_command("offboard_tenant", "leaving", "--export", str(second), stdout=io.StringIO())
+    # then no partial archive is left beside the first path
+    assert TenantOffboarding.objects.get().is_done and second.exists()
+    assert list(first.parent.iterdir()) == []
