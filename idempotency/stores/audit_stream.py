@@ -19,7 +19,9 @@
 :func:`drain_all` (run by the host's Celery beat, e.g. every 5 s) copies each node's stream into
 the database in batches. Each batch is written in one transaction with that node's
 ``AuditStreamCursor`` (the last entry id copied), read under a row lock, so concurrent or
-repeated drains never write an entry twice; entries up to the cursor are trimmed afterwards
+repeated drains never write an entry twice (a stream that began again below the cursor, on a
+node that lost its data, is copied from its start: :func:`_stream_began_again`); entries up to
+the cursor are trimmed afterwards
 (XTRIM MINID, exactly: what was copied leaves Redis), and the stream is capped at
 ``AUDIT_STREAM_MAXLEN`` entries in case no drain runs.
 
@@ -42,7 +44,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from idempotency import metrics
 from idempotency.audit import AuditEvent, save_events
@@ -154,10 +156,14 @@ def drain(client: Any) -> int:
     name = cursor_name(client)
     batch_size = engine_setting("AUDIT_DRAIN_BATCH")
     copied = 0
+    first_batch = True
     while True:
         with transaction.atomic():
             cursor, _ = AuditStreamCursor.objects.get_or_create(stream=name)
             cursor = AuditStreamCursor.objects.select_for_update().get(pk=cursor.pk)
+            if first_batch and _stream_began_again(client, cursor.last_id):
+                cursor.last_id = "0-0"
+            first_batch = False
             entries = client.xrange(stream_key(), min=f"({cursor.last_id}", count=batch_size)
             if not entries:
                 return copied
@@ -174,6 +180,24 @@ def drain(client: Any) -> int:
         client.xtrim(stream_key(), minid=_next_id(cursor.last_id), approximate=False)
         if len(entries) < batch_size:
             return copied
+
+
+def _stream_began_again(client: Any, last_copied: str) -> bool:
+    """Whether the node's stream has never numbered an entry as far as the cursor: it is not
+    the stream the cursor followed, but one that began again below it (the node lost its data,
+    or came back from an older snapshot) and numbers its entries by its own clock. A stream
+    keeps the last id it gave out through trims, so the stream the cursor followed never does.
+
+    Such a stream is then copied from its start: behind a node whose clock ran ahead (the
+    cursor its ids left), a replacement with a slower clock (a failover, a node swapped for
+    an empty one) numbered every audit below the cursor, where no drain read it, and the
+    first drain to copy one above it trimmed them all away. The entries of an older
+    snapshot were copied before: read again, they are the same events, written once."""
+    try:
+        info = client.xinfo_stream(stream_key())
+    except ResponseError:  # no stream on the node yet: nothing to copy
+        return False
+    return entry_id_parts(as_text(info["last-generated-id"])) < entry_id_parts(last_copied)
 
 
 def cursor_name(client: Any) -> str:

@@ -5,6 +5,7 @@ PostgreSQL)."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from idempotency.stores.audit_stream import drain, drain_audits, stream_key
 from idempotency.tests.wire import queries_sent
 from tests.flows.test_idempotent_orders import post_order
 from tests.support.concurrency import waiting_on_me
+from tests.support.redis_nodes import RedisNode
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -125,6 +127,59 @@ def test_an_event_sent_more_than_once_is_one_row_and_one_count():
     assert sorted(DuplicateAudit.objects.values_list("key", flat=True)) == ["key-1", "key-2"]
     assert counts("901") == {"HIT": 2}
     assert save_events([resent, event(3)]) == 1  # only the new one is written
+
+
+def test_a_node_replaced_by_one_whose_clock_is_behind_still_has_its_audits_copied():
+    """Stream ids are the node's clock. A node whose clock ran 2 minutes ahead left the cursor
+    there; its replacement (a failover, a node swapped for an empty one) numbers its entries
+    by its own, right clock, all below the cursor: none was ever copied, and once its ids
+    passed the cursor the first drain to copy anything trimmed them away."""
+    node = RedisNode().start()
+    try:
+        client = node.client()
+        ahead_ms = int(time.time() * 1000) + 120_000
+        for n in range(3):  # as the node with the clock ahead numbered them
+            client.xadd(stream_key(), event(n).to_fields(), id=f"{ahead_ms}-{n}")
+        assert drain(client) == 3
+        node.stop()
+        node.start()  # the same address, empty, its clock right
+        client = node.client()
+        for n in range(3, 8):
+            audit_stream.append(client, event(n))
+
+        assert drain(client) == 5
+
+        assert DuplicateAudit.objects.count() == 8 and counts("901") == {"HIT": 8}
+        assert client.xlen(stream_key()) == 0
+    finally:
+        node.remove()
+
+
+def test_a_node_restored_from_an_older_snapshot_writes_no_audit_twice():
+    """The snapshot's entries were copied (and trimmed) after it was taken: read again from
+    the restored stream, they are the same events, written and counted once."""
+    node = RedisNode().start()
+    try:
+        client = node.client()
+        for n in range(3):
+            audit_stream.append(client, event(n))
+        client.save()  # the snapshot the node comes back with
+        for n in range(3, 5):
+            audit_stream.append(client, event(n))
+        assert drain(client) == 5
+        node.stop()
+        node.start()  # loads the older snapshot: entries 0-2 again, the stream's ids behind
+        client = node.client()
+        assert client.xlen(stream_key()) == 3
+        for n in range(5, 7):
+            audit_stream.append(client, event(n))
+
+        drain(client)
+
+        assert DuplicateAudit.objects.count() == 7 and counts("901") == {"HIT": 7}
+        assert client.xlen(stream_key()) == 0
+    finally:
+        node.remove()
 
 
 @pytest.mark.django_db(transaction=True)
