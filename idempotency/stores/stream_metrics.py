@@ -8,9 +8,9 @@ long, is read from the streams themselves here. Needs prometheus-client (the eng
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from functools import cache
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -20,6 +20,7 @@ from idempotency.core.conf import engine_hook
 from idempotency.models import AuditStreamCursor
 from idempotency.stores.audit_stream import as_text, cursor_name, entry_id_parts, stream_key
 from idempotency.stores.nodes import REDIS_UNAVAILABLE, breaker_open, node_name
+from idempotency.stores.redis_store import is_cluster
 
 
 class AuditStreamCollector(Collector):
@@ -50,13 +51,25 @@ class AuditStreamCollector(Collector):
                 first = client.xrange(
                     stream_key(), min=f"({cursors.get(cursor_name(client), '0-0')}", count=1
                 )
+                now = _node_now(client) if first else 0.0
             except REDIS_UNAVAILABLE:
                 continue
-            waited = time.time() - entry_id_parts(as_text(first[0][0]))[0] / 1000 if first else 0.0
+            waited = now - entry_id_parts(as_text(first[0][0]))[0] / 1000 if first else 0.0
             length.add_metric([node_name(client)], entries)
             oldest.add_metric([node_name(client)], max(waited, 0.0))
         yield length
         yield oldest
+
+
+def _node_now(client: Any) -> float:
+    """The clock of the node holding the stream, which numbered its entries: an entry's wait
+    read on this server's clock was off by the skew between the two (an hour ahead, and an
+    audit appended just now had waited an hour, paging IdempotencyAuditsNotDrained)."""
+    if is_cluster(client):
+        seconds, micros = client.time(target_nodes=client.get_node_from_key(stream_key()))
+    else:
+        seconds, micros = client.time()
+    return int(seconds) + int(micros) / 1e6
 
 
 @cache

@@ -308,6 +308,21 @@ def test_the_audit_streams_are_read_when_scraped(client):
     node.delete(stream_key())
 
 
+def test_an_audit_s_wait_is_measured_on_its_node_s_clock(client, monkeypatch):
+    """Entry ids are the node's clock: with this server's clock an hour ahead of the node's,
+    an audit appended just now had "waited" an hour, and IdempotencyAuditsNotDrained paged on
+    every scrape that found an entry not yet drained (one behind it hid a stuck drain)."""
+    [node] = all_clients()
+    name = node_name(node)
+    node.xadd(stream_key(), {"e": "waiting"})  # numbered by the node's clock, now
+    app_clock = time.time
+    monkeypatch.setattr(time, "time", lambda: app_clock() + 3600)
+    body = scrape(client).content.decode()
+    assert value(body, "idempotency_audit_stream_length", node=name) == 1
+    assert value(body, "idempotency_audit_stream_oldest_seconds", node=name) < 60
+    node.delete(stream_key())
+
+
 def test_a_node_whose_breaker_is_open_is_left_out_of_the_scrape(client, tenant):
     """Its streams and keys are not read: a hanging node held the scrape for its socket
     timeout per read, node after node, past the scraper's own timeout (red: reported)."""
