@@ -242,3 +242,55 @@ def test_a_resolver_answering_a_list_pair_is_taken_as_its_tuple(settings):
     )
     assert first.status_code == again.status_code == 201
     assert again["X-Idempotent-Result"] == "HIT" and Note.objects.count() == 1
+
+
+class _NoteText(serializers.ModelSerializer):
+    class Meta:
+        model = Note
+        fields = ("id", "text")
+
+
+class _NoteUpdate(generics.UpdateAPIView):
+    """DRF's update view: its ``partial_update`` (a PATCH) calls ``update``, both decorated."""
+
+    queryset = Note.objects.all()
+    serializer_class = _NoteText
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @idempotent()
+    def update(self, request: HttpRequest, *args: object, **kwargs: object) -> Response:
+        return super().update(request, *args, **kwargs)
+
+    @idempotent()
+    def partial_update(self, request: HttpRequest, *args: object, **kwargs: object) -> Response:
+        return super().partial_update(request, *args, **kwargs)
+
+
+@pytest.mark.django_db
+def test_a_decorated_handler_that_calls_another_decorated_one_runs_once_under_one_key(
+    engine_mode, tenant
+):
+    """A ``ModelViewSet``'s ``partial_update`` calls its ``update``: with both decorated, a PATCH
+    applies once and its retry replays it (red: the inner handler claimed the outer's key with
+    its own payload, ``partial`` among its arguments; under Redis every PATCH was answered and
+    kept as 422 ``IDEMPOTENCY_KEY_REUSED``, database-only it was a 500 ``IntegrityError``)."""
+    note = Note.objects.create(text="before")
+    view = _NoteUpdate.as_view()
+
+    def patch() -> Response:
+        request = RequestFactory().patch(
+            f"/notes/{note.pk}/",
+            {"text": "after"},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="patch-1",
+            **caller(tenant),
+        )
+        return view(request, pk=note.pk)
+
+    first, again = patch(), patch()
+    assert (first.status_code, again.status_code) == (200, 200), first.content
+    assert first["X-Idempotent-Result"] == "MISS" and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    note.refresh_from_db()
+    assert note.text == "after"

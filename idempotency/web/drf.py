@@ -110,6 +110,12 @@ def idempotent(
             return protected(view, *args, **kwargs)
 
         def protected(view: APIView, request: Request, *args: Any, **kwargs: Any) -> HttpResponse:
+            if getattr(request, "idempotency", None) is not None:
+                # Called by another decorated handler of this request (a ModelViewSet's
+                # partial_update calls its update): that handler's claim and transaction
+                # already cover this call. Claimed again, the key would be this call's with
+                # other arguments (``partial``): a 422 kept for the key, or an IntegrityError.
+                return handler(view, request, *args, **kwargs)
             request.idempotency = None
             if not engine_setting("ENABLED"):
                 return handler(view, request, *args, **kwargs)
