@@ -5,16 +5,18 @@ a committed write always has its record, so a retry replays) hold because the re
 in the same transaction as the view's writes. That transaction, the database claim and the
 records are on ``DATABASES["default"]``: a view whose models ``DATABASE_ROUTERS`` (or a
 ``using=``) send to another database writes outside it, and loses them silently. Django cannot
-tell which database a view writes to, so the check warns whenever there is more than one.
+tell which database a view writes to, so the check warns whenever there is more than one; a
+router that sends the engine's own models elsewhere is an error (``idempotency.E007``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, router
 
 
 @register(Tags.compatibility)
@@ -38,6 +40,7 @@ def check_views_write_to_the_engines_database(
     if not others:
         return []
     return [
+        *_engine_models_routed_away(),
         Warning(
             f"More than one database is configured ({', '.join(others)} besides default): the "
             'idempotency engine\'s transaction, claim and records are on DATABASES["default"]. '
@@ -47,5 +50,37 @@ def check_views_write_to_the_engines_database(
             hint="Keep the writes of @idempotent and @idempotent_form views on the default "
             'database, then silence this warning (SILENCED_SYSTEM_CHECKS = ["idempotency.W003"]).',
             id="idempotency.W003",
+        ),
+    ]
+
+
+def _engine_models_routed_away() -> list[CheckMessage]:
+    """An error when ``DATABASE_ROUTERS`` send the engine's own models' writes (or their
+    migrations) away from ``default``. The request path reads and writes the records with
+    ``default``'s connection, inside the view's transaction: with the tables migrated on another
+    database, every decorated request failed with a 500 ``relation
+    "idempotency_idempotencyrecord" does not exist``, behind only the warning that the README
+    says to silence; and with both, the purge, the erasure and the admin would work on other
+    rows than the ones requests replay."""
+    routed: dict[str, list[str]] = {}
+    for model in apps.get_app_config("idempotency").get_models():
+        if not router.allow_migrate_model(DEFAULT_DB_ALIAS, model):
+            elsewhere = [a for a in settings.DATABASES if router.allow_migrate_model(a, model)]
+            named = ", ".join(f'"{alias}"' for alias in elsewhere) or "no database"
+            routed.setdefault(f"migrated on {named}, not on default", []).append(model.__name__)
+            continue
+        written = router.db_for_write(model)
+        if written != DEFAULT_DB_ALIAS:
+            routed.setdefault(f'written to "{written}"', []).append(model.__name__)
+    return [
+        Error(
+            f"DATABASE_ROUTERS route the idempotency engine's models ({', '.join(models)}): "
+            f"{where}, while its transaction, claim and records are on "
+            'DATABASES["default"]: every request to an @idempotent or @idempotent_form view '
+            "would fail or go unrecorded.",
+            hint='Let your routers answer None for app_label "idempotency" (db_for_write, '
+            "allow_migrate), so that its models stay on the default database.",
+            id="idempotency.E007",
         )
+        for where, models in routed.items()
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.core.checks import run_checks
 
 
@@ -37,3 +38,55 @@ def test_an_empty_default_database_is_an_error(settings: Any) -> None:
     assert error.is_serious()
     assert error.msg.startswith('DATABASES["default"] names no database')
     assert engine_warnings() == []
+
+
+class EngineElsewhere:
+    """A host's router that sends the engine's app to a database of its own, ``ops``."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "ops" if model._meta.app_label == "idempotency" else None
+
+    db_for_read = db_for_write
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
+        return db == "ops" if app_label == "idempotency" else None
+
+
+class EngineWritesElsewhere:
+    """A host's router that sends the engine's writes to ``ops`` (and leaves migrations be)."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "ops" if model._meta.app_label == "idempotency" else None
+
+
+class ReadsOnAReplica:
+    """A host's router that reads everything from a replica and writes on ``default``."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+def routed_errors() -> list[Any]:
+    return [m for m in run_checks() if m.id == "idempotency.E007"]
+
+
+@pytest.mark.parametrize("routing", ["EngineElsewhere", "EngineWritesElsewhere"])
+def test_a_router_that_sends_the_engine_s_models_elsewhere_is_an_error(
+    settings: Any, routing: str
+) -> None:
+    """(red: only W003, which the README says to silence once the views write on default; the
+    engine's tables were migrated on ``ops`` only, and every request to a decorated view was
+    a 500 ``relation "idempotency_idempotencyrecord" does not exist``)"""
+    settings.DATABASES = {**settings.DATABASES, "ops": dict(settings.DATABASES["default"])}
+    settings.DATABASE_ROUTERS = [f"{__name__}.{routing}"]
+    [error] = routed_errors()
+    assert error.is_serious()
+    assert "IdempotencyRecord" in error.msg and '"ops"' in error.msg
+    assert 'transaction, claim and records are on DATABASES["default"]' in error.msg
+
+
+def test_a_router_that_keeps_the_engine_s_writes_on_default_is_no_error(settings: Any) -> None:
+    settings.DATABASES = {**settings.DATABASES, "replica": dict(settings.DATABASES["default"])}
+    settings.DATABASE_ROUTERS = [f"{__name__}.ReadsOnAReplica"]
+    assert routed_errors() == []
+    assert len(engine_warnings()) == 1
