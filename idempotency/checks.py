@@ -21,7 +21,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
-from idempotency.core.conf import DEFAULTS, MAX_TTL_SECONDS
+from idempotency.core.conf import DEFAULTS, MAX_AUDIT_RETENTION_DAYS, MAX_TTL_SECONDS
 from idempotency.stores.breaker import CircuitBreaker
 
 Problem = str  # what is wrong, as a sentence that follows the setting's name
@@ -139,6 +139,7 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
     checks: list[tuple[tuple[str, ...], Callable[[Any], Problem | None]]] = [
         (POSITIVE_INTS, _positive_int),
         (PERIODS, _period),
+        (("AUDIT_RETENTION_DAYS",), _audit_retention),
         (POSITIVE_NUMBERS, lambda v: _number(v, minimum_exclusive=0)),
         (NON_NEGATIVE_NUMBERS, lambda v: _number(v, minimum=0)),
         (BOOLEANS, lambda v: None if isinstance(v, bool) else "must be True or False"),
@@ -274,6 +275,12 @@ def _reply_cap(value: Any) -> Problem | None:
 def _period(value: Any) -> Problem | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TTL_SECONDS:
         return f"must be at most {MAX_TTL_SECONDS} seconds (ten years), not {value!r}"
+    return None
+
+
+def _audit_retention(value: Any) -> Problem | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_AUDIT_RETENTION_DAYS:
+        return f"must be at most {MAX_AUDIT_RETENTION_DAYS} days (a hundred years), not {value!r}"
     return None
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from idempotency.core.conf import engine_hook, engine_setting
+from idempotency.core.conf import MAX_AUDIT_RETENTION_DAYS, engine_hook, engine_setting
 from idempotency.core.keys import redis_key_from_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores.nodes import local_cache, node_for
@@ -107,11 +108,29 @@ def expired_outcome_counts(now: datetime) -> Q:
 def _past_audit_retention(now: datetime, field: str) -> Q:
     overrides_hook = engine_hook("AUDIT_RETENTION_OVERRIDES")
     overrides: dict[str, int] = overrides_hook() if overrides_hook else {}
+    for tenant_key, days in overrides.items():
+        _check_override(tenant_key, days)
     default = now - timedelta(days=engine_setting("AUDIT_RETENTION_DAYS"))
     condition = Q(**{f"{field}__lt": default}) & ~Q(tenant_key__in=list(overrides))
     for tenant_key, days in overrides.items():
         condition |= Q(tenant_key=tenant_key, **{f"{field}__lt": now - timedelta(days=days)})
     return condition
+
+
+def _check_override(tenant_key: str, days: Any) -> None:
+    """A ``ValueError`` naming the hook and the tenant, before anything is deleted, for days
+    the purge cannot apply: 0 or fewer put the tenant's cut-off at or after now, and every one
+    of its audits was deleted at once; past ``MAX_AUDIT_RETENTION_DAYS`` the cut-off fell before
+    year 1 and every purge stopped on ``OverflowError``."""
+    if (
+        isinstance(days, bool)
+        or not isinstance(days, int | float)
+        or not 0 < days <= MAX_AUDIT_RETENTION_DAYS  # NaN too
+    ):
+        raise ValueError(
+            f'IDEMPOTENCY["AUDIT_RETENTION_OVERRIDES"] gives tenant {tenant_key!r} {days!r} '
+            f"days: it must be a number of days over 0, up to {MAX_AUDIT_RETENTION_DAYS}"
+        )
 
 
 def purge_expired(

@@ -206,6 +206,9 @@ MAX_WAIT_SECONDS = 2_147_483
 # The longest a result may replay or a window last: ten years. Far past it, a record's expiry
 # (now + TTL) overflows Python's dates, and the request that stores it fails after its view ran.
 MAX_TTL_SECONDS = 10 * 366 * 86_400
+# The longest an audit is kept: a hundred years. The purge's cut-off is now less the retention,
+# and far past it that date falls before year 1 (``OverflowError``), stopping every purge.
+MAX_AUDIT_RETENTION_DAYS = 36_600
 """The longest ``wait_seconds``: PostgreSQL's longest ``lock_timeout``, which a claim in the
 database waits with. Past it (``float("inf")`` included) every request under ``"wait"`` was
 a 500 from the claim, not a refusal when the view was decorated."""

@@ -127,6 +127,16 @@ def test_a_period_past_ten_years_is_named(settings, name):
     )
 
 
+def test_an_audit_retention_past_a_hundred_years_is_named(settings):
+    """(red: the check passed, and every purge of audits stopped on ``OverflowError: date
+    value out of range``, its cut-off date before year 1)"""
+    [message] = errors_with(settings, AUDIT_RETENTION_DAYS=999_999)
+    assert message == (
+        'IDEMPOTENCY["AUDIT_RETENTION_DAYS"] must be at most 36600 days (a hundred years), '
+        "not 999999"
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_reply_cap_too_small_for_an_answer_without_its_body_is_named(settings, tenant):
     """(red: the check passed a cap of 40 bytes, under which even the status and headers of

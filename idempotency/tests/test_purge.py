@@ -63,3 +63,15 @@ def test_records_are_deleted_in_batches_of_at_most_the_batch_size(settings):
     assert batches == [10, 10, 5]
     assert sum(q["sql"].startswith("DELETE") for q in queries) == 2
     assert not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.parametrize("days", [0, -7, 999_999, float("nan"), "30"])
+def test_an_override_the_purge_cannot_apply_is_named_and_deletes_nothing(overrides, days):
+    """(red: 0 or -7 days put the tenant's cut-off at or after now, and every one of its audits
+    was deleted at once; 999999 days stopped every purge on ``OverflowError``)"""
+    overrides["odd"] = days
+    audit("odd", 2)
+    audit("default", 31)
+    with pytest.raises(ValueError, match=r'IDEMPOTENCY\["AUDIT_RETENTION_OVERRIDES"\] gives .*odd'):
+        purge_expired_audits()
+    assert DuplicateAudit.objects.count() == 2
