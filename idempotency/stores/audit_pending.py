@@ -36,6 +36,17 @@ logger = logging.getLogger(__name__)
 class _Queued:
     event: AuditEvent
     attempts: int = 0
+    # the database the event happened in (its name when it was queued): see _database_now
+    database: str = ""
+
+
+def _database_now() -> str:
+    """The name of the database the engine writes to now. Django's test runner destroys its
+    test database and then gives the connection the real database's name back before the
+    process exits: events queued during the last test would be written into the real database
+    (a host's ``manage.py test`` added its counts to the development database's), so an event
+    is written only while the database it happened in is the one configured."""
+    return str(connection.settings_dict.get("NAME") or "")
 
 
 class PendingAudits:
@@ -56,7 +67,7 @@ class PendingAudits:
 
     def record(self, event: AuditEvent) -> bool:
         """Queue ``event``; False (and counted as dropped) when the queue is full."""
-        if not self._put(_Queued(event)):
+        if not self._put(_Queued(event, database=_database_now())):
             return False
         if engine_setting("AUDIT_IN_BACKGROUND"):
             self._ensure_thread()
@@ -88,6 +99,12 @@ class PendingAudits:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
+        database = _database_now()
+        gone = [q for q in batch if q.database != database]
+        if gone:
+            # their database was a test run's, destroyed since: nothing to write them into
+            logger.debug("%d idempotency audit events of a database gone, dropped", len(gone))
+            batch = [q for q in batch if q.database == database]
         if batch:
             try:
                 save_events(q.event for q in batch)
@@ -110,7 +127,7 @@ class PendingAudits:
             if item.attempts + 1 >= limit:
                 metrics.audits_dropped.labels(reason="write_failed").inc()
             else:
-                self._put(_Queued(item.event, item.attempts + 1))
+                self._put(_Queued(item.event, item.attempts + 1, item.database))
 
     def _ensure_thread(self) -> None:
         if self.runs_in_this_process:

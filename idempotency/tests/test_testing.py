@@ -7,9 +7,12 @@ results)."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import Client
 
-from idempotency.models import IdempotencyRecord
+from idempotency.audit import AuditEvent
+from idempotency.models import IdempotencyRecord, OutcomeCount
+from idempotency.stores.audit_pending import pending
 from idempotency.testing import reset_engine
 from idempotency.tests.conftest import idem_keys, post_note
 from idempotency.tests.testapp import executions
@@ -36,3 +39,39 @@ def test_a_later_test_s_same_key_runs_its_view_once_the_engine_is_reset(tenant):
     again = post_note(Client(), tenant, key="k-1")
     assert again["X-Idempotent-Result"] == "MISS"
     assert executions.runs(tenant, "k-1") == 2 and Note.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_queued_in_a_test_database_are_not_written_once_it_is_gone(tenant):
+    """Django's test runner destroys its test database, then gives the connection the real
+    database's name back, before the process exits: the first-execution counts the last test
+    left queued in this process were then written into the real database by the exit's flush
+    (seen: a host's ``manage.py test`` added its MISS counts to the development database's
+    ``OutcomeCount``), or logged as "could not write idempotency audit events" with a
+    traceback. Red: the flush below wrote into the database named after the test's."""
+    pending.discard()
+    pending.record(
+        AuditEvent(
+            tenant_key=tenant,
+            endpoint="POST notes/",
+            key="k",
+            outcome="MISS",
+            source="database",
+            principal="alice",
+        )
+    )
+    assert len(pending) == 1
+    test_database = connection.settings_dict["NAME"]
+    # given the test database destroyed and the real name given back, as the runner does
+    # (a name no database has: a write there fails, where the real one would take it)
+    connection.close()
+    connection.settings_dict["NAME"] = f"{test_database}_real_and_gone"
+    try:
+        # when the queue is flushed (the writer's round, or the exit's)
+        written = pending.flush()
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = test_database
+    # then nothing was written anywhere, and nothing is left to write
+    assert written == 0 and len(pending) == 0
+    assert not OutcomeCount.objects.filter(tenant_key=tenant).exists()
