@@ -20,6 +20,7 @@ from functools import wraps
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.http import HttpResponse, QueryDict
@@ -199,7 +200,8 @@ def _render_get(request: Request, url: str) -> HttpResponse | None:
 
     A site served under a prefix (``SCRIPT_NAME``, e.g. ``/app``) names its resources with it,
     as ``reverse()`` does; the URLconf resolves the path after it, so the prefix is taken off
-    (a path outside it is not this site's). The URL's query string is the GET's."""
+    (a path outside it is not this site's). The URL's query string is the GET's. A resource
+    an ``async def`` view serves is rendered too: the view is run to its response."""
     parts = urlsplit(url)
     if parts.netloc and parts.netloc != request.get_host():
         return None
@@ -215,7 +217,12 @@ def _render_get(request: Request, url: str) -> HttpResponse | None:
     get.GET = QueryDict(parts.query)
     get.META = {**get.META, "QUERY_STRING": parts.query}
     match = resolve(get.path_info)
-    response = match.func(get, *match.args, **match.kwargs)
+    view = match.func
+    if iscoroutinefunction(view):
+        # an ``async def`` view returns a coroutine: run it to its response (a 500 at every
+        # retry, "'coroutine' object has no attribute 'streaming'", when it was not)
+        view = async_to_sync(view)
+    response = view(get, *match.args, **match.kwargs)
     if hasattr(response, "render"):
         response.render()
     return response

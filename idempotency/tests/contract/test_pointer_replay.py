@@ -55,8 +55,15 @@ def post_located(
         ("/nowhere/{pk}/", False),
         ("/notes/{pk}/strict/", True),
         ("/notes/{pk}/api/", True),
+        ("/notes/{pk}/async/", True),
     ],
-    ids=["another-site", "a-path-not-served", "deleted-view-raises", "deleted-drf-detail-404"],
+    ids=[
+        "another-site",
+        "a-path-not-served",
+        "deleted-view-raises",
+        "deleted-drf-detail-404",
+        "deleted-async-view-raises",
+    ],
 )
 def test_a_pointer_that_cannot_be_rendered_replays_the_omitted_body_marker(
     engine_mode, tenant, location, delete
@@ -88,6 +95,18 @@ def test_a_pointer_to_a_live_resource_replays_it_without_the_marker(engine_mode,
     assert json.loads(again.content) == {"id": Note.objects.get().pk, "text": "x" * 180}
     assert again["Content-Type"] == "application/json"
     assert "Idempotent-Body-Omitted" not in again and again["Location"] == first["Location"]
+
+
+def test_a_pointer_to_a_resource_an_async_view_serves_replays_it(engine_mode, tenant):
+    """(red: a 500 at every retry, ``'coroutine' object has no attribute 'streaming'``: the
+    in-process GET called the ``async def`` view and got its coroutine, never run)"""
+    first = post_located(tenant, "k-async", "/notes/{pk}/async/")
+    nodes.local_cache().clear()
+    again = post_located(tenant, "k-async", "/notes/{pk}/async/")
+    assert again.status_code == 201 and again["X-Idempotent-Result"] == "HIT"
+    assert again.content == b"note " + b"x" * 180
+    assert "Idempotent-Body-Omitted" not in again and again["Location"] == first["Location"]
+    assert executions.runs(tenant, "k-async") == 1
 
 
 @pytest.mark.parametrize(

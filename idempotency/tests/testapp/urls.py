@@ -23,6 +23,7 @@ urlpatterns = [
     path("notes/form/<slug:board>/send/", views.note_send_to_board, name="note-send-to-board"),
     path("notes/<int:pk>/", show_note, name="note"),
     path("notes/<int:pk>/strict/", views.show_note_strictly, name="note-strict"),
+    path("notes/<int:pk>/async/", views.show_note_async, name="note-async"),
     path("notes/<int:pk>/as-asked/", views.show_note_as_asked, name="note-as-asked"),
     path("notes/<int:pk>/api/", views.NoteDetail.as_view(), name="note-api"),
     path("notes/stream/", views.NoteStreamCreate.as_view(), name="notes-stream"),

@@ -282,6 +282,12 @@ def show_note_as_asked(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse(text[:5] if request.GET.get("part") == "head" else text)
 
 
+async def show_note_async(request: HttpRequest, pk: int) -> HttpResponse:
+    """An ``async def`` resource view (raises ``Note.DoesNotExist`` for a deleted note)."""
+    note = await Note.objects.aget(pk=pk)
+    return HttpResponse(f"note {note.text}")
+
+
 def show_note_strictly(request: HttpRequest, pk: int) -> HttpResponse:
     """A resource view that raises ``Note.DoesNotExist`` for a deleted note (a 500 if served)."""
     return HttpResponse(f"note {Note.objects.get(pk=pk).text}")
