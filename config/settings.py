@@ -230,6 +230,9 @@ MIDDLEWARE = [
     # middleware below that may answer by itself (413, 415, 503, a NUL in a page's query), so
     # those answers carry the headers too, and inside the API's problem pages, which keep them
     "django.middleware.security.SecurityMiddleware",
+    # an /api/v1/ request over plain HTTP is 403 HTTPS_REQUIRED, not redirected (a client
+    # following a redirect sends a POST again as a GET): config/api_https.py
+    "config.api_https.ApiHttpsOnlyMiddleware",
     # 503 DATABASE_UNAVAILABLE, not a 500, while PostgreSQL cannot be reached
     # (config/database_unavailable.py)
     "config.database_unavailable.DatabaseUnavailableMiddleware",
@@ -512,6 +515,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 # Production sits behind a TLS-terminating proxy. SECURE_PROXY_SSL_HEADER tells Django which
 # request header that proxy sets to say the client used HTTPS (default X-Forwarded-Proto); the
 # proxy must overwrite any copy a client sends. Set it empty when no proxy sets such a header.
+# With the HTTPS redirect on, the API is refused over plain HTTP instead (config/api_https.py)
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/"]
 if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

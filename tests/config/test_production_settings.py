@@ -992,6 +992,37 @@ class TestTheDocumentedProductionServer:
         assert answer.headers["Location"] == f"https://{served_host(env)}/dashboard/login/"
 
     @pytest.mark.parametrize(
+        ("method", "path"),
+        [
+            ("POST", "/api/v1/orders/"),
+            ("GET", "/api/v1/menu/"),
+            ("POST", "/api/v1/diner-sessions/"),
+        ],
+    )
+    def test_an_api_request_over_plain_http_is_refused_not_redirected(
+        self, production_server: tuple[LiveServer, dict[str, str | None]], method: str, path: str
+    ) -> None:
+        """A 301 to HTTPS: a client following it sends a POST again as a GET (``fetch``,
+        curl ``-L``, most HTTP stacks), so ``POST /api/v1/orders/`` over plain HTTP became a
+        read of the order list that looked like an answer, and a client whose base URL said
+        ``http://`` kept sending its credential in the clear without ever seeing an error.
+        The API refuses it, 403 ``HTTPS_REQUIRED``, before reading the credential."""
+        server, env = production_server
+        with httpx.Client(base_url=server.url, headers={"Host": served_host(env)}) as client:
+            answer = client.request(
+                method,
+                path,
+                json={} if method == "POST" else None,
+                headers={"Authorization": "Api-Key pk_nobody.secret", "Idempotency-Key": "k-1"},
+            )
+
+        assert answer.status_code == 403, answer.text
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        assert answer.json()["code"] == "HTTPS_REQUIRED"
+        assert "Location" not in answer.headers
+        assert "no-store" in answer.headers["Cache-Control"]
+
+    @pytest.mark.parametrize(
         "header", [{"X-Forwarded-Ssl": "on"}, {"X-Forwarded-Protocol": "ssl"}], ids=str
     )
     def test_only_the_proxy_s_header_says_https_not_gunicorn_s_others(

@@ -24,6 +24,7 @@ from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
 from config.api_errors import CODE_FOR_STATUS
+from config.api_https import HTTPS_REQUIRED
 from config.database_unavailable import DATABASE_UNAVAILABLE
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import all_fingerprints
@@ -167,6 +168,12 @@ def app(request: pytest.FixtureRequest, settings: Any, db: None) -> App:
 
 
 # --- one way to produce each documented code ----------------------------------------------
+
+
+def _over_plain_http(app: App) -> Any:
+    """A site that requires HTTPS (production's default), asked over plain HTTP."""
+    app.settings.SECURE_SSL_REDIRECT = True
+    return app.place(app.order_body())
 
 
 def _key_in_progress(app: App) -> Any:
@@ -368,6 +375,7 @@ SCENARIOS: dict[str, Callable[[App], Any]] = {
     "METHOD_NOT_ALLOWED": lambda app: app.diner.delete("/api/v1/menu/"),
     "NOT_ACCEPTABLE": lambda app: app.diner.get("/api/v1/menu/", HTTP_ACCEPT="application/xml"),
     "BAD_REQUEST": lambda app: app.diner.get("/api/v1/menu/", HTTP_HOST="evil.example"),
+    HTTPS_REQUIRED: _over_plain_http,
     OrderingErrorCode.ORDER_STATUS_CONFLICT: _status_conflict,
     OrderingErrorCode.INSUFFICIENT_STOCK: lambda app: app.place(
         app.order_body(items=[{"dish_id": app.dish.pk, "quantity": 60}])
@@ -445,6 +453,7 @@ def test_every_code_the_app_can_answer_is_documented() -> None:
         *PaymentErrorCode,
         *(code for code, _ in CODE_FOR_STATUS.values()),
         DATABASE_UNAVAILABLE,
+        HTTPS_REQUIRED,
         "VALIDATION_ERROR",
         "INVALID_JSON",
     }
