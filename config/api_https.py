@@ -41,5 +41,6 @@ class ApiHttpsOnlyMiddleware:
             and request.path.startswith(API_PREFIX)
             and not request.is_secure()
         ):
+            request.get_host()  # a Host this site does not serve is its 400 first, as for a page
             return problem_http_response(403, HTTPS_REQUIRED, DETAIL)
         return self.get_response(request)
