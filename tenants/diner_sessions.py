@@ -169,7 +169,9 @@ def open_session(*, client: ApiClient, diner_id: str | None = None) -> IssuedSes
     # The first token, like every refreshed one, ends within the session's max age: each
     # setting may be set to any length, and a lifetime past the max age outlived it.
     lifetime = min(settings.DINER_SESSION_TTL_SECONDS, settings.DINER_SESSION_MAX_AGE_SECONDS)
-    expires_at = timezone.now() + timedelta(seconds=lifetime)
+    # In whole seconds, as the token carries it (and as a refresh sets it): with its fraction
+    # the answer and the row named an instant up to a second after the token is refused.
+    expires_at = (timezone.now() + timedelta(seconds=lifetime)).replace(microsecond=0)
     session = DinerSession.objects.create(
         tenant_id=client.tenant_id,
         diner_id=diner,

@@ -23,7 +23,7 @@ from idempotency.models import IdempotencyRecord
 from ordering.models import Order, OrderStatus
 from tenants import credential_cache, session_state
 from tenants.api_keys import issue_api_key, revoke_api_key
-from tenants.diner_sessions import _SALT, read_token
+from tenants.diner_sessions import _SALT, SessionRefused, read_token
 from tenants.models import ApiClient, DinerSession
 from tenants.permissions import CAPABILITIES, Capability
 from tenants.principals import CredentialKind
@@ -85,6 +85,35 @@ def test_publishable_key_and_empty_body_open_a_guest_session(publishable: Any, m
     assert place(as_diner(body["token"]), menu).json()["diner_id"] == body["diner_id"]
     # two guests are two diners
     assert open_guest(publishable[1]).json()["diner_id"] != body["diner_id"]
+
+
+@pytest.mark.parametrize("kind", ["guest", "signed-in"])
+def test_a_new_session_s_token_opens_until_the_expiry_its_answer_gives(
+    publishable: Any, merchant: Any, monkeypatch: Any, kind: str
+) -> None:
+    """The token carries its expiry in whole seconds; the answer (and the session's row)
+    gave the instant with its fraction of a second, so a token opened at .75 s was refused
+    as expired three quarters of a second before the time its answer named (red: refused
+    at ``expires_at`` - 1 ms)."""
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now().replace(microsecond=750_000))
+    if kind == "guest":
+        opened = open_guest(publishable[1])
+    else:
+        opened = with_auth(f"Api-Key {merchant[1]}").post(
+            SESSIONS, {"diner_id": "alice"}, format="json"
+        )
+    monkeypatch.undo()
+    assert opened.status_code == 201
+    body = opened.json()
+    expires_at = timezone.datetime.fromisoformat(body["expires_at"])
+    assert (
+        read_token(body["token"], now=expires_at.timestamp() - 0.001).diner_id == body["diner_id"]
+    )
+    with pytest.raises(SessionRefused) as refused:
+        read_token(body["token"], now=expires_at.timestamp())
+    assert refused.value.code == "SESSION_EXPIRED"
+    assert DinerSession.objects.get().expires_at == expires_at
 
 
 def test_merchant_key_signs_in_the_named_diner(merchant: Any, menu: Any) -> None:
