@@ -25,8 +25,14 @@ def platform_time_zone() -> str:
     return settings.TIME_ZONE
 
 
+# Names the zone database holds that are no zone of their own: "localtime" is the host's
+# /etc/localtime, so each server would keep the tenant's day (and restart its order numbers)
+# at its own midnight.
+HOST_ZONE_ALIASES = frozenset({"localtime"})
+
+
 def validate_time_zone(name: str) -> None:
-    if name not in available_timezones():
+    if name in HOST_ZONE_ALIASES or name not in available_timezones():
         raise ValidationError(f"{name!r} is not an IANA time zone (e.g. Europe/Rome)")
 
 

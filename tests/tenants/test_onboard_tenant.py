@@ -127,6 +127,8 @@ def test_the_database_refuses_slugs_that_differ_only_in_case_whoever_writes_them
         (["x" * 65, "--name=X", "--owner=anna"], "tenant slug"),
         (["ok", "--name=", "--owner=anna"], "tenant name"),
         (["ok", "--name=X", "--owner=anna", "--time-zone=Mars/Olympus"], "tenant time_zone"),
+        # the host's own zone (/etc/localtime), not one zone: each server its own business day
+        (["ok", "--name=X", "--owner=anna", "--time-zone=localtime"], "tenant time_zone"),
         (["ok", "--name=X", "--owner=a b"], "owner username"),
         (["ok", "--name=X", "--owner=anna", "--email=not-an-address"], "owner email"),
     ],
