@@ -8,7 +8,8 @@ Neither count may cost a scrape a full scan of a large table or keyspace:
   are still stored).
 - **Redis keys** (``idempotency_tenant_redis_keys``): a census walks each node's keyspace with
   ``SCAN``, at most ``USAGE_SCAN_KEYS`` keys (10,000) further per scrape, and the gauge shows the
-  counts of the last *complete* pass, with its age (``idempotency_redis_key_census_age_seconds``).
+  counts of the last *complete* pass, with its age (``idempotency_redis_key_census_age_seconds``,
+  counted on the process's monotonic clock, so a step of the wall clock does not move it).
   A node of K keys is thus counted afresh every K / 10,000 scrapes answered by the same process
   (each process walks on its own). A node that fails or times out is skipped for that scrape
   (its last complete pass stays, and ages): the scrape still answers, with the breaker states
@@ -56,7 +57,7 @@ class KeyCensus:
     cursor: int = 0
     partial: Counter[str] = field(default_factory=Counter)
     complete: dict[str, int] | None = None
-    completed_at: float | None = None
+    completed_at: float | None = None  # time.monotonic(): an age, whatever the wall clock does
 
     def advance(self, client: Any, budget: int) -> None:
         """Read at most about ``budget`` more keys (``ceil(budget / 1000)`` SCAN calls)."""
@@ -67,7 +68,7 @@ class KeyCensus:
                 if match:
                     self.partial[match.group(1).decode("utf-8", "replace")] += 1
             if self.cursor == 0:
-                self.complete, self.completed_at = dict(self.partial), time.time()
+                self.complete, self.completed_at = dict(self.partial), time.monotonic()
                 self.partial = Counter()
                 return
 
@@ -144,7 +145,7 @@ class TenantUsageCollector(Collector):
             labels=["node"],
         )
         censuses = usage.census()  # may complete a pass now: read the clock after it
-        now = time.time()
+        now = time.monotonic()
         for node, census in sorted(censuses.items()):
             if census.complete is None or census.completed_at is None:
                 continue

@@ -3,13 +3,17 @@ Redis keys, from a census that reads a bounded number of keys per scrape."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
+from idempotency.stores import nodes
+from idempotency.stores.nodes import node_name
 from idempotency.stores.usage import usage
+from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
 from tests.observability.test_metrics import TOKEN, samples
@@ -120,3 +124,29 @@ def test_a_census_completed_by_this_scrape_is_not_younger_than_zero(
     assert per_tenant(first, "idempotency_tenant_redis_keys") == {"44": 1}  # completed now
     ages = [v for (n, _), v in first.items() if n == "idempotency_redis_key_census_age_seconds"]
     assert len(ages) == 1 and ages[0] >= 0
+
+
+def test_the_census_age_is_not_moved_by_a_step_of_the_wall_clock(
+    client: Any, tenant: Any, monkeypatch: Any
+) -> None:
+    """A pass's age is counted on the process's own steady clock: the wall clock stepped back
+    an hour (an NTP correction, a VM restored) exported an age of -3600 s, and stepped forward
+    an age of an hour for a pass just completed (red: the wall clock was used)."""
+    # given a census completed by a scrape, then its node left out of scrapes (its breaker
+    # open), so the next scrape exports the same pass's age
+    [redis_node] = all_clients()
+    name = node_name(redis_node)
+    scrape(client)
+    node = nodes.node_for(str(tenant.pk))
+    assert node is not None and node.name == name
+    node.breaker._open(node.breaker._clock(), "an outage")
+    try:
+        # when the wall clock steps back an hour and /metrics is scraped again
+        wall_clock = time.time
+        monkeypatch.setattr(time, "time", lambda: wall_clock() - 3600)
+        ages = scrape(client)
+        # then the age is still the few seconds since the pass, not negative
+        age = ages[("idempotency_redis_key_census_age_seconds", frozenset({("node", name)}))]
+        assert 0 <= age < 60
+    finally:
+        nodes.reset()
