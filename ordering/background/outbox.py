@@ -14,10 +14,10 @@ without its data (or flushed) drops the queue. So the consumer marks the row con
 done with it (:func:`mark_consumed`), and the sweeper sends a row published but not consumed
 again once ``OUTBOX_REDELIVER_AFTER_SECONDS`` (600) have passed since its last send, doubling
 the wait after each send (at most a day), so that a queue merely waiting for a worker is not
-flooded with copies. Each send writes when the next one is due (``resend_at``), so the sweep
-reads only rows already due, soonest first, however many wait in a long backoff. A retry the
-consumer asked for counts its wait from when that retry is due (:func:`expect_retry`): the
-broker holds it until then. The cancel of a paid order whose message Redis lost is refunded all
+flooded with copies. Each send writes when the next one is due (``resend_at``, on the
+database's clock, by which the sweep reads it), so the sweep reads only rows already due,
+soonest first, however many wait in a long backoff. A retry the consumer asked for counts its
+wait from when that retry is due (:func:`expect_retry`): the broker holds it until then. The cancel of a paid order whose message Redis lost is refunded all
 the same, once.
 """
 
@@ -143,9 +143,7 @@ def expect_retry(*, event_id: int, countdown: float) -> None:
     """The consumer asked for a retry in ``countdown`` seconds, which the broker holds: the
     sweeper counts its wait from then, not from the last send."""
     OutboxEvent.all_tenants.filter(pk=event_id, consumed_at__isnull=True).update(
-        resend_at=OutboxEvent.resend_after(
-            sends=1, waiting_from=timezone.now() + timedelta(seconds=countdown)
-        )
+        resend_at=OutboxEvent.resend_after(sends=1, delay_seconds=countdown)
     )
 
 

@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.utils import timezone
+from django.db.models import ExpressionWrapper
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
 
 from tenants.models import Tenant
 from tenants.scoping import TenantManager
@@ -83,16 +85,27 @@ class OutboxEvent(models.Model):
         return f"{self.event_type} v{self.version} of order {self.order_id}"
 
     @staticmethod
-    def resend_after(*, sends: int, waiting_from: datetime | None = None) -> datetime | None:
-        """When an event sent ``sends`` times, the last at ``waiting_from`` (now), is sent
-        again if no consumer has finished with it: ``OUTBOX_REDELIVER_AFTER_SECONDS`` later,
-        doubled for each send before the last, at most a day, so a queue merely waiting for a
-        worker is not flooded with copies. None when redelivery is off (the setting at 0)."""
+    def resend_after(
+        *, sends: int, waiting_from: datetime | None = None, delay_seconds: float = 0
+    ) -> datetime | Combinable | None:
+        """When an event sent ``sends`` times, the last at ``waiting_from`` (now, or
+        ``delay_seconds`` from now), is sent again if no consumer has finished with it:
+        ``OUTBOX_REDELIVER_AFTER_SECONDS`` later, doubled for each send before the last, at
+        most a day, so a queue merely waiting for a worker is not flooded with copies. None
+        when redelivery is off (the setting at 0).
+
+        Without ``waiting_from`` it is an expression of the database's clock (``now()``), for
+        an ``UPDATE``: the sweep reads ``resend_at <= now()`` there, and a time taken from
+        this host's clock, minutes behind the database's, was already due when written."""
         after = settings.OUTBOX_REDELIVER_AFTER_SECONDS
         if after <= 0:
             return None
-        wait = min(after * 2 ** max(sends - 1, 0), _REDELIVER_MAX_SECONDS)
-        return (waiting_from or timezone.now()) + timedelta(seconds=wait)
+        wait = timedelta(seconds=min(after * 2 ** max(sends - 1, 0), _REDELIVER_MAX_SECONDS))
+        if waiting_from is not None:
+            return waiting_from + timedelta(seconds=delay_seconds) + wait
+        return ExpressionWrapper(
+            Now() + (wait + timedelta(seconds=delay_seconds)), output_field=models.DateTimeField()
+        )
 
 
 class ProcessedEvent(models.Model):

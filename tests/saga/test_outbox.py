@@ -336,6 +336,41 @@ def test_a_retry_the_consumer_asked_for_is_waited_for(tenant, menu, settings):
     assert sweep_outbox() == 1
 
 
+def database_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("send", ["publish", "sweep", "retry"])
+def test_the_next_send_is_due_on_the_database_s_clock(tenant, menu, settings, monkeypatch, send):
+    """The sweep reads ``resend_at <= now()`` on the database's clock, so a send sets it on
+    that clock too: a web server or worker whose clock was 20 minutes behind the database's
+    set it 10 minutes in the database's past, and the next sweep sent again at once an event
+    merely waiting in the queue (red: due 10 minutes ago)."""
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    event = cancelled_paid_order(tenant, menu)
+    sent_and_lost(event, minutes_ago=11)
+    # given a process whose clock is 20 minutes behind the database's
+    server_clock = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: server_clock() - timedelta(minutes=20))
+    lost = []  # the broker takes the message and loses it: no consumer runs
+    monkeypatch.setattr(dispatch, "enqueue", lambda *args: lost.append(args))
+    # when it sends the event (again), or hears its consumer ask for a retry in a minute
+    if send == "publish":
+        OutboxEvent.all_tenants.filter(pk=event.pk).update(published_at=None)
+        assert publish_event(event_id=event.pk)
+    elif send == "sweep":
+        assert sweep_outbox() == 1
+    else:
+        expect_retry(event_id=event.pk, countdown=60)
+    # then the next send is due the redelivery wait from now on the database's clock
+    resend_at = OutboxEvent.all_tenants.get(pk=event.pk).resend_at
+    wait = resend_at - database_now()
+    assert timedelta(minutes=9) < wait <= timedelta(minutes=20 if send == "sweep" else 11)
+    assert sweep_outbox() == 0
+
+
 def test_events_in_a_long_backoff_do_not_hold_back_one_that_is_due(tenant, menu, settings):
     settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
     event = cancelled_paid_order(tenant, menu)
