@@ -17,8 +17,8 @@ the wait after each send (at most a day), so that a queue merely waiting for a w
 flooded with copies. Each send writes when the next one is due (``resend_at``, on the
 database's clock, by which the sweep reads it), so the sweep reads only rows already due,
 soonest first, however many wait in a long backoff. A retry the consumer asked for counts its
-wait from when that retry is due (:func:`expect_retry`): the broker holds it until then. The cancel of a paid order whose message Redis lost is refunded all
-the same, once.
+wait from when that retry is due (:func:`expect_retry`): the broker holds it until then. The
+cancel of a paid order whose message Redis lost is refunded all the same, once.
 """
 
 from __future__ import annotations
