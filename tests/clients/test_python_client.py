@@ -7,7 +7,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -846,6 +846,19 @@ def test_retry_after_reads_every_http_date_format_as_gmt(value: str) -> None:
     assert parse_retry_after(value, now=now) == 5.0
 
 
+def waiting_client(
+    answer: Callable[[httpx.Request], httpx.Response], waited: list[float | None]
+) -> OrderingClient:
+    """A client of ``answer`` that retries at once, noting each wait ``Retry-After`` asked for."""
+    return OrderingClient(
+        "http://api.test",
+        "pk_test.secret",
+        transport=httpx.MockTransport(answer),
+        retry=FAST,
+        on_retry=lambda event: waited.append(event.retry_after),
+    )
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
@@ -872,13 +885,7 @@ def test_a_date_whose_year_no_clock_can_hold_is_unreadable(
         return httpx.Response(503, json={}, headers=headers)
 
     waited: list[float | None] = []
-    client = OrderingClient(
-        "http://api.test",
-        "pk_test.secret",
-        transport=httpx.MockTransport(answer),
-        retry=FAST,
-        on_retry=lambda event: waited.append(event.retry_after),
-    )
+    client = waiting_client(answer, waited)
     try:
         assert client.menu() == []
     finally:
@@ -916,13 +923,7 @@ def test_a_retry_after_date_is_counted_from_the_answer_s_date(
         return httpx.Response(503, json={}, headers=headers)
 
     waited: list[float | None] = []
-    client = OrderingClient(
-        "http://api.test",
-        "pk_test.secret",
-        transport=httpx.MockTransport(answer),
-        retry=FAST,
-        on_retry=lambda event: waited.append(event.retry_after),
-    )
+    client = waiting_client(answer, waited)
     try:
         outcome: object = client.menu()
     except RetriesExhaustedError as error:

@@ -1199,6 +1199,22 @@ def test_a_server_the_system_checks_refuse_does_not_start(
         pass
 
 
+def refused_at_start(arguments: list[str]) -> str:
+    """Run Python with ``arguments`` in the production environment with a setting the system
+    checks call an error; assert it stopped, and give what it wrote."""
+    env = {**production_environment(), "IDEMPOTENCY_BREAKER": '{"p99_threshold_ms": -1}'}
+    done = subprocess.run(
+        [sys.executable, *arguments],
+        cwd=PROJECT_ROOT,
+        env={**system_environment(), **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode != 0
+    return done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("command", ["worker", "beat"])
 def test_a_celery_process_the_system_checks_refuse_does_not_start(
     command: str, tmp_path: Any
@@ -1206,39 +1222,20 @@ def test_a_celery_process_the_system_checks_refuse_does_not_start(
     """Celery runs the system checks and ignores what they find, and logs any exception a
     signal handler raises and carries on: with a setting the checks call an error, the worker
     and beat (which run stale-lease recovery, the sagas and the sweeps) started anyway."""
-    env = {**production_environment(), "IDEMPOTENCY_BREAKER": '{"p99_threshold_ms": -1}'}
     extra = ["--pool=solo"] if command == "worker" else ["-s", str(tmp_path / "schedule")]
 
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "config", command, *extra],
-        cwd=PROJECT_ROOT,
-        env={**system_environment(), **env},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    refused = refused_at_start(["-m", "celery", "-A", "config", command, *extra])
 
-    assert done.returncode != 0
-    assert "option 'p99_threshold_ms' must be a positive number" in done.stdout + done.stderr
+    assert "option 'p99_threshold_ms' must be a positive number" in refused
 
 
 def test_an_asgi_server_the_system_checks_refuse_does_not_start() -> None:
     """The ASGI entry point (``config.asgi``, for servers such as uvicorn) ran no system
     checks, as the WSGI one did before them: loaded by a server, a setting they call an
     error was served (red: the application loaded, exit status 0)."""
-    env = {**production_environment(), "IDEMPOTENCY_BREAKER": '{"p99_threshold_ms": -1}'}
+    refused = refused_at_start(["-c", "import config.asgi"])
 
-    done = subprocess.run(
-        [sys.executable, "-c", "import config.asgi"],
-        cwd=PROJECT_ROOT,
-        env={**system_environment(), **env},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
-    assert done.returncode != 0
-    assert "option 'p99_threshold_ms' must be a positive number" in done.stderr
+    assert "option 'p99_threshold_ms' must be a positive number" in refused
 
 
 @pytest.mark.parametrize(

@@ -266,7 +266,7 @@ def test_staff_cannot_make_themselves_or_another_staff_account_a_member(restaura
     address of every order: staff adding their own account (or a colleague's) to a restaurant
     read what the admin shows only with "view diner details" (red: the membership was made)."""
     tenant, _, _ = restaurant
-    support, client = staff_who_add_members(*ROLE_CODENAMES[MANAGER])
+    support, client = staff_who_add_members(*ROLE_CODENAMES[OWNER])  # may give any role
     colleague = User.objects.create_user("colleague", is_staff=True)
     root = User.objects.create_superuser("root2", password=None)
 
@@ -285,6 +285,21 @@ def test_staff_cannot_make_themselves_or_another_staff_account_a_member(restaura
     )
     assert answer.status_code == 302
     assert Membership.objects.filter(user=anna, tenant=tenant, role=MANAGER).exists()
+
+
+def tenant_page(tenant: Tenant, name: str, *members: Membership, new: tuple = ()) -> dict:
+    """The tenant's admin page as sent with ``name``: a row per member as it is, and given
+    ``new`` (an account and a role), one more row adding it."""
+    data: dict = {"slug": tenant.slug, "name": name, "region": tenant.region}
+    data.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    rows = [(m.pk, m.user_id, m.role) for m in members] + ([("", *new)] if new else [])
+    data.update(
+        {"memberships-TOTAL_FORMS": str(len(rows)), "memberships-INITIAL_FORMS": str(len(members))}
+    )
+    for i, (pk, user, role) in enumerate(rows):
+        row = {"tenant": tenant.pk, "user": user, "role": role, **({"id": pk} if pk else {})}
+        data.update({f"memberships-{i}-{field}": value for field, value in row.items()})
+    return data
 
 
 @pytest.mark.parametrize("role", list(ROLE_CODENAMES))
@@ -315,52 +330,22 @@ def test_the_tenant_page_s_member_rows_refuse_a_role_beyond_its_maker(restaurant
     tenant, owner, manager = restaurant
     _, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
     anna = User.objects.create_user("anna")
-    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
-    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
-    rows = {
-        "memberships-TOTAL_FORMS": "2",
-        "memberships-INITIAL_FORMS": "2",
-        "memberships-0-id": owner.pk,
-        "memberships-0-tenant": tenant.pk,
-        "memberships-0-user": owner.user.pk,
-        "memberships-0-role": OWNER,
-        "memberships-1-id": manager.pk,
-        "memberships-1-tenant": tenant.pk,
-        "memberships-1-user": manager.user.pk,
-        "memberships-1-role": MANAGER,
-    }
+    url = f"/admin/tenants/tenant/{tenant.pk}/change/"
     # the rows as they are: the rest of the page is saved
-    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
-    assert answer.status_code == 302
-    rows.update({"memberships-TOTAL_FORMS": "3", "memberships-2-tenant": tenant.pk})
-    rows.update({"memberships-2-user": anna.pk, "memberships-2-role": MANAGER})
-    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
-    assert answer.status_code == 200
+    assert client.post(url, tenant_page(tenant, "Roma Centro", owner, manager)).status_code == 302
+    adding = tenant_page(tenant, "Roma Centro", owner, manager, new=(anna.pk, MANAGER))
+    assert client.post(url, adding).status_code == 200
     assert not Membership.objects.filter(user=anna).exists()
 
 
 def test_the_tenant_page_s_member_rows_refuse_a_staff_account_too(restaurant):
     tenant, owner, manager = restaurant
-    support, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
-    rows = {
-        "memberships-TOTAL_FORMS": "3",
-        "memberships-INITIAL_FORMS": "2",
-        "memberships-0-id": owner.pk,
-        "memberships-0-tenant": tenant.pk,
-        "memberships-0-user": owner.user.pk,
-        "memberships-0-role": OWNER,
-        "memberships-1-id": manager.pk,
-        "memberships-1-tenant": tenant.pk,
-        "memberships-1-user": manager.user.pk,
-        "memberships-1-role": MANAGER,
-        "memberships-2-tenant": tenant.pk,
-        "memberships-2-user": support.pk,
-        "memberships-2-role": OWNER,
-    }
-    page = {"slug": tenant.slug, "name": tenant.name, "region": tenant.region}
-    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    support, client = staff_who_add_members(
+        "change_tenant", "view_tenant", "change_membership", *ROLE_CODENAMES[OWNER]
+    )
+    page = tenant_page(tenant, tenant.name, owner, manager, new=(support.pk, OWNER))
 
-    client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", page)
 
     assert not Membership.objects.filter(user=support).exists()
 
@@ -372,28 +357,17 @@ def test_a_staff_member_a_superuser_added_leaves_the_tenant_page_editable(restau
     colleague = User.objects.create_user("colleague", is_staff=True)
     theirs = Membership.objects.create(tenant=tenant, user=colleague, role=MANAGER)
     Membership.objects.filter(tenant=tenant).exclude(pk__in=[owner.pk, theirs.pk]).delete()
-    _, client = staff_who_add_members("change_tenant", "view_tenant", "change_membership")
-    rows = {
-        "memberships-TOTAL_FORMS": "2",
-        "memberships-INITIAL_FORMS": "2",
-        "memberships-0-id": owner.pk,
-        "memberships-0-tenant": tenant.pk,
-        "memberships-0-user": owner.user.pk,
-        "memberships-0-role": OWNER,
-        "memberships-1-id": theirs.pk,
-        "memberships-1-tenant": tenant.pk,
-        "memberships-1-user": colleague.pk,
-        "memberships-1-role": MANAGER,
-    }
-    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
-    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    _, client = staff_who_add_members(
+        "change_tenant", "view_tenant", "change_membership", *ROLE_CODENAMES[OWNER]
+    )
+    page = tenant_page(tenant, "Roma Centro", owner, theirs)
 
-    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", page)
 
     assert answer.status_code == 302
     assert Tenant.objects.get(pk=tenant.pk).name == "Roma Centro"
-    rows["memberships-1-role"] = OWNER  # but the staff account's role is not theirs to change
-    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows})
+    page["memberships-1-role"] = OWNER  # but the staff account's role is not theirs to change
+    answer = client.post(f"/admin/tenants/tenant/{tenant.pk}/change/", page)
     assert answer.status_code == 200
     assert Membership.objects.get(pk=theirs.pk).role == MANAGER
 
