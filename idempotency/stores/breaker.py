@@ -70,6 +70,16 @@ class CircuitBreaker:
             self._maybe_half_open()
             return self._state
 
+    def observed_state(self) -> BreakerState:
+        """The state for a caller that only reports on the node (a scrape, a readiness probe,
+        the admin) or will not probe it: an open breaker whose ``open_seconds`` have passed
+        stays open here, as no probe has been let through yet; only :meth:`allow` moves it on
+        to half-open. Reading :attr:`state` moved it, and its gauge, so each scrape during an
+        outage with no request to probe the dead node read half-open (1), and the page on an
+        open breaker resolved while the node was still down."""
+        with self._lock:
+            return self._state
+
     def allow(self) -> bool:
         """May the caller use the node now? In half-open, one probe at a time."""
         with self._lock:

@@ -212,12 +212,12 @@ def breaker_open(name: str) -> bool:
     scrape, a readiness probe) skip it then: a node that hangs held each for its socket
     timeout, node after node, past a scraper's own timeout."""
     node = _nodes.get(name)
-    return node is not None and node.breaker.state is BreakerState.OPEN
+    return node is not None and node.breaker.observed_state() is BreakerState.OPEN
 
 
 def breaker_states() -> dict[str, str]:
     """Every known node's breaker state, for the dashboard and logs."""
-    return {name: node.breaker.state.value for name, node in _nodes.items()}
+    return {name: node.breaker.observed_state().value for name, node in _nodes.items()}
 
 
 def reset() -> None:
@@ -253,6 +253,6 @@ def run_on_node(
     if may_probe:
         if not node.breaker.allow():
             return None
-    elif node.breaker.state is not BreakerState.CLOSED:
+    elif node.breaker.observed_state() is not BreakerState.CLOSED:
         return None
     return node.run(op, lambda: call(node.store.client))

@@ -293,3 +293,42 @@ def test_a_node_refusing_writes_is_logged_in_lines_not_a_traceback_per_request(
         assert claims
         assert all(words in line for line in claims)
         assert "Traceback" not in log
+
+
+def test_a_breaker_held_open_by_a_dead_node_stays_open_for_scrapes_and_probes(node, shop, tmp_path):
+    """What only reports on a node (a scrape, a readiness probe) leaves its breaker as it is.
+    Reading the breaker moved an open one whose ``open_seconds`` had passed on to half-open,
+    and its gauge with it: with the node still dead and no request probing it, the next
+    scrape read 1, and the page RedisBreakerOpen (``== 2``) resolved during the outage. One
+    worker, so that every scrape and probe reads the same breaker."""
+    breaker = {**BREAKER, "open_seconds": 1}
+    env = {
+        "REDIS_URL": node.url,
+        "IDEMPOTENCY_BREAKER": json.dumps(breaker),
+        "METRICS_TOKEN": METRICS_TOKEN,
+    }
+    db_name = settings.DATABASES["default"]["NAME"]
+    with live_gunicorn(db_name=db_name, log_dir=tmp_path, env=env, workers=1) as server:
+        # given a node that died under orders, and the worker's breaker open
+        post_orders(server, shop, new_keys(4, "before"), concurrency=2)
+        node.stop()
+        wait_until(
+            lambda: (
+                post_orders(server, shop, new_keys(4, "during"), 2)
+                and breaker_state(server, node.url) == 2
+            ),
+            what="the breaker open",
+        )
+        # when its open_seconds pass with no order to probe the node, and it is only watched
+        time.sleep(breaker["open_seconds"] + 0.5)
+        observed = []
+        for _ in range(3):
+            httpx.get(f"{server.url}/readyz", timeout=DEADLINE_SECONDS)
+            observed.append(breaker_state(server, node.url))
+        # then every scrape reads it open, as it is: nothing has probed the dead node
+        assert observed == [2, 2, 2]
+        # and an order still probes it (and opens the breaker again, the node being dead)
+        assert {r.status_code for r, _ in post_orders(server, shop, new_keys(2, "probe"), 1)} == {
+            201
+        }
+        assert breaker_state(server, node.url) == 2
