@@ -265,6 +265,26 @@ def test_the_purge_deletes_in_bounded_batches_and_reports_what_it_leaves(tenant,
     assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [live.pk]
 
 
+def test_rows_overdue_are_counted_up_to_twice_a_run_s_capacity(tenant, settings):
+    """A scrape counts what is overdue at a bounded cost: an exact COUNT read every overdue row
+    on every scrape, so the further the purge fell behind (the very case the gauge is for),
+    the longer /metrics took (a second for 3 million records), until scrapes timed out and
+    every alert lost its series. Past twice what a run deletes, the number changes nothing:
+    the alert compares it with one run's capacity."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "PURGE_BATCH_SIZE": 10}
+    settings.RETENTION_PURGE_MAX_BATCHES = 2
+    for n in range(30):
+        expired_record(tenant, n)
+    assert overdue_rows()["idempotency_records"] == 30  # within twice a run's 20: exact
+    for n in range(30, 55):
+        expired_record(tenant, n)
+    with CaptureQueriesContext(connection) as queries:
+        counted = overdue_rows()["idempotency_records"]
+    assert counted == 40  # 55 overdue, read no further than 40
+    counts = [q["sql"] for q in queries if "idempotency_idempotencyrecord" in q["sql"]]
+    assert len(counts) == 1 and "LIMIT 40" in counts[0]
+
+
 def test_expired_diner_sessions_are_purged_and_live_ones_kept(tenant):
     diner_token(tenant, "gone")
     diner_token(tenant, "here")
