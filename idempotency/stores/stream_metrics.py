@@ -26,7 +26,10 @@ from idempotency.stores.redis_store import is_cluster
 class AuditStreamCollector(Collector):
     """Each node's audit stream as it is when /metrics is scraped: its entries, and how long
     the oldest one not yet copied (past the node's cursor) has waited. A node that does not
-    answer, or whose breaker is open, is left out (its breaker says so)."""
+    answer, or whose breaker is open, is left out, and read unreachable (0) in
+    ``idempotency_redis_node_reachable``, which is 1 for every node read: a breaker opens only
+    on enough calls, so under light traffic a dead node opened none, and nothing said it was
+    down."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         length = GaugeMetricFamily(
@@ -41,10 +44,17 @@ class AuditStreamCollector(Collector):
             "node's stream (0: none waiting)",
             labels=["node"],
         )
+        reachable = GaugeMetricFamily(
+            "idempotency_redis_node_reachable",
+            "Whether this scrape read the node (1), or it did not answer or the serving "
+            "process's breaker has it out of use (0)",
+            labels=["node"],
+        )
         hook = engine_hook("ALL_REDIS_CLIENTS")
         cursors = dict(AuditStreamCursor.objects.values_list("stream", "last_id"))
         for client in hook() if hook else []:
             if breaker_open(node_name(client)):
+                reachable.add_metric([node_name(client)], 0)
                 continue
             try:
                 entries = client.xlen(stream_key())
@@ -53,12 +63,15 @@ class AuditStreamCollector(Collector):
                 )
                 now = _node_now(client) if first else 0.0
             except REDIS_UNAVAILABLE:
+                reachable.add_metric([node_name(client)], 0)
                 continue
             waited = now - entry_id_parts(as_text(first[0][0]))[0] / 1000 if first else 0.0
             length.add_metric([node_name(client)], entries)
             oldest.add_metric([node_name(client)], max(waited, 0.0))
+            reachable.add_metric([node_name(client)], 1)
         yield length
         yield oldest
+        yield reachable
 
 
 def _node_now(client: Any) -> float:

@@ -323,6 +323,30 @@ def test_an_audit_s_wait_is_measured_on_its_node_s_clock(client, monkeypatch):
     node.delete(stream_key())
 
 
+def test_a_node_that_does_not_answer_the_scrape_reads_unreachable(client, settings):
+    """Each node the scrape could read is 1, each it could not is 0. RedisBreakerOpen was
+    the only sign of a dead node, and a breaker opens only on enough calls (min_calls, 20 in
+    10 s in each process): with the light traffic of a quiet hour no breaker ever opened, and
+    nothing paged while tokens answered 503 and every write paid a failed connect."""
+    from tests.support.redis_nodes import RedisNode
+
+    up, down = RedisNode().start(), RedisNode().start()
+    try:
+        use_topology(settings, shards=[up.url, down.url])
+        down.stop()
+        body = scrape(client).content.decode()
+        named = {url.removeprefix("redis://"): url for url in (up.url, down.url)}
+        reachable = {
+            dict(labels)["node"]: v
+            for (n, labels), v in samples(body).items()
+            if n == "idempotency_redis_node_reachable"
+        }
+        assert reachable == {node: float(url == up.url) for node, url in named.items()}
+    finally:
+        up.remove()
+        down.remove()
+
+
 def test_a_node_whose_breaker_is_open_is_left_out_of_the_scrape(client, tenant):
     """Its streams and keys are not read: a hanging node held the scrape for its socket
     timeout per read, node after node, past the scraper's own timeout (red: reported)."""
