@@ -68,15 +68,19 @@ class Tenant(models.Model):
         help_text="Most pre-issued idempotency tokens outstanding (issued, neither used nor "
         "expired) at once; empty: the platform default (settings.IDEMPOTENCY['TOKEN_QUOTA']).",
     )
+    # db_default: the release before these columns inserts tenants without them
+    # (docs/scaling.md); its tenants' times were UTC's, as migration 0004 made its rows'.
     time_zone = models.CharField(
         max_length=64,
         default=platform_time_zone,
+        db_default="UTC",
         validators=[validate_time_zone],
         help_text="IANA name, e.g. Europe/Rome: the dashboard shows times, and order numbers "
         "restart each day, in this zone.",
     )
     redacted_paths = models.JSONField(
         default=list,
+        db_default=[],
         blank=True,
         validators=[validate_redaction_paths],
         help_text="JSON paths never kept in a stored reply, besides each endpoint's own, e.g. "

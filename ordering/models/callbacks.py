@@ -96,7 +96,10 @@ class ProviderConflict(models.Model):
     reported_currency = models.CharField(max_length=3)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     resolved = models.BooleanField(default=False, db_index=True)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    # db_default: the release before it inserts conflicts without it (docs/scaling.md)
+    outcome = models.CharField(
+        max_length=16, choices=Outcome.choices, blank=True, default="", db_default=""
+    )
     resolved_by = models.CharField(max_length=150, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolution_note = models.TextField(blank=True)

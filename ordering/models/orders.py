@@ -102,8 +102,9 @@ class Order(ConcurrentTransitionMixin, models.Model):
     note = models.CharField(max_length=500, blank=True)
     # How to reach the diner and where to deliver: personal data, redacted from every stored
     # reply of the order endpoints (ordering/api/views.py, docs/data-protection.md).
-    contact_phone = models.CharField(max_length=32, blank=True)
-    delivery_address = models.CharField(max_length=300, blank=True)
+    # db_default: the release before them inserts orders without them (docs/scaling.md)
+    contact_phone = models.CharField(max_length=32, blank=True, default="", db_default="")
+    delivery_address = models.CharField(max_length=300, blank=True, default="", db_default="")
     # What people say and see ("#0427"): a sequence per tenant and business day (the tenant's
     # time zone), allocated in the placing transaction (ordering/order_numbers.py). The 64-bit id
     # stays the reference in URLs and the API. NULL for orders placed before numbering existed.

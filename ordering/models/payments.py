@@ -29,7 +29,8 @@ class Payment(models.Model):
     # money the provider took that its order did not want (taken after the order was
     # cancelled, or after another payment had paid it): given back by a refund of its own
     # (ordering/payments/capture_refunds.py), never the one a cancel of the order refunds
-    unwanted_capture = models.BooleanField(default=False)
+    # db_default: the release before it inserts payments without it (docs/scaling.md)
+    unwanted_capture = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # reconciliation (ordering/payments/due_checks.py): the provider's last answer, when to ask

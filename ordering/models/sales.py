@@ -28,8 +28,11 @@ class SalesDay(models.Model):
     # ordering.services.placing.MAX_ORDER_AMOUNT): with 14 digits, a hundred such orders
     # overflowed the day's sum, and every later sale of that day failed its consumer.
     revenue = models.DecimalField(max_digits=20, decimal_places=2, default=Decimal("0.00"))
-    refunded_orders = models.PositiveIntegerField(default=0)
-    refunds = models.DecimalField(max_digits=20, decimal_places=2, default=Decimal("0.00"))
+    # db_default: the release before these columns inserts days without them (docs/scaling.md)
+    refunded_orders = models.PositiveIntegerField(default=0, db_default=0)
+    refunds = models.DecimalField(
+        max_digits=20, decimal_places=2, default=Decimal("0.00"), db_default=Decimal("0.00")
+    )
 
     all_tenants = models.Manager()
     objects = TenantManager()
