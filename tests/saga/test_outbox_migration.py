@@ -5,9 +5,14 @@ the time the sweeper sends them again."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
+from importlib import import_module
 
+import psycopg
 import pytest
+from django.db import connection, connections
 from django.utils import timezone
 
 from tests.support.migrations import migrate_to
@@ -80,3 +85,90 @@ def test_rows_waiting_for_a_consumer_are_due_when_the_sweeper_would_have_sent_th
     assert resend_at[once.pk] == last + timedelta(minutes=10)
     assert resend_at[thrice.pk] == last + timedelta(minutes=40)
     assert resend_at[consumed.pk] is None and resend_at[unpublished.pk] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_outbox_is_read_and_written_while_0012_marks_its_earlier_rows(
+    back_to_latest: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are marked a batch at a time, each its own transaction: with one UPDATE of every
+    row in the transaction that added the column, the column's lock stopped every read and write
+    of the outbox (every pay writes an event) until the last row was marked, 34 s over 1,000,000
+    events. Here the marking is held up on one tenant's row (a transaction holds the tenant's
+    row, which the fence's trigger locks for each row it updates) while another tenant's events,
+    one of them marked in the batch before, are read and written."""
+    monkeypatch.setattr(import_module("ordering.migrations.0012_outbox_consumed"), "BATCH", 1)
+    old = migrate_to(BEFORE)
+    tenants = old.get_model("tenants", "Tenant").objects
+    held, other = tenants.create(slug="held", name="Held"), tenants.create(slug="oth", name="Oth")
+    orders = old.get_model("ordering", "Order")._base_manager
+    events = old.get_model("ordering", "OutboxEvent")._base_manager
+    long_ago = timezone.now() - timedelta(hours=2)
+    for pk, tenant in ((1, other), (2, held)):
+        order = orders.create(
+            id=pk, tenant=tenant, subtotal=0, total=0, number=pk, business_day=long_ago.date()
+        )
+        events.create(
+            tenant=tenant, order=order, event_type="order.paid", version=1, published_at=long_ago
+        )
+    dsn = _dsn()
+    holder = psycopg.connect(dsn)
+    holder.execute("SELECT id FROM tenants_tenant WHERE id = %s FOR UPDATE", [held.pk])
+    failures: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            migrate_to(AFTER)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    migrating = threading.Thread(target=migrate)
+    migrating.start()
+    try:
+        _waits_on_a_lock(dsn, "%UPDATE ordering_outboxevent%")
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '2s'")
+            writer.execute(
+                "INSERT INTO ordering_outboxevent (tenant_id, order_id, event_type, version, "
+                "payload, created_at, publish_attempts, last_error) "
+                "VALUES (%s, 2, 'order.cancel_requested', 2, '{}', now(), 0, '')",
+                [other.pk],
+            )
+            writer.execute(
+                "UPDATE ordering_outboxevent SET publish_attempts = publish_attempts + 1 "
+                "WHERE order_id = 1"
+            )
+            assert writer.execute("SELECT count(*) FROM ordering_outboxevent").fetchone() == (3,)
+    finally:
+        holder.commit()
+        holder.close()
+        migrating.join(60)
+    assert not failures and not migrating.is_alive()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT order_id, consumed_at FROM ordering_outboxevent WHERE version = 1")
+        assert set(cursor.fetchall()) == {(1, long_ago), (2, long_ago)}
+
+
+def _dsn() -> str:
+    settings = connection.settings_dict
+    return (
+        f"host={settings['HOST']} port={settings['PORT'] or 5432} "
+        f"dbname={settings['NAME']} user={settings['USER']}"
+    )
+
+
+def _waits_on_a_lock(dsn: str, query: str, *, timeout: float = 20.0) -> None:
+    """Until a statement like ``query`` waits on a lock."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        while time.monotonic() < deadline:
+            if watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query ILIKE %s AND wait_event_type = 'Lock'",
+                [query],
+            ).fetchone()[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"no statement like {query!r} waited")
