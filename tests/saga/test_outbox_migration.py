@@ -151,6 +151,76 @@ def test_the_outbox_is_read_and_written_while_0012_marks_its_earlier_rows(
         assert set(cursor.fetchall()) == {(1, long_ago), (2, long_ago)}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_outbox_is_read_and_written_while_0013_sets_when_its_events_are_due(
+    back_to_latest: None, settings
+) -> None:
+    """Migration 0013 drops an index, writes each waiting event's resend time and builds an
+    index, none of it in one transaction: in one, the drop's lock stopped every read and write
+    of the outbox (every pay writes an event) until the new index was built, 0.88 s over
+    1,000,000 events, and each waiting event's own UPDATE before that. Here the writing is held
+    up on one tenant's event while another tenant's events are read and written."""
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    old = migrate_to([("ordering", "0012_outbox_consumed")])
+    tenants = old.get_model("tenants", "Tenant").objects
+    held, other = tenants.create(slug="held", name="Held"), tenants.create(slug="oth", name="Oth")
+    orders = old.get_model("ordering", "Order")._base_manager
+    events = old.get_model("ordering", "OutboxEvent")._base_manager
+    last = timezone.now() - timedelta(minutes=5)
+    for pk, tenant in ((1, other), (2, held)):
+        order = orders.create(
+            id=pk, tenant=tenant, subtotal=0, total=0, number=pk, business_day=last.date()
+        )
+        events.create(
+            tenant=tenant,
+            order=order,
+            event_type="order.paid",
+            version=1,
+            published_at=last,
+            last_publish_at=last,
+            publish_attempts=1,
+        )
+    dsn = _dsn()
+    holder = psycopg.connect(dsn)
+    holder.execute("SELECT id FROM tenants_tenant WHERE id = %s FOR UPDATE", [held.pk])
+    failures: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            migrate_to([("ordering", "0013_outbox_resend_at")])
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    migrating = threading.Thread(target=migrate)
+    migrating.start()
+    try:
+        _waits_on_a_lock(dsn, "%UPDATE %ordering_outboxevent%")
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '2s'")
+            writer.execute(
+                "INSERT INTO ordering_outboxevent (tenant_id, order_id, event_type, version, "
+                "payload, created_at, publish_attempts, last_error) "
+                "VALUES (%s, 1, 'order.cancel_requested', 2, '{}', now(), 0, '')",
+                [other.pk],
+            )
+            writer.execute(
+                "UPDATE ordering_outboxevent SET publish_attempts = publish_attempts "
+                "WHERE order_id = 1"
+            )
+            assert writer.execute("SELECT count(*) FROM ordering_outboxevent").fetchone() == (3,)
+    finally:
+        holder.commit()
+        holder.close()
+        migrating.join(60)
+    assert not failures and not migrating.is_alive()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT order_id, resend_at FROM ordering_outboxevent WHERE version = 1")
+        due = last + timedelta(minutes=10)
+        assert set(cursor.fetchall()) == {(1, due), (2, due)}
+
+
 def _dsn() -> str:
     settings = connection.settings_dict
     return (
