@@ -8,7 +8,13 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.web.forms import idempotent_form
-from ordering.dashboard.access import member_required, render_page, tenant_of
+from ordering.dashboard.access import (
+    forbidden,
+    may_reach,
+    member_required,
+    render_page,
+    tenant_of,
+)
 from ordering.dashboard.forms import MemberAddForm, MemberRoleForm
 from tenants.members import MemberError, add_member, change_role, members_of, remove_member
 from tenants.models import Membership
@@ -56,10 +62,36 @@ def _not_a_member(request: HttpRequest) -> HttpResponse:
     return _members_page(request, MemberAddForm(), status=404)
 
 
-@member_required(Area.MEMBERS)
+@member_required(Area.ACCOUNT)
+def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
+    """A role change, for owners (``Area.MEMBERS``); a member below that is refused (403),
+    unless the change they send is their own, already made: see :func:`_made_already`."""
+    if not may_reach(request, Area.MEMBERS):
+        return _made_already(request, membership_id) or forbidden(request, Area.MEMBERS)
+    return _change_role(request, membership_id)
+
+
+def _made_already(request: HttpRequest, membership_id: int) -> HttpResponse | None:
+    """The board and a word, for an owner's step down sent again once it was made: the
+    second press of a double click arriving after the first was done (the role gate, before
+    the form's replay, then reads the new role), or the same change from a members page left
+    open in another tab. Their change is in place, and "Not allowed, this needs the Owner
+    role" read as if it had failed. None for anything else: a member below owner may change
+    no role."""
+    own = request.membership  # type: ignore[attr-defined]
+    if request.method != "POST" or own.pk != membership_id or request.POST.get("role") != own.role:
+        return None
+    messages.info(
+        request,
+        f"{request.user.get_username()} is now {own.role}: that change was made already, so "
+        "nothing more was changed.",
+    )
+    return redirect("board")
+
+
 @require_POST
 @idempotent_form(fields=("role",), form_page="dash-members")
-def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
+def _change_role(request: HttpRequest, membership_id: int) -> HttpResponse:
     if not Membership.objects.filter(tenant=tenant_of(request), pk=membership_id).exists():
         return _not_a_member(request)
     form = MemberRoleForm(request.POST)

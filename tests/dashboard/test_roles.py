@@ -297,3 +297,38 @@ def test_an_owner_stepping_down_lands_on_the_board_with_the_change_said(
         assert landing.status_code == 200 and f"{mine.user.username} is now manager." in text
     else:
         assert landing.status_code == 403 and f"Removed {mine.user.username}." in text
+
+
+@pytest.mark.parametrize("repeat", ["double-click", "stale-tab"])
+def test_an_owner_stepping_down_twice_is_told_the_change_is_made_not_refused(
+    mine: World, repeat: str
+) -> None:
+    """An owner makes themselves a manager with a double click (the second press arriving
+    once the first is done, the same form token) or again from a members page left open in
+    another tab: their change is in place, so they land on the board told so (red: a "Not
+    allowed" 403, "this needs the Owner role", at the form's URL, for a change that was made),
+    and nothing else changes."""
+    make_merchant(mine.tenant, "second-owner", role=Role.OWNER)
+    owner = owner_client(mine)
+    me = Membership.objects.get(tenant=mine.tenant, user=mine.user)
+    url = f"/dashboard/members/{me.pk}/role/"
+    form = {"role": Role.MANAGER, "form_restaurant": str(mine.tenant.pk)}
+    first_tab = form_token(owner.get("/dashboard/members/").content.decode())
+    other_tab = form_token(owner.get("/dashboard/members/").content.decode())
+    owner.post(url, {**form, "idempotency_key": first_tab})
+    owner.get("/dashboard/")  # the first press's landing, its message shown
+
+    again = first_tab if repeat == "double-click" else other_tab
+    r = owner.post(url, {**form, "idempotency_key": again})
+
+    assert r.status_code == 302 and r["Location"] == "/dashboard/", r.status_code
+    landing = owner.get(r["Location"])
+    assert landing.status_code == 200
+    assert f"{mine.user.username} is now manager" in landing.content.decode()
+    me.refresh_from_db()
+    assert me.role == Role.MANAGER
+    # a change other than the one made is still refused: a manager may not give roles
+    refused = owner.post(url, {"role": Role.OWNER, "form_restaurant": str(mine.tenant.pk)})
+    assert refused.status_code == 403
+    me.refresh_from_db()
+    assert me.role == Role.MANAGER
