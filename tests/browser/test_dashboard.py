@@ -254,3 +254,34 @@ def test_back_after_a_create_brings_an_empty_form_not_the_one_just_sent(
     assert page.locator("form.stacked input[name=idempotency_key]").input_value() != sent_token
     for selector in fields:
         assert page.locator(selector).input_value() == ""
+
+
+def test_back_to_a_dish_page_shows_the_stock_as_it_is_now_and_a_price_save_keeps_it(
+    page, live_server
+):
+    """The owner sets Tiramisu's stock to 7, an order takes 2 portions, the owner goes back to
+    the dish's page and saves a new price only. "Back" fetches the page anew (``no-store``),
+    with the stock as it is now, 5, as the value the stock was seen at; Chromium used to
+    restore the 7 typed before into the stock field, so the page showed a stock that was no
+    more and the price save wrote it back: 7 again, the 2 portions sold twice (red without
+    ``autocomplete="off"``)."""
+    shop = open_shop()
+    dish = shop.dishes["Tiramisu"]
+    url = f"/dashboard/menu/{dish.pk}/"
+    log_in(page, live_server.url, "roma-owner", url)
+    page.fill("#id_stock", "7")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save").click()
+    assert "Saved Tiramisu." in page.locator(".messages").inner_text()
+    make_order(shop.tenant, dish, quantity=2)  # a diner's order, while the owner looks away
+    assert Dish.all_tenants.get(pk=dish.pk).stock == 5
+
+    page.go_back()
+    page.wait_for_url(f"{live_server.url}{url}")
+    page.wait_for_load_state("load")
+
+    assert page.locator("#id_stock").input_value() == "5"
+    page.fill("#id_price", "6.00")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Save").click()
+    assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("6.00"), 5)
