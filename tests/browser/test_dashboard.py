@@ -18,7 +18,7 @@ from idempotency.audit import AuditEvent, save_events
 from idempotency.models import DuplicateAudit
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import Dish, OrderStatus, OrderTransition
-from tenants.models import Tenant
+from tenants.models import Membership, Tenant
 from tests.browser.conftest import screenshot
 from tests.dashboard.factories import PASSWORD, make_merchant, make_order
 from tests.support.auth import diner_token
@@ -285,3 +285,28 @@ def test_back_to_a_dish_page_shows_the_stock_as_it_is_now_and_a_price_save_keeps
     with page.expect_navigation():
         page.get_by_role("button", name="Save").click()
     assert Dish.all_tenants.values_list("price", "stock").get(pk=dish.pk) == (Decimal("6.00"), 5)
+
+
+def test_back_to_the_members_page_shows_each_role_as_it_is_not_one_picked_and_left(
+    page, live_server
+):
+    """The owner picks "Manager" for a cook in the members' table, changes their mind and
+    opens the board without pressing Change, then goes back. The table's role column is the
+    role picker itself: it must show the cook's role, staff (red without ``autocomplete="off"``:
+    Chromium restored "Manager" into it, and the page said the cook was a manager, with the
+    manager's rights, when they were not)."""
+    shop = open_shop()
+    cook = User.objects.create_user("cook", password=PASSWORD)
+    Membership.objects.create(user=cook, tenant=shop.tenant, role=Membership.Role.STAFF)
+    log_in(page, live_server.url, "roma-owner", "/dashboard/members/")
+    picker = page.get_by_label("Role of cook")
+    picker.select_option(Membership.Role.MANAGER)
+
+    page.get_by_role("link", name="Orders", exact=True).click()
+    page.wait_for_url(f"{live_server.url}/dashboard/")
+    page.go_back()
+    page.wait_for_url(f"{live_server.url}/dashboard/members/")
+    page.wait_for_load_state("load")
+
+    assert picker.input_value() == Membership.Role.STAFF
+    assert Membership.objects.get(user=cook).role == Membership.Role.STAFF
