@@ -310,3 +310,33 @@ def test_back_to_the_members_page_shows_each_role_as_it_is_not_one_picked_and_le
 
     assert picker.input_value() == Membership.Role.STAFF
     assert Membership.objects.get(user=cook).role == Membership.Role.STAFF
+
+
+def test_back_to_a_page_names_its_restaurant_not_one_picked_and_left_in_the_switcher(
+    page, live_server
+):
+    """A user of two restaurants, working in Roma, picks Kyoto in the top bar's switcher,
+    changes their mind and opens the coupons without pressing Switch, then goes back. The
+    switcher is where the page names its restaurant: it must say Roma, whose menu the page
+    shows (red without ``autocomplete="off"``: Chromium restored Kyoto into it, over Roma's
+    dishes)."""
+    shop = open_shop()
+    kyoto = Tenant.objects.create(slug="sushi-kyoto", name="Sushi Kyoto")
+    Membership.objects.create(user=shop.owner, tenant=kyoto, role=Membership.Role.OWNER)
+    log_in(page, live_server.url, "roma-owner")
+    switcher = page.locator("#tenant-switch")
+    if switcher.input_value() != str(shop.tenant.pk):
+        switcher.select_option(str(shop.tenant.pk))
+        with page.expect_navigation():
+            page.get_by_role("button", name="Switch").click()
+    page.goto(f"{live_server.url}/dashboard/menu/")
+    switcher.select_option(str(kyoto.pk))
+
+    page.get_by_role("link", name="Coupons").click()
+    page.wait_for_url(f"{live_server.url}/dashboard/coupons/")
+    page.go_back()
+    page.wait_for_url(f"{live_server.url}/dashboard/menu/")
+    page.wait_for_load_state("load")
+
+    assert page.locator('tr:has-text("Margherita")').count() == 1  # Roma's menu
+    assert switcher.input_value() == str(shop.tenant.pk)
