@@ -62,6 +62,9 @@ MOVE_LABELS = {
     S.COMPLETED: "Mark delivered",
     S.CANCELLED: "Cancel order",
 }
+# Where a move has arrived, for a page that asks for it again (a tab left open, a colleague):
+# "Cancel order" ends a paid order in CANCELLING, then CANCELLED once refunded
+_ARRIVED = {S.CANCELLED: (S.CANCELLING, S.CANCELLED)}
 BOARD_COLUMNS = "dashboard/partials/board_columns.html"
 # Whose columns a board fragment holds (the page's script compares it with its own)
 RESTAURANT_HEADER = "X-Restaurant"
@@ -218,7 +221,8 @@ def order_transition(request: HttpRequest, order_id: int) -> HttpResponse:
 def _apply_move(request: HttpRequest, order_id: int) -> HttpResponse:
     """A double click replays the first answer (a redirect) with a notice; a move the order
     no longer allows (another tab, a colleague) is refused with a message and recorded as a
-    CONFLICT audit."""
+    CONFLICT audit. When the order is where the move goes already (the same move, made from
+    another tab), the message says so: "not allowed" read as if the move had failed."""
     tenant = tenant_of(request)
     order = found(order_for_dashboard(tenant=tenant, order_id=order_id))
     back = redirect("dash-order", order_id=order.pk)
@@ -239,6 +243,14 @@ def _apply_move(request: HttpRequest, order_id: int) -> HttpResponse:
             return back  # lost to its own duplicate: the engine replays the winner's answer
         if exc.error_code == OrderingErrorCode.ORDER_STATUS_CONFLICT:
             _audit_conflict(request, order)
+            now = found(order_for_dashboard(tenant=tenant, order_id=order.pk))
+            if now.status in _ARRIVED.get(form.cleaned_data["to"], (form.cleaned_data["to"],)):
+                messages.info(
+                    request,
+                    f"Order {now.number_label} is {now.status} already (moved in another tab, "
+                    "or by a colleague); nothing more was done.",
+                )
+                return back
         messages.error(request, f"Not applied: {exc.detail}")
         return back
     messages.success(request, f"Order {moved.number_label} is now {moved.status}.")

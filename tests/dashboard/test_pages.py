@@ -27,6 +27,7 @@ from ordering.dashboard.idempotency_page import request_name
 from ordering.dashboard.orders import merchant_moves
 from ordering.lifecycle_diagram import PNG_PATH
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.services.lifecycle import transition_order
 from ordering.services.payments import pay_order
 from tenants.api_keys import authenticate_api_key
 from tenants.models import ApiClient, Tenant
@@ -212,15 +213,52 @@ def test_a_move_made_meanwhile_in_another_tab_is_refused_and_audited(merchant, m
     r = merchant.post(url + "transition/", {"to": S.ACCEPTED, "idempotency_key": tab_2})
     assert r.status_code == 302
     assert OrderTransition.all_tenants.filter(order=mine.order, to_status=S.ACCEPTED).count() == 1
-    assert "Not applied: A move to ACCEPTED is not allowed from ACCEPTED. It is ACCEPTED now" in (
-        merchant.get(url).content.decode()
-    )
+    assert (
+        f"Order {mine.order.number_label} is ACCEPTED already (moved in another tab, or by a "
+        "colleague); nothing more was done."
+    ) in merchant.get(url).content.decode()
     from idempotency.stores.audit_stream import drain_audits
 
     drain_audits()
     [conflict] = DuplicateAudit.objects.filter(outcome="CONFLICT")
     assert conflict.key == keyed_digest(tab_2) and conflict.resource_ref == url
     assert conflict.tenant_key == str(mine.tenant.pk)
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "said"),
+    [
+        (S.CANCELLED, S.CANCELLED, "is CANCELLING already (moved in another tab"),
+        (S.PREPARING, S.ACCEPTED, "Not applied: A move to ACCEPTED is not allowed from PREPARING"),
+    ],
+    ids=["cancelled-twice", "accepted-after-preparing"],
+)
+def test_a_stale_tab_s_move_says_whether_the_order_is_there_already(
+    merchant, mine, first, then, said
+):
+    """Tab 2, left open on a paid order, cancels it after tab 1 did: the order is cancelling,
+    the refund running once, and tab 2 is told so (red: "Not applied: A move to CANCELLING
+    is not allowed from CANCELLING", as if the cancel had failed). A move the order went past
+    is still refused in those words."""
+    url = f"/dashboard/orders/{mine.order.pk}/"
+    tab_1 = form_token(merchant.get(url).content.decode())
+    tab_2 = form_token(merchant.get(url).content.decode())
+    if first == S.PREPARING:
+        transition_order(tenant=mine.tenant, order_id=mine.order.pk, target=S.ACCEPTED, actor="t")
+    merchant.post(url + "transition/", {"to": first, "idempotency_key": tab_1})
+    merchant.get(url)  # tab 1's landing
+    r = merchant.post(url + "transition/", {"to": then, "idempotency_key": tab_2})
+
+    assert r.status_code == 302 and r["Location"] == url
+    assert said in merchant.get(url).content.decode()
+    moves = OrderTransition.all_tenants.filter(order=mine.order, to_status=then)
+    assert moves.count() == (1 if then == S.ACCEPTED else 0)
+    if then == S.CANCELLED:
+        assert Order.all_tenants.get(pk=mine.order.pk).status in (S.CANCELLING, S.CANCELLED)
+        assert (
+            OrderTransition.all_tenants.filter(order=mine.order, to_status=S.CANCELLING).count()
+            == 1
+        )
 
 
 def test_unknown_move_changes_nothing(merchant, mine):
