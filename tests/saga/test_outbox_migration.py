@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from importlib import import_module
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,41 +114,8 @@ def test_the_outbox_is_read_and_written_while_0012_marks_its_earlier_rows(
         events.create(
             tenant=tenant, order=order, event_type="order.paid", version=1, published_at=long_ago
         )
-    dsn = _dsn()
-    holder = psycopg.connect(dsn)
-    holder.execute("SELECT id FROM tenants_tenant WHERE id = %s FOR UPDATE", [held.pk])
-    failures: list[BaseException] = []
-
-    def migrate() -> None:
-        try:
-            migrate_to(AFTER)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    migrating = threading.Thread(target=migrate)
-    migrating.start()
-    try:
-        _waits_on_a_lock(dsn, "%UPDATE ordering_outboxevent%")
-        with psycopg.connect(dsn, autocommit=True) as writer:
-            writer.execute("SET lock_timeout = '2s'")
-            writer.execute(
-                "INSERT INTO ordering_outboxevent (tenant_id, order_id, event_type, version, "
-                "payload, created_at, publish_attempts, last_error) "
-                "VALUES (%s, 2, 'order.cancel_requested', 2, '{}', now(), 0, '')",
-                [other.pk],
-            )
-            writer.execute(
-                "UPDATE ordering_outboxevent SET publish_attempts = publish_attempts + 1 "
-                "WHERE order_id = 1"
-            )
-            assert writer.execute("SELECT count(*) FROM ordering_outboxevent").fetchone() == (3,)
-    finally:
-        holder.commit()
-        holder.close()
-        migrating.join(60)
-    assert not failures and not migrating.is_alive()
+    with _migrating_while_held(AFTER, held, lock="%UPDATE ordering_outboxevent%") as dsn:
+        _write_another_tenants_events(dsn, other, order_id=2)
     with connection.cursor() as cursor:
         cursor.execute("SELECT order_id, consumed_at FROM ordering_outboxevent WHERE version = 1")
         assert set(cursor.fetchall()) == {(1, long_ago), (2, long_ago)}
@@ -180,6 +150,21 @@ def test_the_outbox_is_read_and_written_while_0013_sets_when_its_events_are_due(
             last_publish_at=last,
             publish_attempts=1,
         )
+    migration = [("ordering", "0013_outbox_resend_at")]
+    with _migrating_while_held(migration, held, lock="%UPDATE %ordering_outboxevent%") as dsn:
+        _write_another_tenants_events(dsn, other, order_id=1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT order_id, resend_at FROM ordering_outboxevent WHERE version = 1")
+        due = last + timedelta(minutes=10)
+        assert set(cursor.fetchall()) == {(1, due), (2, due)}
+
+
+@contextmanager
+def _migrating_while_held(target: list, held: Any, *, lock: str) -> Iterator[str]:
+    """Migrate to ``target`` in a thread while ``held``'s tenant row is locked (the write
+    fence locks it for each of that tenant's rows updated, so the migration waits there);
+    yield the database's DSN once a statement like ``lock`` waits, then release the tenant
+    and require the migration to finish."""
     dsn = _dsn()
     holder = psycopg.connect(dsn)
     holder.execute("SELECT id FROM tenants_tenant WHERE id = %s FOR UPDATE", [held.pk])
@@ -187,7 +172,7 @@ def test_the_outbox_is_read_and_written_while_0013_sets_when_its_events_are_due(
 
     def migrate() -> None:
         try:
-            migrate_to([("ordering", "0013_outbox_resend_at")])
+            migrate_to(target)
         except BaseException as exc:
             failures.append(exc)
         finally:
@@ -196,29 +181,29 @@ def test_the_outbox_is_read_and_written_while_0013_sets_when_its_events_are_due(
     migrating = threading.Thread(target=migrate)
     migrating.start()
     try:
-        _waits_on_a_lock(dsn, "%UPDATE %ordering_outboxevent%")
-        with psycopg.connect(dsn, autocommit=True) as writer:
-            writer.execute("SET lock_timeout = '2s'")
-            writer.execute(
-                "INSERT INTO ordering_outboxevent (tenant_id, order_id, event_type, version, "
-                "payload, created_at, publish_attempts, last_error) "
-                "VALUES (%s, 1, 'order.cancel_requested', 2, '{}', now(), 0, '')",
-                [other.pk],
-            )
-            writer.execute(
-                "UPDATE ordering_outboxevent SET publish_attempts = publish_attempts "
-                "WHERE order_id = 1"
-            )
-            assert writer.execute("SELECT count(*) FROM ordering_outboxevent").fetchone() == (3,)
+        _waits_on_a_lock(dsn, lock)
+        yield dsn
     finally:
         holder.commit()
         holder.close()
         migrating.join(60)
     assert not failures and not migrating.is_alive()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT order_id, resend_at FROM ordering_outboxevent WHERE version = 1")
-        due = last + timedelta(minutes=10)
-        assert set(cursor.fetchall()) == {(1, due), (2, due)}
+
+
+def _write_another_tenants_events(dsn: str, other: Any, *, order_id: int) -> None:
+    """Insert an event of ``other`` and update an existing one, each within 2 s of lock wait."""
+    with psycopg.connect(dsn, autocommit=True) as writer:
+        writer.execute("SET lock_timeout = '2s'")
+        writer.execute(
+            "INSERT INTO ordering_outboxevent (tenant_id, order_id, event_type, version, "
+            "payload, created_at, publish_attempts, last_error) "
+            "VALUES (%s, %s, 'order.cancel_requested', 2, '{}', now(), 0, '')",
+            [other.pk, order_id],
+        )
+        writer.execute(
+            "UPDATE ordering_outboxevent SET publish_attempts = publish_attempts WHERE order_id = 1"
+        )
+        assert writer.execute("SELECT count(*) FROM ordering_outboxevent").fetchone() == (3,)
 
 
 def _dsn() -> str:
