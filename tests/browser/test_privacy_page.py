@@ -13,6 +13,16 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def erasure_of_diner_1_filled_in(page, live_server, settings) -> None:
+    """The owner on the privacy page, diner-1 (who has one order) typed in and confirmed."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    shop = open_shop()
+    make_order(shop.tenant, shop.dishes["Margherita"])  # diner-1's
+    log_in(page, live_server.url, "roma-owner", "/dashboard/privacy/")
+    page.fill("#id_diner_id", "diner-1")
+    page.check("#id_confirm")
+
+
 def test_a_double_click_on_erase_says_the_diner_was_erased_not_that_there_was_none(
     page, live_server, settings
 ):
@@ -20,12 +30,7 @@ def test_a_double_click_on_erase_says_the_diner_was_erased_not_that_there_was_no
     page shown is the second's) finds nothing left. The owner must read that the diner is
     erased, with the orders' pseudonym, not "erased already, or never a diner of this
     restaurant", which leaves them unsure whether they mistyped the id."""
-    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
-    shop = open_shop()
-    make_order(shop.tenant, shop.dishes["Margherita"])  # diner-1's
-    log_in(page, live_server.url, "roma-owner", "/dashboard/privacy/")
-    page.fill("#id_diner_id", "diner-1")
-    page.check("#id_confirm")
+    erasure_of_diner_1_filled_in(page, live_server, settings)
 
     held: list[Route] = []
 
@@ -60,12 +65,7 @@ def test_back_after_an_erasure_brings_the_form_empty_not_the_erased_diner_s_id(
     after an erasure must not show it either, typed into the form and ticked for erasing
     again, to whoever uses the restaurant's tablet next (red without ``autocomplete="off"``:
     Chromium restored both)."""
-    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
-    shop = open_shop()
-    make_order(shop.tenant, shop.dishes["Margherita"])  # diner-1's
-    log_in(page, live_server.url, "roma-owner", "/dashboard/privacy/")
-    page.fill("#id_diner_id", "diner-1")
-    page.check("#id_confirm")
+    erasure_of_diner_1_filled_in(page, live_server, settings)
     with page.expect_navigation():
         page.get_by_role("button", name="Erase diner").click()
     assert "Diner erased" in page.locator(".messages").inner_text()
