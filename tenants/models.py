@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models.functions import Lower
+from django.db.models.functions import Lower, Now
 
 from tenants.data_protection import (
     validate_audit_retention_days,
@@ -210,6 +210,20 @@ class RetentionTally(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.rows_purged}"
+
+
+class PasswordToReplace(models.Model):
+    """An account whose password was set by someone other than its holder (platform staff in the
+    admin, or the operator after ``onboard_tenant``): that person knows it, so it only lets its
+    holder in to choose their own (``tenants/temporary_passwords.py``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    since = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"password of user {self.user_id} to replace"
 
 
 class Membership(models.Model):

@@ -19,6 +19,9 @@ A restaurant's membership is a grant too: its dashboard pages show what diners w
 orders, and a manager's cancel and refund them, an owner's erase diners, all of which the
 admin keeps behind a permission. Staff give a role (:data:`ROLE_PERMISSIONS`), or set the
 password of a member, and so may sign in as them, only holding those permissions themselves.
+
+A password staff set for someone else (a new account's, or a new one on its password page) is
+temporary (``tenants/temporary_passwords.py``): it lets its holder in only to choose their own.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from django.contrib.auth import get_permission_codename
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 
 from tenants.models import Membership
+from tenants.temporary_passwords import chosen_by_holder, set_by_another
 
 T = TypeVar("T")
 # What makes an account more than it is: granted by superusers only
@@ -98,7 +103,19 @@ class PlatformUserAdmin(UserAdmin):
             roles = set(Membership.objects.filter(user=user).values_list("role", flat=True))
             if not roles <= grantable_roles(request):
                 raise PermissionDenied
-        return super().user_change_password(request, id, form_url)
+        response = super().user_change_password(request, id, form_url)
+        if user is not None:
+            before = user.password
+            user.refresh_from_db(fields=["password"])
+            if user.password != before:  # saved (a new hash, even for the same password)
+                _password_set(request, user)
+        return response
+
+    def save_model(self, request: HttpRequest, obj: User, form: ModelForm, change: bool) -> None:
+        """A new account's password, when the form gave it one, is the one staff typed."""
+        super().save_model(request, obj, form, change)
+        if not change:
+            _password_set(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: User | None = None) -> bool:
         """Also asked per account by "Delete selected users"."""
@@ -124,6 +141,15 @@ def naming_staff_accounts(form: type[T], request: HttpRequest) -> type[T]:
     only with "view diner details", and held a restaurant's keys and members."""
     granted = {"names_staff_accounts": grants(request), "grantable_roles": grantable_roles(request)}
     return type(form.__name__, (form,), granted)
+
+
+def _password_set(request: HttpRequest, user: User) -> None:
+    """``user``'s password was just set on the admin's pages: temporary, unless the signed-in
+    account set its own, or none was set (no password anyone knows)."""
+    if user.has_usable_password() and user.pk != request.user.pk:
+        set_by_another(user)
+    else:
+        chosen_by_holder(user)
 
 
 def _another_staff_account(request: HttpRequest, user: User) -> bool:

@@ -12,6 +12,7 @@ from ordering.dashboard import (
     members,
     menu,
     orders,
+    password,
     privacy,
     tenant,
 )
@@ -27,6 +28,7 @@ urlpatterns = [
     # back to the dashboard's sign-in page, with a word (without a next page Django shows the
     # admin's "Logged out" page, whose link leads to the admin)
     path("dashboard/logout/", dashboard_logout.LogoutView.as_view(), name="logout"),
+    path("dashboard/password/", password.OwnPasswordView.as_view(), name="dash-password"),
     path("dashboard/", orders.board, name="board"),
     path("dashboard/board/fragment/", orders.board_fragment, name="dash-board-fragment"),
     path("dashboard/orders/<int:order_id>/", orders.order_detail, name="dash-order"),

@@ -59,7 +59,8 @@ def test_a_new_restaurant_gets_its_owner_and_keys_that_work():
     kinds = sorted(ApiClient.objects.filter(tenant=tenant).values_list("kind", flat=True))
     assert kinds == ["merchant", "publishable"]
 
-    # once a password is set (manage.py changepassword), she runs the restaurant's dashboard
+    # once a password is set (manage.py changepassword), she signs in, chooses her own and
+    # runs the restaurant's dashboard
     anna.set_password("a-long-pass-phrase-1")
     anna.save()
     owner = Client()
@@ -67,6 +68,14 @@ def test_a_new_restaurant_gets_its_owner_and_keys_that_work():
         "/dashboard/login/", {"username": "anna", "password": "a-long-pass-phrase-1"}
     )
     assert signed_in.status_code == 302
+    owner.post(
+        "/dashboard/password/",
+        {
+            "old_password": "a-long-pass-phrase-1",
+            "new_password1": "her-own-pass-phrase-2",
+            "new_password2": "her-own-pass-phrase-2",
+        },
+    )
     assert owner.get("/dashboard/api-keys/").status_code == 200
 
 

@@ -4,9 +4,11 @@
 Open a restaurant in production: the tenant and its first owner, in one transaction, so a
 tenant never exists without someone who can sign in to run it. An owner that does not exist yet
 is created without a usable password (nothing secret is printed or typed on the command line);
-the command then names ``manage.py changepassword`` to set one. ``--issue-keys`` issues the
-restaurant's first publishable and secret API keys and prints them; they are shown this once
-(the database keeps only their hashes), as on the dashboard's API keys page.
+the command then names ``manage.py changepassword`` to set one, which is temporary: the owner
+chooses their own when they first sign in (``tenants/temporary_passwords.py``).
+``--issue-keys`` issues the restaurant's first publishable and secret API keys and prints them;
+they are shown this once (the database keeps only their hashes), as on the dashboard's API keys
+page.
 
 Running it again for a slug that exists changes nothing and says so (exit status 1).
 """
@@ -23,6 +25,7 @@ from django.db import IntegrityError, transaction
 
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Membership, Tenant, platform_time_zone
+from tenants.temporary_passwords import set_by_another
 
 KEY_LABELS = {ApiClient.Kind.PUBLISHABLE: "Publishable key", ApiClient.Kind.MERCHANT: "Secret key"}
 
@@ -68,6 +71,7 @@ class Command(BaseCommand):
                 tenant.save()
                 if new_owner:
                     owner.save()
+                    set_by_another(owner)  # the operator's ``changepassword`` sets it
                 Membership.objects.create(tenant=tenant, user=owner, role=Membership.Role.OWNER)
                 if options["issue_keys"]:
                     for kind in (ApiClient.Kind.PUBLISHABLE, ApiClient.Kind.MERCHANT):
@@ -100,7 +104,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Owner: {owner.get_username()} ({who}).")
         if new_owner:
             self.stdout.write(
-                f"Set their password: manage.py changepassword {owner.get_username()}"
+                f"Set their password: manage.py changepassword {owner.get_username()} "
+                "(a temporary one: they choose their own when they first sign in)"
             )
         for kind, key in keys.items():
             self.stdout.write(f"{KEY_LABELS[kind]} (shown this once): {key}")
