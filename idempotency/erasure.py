@@ -227,15 +227,17 @@ def forget_principal(
     contains one of ``also_records_showing``, e.g. another principal's answer that shows this
     one's id: give whole JSON members, such as ``b'"diner_id":"alice"'``, so that the id as
     part of another value, or as another field's value, matches nothing), its audits, and its
-    Redis keys: claim entries of its scopes, its tokens, its rate counters. Local caches are
-    told about every key removed."""
+    Redis keys: claim entries of its scopes, its tokens, its rate counters, and any copy of
+    those other replies on another node or sub-bucket. Local caches are told about every key
+    removed."""
     records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
     done = Forgotten(
         records=forget_records(records.filter(_principal_records(principal)), batch=batch)
     )
+    shown: set[str] = set()
     if also_records_showing:
         done.records += forget_records(
-            records.filter(_showing_any(also_records_showing)), batch=batch
+            records.filter(_showing_any(also_records_showing)), batch=batch, removed_keys=shown
         )
     drain_audits()  # audits still waiting in a Redis stream would land after the delete
     done.audits = delete_in_batches(
@@ -243,7 +245,7 @@ def forget_principal(
         DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal[:255]),
         batch=batch,
     )
-    done.redis_keys = _forget_principal_keys(tenant_key, principal, batch=batch)
+    done.redis_keys = _forget_principal_keys(tenant_key, principal, copies_of=shown, batch=batch)
     return done
 
 
@@ -282,9 +284,19 @@ def scope_hash(scope: str) -> str:
     return redis_key_for(tenant="", scope=scope, key="").partition("}:")[2].split(":")[0]
 
 
-def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> int:
+def _forget_principal_keys(
+    tenant_key: str, principal: str, *, copies_of: Iterable[str] = (), batch: int
+) -> int:
+    """Delete the principal's keys on every node, and every copy of the entries ``copies_of``
+    (other callers' replies that showed the principal, deleted with their records on the
+    tenant's node of now): a tenant that moved when a node was added, or was split into
+    sub-buckets since, left its earlier entries under another node or hash tag until they
+    expire, and one of them replayed the erased principal's reply once the tenant was back
+    there. A claim key's part after its hash tag (``<scope hash>:<key digest>``) is the same
+    on every node and in every sub-bucket."""
     scopes = principal_scopes(principal, write_routes())
     scope_hashes = {scope_hash(scope) for scope in scopes}
+    copies = {key.partition("}:")[2].encode() for key in copies_of}
     # its rate counters' and token ledger's name, under every configured hash key (one
     # rotated in since they were written still finds them)
     rate_hashes = {principal_digest(principal, key=key)[:16] for key in hash_keys()}
@@ -315,7 +327,7 @@ def _forget_principal_keys(tenant_key: str, principal: str, *, batch: int) -> in
                     used_by = value[len(_TOKEN_USED) :].split(b"}:", 1)[-1].split(b":", 1)[0]
                     if value.startswith(_TOKEN_USED) and used_by.decode() in scope_hashes:
                         doomed.append(key)
-                elif head.decode("utf-8", "replace") in scope_hashes:
+                elif head.decode("utf-8", "replace") in scope_hashes or rest in copies:
                     doomed.append(key)
             removed += delete_keys(client, doomed)
     return removed
@@ -344,11 +356,13 @@ def forget_records(
     batch: int = 500,
     matching: Callable[[bytes], bool] | None = None,
     max_batches: int | None = None,
+    removed_keys: set[str] | None = None,
 ) -> int:
     """Delete the records of ``queryset`` (only those whose body ``matching`` accepts, if
     given) in batches, each batch's Redis entries with them, and announce their keys to local
-    caches; at most ``max_batches`` batches if given. Returns how many records were deleted.
-    A batch whose entries Redis could not delete keeps its records (the error propagates)."""
+    caches; at most ``max_batches`` batches if given. Returns how many records were deleted,
+    and adds their Redis keys to ``removed_keys`` if given. A batch whose entries Redis could
+    not delete keeps its records (the error propagates)."""
     deleted = 0
     last_id = 0
     buckets_of = engine_setting("HOT_TENANT_BUCKETS")
@@ -375,6 +389,8 @@ def forget_records(
             deleted += IdempotencyRecord.objects.filter(id__in=[r[0] for r in chosen]).delete()[0]
             _delete_entries(keys, tenant_key=chosen[0][1])
             announce(keys)
+        if removed_keys is not None:
+            removed_keys.update(keys)
     return deleted
 
 

@@ -29,6 +29,7 @@ from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from ordering.models import DinerErasure, Order, OrderTransition
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession, Tenant
+from tenants.redis_routing import client_for_tenant
 from tenants.retention import purge_expired_data
 from tests.conftest import api_for, menu_for, use_topology
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
@@ -530,3 +531,36 @@ def test_command_refuses_a_requester_longer_than_the_log_keeps(tenant):
         call_command("erase_diner", tenant.slug, "zoe", "--by", "d" * 201)
     assert not DinerErasure.objects.exists()
     assert Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+def test_a_reply_left_on_the_node_the_restaurant_moved_from_goes_too(tenant, settings, shard_nodes):
+    """Adding Redis nodes moves some restaurants to a new one and leaves their keys behind on
+    the old node until they expire (docs/scaling.md). The merchant's reply that showed the
+    diner, left there, kept the erased diner's id and note for the record TTL, and replayed
+    them to the merchant's retry once the restaurant was back on that node (the nodes added
+    taken away again) (red: the erasure deleted each such reply's entry on the restaurant's
+    node of now only)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    for node in shard_nodes:
+        node.client().flushall()
+    every_node = [node.url for node in shard_nodes]
+    use_topology(settings, shards=every_node)
+    serving = client_for_tenant(str(tenant.pk)).connection_pool.connection_kwargs["port"]
+    old = next(node for node in shard_nodes if node.port != serving)
+    # given the restaurant on one node, which keeps the merchant's cancel of zoe's order
+    use_topology(settings, shards=[old.url])
+    menu = menu_for(tenant)
+    order_id = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice").json()["id"]
+    assert b'"diner_id":"zoe"' in cancel_as_merchant(tenant, order_id).content
+    # when two nodes are added, the restaurant moves to one of them, and zoe is erased
+    use_topology(settings, shards=every_node)
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    # then no node keeps a reply that shows zoe
+    left = tenant_keys(str(tenant.pk))
+    assert not [k for k, content in left.items() if b"zoe" in content]
+    assert not [k for k, content in left.items() if b"ring twice" in content]
+    # and with the nodes added taken away again, the merchant's retry does not replay zoe
+    use_topology(settings, shards=[old.url])
+    stores.local_cache().clear()
+    again = cancel_as_merchant(tenant, order_id)
+    assert again["X-Idempotent-Result"] != "HIT" and b"zoe" not in again.content
