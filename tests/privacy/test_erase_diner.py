@@ -564,3 +564,27 @@ def test_a_reply_left_on_the_node_the_restaurant_moved_from_goes_too(tenant, set
     stores.local_cache().clear()
     again = cancel_as_merchant(tenant, order_id)
     assert again["X-Idempotent-Result"] != "HIT" and b"zoe" not in again.content
+
+
+def test_a_reply_kept_before_the_restaurant_was_split_into_sub_buckets_goes_too(tenant, settings):
+    """Splitting a hot restaurant into sub-buckets (``HOT_TENANT_BUCKETS``) gives its keys
+    another hash tag; the entries kept before stay under the old one until they expire. The
+    merchant's reply that showed the diner, kept there, stayed after the erasure and replayed
+    them once the split was undone (red: the erasure deleted each such reply's entry under the
+    restaurant's hash tag of now only)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    order_id = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice").json()["id"]
+    assert b'"diner_id":"zoe"' in cancel_as_merchant(tenant, order_id).content
+    # when the restaurant is split into sub-buckets, and zoe is erased
+    unsplit = settings.IDEMPOTENCY
+    settings.IDEMPOTENCY = {**unsplit, "HOT_TENANT_BUCKETS": {str(tenant.pk): 8}}
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    # then no key of the restaurant shows zoe
+    left = tenant_keys(str(tenant.pk))
+    assert not [k for k, content in left.items() if b"zoe" in content]
+    # and with the split undone, the merchant's retry does not replay zoe
+    settings.IDEMPOTENCY = unsplit
+    stores.local_cache().clear()
+    again = cancel_as_merchant(tenant, order_id)
+    assert again["X-Idempotent-Result"] != "HIT" and b"zoe" not in again.content
