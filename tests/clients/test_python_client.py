@@ -629,6 +629,29 @@ def test_a_device_clock_in_step_with_the_server_s_keeps_the_expiry_as_said() -> 
     assert session.expires_at == expires.timestamp()
 
 
+def test_a_session_printed_or_logged_does_not_show_its_token() -> None:
+    """The session's token is the diner's credential (``Authorization: Bearer``): an app that
+    logs its session, or an error report that prints a frame's locals, must not write it out
+    (red: the dataclass's own repr showed ``token='eyJ0…'`` whole). Its diner and expiry,
+    which an app's log wants, are still shown."""
+    token = "eyJ0IjoxLCJzIjoiYWJjIn0:c2lnbmF0dXJlLW9mLXRoZS1zZXNzaW9u"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        expires = timezone.now() + timedelta(hours=24)
+        body = {"token": token, "diner_id": "guest_1", "expires_at": expires.isoformat()}
+        return httpx.Response(201, json=body)
+
+    with OrderingClient(
+        "http://api.test", "pk_test.secret", transport=httpx.MockTransport(answer)
+    ) as client:
+        session = client.session()
+
+    shown = f"{session!r} {session!s} {[session]}"
+    assert session.token == token
+    assert token not in shown
+    assert "guest_1" in shown
+
+
 @pytest.fixture
 def device_in_tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process's local time zone is nine hours east of UTC, as a phone's may be."""

@@ -36,7 +36,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, NotRequired, TypedDict
@@ -97,9 +97,11 @@ class PlaceOrder(TypedDict):
 @dataclass(frozen=True)
 class Session:
     """A diner session (``POST /api/v1/diner-sessions/``); ``expires_at`` in epoch seconds of
-    this device's clock (:func:`on_this_clock`)."""
+    this device's clock (:func:`on_this_clock`). The token is the diner's credential: it is
+    left out of the session's ``repr``, so an app that logs its session, or an error report
+    that prints a frame's locals, does not write it out."""
 
-    token: str
+    token: str = field(repr=False)
     diner_id: str
     expires_at: float
 
