@@ -1,5 +1,7 @@
 """drf-spectacular postprocessing: the refusals every operation of the API can answer (below),
-and the top-level nulls every JSON body admits (:func:`declare_null_as_left_out`).
+and the top-level nulls every JSON body admits (:func:`declare_null_as_left_out`), and the
+defaults of fields that admit blank text put where the document stays valid
+(:func:`lift_defaults_out_of_blank_alternatives`).
 
 Five of the README's documented errors come from no view, so no view's ``@extend_schema`` named
 them, and the schema declared them on some operations or none while the server answered them on
@@ -98,3 +100,34 @@ def _admit_null_where_optional(body: dict[str, Any]) -> None:
             properties[name] = {"allOf": [member], "nullable": True}
         else:
             member["nullable"] = True
+
+
+def lift_defaults_out_of_blank_alternatives(
+    result: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
+    """A field that admits blank text besides its pattern declares its default where the blank
+    alternative can admit it.
+
+    drf-spectacular writes such a field (the contact's ``phone``: a pattern, or ``""``) as
+    ``oneOf: [pattern, {"maxLength": 0}]`` and leaves its ``default`` in the first branch, where
+    the pattern refuses it: ``""`` declared next to a pattern that needs 3 characters. The
+    document was then no valid OpenAPI: openapi-spec-validator and openapi-core, which an app
+    uses to check the API's answers, refused to load it. On the ``oneOf`` itself the default
+    means the same to a client, and ``""`` is one of its alternatives.
+    """
+    _lift_defaults(result)
+    return result
+
+
+def _lift_defaults(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _lift_defaults(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for branch in node.get("oneOf", ()):
+        if isinstance(branch, dict) and "default" in branch:
+            node.setdefault("default", branch.pop("default"))
+    for value in node.values():
+        _lift_defaults(value)

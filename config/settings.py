@@ -594,6 +594,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema_hooks.declare_refusals_of_every_operation",
         "config.schema_hooks.declare_null_as_left_out",
+        "config.schema_hooks.lift_defaults_out_of_blank_alternatives",
         "idempotency.web.openapi.declare_retry_after",
     ],
 }

@@ -266,6 +266,7 @@ export interface components {
         };
         /** @description How to reach the diner: kept on the order, never in a stored reply (redacted). */
         ContactIn: {
+            /** @default  */
             phone?: string;
             /** @default  */
             address?: string;
