@@ -595,6 +595,7 @@ SPECTACULAR_SETTINGS = {
         "config.schema_hooks.declare_refusals_of_every_operation",
         "config.schema_hooks.declare_null_as_left_out",
         "config.schema_hooks.lift_defaults_out_of_blank_alternatives",
+        "config.schema_hooks.admit_null_beside_nullable_references",
         "idempotency.web.openapi.declare_retry_after",
     ],
 }

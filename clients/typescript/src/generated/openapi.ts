@@ -332,7 +332,7 @@ export interface components {
             readonly note: string;
             readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
-            readonly payment: components["schemas"]["Payment"] | null;
+            readonly payment: components["schemas"]["Payment"] | (null);
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -363,7 +363,7 @@ export interface components {
             readonly note: string;
             readonly contact: components["schemas"]["Contact"];
             readonly lines: components["schemas"]["OrderLine"][];
-            readonly payment: components["schemas"]["Payment"] | null;
+            readonly payment: components["schemas"]["Payment"] | (null);
             /** Format: date-time */
             readonly created_at: string;
             /** Format: date-time */
@@ -451,7 +451,7 @@ export interface components {
             coupon_code?: string | null;
             /** @default  */
             note?: string | null;
-            contact?: components["schemas"]["ContactIn"] | null;
+            contact?: components["schemas"]["ContactIn"] | (null);
         };
         /** @description RFC 9457 problem details with a machine-readable ``code``. */
         Problem: {
