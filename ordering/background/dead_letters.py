@@ -19,6 +19,8 @@ from ordering.models import Compensation, DeadLetter, Order, OutboxEvent
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
+# a discard's note, as the admin's Discard form takes it (and a provider conflict's)
+MAX_NOTE_CHARS = 2000
 
 
 class DeadLetterNotOpen(Exception):
@@ -99,11 +101,18 @@ def _send(letter: DeadLetter, args: list[Any], kwargs: dict[str, Any]) -> None:
         )
 
 
-def discard_dead_letter(*, dead_letter_id: int, actor: str, note: str = "") -> DeadLetter:
+def discard_dead_letter(*, dead_letter_id: int, actor: str, note: str) -> DeadLetter:
     """Close the letter without running it again (staff handled it some other way); the order
-    it names stays where it is."""
+    it names stays where it is.
+
+    ``note`` says what was done instead (1 to :data:`MAX_NOTE_CHARS` characters, else
+    :class:`ValueError` and nothing closed): the step never runs again, so a refund that failed
+    is never sent, and a letter closed with no note left nobody able to tell whether the
+    diner's money ever went back."""
+    if not note.strip() or len(note) > MAX_NOTE_CHARS:
+        raise ValueError(f"a note of 1-{MAX_NOTE_CHARS} characters is required")
     with transaction.atomic():
-        _close(dead_letter_id, state=DeadLetter.State.DISCARDED, actor=actor, note=note)
+        _close(dead_letter_id, state=DeadLetter.State.DISCARDED, actor=actor, note=note.strip())
         letter = DeadLetter.objects.get(pk=dead_letter_id)
     logger.info("dead letter %s discarded by %s", dead_letter_id, actor)
     return letter

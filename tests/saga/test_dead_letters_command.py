@@ -6,6 +6,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from ordering.background.saga import SagaOutcome, run_cancel_saga
 from ordering.models import Compensation, DeadLetter, EventType, OutboxEvent
@@ -52,3 +53,23 @@ def test_each_letter_acted_on_is_named_with_what_became_of_it(
 def test_a_list_with_no_open_letter_says_so() -> None:
     assert dead_letters("list") == "no open dead letters\n"
     assert dead_letters("list", "--all") == "no dead letters\n"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "note",
+    [None, "", "   ", "x" * 2001],
+    ids=["no-note", "empty", "blank", "too-long"],
+)
+def test_a_discard_without_a_note_of_what_was_done_instead_closes_nothing(
+    letter: DeadLetter, note: str | None
+) -> None:
+    # given a refund that failed for good; when the operator discards it saying nothing
+    args = ["discard", str(letter.pk)] + ([] if note is None else ["--note", note])
+    with pytest.raises(CommandError, match="--note"):
+        dead_letters(*args)
+
+    # then the letter stays open, the order flagged: the refund was not made, and closing it
+    # with no word of what was done instead would leave nobody knowing whether it ever was
+    letter.refresh_from_db()
+    assert (letter.state, letter.note, letter.resolved_by) == ("open", "", "")

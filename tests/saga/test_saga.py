@@ -357,7 +357,7 @@ def test_discarding_closes_the_letter_and_leaves_the_order(tenant, menu, coupon,
     order.refresh_from_db()
     assert order.status == S.CANCELLING and not is_flagged(order)
     with pytest.raises(DeadLetterNotOpen):
-        discard_dead_letter(dead_letter_id=letter.pk, actor="staff:bob")
+        discard_dead_letter(dead_letter_id=letter.pk, actor="staff:bob", note="refunded again")
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap(settings):

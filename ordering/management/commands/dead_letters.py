@@ -2,7 +2,8 @@
 
 Staff's command-line view of dead letters (the admin offers the same actions). ``requeue``
 sends the message again with fresh retries; ``discard`` closes the letter and leaves the order
-where it is (for when staff handled it by hand). Both refuse a letter that is no longer open.
+where it is (for when staff handled it by hand), and takes only a ``--note`` of what was done
+instead, as the admin's Discard does. Both refuse a letter that is no longer open.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ordering.background.dead_letters import (
+    MAX_NOTE_CHARS,
     DeadLetterNotOpen,
     discard_dead_letter,
     requeue_dead_letter,
@@ -31,7 +33,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("ids", nargs="*", type=int)
         parser.add_argument("--all", action="store_true", help="list: include closed letters")
-        parser.add_argument("--note", default="", help="discard: why")
+        parser.add_argument("--note", default="", help="discard (required): what was done instead")
 
     def handle(self, *args: Any, **options: Any) -> None:
         actor = f"cli:{getpass.getuser()}"
@@ -50,13 +52,19 @@ class Command(BaseCommand):
             return
         if not options["ids"]:
             raise CommandError(f"{options['action']} needs at least one dead letter id")
+        note = options["note"]
+        if options["action"] == "discard" and (not note.strip() or len(note) > MAX_NOTE_CHARS):
+            # checked before any letter is closed: a discarded refund is never sent
+            raise CommandError(
+                f"discard needs --note, 1-{MAX_NOTE_CHARS} characters: what was done instead"
+            )
         failed = False
         for letter_id in options["ids"]:
             try:
                 if options["action"] == "requeue":
                     requeue_dead_letter(dead_letter_id=letter_id, actor=actor)
                 else:
-                    discard_dead_letter(dead_letter_id=letter_id, actor=actor, note=options["note"])
+                    discard_dead_letter(dead_letter_id=letter_id, actor=actor, note=note)
             except DeadLetterNotOpen as exc:
                 failed = True
                 self.stderr.write(str(exc))
