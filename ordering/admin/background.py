@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from idempotency.admin import ReadOnlyAdmin
@@ -25,8 +25,8 @@ from ordering.background.dead_letters import (
     discard_dead_letter,
     requeue_dead_letter,
 )
-from ordering.models import DeadLetter, OutboxEvent, ProviderConflict
-from ordering.payments.capture_refunds import CaptureRefundRunning
+from ordering.models import Compensation, DeadLetter, OutboxEvent, ProviderConflict
+from ordering.payments.capture_refunds import CaptureRefundRunning, refund_step_status
 from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
 
 # the start of each letter's error on the discard page; the whole is on the letter's page
@@ -184,6 +184,16 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
     search_fields = ["=order__id", "=provider_txn_id", "=event_id"]
     ordering = ["resolved", "-created_at"]
     actions = ["resolve"]
+    readonly_fields = ["state"]  # on each conflict's page too
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ProviderConflict]:
+        """Each conflict with the state of the platform's refund of its money
+        (``platform_refund``), which :meth:`state` reads."""
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(platform_refund=refund_step_status(OuterRef("payment_id")))
+        )
 
     def has_resolve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("ordering.change_providerconflict")
@@ -201,7 +211,17 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state", ordering="resolved")
     def state(self, conflict: ProviderConflict) -> str:
-        return conflict.get_outcome_display() if conflict.resolved else "Open"
+        """Open conflicts say whether staff have anything to do: money the platform is
+        refunding needs nobody (a Resolve is refused meanwhile), and a refund of it that
+        failed for good waits for staff (a refund by hand, or its dead letter requeued)."""
+        if conflict.resolved:
+            return conflict.get_outcome_display()
+        refund = getattr(conflict, "platform_refund", None)
+        if refund == Compensation.Status.PENDING:
+            return "Open: the platform is refunding it"
+        if refund == Compensation.Status.FAILED:
+            return "Open: the platform's refund failed for good (see its dead letter)"
+        return "Open"
 
     @admin.action(description="Resolve (with an outcome and a note)", permissions=["resolve"])
     def resolve(

@@ -34,7 +34,8 @@ from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.functions import Now
+from django.db.models import CharField, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
 from ordering.background import dispatch
@@ -209,6 +210,17 @@ def refunds_running(*, payment_ids: list[int]) -> set[int]:
         status=Compensation.Status.PENDING,
     ).values_list("compensation_id", flat=True)
     return {int(compensation_id.removeprefix(_ID_PREFIX)) for compensation_id in running}
+
+
+def refund_step_status(payment_id: OuterRef) -> Subquery:
+    """The status of the platform's refund of the payment ``payment_id`` refers to (pending:
+    to run or running; failed: for good, its dead letter waits for staff; done; None: the
+    platform refunds none of it), as an expression: a list of conflicts reads it in its own
+    query, through the step's unique index, instead of once a row."""
+    compensation_id = Concat(Value(_ID_PREFIX), Cast(payment_id, output_field=CharField()))
+    return Subquery(
+        Compensation.all_tenants.filter(compensation_id=compensation_id).values("status")[:1]
+    )
 
 
 def _send(compensation_id: str) -> int:

@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
+from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from ordering.background import dispatch, tasks
@@ -575,3 +576,46 @@ def test_a_refund_whose_sending_fails_after_the_commit_leaves_the_callback_answe
         compensation_id=capture_refund_id(payment.pk)
     )
     assert step.status == Compensation.Status.PENDING  # in the database: the sweep sends it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_s_conflict_list_says_which_open_conflicts_the_platform_is_refunding(
+    tenant, menu, settings
+):
+    settings.SAGA_MAX_RETRIES = 0
+    # given two captures after a cancel: one whose refund is still to run, one whose refund
+    # failed for good (its dead letter open), and another amount reported for a third order
+    refunding_order, refunding = paying_order(tenant, menu["pizza"])
+    failed_order, failed = paying_order(tenant, menu["pizza"])
+    mismatch_order, mismatch = paying_order(tenant, menu["pizza"])
+    for order in (refunding_order, failed_order):
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=failed_order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    with sending_to("memory://"):  # the refunds' messages are sent, and not run
+        assert capture(refunding) == capture(failed) == "conflict"
+        assert capture(mismatch, amount=Decimal("1.00")) == "conflict"
+    assert refund_unwanted_capture(compensation_id=capture_refund_id(failed.pk)) == (
+        RefundOutcome.DEAD_LETTERED
+    )
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("ops", password="x-123456789"))
+
+    # when staff open the list of open conflicts
+    page = staff.get("/admin/ordering/providerconflict/", {"state": "open"})
+
+    # then each row says whether staff have anything to do: the platform's refund running
+    # needs nobody, the one that failed for good needs a refund by hand (it read "Open",
+    # like the others, and only a Resolve refused with a note already written told them)
+    cl = page.context["cl"]
+    states = {c.order_id: cl.model_admin.state(c) for c in cl.result_list}
+    assert states == {
+        refunding_order.pk: "Open: the platform is refunding it",
+        failed_order.pk: "Open: the platform's refund failed for good (see its dead letter)",
+        mismatch_order.pk: "Open",
+    }
+    for state in states.values():
+        assert f'<td class="field-state">{escape(state)}</td>' in page.content.decode()
+    # and so does the conflict's own page
+    waiting = ProviderConflict.all_tenants.get(order=failed_order)
+    own = staff.get(f"/admin/ordering/providerconflict/{waiting.pk}/change/")
+    assert escape(states[failed_order.pk]) in own.content.decode()
