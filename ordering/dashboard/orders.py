@@ -23,6 +23,7 @@ from idempotency.stores.audit_stream import report
 from idempotency.web.forms import idempotent_form
 from idempotency.web.http import request_meta
 from ordering.actors import describe_actors
+from ordering.background.dead_letters import open_dead_letters
 from ordering.dashboard.access import (
     actor_of,
     forbidden,
@@ -35,7 +36,7 @@ from ordering.dashboard.access import (
 from ordering.dashboard.forms import TransitionForm
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Order, OrderStatus, Payment, ProviderConflict
+from ordering.models import Compensation, Order, OrderStatus, Payment, ProviderConflict
 from ordering.models.payments import payment_of_record
 from ordering.payments.capture_refunds import refunds_running
 from ordering.payments.conflicts import open_conflicts
@@ -170,6 +171,7 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
         transitions = list(order.transitions.all())
         payments = _payments_shown(list(order.payments.all()))
         under_review = _under_review(tenant, order)
+        cancel_stopped = _cancel_stopped(order)
     who = describe_actors(tenant, (t.actor for t in transitions))
     return render_page(
         request,
@@ -181,9 +183,40 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
             "transitions": transitions,
             "log": [(t, who[t.actor]) for t in transitions],
             "payments_under_review": under_review,
+            "cancel_stopped": cancel_stopped,
         },
         section="orders",
     )
+
+
+# what each step of the cancel saga does, as the restaurant reads it
+_CANCEL_STEP_WORDS = {
+    Compensation.Step.RESTORE_STOCK: "returning the portions to the menu",
+    Compensation.Step.RETURN_COUPON: "giving the coupon use back",
+    Compensation.Step.CANCEL_DELIVERY: "standing the courier down",
+    Compensation.Step.REFUND_PAYMENT: "the refund to the diner",
+}
+
+
+def _cancel_stopped(order: Order) -> str:
+    """For a CANCELLING order whose cancel stopped at a step that failed past its retries,
+    which step and who acts now ("" otherwise): such an order stays CANCELLING, and its page
+    said "refund in progress" while its dead letter waited for platform staff, and for good
+    once staff had settled it by hand (discarded the letter)."""
+    if order.status != OrderStatus.CANCELLING:
+        return ""
+    failed = (
+        Compensation.all_tenants.filter(
+            order=order, step__in=_CANCEL_STEP_WORDS, status=Compensation.Status.FAILED
+        )
+        .values_list("step", flat=True)
+        .first()
+    )
+    if failed is None:
+        return ""
+    waiting = open_dead_letters().filter(order=order).exists()
+    who = "platform staff will see to it" if waiting else "platform staff settled it by hand"
+    return f"{_CANCEL_STEP_WORDS[failed]} failed: {who}"
 
 
 def _under_review(tenant: Tenant, order: Order) -> list[ProviderConflict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -9,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import DatabaseError, connection
+from django.test import Client
 from django.utils import timezone
 
 from config.database_unavailable import is_database_unavailable
@@ -39,6 +41,7 @@ from ordering.payments.registry import get_provider
 from ordering.services.lifecycle import cancel_order
 from ordering.simulation import plan_fault
 from tenants.models import Tenant
+from tests.dashboard.factories import make_merchant
 from tests.payments.helpers import paid_order
 from tests.support.concurrency import at_once
 from tests.support.database_gone import session_ended_before
@@ -358,6 +361,41 @@ def test_discarding_closes_the_letter_and_leaves_the_order(tenant, menu, coupon,
     assert order.status == S.CANCELLING and not is_flagged(order)
     with pytest.raises(DeadLetterNotOpen):
         discard_dead_letter(dead_letter_id=letter.pk, actor="staff:bob", note="refunded again")
+
+
+@pytest.mark.django_db
+def test_the_restaurant_s_page_of_a_cancel_stopped_for_staff_says_so_not_refund_in_progress(
+    tenant, menu, coupon, settings
+):
+    settings.SAGA_MAX_RETRIES = 0
+    order, _, event = cancelled(tenant, menu)
+    merchant = Client()
+    merchant.force_login(make_merchant(tenant, "owner"))
+
+    def next_step() -> str:
+        page = merchant.get(f"/dashboard/orders/{order.pk}/").content.decode()
+        return re.search(r'<p class="muted">(Nothing for the restaurant to do now[^<]*)</p>', page)[
+            1
+        ]
+
+    # while the saga runs, the refund is in progress
+    assert next_step() == "Nothing for the restaurant to do now (refund in progress)."
+    # when the refund fails past its retries (its dead letter open)
+    plan_fault(order=order, step=Step.REFUND_PAYMENT, fail_times=1)
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+    # then the page says it stopped and waits for staff (it said "refund in progress")
+    assert next_step() == (
+        "Nothing for the restaurant to do now (the refund to the diner failed: "
+        "platform staff will see to it)."
+    )
+    # and once staff settled it by hand and discarded the letter, it says that, for good
+    discard_dead_letter(
+        dead_letter_id=DeadLetter.objects.get().pk, actor="staff:ann", note="refunded by hand"
+    )
+    assert next_step() == (
+        "Nothing for the restaurant to do now (the refund to the diner failed: "
+        "platform staff settled it by hand)."
+    )
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap(settings):
