@@ -4,9 +4,12 @@ Every move runs in a transaction: the FSM method checks the source state (and co
 save is ``UPDATE ... WHERE status = <loaded status>`` (the check of django-fsm's
 ConcurrentTransitionMixin, in a statement built once: ``_save_move``), and the side effects and
 the log row are written only by the winner. A move that is not allowed from
-the current status, or that lost a race, raises 409 ``ORDER_STATUS_CONFLICT`` having changed
-nothing; the answer names the status the order is in now and the moves it allows from there
-(``allowed_moves``, read from the FSM by ``ordering.order_moves``).
+the current status raises 409 ``ORDER_STATUS_CONFLICT`` having changed nothing; the answer names
+the status the order is in now and the moves it allows from there (``allowed_moves``, read from
+the FSM by ``ordering.order_moves``). A request whose move lost a race (another move committed
+between its read and its update) is run again on the order as it is now
+(:func:`rerun_lost_races`), so it is answered for that status, as the same request sent a
+moment later would be, not with a 409 that its key would replay for the record's lifetime.
 
 Cancelling a paid order is the start of the cancel saga (``ordering.background.saga``): the move to
 CANCELLING and the ``order.cancel_requested`` outbox event commit together, so the refund
@@ -18,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import wraps
+from typing import ParamSpec, TypeVar
 
 from django.db import connections, router, transaction
 from django.db.models import F
@@ -42,6 +47,10 @@ from ordering.services.stock import give_back
 from tenants.models import Tenant
 
 S = OrderStatus
+P = ParamSpec("P")
+R = TypeVar("R")
+# how many times a request's move is tried while other moves keep committing first
+RACE_ATTEMPTS = 3
 
 # Moves a merchant may ask for by target status (PAID only comes from the payment provider).
 MERCHANT_MOVES: dict[str, Callable[[Order], Callable[[], None]]] = {
@@ -54,6 +63,75 @@ MERCHANT_MOVES: dict[str, Callable[[Order], Callable[[], None]]] = {
 MERCHANT_TARGETS = (*MERCHANT_MOVES, S.CANCELLED)
 # the transition log's actor of an order cancelled for being left unpaid (ordering/expiry.py)
 EXPIRY_ACTOR = "platform:unpaid-expiry"
+
+
+class StatusConflict(OrderingError):
+    """409 ``ORDER_STATUS_CONFLICT``: the move is not allowed from the order's status, or lost
+    a race. :func:`described_conflicts` adds the status the order is in now and the moves it
+    allows from there, once the refused transaction has ended."""
+
+    def __init__(self, order: Order, reason: str) -> None:
+        super().__init__(OrderingErrorCode.ORDER_STATUS_CONFLICT, reason, order_id=str(order.pk))
+        self.order_id = order.pk
+
+    def describe_current(self) -> None:
+        current = Order.all_tenants.get(pk=self.order_id)
+        moves = allowed_moves(current)
+        self.detail = f"{self.detail} {conflict_hint(current.status, moves)}"
+        self.extra.update(
+            order_status=current.status, allowed_moves=[move.as_hint() for move in moves]
+        )
+
+
+class LostRace(StatusConflict):
+    """Another move of the order committed between this one's read and its update: nothing
+    was written, and :func:`rerun_lost_races` runs the request again."""
+
+
+def rerun_lost_races(service: Callable[P, R]) -> Callable[P, R]:
+    """Run ``service`` again, on the order as it is now, when its move lost a race
+    (:class:`LostRace`), up to :data:`RACE_ATTEMPTS` times in all; after that the 409 stands.
+
+    A lost race said nothing about the request: a diner's cancel that met a pay committing
+    first was refused "changed concurrently" although the order could be cancelled from where
+    the pay left it, and the refusal, kept under the request's key, was replayed to every
+    retry for the record's lifetime. Run again, the request is decided on the status the
+    other move left, allowed or refused for it (a refusal that then stands).
+
+    ``service`` must hold its writes in a transaction of its own (a savepoint within the
+    caller's) whose move comes before any other side effect, so a lost race leaves nothing to
+    undo: its provider calls and outbox events follow the move."""
+
+    @wraps(service)
+    def rerun(*args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(RACE_ATTEMPTS - 1):
+            try:
+                return service(*args, **kwargs)
+            except LostRace:
+                continue
+        return service(*args, **kwargs)
+
+    return rerun
+
+
+@contextmanager
+def described_conflicts() -> Iterator[None]:
+    """Wrap a service's transaction: a :class:`StatusConflict` leaving it is described with the
+    order's committed status. It must be read after the transaction ended: a lost race leaves
+    the transaction unusable (the failed conditional update aborts it), and the instance holds
+    the status it failed to save."""
+    try:
+        yield
+    except StatusConflict as conflict:
+        conflict.describe_current()
+        raise
+
+
+def _conflict(
+    order: Order, reason: str, *, kind: type[StatusConflict] = StatusConflict
+) -> StatusConflict:
+    fsm_conflicts.labels(tenant=str(order.tenant_id)).inc()
+    return kind(order, reason)
 
 
 def _move_words(move: Callable[[], None]) -> str:
@@ -82,7 +160,7 @@ def apply_transition(
     try:
         _save_move(order, from_status)
     except ConcurrentTransition:
-        raise _conflict(order, "The order changed concurrently.") from None
+        raise _conflict(order, "The order changed concurrently.", kind=LostRace) from None
     logged = OrderTransition(
         tenant=order.tenant,
         order=order,
@@ -157,12 +235,18 @@ def transition_order(*, tenant: Tenant, order_id: int, target: str, actor: str) 
             OrderingErrorCode.INVALID_TRANSITION_TARGET,
             f"'to' must be one of {', '.join(MERCHANT_TARGETS)}",
         )
+    return _merchant_move(tenant=tenant, order_id=order_id, target=target, actor=actor)
+
+
+@rerun_lost_races
+def _merchant_move(*, tenant: Tenant, order_id: int, target: str, actor: str) -> Order:
     with described_conflicts(), transaction.atomic():
         order = access_order(tenant=tenant, order_id=order_id)
         apply_transition(order, MERCHANT_MOVES[target](order), actor=actor)
     return order
 
 
+@rerun_lost_races
 def cancel_order(
     *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
 ) -> Order:
@@ -301,39 +385,3 @@ def return_coupon(order: Order) -> None:
         Coupon.objects.for_tenant(order.tenant).filter(pk=order.coupon_id, used_count__gt=0).update(
             used_count=F("used_count") - 1
         )
-
-
-class StatusConflict(OrderingError):
-    """409 ``ORDER_STATUS_CONFLICT``: the move is not allowed from the order's status, or lost
-    a race. :func:`described_conflicts` adds the status the order is in now and the moves it
-    allows from there, once the refused transaction has ended."""
-
-    def __init__(self, order: Order, reason: str) -> None:
-        super().__init__(OrderingErrorCode.ORDER_STATUS_CONFLICT, reason, order_id=str(order.pk))
-        self.order_id = order.pk
-
-    def describe_current(self) -> None:
-        current = Order.all_tenants.get(pk=self.order_id)
-        moves = allowed_moves(current)
-        self.detail = f"{self.detail} {conflict_hint(current.status, moves)}"
-        self.extra.update(
-            order_status=current.status, allowed_moves=[move.as_hint() for move in moves]
-        )
-
-
-@contextmanager
-def described_conflicts() -> Iterator[None]:
-    """Wrap a service's transaction: a :class:`StatusConflict` leaving it is described with the
-    order's committed status. It must be read after the transaction ended: a lost race leaves
-    the transaction unusable (the failed conditional update aborts it), and the instance holds
-    the status it failed to save."""
-    try:
-        yield
-    except StatusConflict as conflict:
-        conflict.describe_current()
-        raise
-
-
-def _conflict(order: Order, reason: str) -> StatusConflict:
-    fsm_conflicts.labels(tenant=str(order.tenant_id)).inc()
-    return StatusConflict(order, reason)

@@ -21,6 +21,7 @@ from ordering.services.lifecycle import (
     access_paying_order,
     apply_transition,
     described_conflicts,
+    rerun_lost_races,
 )
 from tenants.models import Tenant
 
@@ -28,6 +29,7 @@ from tenants.models import Tenant
 NOTHING_TO_PAY = "nothing_to_pay"
 
 
+@rerun_lost_races
 def pay_order(
     *, tenant: Tenant, order_id: int, actor: str, diner_id: str | None = None
 ) -> tuple[Order, Payment | None]:
