@@ -17,12 +17,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core import mail
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
-from idempotency.core.conf import DEFAULTS, MAX_AUDIT_RETENTION_DAYS, MAX_TTL_SECONDS
+from idempotency.core.conf import DEFAULTS, MAX_AUDIT_RETENTION_DAYS, MAX_TTL_SECONDS, a_test_run
 from idempotency.stores.breaker import CircuitBreaker
 
 Problem = str  # what is wrong, as a sentence that follows the setting's name
@@ -195,7 +194,10 @@ def check_hash_keys_off_debug(app_configs: Any = None, **kwargs: Any) -> list[Ch
     configured = getattr(settings, "IDEMPOTENCY", {})
     if not isinstance(configured, Mapping):
         return []  # idempotency.E001 names that
-    if settings.DEBUG or configured.get("HASH_KEYS") or _a_test_run():
+    # a test run: the runner turns DEBUG off whatever the settings say, so a project in
+    # development (DEBUG on, no HASH_KEYS) could not run `manage.py test` at all; a test run is
+    # no deployment, and its hashes are thrown away
+    if settings.DEBUG or configured.get("HASH_KEYS") or a_test_run():
         return []
     return [
         Error(
@@ -205,14 +207,6 @@ def check_hash_keys_off_debug(app_configs: Any = None, **kwargs: Any) -> list[Ch
             id="idempotency.E004",
         )
     ]
-
-
-def _a_test_run() -> bool:
-    """Whether Django's test environment is set up (Django's test runner and pytest-django set
-    it up, and give ``django.core.mail`` its ``outbox``). The runner turns DEBUG off whatever
-    the settings say, so a project in development (DEBUG on, no ``HASH_KEYS``) could not run
-    ``manage.py test`` at all; a test run is no deployment, and its hashes are thrown away."""
-    return hasattr(mail, "outbox")
 
 
 def _hash_keys(value: Any) -> Problem | None:

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core import mail
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -145,6 +146,14 @@ DEFAULTS: dict[str, Any] = {
 
 def engine_setting(name: str) -> Any:
     return getattr(settings, "IDEMPOTENCY", {}).get(name, DEFAULTS[name])
+
+
+def a_test_run() -> bool:
+    """Whether Django's test environment is set up (Django's test runner and pytest-django set
+    it up, and give ``django.core.mail`` its ``outbox``): a test run is no deployment. Its
+    database is a throwaway one that the runner drops at the end while still naming it, and
+    the runner turns DEBUG off whatever the settings say."""
+    return hasattr(mail, "outbox")
 
 
 def engine_hook(name: str) -> Callable[..., Any] | None:

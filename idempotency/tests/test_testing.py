@@ -12,13 +12,24 @@ from django.test import Client
 
 from idempotency.audit import AuditEvent
 from idempotency.models import IdempotencyRecord, OutcomeCount
-from idempotency.stores.audit_pending import pending
+from idempotency.stores.audit_pending import PendingAudits, pending
 from idempotency.testing import reset_engine
 from idempotency.tests.conftest import idem_keys, post_note
 from idempotency.tests.testapp import executions
 from idempotency.tests.testapp.models import Note
 
 pytestmark = pytest.mark.django_db
+
+
+def _a_first_execution(tenant: str) -> AuditEvent:
+    return AuditEvent(
+        tenant_key=tenant,
+        endpoint="POST notes/",
+        key="k",
+        outcome="MISS",
+        source="database",
+        principal="alice",
+    )
 
 
 def test_a_later_test_s_same_key_runs_its_view_once_the_engine_is_reset(tenant):
@@ -50,16 +61,7 @@ def test_events_queued_in_a_test_database_are_not_written_once_it_is_gone(tenant
     ``OutcomeCount``), or logged as "could not write idempotency audit events" with a
     traceback. Red: the flush below wrote into the database named after the test's."""
     pending.discard()
-    pending.record(
-        AuditEvent(
-            tenant_key=tenant,
-            endpoint="POST notes/",
-            key="k",
-            outcome="MISS",
-            source="database",
-            principal="alice",
-        )
-    )
+    pending.record(_a_first_execution(tenant))
     assert len(pending) == 1
     test_database = connection.settings_dict["NAME"]
     # given the test database destroyed and the real name given back, as the runner does
@@ -75,3 +77,25 @@ def test_events_queued_in_a_test_database_are_not_written_once_it_is_gone(tenant
     # then nothing was written anywhere, and nothing is left to write
     assert written == 0 and len(pending) == 0
     assert not OutcomeCount.objects.filter(tenant_key=tenant).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_test_run_leaves_its_counts_to_drain_audits_not_to_a_writer_thread(settings, tenant):
+    """A host's ``manage.py test`` (``AUDIT_IN_BACKGROUND`` left on, as the README's settings
+    leave it) printed "could not write idempotency audit events" with a traceback, ``database
+    "test_..." does not exist``, after its last test, now and then: the writer thread woke to
+    write that test's first-execution counts while the runner was dropping the test database,
+    before it named the real one again, and so connected to a database being dropped. In a
+    test run no writer thread starts: the counts wait for ``drain_audits()`` (a test that reads
+    them calls it), ``reset_engine()`` drops them, and what is left at exit is dropped with the
+    test database. Red: the writer thread started."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "AUDIT_IN_BACKGROUND": True}
+    queue = PendingAudits()
+    # when a first execution is counted during a test, with background writing on
+    queue.record(_a_first_execution(tenant))
+    # then no thread of this process will write it, and it is still queued
+    assert not queue.runs_in_this_process
+    assert len(queue) == 1
+    # and a test that wants the counts writes them itself, into its own database
+    assert queue.flush() == 1
+    assert OutcomeCount.objects.filter(tenant_key=tenant).exists()
