@@ -10,6 +10,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
+from django.utils.decorators import method_decorator
 from rest_framework import generics, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -63,6 +64,18 @@ def test_a_view_class_under_either_decorator_is_refused_when_decorated():
         idempotent(required=True)(CreateNote)
     with pytest.raises(ImproperlyConfigured, match=r"class .*CreateNote: .*method_decorator"):
         idempotent_form(fields=("text",))(CreateNote)
+
+
+def test_the_drf_decorator_through_method_decorator_is_refused_when_decorated():
+    """``@method_decorator(idempotent(...), name="post")`` on an APIView (as the README has a
+    class-based form view take ``idempotent_form``) defined without a word and failed at the
+    first request, a 500 saying the method was "a plain function view". Red: no error here."""
+    with pytest.raises(ImproperlyConfigured, match=r"directly on .* not through method_decorator"):
+
+        @method_decorator(idempotent(required=True), name="post")
+        class CreateNote(APIView):
+            def post(self, request: HttpRequest) -> Response:
+                return Response(status=201)
 
 
 def test_a_plain_function_view_the_decorator_cannot_tell_is_refused_when_called():

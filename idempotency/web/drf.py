@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from functools import wraps
+from functools import partial, wraps
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -51,6 +51,11 @@ _NOT_A_HANDLER = (
 _A_CLASS = (
     "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "
     "the class {name}: decorate the handler whose calls it makes once"
+)
+_THROUGH_METHOD_DECORATOR = (
+    "@idempotent goes directly on a handler method of a DRF APIView (def post(self, request)), "
+    "not through method_decorator(idempotent(...)){name}: it needs the view the handler is "
+    "called on, which method_decorator keeps from it; drop the method_decorator"
 )
 _NOT_GIVEN_A_REQUEST = (
     "@idempotent decorates a handler method of a DRF APIView, called with the request "
@@ -94,6 +99,8 @@ def idempotent(
         if isinstance(handler, type):  # on the view class, it replaced it by a function
             raise ImproperlyConfigured(_A_CLASS.format(name=handler.__qualname__))
         refuse_async(handler, decorator="@idempotent")
+        if _from_method_decorator(handler):
+            raise ImproperlyConfigured(_THROUGH_METHOD_DECORATOR.format(name=_named(handler)))
         if first_parameter(handler) == "request":
             raise ImproperlyConfigured(_NOT_A_HANDLER.format(name=handler.__qualname__))
 
@@ -156,6 +163,23 @@ def _request_data(request: Request) -> Any:
         return request.data
     except RecursionError:
         raise exceptions.ParseError(NESTED_TOO_DEEPLY) from None
+
+
+def _from_method_decorator(handler: Handler) -> bool:
+    """Whether Django's ``method_decorator`` handed ``handler`` over: when the class is made, a
+    stand-in of its own (``dummy``), and at each call the method bound to its view, as a
+    ``partial``. Either way the decorated callable is never called with the view, so this is
+    refused when the class is defined, not with a 500 at its first request."""
+    if isinstance(handler, partial):
+        return True
+    return handler.__module__ == "django.utils.decorators" and handler.__name__ == "dummy"
+
+
+def _named(handler: Handler) -> str:
+    """`` on <method>`` when ``handler`` names its method (at a call; when the class is made,
+    method_decorator hands over a stand-in that names none)."""
+    name = getattr(handler, "__qualname__", "")
+    return "" if not name or getattr(handler, "__name__", "") == "dummy" else f" on {name}"
 
 
 def _run_view(
