@@ -7,11 +7,11 @@ reachable that way. Neither says anything about a tenant.
 - ``/healthz``: the process answers (200 ``{"status": "ok"}``); nothing else is touched.
 - ``/readyz``: it can serve orders: PostgreSQL answers ``SELECT 1`` within
   ``READINESS_TIMEOUT_SECONDS`` (else 503; a balancer gives up after a few seconds). Each Redis
-  node is reported (``ok`` or ``unavailable``) but does not decide: without Redis the
-  engine runs database-only, still exactly once (DESIGN §3 layer 5). A node this process's
-  breaker has taken out of use is ``unavailable`` without a ping, and the others are pinged
-  at once, while the database is asked, within the same limit: a hanging node held the
-  probe for its socket timeout, one node after another.
+  node is reported (``ok`` when it takes a write, else ``unavailable``) but does not decide:
+  without Redis the engine runs database-only, still exactly once (DESIGN §3 layer 5). A node
+  this process's breaker has taken out of use is ``unavailable`` without a ping, and the
+  others are asked at once, while the database is, within the same limit: a hanging node
+  held the probe for its socket timeout, one node after another.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from idempotency.stores.nodes import breaker_open, node_name
@@ -96,9 +97,21 @@ async def _postgresql_answers(limit: float) -> None:
     await asyncio.wait_for(select_one(), timeout=limit)
 
 
+# Written (and expiring at once) by each probe of a standalone node: whether it takes writes.
+WRITE_PROBE_KEY = "readyz:takes-writes"
+
+
 def _redis_state(client: object) -> str:
+    """``ok`` when the node takes a write. A ``PING`` alone called ``ok`` a node that answers
+    and refuses every claim: a replica (a failover demoted it, or ``REDIS_URL`` names one:
+    ``READONLY``) or a node full at its ``maxmemory`` under ``noeviction`` (``OOM``), whose
+    tenants the engine runs database-only (docs/scaling.md). A Redis Cluster is still pinged:
+    one key's write would speak for the master of its slot only."""
     try:
-        client.ping()  # type: ignore[attr-defined]
+        if isinstance(client, RedisCluster):
+            client.ping()
+        else:
+            client.set(WRITE_PROBE_KEY, b"1", px=1000)  # type: ignore[attr-defined]
         return "ok"
     except (RedisError, RedisClusterException, OSError):  # a cluster with no node reachable
         return "unavailable"

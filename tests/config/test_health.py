@@ -15,6 +15,7 @@ from django.test import Client
 
 from idempotency.stores import nodes
 from tests.support.ports import free_port
+from tests.support.redis_nodes import RedisNode
 from tests.support.silent_database import answer_with_a_silent_database
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +173,29 @@ def test_a_node_this_process_s_breaker_took_out_of_use_is_reported_without_a_pin
     finally:
         nodes.reset()
     assert json.loads(production.get("/readyz", **PROBE).content)["redis"] == ["ok"]
+
+
+@pytest.mark.parametrize("refusal", ["a replica", "full, evicting nothing"])
+def test_a_node_that_answers_but_refuses_writes_is_reported_unavailable(
+    production, monkeypatch, refusal
+):
+    """A node demoted to a replica by a failover (or ``REDIS_URL`` naming one), or full at its
+    ``maxmemory`` under ``noeviction``, answers a ``PING`` and refuses every claim: the engine
+    runs its tenants database-only (docs/scaling.md), yet a ping called it ``ok`` (red), so
+    an operator read a healthy node where every write failed."""
+    primary = RedisNode().start()
+    node = RedisNode().start() if refusal == "a replica" else primary
+    try:
+        if refusal == "a replica":
+            node.client().replicaof("127.0.0.1", primary.port)
+        else:
+            node.client().config_set("maxmemory", "1")
+            node.client().config_set("maxmemory-policy", "noeviction")
+        monkeypatch.setattr("config.health.all_clients", lambda: [node.client(), primary.client()])
+        answer = production.get("/readyz", **PROBE)
+        assert answer.status_code == 200  # Redis is reported, it does not decide
+        expected = ["unavailable", "ok"] if refusal == "a replica" else ["unavailable"] * 2
+        assert json.loads(answer.content)["redis"] == expected
+    finally:
+        node.remove()
+        primary.remove()
