@@ -1123,6 +1123,15 @@ RETENTION_PURGE_SECONDS = env_number("RETENTION_PURGE_SECONDS", 3600, low=1, hig
 # What a diner wrote on an order (note, phone, address) is cleared this long after the order
 # was completed or cancelled (ordering/privacy/contact_retention.py), by the same purge.
 ORDER_CONTACT_RETENTION_DAYS = env_bounded("ORDER_CONTACT_RETENTION_DAYS", 30, low=1, high=3650)
+if ORDER_CONTACT_RETENTION_DAYS * 24 < RETENTION_RECORD_TTL_HOURS_MAX:
+    # a reply kept for retries shows the order's note (the contact fields are redacted, the
+    # note is not): one kept longer than the note outlived the purge that cleared it
+    raise ImproperlyConfigured(
+        f"ORDER_CONTACT_RETENTION_DAYS ({ORDER_CONTACT_RETENTION_DAYS * 24} hours) is shorter "
+        f"than RETENTION_RECORD_TTL_HOURS_MAX ({RETENTION_RECORD_TTL_HOURS_MAX} hours): a reply "
+        "kept for retries, which shows the order's note, would outlive the note; narrow "
+        "RETENTION_RECORD_TTL_HOURS_MAX (and IDEMPOTENCY_TTL_SECONDS) to the same time"
+    )
 CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
     "task": "tenants.purge_expired_data",
     "schedule": RETENTION_PURGE_SECONDS,
