@@ -18,7 +18,7 @@ from idempotency.audit import AuditEvent, save_events
 from idempotency.models import DuplicateAudit
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import Dish, OrderStatus, OrderTransition
-from tenants.models import Membership, Tenant
+from tenants.models import Membership, PasswordToReplace, Tenant
 from tests.browser.conftest import screenshot
 from tests.dashboard.factories import PASSWORD, make_merchant, make_order
 from tests.support.auth import diner_token
@@ -340,3 +340,33 @@ def test_back_to_a_page_names_its_restaurant_not_one_picked_and_left_in_the_swit
 
     assert page.locator('tr:has-text("Margherita")').count() == 1  # Roma's menu
     assert switcher.input_value() == str(shop.tenant.pk)
+
+
+def test_a_member_given_a_password_by_staff_chooses_their_own_before_the_board(page, live_server):
+    """In Chromium: signed in with the password staff gave, the member lands on the page to
+    choose their own (the board asked for is kept as the next page), a too-short or unchanged
+    choice is the form's error, and the chosen one leads to the board."""
+    shop = open_shop()
+    PasswordToReplace.objects.create(user=shop.owner)  # as staff's "Add user" leaves it
+
+    page.goto(f"{live_server.url}/dashboard/?status=new")
+    page.fill("#id_username", "roma-owner")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/dashboard/password/?next=*")
+    assert page.get_by_role("status").inner_text().startswith("Your password was set by")
+
+    page.fill("#id_old_password", PASSWORD)
+    page.fill("#id_new_password1", PASSWORD)
+    page.fill("#id_new_password2", PASSWORD)
+    page.get_by_role("button", name="Change password").click()
+    assert page.get_by_text("Choose a password other than your current one.").is_visible()
+
+    page.fill("#id_old_password", PASSWORD)
+    page.fill("#id_new_password1", "a-pass-of-my-own-8842")
+    page.fill("#id_new_password2", "a-pass-of-my-own-8842")
+    page.get_by_role("button", name="Change password").click()
+    page.wait_for_url(f"{live_server.url}/dashboard/?status=new")
+    assert page.get_by_text("Your password is changed.").is_visible()
+    screenshot(page, "password-chosen.png")
+    assert not PasswordToReplace.objects.filter(user=shop.owner).exists()
