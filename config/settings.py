@@ -447,7 +447,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # LOGIN_FAILURE_LIMIT failures of one account from one address, that pair is locked out for
 # LOGIN_LOCKOUT_MINUTES (429). Per account *and* address, so nobody can lock a merchant out
 # from elsewhere; the address is REMOTE_ADDR, the client's behind TRUSTED_PROXIES (an IPv6
-# client's /64).
+# client's /64). And after LOGIN_ADDRESS_FAILURE_LIMIT failures from one address across every
+# name, that address is (config/login_throttle.py): else it could try four passwords on every
+# account. Four accounts' lockouts' worth, as a member's failures are forgotten once that member
+# signs in: staff sharing a restaurant's address who mistype and then sign in never reach it.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -455,6 +458,8 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env_bounded("LOGIN_FAILURE_LIMIT", 5, low=1, high=1000)
 AXES_COOLOFF_TIME = timedelta(minutes=env_bounded("LOGIN_LOCKOUT_MINUTES", 15, low=1, high=525_600))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+LOGIN_ADDRESS_FAILURE_LIMIT = env_bounded("LOGIN_ADDRESS_FAILURE_LIMIT", 20, low=1, high=100_000)
+AXES_HANDLER = "config.login_throttle.AddressLimitedHandler"
 AXES_RESET_ON_SUCCESS = True
 # An attempt the lockout refuses checked no password: it is not recorded. axes' default records
 # it, appending its form and query string (up to 2 KB) to the pair's one row and moving the

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from axes.models import AccessAttempt
 from django.contrib.auth.models import User
+from django.db.models import F
 from django.test import Client
 
 from tests.dashboard.factories import PASSWORD
@@ -148,3 +149,54 @@ def test_the_throttle_s_log_lines_name_no_user_agent(url: str, staff: bool, capl
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("axes")]
     assert any("user_agent" in line for line in lines), lines  # the lines were written
     assert not any("canary" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_one_address_guessing_across_accounts_is_locked_out(url: str, staff: bool) -> None:
+    """Password spraying: the lockout counted one account from one address, so one address
+    could try LOGIN_FAILURE_LIMIT - 1 passwords on every account of the site, each 15 minutes.
+    Twenty failures from one address (across names) now refuse every sign-in from it, even
+    one with the right password, as the pair's lockout does."""
+    user = account(staff)
+    sprayed = [attempt(url, f"guess-{n}", "Summer2026!") for n in range(19)]
+
+    twentieth = attempt(url, "guess-19", "Summer2026!")
+
+    assert sprayed == [200] * 19
+    assert twentieth == 429
+    assert attempt(url, user.username, PASSWORD) == 429
+    assert attempt(url, user.username, PASSWORD, address="203.0.113.9") == 302
+    assert AccessAttempt.objects.count() == 20  # the refused tries were not recorded
+
+
+def test_an_ipv6_client_s_addresses_share_its_budget_across_accounts() -> None:
+    user = account(staff=False)
+    for n in range(20):
+        attempt("/dashboard/login/", f"guess-{n}", "wrong", address=f"2001:db8:1:2::{n + 1:x}")
+
+    assert attempt("/dashboard/login/", user.username, PASSWORD, address="2001:db8:1:2::ff") == 429
+    assert attempt("/dashboard/login/", user.username, PASSWORD, address="2001:db8:1:3::1") == 302
+
+
+def test_staff_who_sign_in_after_typos_do_not_use_up_their_address() -> None:
+    """A restaurant's staff share one address: each member's failures are forgotten when that
+    member signs in, so only failures nobody followed with the password count towards it."""
+    members = [User.objects.create_user(f"staff-{n}", password=PASSWORD) for n in range(12)]
+    for member in members:
+        assert [attempt("/dashboard/login/", member.username, "wrong") for _ in range(3)] == [
+            200
+        ] * 3
+        assert attempt("/dashboard/login/", member.username, PASSWORD) == 302
+
+    assert AccessAttempt.objects.count() == 0
+
+
+def test_the_address_lockout_ends_after_15_minutes() -> None:
+    user = account(staff=False)
+    for n in range(20):
+        attempt("/dashboard/login/", f"guess-{n}", "wrong")
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 429
+
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=15, seconds=1))
+
+    assert attempt("/dashboard/login/", user.username, PASSWORD) == 302

@@ -1,0 +1,64 @@
+"""The login lockout's limit per client address, across the names tried (django-axes' handler).
+
+django-axes locks one account from one address (``AXES_LOCKOUT_PARAMETERS``): alone, that let
+one address try ``LOGIN_FAILURE_LIMIT - 1`` passwords on every account of the site each
+cool-off (password spraying). axes compares one failure limit with the largest count of its
+lockout parameters, so adding the address alone as a parameter would lock a restaurant's shared
+address after five typos of any of its staff, and its reset on a successful login would clear
+the address's count whenever the attacker signed in to an account of their own. This handler
+keeps the pair's lockout as it is and adds a second, higher limit: the failures recorded from
+the address (its axes rows still within the cool-off, whatever the name) reaching
+``LOGIN_ADDRESS_FAILURE_LIMIT`` refuse every sign-in from it, answered like the pair's lockout.
+A member's failures are deleted when that member signs in (``AXES_RESET_ON_SUCCESS``), so
+staff who mistype and then sign in use none of their address's budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axes.attempts import get_cool_off_threshold
+from axes.handlers.database import AxesDatabaseHandler
+from axes.models import AccessAttempt
+from axes.signals import user_locked_out
+from django.conf import settings
+from django.db.models import Sum
+from django.http import HttpRequest
+
+
+def address_failures(request: HttpRequest) -> int:
+    """Failed sign-ins recorded from the request's address (an IPv6 client's /64) within the
+    cool-off, across every name tried."""
+    recent = AccessAttempt.objects.filter(
+        ip_address=request.axes_ip_address,  # type: ignore[attr-defined]
+        attempt_time__gte=get_cool_off_threshold(request),
+    )
+    return recent.aggregate(total=Sum("failures_since_start"))["total"] or 0
+
+
+def address_locked(request: HttpRequest) -> bool:
+    return address_failures(request) >= settings.LOGIN_ADDRESS_FAILURE_LIMIT
+
+
+class AddressLimitedHandler(AxesDatabaseHandler):
+    """axes' database handler, with the address's limit beside the account-and-address one."""
+
+    def is_locked(self, request: HttpRequest, credentials: dict | None = None) -> bool:
+        return super().is_locked(request, credentials) or address_locked(request)
+
+    def user_login_failed(
+        self, sender: Any, credentials: dict, request: HttpRequest | None = None, **kwargs: Any
+    ) -> None:
+        """Records the failure as axes does; the failure that fills the address's limit is
+        answered with the lockout, as the one that fills the pair's is."""
+        super().user_login_failed(sender, credentials, request, **kwargs)
+        if request is None or request.axes_locked_out or not address_locked(request):  # type: ignore[attr-defined]
+            return
+        request.axes_locked_out = True  # type: ignore[attr-defined]
+        request.axes_credentials = credentials  # type: ignore[attr-defined]
+        user_locked_out.send(
+            "axes",
+            request=request,
+            username=credentials.get("username"),
+            ip_address=request.axes_ip_address,  # type: ignore[attr-defined]
+        )
