@@ -616,6 +616,19 @@ DINER_SESSION_MAX_AGE_SECONDS = env_bounded(
 DINER_SESSION_STATE_CACHE_SECONDS = env_number(
     "DINER_SESSION_STATE_CACHE_SECONDS", 1.0, low=0, high=3600
 )
+# Erasing a diner (the Privacy page, the admin) waits that long inside its request, so that no
+# process still honours the sessions it ended when it renames the orders; gunicorn kills a
+# request past GUNICORN_TIMEOUT (config/gunicorn.py reads the same variable), which left the
+# erasure half-done (sessions ended, orders still showing the diner), every try alike. So the
+# wait may take at most half of that, the other half left to the erasure's own work.
+REQUEST_TIMEOUT_SECONDS = env_bounded("GUNICORN_TIMEOUT", 30, low=1, high=1_000_000)
+if DINER_SESSION_STATE_CACHE_SECONDS > REQUEST_TIMEOUT_SECONDS / 2:
+    raise ImproperlyConfigured(
+        f"DINER_SESSION_STATE_CACHE_SECONDS must be at most {REQUEST_TIMEOUT_SECONDS / 2} s, "
+        f"half of GUNICORN_TIMEOUT ({REQUEST_TIMEOUT_SECONDS} s), not "
+        f"{DINER_SESSION_STATE_CACHE_SECONDS:g}: erasing a diner waits it out inside the "
+        "request, which gunicorn ends at its timeout (raise GUNICORN_TIMEOUT for a longer cache)"
+    )
 # Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
 # Left empty, the default: Path("") is the working directory, the checkout the worker runs from.
 OFFBOARDING_EXPORT_DIR = Path(

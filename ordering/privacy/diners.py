@@ -91,8 +91,10 @@ def erase_diner(
 
     Sessions end first, then the call waits out ``DINER_SESSION_STATE_CACHE_SECONDS`` (the
     longest any process still honours a session it has cached), so no new order of this diner
-    can start once the orders are anonymised. Needs every Redis node reachable: a Redis error
-    propagates (and nothing is logged), and running the erasure again finishes it.
+    can start once the orders are anonymised. The settings keep that wait within half of
+    ``GUNICORN_TIMEOUT``, so a web request doing it is not killed half-way. Needs every Redis
+    node reachable: a Redis error propagates (and nothing is logged), and running the erasure
+    again finishes it.
 
     Another caller's stored reply goes when it *shows* the diner: the order's ``diner_id``
     member or a transition's actor (``…/diner:<id>``), matched as whole JSON strings, never

@@ -1325,3 +1325,37 @@ def test_production_refuses_the_test_suite_s_knobs(name: str, value: str) -> Non
     )
     code, _, stderr = settings_with({"DEBUG": "1", name: value})
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize(
+    "cache_seconds, timeout, message",
+    [
+        pytest.param("35", "", "at most 15.0 s", id="past-the-default-timeout"),
+        pytest.param("16", "", "at most 15.0 s", id="past-half-the-default-timeout"),
+        pytest.param("50", "90", "at most 45.0 s", id="past-half-a-longer-timeout"),
+    ],
+)
+def test_a_session_cache_an_erasure_cannot_wait_out_in_a_request_stops_the_server(
+    cache_seconds: str, timeout: str, message: str
+) -> None:
+    """Erasing a diner (the dashboard's Privacy page, the admin) waits
+    DINER_SESSION_STATE_CACHE_SECONDS inside the request; at 35 s gunicorn killed the request
+    at its 30 s timeout half-way (a 500; the diner's sessions gone, the orders still showing
+    the diner), and every later try the same: the erasure could never be finished."""
+    env = {"DEBUG": "1", "DINER_SESSION_STATE_CACHE_SECONDS": cache_seconds}
+
+    code, _, stderr = settings_with({**env, "GUNICORN_TIMEOUT": timeout})
+
+    assert code != 0
+    assert "ImproperlyConfigured: DINER_SESSION_STATE_CACHE_SECONDS must be " + message in stderr
+    assert "GUNICORN_TIMEOUT" in stderr
+
+
+@pytest.mark.parametrize(
+    "cache_seconds, timeout",
+    [("0", ""), ("15", ""), ("15", "30"), ("45", "90"), ("3600", "7200")],
+)
+def test_a_session_cache_an_erasure_can_wait_out_is_taken(cache_seconds: str, timeout: str) -> None:
+    env = {"DEBUG": "1", "DINER_SESSION_STATE_CACHE_SECONDS": cache_seconds}
+    code, _, stderr = settings_with({**env, "GUNICORN_TIMEOUT": timeout})
+    assert code == 0, stderr

@@ -3,7 +3,8 @@
 Two kinds of process: this test process revokes (a diner's sessions, an API key) through the
 product's services; a live gunicorn (its own processes) serves the calls. The server runs
 with ``DINER_SESSION_STATE_CACHE_SECONDS=60``, so its short fallback TTL cannot be what ends
-the cached state within the second: only the pub/sub announcement can.
+the cached state within the second: only the pub/sub announcement can (and with
+``GUNICORN_TIMEOUT=120``, without which a cache that long does not start).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ READS = 24
 
 live_gunicorn_long_ttl = gunicorn_fixture(
     "live_gunicorn_long_ttl",
-    env={**ONE_REDIS_ENV, "DINER_SESSION_STATE_CACHE_SECONDS": "60"},
+    env={**ONE_REDIS_ENV, "DINER_SESSION_STATE_CACHE_SECONDS": "60", "GUNICORN_TIMEOUT": "120"},
     ready_timeout=90.0,  # a busy machine boots 4 workers slowly
 )
 
