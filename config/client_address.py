@@ -1,9 +1,10 @@
 """The client's address behind the site's own proxies: ``REMOTE_ADDR`` made the client's.
 
-Rate limits (guest sessions per address), the login lockout (per account and address) and the
-metrics allow-list read ``REMOTE_ADDR``. Behind a reverse proxy that is the proxy's address for
-every diner: all of them would share one address's budget, and five wrong passwords from
-anywhere would lock a merchant out for everyone. When ``REMOTE_ADDR`` is one of
+Rate limits (guest sessions per address), the login lockout (per account and address, and per
+address) and the metrics allow-list read ``REMOTE_ADDR``. Behind a reverse proxy that is the
+proxy's address for every diner: all of them would share one address's budget, five wrong
+passwords from anywhere would lock a merchant out for everyone, and twenty across accounts
+every merchant. When ``REMOTE_ADDR`` is one of
 ``TRUSTED_PROXIES`` (addresses or networks, e.g. ``10.0.0.2,10.0.1.0/24``), the client is read
 from ``X-Forwarded-For``, which each proxy extends with the address it received from: walking
 it from the right, past the trusted proxies, the first address is the client's. Entries to its

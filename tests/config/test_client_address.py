@@ -166,6 +166,24 @@ def test_behind_the_proxy_wrong_passwords_lock_out_only_their_own_address(settin
     assert login(PASSWORD, "198.51.100.10") == 302  # tina, from her own, is not (red: 429)
 
 
+@pytest.mark.django_db
+def test_behind_the_proxy_a_spray_across_accounts_locks_out_only_its_own_address(settings):
+    from django.contrib.auth.models import User
+
+    settings.TRUSTED_PROXIES = [PROXY]
+    User.objects.create_user("tina", password=PASSWORD)
+
+    def login(username: str, password: str, forwarded: str) -> int:
+        browser = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=forwarded)
+        answer = browser.post("/dashboard/login/", {"username": username, "password": password})
+        return 302 if "_auth_user_id" in browser.session else answer.status_code
+
+    spray = [login(f"guess-{n}", "wrong", "203.0.113.66") for n in range(20)]
+    assert spray == [200] * 19 + [429]
+    assert login("tina", PASSWORD, "203.0.113.66") == 429
+    assert login("tina", PASSWORD, "198.51.100.10") == 302  # not the proxy's address
+
+
 @pytest.mark.parametrize(
     ("address", "counted_as"),
     [
