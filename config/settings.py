@@ -627,7 +627,8 @@ if DINER_SESSION_STATE_CACHE_SECONDS > REQUEST_TIMEOUT_SECONDS / 2:
         f"DINER_SESSION_STATE_CACHE_SECONDS must be at most {REQUEST_TIMEOUT_SECONDS / 2} s, "
         f"half of GUNICORN_TIMEOUT ({REQUEST_TIMEOUT_SECONDS} s), not "
         f"{DINER_SESSION_STATE_CACHE_SECONDS:g}: erasing a diner waits it out inside the "
-        "request, which gunicorn ends at its timeout (raise GUNICORN_TIMEOUT for a longer cache)"
+        "request, which gunicorn ends at its timeout (raise GUNICORN_TIMEOUT for a longer cache, "
+        "and OFFBOARDING_DRAIN_SECONDS past it: an offboarding waits out the longest request)"
     )
 # Where the admin's "Offboard" action writes a leaving tenant's archive (docs/data-protection.md).
 # Left empty, the default: Path("") is the working directory, the checkout the worker runs from.

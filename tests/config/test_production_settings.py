@@ -1349,6 +1349,7 @@ def test_a_session_cache_an_erasure_cannot_wait_out_in_a_request_stops_the_serve
     assert code != 0
     assert "ImproperlyConfigured: DINER_SESSION_STATE_CACHE_SECONDS must be " + message in stderr
     assert "GUNICORN_TIMEOUT" in stderr
+    assert "and OFFBOARDING_DRAIN_SECONDS past it" in stderr  # whose default outlasts only 30 s
 
 
 @pytest.mark.parametrize(
