@@ -62,12 +62,19 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not is_database_unavailable(exception):
-            return None
-        logger.warning("PostgreSQL unavailable (%s); answered 503", str(exception).strip())
-        if is_api_path(request):
-            response = problem_http_response(503, DATABASE_UNAVAILABLE, DETAIL)
-        else:  # a page of its own: the site's layout reads the user and tenant from the database
-            response = HttpResponse(render_to_string("503_database.html"), status=503)
-        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
+        return outage_answer(request, exception)
+
+
+def outage_answer(request: HttpRequest, exception: BaseException) -> HttpResponse | None:
+    """The 503 for ``exception`` when it is PostgreSQL unreachable, else None. A middleware
+    that reads the database itself answers with it: Django hands this middleware's
+    ``process_exception`` only what a view raised."""
+    if not is_database_unavailable(exception):
+        return None
+    logger.warning("PostgreSQL unavailable (%s); answered 503", str(exception).strip())
+    if is_api_path(request):
+        response = problem_http_response(503, DATABASE_UNAVAILABLE, DETAIL)
+    else:  # a page of its own: the site's layout reads the user and tenant from the database
+        response = HttpResponse(render_to_string("503_database.html"), status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response

@@ -256,8 +256,8 @@ MIDDLEWARE = [
     "config.browser_middleware.AuthenticationMiddleware",
     "config.browser_middleware.MessageMiddleware",
     # a password someone else set lets its holder choose their own, nothing else
-    # (tenants/temporary_passwords.py)
-    "tenants.temporary_passwords.TemporaryPasswordMiddleware",
+    # (config/temporary_passwords.py)
+    "config.temporary_passwords.TemporaryPasswordMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
