@@ -56,6 +56,7 @@ from ordering.models import (
     ProviderConflict,
     TenantOffboarding,
 )
+from ordering.models.orders import REFUNDABLE
 from ordering.privacy.archive import archive_holds_all, export_tenant, partial_archive
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from tenants import credential_cache, session_state, write_fence
@@ -218,9 +219,10 @@ WAITING_FOR_MONEY = "waiting for the restaurant's money in flight to settle"
 
 def money_in_flight(tenant_id: int) -> str:
     """What of the tenant's money still moves, in words ("" when nothing does): payments the
-    provider has not settled, cancels whose saga has not ended, refunds not yet made, and
-    provider conflicts staff have not resolved. Read under the tenant's row lock,
-    so nothing of it starts meanwhile."""
+    provider has not settled, cancels whose saga has not ended, refunds not yet made,
+    provider conflicts staff have not resolved, and paid orders not delivered
+    (:func:`_paid_not_delivered`). Read under the tenant's row lock, so nothing of it starts
+    meanwhile."""
     counts = {
         "payments awaiting the provider": Payment.all_tenants.filter(
             tenant_id=tenant_id, status=Payment.Status.PENDING
@@ -240,7 +242,36 @@ def money_in_flight(tenant_id: int) -> str:
             tenant_id=tenant_id, resolved=False
         ).count(),
     }
-    return ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    moving = [f"{n} {what}" for what, n in counts.items() if n]
+    paid = _paid_not_delivered(tenant_id)
+    if paid:
+        moving.append(paid)
+    return ", ".join(moving)
+
+
+# an order in one of these holds its diner's money for food not delivered yet
+PAID_NOT_DELIVERED = (*REFUNDABLE, OrderStatus.DELIVERING)
+_NAMED_ORDERS = 20
+
+
+def _paid_not_delivered(tenant_id: int) -> str:
+    """The tenant's paid orders not delivered, in words with their ids and what the operator
+    may do ("" when there are none). Such an order holds its diner's money: deleted with the
+    restaurant's rows, the diner had neither the food nor a refund. Staff complete it once
+    delivered, or cancel it, which refunds the diner through the cancel saga (the admin's
+    order actions)."""
+    ids = list(
+        Order.all_tenants.filter(tenant_id=tenant_id, status__in=PAID_NOT_DELIVERED)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not ids:
+        return ""
+    named = ", ".join(map(str, ids[:_NAMED_ORDERS])) + (", ..." if len(ids) > _NAMED_ORDERS else "")
+    return (
+        f"{len(ids)} paid orders not delivered ({named}: complete them once delivered, or "
+        "cancel them to refund their diners)"
+    )
 
 
 def _settled_by_staff() -> Q:

@@ -382,3 +382,26 @@ def test_the_worker_looks_again_a_minute_later_while_the_money_moves(
     assert tasks.offboard_tenant(job.pk) == TenantOffboarding.Phase.SUSPEND
 
     assert sent == [(dispatch.OFFBOARD_TENANT, job.pk, {"countdown": tasks.MONEY_RECHECK_SECONDS})]
+
+
+@pytest.mark.parametrize("status", ["PAID", "ACCEPTED", "PREPARING", "READY", "DELIVERING"])
+def test_an_offboarding_waits_for_paid_orders_not_delivered(make_tenant, tmp_path, status):
+    """An order the diner paid for and neither got nor was refunded holds the diner's money:
+    the offboarding deleted it with the restaurant's rows, and the money was never given
+    back. Red before: paid orders were no money in flight, and the offboarding finished."""
+    # given a restaurant with a paid order not delivered
+    tenant = make_tenant(slug="leaving")
+    order, _ = paid_order(tenant, menu_for(tenant)["pizza"])
+    Order.all_tenants.filter(pk=order.pk).update(status=status)
+    # when its offboarding runs, then it stops and names the order and what to do
+    with pytest.raises(CommandError) as stopped:
+        call_command("offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip"))
+    assert f"1 paid orders not delivered ({order.pk}:" in str(stopped.value)
+    assert "cancel them to refund their diners" in str(stopped.value)
+    job = TenantOffboarding.objects.get(tenant_ref=tenant.pk)
+    tenant.refresh_from_db()
+    assert (job.phase, tenant.status) == (TenantOffboarding.Phase.SUSPEND, "suspended")
+    assert Order.all_tenants.filter(pk=order.pk, status=status).exists()
+    # once it is delivered, the next run finishes
+    Order.all_tenants.filter(pk=order.pk).update(status="COMPLETED")
+    assert run_offboarding(job.pk).is_done
