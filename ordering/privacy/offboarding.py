@@ -47,6 +47,7 @@ from django.utils import timezone
 from idempotency import erasure
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
+from ordering.errors import OrderingError
 from ordering.models import (
     Compensation,
     DeadLetter,
@@ -59,6 +60,7 @@ from ordering.models import (
 from ordering.models.orders import REFUNDABLE
 from ordering.privacy.archive import archive_holds_all, export_tenant, partial_archive
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
+from ordering.services.lifecycle import cancel_order
 from tenants import credential_cache, session_state, write_fence
 from tenants.models import ApiClient, DinerSession, Tenant
 
@@ -259,7 +261,7 @@ def _paid_not_delivered(tenant_id: int) -> str:
     may do ("" when there are none). Such an order holds its diner's money: deleted with the
     restaurant's rows, the diner had neither the food nor a refund. Staff complete it once
     delivered, or cancel it, which refunds the diner through the cancel saga (the admin's
-    order actions)."""
+    order actions; ``offboard_tenant --cancel-paid-orders`` cancels every one of them)."""
     ids = list(
         Order.all_tenants.filter(tenant_id=tenant_id, status__in=PAID_NOT_DELIVERED)
         .order_by("pk")
@@ -270,8 +272,32 @@ def _paid_not_delivered(tenant_id: int) -> str:
     named = ", ".join(map(str, ids[:_NAMED_ORDERS])) + (", ..." if len(ids) > _NAMED_ORDERS else "")
     return (
         f"{len(ids)} paid orders not delivered ({named}: complete them once delivered, or "
-        "cancel them to refund their diners)"
+        "cancel them to refund their diners; --cancel-paid-orders cancels them all)"
     )
+
+
+def cancel_paid_orders(job: TenantOffboarding) -> list[int]:
+    """Cancel every paid order of the job's suspended tenant that a cancel takes (not one on
+    its way to the diner), each refunded through the cancel saga; the ids cancelled. Only
+    while the job waits for the money (the tenant suspended: no new order is placed or paid
+    meanwhile). Each cancel is the order's conditional move, so an order a concurrent run (or
+    staff) cancelled or moved first is left as it is: no diner is refunded twice."""
+    tenant = Tenant.objects.filter(pk=job.tenant_ref, status=Tenant.Status.SUSPENDED).first()
+    if tenant is None or not waits_for_money(job):
+        return []
+    actor = f"offboarding:{job.requested_by}"[:200]  # the transition log's column
+    cancelled = []
+    for order_id in (
+        Order.all_tenants.filter(tenant_id=tenant.pk, status__in=REFUNDABLE)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    ):
+        try:
+            cancel_order(tenant=tenant, order_id=order_id, actor=actor)
+        except OrderingError:  # moved or cancelled meanwhile
+            continue
+        cancelled.append(order_id)
+    return cancelled
 
 
 def _settled_by_staff() -> Q:

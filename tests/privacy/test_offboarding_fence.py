@@ -398,6 +398,7 @@ def test_an_offboarding_waits_for_paid_orders_not_delivered(make_tenant, tmp_pat
         call_command("offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip"))
     assert f"1 paid orders not delivered ({order.pk}:" in str(stopped.value)
     assert "cancel them to refund their diners" in str(stopped.value)
+    assert "--cancel-paid-orders" in str(stopped.value)
     job = TenantOffboarding.objects.get(tenant_ref=tenant.pk)
     tenant.refresh_from_db()
     assert (job.phase, tenant.status) == (TenantOffboarding.Phase.SUSPEND, "suspended")
@@ -405,3 +406,46 @@ def test_an_offboarding_waits_for_paid_orders_not_delivered(make_tenant, tmp_pat
     # once it is delivered, the next run finishes
     Order.all_tenants.filter(pk=order.pk).update(status="COMPLETED")
     assert run_offboarding(job.pk).is_done
+
+
+def test_cancel_paid_orders_refunds_each_diner_once_however_many_runs(
+    make_tenant, tmp_path, celery_eager
+):
+    """``--cancel-paid-orders`` cancels every paid order a cancel takes, refunding its diner
+    through the cancel saga, once even when two runs of the command cancel at the same time;
+    an order on its way to the diner is left for staff to complete."""
+    from ordering.models import SimulatedOperation
+
+    # given a leaving restaurant with two paid orders and one on its way to the diner
+    tenant = make_tenant(slug="leaving")
+    pizza = menu_for(tenant)["pizza"]
+    paid, paid_payment = paid_order(tenant, pizza)
+    preparing, preparing_payment = paid_order(tenant, pizza)
+    Order.all_tenants.filter(pk=preparing.pk).update(status="PREPARING")
+    on_its_way, _ = paid_order(tenant, pizza)
+    Order.all_tenants.filter(pk=on_its_way.pk).update(status="DELIVERING")
+    args = ["offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip")]
+    # when two runs of the command cancel the paid orders at once
+    answers: list[Any] = []
+    runs = [_in_thread(lambda: call_command(*args, "--cancel-paid-orders"), answers) for _ in "ab"]
+    for run in runs:
+        run.join(120)
+    # then each stops waiting for the order on its way only
+    assert len(answers) == 2 and all(isinstance(a, CommandError) for a in answers), answers
+    assert all(f"1 paid orders not delivered ({on_its_way.pk}:" in str(a) for a in answers)
+    # and each other diner was refunded once, the cancel saga's refund
+    refunds = SimulatedOperation.objects.filter(kind="refund")
+    refs = sorted(refunds.values_list("reference", "calls"))
+    assert refs == sorted(
+        [(paid_payment.provider_txn_id, 1), (preparing_payment.provider_txn_id, 1)]
+    ), refs
+    statuses = dict(Order.all_tenants.filter(tenant=tenant).values_list("pk", "status"))
+    assert statuses == {
+        paid.pk: "CANCELLED",
+        preparing.pk: "CANCELLED",
+        on_its_way.pk: "DELIVERING",
+    }
+    # once staff completed the delivered order, the command finishes (nothing cancelled again)
+    Order.all_tenants.filter(pk=on_its_way.pk).update(status="COMPLETED")
+    call_command(*args, "--cancel-paid-orders")
+    assert TenantOffboarding.objects.get(tenant_slug="leaving").is_done

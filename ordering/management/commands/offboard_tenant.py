@@ -1,9 +1,13 @@
-"""``manage.py offboard_tenant TENANT --export PATH [--batch-size N] [--by NAME]``
+"""``manage.py offboard_tenant TENANT --export PATH [--batch-size N] [--by NAME]
+[--cancel-paid-orders]``
 
 Offboard a tenant (``TENANT`` is its slug): suspend it, write its archive to ``PATH`` (a zip
 of JSON files), then delete its rows, Redis keys and cached results in bounded batches
 (:mod:`ordering.privacy.offboarding`). Interrupted, it continues where it stopped when run
 again with the same arguments; run after the tenant is gone, it says so and changes nothing.
+While the tenant's money still moves it stops, saying what it waits for; a paid order not
+delivered is among those, and ``--cancel-paid-orders`` cancels every such order not on its
+way to the diner yet, refunding its diner through the cancel saga.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ordering.management.requester import requester
 from ordering.models import TenantOffboarding
-from ordering.privacy.offboarding import OffboardingRefused, run_offboarding, start_offboarding
+from ordering.privacy.offboarding import (
+    OffboardingRefused,
+    cancel_paid_orders,
+    run_offboarding,
+    start_offboarding,
+)
 from tenants.models import Tenant
 
 
@@ -30,6 +39,12 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=500, help="Rows or keys per step")
         parser.add_argument(
             "--by", type=requester, help="Who asked (kept on the job); default: you"
+        )
+        parser.add_argument(
+            "--cancel-paid-orders",
+            action="store_true",
+            help="Cancel every paid order not on its way yet (PAID to READY), refunding its "
+            "diner through the cancel saga",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -55,6 +70,14 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(f"offboarding {job.pk} of {tenant.slug}: {job.phase}")
         job = run_offboarding(job.pk)
+        if options["cancel_paid_orders"]:
+            cancelled = cancel_paid_orders(job)
+            if cancelled:
+                ids = ", ".join(map(str, cancelled))
+                self.stdout.write(
+                    f"cancelled paid orders {ids}: the cancel saga refunds their diners"
+                )
+                job = run_offboarding(job.pk)
         if not job.is_done:  # suspended, its money still moving: nothing closed or removed
             raise CommandError(f"offboarding {job.pk} of {tenant.slug}: {job.last_error}")
         self.stdout.write(
