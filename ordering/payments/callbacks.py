@@ -53,7 +53,8 @@ from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
 from ordering.payments.signatures import verify
 from ordering.prefetch import JoinedRead
-from ordering.services.lifecycle import apply_transition
+from ordering.services.lifecycle import apply_transition, cancel_unpaid
+from tenants.models import Tenant
 
 # Spelt as the engine labels every other request, its method and URLconf route (no leading
 # slash), so /metrics, the durable counters and the audits hold one name per route.
@@ -92,6 +93,7 @@ class _Effect(Enum):
 
     FAIL_PAYMENT = "fail_payment"
     MARK_PAID = "mark_paid"
+    CANCEL_ORDER = "cancel_order"  # first: the capture then comes after the order's cancel
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,16 @@ def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decisio
         return _once_per_payment(ProviderConflict.Kind.PAID_TWICE, payment)
     if payment.status == P.VOIDED or order.status != OrderStatus.PAYING:
         return _conflict(ProviderConflict.Kind.UNEXPECTED_STATE)
+    if order.tenant.status != Tenant.Status.ACTIVE:
+        # The restaurant is suspended (by staff, or as its offboarding waits for the payments
+        # under way): its dashboard and keys are closed, so nobody would make the food, and an
+        # offboarding would delete the order PAID with the diner's money. The order is
+        # cancelled and the capture is money taken after the cancel, refunded by the platform.
+        return replace(
+            _conflict(ProviderConflict.Kind.PAID_AFTER_CANCEL),
+            reason="restaurant_suspended",
+            effect=_Effect.CANCEL_ORDER,
+        )
     return _Decision(Outcome.APPLIED, effect=_Effect.MARK_PAID)
 
 
@@ -323,7 +335,9 @@ def _carry_out(
 ) -> None:
     """Write what ``decision`` says: the conflict (and, for money the order did not want, the
     platform's refund of it), the failed payment, or the payment captured and the order PAID
-    with its outbox event."""
+    with its outbox event; or, for a suspended restaurant, the order cancelled first."""
+    if decision.effect is _Effect.CANCEL_ORDER:
+        cancel_unpaid(order, actor=f"provider:{provider}")
     if decision.conflict is not None:
         ProviderConflict.objects.for_tenant(order.tenant).create(
             tenant=order.tenant,

@@ -260,7 +260,7 @@ def cancel_order(
             tenant=tenant, order_id=order_id, diner_id=diner_id, related=("lines", "payments")
         )
         if can_proceed(order.cancel_unpaid):
-            _cancel_unpaid(order, actor=actor)
+            cancel_unpaid(order, actor=actor)
         else:
             move = apply_transition(order, order.request_cancel, actor=actor)
             emit_event(
@@ -296,7 +296,7 @@ def expire_unpaid_order(
                 order, pending_started_before, declined_before
             ):
                 return False
-            _cancel_unpaid(order, actor=EXPIRY_ACTOR)
+            cancel_unpaid(order, actor=EXPIRY_ACTOR)
     except OrderingError:  # moved meanwhile (409), or gone (offboarded: 404)
         return False
     return True
@@ -342,8 +342,9 @@ def access_paying_order(
     return access_order(tenant=tenant, order_id=order_id, diner_id=diner_id, related=related)
 
 
-def _cancel_unpaid(order: Order, *, actor: str) -> None:
-    """CREATED or PAYING -> CANCELLED with everything the order held given back."""
+def cancel_unpaid(order: Order, *, actor: str) -> None:
+    """CREATED or PAYING -> CANCELLED with everything the order held given back (its pending
+    payments voided), in the caller's transaction, the order locked by it."""
     apply_transition(order, order.cancel_unpaid, actor=actor)
     return_stock(order)
     return_coupon(order)
@@ -365,7 +366,7 @@ def _void_pending_payment(order: Order) -> None:
         Payment.objects.for_tenant(order.tenant).filter(
             pk__in=pending, status=Payment.Status.PENDING
         ).update(status=Payment.Status.VOIDED)
-    order._prefetched_objects_cache.pop("payments", None)
+    getattr(order, "_prefetched_objects_cache", {}).pop("payments", None)  # if read with it
 
 
 def return_stock(order: Order) -> None:

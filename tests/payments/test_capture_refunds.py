@@ -619,3 +619,45 @@ def test_the_admin_s_conflict_list_says_which_open_conflicts_the_platform_is_ref
     waiting = ProviderConflict.all_tenants.get(order=failed_order)
     own = staff.get(f"/admin/ordering/providerconflict/{waiting.pk}/change/")
     assert escape(states[failed_order.pk]) in own.content.decode()
+
+
+@pytest.mark.parametrize("how", ["offboarding", "staff"])
+def test_money_taken_for_a_suspended_restaurant_is_refunded_once(
+    tenant, menu, tmp_path, how, django_capture_on_commit_callbacks
+):
+    """A restaurant suspended (by staff, or as its offboarding waits for the payments under
+    way) takes no order: its dashboard and keys are closed. A capture of a payment still
+    pending made the order PAID there, and the offboarding then deleted it with the diner's
+    money. Now the order is cancelled and the capture refunded by the platform, as money
+    taken after a cancel is (red before: "applied", the order PAID)."""
+    from ordering.privacy.offboarding import run_offboarding, start_offboarding
+    from tenants.models import Tenant
+
+    # given a paying order at a restaurant then suspended
+    order, payment = paying_order(tenant, menu["pizza"], quantity=2)
+    job = None
+    if how == "offboarding":
+        job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+        job = run_offboarding(job.pk)
+        assert "1 payments awaiting the provider" in job.last_error
+    else:
+        Tenant.objects.filter(pk=tenant.pk).update(status=Tenant.Status.SUSPENDED)
+    # when the provider reports the capture
+    with django_capture_on_commit_callbacks(execute=True):
+        result = capture(payment)
+    # then it is a conflict the platform refunds once, the order cancelled, its portions back
+    assert result == "conflict"
+    assert refunds() == [(payment.provider_txn_id, capture_refund_id(payment.pk), Decimal("19.00"))]
+    order.refresh_from_db()
+    payment.refresh_from_db()
+    assert (order.status, payment.status) == (S.CANCELLED, P.REFUNDED)
+    menu["pizza"].refresh_from_db()
+    assert menu["pizza"].stock == 50
+    conflict = ProviderConflict.all_tenants.get(payment=payment)
+    assert (conflict.kind, conflict.resolved) == (Kind.PAID_AFTER_CANCEL, True)
+    # and the same capture again moves nothing
+    assert capture(payment) == "duplicate"
+    assert len(refunds()) == 1
+    # and the offboarding, nothing of its money moving any more, finishes
+    if job is not None:
+        assert run_offboarding(job.pk).is_done
