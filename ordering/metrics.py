@@ -1,7 +1,8 @@
 """Metrics of the ordering app: FSM conflicts and clock steps back (counted in-process) and,
 read at scrape time, the outbox lag and its oldest event not consumed yet, the dead letters
 and the payments waiting for their provider, with how late their reconciliation is (from the
-database), and the free order-ID worker ids (from the lease stores): these must be true across
+database), the provider conflicts waiting for staff (from the database too), and the free
+order-ID worker ids (from the lease stores): these must be true across
 all processes, so they are not numbers kept by any one of them."""
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 
-from django.db.models import Min
+from django.db.models import Count, Min, OuterRef, Q
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ordering.models import DeadLetter, OutboxEvent, Payment
+from ordering.models import Compensation, DeadLetter, OutboxEvent, Payment, ProviderConflict
+from ordering.payments.capture_refunds import refund_step_status
 from ordering.payments.due_checks import overdue_seconds, unanswered_seconds
 from ordering.worker_ids import free_worker_ids
 
@@ -88,6 +90,32 @@ class DatabaseCollector(Collector):
             "How long a provider has left a payment's check unanswered, the longest",
             value=unanswered_seconds(),
         )
+        yield _conflicts_waiting()
+
+
+def _conflicts_waiting() -> GaugeMetricFamily:
+    """Open provider conflicts staff must resolve, per kind, every kind exported (at 0 too,
+    so an alert has a series). One the platform is refunding money of (its refund step
+    pending) needs nobody yet and is left out: the admin's "Open: the platform is refunding
+    it"; once that refund fails for good, the conflict waits for staff and counts."""
+    family = GaugeMetricFamily(
+        "ordering_provider_conflicts_waiting",
+        "Open payment provider conflicts waiting for staff to resolve them in the admin, per "
+        "kind (not those whose money the platform is refunding by itself)",
+        labels=["kind"],
+    )
+    refund = refund_step_status(OuterRef("payment_id"))
+    counts = dict(
+        ProviderConflict.all_tenants.filter(resolved=False)
+        .annotate(platform_refund=refund)
+        .filter(Q(platform_refund__isnull=True) | ~Q(platform_refund=Compensation.Status.PENDING))
+        .order_by()
+        .values_list("kind")
+        .annotate(n=Count("pk"))
+    )
+    for kind in ProviderConflict.Kind.values:
+        family.add_metric([kind], counts.get(kind, 0))
+    return family
 
 
 class WorkerIdCollector(Collector):

@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.http import HttpResponse
+from django.test import override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,14 +26,21 @@ from idempotency.stores import nodes
 from idempotency.stores.audit_stream import stream_key
 from idempotency.stores.nodes import node_name
 from idempotency.stores.usage import usage
-from ordering.models import EventType, Order, OutboxEvent
+from ordering.models import Compensation, EventType, Order, OutboxEvent, ProviderConflict
+from ordering.payments.capture_refunds import capture_refund_id, refund_unwanted_capture
+from ordering.payments.conflicts import resolve_conflict
+from ordering.services.lifecycle import cancel_order
+from ordering.simulation import plan_fault
 from ordering.worker_ids import lease_worker_id
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tenants.redis_routing import all_clients
 from tests.conftest import use_topology
 from tests.flows.test_idempotent_orders import post_order
+from tests.payments.helpers import paying_order
+from tests.payments.test_capture_refunds import capture
 from tests.support.auth import with_auth
+from tests.support.broker import sending_to
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
@@ -452,3 +461,46 @@ def test_a_database_outage_leaves_the_process_s_own_metrics_in_the_scrape(client
         samples(body)
     )
     assert "ordering_outbox_lag_seconds" not in body
+
+
+def test_open_provider_conflicts_waiting_for_staff_are_counted_per_kind(client, tenant, menu):
+    """A provider conflict the platform does not settle by itself (another amount reported, a
+    success for an order no longer paying, a refund of unwanted money that failed for good)
+    waits for staff, who saw it only by opening the admin: nothing was exported, so nothing
+    paged. ``ordering_provider_conflicts_waiting`` counts them per kind, read from the
+    database at scrape time; money the platform is still refunding needs nobody, and is left
+    out, as are resolved conflicts."""
+
+    def waiting() -> dict[str, float]:
+        body = scrape(client).content.decode()
+        return {
+            dict(labels)["kind"]: v
+            for (name, labels), v in samples(body).items()
+            if name == "ordering_provider_conflicts_waiting"
+        }
+
+    # every kind is exported, at 0 before the first conflict (its alert needs a series)
+    assert waiting() == dict.fromkeys(ProviderConflict.Kind.values, 0.0)
+    # given another amount reported twice (one resolved by staff), money taken after a cancel
+    # that the platform is refunding, and such money whose refund failed for good
+    first, resolved, refunding, failed = (paying_order(tenant, menu["pizza"])[1] for _ in "abcd")
+    for payment in (refunding, failed):
+        cancel_order(tenant=tenant, order_id=payment.order_id, actor="diner")
+    plan_fault(order=failed.order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    with override_settings(SAGA_MAX_RETRIES=0), sending_to("memory://"):
+        assert capture(first, amount=Decimal("1.00")) == "conflict"
+        assert capture(resolved, amount=Decimal("1.00")) == "conflict"
+        assert capture(refunding) == capture(failed) == "conflict"
+        refund_unwanted_capture(compensation_id=capture_refund_id(failed.pk))
+    resolve_conflict(
+        conflict_id=ProviderConflict.all_tenants.get(payment=resolved).pk,
+        outcome="refunded",
+        note="refunded at the provider",
+        actor="staff:a",
+    )
+    # then the scrape counts the two that wait for staff, each under its kind
+    assert waiting() == {
+        **dict.fromkeys(ProviderConflict.Kind.values, 0.0),
+        "amount_mismatch": 1.0,
+        "paid_after_cancel": 1.0,
+    }
