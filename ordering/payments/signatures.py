@@ -7,6 +7,8 @@ default, ``settings.PAYMENT_CALLBACK_TOLERANCE_SECONDS``). Comparison is constan
 
 Headers: ``X-Provider-Timestamp: <unix seconds>`` and ``X-Provider-Signature: v1=<hex>``
 (several ``v1=`` values separated by commas are accepted, for senders rotating their secret).
+The hex is read in either case: SDKs write it in upper case too (Java's ``printHexBinary``,
+.NET's ``Convert.ToHexString``), the same MAC; we sign in lower case.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ def verify(
             PaymentErrorCode.PAYMENT_TIMESTAMP_INVALID,
             f"{TIMESTAMP_HEADER} must be an integer of Unix seconds",
         ) from None
+    # Lower-cased before the comparison: the case of the offered hex is the sender's, and
+    # says nothing of the expected MAC, so the comparison stays constant-time.
     offered = [
-        value.strip()[len(SCHEME) + 1 :]
+        value.strip()[len(SCHEME) + 1 :].lower()
         for value in signature.split(",")
         if value.strip().startswith(f"{SCHEME}=")
     ]

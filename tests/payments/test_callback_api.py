@@ -229,6 +229,34 @@ def _forged(headers: dict[str, str]) -> dict[str, str]:
     return {**headers, SIGNATURE_HEADER: "v1=" + "0" * 64}
 
 
+def _not_hex(headers: dict[str, str]) -> dict[str, str]:
+    """The right signature in upper case with its last digit made no hex digit."""
+    return {
+        **headers,
+        SIGNATURE_HEADER: headers[SIGNATURE_HEADER].upper()[:-1].replace("V1", "v1") + "Z",
+    }
+
+
+def test_a_signature_written_in_upper_case_hex_is_accepted(deliver, paying, tenant):
+    """A provider's SDK may write the MAC's hex in upper case (Java's printHexBinary, .NET's
+    Convert.ToHexString): the same MAC, refused 401 PAYMENT_SIGNATURE_INVALID while only lower
+    case matched, so every callback of such a provider was lost. Hex is read in either case."""
+    order, payment = paying
+    body, headers = signed(payment, event_id="evt_upper")
+    mac = headers[SIGNATURE_HEADER].removeprefix("v1=")
+    assert mac == mac.lower() and mac != mac.upper()  # there are letters to change
+    upper = {**headers, SIGNATURE_HEADER: f"v1={mac.upper()}"}
+    response = deliver(body, upper)
+    assert (response.status_code, response.json().get("code")) == (200, None)
+    assert response.json()["result"] == "applied"
+    assert state(order) == (S.PAID, Payment.Status.SUCCEEDED)
+    # and mixed case, among rotated signatures, is the same MAC again (a duplicate)
+    mixed = "".join(c.upper() if i % 2 else c for i, c in enumerate(mac))
+    again = {**headers, SIGNATURE_HEADER: f"v1={'0' * 64}, v1={mixed}"}
+    assert deliver(body, again).json()["result"] == "duplicate"
+    assert inbox_outcomes(tenant) == {"evt_upper": "applied"}
+
+
 def _stale(payment: Payment) -> tuple[bytes, dict[str, str]]:
     return signed(payment, timestamp=int(time.time()) - 301)
 
@@ -243,6 +271,12 @@ def _stale(payment: Payment) -> tuple[bytes, dict[str, str]]:
             id="forged",
         ),
         pytest.param(lambda p: (signed(p)[0], {}), 401, "PAYMENT_SIGNATURE_INVALID", id="unsigned"),
+        pytest.param(
+            lambda p: (signed(p)[0], _not_hex(signed(p)[1])),
+            401,
+            "PAYMENT_SIGNATURE_INVALID",
+            id="not-hex",
+        ),
         pytest.param(_stale, 400, "PAYMENT_TIMESTAMP_STALE", id="stale-replay"),
         pytest.param(
             lambda p: (signed(p)[0], {**signed(p)[1], TIMESTAMP_HEADER: "soon"}),
