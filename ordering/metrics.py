@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 
-from django.db.models import Count, Min, OuterRef, Q
+from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ordering.models import Compensation, DeadLetter, OutboxEvent, Payment, ProviderConflict
-from ordering.payments.capture_refunds import refund_step_status
+from ordering.models import DeadLetter, OutboxEvent, Payment, ProviderConflict
+from ordering.payments.capture_refunds import waiting_for_staff
 from ordering.payments.due_checks import overdue_seconds, unanswered_seconds
 from ordering.worker_ids import free_worker_ids
 
@@ -97,18 +97,16 @@ def _conflicts_waiting() -> GaugeMetricFamily:
     """Open provider conflicts staff must resolve, per kind, every kind exported (at 0 too,
     so an alert has a series). One the platform is refunding money of (its refund step
     pending) needs nobody yet and is left out: the admin's "Open: the platform is refunding
-    it"; once that refund fails for good, the conflict waits for staff and counts."""
+    it"; once that refund fails for good, the conflict waits for staff and counts. The
+    admin's filter "Open, waiting for staff" lists the same conflicts."""
     family = GaugeMetricFamily(
         "ordering_provider_conflicts_waiting",
         "Open payment provider conflicts waiting for staff to resolve them in the admin, per "
         "kind (not those whose money the platform is refunding by itself)",
         labels=["kind"],
     )
-    refund = refund_step_status(OuterRef("payment_id"))
     counts = dict(
-        ProviderConflict.all_tenants.filter(resolved=False)
-        .annotate(platform_refund=refund)
-        .filter(Q(platform_refund__isnull=True) | ~Q(platform_refund=Compensation.Status.PENDING))
+        waiting_for_staff(ProviderConflict.all_tenants.all())
         .order_by()
         .values_list("kind")
         .annotate(n=Count("pk"))

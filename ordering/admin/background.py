@@ -26,7 +26,11 @@ from ordering.background.dead_letters import (
     requeue_dead_letter,
 )
 from ordering.models import Compensation, DeadLetter, OutboxEvent, ProviderConflict
-from ordering.payments.capture_refunds import CaptureRefundRunning, refund_step_status
+from ordering.payments.capture_refunds import (
+    CaptureRefundRunning,
+    refund_step_status,
+    waiting_for_staff,
+)
 from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
 
 # the start of each letter's error on the discard page; the whole is on the letter's page
@@ -145,9 +149,17 @@ class ConflictStateFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("open", "Open"), ("resolved", "Resolved")]
+        return [
+            ("open", "Open"),
+            ("waiting", "Open, waiting for staff"),
+            ("resolved", "Resolved"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        """``waiting``: the open conflicts the platform is not refunding by itself, those
+        ``ProviderConflictsWaitingForStaff`` counts, so the alert's count is the list."""
+        if self.value() == "waiting":
+            return waiting_for_staff(queryset)
         if self.value() in ("open", "resolved"):
             return queryset.filter(resolved=self.value() == "resolved")
         return queryset

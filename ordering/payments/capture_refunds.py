@@ -34,7 +34,7 @@ from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import CharField, OuterRef, Subquery, Value
+from django.db.models import CharField, Exists, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Cast, Concat, Now
 from django.utils import timezone
 
@@ -221,6 +221,18 @@ def refund_step_status(payment_id: OuterRef) -> Subquery:
     return Subquery(
         Compensation.all_tenants.filter(compensation_id=compensation_id).values("status")[:1]
     )
+
+
+def waiting_for_staff(conflicts: QuerySet[ProviderConflict]) -> QuerySet[ProviderConflict]:
+    """The open ones of ``conflicts`` staff must resolve: all but those whose money the
+    platform is refunding (its refund step pending: a Resolve is refused meanwhile). What
+    ``ordering_provider_conflicts_waiting`` counts and the admin's "waiting for staff" lists,
+    so the alert's count is the list staff open."""
+    compensation_id = Concat(Value(_ID_PREFIX), Cast(OuterRef("payment_id"), CharField()))
+    refunding = Compensation.all_tenants.filter(
+        compensation_id=compensation_id, status=Compensation.Status.PENDING
+    )
+    return conflicts.filter(resolved=False).exclude(Exists(refunding))
 
 
 def _send(compensation_id: str) -> int:

@@ -661,3 +661,35 @@ def test_money_taken_for_a_suspended_restaurant_is_refunded_once(
     # and the offboarding, nothing of its money moving any more, finishes
     if job is not None:
         assert run_offboarding(job.pk).is_done
+
+
+def test_the_admin_lists_the_open_conflicts_waiting_for_staff_as_the_alert_counts_them(
+    tenant, menu, settings
+):
+    settings.SAGA_MAX_RETRIES = 0
+    # given a capture after a cancel the platform is refunding, one whose refund failed for
+    # good, and another amount reported for a third order
+    refunding_order, refunding = paying_order(tenant, menu["pizza"])
+    failed_order, failed = paying_order(tenant, menu["pizza"])
+    mismatch_order, mismatch = paying_order(tenant, menu["pizza"])
+    for order in (refunding_order, failed_order):
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    plan_fault(order=failed_order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
+    with sending_to("memory://"):
+        assert capture(refunding) == capture(failed) == "conflict"
+        assert capture(mismatch, amount=Decimal("1.00")) == "conflict"
+    refund_unwanted_capture(compensation_id=capture_refund_id(failed.pk))
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("ops", password="x-123456789"))
+
+    # when staff paged by ProviderConflictsWaitingForStaff filter the list on what it counts
+    page = staff.get("/admin/ordering/providerconflict/", {"state": "waiting"})
+
+    # then they see the two waiting for them, not the one the platform is refunding (the
+    # filter offered "Open" only, which lists that one too)
+    assert page.status_code == 200
+    assert {c.order_id for c in page.context["cl"].result_list} == {
+        failed_order.pk,
+        mismatch_order.pk,
+    }
+    assert "Open, waiting for staff" in page.content.decode()
