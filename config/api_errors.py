@@ -105,7 +105,10 @@ def problem_http_response(status_code: int, code: str, detail: str, **extra: Any
     return HttpResponse(_JSON.render(body), status=status_code, content_type=PROBLEM_JSON)
 
 
-_DRF_CODES: list[tuple[type[Exception], str]] = [
+# Invalid input: a field is missing, of the wrong type or out of range (``errors`` names them)
+VALIDATION_ERROR = "VALIDATION_ERROR"
+# The codes of DRF's own refusals
+DRF_CODES: list[tuple[type[Exception], str]] = [
     (exceptions.ParseError, "INVALID_JSON"),
     (exceptions.UnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE"),
     (exceptions.NotAuthenticated, "API_KEY_MISSING"),
@@ -138,8 +141,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, DjangoPermissionDenied):
         return problem_response(403, "PERMISSION_DENIED", "Permission denied")
     if isinstance(exc, exceptions.ValidationError):
-        return problem_response(400, "VALIDATION_ERROR", "Invalid input", errors=exc.detail)
-    for exc_type, code in _DRF_CODES:
+        return problem_response(400, VALIDATION_ERROR, "Invalid input", errors=exc.detail)
+    for exc_type, code in DRF_CODES:
         if isinstance(exc, exc_type):
             headers = _auth_header(exc)
             if isinstance(exc, exceptions.Throttled) and exc.wait is not None:

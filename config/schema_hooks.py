@@ -1,5 +1,6 @@
 """drf-spectacular postprocessing: the refusals every operation of the API can answer (below),
-and the top-level nulls every JSON body admits (:func:`declare_null_as_left_out`), and the
+the codes and members of the error shape (:func:`declare_problem_members`), the top-level
+nulls every JSON body admits (:func:`declare_null_as_left_out`), and the
 defaults of fields that admit blank text put where the document stays valid
 (:func:`lift_defaults_out_of_blank_alternatives`).
 
@@ -33,6 +34,9 @@ from __future__ import annotations
 
 from copy import deepcopy
 from typing import Any
+
+from config.error_codes import api_error_codes
+from ordering.models.orders import DINER, MERCHANT, PROVIDER, SAGA
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 EVERY_OPERATION = {
@@ -165,3 +169,85 @@ def _admit_null_beside_references(node: Any) -> None:
         node["oneOf"] = [references[0], deepcopy(NULL_ONLY)]
     for value in node.values():
         _admit_null_beside_references(value)
+
+
+ORDER_STATUS = {"$ref": "#/components/schemas/OrderStatusEnum"}
+# The members an error answer of the API carries beside code, detail, status and errors,
+# with the codes that carry each (ordering/services, ordering/api, config/request_limits.py,
+# idempotency/web/api.py).
+PROBLEM_MEMBERS: dict[str, dict[str, Any]] = {
+    "dish_id": {
+        "type": "integer",
+        "description": "INSUFFICIENT_STOCK, QUANTITY_INVALID: the dish refused",
+    },
+    "dish_ids": {
+        "type": "array",
+        "items": {"type": "integer"},
+        "description": "DISH_NOT_FOUND, DISH_UNAVAILABLE: the dishes refused",
+    },
+    "limit": {
+        "oneOf": [{"type": "integer"}, {"type": "string", "format": "decimal"}],
+        "description": "The bound that refused: REQUEST_TOO_LARGE, bytes; "
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED, tokens outstanding; ORDER_TOTAL_TOO_LARGE, the "
+        "largest amount, a decimal string",
+    },
+    "scope": {
+        "type": "string",
+        "enum": ["tenant", "principal"],
+        "description": "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's "
+        "or the caller's share",
+    },
+    "order_id": {
+        "type": "string",
+        "description": "ORDER_ALREADY_PLACED: the order this key placed; "
+        "ORDER_STATUS_CONFLICT: the order refused",
+    },
+    "order_status": {
+        "allOf": [ORDER_STATUS],
+        "description": "ORDER_STATUS_CONFLICT: the order's status now",
+    },
+}
+
+
+def declare_problem_members(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """The error shape declares its codes and every member the API's errors carry.
+
+    The engine's ``Problem`` (``idempotency.web.openapi``) knows only ``code``, ``detail``,
+    ``status`` and ``errors``, with ``code`` any string: a client generated from the schema had
+    no type for a stock refusal's ``dish_id``, a conflict's ``allowed_moves`` or a quota's
+    ``scope``, and no list of the codes to switch on. The codes are those the registries
+    declare (:func:`config.error_codes.api_error_codes`), as the component ``ProblemCode``;
+    the members are optional, each carried by the codes its description names.
+    """
+    schemas = result.get("components", {}).get("schemas", {})
+    problem = schemas.get("Problem")
+    if problem is None:
+        return result
+    schemas["ProblemCode"] = {
+        "type": "string",
+        "enum": api_error_codes(),
+        "description": "The machine-readable code of an error (README, API errors)",
+    }
+    move = {
+        "type": "object",
+        "properties": {
+            "to": ORDER_STATUS,
+            "by": {
+                "type": "array",
+                "items": {"type": "string", "enum": [DINER, MERCHANT, PROVIDER, SAGA]},
+            },
+        },
+        "required": ["to", "by"],
+    }
+    allowed_moves = {
+        "type": "array",
+        "items": move,
+        "description": "ORDER_STATUS_CONFLICT: the moves the order allows now, and who may "
+        "make each",
+    }
+    problem["properties"].update(
+        code={"$ref": "#/components/schemas/ProblemCode"},
+        **deepcopy(PROBLEM_MEMBERS),
+        allowed_moves=allowed_moves,
+    )
+    return result

@@ -598,6 +598,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema_hooks.declare_refusals_of_every_operation",
+        "config.schema_hooks.declare_problem_members",
         "config.schema_hooks.declare_null_as_left_out",
         "config.schema_hooks.lift_defaults_out_of_blank_alternatives",
         "config.schema_hooks.admit_null_beside_nullable_references",

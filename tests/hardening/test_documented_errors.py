@@ -8,6 +8,7 @@ and so does a code the app answers that no table documents. Every row runs with 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -21,11 +22,13 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings as django_settings
+from openapi_schema_validator import OAS30ReadValidator
 from rest_framework.test import APIClient
 
 from config.api_errors import CODE_FOR_STATUS
 from config.api_https import HTTPS_REQUIRED
 from config.database_unavailable import DATABASE_UNAVAILABLE
+from config.error_codes import NOT_ANSWERED_BY_THE_API
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.core.fingerprint import all_fingerprints
 from idempotency.core.keys import ScopedKey
@@ -61,19 +64,6 @@ DOCUMENTED_TABLES = [ROOT / "README.md", ROOT / "docs" / "payments-and-saga.md"]
 ROW = re.compile(r"^\|\s*(\d{3})\s*\|([^|]*)\|")
 HEADER = re.compile(r"^\|\s*status\s*\|\s*`?code`?\s*\|", re.IGNORECASE)
 CODE = re.compile(r"`([A-Z][A-Z0-9_]+)`")
-# Codes an enum declares that the HTTP API never answers, and why.
-NOT_ANSWERED_BY_THE_API = {
-    # the API's serializer accepts only valid targets; the services raise it for other callers
-    OrderingErrorCode.INVALID_TRANSITION_TARGET,
-    # dashboard-side: a user without a membership sees a page, not an API error
-    TenantErrorCode.NOT_A_MEMBER,
-    # the engine's refusal of a tenant over 64 characters, or holding ":" or "}": the
-    # product's resolver gives a tenant's primary key, never that long nor holding either
-    IdempotencyErrorCode.TENANT_INVALID,
-    # and of a principal holding "|": the product's principals (diner:<id>, api:<prefix>, …)
-    # are made of characters that exclude it
-    IdempotencyErrorCode.PRINCIPAL_INVALID,
-}
 DINER = "d1"
 ORDERS = "/api/v1/orders/"
 TOKENS = "/api/v1/idempotency-tokens/"
@@ -437,6 +427,29 @@ def test_each_documented_error_is_answered_as_documented(
     assert isinstance(body["detail"], str) and body["detail"], body
 
 
+@functools.cache
+def served_schema() -> dict[str, Any]:
+    """The API schema as an app developer downloads it (the same whatever the settings)."""
+    return APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+
+@pytest.mark.parametrize(
+    ("doc", "status", "code"),
+    [pytest.param(*row, id=f"{row[1]}-{row[2]}") for row in documented_rows()],
+)
+def test_each_documented_error_conforms_to_the_served_schema(
+    app: App, doc: str, status: int, code: str
+) -> None:
+    # a client generated from the schema reads each member the error carries (the stock
+    # refusal's dish_id, the conflict's allowed_moves) only if the schema declares it, and
+    # tells the codes apart only if it names them
+    schema = served_schema()
+    body = json.loads(SCENARIOS[code](app).content)
+    problem = schema["components"]["schemas"]["Problem"]
+    assert set(body) <= set(problem["properties"]), (code, set(body) - set(problem["properties"]))
+    OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"}).validate(body)
+
+
 def test_the_tables_are_found_and_have_no_duplicate_codes() -> None:
     rows = documented_rows()
     codes = [code for _, _, code in rows]
@@ -445,8 +458,10 @@ def test_the_tables_are_found_and_have_no_duplicate_codes() -> None:
     assert len(rows) >= 35
 
 
-def test_every_code_the_app_can_answer_is_documented() -> None:
-    declared = {
+def declared_codes() -> set[str]:
+    """Every code the registries declare: the enums, the codes of bare statuses and the codes
+    the API's error handling names by itself."""
+    return {
         *OrderingErrorCode,
         *TenantErrorCode,
         *IdempotencyErrorCode,
@@ -457,6 +472,17 @@ def test_every_code_the_app_can_answer_is_documented() -> None:
         "VALIDATION_ERROR",
         "INVALID_JSON",
     }
+
+
+def test_every_code_the_app_can_answer_is_documented() -> None:
+    declared = declared_codes()
     documented = {code for _, _, code in documented_rows()}
     assert declared - NOT_ANSWERED_BY_THE_API - documented == set()
     assert set(SCENARIOS) == documented  # no scenario for a row that is gone
+
+
+def test_the_schema_s_codes_are_those_the_registries_declare_the_api_answers(db: None) -> None:
+    schema = served_schema()
+    code = schema["components"]["schemas"]["Problem"]["properties"]["code"]
+    codes = schema["components"]["schemas"][code["$ref"].rsplit("/", 1)[-1]]["enum"]
+    assert sorted(codes) == sorted(declared_codes() - NOT_ANSWERED_BY_THE_API)

@@ -455,11 +455,31 @@ export interface components {
         };
         /** @description RFC 9457 problem details with a machine-readable ``code``. */
         Problem: {
-            code: string;
+            code: components["schemas"]["ProblemCode"];
             detail: string;
             status: number;
             /** @description Field errors, on invalid input */
             errors?: unknown;
+            /** @description INSUFFICIENT_STOCK, QUANTITY_INVALID: the dish refused */
+            dish_id?: number;
+            /** @description DISH_NOT_FOUND, DISH_UNAVAILABLE: the dishes refused */
+            dish_ids?: number[];
+            /** @description The bound that refused: REQUEST_TOO_LARGE, bytes; IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED, tokens outstanding; ORDER_TOTAL_TOO_LARGE, the largest amount, a decimal string */
+            limit?: number | string;
+            /**
+             * @description IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's or the caller's share
+             * @enum {string}
+             */
+            scope?: "tenant" | "principal";
+            /** @description ORDER_ALREADY_PLACED: the order this key placed; ORDER_STATUS_CONFLICT: the order refused */
+            order_id?: string;
+            /** @description ORDER_STATUS_CONFLICT: the order's status now */
+            order_status?: components["schemas"]["OrderStatusEnum"];
+            /** @description ORDER_STATUS_CONFLICT: the moves the order allows now, and who may make each */
+            allowed_moves?: {
+                to: components["schemas"]["OrderStatusEnum"];
+                by: ("diner" | "merchant" | "provider" | "saga")[];
+            }[];
         };
         /**
          * @description * `applied` - applied
@@ -498,6 +518,11 @@ export interface components {
         TransitionIn: {
             to: components["schemas"]["ToEnum"];
         };
+        /**
+         * @description The machine-readable code of an error (README, API errors)
+         * @enum {string}
+         */
+        ProblemCode: "API_KEY_INVALID" | "API_KEY_MISSING" | "BAD_REQUEST" | "COUPON_EXHAUSTED" | "COUPON_INVALID" | "CURSOR_INVALID" | "DATABASE_UNAVAILABLE" | "DISH_NOT_FOUND" | "DISH_UNAVAILABLE" | "HTTPS_REQUIRED" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_PAYLOAD_INVALID" | "IDEMPOTENCY_REQUEST_IN_PROGRESS" | "IDEMPOTENCY_TOKENS_UNAVAILABLE" | "IDEMPOTENCY_TOKEN_INVALID" | "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED" | "IDEMPOTENCY_TOKEN_UNKNOWN" | "IDEMPOTENCY_TOKEN_USED" | "INSUFFICIENT_STOCK" | "INVALID_JSON" | "METHOD_NOT_ALLOWED" | "NOT_ACCEPTABLE" | "NOT_FOUND" | "ORDER_ALREADY_PLACED" | "ORDER_ID_UNAVAILABLE" | "ORDER_NOT_FOUND" | "ORDER_STATUS_CONFLICT" | "ORDER_TOTAL_TOO_LARGE" | "PAYMENT_CALLBACK_INVALID" | "PAYMENT_NOT_FOUND" | "PAYMENT_PROVIDER_UNKNOWN" | "PAYMENT_SIGNATURE_INVALID" | "PAYMENT_TIMESTAMP_INVALID" | "PAYMENT_TIMESTAMP_STALE" | "PERMISSION_DENIED" | "QUANTITY_INVALID" | "RATE_LIMITED" | "REQUEST_TOO_LARGE" | "SERVER_ERROR" | "SESSION_EXPIRED" | "SESSION_INVALID" | "SESSION_REVOKED" | "TENANT_SUSPENDED" | "UNSUPPORTED_MEDIA_TYPE" | "VALIDATION_ERROR";
     };
     responses: never;
     parameters: never;
