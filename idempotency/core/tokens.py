@@ -148,7 +148,9 @@ class StoreResult:
 class TokenStatus(StrEnum):
     UNUSED = "unused"
     USED = "used"
-    UNKNOWN = "unknown"  # signed by us for this caller, but not in Redis: expired
+    # signed by us for this caller, but not in Redis: expired unused, never issued, or lost with
+    # Redis's data (a used one then still replays from the database on its endpoint)
+    UNKNOWN = "unknown"
     INVALID = "invalid"  # malformed, forged, or another caller's
 
 

@@ -369,6 +369,25 @@ def test_an_unused_token_is_unknown_after_redis_lost_its_data(
     assert Order.all_tenants.count() == 0
 
 
+def test_a_used_token_checks_unknown_after_redis_lost_its_data_yet_its_order_replays(
+    api: Any, menu: Any, client: redis.Redis, tenant: Any
+) -> None:
+    """``unknown`` says Redis does not hold the token, not that it did nothing: the check reads
+    Redis alone, while the order the token placed answers its retry from the database."""
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*"):  # restarted empty
+        client.delete(key)
+    stores.local_cache().clear()  # and a process that has not seen the answer
+
+    checked = api.post(CHECK, {"tokens": [token]}, format="json")
+    again = place(api, menu, token)
+
+    assert checked.json()["results"] == [{"token": token, "status": "unknown"}]
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert Order.all_tenants.count() == 1
+
+
 def test_a_token_whose_mark_and_record_are_gone_names_the_order_it_placed(
     api: Any, menu: Any, client: redis.Redis, tenant: Any
 ) -> None:
