@@ -144,6 +144,24 @@ def test_an_answer_lost_after_commit_is_replayed_byte_for_byte_and_orders_once(
     assert len(client.orders()["results"]) == 1
 
 
+def test_a_replayed_order_carries_null_contact_details_named_by_a_header(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client
+) -> None:
+    """The answer kept for retries has the diner's contact details blanked (the order row keeps
+    them): the replay the client returns after a lost answer says which, and the order read
+    afresh has them."""
+    client = make_client(proxy.url)
+    contact = {"phone": "+44 20 7946 0000", "address": "1 High Street"}
+    proxy.drop_responses(1, path=ORDERS)
+
+    result = client.place_order({**shop.order_body(), "contact": contact})
+
+    assert result.replayed
+    assert result.json()["contact"] == {"phone": None, "address": None}
+    assert result.headers["idempotency-redacted"] == "contact.phone, contact.address"
+    assert client.order(result.json()["id"])["contact"] == contact
+
+
 def test_a_request_still_running_answers_409_then_the_client_gets_its_replay(
     client_server: LiveServer, shop: Shop, row_lock: RowLock, make_client, wire
 ) -> None:

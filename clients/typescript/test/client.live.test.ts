@@ -114,6 +114,19 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal((await client.orders()).results.length, 1);
   });
 
+  test("a replayed order carries null contact details, named by Idempotency-Redacted", async () => {
+    const { client } = clientOf(live!.proxy);
+    const contact = { phone: "+44 20 7946 0000", address: "1 High Street" };
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const result = await client.placeOrder({ ...orderBody(), contact });
+
+    assert.ok(result.replayed);
+    assert.deepEqual(result.data.contact, { phone: null, address: null });
+    assert.equal(result.headers.get("Idempotency-Redacted"), "contact.phone, contact.address");
+    assert.deepEqual((await client.order(result.data.id)).contact, contact);
+  });
+
   test("signing out a session whose answer was lost, or that had ended, is done, not an error", async () => {
     for (const lost of [true, false]) {
       const storage = memoryStorage();
