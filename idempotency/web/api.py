@@ -192,8 +192,16 @@ def _describe_for_openapi() -> None:
         return
     from idempotency.web.openapi import problems
 
+    # an enum, so that a client generated from the schema can switch on it
     extend_schema_field(
-        {"type": "string", "description": " | ".join(s.value for s in tokens.TokenStatus)}
+        {
+            "type": "string",
+            "enum": [status.value for status in tokens.TokenStatus],
+            "description": "unused: issued to this caller, not used yet; used: consumed by an "
+            "operation; unknown: Redis does not hold it (expired unused, never issued, or lost "
+            "with Redis's data: it may have been used); invalid: malformed, forged, or another "
+            "caller's",
+        }
     )(TokenStatusField)
     check_out = inline_serializer(
         "CheckTokensOut",

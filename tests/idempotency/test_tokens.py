@@ -436,6 +436,27 @@ def test_batch_check_reports_each_token_in_one_round_trip(
     assert counting.sends == 1
 
 
+def test_the_schema_names_every_status_a_check_answers_and_no_other(
+    api: Any, menu: Any, tenant: Any
+) -> None:
+    # a client generated from the schema switches on a token's status: it was declared as any
+    # string, its four values only in a description
+    unused, used = issue(api, 2).json()["tokens"]
+    place(api, menu, used)
+    unknown = sign_token(tenant=str(tenant.pk), principal=principal_of(api), token_id="C" * 22)
+    checked = api.post(CHECK, {"tokens": [used, unused, unknown, "garbage"]}, format="json")
+    answered = {result["status"] for result in checked.json()["results"]}
+
+    schema = Client().get("/api/schema/", {"format": "json"}).json()
+    declared = schema["components"]["schemas"]["TokenCheckResult"]["properties"]["status"]
+    ref = declared.get("$ref") or declared.get("allOf", [{}])[0].get("$ref")
+    if ref:  # an enum of its own, named beside its description
+        declared = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+
+    assert answered == {"unused", "used", "unknown", "invalid"}
+    assert sorted(declared.get("enum", [])) == sorted(answered), declared
+
+
 @pytest.mark.parametrize(
     "tokens",
     [

@@ -504,9 +504,11 @@ export interface components {
         ToEnum: "ACCEPTED" | "PREPARING" | "READY" | "DELIVERING" | "COMPLETED" | "CANCELLED";
         TokenCheckResult: {
             token: string;
-            /** @description unused | used | unknown | invalid */
-            status: string;
+            /** @description unused: issued to this caller, not used yet; used: consumed by an operation; unknown: Redis does not hold it (expired unused, never issued, or lost with Redis's data: it may have been used); invalid: malformed, forged, or another caller's */
+            status: components["schemas"]["TokenCheckResultStatusEnum"];
         };
+        /** @enum {string} */
+        TokenCheckResultStatusEnum: "unused" | "used" | "unknown" | "invalid";
         Transition: {
             from_status: components["schemas"]["OrderStatusEnum"] | components["schemas"]["BlankEnum"];
             readonly to_status: components["schemas"]["OrderStatusEnum"];
