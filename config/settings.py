@@ -594,6 +594,8 @@ SPECTACULAR_SETTINGS = {
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     "ENUM_NAME_OVERRIDES": {
         "OrderStatusEnum": "ordering.models.orders.OrderStatus",
+        # an order's payment_method and its payment's method, one name for both
+        "PaymentMethodEnum": "ordering.services.placing.PAYMENT_METHODS",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

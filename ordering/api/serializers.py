@@ -126,6 +126,9 @@ class OrderLineSerializer(serializers.ModelSerializer):
 
 
 class DinerPaymentSerializer(serializers.ModelSerializer):
+    # The order's method, one the request named: declared as those, not any string
+    method = serializers.ChoiceField(choices=PAYMENT_METHODS, read_only=True)
+
     class Meta:
         model = Payment
         fields = ["provider", "method", "amount", "currency", "status"]
@@ -158,6 +161,9 @@ class TransitionSerializer(DinerTransitionSerializer):
 
 class OrderSerializer(serializers.ModelSerializer):
     id = serializers.CharField(read_only=True)
+    # What the request named (PlaceOrderIn's payment_method): declared as its choices, which
+    # the model's free text field does not know
+    payment_method = serializers.ChoiceField(choices=PAYMENT_METHODS, read_only=True)
     number = serializers.IntegerField(
         read_only=True,
         allow_null=True,

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from ordering.api.views import OrderListCreateView
 from ordering.models import Dish, Order, OrderStatus
-from ordering.services.placing import MAX_LINES
+from ordering.services.placing import MAX_LINES, PAYMENT_METHODS
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.conftest import api_for, diner_token, menu_for
@@ -366,6 +366,27 @@ def test_an_order_not_paid_yet_conforms_to_the_schema_s_order(client, api, menu)
     assert order.is_valid({**created.json(), "payment": {**paid, "status": "pending"}})
     assert not order.is_valid({**created.json(), "payment": {**paid, "status": 1}})
     assert not order.is_valid({**created.json(), "payment": "pending"})
+
+
+@pytest.mark.parametrize("method", PAYMENT_METHODS)
+def test_the_schema_names_the_payment_methods_an_order_and_its_payment_answer(
+    client, api, menu, method
+):
+    # a request names one of the methods (PaymentMethodEnum) and the answer repeats it, but
+    # the order's payment_method and its payment's method were declared as any string: a
+    # client generated from the schema could not switch on what it had sent
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    created = place(api, menu, payment_method=method).json()
+    paid = api.post(f"/api/v1/orders/{created['id']}/pay/", HTTP_IDEMPOTENCY_KEY="pay").json()
+    assert (paid["payment_method"], paid["payment"]["method"]) == (method, method)
+
+    def enum_of(declared):
+        ref = declared.get("$ref") or declared.get("allOf", [{}])[0].get("$ref")
+        return schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["enum"] if ref else None
+
+    properties = schema["components"]["schemas"]
+    assert enum_of(properties["Order"]["properties"]["payment_method"]) == list(PAYMENT_METHODS)
+    assert enum_of(properties["Payment"]["properties"]["method"]) == list(PAYMENT_METHODS)
 
 
 def test_the_schema_bounds_an_order_s_items_as_the_server_does(client):

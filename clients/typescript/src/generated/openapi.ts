@@ -320,7 +320,7 @@ export interface components {
             readonly business_day: string | null;
             readonly status: components["schemas"]["OrderStatusEnum"];
             readonly diner_id: string;
-            readonly payment_method: string;
+            readonly payment_method: components["schemas"]["PaymentMethodEnum"];
             readonly coupon_code: string | null;
             /** Format: decimal */
             readonly subtotal: string;
@@ -351,7 +351,7 @@ export interface components {
             readonly business_day: string | null;
             readonly status: components["schemas"]["OrderStatusEnum"];
             readonly diner_id: string;
-            readonly payment_method: string;
+            readonly payment_method: components["schemas"]["PaymentMethodEnum"];
             readonly coupon_code: string | null;
             /** Format: decimal */
             readonly subtotal: string;
@@ -416,7 +416,7 @@ export interface components {
             readonly provider: string;
             /** @description Shown to merchant keys only. */
             provider_txn_id?: string;
-            readonly method: string;
+            readonly method: components["schemas"]["PaymentMethodEnum"];
             /** Format: decimal */
             readonly amount: string;
             readonly currency: string;
