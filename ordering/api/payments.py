@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from idempotency.web.openapi import problems
+from ordering.models import OrderStatus, ProviderConflict
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
@@ -46,8 +47,12 @@ class PaymentCallbackView(APIView):
                         choices=["applied", "duplicate", "ignored", "conflict"]
                     ),
                     "order_id": serializers.CharField(),
-                    "order_status": serializers.CharField(),
-                    "conflict": serializers.CharField(allow_null=True),
+                    # enums, so that an integration generated from the schema can switch
+                    # on the order's status and on the kind of conflict recorded
+                    "order_status": serializers.ChoiceField(choices=OrderStatus.choices),
+                    "conflict": serializers.ChoiceField(
+                        choices=ProviderConflict.Kind.choices, allow_null=True
+                    ),
                 },
             ),
             **problems(400, 401, 404, 413, 415),

@@ -12,6 +12,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
+from openapi_schema_validator import OAS30ReadValidator
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
@@ -566,3 +567,28 @@ def test_a_callback_is_labelled_as_the_engine_labels_every_other_route(deliver, 
     assert [row.endpoint for row in audits()] == [route]
     labels = {"tenant": str(tenant.pk), "endpoint": route, "outcome": "MISS"}
     assert REGISTRY.get_sample_value("idempotency_outcomes_total", labels) >= 1
+
+
+def test_the_schema_names_the_statuses_and_conflicts_a_callback_answers(deliver, paying):
+    # the order's status and the conflict's kind were declared as any string: a provider's
+    # integration generated from the schema could not switch on them
+    _, payment = paying
+    answered = deliver(*signed(payment, amount=Decimal("1.00"))).json()
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    declared = schema["components"]["schemas"]["PaymentCallbackResult"]["properties"]
+
+    def enum_of(member):
+        refs = [
+            m["$ref"]
+            for m in [member, *member.get("allOf", []), *member.get("oneOf", [])]
+            if "$ref" in m
+        ]
+        schemas = schema["components"]["schemas"]
+        return [v for ref in refs for v in schemas[ref.rsplit("/", 1)[-1]]["enum"] if v]
+
+    result = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/PaymentCallbackResult"})
+    assert [e.message for e in result.iter_errors(answered)] == []
+    assert enum_of(declared["order_status"]) == list(S.values)
+    assert enum_of(declared["conflict"]) == list(ProviderConflict.Kind.values)
+    assert result.is_valid({**answered, "conflict": None})
+    assert not result.is_valid({**answered, "conflict": "something_else"})

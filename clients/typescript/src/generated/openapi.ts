@@ -258,6 +258,14 @@ export interface components {
         CheckTokensOut: {
             results: components["schemas"]["TokenCheckResult"][];
         };
+        /**
+         * @description * `amount_mismatch` - Amount or currency differs from the order
+         *     * `paid_after_cancel` - Captured after the order was cancelled
+         *     * `paid_twice` - Captured for an order another payment had already paid
+         *     * `unexpected_state` - Success for an order not awaiting payment
+         * @enum {string}
+         */
+        ConflictEnum: "amount_mismatch" | "paid_after_cancel" | "paid_twice" | "unexpected_state";
         Contact: {
             /** @description Personal data: null in a replay whose Idempotency-Redacted header names it (GET the order for the value). */
             phone: string | null;
@@ -303,6 +311,8 @@ export interface components {
             /** @description Portions; more than 100 of one dish per order answers 400 QUANTITY_INVALID */
             quantity: number;
         };
+        /** @enum {unknown} */
+        NullEnum: null;
         OpenSessionIn: {
             /** @description Merchant keys only: the diner your backend signed in (1-64 of A-Za-z0-9_.:@-; not starting with 'guest_' or 'erased-'). */
             diner_id?: string | null;
@@ -425,8 +435,8 @@ export interface components {
         PaymentCallbackResult: {
             result: components["schemas"]["ResultEnum"];
             order_id: string;
-            order_status: string;
-            conflict: string | null;
+            order_status: components["schemas"]["OrderStatusEnum"];
+            conflict: (components["schemas"]["ConflictEnum"] | components["schemas"]["NullEnum"]) | null;
         };
         /**
          * @description * `card` - card
