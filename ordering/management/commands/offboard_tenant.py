@@ -77,7 +77,10 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"cancelled paid orders {ids}: the cancel saga refunds their diners"
                 )
-                job = run_offboarding(job.pk)
+            # stepped again even when this run cancelled nothing: another run (or staff) may
+            # have cancelled them meanwhile, and the job's words from before would say they
+            # still wait to be cancelled
+            job = run_offboarding(job.pk)
         if not job.is_done:  # suspended, its money still moving: nothing closed or removed
             raise CommandError(f"offboarding {job.pk} of {tenant.slug}: {job.last_error}")
         self.stdout.write(
