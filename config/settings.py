@@ -658,6 +658,7 @@ DINER_SESSION_OPEN_RATE_PER_IP = env_bounded(
 # The share of a tenant's write ceiling (API_TENANT_WRITE_CEILING_PER_MINUTE or its own) that
 # all guest sessions together may fill: anyone can open guests with the public publishable key,
 # so they stop at this share and the rest of each window stays the merchant's (0 < share <= 1).
+# Guests' outstanding pre-issued tokens stop at the same share of the tenant's token quota.
 API_GUEST_CEILING_SHARE = env_share("API_GUEST_CEILING_SHARE", 0.8)
 
 # `manage.py seed_demo` keeps the demo's full API keys here (DEBUG only, git-ignored) so that a
@@ -790,6 +791,9 @@ IDEMPOTENCY = {
     # Pre-issued tokens outstanding per tenant (Tenant.token_quota overrides)
     "TOKEN_QUOTA": env_bounded("IDEMPOTENCY_TOKEN_QUOTA", 100_000, low=1, high=100_000_000),
     "TOKEN_QUOTA_FOR_TENANT": "tenants.models.token_quota_of",
+    # Guests hold at most API_GUEST_CEILING_SHARE of the tenant's outstanding tokens, all
+    # together; the rest is left to the merchant's keys and the diners they sign in
+    "TOKEN_QUOTA_SHARE": "tenants.ceiling_share.ceiling_share_of",
     # Also take the database claim under a Redis claim (ADR 0005): a duplicate that falls back
     # to the database because Redis died mid-run then waits for that run (one more statement)
     "DATABASE_CLAIM_UNDER_REDIS": env_bool("IDEMPOTENCY_DATABASE_CLAIM_UNDER_REDIS", True),

@@ -85,8 +85,9 @@ rate_limited = _metric(
     "idempotency_rate_limited_total",
     "Requests refused 429 by a limit, per tenant and the limit that refused them: a "
     "principal's own write rate (principal), the tenant's ceiling (ceiling) or the share of it "
-    "a caller may fill (ceiling_share), tokens past the tenant's quota (token_quota) or a "
-    "principal's share of it (token_quota_principal); the host app may count its own limits "
+    "a caller may fill (ceiling_share), tokens past the tenant's quota (token_quota), a "
+    "principal's share of it (token_quota_principal) or the share of it a caller may fill "
+    "(token_quota_share); the host app may count its own limits "
     "here too",
     ["tenant", "limit"],
 )

@@ -6,7 +6,9 @@ is a principal with its own write limit: a handful of guests could otherwise tak
 whole ceiling and leave the merchant's own writes (order transitions, signing diners in) at 429.
 Guests therefore stop once the tenant's counter reaches ``API_GUEST_CEILING_SHARE`` of the
 ceiling; the merchant's keys and the diners they sign in may go on to the full ceiling on the
-same counter.
+same counter. The same share bounds the pre-issued tokens guests hold outstanding (the
+engine's ``TOKEN_QUOTA_SHARE`` hook): otherwise enough guest sessions would fill the tenant's
+token quota for a day and the merchant's keys would be refused tokens.
 """
 
 from __future__ import annotations

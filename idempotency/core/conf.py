@@ -104,6 +104,10 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_QUOTA": 100_000,
     # dotted path: (tenant_key) -> the tenant's own quota | None (None: TOKEN_QUOTA)
     "TOKEN_QUOTA_FOR_TENANT": None,
+    # dotted path: (request) -> the share (0 < share <= 1) of the tenant's quota that request
+    # may fill, or None for all of it; issuing is refused once it would bring the tenant's
+    # outstanding count above ceil(quota * share). None: every request may fill the whole quota
+    "TOKEN_QUOTA_SHARE": None,
     # Per-tenant usage in /metrics (idempotency/stores/usage.py): how long a process keeps its
     # count of records, and how many Redis keys its census reads further per scrape
     "USAGE_CACHE_SECONDS": 60.0,

@@ -39,6 +39,12 @@ tenant's (``idem:{t:<tenant>}:tokq:<principal hash>``), checked first, and
 kept by the same Lua calls: both ledgers are checked and added to in one ``issue_tokens.lua``,
 and a used token leaves both in ``claim_token.lua``.
 
+**Guests' share.** Anyone holding a tenant's public key may open guest sessions, each a
+principal of its own, so guests alone could still fill the quota. The ``TOKEN_QUOTA_SHARE``
+hook (request -> share) holds such callers to a share of it, counted over everyone's tokens
+in the tenant's ledger and checked in the same ``issue_tokens.lua`` call; callers with the
+whole share go on up to the full quota (as ``RATE_LIMIT_CEILING_SHARE`` does for writes).
+
 **Database-only mode** (no Redis, breaker open, Redis error during the claim): a validly
 signed token is accepted as a plain key. The idempotency record still makes the operation run
 once and replay for retries; what is lost is only "one token, one operation": the token can
@@ -122,22 +128,25 @@ class TokensUnavailable(Exception):
 
 
 class QuotaExceeded(Exception):
-    """Issuing would pass the tenant's quota of outstanding tokens, or the principal's share
-    of it (``per_principal``); nothing was issued."""
+    """Issuing would pass the tenant's quota of outstanding tokens (``scope`` "tenant"), the
+    principal's share of it ("principal"), or the share of the tenant's quota this caller may
+    fill ("tenant_share", ``TOKEN_QUOTA_SHARE``: a guest); nothing was issued."""
 
-    def __init__(
-        self, *, limit: int, retry_after_seconds: int, per_principal: bool = False
-    ) -> None:
+    def __init__(self, *, limit: int, retry_after_seconds: int, scope: str = "tenant") -> None:
         super().__init__(f"the quota of {limit} outstanding tokens is reached")
         self.limit = limit
         self.retry_after_seconds = retry_after_seconds
-        self.per_principal = per_principal
+        self.scope = scope
+
+    @property
+    def per_principal(self) -> bool:
+        return self.scope == "principal"
 
 
 @dataclass(frozen=True)
 class StoreResult:
     """What ``issue_tokens.lua`` answered: stored, or refused by a quota (``refused_by``:
-    "principal" or "tenant")."""
+    "principal", "tenant" or "tenant_share")."""
 
     stored: bool
     outstanding: int
@@ -308,17 +317,20 @@ def store_tokens(
     limit: int | None = None,
     bucket_ms: int = QUOTA_BUCKET_MS,
     principal_limit: int | None = None,
+    share_limit: int | None = None,
 ) -> StoreResult:
     """Store ``tokens`` as unused, each under its own key with a TTL, and count them in the
     quota ledgers of their hash tag, the tenant's and the principal's: one Lua call per tag
     (tokens from :func:`new_tokens` with a ``sub_bucket`` share one tag: one round trip). With
     ``limit`` (the tenant's ledger) or ``principal_limit`` (the principal's), tokens that would
-    bring a ledger's outstanding count above it are refused together and nothing is stored.
+    bring a ledger's outstanding count above it are refused together and nothing is stored;
+    ``share_limit`` is a lower limit on the tenant's ledger for this caller alone (a guest's
+    share of the quota), checked in the same call, so the others may go on up to ``limit``.
     ``bucket_ms`` is the ledgers' bucket width (what ``claim_token.lua`` is told on use)."""
     groups: dict[str, list[str]] = {}
     for token in tokens:
         groups.setdefault(_tag(tenant, token, buckets), []).append(token)
-    if (limit is not None or principal_limit is not None) and len(groups) > 1:
+    if (limit, principal_limit, share_limit) != (None, None, None) and len(groups) > 1:
         raise ValueError("tokens under a limit must share one hash tag (new_tokens(sub_bucket=))")
     result = StoreResult(stored=True, outstanding=0)
     for group in groups.values():
@@ -338,6 +350,7 @@ def store_tokens(
         ]
         args = [-1 if limit is None else limit, ttl_seconds * 1000, _UNUSED + principal]
         args += [bucket_ms, -1 if principal_limit is None else principal_limit]
+        args.append(-1 if share_limit is None else share_limit)
         stored, outstanding, third, *refused_by = _issue_script()(
             keys=keys, args=args, client=client
         )
@@ -391,10 +404,15 @@ def _status_of(value: bytes | None, unused: bytes) -> TokenStatus:
     return TokenStatus.INVALID  # stored for another principal: cannot be this caller's
 
 
-def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
+def issue_tokens(
+    *, tenant: str, principal: str, count: int, share: float | None = None
+) -> IssuedTokens:
     """Issue ``count`` tokens to ``principal`` on the tenant's node, or raise
-    :class:`QuotaExceeded` or :class:`TokensUnavailable`. ``expires_at`` is taken before
-    storing, so it is never later than the keys' real expiry."""
+    :class:`QuotaExceeded` or :class:`TokensUnavailable`. ``share`` (below 1: the
+    ``TOKEN_QUOTA_SHARE`` hook's answer for a guest) is the part of the tenant's quota this
+    caller may fill, counting every principal's tokens: guests, each a principal anyone with
+    the public key can open, cannot leave the merchant without tokens. ``expires_at`` is taken
+    before storing, so it is never later than the keys' real expiry."""
     if not 1 <= count <= engine_setting("TOKEN_MAX_BATCH"):
         raise ValueError(f"count must be 1..{engine_setting('TOKEN_MAX_BATCH')}")
     ttl = int(engine_setting("TOKEN_TTL_SECONDS"))
@@ -405,7 +423,11 @@ def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
         tenant=tenant, principal=principal, count=count, buckets=buckets, sub_bucket=sub_bucket
     )
     quota = token_quota(tenant)
-    per_principal = principal_token_quota(quota)
+    limits = {"tenant": quota, "principal": principal_token_quota(quota)}
+    share_limit = None
+    if share is not None and share < 1:
+        limits["tenant_share"] = quota_share(quota, share)
+        share_limit = quota_share(math.ceil(quota / buckets), share)
 
     def store(client: Any) -> StoreResult:
         return store_tokens(
@@ -416,18 +438,19 @@ def issue_tokens(*, tenant: str, principal: str, count: int) -> IssuedTokens:
             ttl_seconds=ttl,
             buckets=buckets,
             limit=math.ceil(quota / buckets),
-            principal_limit=math.ceil(per_principal / buckets),
+            principal_limit=math.ceil(limits["principal"] / buckets),
+            share_limit=share_limit,
         )
 
     result = _on_node(tenant, store)
     if result is None:
         raise TokensUnavailable
     if not result.stored:
-        by_principal = result.refused_by == "principal"
+        scope = result.refused_by or "tenant"
         raise QuotaExceeded(
-            limit=per_principal if by_principal else quota,
+            limit=limits[scope],
             retry_after_seconds=max(1, math.ceil(result.retry_after_ms / 1000)),
-            per_principal=by_principal,
+            scope=scope,
         )
     return IssuedTokens(tokens=tokens, expires_at=expires_at, ttl_seconds=ttl)
 
@@ -438,6 +461,13 @@ def token_quota(tenant: str) -> int:
     lookup = engine_hook("TOKEN_QUOTA_FOR_TENANT")
     own = lookup(tenant) if lookup is not None else None
     return int(own or engine_setting("TOKEN_QUOTA"))
+
+
+def quota_share(quota: int, share: float) -> int:
+    """The part of ``quota`` a caller with ``share`` may fill: rounded up, at least 1 (0.8 of
+    2,000 is 1,600), as a share of the write ceiling is (``ratelimit.ceiling_share``)."""
+    # rounded first so that float noise (20 * 0.7 = 14.000000000000002) does not add one
+    return max(1, math.ceil(round(quota * share, 9)))
 
 
 PRINCIPAL_SHARE = 50

@@ -66,6 +66,7 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "TOKEN_MAX_BATCH": (0, "must be a positive integer"),
     "TOKEN_QUOTA": (-100, "must be a positive integer"),
     "TOKEN_QUOTA_FOR_TENANT": ("builtins.nonexistent", "cannot be imported"),
+    "TOKEN_QUOTA_SHARE": ("idempotency.no_such_module.share", "cannot be imported"),
     "USAGE_CACHE_SECONDS": (-60, "must be 0 or more"),
     "USAGE_SCAN_KEYS": (0, "must be a positive integer"),
     "INSTANCE_REGISTRY": ("true", "must be True or False"),

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from idempotency.core import responses, tokens
-from idempotency.core.conf import caller_scope, engine_setting
+from idempotency.core.conf import caller_scope, engine_hook, engine_setting
 from idempotency.core.error_codes import IdempotencyErrorCode
 from idempotency.metrics import count_rate_limited
 from idempotency.web.errors import ProblemAPIView
@@ -116,9 +116,20 @@ def _unavailable() -> HttpResponse:
     return response
 
 
+# the ``limit`` label of /metrics' idempotency_rate_limited_total for each refusing scope
+_QUOTA_LIMIT_LABELS = {
+    "tenant": "token_quota",
+    "principal": "token_quota_principal",
+    "tenant_share": "token_quota_share",
+}
+
+
 def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
     # the engine's own words: a host's callers are its principals, whatever it calls them
-    holder = "You" if exc.per_principal else "This tenant"
+    holder = {
+        "principal": "You",
+        "tenant_share": "This tenant, for callers held to a share of its quota as you are,",
+    }.get(exc.scope, "This tenant")
     response = responses.problem(
         429,
         IdempotencyErrorCode.TOKEN_QUOTA_EXCEEDED,
@@ -126,7 +137,7 @@ def _quota_exceeded(exc: tokens.QuotaExceeded) -> HttpResponse:
         "neither used nor expired); use or let expire the ones held, or send your own "
         "Idempotency-Key.",
         limit=exc.limit,
-        scope="principal" if exc.per_principal else "tenant",
+        scope=exc.scope,
     )
     response["Retry-After"] = str(exc.retry_after_seconds)
     return response
@@ -143,15 +154,18 @@ class IssueTokensView(ProblemAPIView):
         if isinstance(identity, HttpResponse):
             return identity
         tenant, principal = identity
+        share_of = engine_hook("TOKEN_QUOTA_SHARE")
         try:
             issued = tokens.issue_tokens(
-                tenant=tenant, principal=principal, count=data.validated_data["count"]
+                tenant=tenant,
+                principal=principal,
+                count=data.validated_data["count"],
+                share=share_of(request) if share_of is not None else None,
             )
         except tokens.TokensUnavailable:
             return _unavailable()
         except tokens.QuotaExceeded as exc:
-            quota = "token_quota_principal" if exc.per_principal else "token_quota"
-            count_rate_limited(tenant=tenant, limit=quota)
+            count_rate_limited(tenant=tenant, limit=_QUOTA_LIMIT_LABELS[exc.scope])
             return _quota_exceeded(exc)
         body = IssuedTokensOut(
             {

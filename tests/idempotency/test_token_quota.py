@@ -23,9 +23,11 @@ from idempotency.core.tokens import (
     quota_key,
     store_tokens,
 )
+from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient
 from tests.conftest import api_for
 from tests.idempotency.test_tokens import REDIS_URL, client, no_rate_limit
+from tests.support.auth import with_auth
 
 __all__ = ["client", "no_rate_limit"]  # fixtures shared with the token tests
 
@@ -274,3 +276,94 @@ def test_concurrent_issuers_never_pass_the_principal_s_share(client: redis.Redis
     theirs = client.hgetall(quota_key(tenant=tenant, token=batches[0][0]))
     assert sum(int(v) for v in mine.values()) == sum(int(v) for v in theirs.values()) == 500
     assert len(client.keys(f"idem:{{t:{tenant}}}:tok:*")) == 500
+
+
+# --- guests' share of the quota -----------------------------------------------------------
+
+
+def guest(tenant: Any) -> Any:
+    """A guest session, opened with the tenant's public publishable key as its app does."""
+    _, publishable = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    opened = with_auth(f"Api-Key {publishable}").post("/api/v1/diner-sessions/", format="json")
+    assert opened.status_code == 201
+    return with_auth(f"Bearer {opened.json()['token']}")
+
+
+@pytest.mark.django_db
+def test_guests_fill_their_share_of_the_quota_and_the_merchant_still_gets_tokens(
+    settings: Any, tenant: Any
+) -> None:
+    """The probe: two guest sessions issued 1,000 and 998 tokens of a quota of 2,000, and the
+    restaurant's own key was refused 429 until they expired. Guests now stop at 0.8 of it."""
+    settings.API_GUEST_CEILING_SHARE = 0.8
+    tenant.token_quota = 2000
+    tenant.save(update_fields=["token_quota"])
+    guests = [guest(tenant), guest(tenant)]
+    assert issue(guests[0], 1000).status_code == 201
+    assert issue(guests[1], 600).status_code == 201
+
+    refused = issue(guests[1], 1)
+
+    assert refused.status_code == 429
+    body = refused.json()
+    assert (body["code"], body["limit"], body["scope"]) == (
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED",
+        1600,
+        "tenant_share",
+    )
+    assert 24 * 3600 - 5 <= int(refused["Retry-After"]) <= 24 * 3600 + QUOTA_BUCKET_MS // 1000
+    assert issue(guest(tenant), 1).status_code == 429  # a new guest session is no way round
+    # the merchant's key and a diner it signed in go on to the full quota
+    assert issue(api_for(tenant, kind=ApiClient.Kind.MERCHANT), 300).status_code == 201
+    assert issue(api_for(tenant, diner="signed-in"), 100).status_code == 201
+    over = issue(api_for(tenant, kind=ApiClient.Kind.MERCHANT), 1)
+    assert (over.status_code, over.json()["scope"], over.json()["limit"]) == (429, "tenant", 2000)
+
+
+def test_concurrent_guests_never_pass_their_share_and_the_merchant_still_gets_tokens(
+    client: redis.Redis,
+) -> None:
+    # given 24 guest batches of 100 (share 500) and 4 merchant ones, all at once, under a quota
+    # of 1,000 that every guest batch alone would fit in
+    tenant = f"share-race-{uuid.uuid4().hex}"
+    batches = [
+        (f"g{i}", new_tokens(tenant=tenant, principal=f"g{i}", count=100)) for i in range(24)
+    ]
+    batches += [("m", new_tokens(tenant=tenant, principal="m", count=100)) for _ in range(4)]
+    barrier = threading.Barrier(len(batches))
+    results: list[tuple[str, Any]] = []
+
+    def issue_batch(principal: str, batch: list[str]) -> None:
+        own = redis.Redis.from_url(REDIS_URL)
+        try:
+            barrier.wait()
+            share_limit = None if principal == "m" else 500
+            result = store_tokens(
+                own,
+                tenant=tenant,
+                principal=principal,
+                tokens=batch,
+                ttl_seconds=60,
+                limit=1000,
+                share_limit=share_limit,
+            )
+            results.append((principal, result))
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=issue_batch, args=batch) for batch in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    # then the guests stored at most five, refused by their share, and the merchant all four
+    assert len(results) == len(batches)
+    guests = [r for p, r in results if p != "m"]
+    assert 1 <= sum(r.stored for r in guests) <= 5
+    assert {r.refused_by for r in guests if not r.stored} == {"tenant_share"}
+    assert all(r.stored for p, r in results if p == "m")
+    stored = 100 * sum(r.stored for _, r in results)
+    ledger = client.hgetall(quota_key(tenant=tenant, token=batches[0][1][0]))
+    assert sum(int(v) for v in ledger.values()) == stored <= 900
+    assert len(client.keys(f"idem:{{t:{tenant}}}:tok:*")) == stored

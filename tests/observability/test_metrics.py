@@ -224,10 +224,12 @@ def test_requests_refused_by_each_rate_limit_are_counted_per_tenant_and_limit(
 
 
 def test_token_requests_refused_by_the_quota_are_counted_per_tenant_and_holder(
-    client, tenant, other_tenant
+    client, settings, tenant, other_tenant
 ):
-    """Fifty guest sessions fill a tenant's token quota for a day (docs/idempotency.md): its
-    diners are then refused tokens, and the refusals are counted so that it can be seen."""
+    """Guest sessions fill their share of a tenant's token quota for a day
+    (docs/idempotency.md): guests are then refused tokens, and the refusals are counted so
+    that it can be seen."""
+    settings.API_GUEST_CEILING_SHARE = 0.8
     # given a quota of 2,500 tokens outstanding: 1,000 (one batch) for each principal
     tenant.token_quota = 2500
     tenant.save(update_fields=["token_quota"])
@@ -240,14 +242,19 @@ def test_token_requests_refused_by_the_quota_are_counted_per_tenant_and_holder(
     merchant = with_auth(f"Api-Key {secret}")
     before = scrape(client).content.decode()
 
-    # when a guest asks past its own share, and the merchant past the tenant's whole quota
-    asked = [(guests[0], 1000), (guests[0], 1), (guests[1], 1000), (merchant, 1000)]
+    # when a guest asks past its own share, another past the guests' share (2,000, the
+    # merchant's 600 included), and a diner the merchant signed in past the whole quota
+    signed_in = merchant.post("/api/v1/diner-sessions/", {"diner_id": "alice"}, format="json")
+    diner = with_auth(f"Bearer {signed_in.json()['token']}")
+    asked = [(merchant, 600), (guests[0], 1000), (guests[0], 1), (guests[1], 500)]
+    asked += [(diner, 1000)]
     answers = [
         holder.post("/api/v1/idempotency-tokens/", {"count": n}, format="json")
         for holder, n in asked
     ]
-    assert [r.status_code for r in answers] == [201, 429, 201, 429]
-    assert [r.json()["scope"] for r in answers if r.status_code == 429] == ["principal", "tenant"]
+    assert [r.status_code for r in answers] == [201, 201, 429, 429, 429]
+    scopes = [r.json()["scope"] for r in answers if r.status_code == 429]
+    assert scopes == ["principal", "tenant_share", "tenant"]
 
     # then each is counted on the tenant, under the quota that refused it
     body = scrape(client).content.decode()
@@ -259,7 +266,11 @@ def test_token_requests_refused_by_the_quota_are_counted_per_tenant_and_holder(
         )
 
     t = str(tenant.pk)
-    assert (refused(t, "token_quota_principal"), refused(t, "token_quota")) == (1, 1)
+    counted = {
+        limit: refused(t, limit)
+        for limit in ("token_quota_principal", "token_quota_share", "token_quota")
+    }
+    assert counted == dict.fromkeys(counted, 1.0)
     assert refused(str(other_tenant.pk), "token_quota") == 0
 
 

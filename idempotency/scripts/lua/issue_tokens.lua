@@ -11,11 +11,15 @@
 -- ARGV[3]      their value while unused: "p:<principal>"
 -- ARGV[4]      the width of an expiry bucket in milliseconds
 -- ARGV[5]      the most tokens that may be outstanding under the principal's ledger; -1: none
+-- ARGV[6]      the most tokens the tenant's ledger may hold after an issue by this caller, a
+--              share of ARGV[1] for a caller held to one (a guest: public keys open guest
+--              sessions at will, each a principal, so guests together stop there and the rest
+--              stays the merchant's); -1 or absent: ARGV[1] alone
 --
 -- Returns {1, outstanding, expires_at_ms} once the tokens are stored (outstanding: the
 -- tenant's), or {0, outstanding, retry_after_ms, refused_by} when they would exceed a limit,
--- refused_by "principal" (checked first) or "tenant", outstanding and retry_after_ms that
--- ledger's (nothing is written then but the pruning).
+-- refused_by "principal" (checked first), "tenant" or "tenant_share" (the tenant's ledger
+-- under ARGV[6]), outstanding and retry_after_ms that ledger's (nothing is written then but the pruning).
 --
 -- Why the counts stay right: a bucket is dropped once its whole width has passed (its tokens
 -- have expired), and claim_token.lua takes one off a token's bucket in both ledgers when it
@@ -24,6 +28,7 @@
 
 local limit, ttl_ms, unused, width = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local principal_limit = tonumber(ARGV[5])
+local share_limit = tonumber(ARGV[6] or -1)
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -56,6 +61,9 @@ end
 local outstanding, first_end = outstanding_in(KEYS[1])
 if limit >= 0 and outstanding + count > limit then
   return {0, outstanding, (first_end or now) - now, 'tenant'}
+end
+if share_limit >= 0 and outstanding + count > share_limit then
+  return {0, outstanding, (first_end or now) - now, 'tenant_share'}
 end
 
 local expires_at = now + ttl_ms

@@ -221,3 +221,40 @@ def test_a_body_nested_too_deeply_is_a_parse_error_of_the_token_api(client, tena
     body = '{"count": ' + "[" * 100_000 + "]" * 100_000 + "}"
     refused = client.post(url, body, content_type="application/json", **caller(tenant))
     assert _problem(refused) == (400, "application/problem+json", "PARSE_ERROR")
+
+
+def test_callers_held_to_a_share_of_the_quota_stop_there_and_the_others_go_on(
+    settings, client, tenant
+):
+    """The TOKEN_QUOTA_SHARE hook: anyone may open guests, each a principal of its own, so
+    guests together stop at their share of the tenant's quota, counted over everyone's tokens,
+    while a caller with the whole share goes on to the full quota."""
+    settings.IDEMPOTENCY = {
+        **settings.IDEMPOTENCY,
+        "TOKEN_QUOTA": 100,
+        "TOKEN_MAX_BATCH": 30,
+        "TOKEN_QUOTA_SHARE": "idempotency.tests.testapp.scope.half_for_guests",
+    }
+    issue(client, tenant, 30, principal="guest-1")
+    issue(client, tenant, 20, principal="guest-2")
+
+    def ask(principal: str, count: int) -> Any:
+        return client.post(
+            "/api/idempotency-tokens/",
+            {"count": count},
+            content_type="application/json",
+            **caller(tenant, principal),
+        )
+
+    over = ask("guest-3", 1)
+    assert over.status_code == 429
+    body = json.loads(over.content)
+    assert (body["code"], body["scope"], body["limit"]) == (
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED",
+        "tenant_share",
+        50,
+    )
+    assert int(over["Retry-After"]) >= 1
+    assert len(issue(client, tenant, 30, principal="alice")) == 30
+    assert len(issue(client, tenant, 20, principal="bob")) == 20
+    assert json.loads(ask("carol", 1).content)["scope"] == "tenant"

@@ -38,3 +38,8 @@ resolver_answer: dict[str, object] = {"value": None}
 
 def answering(request: HttpRequest) -> object:
     return resolver_answer["value"]
+
+
+def half_for_guests(request: HttpRequest) -> float | None:
+    """A TOKEN_QUOTA_SHARE hook: principals named ``guest-…`` may fill half of the quota."""
+    return 0.5 if request.headers.get("X-Principal", "").startswith("guest-") else None
