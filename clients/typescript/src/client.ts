@@ -91,6 +91,12 @@ export interface ClientOptions {
    * new operation), and a finished operation's kept key is pruned; default 72 h, the server's
    * default replay retention: a key resumed later would find no answer to replay. */
   operationTtlMs?: number;
+  /** For a diner signed in to the restaurant's own backend, which opens their session with its
+   * secret key (`sessionFromAnswer` of its answer): called instead of opening a guest session
+   * (none stored, or the stored one expired or could not be refreshed), and its session
+   * stored; when the server answers 401 for the session, called once more and the request
+   * sent again with the new session, a key only as the diner it was made for. */
+  sessionProvider?: () => Promise<Session>;
   /** Default `globalThis.fetch`. */
   fetch?: typeof fetch;
 }
@@ -157,6 +163,7 @@ export class OrderingClient {
   private readonly refreshMarginMs: number;
   private readonly operationTtlMs: number;
   private readonly fetchImpl: typeof fetch;
+  private readonly sessionProvider: (() => Promise<Session>) | undefined;
   /** Stored entries are per restaurant: an app may hold clients of several. */
   private readonly prefix: string;
   private pendingSession: Promise<Session> | null = null;
@@ -176,6 +183,7 @@ export class OrderingClient {
     this.refreshMarginMs = options.refreshMarginMs ?? 300_000;
     this.operationTtlMs = options.operationTtlMs ?? SERVER_REPLAY_MS;
     this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.sessionProvider = options.sessionProvider;
     this.prefix = `ordering-client:${options.publishableKey.split(".")[0]}:`;
   }
 
@@ -194,11 +202,12 @@ export class OrderingClient {
     if (query.status) params.set("status", query.status);
     if (query.cursor) params.set("cursor", query.cursor);
     const suffix = params.toString() ? `?${params}` : "";
-    return (await this.send<PaginatedOrders>("GET", `/api/v1/orders/${suffix}`, { auth: this.bearer })).data;
+    return (await this.send<PaginatedOrders>("GET", `/api/v1/orders/${suffix}`, { auth: this.bearer, renew: true }))
+      .data;
   }
 
   async order(orderId: string): Promise<Order> {
-    return (await this.send<Order>("GET", `/api/v1/orders/${orderId}/`, { auth: this.bearer })).data;
+    return (await this.send<Order>("GET", `/api/v1/orders/${orderId}/`, { auth: this.bearer, renew: true })).data;
   }
 
   // --- writes --------------------------------------------------------------------------
@@ -257,7 +266,7 @@ export class OrderingClient {
     try {
       let result: ApiResult<T>;
       try {
-        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key, renew: true });
       } catch (error) {
         if (own !== undefined || !tokenRefusedUnsent(error, key)) throw error;
         // A pre-issued token the server no longer knows (its Redis came back without its data)
@@ -265,7 +274,7 @@ export class OrderingClient {
         // it goes, and the operation takes a new key once.
         this.keys.discardBatch?.();
         key = await this.newOperationKey(entry, key.dinerId);
-        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key });
+        result = await this.send<T>("POST", path, { auth: this.bearerAs(key), content, key, renew: true });
       }
       await this.finished(entry, key, keep);
       return result;
@@ -328,9 +337,9 @@ export class OrderingClient {
   // --- the session ---------------------------------------------------------------------
 
   /**
-   * The current session: the stored one, refreshed when close to expiry, or a new guest
-   * session when there is none or it expired (an expired token cannot be refreshed).
-   * Concurrent callers share one request.
+   * The current session: the stored one, refreshed when close to expiry, or a new one
+   * (`newSession`) when there is none, it expired (an expired token cannot be refreshed) or its
+   * refresh was refused. Concurrent callers share one request.
    */
   session(): Promise<Session> {
     // One client at a time across those sharing the storage (locks.ts): they share one guest.
@@ -343,7 +352,7 @@ export class OrderingClient {
   private async currentSession(): Promise<Session> {
     const session = await this.storedSession();
     const now = Date.now();
-    if (session === null || session.expiresAt <= now) return this.openGuestSession();
+    if (session === null || session.expiresAt <= now) return this.newSession();
     if (session.expiresAt - now > this.refreshMarginMs) return session;
     try {
       const answer = await this.send<Schemas["DinerSessionOut"]>("POST", "/api/v1/diner-sessions/refresh/", {
@@ -352,17 +361,25 @@ export class OrderingClient {
       });
       return await this.saveSession(answer);
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) return this.openGuestSession();
+      if (error instanceof ApiError && error.status === 401) return this.newSession();
       throw error;
     }
   }
 
-  private async openGuestSession(): Promise<Session> {
-    const answer = await this.send<Schemas["DinerSessionOut"]>("POST", "/api/v1/diner-sessions/", {
-      auth: this.keyAuth,
-      content: "",
-    });
-    return this.saveSession(answer);
+  /** The `sessionProvider`'s session (a signed-in diner's), or else a new guest session, stored.
+   * What the provider throws reaches the caller as it is. */
+  private async newSession(): Promise<Session> {
+    if (this.sessionProvider === undefined) {
+      const answer = await this.send<Schemas["DinerSessionOut"]>("POST", "/api/v1/diner-sessions/", {
+        auth: this.keyAuth,
+        content: "",
+      });
+      return this.saveSession(answer);
+    }
+    const { token, dinerId, expiresAt } = await this.sessionProvider();
+    const session = { token, dinerId, expiresAt };
+    await this.storage.setItem(`${this.prefix}session`, JSON.stringify(session));
+    return session;
   }
 
   /** Forget the stored session if it is the one whose token was refused: another client on
@@ -378,7 +395,7 @@ export class OrderingClient {
   }
 
   private async saveSession({ data, headers }: ApiResult<Schemas["DinerSessionOut"]>): Promise<Session> {
-    const session = { token: data.token, dinerId: data.diner_id, expiresAt: onThisClock(data.expires_at, headers) };
+    const session = sessionFromAnswer(data, headers);
     await this.storage.setItem(`${this.prefix}session`, JSON.stringify(session));
     return session;
   }
@@ -486,14 +503,17 @@ export class OrderingClient {
    * bounds; throws any other error answer at once. With an operation's `key`, each attempt is
    * sent as the key's diner (`auth` throws `SessionChangedError` otherwise), and a 401 after
    * the key may have reached the server is a `SessionChangedError` too: the key must stay.
+   * `renew` (a request whose `auth` reads the current session): a 401 for the session, with a
+   * `sessionProvider`, sends it once more as the provider's new session.
    */
   private async send<T>(
     method: string,
     path: string,
-    request: { auth: Auth; content?: string; key?: KeyInFlight; retry?: RetryPolicy },
+    request: { auth: Auth; content?: string; key?: KeyInFlight; retry?: RetryPolicy; renew?: boolean },
   ): Promise<ApiResult<T>> {
     const policy = request.retry ?? this.retry;
     const key = request.key;
+    let renewed = false;
     // Counted from the first attempt: opening the session before it is a request of its own.
     let started: number | null = null;
     let lastError: ApiError | NetworkError | null = null;
@@ -540,6 +560,13 @@ export class OrderingClient {
           if (error.status === 401 && headers["Authorization"]?.startsWith("Bearer ")) {
             // Revoked or expired under our feet: the next call opens a new session.
             await this.forgetSession(headers["Authorization"].slice("Bearer ".length));
+            if (request.renew && this.sessionProvider !== undefined && !renewed) {
+              // A signed-in diner's session ended; the provider's new one is most likely the same
+              // diner's, whose key the server replays (a key goes only as its own diner:
+              // bearerAs). Once: a provider handing over an ended session gets its 401 thrown.
+              renewed = true;
+              continue;
+            }
             // The key may have done its work already, as this diner's: forgetting it would let
             // the next call, as a new guest, run the operation again.
             if (key?.mayHaveReached) throw new SessionChangedError(key.key, key.dinerId, undefined);
@@ -639,6 +666,17 @@ function onThisClock(expiresAt: string, headers: Headers): number {
  * waited NaN ms between them, hundreds of requests a second against a server answering 503. */
 function definedMembers<T extends object>(options: T): Partial<T> {
   return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as Partial<T>;
+}
+
+/** The session in an answer of `POST /api/v1/diner-sessions/` (or its refresh), its expiry on this
+ * device's clock counted from the answer's `Date` in `headers` (`onThisClock`); without them, as
+ * said. For a `sessionProvider`: the restaurant's backend opens the session and passes on the
+ * answer's body and its `Date`. */
+export function sessionFromAnswer(
+  answer: { token: string; diner_id: string; expires_at: string },
+  headers: Headers = new Headers(),
+): Session {
+  return { token: answer.token, dinerId: answer.diner_id, expiresAt: onThisClock(answer.expires_at, headers) };
 }
 
 function bearerHeader(token: string): Record<string, string> {

@@ -108,11 +108,13 @@ export class RetriesExhaustedError extends OrderingError {
  * attempt may have executed:
  *
  * - a key resumed from storage (an app that crashed mid-request and restarted after its guest
- *   session expired), or a retry within one call after the session expired between attempts:
- *   `dinerId` is the new session's diner;
+ *   session expired), or a retry within one call after the session expired between attempts,
+ *   or after the `sessionProvider` handed over another diner's session: `dinerId` is the new
+ *   session's diner;
  * - a 401 (the session was revoked or ended) answering a key that may already have reached the
- *   server (resumed from storage, or an earlier attempt of this call got no final answer):
- *   `dinerId` is `undefined`, no new session is open yet (the next call opens one).
+ *   server (resumed from storage, or an earlier attempt of this call got no final answer), and,
+ *   with a `sessionProvider`, answering the provider's new session too: `dinerId` is
+ *   `undefined`, no new session is open yet (the next call opens one).
  *
  * The outcome is unknown. The stored key stays until `operationTtlMs` runs out, so calling the
  * operation again throws this again rather than place it twice; to place the order anyway,

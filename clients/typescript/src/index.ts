@@ -6,6 +6,7 @@
 export {
   OrderingClient,
   requestId,
+  sessionFromAnswer,
   type ApiResult,
   type ClientOptions,
   type Dish,

@@ -3,6 +3,7 @@
 // tests/clients/test_typescript_client.py, which starts the server, the proxy and the control
 // endpoint and passes their addresses in the environment.
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,7 +17,9 @@ import {
   OrderingClient,
   requestId,
   RetriesExhaustedError,
+  type Session,
   SessionChangedError,
+  sessionFromAnswer,
   type ClientOptions,
   type PlaceOrderInput,
   type RetryEvent,
@@ -626,5 +629,213 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
       answer.headers.forEach((_value, name) => void (name.startsWith("access-control-") && cors.push(name)));
       assert.deepEqual(cors, [], `${answer.status}`);
     }
+  });
+});
+
+/** The restaurant's own backend: its diner signed in there, and it opens their ordering session
+ * with the restaurant's secret key (docs/tenancy.md). `provide` is the app's `sessionProvider`
+ * (here it asks the API itself; an app asks its backend, which relays the answer). */
+function backendOf() {
+  const backend = {
+    dinerId: `alice-${randomUUID().slice(0, 8)}`,
+    opened: [] as string[],
+    provide: async (): Promise<Session> => {
+      const answer = await fetch(`${live!.api}/api/v1/diner-sessions/`, {
+        method: "POST",
+        headers: { Authorization: `Api-Key ${live!.merchantKey}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ diner_id: backend.dinerId }),
+      });
+      assert.equal(answer.status, 201, await answer.clone().text());
+      backend.opened.push(backend.dinerId);
+      return sessionFromAnswer((await answer.json()) as { token: string; diner_id: string; expires_at: string }, answer.headers);
+    },
+  };
+  return backend;
+}
+
+/** A signed-in diner's client through the dropping proxy whose first order answer is lost; before
+ * the retry the merchant revokes the diner's sessions, and `then` runs (the retry waits). */
+async function signedInRevokedBeforeTheRetry(then: () => void = () => undefined) {
+  const backend = backendOf();
+  const storage = memoryStorage();
+  const wire = recordingFetch();
+  let revoking: Promise<void> = Promise.resolve();
+  const first = backend.dinerId;
+  const client = new OrderingClient({
+    baseUrl: live!.proxy,
+    publishableKey: live!.publishableKey,
+    retry: FAST,
+    storage,
+    sessionProvider: backend.provide,
+    fetch: async (input, init) => (await revoking, wire.fetch(input, init)),
+    onRetry: () => void (revoking = revokeSessions(first).then(then)),
+  });
+  await control("drop", { count: 1, method: "POST", path: ORDERS });
+  return { backend, storage, wire, client, first };
+}
+
+describe("a diner signed in to the restaurant's backend", { skip: live ? false : "run by tests/clients/test_typescript_client.py" }, () => {
+  test("orders with the session its backend opened, not a guest's", async () => {
+    const backend = backendOf();
+    const { client, wire } = clientOf(live!.api, { sessionProvider: backend.provide });
+
+    const placed = await client.placeOrder(orderBody(2));
+    const listed = await client.orders();
+
+    assert.deepEqual([placed.status, placed.replayed], [201, false]);
+    assert.equal((await client.session()).dinerId, backend.dinerId);
+    assert.equal(await ordersOf(backend.dinerId), 1);
+    assert.deepEqual(listed.results.map((o) => o.id), [placed.data.id]);
+    assert.deepEqual(backend.opened, [backend.dinerId]); // asked once, then the stored session
+    assert.equal(wire.posts("/api/v1/diner-sessions/").length, 0); // no guest session
+    await client.endSession(); // the diner signs out of the app
+    await client.placeOrder(orderBody(1));
+    assert.equal(backend.opened.length, 2);
+  });
+
+  test("a session near expiry is refreshed, and the provider asked once it expired", async () => {
+    const backend = backendOf();
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.api, { storage, sessionProvider: backend.provide });
+    await client.placeOrder(orderBody(1));
+
+    expireSession(storage, 60_000);
+    await client.placeOrder(orderBody(2));
+    assert.equal(wire.posts("/api/v1/diner-sessions/refresh/").length, 1);
+    assert.equal(backend.opened.length, 1);
+
+    expireSession(storage, -1000);
+    await client.placeOrder(orderBody(3));
+    assert.equal(backend.opened.length, 2);
+
+    // a refresh refused (the diner's sessions revoked) asks the provider too
+    await revokeSessions(backend.dinerId);
+    expireSession(storage, 60_000);
+    await client.placeOrder(orderBody(4));
+    assert.deepEqual(wire.posts("/api/v1/diner-sessions/refresh/").map((e) => e.status), [200, 401]);
+    assert.equal(backend.opened.length, 3);
+    assert.equal(await ordersOf(backend.dinerId), 4);
+    assert.equal(wire.posts("/api/v1/diner-sessions/").length, 0);
+  });
+
+  test("a 401 on a retry asks the provider, and the retry replays as the same diner", async () => {
+    const { backend, wire, client } = await signedInRevokedBeforeTheRetry();
+
+    const result = await client.placeOrder(orderBody(2));
+
+    const posts = wire.posts(ORDERS);
+    assert.deepEqual(posts.map((e) => e.status), [null, 401, 201]);
+    assert.equal(new Set(posts.map((e) => e.key)).size, 1);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    assert.equal(result.body, (await control<Dropped[]>("dropped")).at(-1)!.body);
+    assert.deepEqual(backend.opened, [backend.dinerId, backend.dinerId]);
+    assert.equal(await ordersOf(backend.dinerId), 1);
+  });
+
+  test("a key is not resent as another diner the provider hands over", async () => {
+    const switched = `bob-${randomUUID().slice(0, 8)}`;
+    const { backend, wire, client, first } = await signedInRevokedBeforeTheRetry(() => void (backend.dinerId = switched));
+
+    const changed = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    const again = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+
+    const posts = wire.posts(ORDERS);
+    assert.deepEqual(posts.map((e) => e.status), [null, 401]); // nothing sent as the other diner
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.ok(again instanceof SessionChangedError, String(again));
+    assert.deepEqual([changed.idempotencyKey, again.idempotencyKey], [posts[0]!.key, posts[0]!.key]);
+    assert.deepEqual([changed.previousDinerId, changed.dinerId], [first, switched]);
+    assert.deepEqual([await ordersOf(first), await ordersOf(switched)], [1, 0]);
+  });
+
+  test("a provider handing over an ended session gets the 401 once", async () => {
+    const backend = backendOf();
+    const ended = await backend.provide();
+    const storage = memoryStorage();
+    const wire = recordingFetch();
+    let revoking: Promise<void> = Promise.resolve();
+    const client = new OrderingClient({
+      baseUrl: live!.proxy,
+      publishableKey: live!.publishableKey,
+      retry: FAST,
+      storage,
+      sessionProvider: async () => ended,
+      fetch: async (input, init) => (await revoking, wire.fetch(input, init)),
+      onRetry: () => void (revoking = revokeSessions(backend.dinerId)),
+    });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+
+    const changed = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [null, 401, 401]);
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.deepEqual([changed.previousDinerId, changed.dinerId], [backend.dinerId, undefined]);
+    assert.equal(await ordersOf(backend.dinerId), 1);
+  });
+
+  test("a 401 on a key's first attempt, then another diner from the provider: the key is forgotten", async () => {
+    const backend = backendOf();
+    const first = backend.dinerId;
+    const storage = memoryStorage();
+    const { client, wire } = clientOf(live!.api, { storage, sessionProvider: backend.provide });
+    await client.session();
+    await revokeSessions(first);
+    backend.dinerId = `bob-${randomUUID().slice(0, 8)}`;
+
+    const changed = await client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    const placed = await client.placeOrder(orderBody(2));
+
+    assert.ok(changed instanceof SessionChangedError, String(changed));
+    assert.deepEqual([changed.previousDinerId, changed.dinerId], [first, backend.dinerId]);
+    assert.deepEqual(wire.posts(ORDERS).map((e) => e.status), [401, 201]);
+    assert.deepEqual([placed.status, placed.replayed], [201, false]);
+    assert.deepEqual([await ordersOf(first), await ordersOf(backend.dinerId)], [0, 1]);
+  });
+
+  test("a restart after the diner's sessions were revoked resumes the key as the same diner", async () => {
+    const backend = backendOf();
+    const path = join(await mkdtemp(join(tmpdir(), "ordering-client-")), "storage.json");
+    const crashed = clientOf(live!.proxy, {
+      storage: fileAsyncStorage(path),
+      sessionProvider: backend.provide,
+      retry: { ...FAST, maxAttempts: 1 },
+    });
+    await control("drop", { count: 1, method: "POST", path: ORDERS });
+    const failure = await crashed.client.placeOrder(orderBody(2)).catch((e: unknown) => e);
+    assert.ok(failure instanceof RetriesExhaustedError, String(failure));
+    await revokeSessions(backend.dinerId);
+
+    const storage = fileAsyncStorage(path);
+    const restarted = clientOf(live!.api, { storage, sessionProvider: backend.provide });
+    const result = await restarted.client.placeOrder(orderBody(2));
+
+    assert.deepEqual(restarted.wire.posts(ORDERS).map((e) => e.status), [401, 201]);
+    assert.equal(result.idempotencyKey, failure.idempotencyKey);
+    assert.deepEqual([result.status, result.replayed], [201, true]);
+    assert.equal(await ordersOf(backend.dinerId), 1);
+    assert.deepEqual(Object.keys(await storage.entries()).filter((k) => k.includes(":op:")), []);
+  });
+
+  test("a read answered 401 asks the provider and reads again", async () => {
+    const backend = backendOf();
+    const { client, wire } = clientOf(live!.api, { sessionProvider: backend.provide });
+    const placed = await client.placeOrder(orderBody(1));
+    await revokeSessions(backend.dinerId);
+
+    const order = await client.order(String(placed.data.id));
+
+    assert.equal(order.id, placed.data.id);
+    assert.deepEqual(wire.log.filter((e) => e.method === "GET").map((e) => e.status), [401, 200]);
+    assert.equal(backend.opened.length, 2);
+  });
+
+  test("a session the provider cannot give is its error, and nothing is sent", async () => {
+    class SignedOut extends Error {}
+    const { client, wire } = clientOf(live!.api, { sessionProvider: () => Promise.reject(new SignedOut()) });
+
+    const refused = await client.placeOrder(orderBody(1)).catch((e: unknown) => e);
+
+    assert.ok(refused instanceof SignedOut, String(refused));
+    assert.deepEqual(wire.log, []);
   });
 });

@@ -110,7 +110,8 @@ class Session:
         cls, data: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> Session:
         """The answer's session; its ``headers`` (their ``Date``) put its expiry on this
-        device's clock."""
+        device's clock. A ``session_provider`` returns the one the restaurant's backend
+        opened, read from the answer it passes on."""
         expires = on_this_clock(str(data["expires_at"]), headers or {})
         return cls(token=str(data["token"]), diner_id=str(data["diner_id"]), expires_at=expires)
 
@@ -173,6 +174,12 @@ class OrderingClient:
     session opened once it has expired. A stored key older than ``operation_ttl`` seconds
     (default 72 h, as long as the server replays by default) is not resumed: an identical
     request that much later is a new operation.
+
+    ``session_provider`` is for a diner signed in to the restaurant's own backend, which opens
+    their session with its secret key: the client calls it instead of opening a guest session
+    (none stored, or the stored one expired or could not be refreshed) and stores what it
+    returns, and when the server answers 401 for the session it calls it once more and sends
+    the request again with the new session, a key only as the diner it was made for.
     """
 
     def __init__(
@@ -187,9 +194,11 @@ class OrderingClient:
         on_retry: Callable[[RetryEvent], None] | None = None,
         refresh_margin: float = 300.0,
         operation_ttl: float = OPERATION_TTL,
+        session_provider: Callable[[], Session] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.storage: Storage = storage if storage is not None else MemoryStorage()
+        self.session_provider = session_provider
         self.keys: KeySource = keys if keys is not None else UuidKeys()
         self.retry = retry or RetryPolicy()
         self.on_retry = on_retry
@@ -225,10 +234,14 @@ class OrderingClient:
         ``VALIDATION_ERROR``)."""
         given = {"status": status, "cursor": cursor}
         params = {name: value for name, value in given.items() if value is not None}
-        return self._send("GET", "/api/v1/orders/", auth=self._bearer, params=params).json()
+        return self._send(
+            "GET", "/api/v1/orders/", auth=self._bearer, params=params, renew=True
+        ).json()
 
     def order(self, order_id: int | str) -> Any:
-        return self._send("GET", f"/api/v1/orders/{order_id}/", auth=self._bearer).json()
+        return self._send(
+            "GET", f"/api/v1/orders/{order_id}/", auth=self._bearer, renew=True
+        ).json()
 
     # --- writes ------------------------------------------------------------------------
 
@@ -386,12 +399,15 @@ class OrderingClient:
         the key may have reached the server is a :class:`SessionChangedError` (the key may
         have placed the order: forgotten, the next call would order again)."""
 
-        def as_its_diner() -> dict[str, str]:
-            stored.attempts += 1
-            return self._bearer_of(stored)
-
         try:
-            return self._send("POST", path, content=content, key=stored.key, auth=as_its_diner)
+            return self._send(
+                "POST",
+                path,
+                content=content,
+                key=stored,
+                auth=lambda: self._bearer_of(stored),
+                renew=True,
+            )
         except ApiError as error:
             if error.status == 401 and stored.may_have_reached_the_server:
                 raise SessionChangedError(
@@ -421,14 +437,14 @@ class OrderingClient:
     # --- the session -------------------------------------------------------------------
 
     def session(self) -> Session:
-        """The current session: the stored one, refreshed when close to expiry, or a new
-        guest session when there is none or it expired (an expired token cannot be
-        refreshed)."""
+        """The current session: the stored one, refreshed when close to expiry, or a new one
+        (:meth:`_new_session`) when there is none, it expired (an expired token cannot be
+        refreshed) or its refresh was refused."""
         with self._session_lock:
             session = self._stored_session()
             now = time.time()
             if session is None or session.expires_at <= now:
-                return self._open_guest_session()
+                return self._new_session()
             if session.expires_at - now <= self.refresh_margin:
                 try:
                     return self._save_session(
@@ -442,12 +458,18 @@ class OrderingClient:
                 except ApiError as error:
                     if error.status != 401:
                         raise
-                    return self._open_guest_session()
+                    return self._new_session()
             return session
 
-    def _open_guest_session(self) -> Session:
-        answer = self._send("POST", "/api/v1/diner-sessions/", content=b"", auth=self._key_auth)
-        return self._save_session(answer)
+    def _new_session(self) -> Session:
+        """The ``session_provider``'s session (a signed-in diner's), or else a new guest
+        session, stored. What the provider raises reaches the caller as it is."""
+        if self.session_provider is None:
+            answer = self._send("POST", "/api/v1/diner-sessions/", content=b"", auth=self._key_auth)
+            return self._save_session(answer)
+        session = self.session_provider()
+        self.storage.set(self._prefix + "session", json.dumps(session.__dict__))
+        return session
 
     def _forget_session(self, refused_token: str) -> None:
         """Forget the stored session if it is the one whose token was refused: another client
@@ -501,7 +523,9 @@ class OrderingClient:
                     previous_diner_id=earlier,
                     diner_id=diner_id,
                 )
-            return _StoredKey(key=str(stored["key"]), diner_id=earlier, resumed=True)
+            return _StoredKey(
+                key=str(stored["key"]), diner_id=earlier, may_have_reached_the_server=True
+            )
         return self._new_operation_key(entry, diner_id, own)
 
     def _new_operation_key(self, entry: str, diner_id: str, own: str | None = None) -> _StoredKey:
@@ -510,7 +534,7 @@ class OrderingClient:
         key = own if own is not None else self.keys.next_key(self._issue_tokens, diner_id)
         record = {"key": key, "created_at": time.time(), "diner_id": diner_id}
         self.storage.set(entry, json.dumps(record))
-        return _StoredKey(key=key, diner_id=diner_id, resumed=False)
+        return _StoredKey(key=key, diner_id=diner_id, may_have_reached_the_server=False)
 
     def _live_record(self, entry: str) -> dict[str, Any] | None:
         """The operation's stored record, if younger than ``operation_ttl``."""
@@ -579,21 +603,26 @@ class OrderingClient:
         *,
         auth: Callable[[], dict[str, str]],
         content: bytes | None = None,
-        key: str | None = None,
+        key: _StoredKey | None = None,
         params: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        renew: bool = False,
     ) -> ApiResult:
         """Send until a final answer: retries network errors, 5xx, 409 in progress and 429
         (waiting at least ``Retry-After``) within the policy's bounds; raises any other error
-        answer at once."""
+        answer at once. ``renew`` (a request whose ``auth`` reads the current session): a 401
+        for the session, with a ``session_provider``, sends it once more as the provider's
+        new session."""
         policy = retry or self.retry
         started = time.monotonic()
         attempt = 0
+        renewed = False
+        idempotency_key = key.key if key is not None else None
         while True:
             attempt += 1
             headers = {"Accept": "application/json", **auth()}
-            if key is not None:
-                headers["Idempotency-Key"] = key
+            if idempotency_key is not None:
+                headers["Idempotency-Key"] = idempotency_key
             if content is not None:
                 headers["Content-Type"] = "application/json"
             error: ApiError | NetworkError
@@ -614,8 +643,10 @@ class OrderingClient:
                     # An http:// address a proxy sends to https://, a path behind another
                     # prefix: nothing behind it ran the request, and a retry meets it again.
                     raise _redirected(method, response)
-                if response.status_code < 400 and _from_the_api(response, key):
-                    return ApiResult(response.status_code, response.content, response.headers, key)
+                if response.status_code < 400 and _from_the_api(response, idempotency_key):
+                    return ApiResult(
+                        response.status_code, response.content, response.headers, idempotency_key
+                    )
                 if response.status_code < 400:
                     # not the API's answer (a captive portal's page): the outcome is unknown
                     error = NetworkError(
@@ -628,16 +659,27 @@ class OrderingClient:
                     if error.status == 401 and headers["Authorization"].startswith("Bearer "):
                         # Revoked or expired under our feet: the next call opens a new session.
                         self._forget_session(headers["Authorization"].removeprefix("Bearer "))
+                        if renew and self.session_provider is not None and not renewed:
+                            # A signed-in diner's session ended; the provider's new one is
+                            # most likely the same diner's, whose key the server replays (a
+                            # key goes only as its own diner: _bearer_of). Once: a provider
+                            # handing over an ended session gets its 401 raised.
+                            renewed = True
+                            continue
                     if isinstance(error, IdempotencyKeyReusedError) or not is_retryable_status(
                         error.status, error.code
                     ):
                         raise error
                     retry_after = retry_after_of(response.headers)
+            if key is not None:  # no final answer: the server may have run this attempt
+                key.may_have_reached_the_server = True
             delay = policy.delay(attempt, retry_after)
             if attempt >= policy.max_attempts or (
                 time.monotonic() - started + delay > policy.max_elapsed
             ):
-                raise RetriesExhaustedError(attempts=attempt, last_error=error, idempotency_key=key)
+                raise RetriesExhaustedError(
+                    attempts=attempt, last_error=error, idempotency_key=idempotency_key
+                )
             if self.on_retry is not None:
                 self.on_retry(
                     RetryEvent(
@@ -723,17 +765,12 @@ def _bearer_header(token: str) -> dict[str, str]:
 @dataclass
 class _StoredKey:
     """An operation's key, the diner it was made for, and whether it may already have reached
-    the server: resumed from storage, or an earlier attempt of this call ended without a final
-    answer (only such attempts are retried)."""
+    the server: resumed from storage, or an attempt of this call ended without a final answer
+    (:meth:`OrderingClient._send` notes it; an attempt answered 401 reached nothing)."""
 
     key: str
     diner_id: str
-    resumed: bool
-    attempts: int = 0
-
-    @property
-    def may_have_reached_the_server(self) -> bool:
-        return self.resumed or self.attempts > 1
+    may_have_reached_the_server: bool
 
 
 def _token_refused_unsent(error: ApiError, stored: _StoredKey) -> bool:

@@ -99,11 +99,13 @@ class SessionChangedError(OrderingError):
     Two ways to get here:
 
     - the session changed diner: it expired (at its maximum age, or an app that crashed
-      mid-request restarted after its lifetime) and a new guest session was opened, before a
-      retry or before a later call resumed the stored key. ``diner_id`` is the new diner;
+      mid-request restarted after its lifetime) and a new guest session was opened, or the
+      ``session_provider`` handed over another diner's session, before a retry or before a
+      later call resumed the stored key. ``diner_id`` is the new diner;
     - the server answered 401 (the session was revoked or expired) to an attempt whose key
       may already have reached it (a retry after an answer that never came, or a key resumed
-      from storage). No new session is opened yet: ``diner_id`` is None.
+      from storage), and, with a ``session_provider``, to the provider's new session too. No
+      new session is opened yet: ``diner_id`` is None.
 
     The earlier attempt may have executed. The stored key stays until ``operation_ttl`` runs
     out, so the same call keeps saying this; to place the order anyway, knowingly, call again
