@@ -113,6 +113,25 @@ def test_a_signed_in_diner_orders_with_the_session_its_backend_opened(
     assert len(backend.opened) == 2
 
 
+def test_a_guest_session_stored_before_the_diner_signed_in_is_not_used(
+    client_server: LiveServer, shop: Shop, backend: Backend, make_client, wire
+) -> None:
+    """The app used a guest's client on its storage before the diner signed in: the client
+    given the provider asks it rather than act as that guest (red: it placed the order as the
+    guest, and would have refreshed the guest's session for up to 30 days)."""
+    storage = MemoryStorage()
+    guest = make_client(client_server.url, storage=storage, session_provider=None).session()
+
+    client = make_client(client_server.url, storage=storage)
+    placed = client.place_order(shop.order_body())
+
+    assert guest.diner_id.startswith("guest_")
+    assert client.session().diner_id == backend.diner_id
+    assert shop.orders_of(backend.diner_id) == 1
+    assert shop.orders_of(guest.diner_id) == 0
+    assert (placed.status, placed.replayed) == (201, False)
+
+
 def test_a_session_near_expiry_is_refreshed_and_the_provider_asked_once_it_expired(
     client_server: LiveServer, shop: Shop, backend: Backend, make_client, wire
 ) -> None:

@@ -67,6 +67,8 @@ const TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN";
 const TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID";
 /** How long the server replays a key's first answer by default (the restaurant's retention). */
 const SERVER_REPLAY_MS = 72 * 3_600_000;
+/** How every guest's diner id begins: the server makes them, and no merchant may name one so. */
+const GUEST_PREFIX = "guest_";
 
 export interface ClientOptions {
   /** e.g. `https://api.example.com` (no trailing `/api/v1`). */
@@ -339,7 +341,9 @@ export class OrderingClient {
   /**
    * The current session: the stored one, refreshed when close to expiry, or a new one
    * (`newSession`) when there is none, it expired (an expired token cannot be refreshed) or its
-   * refresh was refused. Concurrent callers share one request.
+   * refresh was refused. With a `sessionProvider`, a guest's session stored (the app's client
+   * before the diner signed in) is not the diner's: the provider is asked instead. Concurrent
+   * callers share one request.
    */
   session(): Promise<Session> {
     // One client at a time across those sharing the storage (locks.ts): they share one guest.
@@ -352,7 +356,8 @@ export class OrderingClient {
   private async currentSession(): Promise<Session> {
     const session = await this.storedSession();
     const now = Date.now();
-    if (session === null || session.expiresAt <= now) return this.newSession();
+    const guestOfBefore = this.sessionProvider !== undefined && session?.dinerId.startsWith(GUEST_PREFIX);
+    if (session === null || session.expiresAt <= now || guestOfBefore) return this.newSession();
     if (session.expiresAt - now > this.refreshMarginMs) return session;
     try {
       const answer = await this.send<Schemas["DinerSessionOut"]>("POST", "/api/v1/diner-sessions/refresh/", {

@@ -693,6 +693,20 @@ describe("a diner signed in to the restaurant's backend", { skip: live ? false :
     assert.equal(backend.opened.length, 2);
   });
 
+  test("a guest session stored before the diner signed in is not used", async () => {
+    const backend = backendOf();
+    const storage = memoryStorage();
+    const guest = await clientOf(live!.api, { storage }).client.session();
+
+    const { client } = clientOf(live!.api, { storage, sessionProvider: backend.provide });
+    const placed = await client.placeOrder(orderBody(1)); // red: placed as the guest
+
+    assert.ok(guest.dinerId.startsWith("guest_"));
+    assert.equal((await client.session()).dinerId, backend.dinerId);
+    assert.deepEqual([await ordersOf(backend.dinerId), await ordersOf(guest.dinerId)], [1, 0]);
+    assert.deepEqual([placed.status, placed.replayed], [201, false]);
+  });
+
   test("a session near expiry is refreshed, and the provider asked once it expired", async () => {
     const backend = backendOf();
     const storage = memoryStorage();

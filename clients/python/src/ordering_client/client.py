@@ -72,6 +72,8 @@ ALREADY_PLACED = "ORDER_ALREADY_PLACED"
 TOKEN_UNKNOWN = "IDEMPOTENCY_TOKEN_UNKNOWN"
 TOKEN_INVALID = "IDEMPOTENCY_TOKEN_INVALID"
 OPERATION_TTL = 72 * 3600.0  # the server's replay retention, by default
+# How every guest's diner id begins: the server makes them, and no merchant may name one so
+GUEST_PREFIX = "guest_"
 
 
 class OrderItem(TypedDict):
@@ -439,11 +441,17 @@ class OrderingClient:
     def session(self) -> Session:
         """The current session: the stored one, refreshed when close to expiry, or a new one
         (:meth:`_new_session`) when there is none, it expired (an expired token cannot be
-        refreshed) or its refresh was refused."""
+        refreshed) or its refresh was refused. With a ``session_provider``, a guest's session
+        stored (the app's client before the diner signed in) is not the diner's: the provider
+        is asked instead."""
         with self._session_lock:
             session = self._stored_session()
             now = time.time()
-            if session is None or session.expires_at <= now:
+            if (
+                session is None
+                or session.expires_at <= now
+                or (self.session_provider is not None and session.diner_id.startswith(GUEST_PREFIX))
+            ):
                 return self._new_session()
             if session.expires_at - now <= self.refresh_margin:
                 try:
