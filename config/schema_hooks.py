@@ -68,6 +68,29 @@ def declare_refusals_of_every_operation(result: dict[str, Any], **kwargs: Any) -
     return result
 
 
+def declare_www_authenticate(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Every 401 of the API carries ``WWW-Authenticate`` naming the schemes the endpoint takes
+    (``Api-Key``, ``Bearer``; the payment callback its signature header), as HTTP requires of
+    a 401, so the schema says so on each: a client generated from it could not read the
+    header it is told to follow."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            refused = operation.get("responses", {}).get("401")
+            if refused is not None:
+                refused.setdefault("headers", {}).setdefault(
+                    "WWW-Authenticate",
+                    {
+                        "schema": {"type": "string"},
+                        "required": True,
+                        "description": "The authentication schemes this endpoint takes, "
+                        "e.g. `Api-Key, Bearer`.",
+                    },
+                )
+    return result
+
+
 def declare_null_as_left_out(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """Each optional top-level member of a JSON request body admits ``null``.
 

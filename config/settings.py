@@ -605,6 +605,7 @@ SPECTACULAR_SETTINGS = {
         "config.schema_hooks.lift_defaults_out_of_blank_alternatives",
         "config.schema_hooks.admit_null_beside_nullable_references",
         "idempotency.web.openapi.declare_retry_after",
+        "config.schema_hooks.declare_www_authenticate",
     ],
 }
 

@@ -703,3 +703,17 @@ def test_the_keyless_window_of_pay_cancel_and_moves_is_the_engine_s_setting(envi
     )
     done = run_with_environment(code, environment, unset=("IDEMPOTENCY_AUTO_KEY_WINDOW",))
     assert done.stdout.split() == [window], done.stderr
+
+
+def test_every_401_of_the_schema_declares_the_www_authenticate_its_answer_carries(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    refusals = [
+        (path, method, operation["responses"]["401"])
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if isinstance(operation, dict) and "401" in operation.get("responses", {})
+    ]
+    assert refusals, "no operation declares a 401"
+    undeclared = [(p, m) for p, m, r in refusals if "WWW-Authenticate" not in r.get("headers", {})]
+    assert undeclared == []
+    assert client.get("/api/v1/menu/")["WWW-Authenticate"] == "Api-Key, Bearer"

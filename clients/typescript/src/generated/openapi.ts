@@ -577,6 +577,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -671,6 +673,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -755,6 +759,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -852,6 +858,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -960,6 +968,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1059,6 +1069,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1143,6 +1155,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1223,6 +1237,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1327,6 +1343,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1467,6 +1485,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1566,6 +1586,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1717,6 +1739,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1872,6 +1896,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2018,6 +2044,8 @@ export interface operations {
             /** @description Credentials missing, malformed, unknown, expired or revoked (see `code`) */
             401: {
                 headers: {
+                    /** @description The authentication schemes this endpoint takes, e.g. `Api-Key, Bearer`. */
+                    "WWW-Authenticate": string;
                     [name: string]: unknown;
                 };
                 content: {
