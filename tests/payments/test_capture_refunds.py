@@ -9,6 +9,7 @@ import time
 import uuid
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -578,13 +579,11 @@ def test_a_refund_whose_sending_fails_after_the_commit_leaves_the_callback_answe
     assert step.status == Compensation.Status.PENDING  # in the database: the sweep sends it
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_admin_s_conflict_list_says_which_open_conflicts_the_platform_is_refunding(
-    tenant, menu, settings
-):
+def three_open_conflicts(tenant: Any, menu: Any, settings: Any) -> tuple[Any, Any, Any]:
+    """Three orders with an open conflict each: a capture after a cancel whose refund is still
+    to run, one whose refund failed for good (its dead letter open), and another amount
+    reported; the orders in that order."""
     settings.SAGA_MAX_RETRIES = 0
-    # given two captures after a cancel: one whose refund is still to run, one whose refund
-    # failed for good (its dead letter open), and another amount reported for a third order
     refunding_order, refunding = paying_order(tenant, menu["pizza"])
     failed_order, failed = paying_order(tenant, menu["pizza"])
     mismatch_order, mismatch = paying_order(tenant, menu["pizza"])
@@ -597,8 +596,23 @@ def test_the_admin_s_conflict_list_says_which_open_conflicts_the_platform_is_ref
     assert refund_unwanted_capture(compensation_id=capture_refund_id(failed.pk)) == (
         RefundOutcome.DEAD_LETTERED
     )
+    return refunding_order, failed_order, mismatch_order
+
+
+def staff_client() -> Client:
     staff = Client()
     staff.force_login(User.objects.create_superuser("ops", password="x-123456789"))
+    return staff
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_s_conflict_list_says_which_open_conflicts_the_platform_is_refunding(
+    tenant, menu, settings
+):
+    # given two captures after a cancel: one whose refund is still to run, one whose refund
+    # failed for good (its dead letter open), and another amount reported for a third order
+    refunding_order, failed_order, mismatch_order = three_open_conflicts(tenant, menu, settings)
+    staff = staff_client()
 
     # when staff open the list of open conflicts
     page = staff.get("/admin/ordering/providerconflict/", {"state": "open"})
@@ -666,21 +680,10 @@ def test_money_taken_for_a_suspended_restaurant_is_refunded_once(
 def test_the_admin_lists_the_open_conflicts_waiting_for_staff_as_the_alert_counts_them(
     tenant, menu, settings
 ):
-    settings.SAGA_MAX_RETRIES = 0
     # given a capture after a cancel the platform is refunding, one whose refund failed for
     # good, and another amount reported for a third order
-    refunding_order, refunding = paying_order(tenant, menu["pizza"])
-    failed_order, failed = paying_order(tenant, menu["pizza"])
-    mismatch_order, mismatch = paying_order(tenant, menu["pizza"])
-    for order in (refunding_order, failed_order):
-        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
-    plan_fault(order=failed_order, step=Compensation.Step.REFUND_PAYMENT, fail_times=1)
-    with sending_to("memory://"):
-        assert capture(refunding) == capture(failed) == "conflict"
-        assert capture(mismatch, amount=Decimal("1.00")) == "conflict"
-    refund_unwanted_capture(compensation_id=capture_refund_id(failed.pk))
-    staff = Client()
-    staff.force_login(User.objects.create_superuser("ops", password="x-123456789"))
+    _, failed_order, mismatch_order = three_open_conflicts(tenant, menu, settings)
+    staff = staff_client()
 
     # when staff paged by ProviderConflictsWaitingForStaff filter the list on what it counts
     page = staff.get("/admin/ordering/providerconflict/", {"state": "waiting"})
