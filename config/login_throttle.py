@@ -11,10 +11,19 @@ the address (its axes rows still within the cool-off, whatever the name) reachin
 ``LOGIN_ADDRESS_FAILURE_LIMIT`` refuse every sign-in from it, answered like the pair's lockout.
 A member's failures are deleted when that member signs in (``AXES_RESET_ON_SUCCESS``), so
 staff who mistype and then sign in use none of their address's budget.
+
+Both limits are read before a password is checked and the failure is recorded after it, so
+requests from one address sent at the same instant all read the count from before any of them
+and all checked their password: an address could try as many passwords as the server ran
+requests at once past either limit. :func:`address_turn` makes the sign-ins of one address take
+their turn.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from axes.attempts import get_cool_off_threshold
@@ -22,8 +31,15 @@ from axes.handlers.database import AxesDatabaseHandler
 from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.http import HttpRequest
+
+from config.client_address import limited_address_of
+
+# The first of the two 32-bit keys of the sign-ins' advisory locks: PostgreSQL keeps two-key
+# locks apart from the one-key locks the idempotency engine's claims take.
+_SIGN_IN_LOCKS = 0x5167_4E31
 
 
 def address_failures(request: HttpRequest) -> int:
@@ -34,6 +50,26 @@ def address_failures(request: HttpRequest) -> int:
         attempt_time__gte=get_cool_off_threshold(request),
     )
     return recent.aggregate(total=Sum("failures_since_start"))["total"] or 0
+
+
+@contextmanager
+def address_turn(request: HttpRequest) -> Iterator[None]:
+    """A transaction in which the sign-in of ``request`` checks the limits, the password and
+    records its failure while no other sign-in from its address (an IPv6 client's /64) does:
+    they wait for its commit, then read the failure it recorded.
+
+    A transaction-scoped advisory lock (it survives PgBouncer's transaction pooling, and a
+    worker killed mid-check lets it go). Addresses whose 32-bit hashes meet only wait for each
+    other. SQLite, the embedded demo's single process, takes its writes one at a time already."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            digest = hashlib.blake2b(limited_address_of(request).encode(), digest_size=4).digest()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)",
+                    [_SIGN_IN_LOCKS, int.from_bytes(digest, "big", signed=True)],
+                )
+        yield
 
 
 def address_locked(request: HttpRequest) -> bool:

@@ -7,15 +7,21 @@ be tried against a merchant's or a staff account.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from datetime import timedelta
+from typing import Any
+from unittest import mock
 
 import pytest
 from axes.models import AccessAttempt
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db.models import F
 from django.test import Client
 
 from tests.dashboard.factories import PASSWORD
+from tests.support.concurrency import at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -200,3 +206,59 @@ def test_the_address_lockout_ends_after_15_minutes() -> None:
     AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=15, seconds=1))
 
     assert attempt("/dashboard/login/", user.username, PASSWORD) == 302
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url, staff", LOGINS)
+def test_guesses_sent_at_once_are_checked_one_at_a_time(url: str, staff: bool) -> None:
+    """Ten wrong passwords for one account from one address, sent at the same instant: every
+    request read the failures recorded so far before any of them recorded its own, so each
+    went on to check its password, and one address could try as many passwords as the server
+    ran requests at once, past the lockout of five. The attempts of one address now take their
+    turn (a PostgreSQL lock held while the password is checked and the failure recorded): five
+    passwords are checked, the rest refused."""
+    user = account(staff)
+    guesses = 10
+    checking = threading.Barrier(guesses, timeout=5)  # lets unordered checks overlap fully
+    checked: list[str] = []
+    authenticate = ModelBackend.authenticate
+
+    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
+        checked.append(kwargs.get("username", ""))
+        with contextlib.suppress(threading.BrokenBarrierError):
+            checking.wait()  # taking turns, the first waits alone until the timeout
+        return authenticate(backend, request, *args, **kwargs)
+
+    with mock.patch.object(ModelBackend, "authenticate", counted):
+        answers = at_once(*[lambda: attempt(url, user.username, "wrong")] * guesses)
+
+    assert len(checked) == 5
+    assert sorted(answers) == [200] * 4 + [429] * 6
+    assert AccessAttempt.objects.get().failures_since_start == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_guesses_across_accounts_at_once_stop_at_the_address_limit() -> None:
+    """The same for the address's limit across names (password spraying): thirty names tried
+    at once from one address check twenty passwords, not thirty."""
+    guesses = 30
+    checking = threading.Barrier(guesses, timeout=5)
+    checked: list[str] = []
+    authenticate = ModelBackend.authenticate
+
+    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
+        checked.append(kwargs.get("username", ""))
+        with contextlib.suppress(threading.BrokenBarrierError):
+            checking.wait()
+        return authenticate(backend, request, *args, **kwargs)
+
+    with mock.patch.object(ModelBackend, "authenticate", counted):
+        answers = at_once(
+            *[
+                lambda n=n: attempt("/dashboard/login/", f"guess-{n}", "Summer2026!")
+                for n in range(guesses)
+            ]
+        )
+
+    assert len(checked) == 20
+    assert sorted(answers) == [200] * 19 + [429] * 11
