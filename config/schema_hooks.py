@@ -232,13 +232,33 @@ PROBLEM_MEMBERS: dict[str, dict[str, Any]] = {
 }
 
 
+# What a VALIDATION_ERROR's ``errors`` holds (DRF's ValidationError detail, as
+# config/api_errors.py answers it): an object whose members are fields, or the indexes of a
+# list's elements that were refused ("0", "1"; items, tokens), each holding the messages of
+# that field or the errors of the object or list inside it (contact, an item); a body that is
+# no object is ``{"non_field_errors": [...]}``.
+FIELD_ERRORS: dict[str, Any] = {
+    "type": "object",
+    "description": "VALIDATION_ERROR: each refused field (or list element, by index) with "
+    "its messages, or the errors of the object or list it holds",
+    "additionalProperties": {
+        "oneOf": [
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            {"$ref": "#/components/schemas/FieldErrors"},
+        ]
+    },
+    "minProperties": 1,
+}
+
+
 def declare_problem_members(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """The error shape declares its codes and every member the API's errors carry.
 
     The engine's ``Problem`` (``idempotency.web.openapi``) knows only ``code``, ``detail``,
     ``status`` and ``errors``, with ``code`` any string: a client generated from the schema had
     no type for a stock refusal's ``dish_id``, a conflict's ``allowed_moves`` or a quota's
-    ``scope``, and no list of the codes to switch on. The codes are those the registries
+    ``scope``, no shape for a validation error's ``errors`` (``FieldErrors``), and no list
+    of the codes to switch on. The codes are those the registries
     declare (:func:`config.error_codes.api_error_codes`), as the component ``ProblemCode``;
     the members are optional, each carried by the codes its description names.
     """
@@ -268,8 +288,14 @@ def declare_problem_members(result: dict[str, Any], **kwargs: Any) -> dict[str, 
         "description": "ORDER_STATUS_CONFLICT: the moves the order allows now, and who may "
         "make each",
     }
+    # the engine's ``errors`` is any JSON value: a generated client typed it ``unknown``
+    schemas["FieldErrors"] = deepcopy(FIELD_ERRORS)
     problem["properties"].update(
         code={"$ref": "#/components/schemas/ProblemCode"},
+        errors={
+            "allOf": [{"$ref": "#/components/schemas/FieldErrors"}],
+            "description": "Field errors, on invalid input (VALIDATION_ERROR)",
+        },
         **deepcopy(PROBLEM_MEMBERS),
         allowed_moves=allowed_moves,
     )

@@ -450,6 +450,55 @@ def test_each_documented_error_conforms_to_the_served_schema(
     OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"}).validate(body)
 
 
+# Invalid inputs of every endpoint that validates a body or a path, each answered 400
+# VALIDATION_ERROR with ``errors``: a field's messages, an object's fields (contact, a body that
+# is no object), a list's elements by index (items, tokens).
+INVALID_INPUTS: dict[str, Callable[[App], Any]] = {
+    "a field's value": lambda app: app.place(app.order_body(payment_method="gold"), key="e1"),
+    "fields missing": lambda app: app.place({}, key="e2"),
+    "a body that is no object": lambda app: app.place([1, 2], key="e3"),
+    "items not a list": lambda app: app.place(app.order_body(items="x"), key="e4"),
+    "items' elements": lambda app: app.place(
+        app.order_body(items=[{"dish_id": app.dish.pk, "quantity": 1}, {"dish_id": "a"}, 5]),
+        key="e5",
+    ),
+    "a nested object's field": lambda app: app.place(
+        app.order_body(contact={"phone": "x"}), key="e6"
+    ),
+    "a token count": lambda app: app.diner.post(TOKENS, {"count": "a"}, format="json"),
+    "tokens' elements": lambda app: app.diner.post(
+        f"{TOKENS}check/", {"tokens": ["a", 5, None]}, format="json"
+    ),
+    "a diner id a merchant key must name": lambda app: app.merchant.post(
+        "/api/v1/diner-sessions/", {}, format="json"
+    ),
+    "a diner id in the path": lambda app: app.merchant.post(
+        "/api/v1/diners/a%20b/revoke-sessions/", format="json"
+    ),
+    "a move's target": lambda app: app.merchant.post(
+        f"{ORDERS}{app.order().pk}/transition/", {"to": "x"}, format="json"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID_INPUTS))
+def test_the_field_errors_of_invalid_input_are_what_the_schema_declares(
+    app: App, case: str
+) -> None:
+    # a client generated from the schema types ``errors`` to walk it (a field's messages, or
+    # a nested object's or a list's errors by field or index); declared as any value, it gave
+    # an app nothing to walk, and a validator nothing to check
+    schema = served_schema()
+    response = INVALID_INPUTS[case](app)
+    body = json.loads(response.content)
+    assert (response.status_code, body["code"]) == (400, "VALIDATION_ERROR"), body
+    assert isinstance(body.get("errors"), dict) and body["errors"], body
+    problem = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"})
+    problem.validate(body)
+    for never_sent in ("Invalid input", 1, ["Invalid input"], {"items": 1}, {"items": [1]}):
+        assert not problem.is_valid({**body, "errors": never_sent}), never_sent
+
+
 def test_the_tables_are_found_and_have_no_duplicate_codes() -> None:
     rows = documented_rows()
     codes = [code for _, _, code in rows]

@@ -468,8 +468,8 @@ export interface components {
             code: components["schemas"]["ProblemCode"];
             detail: string;
             status: number;
-            /** @description Field errors, on invalid input */
-            errors?: unknown;
+            /** @description Field errors, on invalid input (VALIDATION_ERROR) */
+            errors?: components["schemas"]["FieldErrors"];
             /** @description INSUFFICIENT_STOCK, QUANTITY_INVALID: the dish refused */
             dish_id?: number;
             /** @description DISH_NOT_FOUND, DISH_UNAVAILABLE: the dishes refused */
@@ -535,6 +535,10 @@ export interface components {
          * @enum {string}
          */
         ProblemCode: "API_KEY_INVALID" | "API_KEY_MISSING" | "BAD_REQUEST" | "COUPON_EXHAUSTED" | "COUPON_INVALID" | "CURSOR_INVALID" | "DATABASE_UNAVAILABLE" | "DISH_NOT_FOUND" | "DISH_UNAVAILABLE" | "HTTPS_REQUIRED" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_PAYLOAD_INVALID" | "IDEMPOTENCY_REQUEST_IN_PROGRESS" | "IDEMPOTENCY_TOKENS_UNAVAILABLE" | "IDEMPOTENCY_TOKEN_INVALID" | "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED" | "IDEMPOTENCY_TOKEN_UNKNOWN" | "IDEMPOTENCY_TOKEN_USED" | "INSUFFICIENT_STOCK" | "INVALID_JSON" | "METHOD_NOT_ALLOWED" | "NOT_ACCEPTABLE" | "NOT_FOUND" | "ORDER_ALREADY_PLACED" | "ORDER_ID_UNAVAILABLE" | "ORDER_NOT_FOUND" | "ORDER_STATUS_CONFLICT" | "ORDER_TOTAL_TOO_LARGE" | "PAYMENT_CALLBACK_INVALID" | "PAYMENT_NOT_FOUND" | "PAYMENT_PROVIDER_UNKNOWN" | "PAYMENT_SIGNATURE_INVALID" | "PAYMENT_TIMESTAMP_INVALID" | "PAYMENT_TIMESTAMP_STALE" | "PERMISSION_DENIED" | "QUANTITY_INVALID" | "RATE_LIMITED" | "REQUEST_TOO_LARGE" | "SERVER_ERROR" | "SESSION_EXPIRED" | "SESSION_INVALID" | "SESSION_REVOKED" | "TENANT_SUSPENDED" | "UNSUPPORTED_MEDIA_TYPE" | "VALIDATION_ERROR";
+        /** @description VALIDATION_ERROR: each refused field (or list element, by index) with its messages, or the errors of the object or list it holds */
+        FieldErrors: {
+            [key: string]: string[] | components["schemas"]["FieldErrors"];
+        };
     };
     responses: never;
     parameters: never;
