@@ -216,9 +216,11 @@ PROBLEM_MEMBERS: dict[str, dict[str, Any]] = {
     },
     "scope": {
         "type": "string",
-        "enum": ["tenant", "principal"],
-        "description": "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's "
-        "or the caller's share",
+        # tenant_share: a guest held to API_GUEST_CEILING_SHARE of the quota (the engine's
+        # TOKEN_QUOTA_SHARE, idempotency/scripts/lua/issue_tokens.lua)
+        "enum": ["tenant", "principal", "tenant_share"],
+        "description": "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's, "
+        "the caller's share, or the guests' share of the tenant's (tenant_share)",
     },
     "order_id": {
         "type": "string",

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import redis
+from openapi_schema_validator import OAS30ReadValidator
+from rest_framework.test import APIClient
 
 from idempotency.core import tokens
 from idempotency.core.tokens import (
@@ -318,6 +320,34 @@ def test_guests_fill_their_share_of_the_quota_and_the_merchant_still_gets_tokens
     assert issue(api_for(tenant, diner="signed-in"), 100).status_code == 201
     over = issue(api_for(tenant, kind=ApiClient.Kind.MERCHANT), 1)
     assert (over.status_code, over.json()["scope"], over.json()["limit"]) == (429, "tenant", 2000)
+
+
+@pytest.mark.django_db
+def test_each_quota_refusal_is_an_error_the_api_schema_declares(settings: Any, tenant: Any) -> None:
+    """A guest refused by the guests' share gets ``"scope": "tenant_share"``: a client
+    generated from the schema must be able to read it, as the principal's and the tenant's."""
+    settings.API_GUEST_CEILING_SHARE = 0.8
+    tenant.token_quota = 2000
+    tenant.save(update_fields=["token_quota"])
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    problem = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"})
+    a_guest, merchant = guest(tenant), api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    assert issue(a_guest, 1000).status_code == 201  # a principal's share: one batch at least
+
+    refusals = [issue(a_guest, 1)]
+    assert issue(merchant, 600).status_code == 201
+    refusals.append(issue(guest(tenant), 1))  # past the guests' share of the quota, 1,600
+    assert issue(api_for(tenant, diner="signed-in"), 400).status_code == 201
+    refusals.append(issue(merchant, 1))  # past the tenant's quota, 2,000
+
+    bodies = [refused.json() for refused in refusals]
+    assert [(r.status_code, b["scope"]) for r, b in zip(refusals, bodies, strict=True)] == [
+        (429, "principal"),
+        (429, "tenant_share"),
+        (429, "tenant"),
+    ]
+    for body in bodies:
+        problem.validate(body)
 
 
 def test_concurrent_guests_never_pass_their_share_and_the_merchant_still_gets_tokens(

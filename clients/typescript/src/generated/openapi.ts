@@ -477,10 +477,10 @@ export interface components {
             /** @description The bound that refused: REQUEST_TOO_LARGE, bytes; IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED, tokens outstanding; ORDER_TOTAL_TOO_LARGE, the largest amount, a decimal string */
             limit?: number | string;
             /**
-             * @description IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's or the caller's share
+             * @description IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: whose quota refused, the tenant's, the caller's share, or the guests' share of the tenant's (tenant_share)
              * @enum {string}
              */
-            scope?: "tenant" | "principal";
+            scope?: "tenant" | "principal" | "tenant_share";
             /** @description ORDER_ALREADY_PLACED: the order this key placed; ORDER_STATUS_CONFLICT: the order refused */
             order_id?: string;
             /** @description ORDER_STATUS_CONFLICT: the order's status now */
