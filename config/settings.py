@@ -20,6 +20,8 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from config.static_files import add_page_headers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -513,6 +515,8 @@ CONTENT_SECURITY_POLICY = {
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
 WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
+# WhiteNoise answers before the CSP and framing middlewares: each file gets their headers here
+WHITENOISE_ADD_HEADERS_FUNCTION = add_page_headers
 
 # Request bodies above this answer 413 REQUEST_TOO_LARGE before anything reads them
 # (config/request_limits.py); Django's own check on reading request.body uses the same number.
