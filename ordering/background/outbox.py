@@ -24,7 +24,7 @@ cancel of a paid order whose message Redis lost is refunded all the same, once.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -201,6 +201,7 @@ def _send_unconsumed_again(*, limit: int) -> int:
             dispatch.enqueue(dispatch.HANDLE_OUTBOX_EVENT, event_id)
         except Exception as exc:  # the broker is down: the next sweep tries again
             logger.warning("outbox event %s not sent again: %s", event_id, exc)
+            _unclaim_resend(event_id, sends=attempts, resend_at=resend_at, error=exc)
             continue
         sent += 1
     if sent:
@@ -211,3 +212,15 @@ def _send_unconsumed_again(*, limit: int) -> int:
             settings.OUTBOX_REDELIVER_AFTER_SECONDS,
         )
     return sent
+
+
+def _unclaim_resend(event_id: int, *, sends: int, resend_at: datetime, error: Exception) -> None:
+    """Undo the claim of a send again that the broker did not take: no message left, so it is
+    no send. Counted, it doubled the wait for the next one (20 minutes, then 40, up to a day)
+    although nothing was sent, and an event whose message Redis lost, met by sweeps while the
+    broker was down, waited that long once it was back. The event stays due, as it was, for
+    the next sweep; only the error is kept. Conditional on the claim this sweep made, so a
+    consumer that finished with it meanwhile, or another sweep, is not undone."""
+    OutboxEvent.all_tenants.filter(
+        pk=event_id, consumed_at__isnull=True, publish_attempts=sends + 1
+    ).update(publish_attempts=sends, resend_at=resend_at, last_error=str(error)[:2000])

@@ -32,7 +32,9 @@ from ordering.services.placing import MAX_ORDER_AMOUNT
 from tenants.models import Tenant
 from tests.payments.helpers import paid_order, paying_order, post_callback, signed
 from tests.support.auth import bearer, diner_token
+from tests.support.broker import sending_to
 from tests.support.database_gone import session_ended_before
+from tests.support.redis_nodes import RedisNode
 
 pytestmark = pytest.mark.django_db
 
@@ -314,6 +316,44 @@ def test_each_send_again_waits_twice_as_long_as_the_one_before(tenant, menu, set
     # the fourth send waits 8 x 10 minutes for the fifth
     assert OutboxEvent.all_tenants.get(pk=event.pk).publish_attempts == 4
     assert roughly(due_in(event), minutes=80)
+
+
+def test_a_send_again_the_broker_refused_is_not_counted_and_stays_due(
+    tenant, menu, settings, monkeypatch
+):
+    """A send again that the broker does not take is no send: the event stays due, its wait
+    not doubled, and the next sweep once the broker answers sends it. The sweep claimed the
+    row (its next send twice as far off, one more send counted) before sending, and a refused
+    send left it so: a cancel whose message Redis lost, met by a sweep while the broker was
+    down, waited 20 minutes more (80 after three such sweeps, at most a day) for a send never
+    made (red: due in 20 minutes, 2 sends counted)."""
+    settings.OUTBOX_REDELIVER_AFTER_SECONDS = 600
+    now = [0.0]
+    monkeypatch.setattr(dispatch, "_broker", dispatch.broker_breaker(clock=lambda: now[0]))
+    event = cancelled_paid_order(tenant, menu)
+    # given an event sent 11 minutes ago whose message the broker lost: due again
+    sent_and_lost(event, minutes_ago=11)
+    # when a sweep sends it again to a broker that refuses connections (stopped)
+    broker = RedisNode().start()
+    try:
+        broker.stop()
+        with sending_to(broker.url):
+            assert sweep_outbox() == 0
+    finally:
+        broker.remove()
+    # then the send is not counted and the event is still due, the broker's error recorded
+    row = OutboxEvent.all_tenants.get(pk=event.pk)
+    assert row.publish_attempts == 1 and row.consumed_at is None
+    assert row.resend_at <= database_now()
+    assert row.last_error
+    # and once the broker answers (here: the tasks run in this process) after the pause of
+    # sends, the next sweep sends it: the order is cancelled, refunded once
+    now[0] += dispatch.BROKER_PAUSE_SECONDS
+    assert sweep_outbox() == 1
+    row.refresh_from_db()
+    assert row.consumed_at is not None and row.publish_attempts == 2
+    assert Order.all_tenants.get(pk=event.order_id).status == OrderStatus.CANCELLED
+    assert SimulatedOperation.objects.filter(kind="refund").count() == 1
 
 
 def test_the_wait_between_sends_stops_growing_at_a_day(tenant, menu, settings):
