@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
+from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.db.models.signals import pre_save
 from django.test import Client
 from django.utils import timezone
 
@@ -18,6 +23,7 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Dish, Order, OrderStatus, OrderTransition
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
+from tests.dashboard.factories import make_order
 
 pytestmark = pytest.mark.django_db
 S = OrderStatus
@@ -455,3 +461,49 @@ def test_a_change_form_of_a_restaurant_being_offboarded_is_a_409_saving_nothing(
     assert r.status_code == 409
     assert "Restaurant being offboarded" in r.content.decode()
     assert Dish.all_tenants.get(pk=dish.pk).name == dish.name
+
+
+def _placed_meanwhile(dish: Dish) -> Callable[..., None]:
+    """A ``pre_save`` receiver that, at the admin's first save of ``dish``, has a diner's
+    order for one portion placed and committed on another connection: the order the form's
+    save meets when a diner orders between the admin reading the dish and writing it."""
+    placed: list[Order] = []
+
+    def place_one(sender: type, instance: Dish, **kwargs: object) -> None:
+        if instance.pk != dish.pk or placed:
+            return
+
+        def order() -> None:
+            try:
+                placed.append(make_order(dish.tenant, dish, status=S.CREATED))
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=order)
+        worker.start()
+        worker.join(timeout=30)
+        assert placed, "the order meanwhile was not placed"
+
+    return place_one
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dish_saved_in_the_admin_keeps_the_portions_orders_took_meanwhile(staff, mine):
+    """Red before: the admin saved every column of the dish as it had read it, stock
+    included (read-only on the form), so an order placed between that read and the save got
+    its portion back on the menu: one more portion sold than the kitchen had."""
+    pizza = mine.dishes["pizza"]
+    pizza.refresh_from_db()
+    portions = pizza.stock
+    receiver = _placed_meanwhile(pizza)
+    pre_save.connect(receiver, sender=Dish)
+    try:
+        answer = staff.post(
+            f"/admin/ordering/dish/{pizza.pk}/change/",
+            {"name": "Pizza", "description": "", "price": "11.00", "active": "on"},
+        )
+    finally:
+        pre_save.disconnect(receiver, sender=Dish)
+    assert answer.status_code == 302
+    pizza.refresh_from_db()
+    assert (pizza.price, pizza.stock) == (Decimal("11.00"), portions - 1)
