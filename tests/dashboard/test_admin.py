@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
-from ordering.models import Dish, Order, OrderStatus, OrderTransition
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 from tests.dashboard.factories import make_order
@@ -463,19 +464,19 @@ def test_a_change_form_of_a_restaurant_being_offboarded_is_a_409_saving_nothing(
     assert Dish.all_tenants.get(pk=dish.pk).name == dish.name
 
 
-def _placed_meanwhile(dish: Dish) -> Callable[..., None]:
-    """A ``pre_save`` receiver that, at the admin's first save of ``dish``, has a diner's
-    order for one portion placed and committed on another connection: the order the form's
-    save meets when a diner orders between the admin reading the dish and writing it."""
+def _placed_meanwhile(row: Dish | Coupon, place: Callable[[], Order]) -> Callable[..., None]:
+    """A ``pre_save`` receiver that, at the admin's first save of ``row``, has a diner's
+    order (``place``) placed and committed on another connection: the order the form's save
+    meets when a diner orders between the admin reading the row and writing it."""
     placed: list[Order] = []
 
-    def place_one(sender: type, instance: Dish, **kwargs: object) -> None:
-        if instance.pk != dish.pk or placed:
+    def place_one(sender: type, instance: Dish | Coupon, **kwargs: object) -> None:
+        if instance.pk != row.pk or placed:
             return
 
         def order() -> None:
             try:
-                placed.append(make_order(dish.tenant, dish, status=S.CREATED))
+                placed.append(place())
             finally:
                 connection.close()
 
@@ -495,7 +496,7 @@ def test_a_dish_saved_in_the_admin_keeps_the_portions_orders_took_meanwhile(staf
     pizza = mine.dishes["pizza"]
     pizza.refresh_from_db()
     portions = pizza.stock
-    receiver = _placed_meanwhile(pizza)
+    receiver = _placed_meanwhile(pizza, lambda: make_order(mine.tenant, pizza, status=S.CREATED))
     pre_save.connect(receiver, sender=Dish)
     try:
         answer = staff.post(
@@ -507,3 +508,37 @@ def test_a_dish_saved_in_the_admin_keeps_the_portions_orders_took_meanwhile(staf
     assert answer.status_code == 302
     pizza.refresh_from_db()
     assert (pizza.price, pizza.stock) == (Decimal("11.00"), portions - 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_coupon_saved_in_the_admin_keeps_the_uses_orders_took_meanwhile(staff, mine):
+    """Red before: the admin saved the coupon whole as it had read it, its use count included
+    (read-only on the form), so an order using it between that read and the save was not
+    counted: one more use than the coupon's limit could be taken."""
+    coupon = Coupon.objects.for_tenant(mine.tenant).create(
+        tenant=mine.tenant, code="TEN", kind=Coupon.Kind.PERCENT, value=Decimal("10"), max_uses=2
+    )
+    pizza = mine.dishes["pizza"]
+
+    def order_with_the_coupon() -> Order:
+        return place_order(
+            tenant=mine.tenant,
+            items=[ItemRequest(dish_id=pizza.pk, quantity=1)],
+            payment_method="card",
+            coupon_code="TEN",
+            diner_id="diner-2",
+            actor="test",
+        )
+
+    receiver = _placed_meanwhile(coupon, order_with_the_coupon)
+    pre_save.connect(receiver, sender=Coupon)
+    try:
+        answer = staff.post(
+            f"/admin/ordering/coupon/{coupon.pk}/change/",
+            {"kind": "percent", "value": "15", "max_uses": "2", "active": "on"},
+        )
+    finally:
+        pre_save.disconnect(receiver, sender=Coupon)
+    assert answer.status_code == 302
+    coupon.refresh_from_db()
+    assert (coupon.value, coupon.used_count) == (Decimal("15.00"), 1)
