@@ -231,6 +231,16 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
         return False  # the transition log and payments must outlive nothing
 
 
+class SavesChangedFieldsOnly(admin.ModelAdmin):
+    """Writes only the fields staff changed. Saved whole, the row went back as the page's POST
+    had read it, the counters orders move included (read-only on the form): a dish's ``stock``
+    taken by an order between that read and the save was put back on the menu and sold twice,
+    and a coupon's ``used_count`` lost the use, so it could be used once more than its limit."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.save(update_fields=form.changed_data if change else None)
+
+
 class DishForm(forms.ModelForm):
     """Staff editing a dish name it as the dashboard does: readable as stored."""
 
@@ -243,7 +253,7 @@ class DishForm(forms.ModelForm):
 
 
 @admin.register(Dish)
-class DishAdmin(admin.ModelAdmin):
+class DishAdmin(SavesChangedFieldsOnly):
     form = DishForm
     list_display = ["name", "tenant", "price", "stock", "active"]
     list_filter = ["active", "tenant"]
@@ -254,15 +264,9 @@ class DishAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # merchants add dishes in the dashboard
 
-    def save_model(self, request: HttpRequest, obj: Dish, form: Any, change: bool) -> None:
-        """Write only the fields staff changed. Saved whole, the row went back as the page's
-        POST had read it, ``stock`` included: a portion an order took between that read and
-        the save was put back on the menu, and sold twice."""
-        obj.save(update_fields=form.changed_data)
-
 
 @admin.register(Coupon)
-class CouponAdmin(admin.ModelAdmin):
+class CouponAdmin(SavesChangedFieldsOnly):
     list_display = ["code", "tenant", "kind", "value", "used_count", "max_uses", "active"]
     list_filter = ["active", "kind", "tenant"]
     list_select_related = ["tenant"]
@@ -273,9 +277,3 @@ class CouponAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # merchants add coupons in the dashboard
-
-    def save_model(self, request: HttpRequest, obj: Coupon, form: Any, change: bool) -> None:
-        """Write only the fields staff changed. Saved whole, the row went back as the page's
-        POST had read it, ``used_count`` included: a use an order took between that read and
-        the save was not counted, and the coupon could be used once more than its limit."""
-        obj.save(update_fields=form.changed_data)
