@@ -2,13 +2,13 @@
 anonymous on request.
 
 Orders are kept for the restaurant's accounts, but they no longer say whose they were: the
-diner id becomes a pseudonym (``erased-<16 hex>``, :func:`pseudonym_of`, the same for all of
-that diner's orders, so the books still group them), the free-text note is emptied, and the
-order forgets the idempotency key it was placed with. Everything else goes: the diner's
-sessions, its stored idempotency replies (PostgreSQL, Redis, every process's local cache), the
-replies of other callers that show the diner (a merchant accepting the order), its
-duplicate-hit audits, its pre-issued tokens and its rate counters, on whatever Redis topology
-the site runs.
+diner id becomes a pseudonym (``erased-<16 hex>``, :func:`pseudonym_for`, the same for all of
+that diner's orders, also across a rotation of ``SECRET_KEY``, so the books still group
+them), the free-text note is emptied, and the order forgets the idempotency key it was
+placed with. Everything else goes: the diner's sessions, its stored idempotency replies
+(PostgreSQL, Redis, every process's local cache), the replies of other callers that show the
+diner (a merchant accepting the order), its duplicate-hit audits, its pre-issued tokens and
+its rate counters, on whatever Redis topology the site runs.
 
 An :class:`~ordering.models.DinerErasure` row records who asked, when and how much went, with
 the diner id only as an HMAC under the site's ``SECRET_KEY`` (:func:`diner_hash`). Erasing the
@@ -47,9 +47,18 @@ ERASURE_UNFINISHED = (
 )
 
 
-def diner_hash(diner_id: str) -> str:
-    """The keyed hash an erasure log keeps instead of the diner id (look-ups hash the query)."""
-    return salted_hmac(_HASH_SALT, diner_id, algorithm="sha256").hexdigest()
+def diner_hash(diner_id: str, *, secret: str | None = None) -> str:
+    """The keyed hash an erasure log keeps instead of the diner id (look-ups hash the query),
+    under ``SECRET_KEY`` unless another ``secret`` is given."""
+    return salted_hmac(_HASH_SALT, diner_id, secret=secret, algorithm="sha256").hexdigest()
+
+
+def diner_hashes(diner_id: str) -> list[str]:
+    """:func:`diner_hash` under ``SECRET_KEY`` and under each key of ``SECRET_KEY_FALLBACKS``:
+    what the log's rows of this diner can hold while a rotation of the site's key is under
+    way (README, "Run it in production")."""
+    fallbacks = [diner_hash(diner_id, secret=key) for key in settings.SECRET_KEY_FALLBACKS]
+    return [diner_hash(diner_id), *fallbacks]
 
 
 class NotADinerId(ValueError):
@@ -133,7 +142,7 @@ def _erase_after_sessions(
     *, tenant: Tenant, diner_id: str, sessions: int, requested_by: str, batch: int
 ) -> DinerErasure:
     hashed = diner_hash(diner_id)
-    pseudonym = pseudonym_of(tenant=tenant, diner_id=diner_id)
+    pseudonym = pseudonym_for(tenant=tenant, diner_id=diner_id)
     orders = _anonymise_orders(tenant=tenant, diner_id=diner_id, pseudonym=pseudonym)
     forgotten = erasure.forget_principal(
         tenant_key=str(tenant.pk),
@@ -157,6 +166,24 @@ def shown_in_replies(diner_id: str) -> tuple[bytes, ...]:
     whole value: ``alice`` does not match ``alice2``, nor a note that mentions her."""
     quoted = json.dumps(diner_id)
     return (f'"diner_id":{quoted}'.encode(), f"/diner:{quoted[1:]}".encode())
+
+
+def pseudonym_for(*, tenant: Tenant, diner_id: str) -> str:
+    """The pseudonym this erasure gives the diner's orders: the one an earlier erasure of the
+    diner gave them, else :func:`pseudonym_of`. The earlier one is found by the log's hash
+    under ``SECRET_KEY`` or a key of ``SECRET_KEY_FALLBACKS``: a rotation of the site's key
+    changed :func:`pseudonym_of`, and an order placed after an erasure and erased after the
+    rotation took a second pseudonym, one diner shown as two in the restaurant's books. Each
+    erasure logs the hash under the key of its time with the pseudonym it kept, so the one
+    after it finds it once the old key is dropped. Erasures at the same time read the same
+    log, and so keep the same pseudonym."""
+    earlier = (
+        DinerErasure.objects.filter(tenant=tenant, diner_hash__in=diner_hashes(diner_id))
+        .order_by("at", "pk")
+        .values_list("pseudonym", flat=True)
+        .first()
+    )
+    return earlier or pseudonym_of(tenant=tenant, diner_id=diner_id)
 
 
 def pseudonym_of(*, tenant: Tenant, diner_id: str) -> str:

@@ -197,6 +197,33 @@ def test_a_key_sent_again_after_the_erasure_places_a_new_order(tenant, settings)
     assert Order.all_tenants.get(pk=before.json()["id"]).diner_id == erasure.pseudonym
 
 
+def test_a_diner_erased_again_after_a_secret_key_rotation_keeps_one_pseudonym(tenant, settings):
+    """The README's rotation (the new ``SECRET_KEY``, the old one in ``SECRET_KEY_FALLBACKS``)
+    gave the pseudonym a new key: the diner's order placed after the first erasure and erased
+    after the rotation took another pseudonym, and the restaurant's books showed one diner as
+    two. The erasure keeps the pseudonym an erasure under a key still configured gave."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    # given zoe erased once
+    assert place(api_for(tenant, diner="zoe"), menu, "k1").status_code == 201
+    first = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    # when the site's key is rotated, zoe orders again and is erased again
+    settings.SECRET_KEY_FALLBACKS = [settings.SECRET_KEY]
+    settings.SECRET_KEY = "a-rotated-secret-key-of-the-site-" + "x" * 40
+    assert place(api_for(tenant, diner="zoe"), menu, "k2").status_code == 201
+    again = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    # then both her orders carry the first pseudonym, and the log says so
+    assert again.counts["orders"] == 1
+    assert again.pseudonym == first.pseudonym
+    assert Order.all_tenants.filter(tenant=tenant, diner_id=first.pseudonym).count() == 2
+    # and once the old key is dropped, a third erasure still finds it through the second
+    settings.SECRET_KEY_FALLBACKS = []
+    assert place(api_for(tenant, diner="zoe"), menu, "k3").status_code == 201
+    third = erase_diner(tenant=tenant, diner_id="zoe", requested_by="staff:alice")
+    assert third.pseudonym == first.pseudonym
+    assert Order.all_tenants.filter(tenant=tenant, diner_id=first.pseudonym).count() == 3
+
+
 def test_other_processes_drop_the_erased_replies(tenant, settings):
     settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
     # given another process's local cache holding the diner's reply, listening for purges
