@@ -1,8 +1,11 @@
-"""``--by``, who asked for an erasure or an offboarding, as the commands that take it read it."""
+"""Who a command acts for: ``--by``, who asked for an erasure or an offboarding, as the commands
+that take it read it, and the operator running a command when no one is named."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
 
 from ordering.models import DinerErasure
 
@@ -18,3 +21,14 @@ def requester(text: str) -> str:
     if len(text) > REQUESTER_LIMIT:
         raise argparse.ArgumentTypeError(f"must be at most {REQUESTER_LIMIT} characters")
     return text
+
+
+def operator() -> str:
+    """``cli:`` and the login name of whoever runs the command, or of its user id when the
+    system has no name for it: a container running as an arbitrary user id, with no passwd
+    entry and no ``USER`` in its environment, where ``getpass.getuser()`` raised and the
+    command died with a traceback before doing anything."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return f"cli:uid-{os.getuid()}"

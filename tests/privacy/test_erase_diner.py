@@ -10,6 +10,8 @@ replays are byte-identical to their first answers.
 from __future__ import annotations
 
 import io
+import os
+import pwd
 from datetime import timedelta
 from typing import Any
 
@@ -246,6 +248,28 @@ def test_command_erases_and_reports(tenant, settings):
     log = DinerErasure.objects.get()
     assert out.getvalue().startswith(f"erasure {log.pk}: diner now {log.pseudonym}")
     assert log.requested_by == "dpo:carol" and log.counts["orders"] == 1
+    assert not Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+def test_command_run_by_a_user_id_the_system_has_no_name_for_names_the_id(
+    tenant, settings, monkeypatch
+):
+    """A container running as an arbitrary user id, no passwd entry and no ``USER``: without
+    ``--by`` the command asked ``getpass.getuser()`` who ran it, which raised ``KeyError``, and
+    it died with a traceback before erasing anything."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+
+    call_command("erase_diner", tenant.slug, "zoe", stdout=io.StringIO())
+
+    assert DinerErasure.objects.get().requested_by == f"cli:uid-{os.getuid()}"
     assert not Order.all_tenants.filter(diner_id="zoe").exists()
 
 

@@ -8,7 +8,6 @@ instead, as the admin's Discard does. Both refuse a letter that is no longer ope
 
 from __future__ import annotations
 
-import getpass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -19,6 +18,7 @@ from ordering.background.dead_letters import (
     discard_dead_letter,
     requeue_dead_letter,
 )
+from ordering.management.requester import operator
 from ordering.models import DeadLetter
 
 DONE = {"requeue": "requeued", "discard": "discarded"}
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         parser.add_argument("--note", default="", help="discard (required): what was done instead")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        actor = f"cli:{getpass.getuser()}"
+        actor = operator()
         if options["action"] == "list":
             letters = DeadLetter.objects.order_by("-created_at")
             if not options["all"]:

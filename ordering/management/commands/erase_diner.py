@@ -8,14 +8,13 @@ running it again after a Redis node failed to answer (it says so).
 
 from __future__ import annotations
 
-import getpass
 import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisClusterException, RedisError
 
-from ordering.management.requester import requester
+from ordering.management.requester import operator, requester
 from ordering.privacy.diners import NotADinerId, TenantLeaving, erase_diner
 from tenants.models import Tenant
 
@@ -34,7 +33,7 @@ class Command(BaseCommand):
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
             raise CommandError(f"no tenant with slug {options['tenant']!r}")
-        who = options["by"] or f"cli:{getpass.getuser()}"
+        who = options["by"] or operator()
         try:
             log = erase_diner(tenant=tenant, diner_id=options["diner_id"], requested_by=who)
         except (NotADinerId, TenantLeaving) as exc:

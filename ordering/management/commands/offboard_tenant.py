@@ -12,14 +12,13 @@ way to the diner yet, refunding its diner through the cancel saga.
 
 from __future__ import annotations
 
-import getpass
 import json
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ordering.management.requester import requester
+from ordering.management.requester import operator, requester
 from ordering.models import TenantOffboarding
 from ordering.privacy.offboarding import (
     OffboardingRefused,
@@ -63,7 +62,7 @@ class Command(BaseCommand):
             job = start_offboarding(
                 tenant=tenant,
                 export_path=options["export"].resolve(),
-                requested_by=options["by"] or f"cli:{getpass.getuser()}",
+                requested_by=options["by"] or operator(),
                 batch_size=options["batch_size"],
             )
         except OffboardingRefused as exc:
