@@ -8,7 +8,10 @@ matching whole formats, so an actor string with parts it does not know (a new ki
 still reads as "<kind> <value>" instead of breaking the page.
 
 API key prefixes are looked up among the tenant's own keys only: another tenant's key name is
-never shown.
+never shown. Nor is a platform staff member's name, except to staff (the admin): a restaurant
+reads "Platform staff". A staff member's sign-in name is half of what opens the platform's
+admin, and restaurants are never told it (``tenants.members`` turns staff accounts away
+without saying so).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ PART_LABELS: dict[str, Callable[[str], str]] = {
 }
 SUBJECT_KINDS = ("diner",)
 API_KIND = "api"
+STAFF_KIND = "staff"
+STAFF_UNNAMED = "Platform staff"
 
 
 def parts_of(actor: str) -> list[tuple[str, str]]:
@@ -35,21 +40,42 @@ def parts_of(actor: str) -> list[tuple[str, str]]:
     return [tuple(part.partition(":")[::2]) for part in actor.split("/") if part]  # type: ignore[misc]
 
 
-def describe_actors(tenant: Tenant, actors: Iterable[str]) -> dict[str, str]:
-    """Each actor string → how it reads, resolving the tenant's API key names in one query."""
+def describe_actors(
+    tenant: Tenant, actors: Iterable[str], *, staff_names: bool = False
+) -> dict[str, str]:
+    """Each actor string → how it reads, resolving the tenant's API key names in one query;
+    platform staff by name only when ``staff_names`` (the admin)."""
     actors = set(actors)
     prefixes = {value for a in actors for kind, value in parts_of(a) if kind == API_KIND}
     key_names = dict(
         ApiClient.objects.filter(tenant=tenant, prefix__in=prefixes).values_list("prefix", "name")
     )
-    return {actor: _describe(actor, key_names) for actor in actors}
+    return {actor: _describe(actor, key_names, staff_names=staff_names) for actor in actors}
 
 
-def _describe(actor: str, key_names: dict[str, str]) -> str:
+def without_staff_names(actor: str) -> str:
+    """The actor string as a restaurant's API key reads it: a platform staff member's part
+    keeps its kind and loses the name (``staff:bob`` → ``staff``)."""
+    return "/".join(
+        STAFF_KIND if part.partition(":")[0] == STAFF_KIND else part for part in actor.split("/")
+    )
+
+
+def shown_requester(requested_by: str) -> str:
+    """Who asked for an erasure, as the restaurant's Privacy page says it: one of its owners by
+    name; anyone else (platform staff in the admin, an operator's command, a name given with
+    ``--by``) as platform staff."""
+    kind, _, name = requested_by.partition(":")
+    return f"{name} (owner)" if kind == "owner" and name else STAFF_UNNAMED
+
+
+def _describe(actor: str, key_names: dict[str, str], *, staff_names: bool) -> str:
     subjects, channels = [], []
     for kind, value in parts_of(actor):
         if kind == API_KIND:
             channels.append(key_names.get(value, f"API key {value}"))
+        elif kind == STAFF_KIND and not staff_names:
+            channels.append(STAFF_UNNAMED)
         elif kind in PART_LABELS:
             (subjects if kind in SUBJECT_KINDS else channels).append(PART_LABELS[kind](value))
         else:

@@ -82,7 +82,8 @@ class OrderTransitionInline(ReadOnlyInline):
 
     @admin.display(description="who")
     def who(self, transition: OrderTransition) -> str:
-        return describe_actors(transition.tenant, [transition.actor])[transition.actor]
+        actor = transition.actor
+        return describe_actors(transition.tenant, [actor], staff_names=True)[actor]
 
 
 def _move_action(target: str, label: str) -> Callable[..., None]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from ordering.actors import without_staff_names
 from ordering.models import Dish, Order, OrderLine, OrderTransition, Payment
 from ordering.models.payments import payment_of_record
 from tenants.permissions import Capability, may
@@ -77,7 +78,7 @@ def _payment(payment: Payment, *, internal: bool) -> dict[str, Any]:
 def _transition(step: OrderTransition, *, internal: bool) -> dict[str, Any]:
     shown = {"from_status": step.from_status, "to_status": step.to_status}
     if internal:
-        shown["actor"] = step.actor
+        shown["actor"] = without_staff_names(step.actor)
     shown["at"] = _when(step.at)
     return shown
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from ordering.actors import shown_requester
 from tenants.models import Tenant
 
 
@@ -33,6 +34,11 @@ class DinerErasure(models.Model):
 
     def __str__(self) -> str:
         return f"erasure {self.pk} of {self.pseudonym} by {self.requested_by}"
+
+    @property
+    def shown_requester(self) -> str:
+        """Who asked, as the restaurant's Privacy page says it (no staff member's name)."""
+        return shown_requester(self.requested_by)
 
 
 class TenantOffboarding(models.Model):

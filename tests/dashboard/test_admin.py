@@ -24,6 +24,7 @@ from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
+from tests.conftest import api_for
 from tests.dashboard.factories import make_order
 
 pytestmark = pytest.mark.django_db
@@ -90,6 +91,25 @@ def test_admin_action_moves_orders_through_the_lifecycle_as_staff(staff, mine, t
     notices = [str(m) for m in staff.get("/admin/ordering/order/").context["messages"]]
     assert "Accept: 2 order(s) moved." in notices
     assert any(str(created.pk) in n and "not allowed" in n for n in notices)
+
+
+def test_a_move_by_staff_names_them_to_staff_only(staff, mine, merchant):
+    """A staff member's sign-in name, half of what opens the platform's admin, showed to the
+    restaurant: "root (platform staff)" in the dashboard's status log, ``staff:root`` as the
+    actor the merchant's API key reads. The restaurant now reads platform staff, unnamed."""
+    run_action(staff, "/admin/ordering/order/", "move_to_accepted", [mine.order.pk])
+    assert OrderTransition.all_tenants.filter(order=mine.order).last().actor == "staff:root"
+
+    admin_page = staff.get(f"/admin/ordering/order/{mine.order.pk}/change/").content.decode()
+    dashboard_page = merchant.get(f"/dashboard/orders/{mine.order.pk}/").content.decode()
+    api_order = api_for(mine.tenant, kind=ApiClient.Kind.MERCHANT).get(
+        f"/api/v1/orders/{mine.order.pk}/"
+    )
+
+    assert "root (platform staff)" in admin_page
+    assert "by Platform staff" in dashboard_page and "root" not in dashboard_page
+    actors = [step["actor"] for step in api_order.json()["transitions"]]
+    assert actors[-1] == "staff" and not any("root" in actor for actor in actors)
 
 
 def test_admin_cancel_action_uses_the_cancel_service(staff, mine, order_in):

@@ -17,11 +17,16 @@ def test_each_known_actor_reads_as_words(tenant):
         f"api:{app.prefix}/diner:d-4": "Diner d-4 (via Demo diner app)",
         f"api:{app.prefix}": "Demo diner app",
         "merchant:alice": "alice (dashboard)",
-        "staff:bob": "bob (platform staff)",
+        "staff:bob": "Platform staff",  # the restaurant is never told staff's names
         "provider:simulated": "Payment provider (simulated)",
         "saga:cancel": "Automatic refund",
     }
     assert describe_actors(tenant, actors) == actors
+
+
+def test_staff_read_each_other_by_name(tenant):
+    actor = "staff:bob"
+    assert describe_actors(tenant, [actor], staff_names=True) == {actor: "bob (platform staff)"}
 
 
 def test_another_tenants_key_name_is_never_shown(tenant, other_tenant):

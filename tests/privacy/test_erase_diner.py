@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -34,6 +35,7 @@ from tenants.models import ApiClient, DinerSession, Tenant
 from tenants.redis_routing import client_for_tenant
 from tenants.retention import purge_expired_data
 from tests.conftest import api_for, menu_for, use_topology
+from tests.dashboard.factories import make_merchant
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.support.concurrency import at_once, committed_once_waited_on
 from tests.support.ports import free_port
@@ -271,6 +273,21 @@ def test_command_run_by_a_user_id_the_system_has_no_name_for_names_the_id(
 
     assert DinerErasure.objects.get().requested_by == f"cli:uid-{os.getuid()}"
     assert not Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+def test_the_privacy_page_names_owners_and_not_platform_staff(tenant, settings):
+    """The page's "By" column showed the log's ``requested_by`` as stored: ``staff:<user
+    name>`` of the staff member who erased in the admin, ``cli:<login>`` of the operator."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    for diner, who in [("zoe", "staff:root"), ("yan", "cli:operator"), ("xia", "owner:alice")]:
+        erase_diner(tenant=tenant, diner_id=diner, requested_by=who)
+    owner = Client()
+    owner.force_login(make_merchant(tenant, "alice"))
+
+    page = owner.get("/dashboard/privacy/").content.decode()
+
+    assert page.count("Platform staff") == 2 and "alice (owner)" in page
+    assert "root" not in page and "operator" not in page
 
 
 def test_command_refuses_an_unknown_tenant(db):
