@@ -7,7 +7,8 @@ Both answer 503 ``IDEMPOTENCY_TOKENS_UNAVAILABLE`` (with ``Retry-After``) while 
 Redis node cannot be used. Issuing counts against the caller's write rate limit, and answers 429
 ``IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED`` (``limit``, ``scope``; ``Retry-After``: until the oldest
 outstanding tokens expire) when the caller would pass its share of outstanding tokens
-(``scope``: "principal") or the tenant its quota ("tenant"); checking writes nothing and does
+(``scope``: "principal"), the tenant its quota ("tenant"), or a caller held to a share of the
+quota (``TOKEN_QUOTA_SHARE``) that share ("tenant_share"); checking writes nothing and does
 not.
 
 Their OpenAPI description needs drf-spectacular (the engine's ``openapi`` extra); without it
@@ -204,7 +205,9 @@ def _describe_for_openapi() -> None:
         from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
     except ImportError:  # the "openapi" extra is not installed
         return
-    from idempotency.web.openapi import problems
+    from drf_spectacular.utils import OpenApiResponse
+
+    from idempotency.web.openapi import PROBLEM_JSON, ProblemSerializer, problems
 
     # an enum, so that a client generated from the schema can switch on it
     extend_schema_field(
@@ -228,11 +231,23 @@ def _describe_for_openapi() -> None:
             )
         },
     )
+    # a 429 here is the quota's as often as the rate limit's: each refusal is named, with
+    # every scope the quota's answer carries (tokens.issue_tokens, issue_tokens.lua)
+    refusals = problems(400, 401, 403, 413, 415, 429, 503)
+    refusals[(429, PROBLEM_JSON)] = OpenApiResponse(
+        ProblemSerializer,
+        description="RATE_LIMITED: the write rate limit (Retry-After: the window's end); "
+        "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: the quota of outstanding tokens (`limit`, `scope`; "
+        "Retry-After: until the oldest of them expire)",
+    )
     extend_schema(
         request=IssueTokensIn,
-        responses={201: IssuedTokensOut, **problems(400, 401, 403, 413, 415, 429, 503)},
-        description="Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the tenant would have "
-        "more tokens outstanding (issued, neither used nor expired) than its quota.",
+        responses={201: IssuedTokensOut, **refusals},
+        description="Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the batch would leave "
+        "more tokens outstanding (issued, neither used nor expired) than the caller's share of "
+        "the tenant's quota (`scope`: `principal`), than the tenant's quota (`tenant`), or, "
+        "for a caller held to a share of it, than that share (`tenant_share`); 429 "
+        "RATE_LIMITED when the write rate limit refuses it (one write, whatever the count).",
     )(IssueTokensView.post)
     extend_schema(
         request=CheckTokensIn,

@@ -322,15 +322,12 @@ def test_guests_fill_their_share_of_the_quota_and_the_merchant_still_gets_tokens
     assert (over.status_code, over.json()["scope"], over.json()["limit"]) == (429, "tenant", 2000)
 
 
-@pytest.mark.django_db
-def test_each_quota_refusal_is_an_error_the_api_schema_declares(settings: Any, tenant: Any) -> None:
-    """A guest refused by the guests' share gets ``"scope": "tenant_share"``: a client
-    generated from the schema must be able to read it, as the principal's and the tenant's."""
+def quota_refusals(settings: Any, tenant: Any) -> list[Any]:
+    """One refusal of each scope, in this order: a guest past its own share, a guest past the
+    guests' share of the quota (0.8 of 2,000), the merchant past the tenant's quota."""
     settings.API_GUEST_CEILING_SHARE = 0.8
     tenant.token_quota = 2000
     tenant.save(update_fields=["token_quota"])
-    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
-    problem = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"})
     a_guest, merchant = guest(tenant), api_for(tenant, kind=ApiClient.Kind.MERCHANT)
     assert issue(a_guest, 1000).status_code == 201  # a principal's share: one batch at least
 
@@ -339,15 +336,41 @@ def test_each_quota_refusal_is_an_error_the_api_schema_declares(settings: Any, t
     refusals.append(issue(guest(tenant), 1))  # past the guests' share of the quota, 1,600
     assert issue(api_for(tenant, diner="signed-in"), 400).status_code == 201
     refusals.append(issue(merchant, 1))  # past the tenant's quota, 2,000
-
-    bodies = [refused.json() for refused in refusals]
-    assert [(r.status_code, b["scope"]) for r, b in zip(refusals, bodies, strict=True)] == [
+    assert [(r.status_code, r.json()["scope"]) for r in refusals] == [
         (429, "principal"),
         (429, "tenant_share"),
         (429, "tenant"),
     ]
-    for body in bodies:
-        problem.validate(body)
+    return refusals
+
+
+def served_schema() -> dict[str, Any]:
+    return APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+
+
+@pytest.mark.django_db
+def test_each_quota_refusal_is_an_error_the_api_schema_declares(settings: Any, tenant: Any) -> None:
+    """A guest refused by the guests' share gets ``"scope": "tenant_share"``: a client
+    generated from the schema must be able to read it, as the principal's and the tenant's."""
+    schema = served_schema()
+    problem = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/Problem"})
+
+    for refused in quota_refusals(settings, tenant):
+        problem.validate(refused.json())
+
+
+@pytest.mark.django_db
+def test_the_schema_says_when_issuing_tokens_is_refused_429(settings: Any, tenant: Any) -> None:
+    """The operation's description named the tenant's quota alone, while a guest is refused
+    long before it (its own share, the guests' share) and any caller by the write rate limit:
+    an app developer reading it looked for the wrong cause of the 429."""
+    operation = served_schema()["paths"][TOKENS]["post"]
+    described = f"{operation['description']} {operation['responses']['429']['description']}"
+
+    for refused in quota_refusals(settings, tenant):
+        assert refused.json()["code"] in described
+        assert f"`{refused.json()['scope']}`" in described
+    assert "RATE_LIMITED" in described
 
 
 def test_concurrent_guests_never_pass_their_share_and_the_merchant_still_gets_tokens(

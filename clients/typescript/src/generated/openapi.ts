@@ -87,7 +87,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** @description Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the tenant would have more tokens outstanding (issued, neither used nor expired) than its quota. */
+        /** @description Answers 429 IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED when the batch would leave more tokens outstanding (issued, neither used nor expired) than the caller's share of the tenant's quota (`scope`: `principal`), than the tenant's quota (`tenant`), or, for a caller held to a share of it, than that share (`tenant_share`); 429 RATE_LIMITED when the write rate limit refuses it (one write, whatever the count). */
         post: operations["v1_idempotency_tokens_create"];
         delete?: never;
         options?: never;
@@ -1016,7 +1016,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Write rate limit reached (Retry-After) */
+            /** @description RATE_LIMITED: the write rate limit (Retry-After: the window's end); IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED: the quota of outstanding tokens (`limit`, `scope`; Retry-After: until the oldest of them expire) */
             429: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
