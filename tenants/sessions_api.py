@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -29,7 +30,7 @@ from config.client_address import limited_address_of
 from idempotency.core.ratelimit import RateDecision, check_rate
 from idempotency.metrics import count_rate_limited
 from idempotency.web.fields import StrictRegexField
-from idempotency.web.openapi import problems
+from idempotency.web.openapi import PROBLEM_JSON, ProblemSerializer, problems
 from idempotency.web.throttle import RateLimited, TenantRateThrottle, answers
 from tenants.diner_sessions import (
     DINER_ID_RE,
@@ -154,6 +155,21 @@ class SessionOpenThrottle(BaseThrottle):
         raise TooManySessionsOpened(decision)
 
 
+# Opening a guest session is no write: its 429 comes from the limits on opening them
+# (SessionOpenThrottle), a merchant's sign-in from its key's write limit; the engine's wording
+# ("Write rate limit reached") names the latter alone.
+OPEN_REFUSALS = {
+    **problems(400, 401, 403, 413, 415, 429),
+    (429, PROBLEM_JSON): OpenApiResponse(
+        ProblemSerializer,
+        description="RATE_LIMITED (Retry-After): too many guest sessions opened, per client "
+        "address (DINER_SESSION_OPEN_RATE_PER_IP, 20 a minute by default) or per publishable "
+        "key (DINER_SESSION_OPEN_RATE_PER_KEY, 600); a merchant key's sign-in, by that key's "
+        "write rate limit",
+    ),
+}
+
+
 class DinerSessionsView(APIView):
     capabilities = {"POST": (Capability.OPEN_GUEST_SESSION, Capability.SIGN_IN_DINER)}
     throttle_classes = [SessionOpenThrottle]
@@ -161,7 +177,7 @@ class DinerSessionsView(APIView):
     @extend_schema(
         operation_id="diner_sessions_open",
         request=OpenSessionIn,
-        responses={201: SessionOut, **problems(400, 401, 403, 413, 415, 429)},
+        responses={201: SessionOut, **OPEN_REFUSALS},
     )
     def post(self, request: Request) -> Response:
         """Open a diner session. A publishable key sends an empty body and gets a guest diner;

@@ -642,6 +642,23 @@ def test_guest_sessions_are_limited_per_client_address_then_per_key(
     assert open_guest(other_key).status_code == 201
 
 
+def test_the_schema_says_why_opening_a_session_answers_429(publishable: Any, settings: Any) -> None:
+    # A guest session is refused 429 by the limits on opening them (per client address, then
+    # per publishable key), a merchant's sign-in by its key's write limit: the schema's 429
+    # named the write rate limit alone, so an app developer looked for writes the app made.
+    settings.DINER_SESSION_OPEN_RATE_PER_IP = 1
+    app = with_auth(f"Api-Key {publishable[1]}")
+    assert app.post(SESSIONS, format="json", REMOTE_ADDR="10.0.0.1").status_code == 201
+    refused = app.post(SESSIONS, format="json", REMOTE_ADDR="10.0.0.1")
+    assert (refused.status_code, refused.json()["code"]) == (429, "RATE_LIMITED")
+
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    described = schema["paths"][SESSIONS]["post"]["responses"]["429"]["description"]
+    assert "guest sessions" in described, described
+    assert "client address" in described and "publishable key" in described, described
+    assert "sign-in" in described, described
+
+
 @pytest.mark.parametrize("method", ["get", "put", "delete", "options"])
 def test_a_method_that_opens_no_session_costs_no_guest_session(
     publishable: Any, settings: Any, method: str

@@ -625,7 +625,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Write rate limit reached (Retry-After) */
+            /** @description RATE_LIMITED (Retry-After): too many guest sessions opened, per client address (DINER_SESSION_OPEN_RATE_PER_IP, 20 a minute by default) or per publishable key (DINER_SESSION_OPEN_RATE_PER_KEY, 600); a merchant key's sign-in, by that key's write rate limit */
             429: {
                 headers: {
                     /** @description Seconds to wait before sending again. */
