@@ -1163,6 +1163,13 @@ if ORDER_CONTACT_RETENTION_DAYS * 24 < RETENTION_RECORD_TTL_HOURS_MAX:
         "kept for retries, which shows the order's note, would outlive the note; narrow "
         "RETENTION_RECORD_TTL_HOURS_MAX (and IDEMPOTENCY_TTL_SECONDS) to the same time"
     )
+# An offboarding keeps the leaving restaurant's payments started this many days back that a
+# provider could still capture late (voided or declined), and each is kept this long after its
+# last change, so a capture reported meanwhile is refunded by the platform (ordering/payments/
+# departed.py); then the same purge deletes it, unless its refund is to run or waits for staff.
+DEPARTED_PAYMENT_RETENTION_DAYS = env_bounded(
+    "DEPARTED_PAYMENT_RETENTION_DAYS", 30, low=1, high=3650
+)
 CELERY_BEAT_SCHEDULE["purge-expired-data"] = {
     "task": "tenants.purge_expired_data",
     "schedule": RETENTION_PURGE_SECONDS,

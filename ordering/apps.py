@@ -12,6 +12,8 @@ class OrderingConfig(AppConfig):
         from ordering import checks  # noqa: F401 - registers the system checks
         from ordering.api import openapi  # noqa: F401 - schema extension
         from ordering.background import tasks  # noqa: F401
+        from ordering.payments import departed
         from ordering.privacy import contact_retention
 
         contact_retention.register()
+        departed.register()

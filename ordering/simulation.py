@@ -21,9 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 def record_operation(
-    *, tenant_id: int, idempotency_key: str, kind: str, reference: str, amount: Decimal
+    *, tenant_id: int | None, idempotency_key: str, kind: str, reference: str, amount: Decimal
 ) -> tuple[SimulatedOperation, bool]:
     """Do the simulated operation once per key: (the operation, whether it was new).
+    ``tenant_id`` None: on the platform's own account (a refund of a departed restaurant's
+    payment).
 
     Committed on its own (the caller is outside any transaction, as with a real provider), so
     the effect exists even if the caller dies before recording it — which is the case the

@@ -1,7 +1,8 @@
 """Staff admin of the ordering domain: orders, menu and coupons (:mod:`.orders`); the outbox,
 dead letters and provider conflicts (:mod:`.background`); data-protection requests
-(:mod:`.privacy`). Importing the package registers them all."""
+(:mod:`.privacy`); payments of restaurants that left (:mod:`.departed`). Importing the
+package registers them all."""
 
-from ordering.admin import background, orders, privacy
+from ordering.admin import background, departed, orders, privacy
 
-__all__ = ["background", "orders", "privacy"]
+__all__ = ["background", "departed", "orders", "privacy"]

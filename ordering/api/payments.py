@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from idempotency.web.openapi import problems
 from ordering.models import OrderStatus, ProviderConflict
+from ordering.payments import departed
 from ordering.payments.callbacks import handle_payment_callback
 from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
@@ -51,7 +52,11 @@ class PaymentCallbackView(APIView):
                     # on the order's status and on the kind of conflict recorded
                     "order_status": serializers.ChoiceField(choices=OrderStatus.choices),
                     "conflict": serializers.ChoiceField(
-                        choices=ProviderConflict.Kind.choices, allow_null=True
+                        choices=[
+                            *ProviderConflict.Kind.choices,
+                            (departed.CONFLICT_KIND, departed.CONFLICT_LABEL),
+                        ],
+                        allow_null=True,
                     ),
                 },
             ),

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from ordering.background import dispatch
-from ordering.models import Compensation, DeadLetter, Order, OutboxEvent
+from ordering.models import Compensation, DeadLetter, DepartedPayment, Order, OutboxEvent
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,15 @@ def requeue_dead_letter(*, dead_letter_id: int, actor: str) -> DeadLetter:
             last_error="",
             updated_at=Now(),
         )
+        # the platform's refund of a capture after its restaurant left (no Compensation row)
+        DepartedPayment.objects.filter(
+            pk=DepartedPayment.pk_of_letter(letter.key), refund=DepartedPayment.Refund.FAILED
+        ).update(
+            refund=DepartedPayment.Refund.PENDING,
+            refund_attempts=0,
+            refund_last_error="",
+            updated_at=Now(),
+        )
         args = list(letter.payload.get("args", []))
         kwargs = dict(letter.payload.get("kwargs", {}))
         if letter.task == dispatch.HANDLE_OUTBOX_EVENT and args:
@@ -114,6 +123,16 @@ def discard_dead_letter(*, dead_letter_id: int, actor: str, note: str) -> DeadLe
     with transaction.atomic():
         _close(dead_letter_id, state=DeadLetter.State.DISCARDED, actor=actor, note=note.strip())
         letter = DeadLetter.objects.get(pk=dead_letter_id)
+        # a departed restaurant's payment: staff settled its capture, so it says so and, no
+        # longer waiting for staff, goes with the retention purge
+        DepartedPayment.objects.filter(
+            pk=DepartedPayment.pk_of_letter(letter.key), refund=DepartedPayment.Refund.FAILED
+        ).update(
+            refund=DepartedPayment.Refund.SETTLED,
+            settled_by=actor[:150],
+            settlement_note=note.strip(),
+            updated_at=Now(),
+        )
     logger.info("dead letter %s discarded by %s", dead_letter_id, actor)
     return letter
 

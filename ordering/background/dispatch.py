@@ -32,6 +32,7 @@ COMPLETE_SIMULATED_PAYMENT = "ordering.complete_simulated_payment"
 SWEEP_OUTBOX = "ordering.sweep_outbox"
 OFFBOARD_TENANT = "ordering.offboard_tenant"
 REFUND_UNWANTED_CAPTURE = "ordering.refund_unwanted_capture"
+REFUND_DEPARTED_CAPTURE = "ordering.refund_departed_capture"
 # Names of the timer threads that run delayed tasks in eager mode (tests wait for them).
 DELAYED_THREAD_PREFIX = "delayed-task:"
 # How long one failed send stops this process sending, before one send probes the broker again

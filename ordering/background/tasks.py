@@ -160,12 +160,31 @@ def refund_unwanted_capture(self: Task, compensation_id: str) -> str:
         raise self.retry(countdown=countdown, exc=exc) from None
 
 
+@shared_task(bind=True, name=dispatch.REFUND_DEPARTED_CAPTURE, max_retries=None)
+def refund_departed_capture(self: Task, departed_id: int) -> str:
+    """Give back money the provider took after its restaurant left, retried as
+    :func:`refund_unwanted_capture` is."""
+    from ordering.payments.departed_refunds import refund_departed_capture as refund
+
+    try:
+        return refund(departed_id=departed_id)
+    except RetryLater as exc:
+        raise self.retry(countdown=exc.countdown, exc=exc) from None
+    except DatabaseError as exc:
+        if not is_database_unavailable(exc):
+            raise
+        countdown = backoff_seconds(self.request.retries + 1)
+        raise self.retry(countdown=countdown, exc=exc) from None
+
+
 @shared_task(name="ordering.resend_capture_refunds")
 def resend_capture_refunds() -> int:
-    """Send again the refunds of unwanted captures whose message was lost (beat)."""
+    """Send again the refunds of unwanted captures, and of captures after their restaurant
+    left, whose message was lost (beat)."""
     from ordering.payments.capture_refunds import resend_due_capture_refunds
+    from ordering.payments.departed_refunds import resend_due_departed_refunds
 
-    return resend_due_capture_refunds()
+    return resend_due_capture_refunds() + resend_due_departed_refunds()
 
 
 @shared_task(name="ordering.expire_unpaid_orders")

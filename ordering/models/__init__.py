@@ -3,6 +3,7 @@ outbox, the saga's compensations and dead letters, provider callbacks)."""
 
 from ordering.models.callbacks import PaymentCallback, ProviderConflict
 from ordering.models.compensation import Compensation, DeadLetter
+from ordering.models.departed import DepartedPayment
 from ordering.models.menu import Coupon, Dish
 from ordering.models.order_numbers import OrderNumberCounter
 from ordering.models.orders import Order, OrderLine, OrderStatus, OrderTransition
@@ -17,6 +18,7 @@ __all__ = [
     "Compensation",
     "Coupon",
     "DeadLetter",
+    "DepartedPayment",
     "DinerErasure",
     "Dish",
     "EventType",

@@ -22,7 +22,12 @@ class SimulatedOperation(models.Model):
         PAYMENT_SUCCEEDED = "payment_succeeded", "Payment taken from the diner"
         PAYMENT_FAILED = "payment_failed", "Payment declined"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # None: the platform's own account at the provider, which refunds the payments of a
+    # restaurant that left (ordering/payments/departed_refunds.py); not fenced nor deleted
+    # with any restaurant, as a real provider's books are not
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     idempotency_key = models.CharField(max_length=200)
     kind = models.CharField(max_length=32, choices=Kind.choices)
     reference = models.CharField(max_length=100, help_text="Transaction or order it applies to")
@@ -35,6 +40,11 @@ class SimulatedOperation(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"], name="uniq_simulated_op_key"
+            ),
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=models.Q(tenant__isnull=True),
+                name="uniq_simulated_platform_op_key",
             ),
         ]
 

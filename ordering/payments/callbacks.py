@@ -4,7 +4,9 @@ Order of checks, and why:
 
 1. provider known, signature and timestamp valid (:mod:`ordering.payments.signatures`) — before
    anything is parsed or written, so a forged or replayed request leaves no trace but a 4xx;
-2. body well-formed, and it names a payment we started — else 400 / 404, nothing written;
+2. body well-formed, and it names a payment we started — else 400 / 404, nothing written
+   (a payment of a restaurant that left, which the platform kept when its tables closed, is
+   one: :mod:`ordering.payments.departed` applies such an event);
 3. in one transaction: the order and the payment are read and locked in one statement (the
    order first, then the payment: the order ``cancel_order`` takes them in, so the two cannot
    deadlock). Every other delivery about this payment waits there until this one commits,
@@ -29,7 +31,7 @@ from decimal import Decimal
 from enum import Enum
 
 from django.conf import settings
-from django.db import connection, router, transaction
+from django.db import DatabaseError, connection, router, transaction
 from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.urls import reverse
 from django.utils import timezone
@@ -49,12 +51,14 @@ from ordering.models import (
 )
 from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
 from ordering.payments.capture_refunds import schedule_capture_refund
+from ordering.payments.departed import DepartedDecision, apply_departed_event
 from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
 from ordering.payments.signatures import verify
 from ordering.prefetch import JoinedRead
 from ordering.services.lifecycle import apply_transition, cancel_unpaid
 from tenants.models import Tenant
+from tenants.write_fence import refused_by_fence
 
 # Spelt as the engine labels every other request, its method and URLconf route (no leading
 # slash), so /metrics, the durable counters and the audits hold one name per route.
@@ -141,9 +145,27 @@ def apply_provider_event(*, provider: str, event: CallbackEvent) -> CallbackResu
     """Apply one authentic provider event at most once, however it reached us: a callback, or
     reconciliation asking the provider about a payment whose callback never came
     (:mod:`ordering.payments.reconciliation`). Either way the event goes through the inbox
-    under its provider event id, so the other path's copy of it is a duplicate."""
+    under its provider event id, so the other path's copy of it is a duplicate.
+
+    An event about a payment of a restaurant that left (its tables closed: fenced, then
+    deleted) is applied to the platform's copy of that payment instead
+    (:mod:`ordering.payments.departed`). Should the tables close between this event's read and
+    its first write (the fence refuses that write), it is read again, and is such an event."""
+    try:
+        return _apply(provider=provider, event=event)
+    except DatabaseError as exc:
+        if not refused_by_fence(exc):
+            raise
+    return _apply(provider=provider, event=event)
+
+
+def _apply(*, provider: str, event: CallbackEvent) -> CallbackResult:
     with transaction.atomic():
         found = _locked(event=event, provider=provider)
+        if found is None or found[0].tenant.status == Tenant.Status.OFFBOARDING:
+            departed = apply_departed_event(provider=provider, event=event)
+            if departed is not None:
+                return _departed_result(departed, provider=provider, event=event)
         if found is None:
             raise CallbackRejected(
                 PaymentErrorCode.PAYMENT_NOT_FOUND, "No such payment for this order"
@@ -163,7 +185,14 @@ def apply_provider_event(*, provider: str, event: CallbackEvent) -> CallbackResu
             decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
-            _audit(order=order, event=event, provider=provider, decision=decision)
+            _audit(
+                tenant_id=order.tenant_id,
+                order_id=order.pk,
+                event=event,
+                provider=provider,
+                outcome=decision.audit,
+                reason=decision.reason,
+            )
         else:
             _count_first_delivery(order=order, provider=provider)
     return CallbackResult(
@@ -408,18 +437,46 @@ def _count_first_delivery(*, order: Order, provider: str) -> None:
     transaction.on_commit(count)
 
 
-def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Decision) -> None:
+def _departed_result(
+    departed: DepartedDecision, *, provider: str, event: CallbackEvent
+) -> CallbackResult:
+    """Audit what an event about a departed restaurant's payment came to (under that
+    restaurant's key, as its other callbacks were), and answer it."""
+    _audit(
+        tenant_id=departed.tenant_id,
+        order_id=departed.order_id,
+        event=event,
+        provider=provider,
+        outcome=departed.audit,
+        reason=departed.reason,
+    )
+    return CallbackResult(
+        outcome=departed.outcome,
+        order_id=departed.order_id,
+        order_status=departed.order_status,
+        conflict=departed.conflict,
+    )
+
+
+def _audit(
+    *,
+    tenant_id: int,
+    order_id: int,
+    event: CallbackEvent,
+    provider: str,
+    outcome: str,
+    reason: str,
+) -> None:
     """Audit the duplicate or conflict in the caller's transaction and, once that commits,
     count it in ``idempotency_outcomes_total`` as the engine counts the API's (it was audited
     only, so /metrics never showed a provider's repeats or conflicting reports)."""
-    outcome = decision.audit or "HIT"
-    tenant = str(order.tenant_id)
+    tenant = str(tenant_id)
     transaction.on_commit(
         lambda: metrics.count(tenant=tenant, endpoint=AUDIT_ENDPOINT, outcome=outcome)
     )
     report(
         AuditEvent(
-            tenant_key=str(order.tenant_id),
+            tenant_key=tenant,
             endpoint=AUDIT_ENDPOINT,
             key=keyed_digest(f"{provider}:{event.event_id}"),
             outcome=outcome,
@@ -430,10 +487,10 @@ def _audit(*, order: Order, event: CallbackEvent, provider: str, decision: _Deci
                 "status": event.status,
                 "amount": str(event.amount),
                 "currency": event.currency,
-                "reason": decision.reason,
+                "reason": reason,
             },
             # the order's URL, as the API's own audits name it (the admin's search matches it)
-            resource_ref=reverse("order-detail", kwargs={"order_id": order.pk}),
+            resource_ref=reverse("order-detail", kwargs={"order_id": order_id}),
         ),
         in_transaction=True,
     )

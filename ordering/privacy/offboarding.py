@@ -7,9 +7,10 @@ and started again to finish:
 1. **suspend**: once the tenant's writes in flight have committed, the tenant is marked
    ``offboarding`` (its API answers 403 ``TENANT_SUSPENDED``, its dashboard is closed, and
    PostgreSQL refuses any later write of its rows, :mod:`tenants.write_fence`), its API keys
-   revoked and its diner sessions ended (401 once revoked), all in one transaction, so
-   nothing of it is written while the rest runs; while its money still moves, it is only
-   ``suspended`` and the job waits here (:func:`_suspend`);
+   revoked and its diner sessions ended (401 once revoked), and its payments a provider may
+   still capture late kept by the platform (:mod:`ordering.payments.departed`), all in one
+   transaction, so nothing of it is written while the rest runs; while its money still
+   moves, it is only ``suspended`` and the job waits here (:func:`_suspend`);
 2. **export**: the archive (:mod:`ordering.privacy.archive`) is written to the job's path;
 3. **engine**: the idempotency records (each with its Redis entry, announced to every
    process's local cache) and audits, and any other engine table keyed by the tenant, one
@@ -58,6 +59,7 @@ from ordering.models import (
     TenantOffboarding,
 )
 from ordering.models.orders import REFUNDABLE
+from ordering.payments.departed import record_departed_payments
 from ordering.privacy.archive import archive_holds_all, export_tenant, partial_archive
 from ordering.privacy.tenant_tables import deletion_order, engine_tables, rows_of
 from ordering.services.lifecycle import cancel_order
@@ -209,6 +211,9 @@ def _suspend(job: TenantOffboarding) -> None:
         Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.SUSPENDED)
         job.last_error = f"{WAITING_FOR_MONEY}: {moving}; run the offboarding again later"
         return
+    # A provider may still report a capture of a payment voided or declined: kept by the
+    # platform, neither fenced nor deleted with the tenant, so the webhook refunds it.
+    record_departed_payments(tenant_id=job.tenant_ref, tenant_slug=job.tenant_slug)
     # last: the fence refuses the tenant's writes from here on, the revocations above included
     Tenant.objects.filter(pk=job.tenant_ref).update(status=Tenant.Status.OFFBOARDING)
     job.suspended_at = now
@@ -392,6 +397,9 @@ def _tables(job: TenantOffboarding) -> None:
         # and go through the engine and Redis again for what those requests stored.
         job.phase = Phase.EXPORT
         return
+    if not _tables_started(job):
+        # (again: a job suspended by a release that kept none had none kept)
+        record_departed_payments(tenant_id=job.tenant_ref, tenant_slug=job.tenant_slug)
     tables = [(model, rows_of(model, job.tenant_ref)) for model in deletion_order()]
     if not _one_batch(job, tables):
         job.phase = Phase.TENANT

@@ -31,6 +31,7 @@ from ordering.models import (
     ProviderConflict,
 )
 from ordering.payments.callbacks import AUDIT_ENDPOINT as CALLBACK_ENDPOINT
+from ordering.payments.departed import CONFLICT_KIND as LATE_CAPTURE
 from ordering.payments.registry import webhook_secrets
 from ordering.payments.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from ordering.services.lifecycle import cancel_order
@@ -589,6 +590,8 @@ def test_the_schema_names_the_statuses_and_conflicts_a_callback_answers(deliver,
     result = OAS30ReadValidator({**schema, "$ref": "#/components/schemas/PaymentCallbackResult"})
     assert [e.message for e in result.iter_errors(answered)] == []
     assert enum_of(declared["order_status"]) == list(S.values)
-    assert enum_of(declared["conflict"]) == list(ProviderConflict.Kind.values)
+    # and a capture after the restaurant left (ordering/payments/departed.py)
+    assert enum_of(declared["conflict"]) == [*ProviderConflict.Kind.values, LATE_CAPTURE]
+    assert result.is_valid({**answered, "conflict": LATE_CAPTURE})
     assert result.is_valid({**answered, "conflict": None})
     assert not result.is_valid({**answered, "conflict": "something_else"})
