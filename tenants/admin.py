@@ -376,6 +376,13 @@ class ApiClientAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
+        """Write only what the form changed: nothing, every field being read-only. The key's
+        page still has Save, which wrote the row back as its POST had read it, ``revoked_at``
+        included: a key revoked at that moment (on the dashboard, by the action) came back to
+        life."""
+        obj.save(update_fields=form.changed_data)
+
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
         clients = list(queryset.filter(revoked_at__isnull=True))

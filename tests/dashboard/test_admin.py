@@ -14,7 +14,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
 from django.db import connection
-from django.db.models.signals import pre_save
+from django.db.models.signals import post_init, pre_save
 from django.test import Client
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from ordering.services.placing import ItemRequest, place_order
-from tenants.api_keys import issue_api_key
+from tenants.api_keys import issue_api_key, revoke_api_key
 from tenants.models import ApiClient, Tenant
 from tests.conftest import api_for
 from tests.dashboard.factories import make_order
@@ -562,3 +562,50 @@ def test_a_coupon_saved_in_the_admin_keeps_the_uses_orders_took_meanwhile(staff,
     assert answer.status_code == 302
     coupon.refresh_from_db()
     assert (coupon.value, coupon.used_count) == (Decimal("15.00"), 1)
+
+
+def _done_after_the_admin_read(row: ApiClient, act: Callable[[], object]) -> Callable[..., None]:
+    """A ``post_init`` receiver that, once this thread (the admin's request) has read ``row``,
+    has ``act`` done and committed on another connection: a change made between the admin
+    reading a row and the end of its save."""
+    done: list[object] = []
+    admin_thread = threading.get_ident()
+
+    def act_once(sender: type, instance: ApiClient, **kwargs: object) -> None:
+        if done or threading.get_ident() != admin_thread or instance.pk != row.pk:
+            return
+
+        def other_connection() -> None:
+            try:
+                done.append(act())
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=other_connection)
+        worker.start()
+        worker.join(timeout=30)
+        assert done, "the change meanwhile was not made"
+
+    return act_once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_api_key_saved_in_the_admin_stays_revoked_when_revoked_meanwhile(staff, mine):
+    """Red before: every field of a key is read-only in the admin, yet its Save wrote the row
+    back as the POST had read it, ``revoked_at`` included: a key its owner revoked on the
+    dashboard at that moment was live again, and went on opening sessions."""
+    _, raw_key = issue_api_key(tenant=mine.tenant, name="leaked app key")
+    key = ApiClient.objects.get(prefix=raw_key.split(".")[0])
+    receiver = _done_after_the_admin_read(
+        key, lambda: revoke_api_key(client=ApiClient.objects.get(pk=key.pk))
+    )
+    post_init.connect(receiver, sender=ApiClient)
+    try:
+        answer = staff.post(f"/admin/tenants/apiclient/{key.pk}/change/", {"_save": "Save"})
+    finally:
+        post_init.disconnect(receiver, sender=ApiClient)
+    assert answer.status_code == 302
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    api = Client(HTTP_AUTHORIZATION=f"Api-Key {raw_key}")
+    assert api.get("/api/v1/menu/").json()["code"] == "API_KEY_INVALID"
