@@ -415,6 +415,13 @@ class DinerSessionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def save_model(self, request: HttpRequest, obj: DinerSession, form: Any, change: bool) -> None:
+        """Write only what the form changed: nothing, every field being read-only. The
+        session's page still has Save, which wrote the row back as its POST had read it,
+        ``revoked_at`` included: a diner who signed out at that moment (or whose sessions
+        were ended) was signed in again."""
+        obj.save(update_fields=form.changed_data)
+
     @admin.action(description="End selected sessions", permissions=["change"])
     def end(self, request: HttpRequest, queryset: QuerySet[DinerSession]) -> None:
         """Says how many this action ended, and how many were over already (ended or expired,

@@ -14,6 +14,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
 from django.db import connection
+from django.db.models import Model
 from django.db.models.signals import post_init, pre_save
 from django.test import Client
 from django.utils import timezone
@@ -23,7 +24,8 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
 from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key, revoke_api_key
-from tenants.models import ApiClient, Tenant
+from tenants.diner_sessions import end_sessions, open_session
+from tenants.models import ApiClient, DinerSession, Tenant
 from tests.conftest import api_for
 from tests.dashboard.factories import make_order
 
@@ -564,14 +566,14 @@ def test_a_coupon_saved_in_the_admin_keeps_the_uses_orders_took_meanwhile(staff,
     assert (coupon.value, coupon.used_count) == (Decimal("15.00"), 1)
 
 
-def _done_after_the_admin_read(row: ApiClient, act: Callable[[], object]) -> Callable[..., None]:
+def _done_after_the_admin_read(row: Model, act: Callable[[], object]) -> Callable[..., None]:
     """A ``post_init`` receiver that, once this thread (the admin's request) has read ``row``,
     has ``act`` done and committed on another connection: a change made between the admin
     reading a row and the end of its save."""
     done: list[object] = []
     admin_thread = threading.get_ident()
 
-    def act_once(sender: type, instance: ApiClient, **kwargs: object) -> None:
+    def act_once(sender: type, instance: Model, **kwargs: object) -> None:
         if done or threading.get_ident() != admin_thread or instance.pk != row.pk:
             return
 
@@ -609,3 +611,23 @@ def test_an_api_key_saved_in_the_admin_stays_revoked_when_revoked_meanwhile(staf
     assert key.revoked_at is not None
     api = Client(HTTP_AUTHORIZATION=f"Api-Key {raw_key}")
     assert api.get("/api/v1/menu/").json()["code"] == "API_KEY_INVALID"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_diner_session_saved_in_the_admin_stays_ended_when_ended_meanwhile(staff, mine):
+    """Red before: a session's fields are all read-only in the admin, yet its Save wrote the
+    row back as the POST had read it, ``revoked_at`` included: a diner who signed out at that
+    moment (or whose sessions were ended) was signed in again."""
+    merchant, _ = issue_api_key(tenant=mine.tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
+    issued = open_session(client=merchant, diner_id="alice")
+    session = DinerSession.objects.get(pk=issued.session_id)
+    receiver = _done_after_the_admin_read(session, lambda: end_sessions(session_ids=[session.pk]))
+    post_init.connect(receiver, sender=DinerSession)
+    try:
+        answer = staff.post(f"/admin/tenants/dinersession/{session.pk}/change/", {"_save": "Save"})
+    finally:
+        post_init.disconnect(receiver, sender=DinerSession)
+    assert answer.status_code == 302
+    assert DinerSession.objects.get(pk=session.pk).revoked_at is not None
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {issued.token}")
+    assert api.get("/api/v1/orders/").json()["code"] == "SESSION_REVOKED"
