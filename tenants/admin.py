@@ -196,6 +196,17 @@ def _readable(value: Any) -> bool:
     return True
 
 
+class TenantForm(forms.ModelForm):
+    """The tenant's page, sending back the status it showed (``status_shown``), so that its
+    save can tell a status staff chose here from one the page merely showed."""
+
+    status_shown = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["status_shown"].initial = self.instance.status
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "region", "status", "members", "active_keys", "created_at"]
@@ -204,6 +215,7 @@ class TenantAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at"]
     inlines = [MembershipInline]
     actions = ["suspend", "reactivate"]
+    form = TenantForm
     formfield_overrides = {models.JSONField: {"form_class": ReadableJSONField}}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
@@ -235,12 +247,19 @@ class TenantAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
         """Keep ``offboarding`` once an offboarding set it, though the form was opened before:
         saved back as it was shown, the tenant's tables reopened while they were exported and
-        deleted (:mod:`tenants.write_fence`). Decided under the row's lock, which the
-        offboarding's suspension takes too."""
+        deleted (:mod:`tenants.write_fence`). Likewise a status staff left as the page showed
+        it is kept as it is now: a page opened before a colleague suspended the tenant (or
+        reactivated it) and saved after, for a new name, undid the suspension, and the
+        tenant's keys answered again. Decided under the row's lock, which the offboarding's
+        suspension and the list's actions' updates take too."""
         if change:
-            current = Tenant.objects.select_for_update().values_list("status", flat=True)
-            if current.get(pk=obj.pk) == Tenant.Status.OFFBOARDING:
+            current = (
+                Tenant.objects.select_for_update().values_list("status", flat=True).get(pk=obj.pk)
+            )
+            if current == Tenant.Status.OFFBOARDING:
                 obj.status = Tenant.Status.OFFBOARDING
+            elif form.cleaned_data.get("status_shown") == obj.status:
+                obj.status = current  # not changed on this page
         super().save_model(request, obj, form, change)
 
     @admin.display(description="members", ordering="member_count")

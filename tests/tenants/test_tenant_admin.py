@@ -5,9 +5,11 @@ whatever it is, never a 500, and nothing is saved."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tenants.api_keys import issue_api_key
 from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
@@ -44,3 +46,49 @@ def test_json_no_field_can_hold_is_a_form_error(staff: Client, field: str, text:
     assert answer.status_code == 200
     assert answer.context["adminform"].form.errors[field] == ["Enter a valid JSON."]
     assert Tenant.objects.get(pk=tenant.pk).name == "Roma"
+
+
+def page_as_shown(staff: Client, tenant: Tenant) -> dict[str, object]:
+    """The tenant's admin page's form as a browser would send it back unchanged."""
+    page = staff.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    form = page.context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    data = {name: "" if value is None else value for name, value in data.items()}
+    return {**data, "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+
+
+def test_a_page_open_before_a_suspension_saved_after_it_leaves_the_tenant_suspended(
+    staff: Client,
+) -> None:
+    """Red before: the page sent back the status it showed, and the form wrote it: staff
+    renaming a restaurant in a tab opened before a colleague suspended it (its keys abused)
+    reactivated it, and its keys answered again."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    _, raw_key = issue_api_key(tenant=tenant, name="diner app")
+    shown = page_as_shown(staff, tenant)
+    staff.post(
+        "/admin/tenants/tenant/",
+        {"action": "suspend", ACTION_CHECKBOX_NAME: [str(tenant.pk)]},
+    )
+
+    answer = staff.post(
+        f"/admin/tenants/tenant/{tenant.pk}/change/", {**shown, "name": "Roma Centro"}
+    )
+
+    assert answer.status_code == 302
+    tenant.refresh_from_db()
+    assert (tenant.name, tenant.status) == ("Roma Centro", Tenant.Status.SUSPENDED)
+    api = Client(HTTP_AUTHORIZATION=f"Api-Key {raw_key}")
+    assert api.get("/api/v1/menu/").json()["code"] == "TENANT_SUSPENDED"
+
+
+def test_staff_still_suspend_and_reactivate_a_tenant_on_its_page(staff: Client) -> None:
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    for status in (Tenant.Status.SUSPENDED, Tenant.Status.ACTIVE):
+        answer = staff.post(
+            f"/admin/tenants/tenant/{tenant.pk}/change/",
+            {**page_as_shown(staff, tenant), "status": status},
+        )
+        assert answer.status_code == 302
+        tenant.refresh_from_db()
+        assert tenant.status == status
