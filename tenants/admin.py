@@ -55,12 +55,36 @@ class MembershipForm(forms.ModelForm):
     names_staff_accounts = False
     grantable_roles: frozenset[str] = frozenset()
 
+    # The role the page showed. A role left as shown is kept as it is now: a page opened
+    # before an owner demoted the member on the dashboard, and saved after (the tenant's page
+    # for a new name), gave the member their former role back.
+    role_shown = forms.CharField(widget=forms.HiddenInput, required=False)
+
     class Meta:
         model = Membership
         fields = ["user", "tenant", "role"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["role_shown"].initial = self.instance.role
+
+    def _role_left_as_shown(self) -> bool:
+        if self.instance.pk is None or not self.is_bound:
+            return False
+        sent = self.data.get(self.add_prefix("role"))
+        return sent is not None and sent == self.data.get(self.add_prefix("role_shown"))
+
+    @property
+    def changed_data(self) -> list[str]:  # type: ignore[override]
+        """What staff changed on the page: the role only when they chose another one than
+        the page showed."""
+        kept = {"role_shown", "role"} if self._role_left_as_shown() else {"role_shown"}
+        return [name for name in super().changed_data if name not in kept]
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        if self._role_left_as_shown() and "role" in data:
+            data["role"] = self.instance.role  # as stored: applied after clean()
         user = data.get("user")
         staff_account = user is not None and (user.is_staff or user.is_superuser)
         made_or_changed = self.instance.pk is None or self.has_changed()

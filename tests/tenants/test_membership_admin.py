@@ -420,3 +420,42 @@ def test_the_memberships_search_reads_e_mail_addresses_only_for_who_may_see_acco
     assert found("g.rossi@private-mail.example") == ([owner.pk] if finds_by_email else [])
     assert found("giulia") == [owner.pk]
     assert len(found("roma")) == 2  # the restaurant's slug: both its members
+
+
+def test_a_tenant_page_open_before_a_demotion_saved_after_it_keeps_the_demotion(staff, restaurant):
+    """Red before: the page sent back each member's role as it had shown it, and the form
+    wrote what differed from the role as it is now: staff renaming a restaurant in a tab
+    opened before its owner demoted a manager to staff (on the dashboard) gave the manager
+    their role back."""
+    tenant, owner, manager = restaurant
+    page = staff.get(f"/admin/tenants/tenant/{tenant.pk}/change/")
+    form = page.context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    data = {name: "" if value is None else value for name, value in data.items()}
+    formset = page.context["inline_admin_formsets"][0].formset
+    data.update({f"{formset.prefix}-{k}": v for k, v in formset.management_form.initial.items()})
+    for row in formset.forms:
+        data.update({f"{row.prefix}-{name}": row[name].value() for name in row.fields})
+        data[f"{row.prefix}-id"] = row.instance.pk
+    change_role(tenant=tenant, membership_id=manager.pk, role=Membership.Role.STAFF)
+
+    answer = staff.post(f"/admin/tenants/tenant/{tenant.pk}/change/", {**data, "name": "Roma 2"})
+
+    assert answer.status_code == 302
+    assert Tenant.objects.get(pk=tenant.pk).name == "Roma 2"
+    assert Membership.objects.get(pk=manager.pk).role == Membership.Role.STAFF
+    assert Membership.objects.get(pk=owner.pk).role == OWNER
+
+
+def test_a_membership_page_open_before_a_demotion_saved_after_it_keeps_the_demotion(
+    staff, restaurant
+):
+    """The same on the membership's own page, sent back as shown."""
+    tenant, _, manager = restaurant
+    url = f"/admin/tenants/membership/{manager.pk}/change/"
+    form = staff.get(url).context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    change_role(tenant=tenant, membership_id=manager.pk, role=Membership.Role.STAFF)
+
+    assert staff.post(url, data).status_code == 302
+    assert Membership.objects.get(pk=manager.pk).role == Membership.Role.STAFF
