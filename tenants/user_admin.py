@@ -26,11 +26,13 @@ temporary (``tenants/temporary_passwords.py``): it lets its holder in only to ch
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.forms import UserChangeForm
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.forms import ModelForm
@@ -80,7 +82,33 @@ def may_see_accounts(request: HttpRequest) -> bool:
     )
 
 
+class PlatformUserChangeForm(UserChangeForm):
+    """An account's page, sending back whether it showed the account active
+    (``is_active_shown``), so that its save can tell a box staff ticked or cleared from one
+    the page merely showed."""
+
+    is_active_shown = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["is_active_shown"].initial = str(self.instance.is_active)
+
+
 class PlatformUserAdmin(UserAdmin):
+    form = PlatformUserChangeForm
+
+    def get_fieldsets(self, request: HttpRequest, obj: User | None = None) -> Any:
+        """An account's page carries, beside "active", whether it showed the account so."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        return [
+            (name, {**opts, "fields": (*opts["fields"], "is_active_shown")})
+            if "is_active" in opts["fields"]
+            else (name, opts)
+            for name, opts in fieldsets
+        ]
+
     def get_readonly_fields(self, request: HttpRequest, obj: User | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
         if not grants(request):
@@ -112,7 +140,13 @@ class PlatformUserAdmin(UserAdmin):
         return response
 
     def save_model(self, request: HttpRequest, obj: User, form: ModelForm, change: bool) -> None:
-        """A new account's password, when the form gave it one, is the one staff typed."""
+        """A new account's password, when the form gave it one, is the one staff typed. An
+        account left active or inactive as the page showed it is kept as it is now, read under
+        the row's lock: a page opened before a colleague deactivated the account (its password
+        leaked) and saved after, for a new e-mail address, made it active again."""
+        if change and form.cleaned_data.get("is_active_shown") == str(obj.is_active):
+            stored = User.objects.select_for_update().filter(pk=obj.pk)
+            obj.is_active = stored.values_list("is_active", flat=True).get()
         super().save_model(request, obj, form, change)
         if not change:
             _password_set(request, obj)

@@ -196,3 +196,38 @@ def test_a_superuser_still_grants(cancel_permission):
     assert answer.status_code == 302
     merchant.refresh_from_db()
     assert merchant.is_staff and merchant.has_perm("ordering.cancel_order")
+
+
+def test_an_account_page_open_before_its_deactivation_saved_after_leaves_it_inactive():
+    """Red before: the page sent back the "active" box as it had shown it, and the form wrote
+    it: staff correcting an e-mail address in a tab opened before a colleague deactivated the
+    account (its password leaked) made it active again, and it signed in."""
+    _, client = staff_with("view_user", "change_user")
+    merchant = User.objects.create_user("anna", password=PASSWORD)
+    url = f"/admin/auth/user/{merchant.pk}/change/"
+    form = client.get(url).context["adminform"].form
+    shown = {name: form[name].value() for name in form.fields if name.endswith("_shown")}
+    User.objects.filter(pk=merchant.pk).update(is_active=False)  # a colleague, meanwhile
+
+    edit = client.post(url, change_form(merchant, email="anna@example.com", **shown))
+
+    assert edit.status_code == 302
+    merchant.refresh_from_db()
+    assert merchant.email == "anna@example.com" and not merchant.is_active
+    login = Client().post("/dashboard/login/", {"username": "anna", "password": PASSWORD})
+    assert login.status_code == 200 and "_auth_user_id" not in login.client.session
+
+
+def test_staff_still_deactivate_and_reactivate_an_account_on_its_page():
+    _, client = staff_with("view_user", "change_user")
+    merchant = User.objects.create_user("anna", password=PASSWORD)
+    url = f"/admin/auth/user/{merchant.pk}/change/"
+    for active in (False, True):
+        form = client.get(url).context["adminform"].form
+        shown = {name: form[name].value() for name in form.fields if name.endswith("_shown")}
+        sent = change_form(merchant, **shown)
+        if not active:
+            del sent["is_active"]  # an unticked box is not sent
+        assert client.post(url, sent).status_code == 302
+        merchant.refresh_from_db()
+        assert merchant.is_active is active
