@@ -140,6 +140,21 @@ class MembershipFormSet(forms.BaseInlineFormSet):
             raise forms.ValidationError(LAST_OWNER)
 
 
+def without_shown(
+    model_admin: admin.options.BaseModelAdmin,
+    request: HttpRequest,
+    obj: Any,
+    fields: Any,
+    name: str,
+) -> list[Any]:
+    """``fields`` without ``name``, the hidden field that sends back what a page showed,
+    when the page is one to view only: saving nothing, it has no use for it, and a page to
+    view shows every field as text, this one too."""
+    if model_admin.has_change_permission(request, obj):
+        return list(fields)
+    return [field for field in fields if field != name]
+
+
 class KeyedAutocompleteSelect(AutocompleteSelect):
     """Django's search widget of a foreign key, showing only values that are keys at all.
 
@@ -179,6 +194,9 @@ class MembershipInline(KeyedAutocompleteAdmin, admin.TabularInline):
     extra = 0
     autocomplete_fields = ["user"]
     can_delete = False  # removed from the memberships list, through the service
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return without_shown(self, request, obj, super().get_fields(request, obj), "role_shown")
 
     def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         formset = super().get_formset(request, obj, **kwargs)
@@ -253,6 +271,10 @@ class TenantAdmin(admin.ModelAdmin):
                 ),
             )
         )
+
+    def get_fields(self, request: HttpRequest, obj: Tenant | None = None) -> list[Any]:
+        fields = super().get_fields(request, obj)
+        return without_shown(self, request, obj, fields, "status_shown")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
@@ -334,6 +356,9 @@ class MembershipAdmin(KeyedAutocompleteAdmin, admin.ModelAdmin):
         if not user_admin.may_see_accounts(request):
             fields.remove("user__email")
         return fields
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return without_shown(self, request, obj, super().get_fields(request, obj), "role_shown")
 
     def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, **kwargs)

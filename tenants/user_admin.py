@@ -100,8 +100,8 @@ class PlatformUserAdmin(UserAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: User | None = None) -> Any:
         """An account's page carries, beside "active", whether it showed the account so."""
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None:
-            return fieldsets
+        if obj is None or not self.has_change_permission(request, obj):
+            return fieldsets  # a new account's, or a page to view only: saving nothing
         return [
             (name, {**opts, "fields": (*opts["fields"], "is_active_shown")})
             if "is_active" in opts["fields"]

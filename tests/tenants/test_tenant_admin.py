@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from tenants.api_keys import issue_api_key
-from tenants.models import Tenant
+from tenants.models import Membership, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -92,3 +92,27 @@ def test_staff_still_suspend_and_reactivate_a_tenant_on_its_page(staff: Client) 
         assert answer.status_code == 302
         tenant.refresh_from_db()
         assert tenant.status == status
+
+
+def test_pages_to_view_only_show_no_field_of_what_a_page_showed() -> None:
+    """The hidden fields that send back what a page showed (status, role, active) have no use
+    on a page that saves nothing, where every field is shown as text: there they read as
+    rows of their own ("Status shown: active")."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    member = Membership.objects.create(
+        tenant=tenant, user=User.objects.create(username="o"), role=Membership.Role.OWNER
+    )
+    viewer = User.objects.create_user("viewer", password=None, is_staff=True)
+    viewer.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_user", "view_membership", "view_tenant"])
+    )
+    client = Client()
+    client.force_login(viewer)
+    for url in (
+        f"/admin/tenants/tenant/{tenant.pk}/change/",
+        f"/admin/tenants/membership/{member.pk}/change/",
+        f"/admin/auth/user/{member.user_id}/change/",
+    ):
+        page = client.get(url)
+        assert page.status_code == 200
+        assert "_shown" not in page.content.decode() and " shown" not in page.content.decode()
