@@ -23,6 +23,7 @@ from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
+from config.admin_saves import SavesChangedFieldsOnly
 from tenants import credential_cache, user_admin
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_sessions
@@ -420,7 +421,7 @@ class MembershipAdmin(KeyedAutocompleteAdmin, admin.ModelAdmin):
 
 
 @admin.register(ApiClient)
-class ApiClientAdmin(admin.ModelAdmin):
+class ApiClientAdmin(SavesChangedFieldsOnly):
     list_display = ["prefix", "tenant", "name", "kind", "is_test", "last_used_at", "revoked_at"]
     list_filter = ["kind", "is_test", ("revoked_at", admin.EmptyFieldListFilter), "tenant"]
     list_select_related = ["tenant"]
@@ -444,13 +445,6 @@ class ApiClientAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
-        """Write only what the form changed: nothing, every field being read-only. The key's
-        page still has Save, which wrote the row back as its POST had read it, ``revoked_at``
-        included: a key revoked at that moment (on the dashboard, by the action) came back to
-        life."""
-        obj.save(update_fields=form.changed_data)
-
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
         clients = list(queryset.filter(revoked_at__isnull=True))
@@ -459,7 +453,7 @@ class ApiClientAdmin(admin.ModelAdmin):
 
 
 @admin.register(DinerSession)
-class DinerSessionAdmin(admin.ModelAdmin):
+class DinerSessionAdmin(SavesChangedFieldsOnly):
     """Read-only (sessions are opened through the API); staff may end sessions."""
 
     list_display = ["diner_id", "tenant", "is_guest", "created_at", "expires_at", "revoked_at"]
@@ -482,13 +476,6 @@ class DinerSessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    def save_model(self, request: HttpRequest, obj: DinerSession, form: Any, change: bool) -> None:
-        """Write only what the form changed: nothing, every field being read-only. The
-        session's page still has Save, which wrote the row back as its POST had read it,
-        ``revoked_at`` included: a diner who signed out at that moment (or whose sessions
-        were ended) was signed in again."""
-        obj.save(update_fields=form.changed_data)
 
     @admin.action(description="End selected sessions", permissions=["change"])
     def end(self, request: HttpRequest, queryset: QuerySet[DinerSession]) -> None:

@@ -14,7 +14,6 @@ lifecycle, the money and the lines need none of it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -23,6 +22,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html_join
 
+from config.admin_saves import SavesChangedFieldsOnly
 from idempotency.admin.audits import LogsPersonalDataViews
 from idempotency.admin.distinct import fixed_values_filter
 from idempotency.admin.paging import BoundedCountList
@@ -230,16 +230,6 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False  # the transition log and payments must outlive nothing
-
-
-class SavesChangedFieldsOnly(admin.ModelAdmin):
-    """Writes only the fields staff changed. Saved whole, the row went back as the page's POST
-    had read it, the counters orders move included (read-only on the form): a dish's ``stock``
-    taken by an order between that read and the save was put back on the menu and sold twice,
-    and a coupon's ``used_count`` lost the use, so it could be used once more than its limit."""
-
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        obj.save(update_fields=form.changed_data if change else None)
 
 
 class DishForm(forms.ModelForm):
