@@ -4,6 +4,7 @@ a 500 from deep inside the engine."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -307,3 +308,43 @@ def test_a_decorated_handler_that_calls_another_decorated_one_runs_once_under_on
     assert again.content == first.content
     note.refresh_from_db()
     assert note.text == "after"
+
+
+class _BulkNotes(APIView):
+    """A bulk create: its body is a JSON array of notes, each with its own ``text``."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @idempotent(required=True, fields=("text",))
+    def post(self, request: HttpRequest) -> Response:
+        notes = [Note.objects.create(text=item["text"]) for item in request.data]
+        return Response([note.pk for note in notes], status=201)
+
+
+@pytest.mark.django_db
+def test_a_key_reused_with_another_array_body_is_refused_not_replayed(engine_mode, tenant):
+    """``fields`` names what in a JSON object defines the operation; a body that is an array
+    has no such fields, and is the operation whole (red: the named fields, looked up in no
+    object, were all None, so every array was "the same operation": the key reused with other
+    notes replayed the first answer, 201, and those notes were never made)."""
+    view = _BulkNotes.as_view()
+
+    def bulk(texts: list[str]) -> Response:
+        request = RequestFactory().post(
+            "/notes/bulk/",
+            [{"text": text} for text in texts],
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="bulk-1",
+            **caller(tenant),
+        )
+        return view(request)
+
+    first = bulk(["a", "b"])
+    again = bulk(["a", "b"])
+    other = bulk(["c", "d"])
+    assert (first.status_code, again.status_code) == (201, 201), first.content
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert other.status_code == 422, other.content
+    assert json.loads(other.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert sorted(Note.objects.values_list("text", flat=True)) == ["a", "b"]

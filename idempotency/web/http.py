@@ -75,9 +75,14 @@ def business_payload(
     """The declared body fields plus the path parameters (the order id is part of "pay").
     An uploaded file counts as its name and the SHA-256 of its content (a multipart body's
     values are lists, a file's too). Only a request that sent files (``with_files``) is walked
-    for them: a JSON body, every API write's, holds none."""
-    body = dict(data) if hasattr(data, "keys") else {"body": data}
-    if fields is not None:
+    for them: a JSON body, every API write's, holds none.
+
+    ``fields`` pick from a body that is an object; a body that is not (a JSON array, a bulk
+    create) has no fields to pick and counts whole: picked from it, every field was None, and
+    a key reused with another array replayed the first answer instead of 422."""
+    is_object = hasattr(data, "keys")
+    body = dict(data) if is_object else {"body": data}
+    if fields is not None and is_object:
         body = {name: body.get(name) for name in fields}
     if with_files:
         body = {name: _uploads_digested(value) for name, value in body.items()}
