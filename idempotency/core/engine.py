@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from http import HTTPStatus
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -421,7 +422,7 @@ def _run_view(
         response = execute()
     kept = to_stored(response, redact=req.redact) if _kept(req, response) else None
     if kept is None:
-        # A 5xx, a refusal under an automatic key, or a refusal too large to keep
+        # A 5xx or a 429, a refusal under an automatic key, or a refusal too large to keep
         # (idempotency/core/replies.py): nothing of it is written, and the key is released
         # for a retry.
         transaction.set_rollback(True)
@@ -440,6 +441,8 @@ def _run_view(
 
 def _kept(req: IdempotentRequest, response: HttpResponse) -> bool:
     """Whether an answer is kept for replays. A 5xx is not: the key is released for a retry.
+    Nor is a 429: it says nothing was done and when to try again (``Retry-After``), and kept,
+    every retry of the key, however late, would be told to wait, for the key's lifetime.
     Nor is a refusal (4xx) under an automatic key: the client sent no key, so a retry is a new
     attempt, and what refused it (the order's status, its stock) may have changed since; an
     explicit key names one operation, whose refusal stands for the key's lifetime, unless the
@@ -447,6 +450,8 @@ def _kept(req: IdempotentRequest, response: HttpResponse) -> bool:
     status = response.status_code
     if status < 400:
         return True
+    if status == HTTPStatus.TOO_MANY_REQUESTS:
+        return False
     return status < 500 and not req.scoped.is_automatic and req.policy.keep_refusals
 
 

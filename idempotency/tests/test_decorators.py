@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
 from django.utils.decorators import method_decorator
-from rest_framework import generics, serializers
+from rest_framework import exceptions, generics, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -348,3 +348,48 @@ def test_a_key_reused_with_another_array_body_is_refused_not_replayed(engine_mod
     assert other.status_code == 422, other.content
     assert json.loads(other.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert sorted(Note.objects.values_list("text", flat=True)) == ["a", "b"]
+
+
+class _BusyUpstream(APIView):
+    """A write that asks the client to come back later (429 and ``Retry-After``) while the
+    service it calls is busy: ``busy`` holds how many more calls find it so."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    busy = 0
+
+    @idempotent(required=True, fields=("text",))
+    def post(self, request: HttpRequest) -> Response:
+        if _BusyUpstream.busy:
+            _BusyUpstream.busy -= 1
+            raise exceptions.Throttled(wait=30)
+        note = Note.objects.create(text=request.data["text"])
+        return Response({"id": note.pk}, status=201)
+
+
+@pytest.mark.django_db
+def test_a_429_the_view_answers_is_not_kept_and_the_retry_runs(engine_mode, tenant):
+    """A 429 says nothing was done, try again after ``Retry-After``: like a 5xx it is not kept
+    and the key is released (red: it was kept as the key's answer, so every retry, however
+    late, was replayed that 429, without its ``Retry-After``, and the note was never made)."""
+    _BusyUpstream.busy = 1
+    view = _BusyUpstream.as_view()
+
+    def send() -> Response:
+        request = RequestFactory().post(
+            "/notes/busy/",
+            {"text": "later"},
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="busy-1",
+            **caller(tenant),
+        )
+        return view(request)
+
+    busy = send()
+    assert busy.status_code == 429 and busy["Retry-After"] == "30"
+    retried = send()
+    assert retried.status_code == 201, retried.content
+    assert retried["X-Idempotent-Result"] == "MISS"
+    again = send()
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == retried.content
+    assert list(Note.objects.values_list("text", flat=True)) == ["later"]
