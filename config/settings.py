@@ -111,14 +111,17 @@ DEBUG = env_bool("DEBUG", False)
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
 _DEV_SIMULATED_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
 _DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
+# Each is as public as the others: none is any secret's value off DEBUG.
+_REPOSITORY_SECRETS = frozenset({_DEV_SECRET, _DEV_SIMULATED_PROVIDER_SECRET, _DEV_HASH_KEY})
 
 
 def refuse_a_weak_secret(name: str, value: str, development: str, *, min_chars: int) -> None:
     """Stop the server when ``value``, set for ``name``, is missing, the repository's
-    ``development`` one, Django's insecure kind, short, padded, or of fewer than five different
-    characters (see :func:`production_secret`)."""
+    ``development`` one or any other secret the repository ships (the hash key's, long
+    enough for a webhook secret, is as public as that secret's own), Django's insecure kind,
+    short, padded, or of fewer than five different characters (see :func:`production_secret`)."""
     if (
-        value in {"", development}
+        value in {"", development, *_REPOSITORY_SECRETS}
         or value.startswith("django-insecure")
         or value != value.strip()
         or len(value) < min_chars

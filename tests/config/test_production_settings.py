@@ -41,6 +41,7 @@ from tests.support.production import (
 # production.
 DEV_SECRET_KEY = "dev-only-insecure-secret-key-change-me"
 DEV_PROVIDER_SECRET = "dev-only-simulated-provider-secret"
+DEV_HASH_KEY = "dev-only-idempotency-hash-key-change-me"
 STRONG = secrets.token_urlsafe(50)
 
 SHOW_SETTINGS = (
@@ -196,6 +197,38 @@ def test_production_refuses_to_start_with_a_public_or_missing_secret(
 
     assert code != 0
     assert f"ImproperlyConfigured: {message}" in stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param("SIMULATED_PROVIDER_SECRET", DEV_HASH_KEY, id="provider-secret-hash-key-s"),
+        pytest.param(
+            "SIMULATED_PROVIDER_SECRET", DEV_SECRET_KEY, id="provider-secret-secret-key-s"
+        ),
+        pytest.param("IDEMPOTENCY_HASH_KEY", DEV_PROVIDER_SECRET, id="hash-key-provider-secret-s"),
+        pytest.param("IDEMPOTENCY_HASH_KEY", DEV_SECRET_KEY, id="hash-key-secret-key-s"),
+        pytest.param("METRICS_TOKEN", DEV_PROVIDER_SECRET, id="metrics-token-provider-secret-s"),
+        pytest.param("METRICS_TOKEN", DEV_HASH_KEY, id="metrics-token-hash-key-s"),
+        pytest.param(
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS",
+            f"1:{DEV_PROVIDER_SECRET}",
+            id="previous-hash-key-provider-secret-s",
+        ),
+    ],
+)
+def test_no_secret_is_accepted_with_another_s_value_from_the_repository(
+    name: str, value: str
+) -> None:
+    """Each secret refused only its own development value: the provider's webhook secret
+    set to the hash key's (long enough, and as public as its own) started the server, and
+    anyone who read the repository could sign a payment callback and have an order paid."""
+    env = {**production_environment(), name: value}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {name} must be set" in stderr
 
 
 @pytest.mark.parametrize(
