@@ -55,7 +55,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
             retention_registry(),
         )
     )
-    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    # Not public, so no cache between Prometheus and the server may keep it: one that keys on
+    # the URL alone (nginx's proxy_cache_valid) would hand a token scrape to anyone
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _exposition(registry: CollectorRegistry) -> bytes:

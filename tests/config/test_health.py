@@ -159,6 +159,20 @@ def test_the_token_is_not_honoured_over_plain_http_with_the_redirect_off(scrapin
     assert answer.status_code == 200
 
 
+def test_a_scrape_is_never_kept_by_a_cache_between_prometheus_and_the_server(scraping):
+    """The metrics (each tenant's outcomes, payments waiting, dead letters) were answered with
+    no Cache-Control, so a proxy caching the site's answers (nginx's proxy_cache_valid keys
+    on the URL, not on Authorization) could keep a token scrape and hand it to anyone asking
+    for /metrics; the probes already said no-store."""
+    token = {"HTTP_AUTHORIZATION": "Bearer scrape-token", "HTTP_HOST": "orders.example.com"}
+    by_token = scraping.get("/metrics", REMOTE_ADDR="10.0.0.66", secure=True, **token)
+    by_address = scraping.get("/metrics", REMOTE_ADDR=SCRAPER, **PROBE)
+
+    for answer in (by_token, by_address):
+        assert answer.status_code == 200
+        assert answer["Cache-Control"] == "no-store"
+
+
 def test_a_node_this_process_s_breaker_took_out_of_use_is_reported_without_a_ping(
     production, tenant
 ):
