@@ -874,6 +874,13 @@ def _previous_hash_key(entry: str) -> tuple[int, str]:
         )
     if not DEBUG:  # a previous key verifies as the current one does: as strong, never public
         refuse_a_weak_secret("IDEMPOTENCY_HASH_KEYS_PREVIOUS", secret, _DEV_HASH_KEY, min_chars=32)
+        # ... and, as the current one, held by no other hands (the hashes it verifies stand
+        # for phone numbers and diner ids, which its holder could test guesses against)
+        for other_name, other in {**_SIGNING_KEYS, "METRICS_TOKEN": METRICS_TOKEN}.items():
+            if secret == other:
+                raise ImproperlyConfigured(
+                    f"IDEMPOTENCY_HASH_KEYS_PREVIOUS must hold secrets other than {other_name}"
+                )
     return int(key_id), secret
 
 
@@ -1000,6 +1007,10 @@ if env_bool("SIMULATED_PROVIDER", DEBUG):
         unlike={
             **_SIGNING_KEYS,
             "IDEMPOTENCY_HASH_KEY": _hash_key,
+            **{
+                f"IDEMPOTENCY_HASH_KEYS_PREVIOUS ({key_id})": key
+                for key_id, key in IDEMPOTENCY["HASH_KEYS"][1:]
+            },
             "METRICS_TOKEN": METRICS_TOKEN,
         },
     )

@@ -299,6 +299,40 @@ def test_a_guessable_previous_hash_key_stops_the_server(previous: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        pytest.param(
+            "SECRET_KEY",
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS must hold secrets other than SECRET_KEY",
+            id="the-secret-key",
+        ),
+        pytest.param(
+            "METRICS_TOKEN",
+            "IDEMPOTENCY_HASH_KEYS_PREVIOUS must hold secrets other than METRICS_TOKEN",
+            id="the-metrics-token",
+        ),
+        pytest.param(
+            "SIMULATED_PROVIDER_SECRET",
+            "SIMULATED_PROVIDER_SECRET must be a secret other than IDEMPOTENCY_HASH_KEYS_PREVIOUS",
+            id="the-provider-s-secret",
+        ),
+    ],
+)
+def test_a_previous_hash_key_held_by_other_hands_stops_the_server(other: str, message: str) -> None:
+    """Each secret must differ from the others (README): a previous hash key still verifies
+    the hashes that stand for keys, phone numbers and diner ids, so whoever holds the session
+    signer, the metrics token or the provider's webhook secret could test guesses against
+    them, were it the same value; the current hash key was held to that, a previous one not."""
+    env = production_environment()
+    env["IDEMPOTENCY_HASH_KEYS_PREVIOUS"] = f"1:{env[other]}"
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {message}" in stderr
+
+
+@pytest.mark.parametrize(
     "other", ["METRICS_TOKEN", "IDEMPOTENCY_HASH_KEY", "SIMULATED_PROVIDER_SECRET"]
 )
 def test_a_previous_secret_key_held_by_other_hands_stops_the_server(other: str) -> None:
