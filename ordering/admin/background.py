@@ -25,7 +25,13 @@ from ordering.background.dead_letters import (
     discard_dead_letter,
     requeue_dead_letter,
 )
-from ordering.models import Compensation, DeadLetter, OutboxEvent, ProviderConflict
+from ordering.models import (
+    Compensation,
+    DeadLetter,
+    OutboxEvent,
+    PaymentCallback,
+    ProviderConflict,
+)
 from ordering.payments.capture_refunds import (
     CaptureRefundRunning,
     refund_step_status,
@@ -196,7 +202,7 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
     search_fields = ["=order__id", "=provider_txn_id", "=event_id"]
     ordering = ["resolved", "-created_at"]
     actions = ["resolve"]
-    readonly_fields = ["state"]  # on each conflict's page too
+    readonly_fields = ["state", "first_received"]  # on each conflict's page too
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ProviderConflict]:
         """Each conflict with the state of the platform's refund of its money
@@ -234,6 +240,24 @@ class ProviderConflictAdmin(ReadOnlyAdmin):
         if refund == Compensation.Status.FAILED:
             return "Open: the platform's refund failed for good (see its dead letter)"
         return "Open"
+
+    @admin.display(description="event id first received as")
+    def first_received(self, conflict: ProviderConflict) -> str:
+        """For an event id the provider reused, the event first received under it (the one
+        the inbox kept, and applied if it could be), so staff can set the two side by side
+        at the provider; "-" for the other kinds."""
+        if conflict.kind != ProviderConflict.Kind.EVENT_ID_REUSED:
+            return "-"
+        first = PaymentCallback.all_tenants.filter(
+            tenant=conflict.tenant_id, provider=conflict.provider, event_id=conflict.event_id
+        ).first()
+        if first is None:
+            return "-"
+        return (
+            f"order {first.order_id}, transaction {first.provider_txn_id}: {first.status} "
+            f"{first.amount} {first.currency}, received {first.received_at:%Y-%m-%d %H:%M:%S} "
+            f"({first.get_outcome_display()})"
+        )
 
     @admin.action(description="Resolve (with an outcome and a note)", permissions=["resolve"])
     def resolve(

@@ -3,8 +3,8 @@
 :class:`PaymentCallback` is the webhook's inbox: ``unique(tenant, provider, event_id)`` lets the
 database decide which of several concurrent deliveries of one provider event is applied; the
 others are duplicates and change nothing. :class:`ProviderConflict` is a callback that contradicts
-what we know (an amount that is not the order's, money captured for a cancelled order): nothing is
-changed automatically, staff decide.
+what we know (an amount that is not the order's, money captured for a cancelled order, an event id
+received before with another event): nothing is changed automatically, staff decide.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class ProviderConflict(models.Model):
         PAID_AFTER_CANCEL = "paid_after_cancel", "Captured after the order was cancelled"
         PAID_TWICE = "paid_twice", "Captured for an order another payment had already paid"
         UNEXPECTED_STATE = "unexpected_state", "Success for an order not awaiting payment"
+        EVENT_ID_REUSED = "event_id_reused", "Event id received before, with another event"
 
     # money taken that the order did not want: the platform gives it back by itself
     # (ordering/payments/capture_refunds.py); the other kinds wait for staff
@@ -77,6 +78,8 @@ class ProviderConflict(models.Model):
         Kind.PAID_AFTER_CANCEL: "money was taken after the order was cancelled",
         Kind.PAID_TWICE: "the diner paid twice: another payment had already paid the order",
         Kind.UNEXPECTED_STATE: "a payment was confirmed for an order no longer waiting for one",
+        Kind.EVENT_ID_REUSED: "the payment provider's report of this payment could not be "
+        "matched (it reused the id of an earlier report)",
     }
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -94,6 +97,9 @@ class ProviderConflict(models.Model):
     expected_currency = models.CharField(max_length=3)
     reported_amount = models.DecimalField(max_digits=12, decimal_places=2)
     reported_currency = models.CharField(max_length=3)
+    # what the event said of the payment; db_default: every conflict the release before
+    # records is about a success (docs/scaling.md)
+    reported_status = models.CharField(max_length=16, default="succeeded", db_default="succeeded")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     resolved = models.BooleanField(default=False, db_index=True)
     # db_default: the release before it inserts conflicts without it (docs/scaling.md)

@@ -12,13 +12,16 @@ Order of checks, and why:
    deadlock). Every other delivery about this payment waits there until this one commits,
    then reads what it committed. What the event means is decided from that state, and the
    event goes into the inbox (``PaymentCallback``, unique per provider event id) with that
-   decision: an event received before inserts nothing, and is a duplicate. Only then is the
-   decision carried out: PAYING -> PAID only through the conditional FSM transition, with the
-   ``order.paid`` outbox event in the same transaction.
+   decision (:mod:`ordering.payments.inbox`): an event id received before inserts nothing,
+   and is a duplicate when it was received saying the same, else an ``event_id_reused``
+   conflict (nothing applied). Only then is the decision carried out: PAYING -> PAID only
+   through the conditional FSM transition, with the ``order.paid`` outbox event in the same
+   transaction.
 
 Every authentic callback answers 200 with a ``result``: ``applied``; ``duplicate`` (seen before,
 nothing changed); ``ignored`` (late or out of order, nothing changed); ``conflict`` (it contradicts
-the order — wrong amount, money captured for a cancelled order — recorded as a
+the order — wrong amount, money captured for a cancelled order, an event id the provider
+used before for another event — recorded as a
 ``ProviderConflict`` for staff, nothing changed). A 2xx is what makes the provider stop retrying;
 none of these would be different on a retry. Duplicates, late events and conflicts are also
 written to the duplicate-hit audit (``idempotency.models.DuplicateAudit``).
@@ -31,7 +34,7 @@ from decimal import Decimal
 from enum import Enum
 
 from django.conf import settings
-from django.db import DatabaseError, connection, router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.urls import reverse
 from django.utils import timezone
@@ -53,6 +56,7 @@ from ordering.payments.base import CallbackEvent, CallbackPayloadInvalid
 from ordering.payments.capture_refunds import schedule_capture_refund
 from ordering.payments.departed import DepartedDecision, apply_departed_event
 from ordering.payments.error_codes import CallbackRejected, PaymentErrorCode
+from ordering.payments.inbox import record_in_inbox, same_as_received
 from ordering.payments.registry import UnknownProvider, get_provider, webhook_secrets
 from ordering.payments.signatures import verify
 from ordering.prefetch import JoinedRead
@@ -72,8 +76,6 @@ PAID_STATUSES = tuple(
     for status in OrderStatus.values
     if status not in (OrderStatus.CREATED, OrderStatus.PAYING, *CANCELLED_OR_CANCELLING)
 )
-# the inbox's unique key: one row per provider event (uniq_payment_callback_event)
-_EVENT_KEY = ("tenant", "provider", "event_id")
 
 
 @dataclass(frozen=True)
@@ -172,17 +174,19 @@ def _apply(*, provider: str, event: CallbackEvent) -> CallbackResult:
             )
         order, payment = found
         decision = _decide(order=order, payment=payment, event=event)
-        received = _record_in_inbox(
+        received = record_in_inbox(
             order=order,
             payment=payment,
             event=event,
             provider=provider,
             outcome=decision.outcome,
         )
-        if received:
+        if not received:
+            decision = _received_before(
+                order=order, payment=payment, event=event, provider=provider
+            )
+        if received or decision.conflict is not None:
             _carry_out(decision, order=order, payment=payment, event=event, provider=provider)
-        else:
-            decision = _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
         if decision.audit:
             # in this transaction: the audit exists exactly when the decision committed
             _audit(
@@ -263,47 +267,6 @@ def _locking_read(order_id: object, provider: object, provider_txn_id: object) -
     )
 
 
-def _record_in_inbox(
-    *, order: Order, payment: Payment, event: CallbackEvent, provider: str, outcome: str
-) -> bool:
-    """Whether this provider event is new: its inbox row was inserted, with ``outcome``.
-
-    One ``INSERT ... ON CONFLICT (tenant, provider, event id) DO NOTHING RETURNING id``: a
-    duplicate inserts nothing and returns nothing, with no error. (Catching the unique index's
-    error instead needs a savepoint around the insert, so that the transaction stays usable:
-    two more round trips for every callback.) A concurrent delivery of the same event waits
-    on the index until the first one's transaction ends, then inserts nothing if it committed.
-    The values are converted by each field, as a save would."""
-    values = {
-        "tenant": order.tenant_id,
-        "provider": provider,
-        "event_id": event.event_id,
-        "provider_txn_id": event.provider_txn_id,
-        "order": order.pk,
-        "payment": payment.pk,
-        "status": event.status,
-        "amount": event.amount,
-        "currency": event.currency,
-        "outcome": outcome,
-        "received_at": timezone.now(),
-    }
-    fields = [PaymentCallback._meta.get_field(name) for name in values]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    unique = ", ".join(quote(PaymentCallback._meta.get_field(name).column) for name in _EVENT_KEY)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(PaymentCallback._meta.db_table)} ({columns}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) "
-            f"ON CONFLICT ({unique}) DO NOTHING RETURNING {quote(PaymentCallback._meta.pk.column)}",
-            [
-                field.get_db_prep_save(value, connection=connection)
-                for field, value in zip(fields, values.values(), strict=True)
-            ],
-        )
-        return cursor.fetchone() is not None
-
-
 def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decision:
     """What the event means given the payment's and order's state (both locked); nothing is
     written here (:func:`_carry_out` writes it once the inbox took the event)."""
@@ -336,6 +299,33 @@ def _decide(*, order: Order, payment: Payment, event: CallbackEvent) -> _Decisio
             effect=_Effect.CANCEL_ORDER,
         )
     return _Decision(Outcome.APPLIED, effect=_Effect.MARK_PAID)
+
+
+def _received_before(
+    *, order: Order, payment: Payment, event: CallbackEvent, provider: str
+) -> _Decision:
+    """The event's id is in the inbox already: a duplicate when it was received saying what
+    ``event`` says; else the provider used the id for another event (its bug, or its test mode
+    mixed with its live one), which is not applied (the id is taken) nor dropped as a
+    duplicate (a capture lost without a trace): an ``event_id_reused`` conflict for staff,
+    recorded once per event. Its redeliveries name this payment, locked by this transaction,
+    so they wait for it and find its conflict."""
+    if same_as_received(order=order, payment=payment, event=event, provider=provider):
+        return _Decision(Outcome.DUPLICATE, audit="HIT", reason="event_already_received")
+    recorded = ProviderConflict.all_tenants.filter(
+        tenant=order.tenant_id,
+        provider=provider,
+        event_id=event.event_id,
+        kind=ProviderConflict.Kind.EVENT_ID_REUSED,
+        payment=payment,
+        provider_txn_id=event.provider_txn_id,
+        reported_status=event.status,
+        reported_amount=event.amount,
+        reported_currency=event.currency,
+    )
+    if recorded.exists():
+        return _Decision(Outcome.DUPLICATE, audit="HIT", reason="conflict_already_recorded")
+    return _conflict(ProviderConflict.Kind.EVENT_ID_REUSED)
 
 
 def _once_per_payment(kind: str, payment: Payment) -> _Decision:
@@ -380,6 +370,7 @@ def _carry_out(
             expected_currency=payment.currency,
             reported_amount=event.amount,
             reported_currency=event.currency,
+            reported_status=event.status,
         )
         if decision.conflict in ProviderConflict.REFUNDED_BY_PLATFORM and not (
             ProviderConflict.all_tenants.filter(

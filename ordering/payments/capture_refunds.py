@@ -21,8 +21,9 @@ that runs :func:`refund_unwanted_capture`. The refund:
   refund has failed for good, and resolving it then closes the step and its dead letter
   (:func:`hand_capture_refund_to_staff`), so no requeue refunds what staff settled.
 
-An amount other than the order's (``amount_mismatch``) and a success for an order in no state
-to take one (``unexpected_state``) stay with staff: the platform cannot tell what is owed.
+An amount other than the order's (``amount_mismatch``), a success for an order in no state
+to take one (``unexpected_state``) and an event under an event id the provider used before for
+another (``event_id_reused``) stay with staff: the platform cannot tell what is owed.
 Sales are not touched: an unwanted capture was never counted as a sale.
 """
 

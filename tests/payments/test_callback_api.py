@@ -483,7 +483,9 @@ def test_a_callback_reads_and_locks_in_one_statement_and_writes_its_inbox_row_on
         # the event's consumer, which the tests run in this process)
         statements = everything[: everything.index("COMMIT") + 1]
         begin = statements.index("BEGIN")
-        reads = [sql for sql in statements if sql.startswith("SELECT") and PAYMENT_TABLE in sql]
+        reads = [
+            sql for sql in statements if sql.startswith("SELECT") and f'"{PAYMENT_TABLE}"' in sql
+        ]
         assert reads == [statements[begin + 1]], statements
         assert reads[0].endswith(f'FOR UPDATE OF "{ORDER_TABLE}", "{PAYMENT_TABLE}"'), reads
         # and the inbox row comes next, written once with the decision: an insert that does
@@ -493,6 +495,14 @@ def test_a_callback_reads_and_locks_in_one_statement_and_writes_its_inbox_row_on
         assert statements.index(insert) == begin + 2, statements
         assert not statements[begin + 3].startswith("RELEASE SAVEPOINT"), statements
         assert not any(sql.startswith(INBOX_UPDATE) for sql in statements), statements
+        # a duplicate reads what the inbox keeps of the event once, after the insert found it
+        inbox_reads = [
+            sql
+            for sql in statements
+            if sql.startswith(f'SELECT "{PaymentCallback._meta.db_table}"')
+        ]
+        assert len(inbox_reads) == (delivery is again), statements
+        assert all(statements.index(read) == begin + 3 for read in inbox_reads), statements
     [row] = PaymentCallback.objects.for_tenant(tenant).all()
     assert (row.event_id, row.order_id, row.payment_id, row.outcome) == (
         "evt_once",

@@ -263,10 +263,11 @@ export interface components {
          *     * `paid_after_cancel` - Captured after the order was cancelled
          *     * `paid_twice` - Captured for an order another payment had already paid
          *     * `unexpected_state` - Success for an order not awaiting payment
+         *     * `event_id_reused` - Event id received before, with another event
          *     * `paid_after_offboarding` - Captured after the restaurant left the platform
          * @enum {string}
          */
-        ConflictEnum: "amount_mismatch" | "paid_after_cancel" | "paid_twice" | "unexpected_state" | "paid_after_offboarding";
+        ConflictEnum: "amount_mismatch" | "paid_after_cancel" | "paid_twice" | "unexpected_state" | "event_id_reused" | "paid_after_offboarding";
         Contact: {
             /** @description Personal data: null in a replay whose Idempotency-Redacted header names it (GET the order for the value). */
             phone: string | null;
