@@ -41,9 +41,10 @@ def reconcile_payments(*, batch: int | None = None, now: datetime | None = None)
     """Ask the provider about up to ``batch`` (``PAYMENT_RECONCILE_BATCH``) due payments;
     counts by what came of each: ``open`` (nothing settled yet), ``unreachable`` (the provider
     could not be asked, or its adapter failed), ``error`` (its answer could not be applied), or
-    the result of applying its answer (``applied``, ``duplicate``, ``ignored``, ``conflict``,
-    ``refused``). Each payment's next check is set before its answer is applied, so one that
-    keeps failing goes behind the others instead of holding up every run."""
+    the result of applying its answer (``applied``, ``duplicate``, ``ignored``, ``conflict``),
+    or ``refused`` (the answer is about another order or payment: nothing applied). Each
+    payment's next check is set before its answer is applied, so one that keeps failing goes
+    behind the others instead of holding up every run."""
     now = now or timezone.now()
     counts: Counter[str] = Counter()
     for payment in due_payments(now)[: batch or settings.PAYMENT_RECONCILE_BATCH]:
@@ -68,9 +69,20 @@ def reconcile_payments(*, batch: int | None = None, now: datetime | None = None)
 
 
 def _apply(payment: Payment, event: CallbackEvent | None) -> str:
-    """What came of the provider's answer, applied through the callback's own path."""
+    """What came of the provider's answer, applied through the callback's own path; only an
+    answer about the payment asked: one naming another of our payments (a mix-up of the
+    provider's, or of its adapter's) was applied to that one, its order PAID with no money
+    taken for it, and the asked payment's event id put in the inbox under it."""
     if event is None:
         return "open"
+    if (event.order_id, event.provider_txn_id) != (payment.order_id, payment.provider_txn_id):
+        logger.warning(
+            "payment %s: provider's answer refused: it is about order %s, transaction %s",
+            payment.pk,
+            event.order_id,
+            event.provider_txn_id,
+        )
+        return "refused"
     try:
         result = apply_provider_event(provider=payment.provider, event=event)
     except CallbackRejected as exc:  # the provider named another order: nothing applied

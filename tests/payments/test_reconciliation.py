@@ -210,6 +210,48 @@ def test_a_provider_failing_or_naming_another_order_changes_nothing(
     assert not PaymentCallback.all_tenants.exists()
 
 
+class MixedUp(SimulatedProvider):
+    """A provider (or its adapter) that answers about the payment asked with the books of
+    another payment of ours: the newest other one of the tenant."""
+
+    def settled_event(self, *, payment: Payment) -> CallbackEvent | None:
+        event = SimulatedProvider.settled_event(self, payment=payment)
+        other = Payment.all_tenants.filter(tenant=payment.tenant_id).exclude(pk=payment.pk)
+        named = other.latest("pk")
+        return event and replace(
+            event, order_id=named.order_id, provider_txn_id=named.provider_txn_id
+        )
+
+
+@pytest.mark.django_db
+def test_an_answer_about_another_payment_than_the_one_asked_is_refused(tenant, menu, settings):
+    """Reconciliation applied whatever payment the provider's answer named: an answer about
+    another of our payments (a provider's or its adapter's mix-up) marked that one's order
+    PAID with no money taken for it, and put the event id of the payment asked about in the
+    inbox under the other, so the asked payment's own callback was then refused as a
+    reused id. An answer is applied only when it is about the payment asked (as a callback
+    is about the payment it names), else refused, nothing written."""
+    settings.PAYMENT_PROVIDERS = {
+        **settings.PAYMENT_PROVIDERS,
+        "mixed": {"ADAPTER": f"{__name__}.MixedUp", "SECRETS": ["s"]},
+    }
+    # given a payment taken at the provider, its callback lost, and another order of ours
+    # waiting for a payment the diner has not made
+    order, payment = paid_without_callback(tenant, menu["pizza"])
+    other, other_payment = paying_order(tenant, menu["pizza"])
+    Payment.all_tenants.filter(pk__in=[payment.pk, other_payment.pk]).update(provider="mixed")
+
+    # when reconciliation asks about the taken payment and the answer names the other one
+    counts = reconcile_payments(now=later(AFTER + 5))
+
+    # then nothing is applied: the other order is not paid with money nobody took
+    assert counts == {"refused": 1, "open": 1}
+    for each in (order, other):
+        each.refresh_from_db()
+        assert each.status == OrderStatus.PAYING
+    assert not PaymentCallback.all_tenants.exists()
+
+
 @pytest.mark.django_db
 def test_payments_that_cannot_be_asked_about_do_not_hold_up_the_others(tenant, menu, settings):
     settings.PAYMENT_PROVIDERS = {
