@@ -155,6 +155,22 @@ def test_an_event_id_reused_with_another_report_of_the_same_payment_is_a_conflic
     assert PaymentCallback.objects.for_tenant(tenant).get().status == status
 
 
+@pytest.mark.django_db
+def test_an_event_sent_again_with_its_amount_written_otherwise_is_still_a_duplicate(tenant, menu):
+    # given an event received with its amount written with two decimals
+    order, payment = paying_order(tenant, menu["pizza"])
+    assert deliver(*signed(payment, event_id="evt_x"))["result"] == "applied"
+
+    # when the provider sends it again, its amount written as the same number otherwise
+    for written in ("9.5", "9.500", "950e-2"):
+        again = deliver(*signed(payment, event_id="evt_x", amount=written))
+
+        # then it is the same event: a duplicate, no conflict for staff
+        assert again["result"] == "duplicate", written
+    assert not ProviderConflict.objects.for_tenant(tenant).exists()
+    assert status_of(order) == (S.PAID, Payment.Status.SUCCEEDED)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_events_under_one_id_at_the_same_instant_apply_one_and_record_the_other(tenant, menu):
     # given three pairs of orders waiting for their payments
