@@ -153,7 +153,9 @@ def resend_due_capture_refunds(*, batch: int = 200, now: datetime | None = None)
     """Send again the refunds still pending well past their last attempt's longest retry
     wait: their message was lost (the broker down at the send, or emptied since). How many
     were sent. Each is marked as sent now, so a queue that is merely slow gets one copy per
-    wait, not one per run."""
+    wait, not one per run; a send the broker did not take is no send: the refund stays due
+    for the next run, which goes on from it (this one stops there, as the outbox's sweep
+    does, instead of marking the rest of the batch sent while sends are paused)."""
     cutoff = (now or timezone.now()) - timedelta(
         seconds=settings.SAGA_RETRY_MAX_SECONDS + _LOST_AFTER_SECONDS
     )
@@ -162,14 +164,18 @@ def resend_due_capture_refunds(*, batch: int = 200, now: datetime | None = None)
             writable(), step=STEP, status=Compensation.Status.PENDING, updated_at__lt=cutoff
         )
         .order_by("updated_at")
-        .values_list("pk", "compensation_id")[:batch]
+        .values_list("pk", "compensation_id", "updated_at")[:batch]
     )
     sent = 0
-    for pk, compensation_id in due:
-        Compensation.all_tenants.filter(pk=pk, status=Compensation.Status.PENDING).update(
-            updated_at=Now()
-        )
-        sent += _send(compensation_id)
+    for pk, compensation_id, last_touched in due:
+        if dispatch.broker_paused():
+            break  # a send just failed: the next run goes on from here
+        pending = Compensation.all_tenants.filter(pk=pk, status=Compensation.Status.PENDING)
+        pending.update(updated_at=Now())
+        if _send(compensation_id):
+            sent += 1
+        else:
+            pending.update(updated_at=last_touched)  # no message left: due as it was
     return sent
 
 

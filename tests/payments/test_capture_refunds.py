@@ -57,6 +57,7 @@ from tests.payments.helpers import paying_order, post_callback
 from tests.support.broker import sending_to
 from tests.support.concurrency import at_once
 from tests.support.database_gone import session_ended_before
+from tests.support.redis_nodes import RedisNode
 
 pytestmark = pytest.mark.django_db
 S, P = OrderStatus, Payment.Status
@@ -427,6 +428,42 @@ def test_a_refund_whose_message_was_lost_is_sent_again_by_the_sweep(
     assert resend_due_capture_refunds(now=later) == 1
     assert len(refunds()) == 1
     assert resend_due_capture_refunds(now=later + timedelta(hours=1)) == 0
+
+
+def test_refunds_the_broker_did_not_take_stay_due_for_the_next_sweep(
+    tenant, menu, monkeypatch, django_capture_on_commit_callbacks
+):
+    """A resend the broker refused is no send: the refunds stay due and the next sweep sends
+    them. The sweep marked each due refund as sent before sending it, and went on through the
+    batch after a send failed (each then refused at once while the process's sends paused):
+    a broker down for a moment at one sweep put every refund owed back by the longest retry
+    wait and a minute (6 minutes by default) for sends never made (red: none sent after)."""
+    now = [0.0]
+    monkeypatch.setattr(dispatch, "_broker", dispatch.broker_breaker(clock=lambda: now[0]))
+    # given two captures after a cancel whose refunds' messages were lost an hour ago
+    steps = []
+    for _ in range(2):
+        order, payment = paying_order(tenant, menu["pizza"])
+        cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+        with django_capture_on_commit_callbacks(execute=False):
+            assert capture(payment) == "conflict"
+        steps.append(capture_refund_id(payment.pk))
+    pending = Compensation.all_tenants.filter(compensation_id__in=steps)
+    pending.update(updated_at=timezone.now() - timedelta(hours=1))
+    # when the sweep meets a broker that refuses connections (stopped)
+    broker = RedisNode().start()
+    try:
+        broker.stop()
+        with sending_to(broker.url):
+            assert resend_due_capture_refunds() == 0
+    finally:
+        broker.remove()
+    # then, once the broker answers (here: the tasks run in this process) after the pause of
+    # sends, the next sweep sends both, and each is refunded once
+    now[0] += dispatch.BROKER_PAUSE_SECONDS
+    assert resend_due_capture_refunds() == 2
+    assert sorted(key for _, key, _ in refunds()) == sorted(steps)
+    assert set(pending.values_list("status", flat=True)) == {Compensation.Status.DONE}
 
 
 def test_staff_resolving_a_conflict_being_refunded_are_told_and_it_stays_open(
