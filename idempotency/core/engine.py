@@ -266,10 +266,13 @@ def _token_refused(req: IdempotentRequest, refusal: TokenRefusal) -> HttpRespons
             "This idempotency token was already used on another endpoint; use a new token.",
         )
     else:
+        # Redis holds the tokens alone: one that lost its data (restarted empty, flushed)
+        # knows none issued before, as if each had expired; the words say so.
         refused = responses.problem(
             422,
             IdempotencyErrorCode.TOKEN_UNKNOWN,
-            "This idempotency token has expired or was never issued; use a new token.",
+            "This idempotency token is not known: it expired, was never issued, or was lost "
+            "with the token store's data; use a new token.",
         )
     return _keep_token_refusal(req, refused)
 

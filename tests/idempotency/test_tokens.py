@@ -388,6 +388,25 @@ def test_a_used_token_checks_unknown_after_redis_lost_its_data_yet_its_order_rep
     assert Order.all_tenants.count() == 1
 
 
+def test_an_unused_token_redis_lost_is_refused_as_lost_not_only_as_expired(
+    api: Any, menu: Any, client: redis.Redis, tenant: Any
+) -> None:
+    """A token issued moments ago, unused, that Redis lost with its data (restarted empty) is
+    422 IDEMPOTENCY_TOKEN_UNKNOWN, and its words say that can be why: they said only "has
+    expired or was never issued", which a diner's app, holding a token it was issued a
+    minute before, could not square with either (red: no word of lost data)."""
+    token = issue(api).json()["tokens"][0]
+    for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*"):  # restarted empty
+        client.delete(key)
+
+    refused = place(api, menu, token)
+
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "IDEMPOTENCY_TOKEN_UNKNOWN"
+    assert "lost" in refused.json()["detail"], refused.json()["detail"]
+    assert Order.all_tenants.count() == 0
+
+
 def test_a_token_whose_mark_and_record_are_gone_names_the_order_it_placed(
     api: Any, menu: Any, client: redis.Redis, tenant: Any
 ) -> None:
