@@ -3,12 +3,15 @@ compare-owner-then-delete; live, unknown and recently renewed leases are left al
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 import redis
 from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from idempotency.stores import instances
@@ -16,6 +19,8 @@ from idempotency.stores.redis_store import RedisIdempotencyStore, new_owner_toke
 from ordering.instances import reclaim_stale_leases
 from ordering.models import WorkerLease
 from ordering.worker_ids import KEY_PREFIX
+from tests.conftest import use_topology
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -146,3 +151,12 @@ def test_recently_dead_instances_lose_their_claims_but_keep_worker_ids_for_now(c
     assert report.claims_released >= 1
     assert not client.exists(key) and client.exists(f"{KEY_PREFIX}{worker_id}")
     assert DEAD in instances.census(client).last_seen  # kept until its worker ids are handled
+
+
+def test_the_command_names_the_redis_node_that_did_not_answer_and_what_to_do(settings) -> None:
+    """Run from cron while Redis was down, it stopped with redis-py's traceback
+    (ConnectionError, Error 111) and said nothing of what to do."""
+    use_topology(settings, shards=[f"redis://127.0.0.1:{free_port()}/0"])
+
+    with pytest.raises(CommandError, match=r"a Redis node did not answer .*: run it again"):
+        call_command("reclaim_stale_leases", stdout=io.StringIO())
