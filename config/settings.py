@@ -978,6 +978,22 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": STALE_LEASE_SWEEP_SECONDS,
     },
 }
+# An offboarding job runs in Celery messages, each sending the next; one the broker lost (a
+# worker killed, Redis restarted empty) stopped the job for good while it said it was under way
+# or waiting for the restaurant's money. A job nothing has moved for this long, stopped by no
+# error, is sent again (ordering/privacy/offboarding.stalled_jobs); a job a step of which ran
+# into an error waits for staff ("Continue selected jobs"). Longer than a message's longest
+# step (the drain before the last phase) and the minute a waiting job looks again after.
+OFFBOARDING_STALLED_AFTER_SECONDS = env_number(
+    "OFFBOARDING_STALLED_AFTER_SECONDS",
+    max(600.0, 2 * OFFBOARDING_DRAIN_SECONDS + 120),
+    low=OFFBOARDING_DRAIN_SECONDS + 120,
+    high=86_400,
+)
+CELERY_BEAT_SCHEDULE["resume-stalled-offboardings"] = {
+    "task": "ordering.resume_stalled_offboardings",
+    "schedule": OFFBOARDING_STALLED_AFTER_SECONDS / 2,
+}
 
 # Cancel saga: retries per step after the first attempt, then a dead letter. Backoff is
 # base * 2^(attempt-1), capped, with jitter.

@@ -108,6 +108,23 @@ def offboard_tenant(job_id: int) -> str:
     return job.phase
 
 
+@shared_task(name="ordering.resume_stalled_offboardings")
+def resume_stalled_offboardings() -> int:
+    """Send again the offboarding jobs whose next message was lost (beat); a job's runners take
+    turns on its row, so one sent while its own message still ran only waits its turn."""
+    from ordering.privacy.offboarding import stalled_jobs
+
+    resumed = 0
+    for job_id in stalled_jobs():
+        try:
+            dispatch.enqueue(dispatch.OFFBOARD_TENANT, job_id)
+        except Exception as exc:  # the broker is down: the next sweep tries again
+            logger.warning("offboarding job %s not resumed: %s", job_id, exc)
+            break
+        resumed += 1
+    return resumed
+
+
 @shared_task(name=dispatch.SWEEP_OUTBOX)
 def sweep_outbox() -> int:
     """Publish outbox rows whose on-commit publish was lost (Celery beat runs this)."""

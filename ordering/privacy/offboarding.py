@@ -154,6 +154,21 @@ def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffbo
     return TenantOffboarding.objects.get(pk=job_id)
 
 
+def stalled_jobs(*, limit: int = 100) -> list[int]:
+    """Open jobs nothing has moved for ``OFFBOARDING_STALLED_AFTER_SECONDS`` that stopped for
+    no error (under way, or waiting for the restaurant's money): the message that was to run
+    their next steps was lost. Every step saves the job, so a job whose messages still run is
+    never this old; one stopped by an error is left for staff, who see why on the job."""
+    quiet_since = timezone.now() - timedelta(seconds=settings.OFFBOARDING_STALLED_AFTER_SECONDS)
+    stalled = (
+        TenantOffboarding.objects.exclude(phase=Phase.DONE)
+        .filter(updated_at__lt=quiet_since)
+        .filter(Q(last_error="") | Q(last_error__startswith=WAITING_FOR_MONEY))
+        .order_by("updated_at")
+    )
+    return list(stalled.values_list("pk", flat=True)[:limit])
+
+
 def waits_for_money(job: TenantOffboarding) -> bool:
     """The suspension ran and found the tenant's money still moving: nothing more to do now."""
     return job.phase == Phase.SUSPEND and job.last_error.startswith(WAITING_FOR_MONEY)

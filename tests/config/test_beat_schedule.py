@@ -20,6 +20,7 @@ def test_beat_runs_the_periodic_tasks_readme_names_and_the_worker_knows_them() -
         "ordering.reconcile_payments",
         "ordering.expire_unpaid_orders",
         "ordering.resend_capture_refunds",
+        "ordering.resume_stalled_offboardings",
     }
     app.loader.import_default_modules()  # what a worker does as it starts
     assert tasks <= set(app.tasks)

@@ -3,12 +3,17 @@ messages of a few steps each until the tenant is gone (issue 15 item 5)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
+from ordering.background.tasks import resume_stalled_offboardings
 from ordering.models import TenantOffboarding
+from ordering.privacy.offboarding import WAITING_FOR_MONEY, stalled_jobs, start_offboarding
 from tenants.models import Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.conftest import tenant_keys
@@ -45,3 +50,54 @@ def test_the_admin_action_offboards_through_the_worker(
     assert tenant_keys(str(leaving.pk)) == {}
     assert list(tmp_path.glob("leaving-*.zip"))
     assert rows_of_tenant(staying.pk) == staying_rows
+
+
+def _quiet_for(job: TenantOffboarding, minutes: int) -> None:
+    """The job as a lost message leaves it: nothing moved it for ``minutes``."""
+    moved = timezone.now() - timedelta(minutes=minutes)
+    TenantOffboarding.objects.filter(pk=job.pk).update(updated_at=moved)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_message_was_lost_is_resumed_by_the_beat_sweep(
+    celery_worker, make_tenant, settings, tmp_path
+):
+    """Each message of an offboarding sends the next: one the broker lost (a worker killed,
+    Redis restarted empty) stopped the job for good, while it said it was under way. The
+    beat's sweep sends such a job again, and the worker finishes it; a job moved recently, or
+    stopped by an error that staff must see to, is left alone."""
+    leaving = make_tenant(slug="leaving")
+    assert place(api_for(leaving, diner="zoe"), menu_for(leaving), "k1").status_code == 201
+    lost = start_offboarding(tenant=leaving, export_path=tmp_path / "a.zip", requested_by="t")
+    _quiet_for(lost, minutes=11)  # its first message never ran
+    failed = start_offboarding(
+        tenant=make_tenant(slug="failing"), export_path=tmp_path / "b.zip", requested_by="t"
+    )
+    TenantOffboarding.objects.filter(pk=failed.pk).update(last_error="OSError: disk full")
+    _quiet_for(failed, minutes=60)
+    recent = start_offboarding(
+        tenant=make_tenant(slug="recent"), export_path=tmp_path / "c.zip", requested_by="t"
+    )
+
+    assert resume_stalled_offboardings() == 1
+
+    wait_for(lambda: TenantOffboarding.objects.get(pk=lost.pk).is_done, worker=celery_worker)
+    assert not Tenant.objects.filter(pk=leaving.pk).exists()
+    assert {label: rows for label, rows in rows_of_tenant(leaving.pk).items() if rows} == {}
+    for untouched in (failed, recent):
+        assert TenantOffboarding.objects.get(pk=untouched.pk).phase == "suspend"
+
+
+@pytest.mark.django_db
+def test_a_job_waiting_for_the_restaurant_s_money_is_resumed_once_quiet(make_tenant, tmp_path):
+    job = start_offboarding(
+        tenant=make_tenant(slug="waiting"), export_path=tmp_path / "w.zip", requested_by="t"
+    )
+    TenantOffboarding.objects.filter(pk=job.pk).update(
+        last_error=f"{WAITING_FOR_MONEY}: 1 payment awaiting the provider; run it again later"
+    )
+    _quiet_for(job, minutes=5)
+    assert stalled_jobs() == []  # its own message looks again every minute
+
+    _quiet_for(job, minutes=11)
+    assert stalled_jobs() == [job.pk]
