@@ -216,6 +216,22 @@ def _principal_records(principal: str) -> Q:
     return Q(scope__startswith=f"{principal}|") | Q(scope__in=long_scopes)
 
 
+def principal_records(*, tenant_key: str, principal: str) -> QuerySet[IdempotencyRecord]:
+    """The tenant's records of the principal's own scopes: what :func:`forget_principal`
+    removes first, and what a copy of the principal's data lists (one way of finding them,
+    so a copy shows exactly what an erasure would remove)."""
+    return IdempotencyRecord.objects.filter(tenant_key=tenant_key).filter(
+        _principal_records(principal)
+    )
+
+
+def principal_audits(*, tenant_key: str, principal: str) -> QuerySet[DuplicateAudit]:
+    """The tenant's duplicate-hit audits of the principal (an audit keeps at most 255
+    characters of the principal, ``AuditEvent.as_row``). Audits still waiting in a Redis
+    stream are not rows yet: drain them first (``drain_audits``)."""
+    return DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal[:255])
+
+
 def forget_principal(
     *,
     tenant_key: str,
@@ -230,20 +246,20 @@ def forget_principal(
     Redis keys: claim entries of its scopes, its tokens, its rate counters, and any copy of
     those other replies on another node or sub-bucket. Local caches are told about every key
     removed."""
-    records = IdempotencyRecord.objects.filter(tenant_key=tenant_key)
-    done = Forgotten(
-        records=forget_records(records.filter(_principal_records(principal)), batch=batch)
-    )
+    own = principal_records(tenant_key=tenant_key, principal=principal)
+    done = Forgotten(records=forget_records(own, batch=batch))
     shown: set[str] = set()
     if also_records_showing:
         done.records += forget_records(
-            records.filter(_showing_any(also_records_showing)), batch=batch, removed_keys=shown
+            IdempotencyRecord.objects.filter(tenant_key=tenant_key).filter(
+                _showing_any(also_records_showing)
+            ),
+            batch=batch,
+            removed_keys=shown,
         )
     drain_audits()  # audits still waiting in a Redis stream would land after the delete
     done.audits = delete_in_batches(
-        # an audit keeps at most 255 characters of the principal (AuditEvent.as_row)
-        DuplicateAudit.objects.filter(tenant_key=tenant_key, principal=principal[:255]),
-        batch=batch,
+        principal_audits(tenant_key=tenant_key, principal=principal), batch=batch
     )
     done.redis_keys = _forget_principal_keys(tenant_key, principal, copies_of=shown, batch=batch)
     return done

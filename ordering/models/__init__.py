@@ -9,7 +9,7 @@ from ordering.models.order_numbers import OrderNumberCounter
 from ordering.models.orders import Order, OrderLine, OrderStatus, OrderTransition
 from ordering.models.outbox import EventType, OutboxEvent, ProcessedEvent
 from ordering.models.payments import Payment
-from ordering.models.privacy import DinerErasure, TenantOffboarding
+from ordering.models.privacy import DinerDataExport, DinerErasure, TenantOffboarding
 from ordering.models.sales import SalesDay
 from ordering.models.simulated import FaultPlan, SimulatedOperation
 from ordering.models.worker_lease import WorkerLease
@@ -19,6 +19,7 @@ __all__ = [
     "Coupon",
     "DeadLetter",
     "DepartedPayment",
+    "DinerDataExport",
     "DinerErasure",
     "Dish",
     "EventType",

@@ -1,4 +1,5 @@
-"""What data-protection requests did: erasing a diner, offboarding a tenant.
+"""What data-protection requests did: erasing a diner, giving a diner a copy of their data,
+offboarding a tenant.
 
 :class:`DinerErasure` is the log of one erasure: who asked, when, how much was removed, and the
 diner's id only as a keyed hash (:func:`ordering.privacy.diners.diner_hash`), so the log can
@@ -39,6 +40,25 @@ class DinerErasure(models.Model):
     def shown_requester(self) -> str:
         """Who asked, as the restaurant's Privacy page says it (no staff member's name)."""
         return shown_requester(self.requested_by)
+
+
+class DinerDataExport(models.Model):
+    """The log of one copy of a diner's data given out (a subject access request): who asked
+    and when, with the diner id only as the erasure log keeps it (``diner_hash``), so the
+    restaurant can show it answered without the log naming the diner to whoever reads it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    diner_hash = models.CharField(
+        max_length=64, db_index=True, help_text="HMAC-SHA256 of the diner id (keyed by the site)"
+    )
+    requested_by = models.CharField(max_length=200)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"diner data export {self.pk} by {self.requested_by}"
 
 
 class TenantOffboarding(models.Model):

@@ -1,0 +1,259 @@
+"""A diner's copy of their data (right of access): ``export_diner`` and ``manage.py
+export_diner``, against PostgreSQL and Redis.
+
+Diner zoe of restaurant A places, pays and replays orders, which a merchant key and platform
+staff move; diner yan of A and diner zoe of restaurant B order too. Zoe's copy at A holds her
+orders, payments, moves, sessions, stored replies and audits, and nothing of yan, of B, of a
+session's secret or of the staff member's username. After an erasure her copy is empty.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from idempotency.stores import nodes as stores
+from idempotency.stores.audit_stream import drain_audits
+from ordering.models import DinerDataExport, Order
+from ordering.payments.simulated import complete_payment
+from ordering.privacy import diner_export
+from ordering.privacy.diner_export import export_diner
+from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
+from ordering.services.lifecycle import transition_order
+from tenants.models import ApiClient, DinerSession
+from tests.conftest import api_for, menu_for
+from tests.privacy.test_erase_diner import place
+
+pytestmark = pytest.mark.django_db
+
+STAFF_NAME = "bob-the-staffer"
+SECTIONS = ("orders", "diner_sessions", "idempotency_records", "duplicate_audits")
+
+
+def zoe_and_the_others(tenant: Any, other_tenant: Any) -> dict[str, Any]:
+    """Zoe's paid order moved by a merchant key and by staff, her replayed order with contact
+    details; yan's order at the same restaurant; zoe's order at another restaurant."""
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    first = place(zoe, menu, "k1", note="zoe's doorbell is broken")
+    assert first.status_code == 201
+    order_id = int(first.json()["id"])
+    paying = zoe.post(f"/api/v1/orders/{order_id}/pay/")
+    assert paying.status_code == 200, paying.content
+    payment = Order.all_tenants.get(pk=order_id).payments.get()
+    complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
+    transition_order(
+        tenant=tenant, order_id=order_id, target="ACCEPTED", actor=f"staff:{STAFF_NAME}"
+    )
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    moved = merchant.post(
+        f"/api/v1/orders/{order_id}/transition/",
+        {"to": "PREPARING"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="m1",
+    )
+    assert moved.status_code == 200, moved.content
+    second = place(zoe, menu, "k2", note="leave at the door")
+    Order.all_tenants.filter(pk=second.json()["id"]).update(
+        contact_phone="+33 6 12 34 56 78", delivery_address="4 rue des Lilas"
+    )
+    stores.local_cache().clear()
+    zoe.credentials(
+        HTTP_AUTHORIZATION=zoe._credentials["HTTP_AUTHORIZATION"], HTTP_USER_AGENT="ZoeApp/2.1"
+    )
+    replay = place(zoe, menu, "k2", note="leave at the door")
+    assert replay["X-Idempotent-Result"] == "HIT"
+    yan = api_for(tenant, diner="yan")
+    assert place(yan, menu, "k1", note="yan's secret recipe").status_code == 201
+    stores.local_cache().clear()
+    assert place(yan, menu, "k1", note="yan's secret recipe")["X-Idempotent-Result"] == "HIT"
+    elsewhere = place(api_for(other_tenant, diner="zoe"), menu_for(other_tenant), "k1", "at B")
+    assert elsewhere.status_code == 201
+    return {"first": order_id, "second": int(second.json()["id"]), "menu": menu}
+
+
+def test_the_copy_holds_exactly_the_diner_s_data_at_that_restaurant(tenant, other_tenant):
+    ids = zoe_and_the_others(tenant, other_tenant)
+
+    document = export_diner(tenant, "zoe")
+
+    assert document["restaurant"] == {
+        "name": tenant.name,
+        "slug": tenant.slug,
+        "time_zone": tenant.time_zone,
+    }
+    assert document["diner_id"] == "zoe" and document["produced_at"]
+    orders = {int(o["id"]): o for o in document["orders"]}
+    assert set(orders) == {ids["first"], ids["second"]}
+    paid = orders[ids["first"]]
+    assert paid["status"] == "PREPARING" and paid["note"] == "zoe's doorbell is broken"
+    assert paid["lines"] == [
+        {"dish_name": "Pizza", "quantity": 1, "unit_price": "9.50", "line_total": "9.50"}
+    ]
+    assert (paid["total"], paid["currency"], paid["payment_method"]) == ("9.50", "EUR", "card")
+    assert [(p["status"], p["amount"]) for p in paid["payments"]] == [("succeeded", paid["total"])]
+    history = [(m["from"], m["to"]) for m in paid["status_history"]]
+    assert history == [
+        ("", "CREATED"),
+        ("CREATED", "PAYING"),
+        ("PAYING", "PAID"),
+        ("PAID", "ACCEPTED"),
+        ("ACCEPTED", "PREPARING"),
+    ]
+    by = {m["to"]: m["by"] for m in paid["status_history"]}
+    assert by["ACCEPTED"] == "Platform staff"
+    assert by["CREATED"].startswith("Diner zoe")
+    contact = orders[ids["second"]]
+    assert (contact["contact_phone"], contact["delivery_address"]) == (
+        "+33 6 12 34 56 78",
+        "4 rue des Lilas",
+    )
+    # her sessions, without their secrets
+    sessions = document["diner_sessions"]
+    assert len(sessions) == DinerSession.objects.filter(tenant=tenant, diner_id="zoe").count()
+    assert sessions and set(sessions[0]) == {
+        "created_at",
+        "expires_at",
+        "ended_at",
+        "guest",
+        "opened_through",
+    }
+    # her own stored replies (place k1, pay, place k2), not the merchant's move that shows her
+    records = document["idempotency_records"]
+    assert sorted(r["endpoint"] for r in records) == [
+        "POST api/v1/orders/",
+        "POST api/v1/orders/",
+        "POST api/v1/orders/<int:order_id>/pay/",
+    ]
+    assert all(r["status_code"] in (200, 201) for r in records)
+    assert {r["response_body"]["id"] for r in records} == {str(ids["first"]), str(ids["second"])}
+    # her replay's audit, with the request's address and user agent as stored
+    [audit] = document["duplicate_audits"]
+    assert (audit["endpoint"], audit["outcome"]) == ("POST api/v1/orders/", "HIT")
+    assert audit["user_agent"] == "ZoeApp/2.1" and audit["client_ip"] == "127.0.0.1"
+
+    text = json.dumps(document)
+    for absent in ("yan", "at B", STAFF_NAME, "secret_hash"):
+        assert absent not in text, absent
+    for session in DinerSession.objects.filter(tenant=tenant, diner_id="zoe"):
+        assert session.secret_hash not in text and str(session.pk) not in text
+
+
+def test_the_streamed_copy_is_the_same_document_read_a_batch_at_a_time(
+    tenant, other_tenant, monkeypatch
+):
+    """Read in batches of 1 row (every list spans several), each order appears once, and the
+    text written piece by piece parses into the document built in memory."""
+    ids = zoe_and_the_others(tenant, other_tenant)
+    third = place(api_for(tenant, diner="zoe"), ids["menu"], "k3")
+    monkeypatch.setattr(diner_export, "BATCH", 1)
+
+    streamed = json.loads("".join(diner_export.diner_export_chunks(tenant, "zoe")))
+    in_memory = export_diner(tenant, "zoe")
+
+    assert [int(o["id"]) for o in streamed["orders"]] == sorted(
+        [ids["first"], ids["second"], int(third.json()["id"])]
+    )
+    for section in SECTIONS:
+        assert streamed[section] == in_memory[section], section
+    assert len(streamed["idempotency_records"]) == 4
+
+
+def test_a_diner_with_nothing_kept_gets_empty_lists(tenant):
+    document = export_diner(tenant, "nobody-here")
+    assert document["diner_id"] == "nobody-here"
+    assert all(document[section] == [] for section in SECTIONS)
+
+
+def test_after_an_erasure_the_copy_of_that_id_is_empty(tenant, other_tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    zoe_and_the_others(tenant, other_tenant)
+    assert export_diner(tenant, "zoe")["orders"]
+
+    erase_diner(tenant=tenant, diner_id="zoe", requested_by="dpo")
+
+    document = export_diner(tenant, "zoe")
+    assert all(document[section] == [] for section in SECTIONS)
+    # yan's and the other restaurant's zoe's copies are untouched
+    assert len(export_diner(tenant, "yan")["orders"]) == 1
+    assert len(export_diner(other_tenant, "zoe")["orders"]) == 1
+
+
+@pytest.mark.parametrize(
+    "diner_id", ["", "not valid!", "x" * 65, "erased-0123456789abcdef"], ids=str
+)
+def test_an_id_no_diner_can_have_is_refused(tenant, diner_id):
+    with pytest.raises(NotADinerId):
+        export_diner(tenant, diner_id)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_the_command_writes_the_copy_to_stdout_and_logs_it(tenant, other_tenant):
+    ids = zoe_and_the_others(tenant, other_tenant)
+    out = io.StringIO()
+
+    call_command("export_diner", tenant.slug, "zoe", "--by", "dpo:carol", stdout=out)
+
+    document = json.loads(out.getvalue())
+    assert {int(o["id"]) for o in document["orders"]} == {ids["first"], ids["second"]}
+    log = DinerDataExport.objects.get()
+    assert (log.tenant, log.requested_by) == (tenant, "dpo:carol")
+    assert log.diner_hash == diner_hash("zoe") and "zoe" not in str(log.__dict__)
+
+
+def test_the_command_writes_a_new_file_only_its_owner_reads_and_never_overwrites(
+    tenant, other_tenant, tmp_path
+):
+    zoe_and_the_others(tenant, other_tenant)
+    path = tmp_path / "zoe.json"
+
+    call_command("export_diner", tenant.slug, "zoe", "--out", str(path), stderr=io.StringIO())
+
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(json.loads(path.read_text())["orders"]) == 2
+    path.write_text("a copy not handed over yet")
+    with pytest.raises(CommandError, match="exists"):
+        call_command("export_diner", tenant.slug, "zoe", "--out", str(path))
+    assert path.read_text() == "a copy not handed over yet"
+    assert DinerDataExport.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope", "zoe"], "no tenant with slug 'nope'"),
+        (["{slug}", "not valid!"], "is not a diner id"),
+        (["{slug}", "erased-0123456789abcdef"], "pseudonym"),
+    ],
+    ids=["unknown tenant", "malformed id", "pseudonym"],
+)
+def test_the_command_refuses_with_the_reason_and_logs_nothing(tenant, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("export_diner", *(a.format(slug=tenant.slug) for a in args))
+    assert not DinerDataExport.objects.exists()
+
+
+def test_audits_still_in_the_redis_stream_are_in_the_copy(tenant):
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    place(zoe, menu, "k1")
+    drain_audits()
+    stores.local_cache().clear()
+    assert place(zoe, menu, "k1")["X-Idempotent-Result"] == "HIT"  # its audit not drained
+
+    assert [a["outcome"] for a in export_diner(tenant, "zoe")["duplicate_audits"]] == ["HIT"]
+
+
+def test_the_command_refuses_a_restaurant_being_offboarded(tenant):
+    """Its archive holds its diners' data, and its tables take no write (the log's row)."""
+    type(tenant).objects.filter(pk=tenant.pk).update(status=type(tenant).Status.OFFBOARDING)
+    with pytest.raises(CommandError, match="being offboarded"):
+        call_command("export_diner", tenant.slug, "zoe")
+    assert not DinerDataExport.objects.exists()
