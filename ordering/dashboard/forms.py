@@ -120,17 +120,14 @@ class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
 
 
-class EraseDinerForm(forms.Form):
-    """The owner names the diner (the id their app or backend uses) and confirms."""
+class DinerIdForm(forms.Form):
+    """The owner names the diner by the id their app or backend uses (never a pseudonym)."""
 
     diner_id = forms.RegexField(
         regex=DINER_ID_RE,
         max_length=64,
         label="Diner id",
         error_messages={"invalid": "1-64 letters, digits or . _ : @ -"},
-    )
-    confirm = forms.BooleanField(
-        label="I understand this cannot be undone: their orders stay, anonymised"
     )
 
     def clean_diner_id(self) -> str:
@@ -140,3 +137,19 @@ class EraseDinerForm(forms.Form):
         except NotADinerId as exc:
             raise forms.ValidationError(str(exc)) from None
         return diner_id
+
+
+class EraseDinerForm(DinerIdForm):
+    """The diner to erase, and the owner's confirmation."""
+
+    confirm = forms.BooleanField(
+        label="I understand this cannot be undone: their orders stay, anonymised"
+    )
+
+
+class ExportDinerForm(DinerIdForm):
+    """The diner whose copy of their data to download. Its fields' HTML ids start with
+    ``export-``: the page shows it beside the erasure's form, which has a ``diner_id`` too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, auto_id="export-%s", **kwargs)

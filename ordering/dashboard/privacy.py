@@ -1,24 +1,33 @@
-"""The owner's privacy page: erase one diner of this restaurant, and the log of erasures.
+"""The owner's privacy page: erase one diner of this restaurant, download a diner's copy of
+their data, and the log of erasures.
 
-Not wrapped in ``@idempotent_form``: the erasure is idempotent by itself (a second run finds
-nothing left and logs that), and a stored reply of this form would keep a fingerprint of the
-very id being erased.
+Neither form is wrapped in ``@idempotent_form``: the erasure is idempotent by itself (a second
+run finds nothing left and logs that), and a stored reply of either form would keep a
+fingerprint of the diner's id, or, for a download, a second copy of the diner's data.
 """
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_http_methods
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
 
 from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.dashboard.access import member_required, render_page, tenant_of
-from ordering.dashboard.forms import EraseDinerForm
-from ordering.models import DinerErasure, Order
+from ordering.dashboard.forms import EraseDinerForm, ExportDinerForm
+from ordering.models import DinerDataExport, DinerErasure, Order
+from ordering.privacy.diner_export import diner_export_chunks, log_export
 from ordering.privacy.diners import ERASURE_UNFINISHED, erase_diner
 from tenants.models import Tenant
 from tenants.permissions import Area
+
+# What an owner is told when a Redis node did not answer: audits still queued there belong
+# in the copy, so none was made (and none logged); asking again once it answers gives it.
+EXPORT_UNFINISHED = (
+    "The copy was not made: a Redis node did not answer. Download it again once every node answers."
+)
 
 
 @member_required(Area.PRIVACY)
@@ -47,12 +56,59 @@ def privacy(request: HttpRequest) -> HttpResponse:
         else:  # a second submit, or an id this restaurant never saw: not "0 orders erased"
             messages.info(request, _nothing_left(tenant, log))
         return redirect("dash-privacy")
+    return _page(request, form=form, status=400 if form.is_bound else 200)
+
+
+@member_required(Area.PRIVACY)
+@require_POST
+def privacy_export(request: HttpRequest) -> HttpResponse:
+    """POST: the diner's copy of their data, a JSON attachment written as it is read (a diner
+    with many orders costs one batch of memory). A POST, not a GET with the id in its query:
+    the id stays out of the address bar, the history and every access log, and the CSRF check
+    keeps another site from making an owner's browser download (and log) a copy. A bad id is
+    the form's error on the page. Each copy is logged before it is written (``log_export``)."""
+    tenant = tenant_of(request)
+    form = ExportDinerForm(request.POST)
+    if not form.is_valid():
+        return _page(request, export_form=form, status=400)
+    diner_id = form.cleaned_data["diner_id"]
+    try:
+        chunks = diner_export_chunks(tenant, diner_id)
+    except REDIS_UNAVAILABLE:
+        messages.error(request, EXPORT_UNFINISHED)
+        return redirect("dash-privacy")
+    log_export(
+        tenant=tenant, diner_id=diner_id, requested_by=f"owner:{request.user.get_username()}"
+    )
+    response = StreamingHttpResponse(
+        (chunk.encode() for chunk in chunks), content_type="application/json; charset=utf-8"
+    )
+    day = timezone.localdate(timezone=tenant.zone).isoformat()
+    response["Content-Disposition"] = f'attachment; filename="diner-{tenant.slug}-{day}.json"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    form: EraseDinerForm | None = None,
+    export_form: ExportDinerForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The page with both forms (the one sent back with its errors), the erasure log and the
+    log of copies given (who and when; never whose)."""
     return render_page(
         request,
         "dashboard/privacy.html",
-        {"form": form, "erasures": DinerErasure.objects.filter(tenant=tenant)[:50]},
+        {
+            "form": EraseDinerForm() if form is None else form,
+            "export_form": ExportDinerForm() if export_form is None else export_form,
+            "erasures": DinerErasure.objects.filter(tenant=tenant_of(request))[:50],
+            "exports": DinerDataExport.objects.filter(tenant=tenant_of(request))[:50],
+        },
         section="privacy",
-        status=400 if form.is_bound else 200,
+        status=status,
     )
 
 

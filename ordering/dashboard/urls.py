@@ -63,6 +63,7 @@ urlpatterns = [
         name="dash-member-remove",
     ),
     path("dashboard/privacy/", privacy.privacy, name="dash-privacy"),
+    path("dashboard/privacy/export/", privacy.privacy_export, name="dash-privacy-export"),
     path("dashboard/idempotency/", idempotency_page.idempotency, name="dash-idempotency"),
     path("dashboard/switch-tenant/", tenant.switch_tenant_view, name="switch-tenant"),
 ]

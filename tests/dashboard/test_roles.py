@@ -46,6 +46,7 @@ MATRIX: dict[str, str] = {
     "dash-member-role": Role.OWNER,
     "dash-member-remove": Role.OWNER,
     "dash-privacy": Role.OWNER,
+    "dash-privacy-export": Role.OWNER,
     # one's own password: every role (and platform staff, of no restaurant)
     "dash-password": Role.STAFF,
 }

@@ -1,11 +1,17 @@
-"""A restaurant's owner erases a diner from the dashboard's privacy page."""
+"""A restaurant's owner erases a diner, and downloads a diner's copy of their data, from the
+dashboard's privacy page."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from ordering.models import DinerErasure, Order
+from ordering.models import DinerDataExport, DinerErasure, Order
+from ordering.privacy.diners import diner_hash
+from ordering.services.lifecycle import transition_order
 from tenants.models import DinerSession
 from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
@@ -114,3 +120,98 @@ def test_a_redis_node_down_stops_the_erasure_with_a_message_and_a_second_submit_
         assert not Order.all_tenants.filter(diner_id="zoe").exists()
     finally:
         node.remove()
+
+
+# --- a diner's copy of their data -------------------------------------------------------------
+
+
+def test_the_owner_downloads_exactly_the_diner_s_data_and_the_copy_is_logged(tenant, other_tenant):
+    # given zoe's orders, one moved by platform staff; yan's; and zoe's at another restaurant
+    menu = menu_for(tenant)
+    first = place(api_for(tenant, diner="zoe"), menu, "k1", note="zoe's doorbell")
+    transition_order(
+        tenant=tenant, order_id=int(first.json()["id"]), target="CANCELLED", actor="staff:bob-x"
+    )
+    place(api_for(tenant, diner="yan"), menu, "k1", note="yan's note")
+    place(api_for(other_tenant, diner="zoe"), menu_for(other_tenant), "k1", note="at B")
+    owner = logged_in(tenant, "owner")
+
+    r = owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"})
+
+    assert r.status_code == 200 and r.streaming
+    day = timezone.localdate(timezone=tenant.zone).isoformat()
+    assert r["Content-Disposition"] == f'attachment; filename="diner-{tenant.slug}-{day}.json"'
+    assert r["Cache-Control"] == "no-store"
+    assert r["Content-Type"] == "application/json; charset=utf-8"
+    text = b"".join(r.streaming_content).decode()
+    document = json.loads(text)
+    assert document["restaurant"]["slug"] == tenant.slug and document["diner_id"] == "zoe"
+    [order] = document["orders"]
+    assert order["id"] == first.json()["id"] and order["note"] == "zoe's doorbell"
+    assert order["status_history"][-1]["by"] == "Platform staff"
+    for absent in ("yan", "at B", "bob-x"):
+        assert absent not in text, absent
+    # logged: who and when, the diner only as a keyed hash; the page lists it without the id
+    log = DinerDataExport.objects.get()
+    assert (log.tenant, log.requested_by) == (tenant, "owner:owner-user")
+    assert log.diner_hash == diner_hash("zoe")
+    page = owner.get("/dashboard/privacy/").content.decode()
+    assert "owner:owner-user" in page and "zoe" not in page
+
+
+def test_a_diner_erased_already_downloads_as_empty_lists(tenant, settings):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    owner = logged_in(tenant, "owner")
+    assert (
+        owner.post("/dashboard/privacy/", {"diner_id": "zoe", "confirm": "on"}).status_code == 302
+    )
+
+    r = owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"})
+
+    document = json.loads(b"".join(r.streaming_content))
+    sections = ("orders", "diner_sessions", "idempotency_records", "duplicate_audits")
+    assert r.status_code == 200 and all(document[s] == [] for s in sections)
+
+
+@pytest.mark.parametrize(
+    ("form", "error"),
+    [
+        ({"diner_id": "not valid!"}, "1-64 letters, digits or . _ : @ -"),
+        ({}, "This field is required."),
+        ({"diner_id": "erased-0123456789abcdef"}, "is the pseudonym of a diner erased already"),
+    ],
+    ids=["malformed id", "no id", "pseudonym"],
+)
+def test_a_bad_id_is_the_download_form_s_error(tenant, form, error):
+    r = logged_in(tenant, "owner").post("/dashboard/privacy/export/", form)
+    assert r.status_code == 400 and not r.streaming
+    page = r.content.decode()
+    assert error in page and 'id="export-diner_id"' in page
+    assert not DinerDataExport.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["manager", "staff"])
+def test_roles_below_owner_may_not_download(tenant, role):
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1", note="call me")
+    r = logged_in(tenant, role).post("/dashboard/privacy/export/", {"diner_id": "zoe"})
+    assert r.status_code == 403 and not r.streaming
+    assert "call me" not in r.content.decode() and not DinerDataExport.objects.exists()
+
+
+def test_the_download_is_a_csrf_checked_post_never_a_get(tenant):
+    """The id stays out of URLs (a GET with it in the query is refused), and another site
+    cannot make an owner's browser download and log a copy (no CSRF token: 403)."""
+    owner = Client(enforce_csrf_checks=True)
+    owner.force_login(make_merchant(tenant, "owner-user", role="owner"))
+    assert owner.get("/dashboard/privacy/export/?diner_id=zoe").status_code == 405
+    assert owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"}).status_code == 403
+    assert not DinerDataExport.objects.exists()
+    # with the token the page's form carries, it answers
+    page = owner.get("/dashboard/privacy/")
+    token = page.cookies["csrftoken"].value
+    r = owner.post(
+        "/dashboard/privacy/export/",
+        {"diner_id": "zoe", "csrfmiddlewaretoken": token},
+    )
+    assert r.status_code == 200 and DinerDataExport.objects.count() == 1
