@@ -23,12 +23,6 @@ from ordering.privacy.diners import ERASURE_UNFINISHED, erase_diner
 from tenants.models import Tenant
 from tenants.permissions import Area
 
-# What an owner is told when a Redis node did not answer: audits still queued there belong
-# in the copy, so none was made (and none logged); asking again once it answers gives it.
-EXPORT_UNFINISHED = (
-    "The copy was not made: a Redis node did not answer. Download it again once every node answers."
-)
-
 
 @member_required(Area.PRIVACY)
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -72,11 +66,7 @@ def privacy_export(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, export_form=form, status=400)
     diner_id = form.cleaned_data["diner_id"]
-    try:
-        chunks = diner_export_chunks(tenant, diner_id)
-    except REDIS_UNAVAILABLE:
-        messages.error(request, EXPORT_UNFINISHED)
-        return redirect("dash-privacy")
+    chunks = diner_export_chunks(tenant, diner_id)
     log_export(
         tenant=tenant, diner_id=diner_id, requested_by=f"owner:{request.user.get_username()}"
     )

@@ -55,7 +55,7 @@ def export_diner(tenant: Tenant, diner_id: str) -> dict[str, Any]:
 def diner_export_chunks(tenant: Tenant, diner_id: str) -> Iterator[str]:
     """The same document as JSON text, in pieces to write as they come (a file, an HTTP
     response): the id is checked and the audits drained before this returns, so a refused id
-    or a Redis node that did not answer raises here, before any piece is written."""
+    raises here, before any piece is written."""
     return _json_chunks(_document(tenant, diner_id))
 
 
@@ -81,7 +81,9 @@ def log_export(*, tenant: Tenant, diner_id: str, requested_by: str) -> DinerData
 
 def _document(tenant: Tenant, diner_id: str) -> dict[str, Any]:
     check_diner_id(diner_id)
-    drain_audits()  # audits still waiting in a Redis stream are the diner's too
+    # Audits still waiting in a Redis stream are the diner's too. A node that does not answer
+    # is passed by (logged): its audits land once it answers, and the database holds the rest.
+    drain_audits()
     zone = tenant.zone
     principal = f"diner:{diner_id}"
     return {

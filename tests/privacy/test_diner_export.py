@@ -26,8 +26,9 @@ from ordering.privacy.diner_export import export_diner
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from ordering.services.lifecycle import transition_order
 from tenants.models import ApiClient, DinerSession
-from tests.conftest import api_for, menu_for
+from tests.conftest import api_for, menu_for, use_topology
 from tests.privacy.test_erase_diner import place
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -257,3 +258,18 @@ def test_the_command_refuses_a_restaurant_being_offboarded(tenant):
     with pytest.raises(CommandError, match="being offboarded"):
         call_command("export_diner", tenant.slug, "zoe")
     assert not DinerDataExport.objects.exists()
+
+
+def test_with_a_redis_node_not_answering_the_copy_is_made_from_the_database(
+    tenant, settings, tmp_path
+):
+    """The database holds the records; only audits still queued on that node wait for it
+    (they are copied in once it answers), so the restaurant still answers its diner."""
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    use_topology(settings, shards=[f"redis://127.0.0.1:{free_port()}/0"])  # nothing listens
+    path = tmp_path / "zoe.json"
+
+    call_command("export_diner", tenant.slug, "zoe", "--out", str(path), stderr=io.StringIO())
+
+    assert len(json.loads(path.read_text())["orders"]) == 1
+    assert DinerDataExport.objects.count() == 1

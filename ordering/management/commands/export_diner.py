@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from redis.exceptions import RedisClusterException, RedisError
 
 from ordering.management.requester import requester
 from ordering.privacy.diner_export import check_exportable, diner_export_chunks, log_export
@@ -49,13 +48,7 @@ class Command(BaseCommand):
         out = Path(options["out"]) if options["out"] else None
         target = _create(out) if out else None
         try:
-            try:
-                chunks = diner_export_chunks(tenant, diner_id)
-            except (RedisError, RedisClusterException) as exc:
-                raise CommandError(
-                    f"a Redis node did not answer ({exc}); nothing was exported: run it again "
-                    "once every node answers (audits still queued there belong in the copy)"
-                ) from None
+            chunks = diner_export_chunks(tenant, diner_id)
             log_export(
                 tenant=tenant,
                 diner_id=diner_id,
