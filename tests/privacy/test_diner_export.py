@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from idempotency.models import IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DinerDataExport, Order
@@ -258,6 +259,20 @@ def test_the_command_refuses_a_restaurant_being_offboarded(tenant):
     with pytest.raises(CommandError, match="being offboarded"):
         call_command("export_diner", tenant.slug, "zoe")
     assert not DinerDataExport.objects.exists()
+
+
+def test_a_stored_reply_over_the_bound_is_named_by_its_size(tenant):
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    record = IdempotencyRecord.objects.get(
+        tenant_key=str(tenant.pk), scope__startswith="diner:zoe|"
+    )
+    huge = b'{"note":"' + b"x" * diner_export.BODY_LIMIT + b'"}'
+    IdempotencyRecord.objects.filter(pk=record.pk).update(response_body=huge)
+
+    [kept] = export_diner(tenant, "zoe")["idempotency_records"]
+
+    assert kept["response_body"] is None
+    assert kept["response_body_omitted"] == f"{len(huge)} bytes"
 
 
 def test_with_a_redis_node_not_answering_the_copy_is_made_from_the_database(
