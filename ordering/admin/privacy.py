@@ -7,8 +7,9 @@
   slug on its confirmation page; it needs the permission to delete tenants. The tenants app
   knows nothing of orders, so the action is added here, to a subclass of its ``TenantAdmin``
   registered in its place.
-- Erasure logs and offboarding jobs: read-only. The erasure log is searched by diner id by
-  hashing the query, since only the hash is kept; a job that stopped can be continued.
+- Erasure logs, logs of copies of diners' data given, and offboarding jobs: read-only. The
+  logs are searched by diner id by hashing the query, since only the hash is kept; a job
+  that stopped can be continued.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.admin.confirmation import Confirmation, confirmation_page, confirmed_form
 from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
-from ordering.models import DinerErasure, Order, TenantOffboarding
+from ordering.models import DinerDataExport, DinerErasure, Order, TenantOffboarding
 from ordering.privacy import diners as diner_privacy
-from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hash
+from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hash, diner_hashes
 from ordering.privacy.offboarding import OffboardingRefused, start_offboarding
 from tenants.admin import TenantAdmin as BaseTenantAdmin
 from tenants.models import Tenant
@@ -207,6 +208,26 @@ class DinerErasureAdmin(ReadOnlyAdmin):
         if not search_term.strip():
             return queryset, False
         return queryset.filter(diner_hash=diner_hash(search_term.strip())), False
+
+
+@admin.register(DinerDataExport)
+class DinerDataExportAdmin(ReadOnlyAdmin):
+    """The log of copies of diners' data given out: who asked and when, never whose; staff
+    find a diner's by typing the id, hashed as the log keeps it (under ``SECRET_KEY`` and its
+    fallbacks, so a row from before a rotation of the key is found too)."""
+
+    list_display = ["at", "tenant", "requested_by"]
+    list_filter = ["tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["diner_hash"]
+    search_help_text = "A diner id: it is hashed, the log keeps only the hash."
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[DinerDataExport], search_term: str
+    ) -> tuple[QuerySet[DinerDataExport], bool]:
+        if not search_term.strip():
+            return queryset, False
+        return queryset.filter(diner_hash__in=diner_hashes(search_term.strip())), False
 
 
 @admin.register(TenantOffboarding)

@@ -1,8 +1,10 @@
 """Staff start data-protection requests from the admin: erase the diners of selected orders,
-offboard selected tenants (a Celery task, run eagerly here), and read the logs."""
+offboard selected tenants (a Celery task, run eagerly here), and read the logs (erasures,
+copies of diners' data given)."""
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.test import Client
 
 from ordering.models import DinerErasure, Order, TenantOffboarding
@@ -320,3 +323,17 @@ def test_a_tenant_form_opened_before_its_offboarding_does_not_reopen_it(staff, t
     assert (tenant.name, tenant.status) == ("Renamed", Tenant.Status.OFFBOARDING)
     # and its page no longer offers to change its status
     assert "status" not in staff.get(url).context["adminform"].form.fields
+
+
+def test_staff_find_a_diner_s_copies_in_the_export_log_by_the_id_typed(staff, tenant):
+    """The log keeps the diner id only as its hash: the list never shows it, and the id typed
+    into the search is hashed to find the rows (another diner's are not found)."""
+    call_command("export_diner", tenant.slug, "zoe", "--by", "dpo:carol", stdout=io.StringIO())
+    call_command("export_diner", tenant.slug, "yan", "--by", "dpo:dan", stdout=io.StringIO())
+
+    listed = staff.get("/admin/ordering/dinerdataexport/").content.decode()
+    found = staff.get("/admin/ordering/dinerdataexport/", {"q": "zoe"}).content.decode()
+
+    assert "dpo:carol" in listed and "dpo:dan" in listed and "zoe" not in listed
+    assert "dpo:carol" in found and "dpo:dan" not in found
+    assert staff.get("/admin/ordering/dinerdataexport/add/").status_code == 403
