@@ -59,6 +59,21 @@ def diner_export_chunks(tenant: Tenant, diner_id: str) -> Iterator[str]:
     return _json_chunks(_document(tenant, diner_id))
 
 
+def rows_kept(tenant: Tenant, diner_id: str) -> int:
+    """How many rows the copy lists (orders, sessions, stored replies, audits), counted by the
+    database: what a caller bound by a time limit (a web request) checks before writing one.
+    Audits still waiting in a Redis stream are not counted."""
+    check_diner_id(diner_id)
+    principal = f"diner:{diner_id}"
+    tenant_key = str(tenant.pk)
+    return (
+        Order.all_tenants.filter(tenant=tenant, diner_id=diner_id).count()
+        + DinerSession.objects.filter(tenant=tenant, diner_id=diner_id).count()
+        + erasure.principal_records(tenant_key=tenant_key, principal=principal).count()
+        + erasure.principal_audits(tenant_key=tenant_key, principal=principal).count()
+    )
+
+
 def check_exportable(tenant: Tenant) -> None:
     """Raise :class:`TenantLeaving` for a restaurant being offboarded: its offboarding archive
     holds every row of its diners, and its tables take no write (not even this log's row)."""

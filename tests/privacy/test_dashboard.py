@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from ordering.dashboard import privacy as privacy_page
 from ordering.models import DinerDataExport, DinerErasure, Order
 from ordering.privacy.diners import diner_hash
 from ordering.services.lifecycle import transition_order
@@ -215,3 +216,27 @@ def test_the_download_is_a_csrf_checked_post_never_a_get(tenant):
         {"diner_id": "zoe", "csrfmiddlewaretoken": token},
     )
     assert r.status_code == 200 and DinerDataExport.objects.count() == 1
+
+
+def test_a_copy_larger_than_the_page_writes_in_one_request_is_refused_with_the_way(
+    tenant, monkeypatch
+):
+    """The page writes the copy within one request, which the server ends after its time
+    limit: a copy cut there reached the owner as a 200 with half a JSON file. Past the bound
+    the form says so and names the command, and nothing is logged."""
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    place(zoe, menu, "k1")
+    place(zoe, menu, "k2")  # 2 orders, 1 session, 2 stored replies: 5 rows
+    owner = logged_in(tenant, "owner")
+    monkeypatch.setattr(privacy_page, "PAGE_MAX_ROWS", 4)
+
+    r = owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"})
+
+    assert r.status_code == 400 and not r.streaming
+    page = r.content.decode()
+    assert "This diner has 5 records here, more than this page writes in one go (4)" in page
+    assert f"export_diner {tenant.slug}" in page
+    assert not DinerDataExport.objects.exists()
+    monkeypatch.setattr(privacy_page, "PAGE_MAX_ROWS", 5)
+    assert owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"}).status_code == 200
