@@ -60,6 +60,11 @@ class DinerDataExport(models.Model):
     def __str__(self) -> str:
         return f"diner data export {self.pk} by {self.requested_by}"
 
+    @property
+    def shown_requester(self) -> str:
+        """Who asked, as the restaurant's Privacy page says it (no staff member's name)."""
+        return shown_requester(self.requested_by)
+
 
 class TenantOffboarding(models.Model):
     class Phase(models.TextChoices):

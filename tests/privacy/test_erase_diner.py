@@ -30,6 +30,7 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import append, drain_audits, stream_key
 from ordering.models import DinerErasure, Order, OrderTransition
+from ordering.privacy.diner_export import log_export
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from tenants.models import ApiClient, DinerSession, Tenant
 from tenants.redis_routing import client_for_tenant
@@ -281,13 +282,14 @@ def test_the_privacy_page_names_owners_and_not_platform_staff(tenant, settings):
     settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
     for diner, who in [("zoe", "staff:root"), ("yan", "cli:operator"), ("xia", "owner:alice")]:
         erase_diner(tenant=tenant, diner_id=diner, requested_by=who)
+    log_export(tenant=tenant, diner_id="wu", requested_by="cli:exporter")
     owner = Client()
     owner.force_login(make_merchant(tenant, "alice"))
 
     page = owner.get("/dashboard/privacy/").content.decode()
 
-    assert page.count("Platform staff") == 2 and "alice (owner)" in page
-    assert "root" not in page and "operator" not in page
+    assert page.count("Platform staff") == 3 and "alice (owner)" in page
+    assert "root" not in page and "operator" not in page and "exporter" not in page
 
 
 def test_command_refuses_an_unknown_tenant(db):
