@@ -310,6 +310,28 @@ def test_refused_callbacks_write_nothing(deliver, paying, tenant, tamper, status
     assert audits() == []
 
 
+@pytest.mark.parametrize(
+    ("content_type", "padding", "status", "code"),
+    [
+        pytest.param("text/plain", 0, 415, "UNSUPPORTED_MEDIA_TYPE", id="not-json"),
+        pytest.param("application/json", 1024 * 1024, 413, "REQUEST_TOO_LARGE", id="too-large"),
+    ],
+)
+def test_a_body_of_another_type_or_too_large_is_refused_and_writes_nothing(
+    client, paying, tenant, content_type, padding, status, code
+):
+    """The two refusals the webhook's table in docs/payments-and-saga.md left out, though the
+    callback answers them as every endpoint does (README's error table)."""
+    order, payment = paying
+    body, headers = signed(payment)
+    body = body + b" " * padding  # still the signed JSON, then blanks past MAX_REQUEST_BYTES
+    response = client.post(CALLBACK_URL, data=body, content_type=content_type, headers=headers)
+    assert (response.status_code, response.json()["code"]) == (status, code)
+    assert state(order) == (S.PAYING, Payment.Status.PENDING)
+    assert PaymentCallback.objects.for_tenant(tenant).count() == 0
+    assert audits() == []
+
+
 def test_a_signed_but_malformed_body_is_400(deliver, paying, tenant):
     body = b'{"event_id": "evt_x", "status": "maybe"}'
     ts = int(time.time())
