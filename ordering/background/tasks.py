@@ -4,6 +4,7 @@ to run twice, because the broker may deliver any message twice (``config/celery.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -166,15 +167,7 @@ def refund_unwanted_capture(self: Task, compensation_id: str) -> str:
     else raised leaves the step pending, for the resend sweep."""
     from ordering.payments.capture_refunds import refund_unwanted_capture as refund
 
-    try:
-        return refund(compensation_id=compensation_id)
-    except RetryLater as exc:
-        raise self.retry(countdown=exc.countdown, exc=exc) from None
-    except DatabaseError as exc:
-        if not is_database_unavailable(exc):
-            raise
-        countdown = backoff_seconds(self.request.retries + 1)
-        raise self.retry(countdown=countdown, exc=exc) from None
+    return _refund_retried(self, lambda: refund(compensation_id=compensation_id))
 
 
 @shared_task(bind=True, name=dispatch.REFUND_DEPARTED_CAPTURE, max_retries=None)
@@ -183,15 +176,21 @@ def refund_departed_capture(self: Task, departed_id: int) -> str:
     :func:`refund_unwanted_capture` is."""
     from ordering.payments.departed_refunds import refund_departed_capture as refund
 
+    return _refund_retried(self, lambda: refund(departed_id=departed_id))
+
+
+def _refund_retried(task: Task, refund: Callable[[], str]) -> str:
+    """``refund()``, the task retried when the provider failed with retries left
+    (:class:`RetryLater`) or the database was unreachable (spending no attempt of the step)."""
     try:
-        return refund(departed_id=departed_id)
+        return refund()
     except RetryLater as exc:
-        raise self.retry(countdown=exc.countdown, exc=exc) from None
+        raise task.retry(countdown=exc.countdown, exc=exc) from None
     except DatabaseError as exc:
         if not is_database_unavailable(exc):
             raise
-        countdown = backoff_seconds(self.request.retries + 1)
-        raise self.retry(countdown=countdown, exc=exc) from None
+        countdown = backoff_seconds(task.request.retries + 1)
+        raise task.retry(countdown=countdown, exc=exc) from None
 
 
 @shared_task(name="ordering.resend_capture_refunds")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
@@ -15,7 +16,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.db.models import Model
-from django.db.models.signals import post_init, pre_save
+from django.db.models.signals import post_init
 from django.test import Client
 from django.utils import timezone
 
@@ -486,28 +487,34 @@ def test_a_change_form_of_a_restaurant_being_offboarded_is_a_409_saving_nothing(
     assert Dish.all_tenants.get(pk=dish.pk).name == dish.name
 
 
-def _placed_meanwhile(row: Dish | Coupon, place: Callable[[], Order]) -> Callable[..., None]:
-    """A ``pre_save`` receiver that, at the admin's first save of ``row``, has a diner's
-    order (``place``) placed and committed on another connection: the order the form's save
-    meets when a diner orders between the admin reading the row and writing it."""
-    placed: list[Order] = []
+@contextmanager
+def done_after_the_admin_read(row: Model, act: Callable[[], object]) -> Iterator[None]:
+    """Within the block, once this thread (the admin's request) has read ``row``, ``act`` is
+    done and committed on another connection (a ``post_init`` receiver): a change made
+    between the admin reading a row and the end of its save."""
+    done: list[object] = []
+    admin_thread = threading.get_ident()
 
-    def place_one(sender: type, instance: Dish | Coupon, **kwargs: object) -> None:
-        if instance.pk != row.pk or placed:
+    def act_once(sender: type, instance: Model, **kwargs: object) -> None:
+        if done or threading.get_ident() != admin_thread or instance.pk != row.pk:
             return
 
-        def order() -> None:
+        def other_connection() -> None:
             try:
-                placed.append(place())
+                done.append(act())
             finally:
                 connection.close()
 
-        worker = threading.Thread(target=order)
+        worker = threading.Thread(target=other_connection)
         worker.start()
         worker.join(timeout=30)
-        assert placed, "the order meanwhile was not placed"
+        assert done, "the change meanwhile was not made"
 
-    return place_one
+    post_init.connect(act_once, sender=type(row))
+    try:
+        yield
+    finally:
+        post_init.disconnect(act_once, sender=type(row))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -518,15 +525,11 @@ def test_a_dish_saved_in_the_admin_keeps_the_portions_orders_took_meanwhile(staf
     pizza = mine.dishes["pizza"]
     pizza.refresh_from_db()
     portions = pizza.stock
-    receiver = _placed_meanwhile(pizza, lambda: make_order(mine.tenant, pizza, status=S.CREATED))
-    pre_save.connect(receiver, sender=Dish)
-    try:
+    with done_after_the_admin_read(pizza, lambda: make_order(mine.tenant, pizza, status=S.CREATED)):
         answer = staff.post(
             f"/admin/ordering/dish/{pizza.pk}/change/",
             {"name": "Pizza", "description": "", "price": "11.00", "active": "on"},
         )
-    finally:
-        pre_save.disconnect(receiver, sender=Dish)
     assert answer.status_code == 302
     pizza.refresh_from_db()
     assert (pizza.price, pizza.stock) == (Decimal("11.00"), portions - 1)
@@ -552,43 +555,14 @@ def test_a_coupon_saved_in_the_admin_keeps_the_uses_orders_took_meanwhile(staff,
             actor="test",
         )
 
-    receiver = _placed_meanwhile(coupon, order_with_the_coupon)
-    pre_save.connect(receiver, sender=Coupon)
-    try:
+    with done_after_the_admin_read(coupon, order_with_the_coupon):
         answer = staff.post(
             f"/admin/ordering/coupon/{coupon.pk}/change/",
             {"kind": "percent", "value": "15", "max_uses": "2", "active": "on"},
         )
-    finally:
-        pre_save.disconnect(receiver, sender=Coupon)
     assert answer.status_code == 302
     coupon.refresh_from_db()
     assert (coupon.value, coupon.used_count) == (Decimal("15.00"), 1)
-
-
-def _done_after_the_admin_read(row: Model, act: Callable[[], object]) -> Callable[..., None]:
-    """A ``post_init`` receiver that, once this thread (the admin's request) has read ``row``,
-    has ``act`` done and committed on another connection: a change made between the admin
-    reading a row and the end of its save."""
-    done: list[object] = []
-    admin_thread = threading.get_ident()
-
-    def act_once(sender: type, instance: Model, **kwargs: object) -> None:
-        if done or threading.get_ident() != admin_thread or instance.pk != row.pk:
-            return
-
-        def other_connection() -> None:
-            try:
-                done.append(act())
-            finally:
-                connection.close()
-
-        worker = threading.Thread(target=other_connection)
-        worker.start()
-        worker.join(timeout=30)
-        assert done, "the change meanwhile was not made"
-
-    return act_once
 
 
 @pytest.mark.django_db(transaction=True)
@@ -598,14 +572,10 @@ def test_an_api_key_saved_in_the_admin_stays_revoked_when_revoked_meanwhile(staf
     dashboard at that moment was live again, and went on opening sessions."""
     _, raw_key = issue_api_key(tenant=mine.tenant, name="leaked app key")
     key = ApiClient.objects.get(prefix=raw_key.split(".")[0])
-    receiver = _done_after_the_admin_read(
+    with done_after_the_admin_read(
         key, lambda: revoke_api_key(client=ApiClient.objects.get(pk=key.pk))
-    )
-    post_init.connect(receiver, sender=ApiClient)
-    try:
+    ):
         answer = staff.post(f"/admin/tenants/apiclient/{key.pk}/change/", {"_save": "Save"})
-    finally:
-        post_init.disconnect(receiver, sender=ApiClient)
     assert answer.status_code == 302
     key.refresh_from_db()
     assert key.revoked_at is not None
@@ -621,12 +591,8 @@ def test_a_diner_session_saved_in_the_admin_stays_ended_when_ended_meanwhile(sta
     merchant, _ = issue_api_key(tenant=mine.tenant, name="backend", kind=ApiClient.Kind.MERCHANT)
     issued = open_session(client=merchant, diner_id="alice")
     session = DinerSession.objects.get(pk=issued.session_id)
-    receiver = _done_after_the_admin_read(session, lambda: end_sessions(session_ids=[session.pk]))
-    post_init.connect(receiver, sender=DinerSession)
-    try:
+    with done_after_the_admin_read(session, lambda: end_sessions(session_ids=[session.pk])):
         answer = staff.post(f"/admin/tenants/dinersession/{session.pk}/change/", {"_save": "Save"})
-    finally:
-        post_init.disconnect(receiver, sender=DinerSession)
     assert answer.status_code == 302
     assert DinerSession.objects.get(pk=session.pk).revoked_at is not None
     api = Client(HTTP_AUTHORIZATION=f"Bearer {issued.token}")
