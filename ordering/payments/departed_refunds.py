@@ -115,19 +115,28 @@ def refund_departed_capture(*, departed_id: int) -> RefundOutcome:
 def resend_due_departed_refunds(*, batch: int = 200, now: datetime | None = None) -> int:
     """Send again the refunds still pending well past their last attempt's longest retry
     wait (their message was lost); how many were sent. Each is marked as sent now, so a queue
-    that is merely slow gets one copy per wait."""
+    that is merely slow gets one copy per wait; a send the broker did not take is no send:
+    the refund stays due for the next run, which goes on from it (this one stops there, as
+    the capture refunds' and the outbox's sweeps do, instead of marking the rest of the batch
+    sent while sends are paused)."""
     cutoff = (now or timezone.now()) - timedelta(
         seconds=settings.SAGA_RETRY_MAX_SECONDS + _LOST_AFTER_SECONDS
     )
     due = list(
         DepartedPayment.objects.filter(refund=Refund.PENDING, updated_at__lt=cutoff)
         .order_by("updated_at")
-        .values_list("pk", flat=True)[:batch]
+        .values_list("pk", "updated_at")[:batch]
     )
     sent = 0
-    for pk in due:
-        DepartedPayment.objects.filter(pk=pk, refund=Refund.PENDING).update(updated_at=Now())
-        sent += _send(pk)
+    for pk, last_touched in due:
+        if dispatch.broker_paused():
+            break  # a send just failed: the next run goes on from here
+        pending = DepartedPayment.objects.filter(pk=pk, refund=Refund.PENDING)
+        pending.update(updated_at=Now())
+        if _send(pk):
+            sent += 1
+        else:
+            pending.update(updated_at=last_touched)  # no message left: due as it was
     return sent
 
 

@@ -322,6 +322,51 @@ def test_a_refund_whose_message_was_lost_is_sent_again_once(make_tenant, tmp_pat
     assert refunds(payment) == [(None, refund_key(payment), payment.amount, 1)]
 
 
+def test_departed_refunds_the_broker_did_not_take_stay_due_for_the_next_sweep(
+    make_tenant, tmp_path, monkeypatch
+):
+    """A resend the broker refused is no send: the platform's refunds of late captures stay
+    due and the next sweep sends them. The sweep marked each as sent before sending it and
+    went on through its batch after a send failed (each later one refused at once while the
+    process's sends paused): a broker down for a moment at one sweep put every refund owed
+    to a diner back by the longest retry wait and a minute (red: none sent after)."""
+    from ordering.background import dispatch
+    from ordering.models import DepartedPayment
+    from ordering.payments.departed_refunds import resend_due_departed_refunds
+    from tests.support.broker import sending_to
+    from tests.support.ports import free_port
+
+    now = [0.0]
+    monkeypatch.setattr(dispatch, "_broker", dispatch.broker_breaker(clock=lambda: now[0]))
+    tenant = make_tenant(slug="leaving")
+    payments = [voided_payment(tenant)[1] for _ in range(2)]
+    offboard("leaving", tmp_path)
+    # given two late captures whose refunds' messages were lost an hour ago
+    real_enqueue = dispatch.enqueue
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(dispatch, "enqueue", broker_down)
+    for n, payment in enumerate(payments):
+        assert deliver(payment, event_id=f"evt_late_{n}").json()["result"] == "conflict"
+    monkeypatch.setattr(dispatch, "enqueue", real_enqueue)
+    pending = DepartedPayment.objects.filter(refund=DepartedPayment.Refund.PENDING)
+    assert pending.count() == 2
+    pending.update(updated_at=timezone.now() - timedelta(hours=1))
+    # when the sweep meets a broker that refuses connections (nothing listens on its port)
+    with sending_to(f"redis://127.0.0.1:{free_port()}/0"):
+        assert resend_due_departed_refunds() == 0
+    # then, once the broker answers (here: the tasks run in this process) after the pause of
+    # sends, the next sweep sends both, and each is refunded once
+    now[0] += dispatch.BROKER_PAUSE_SECONDS
+    assert resend_due_departed_refunds() == 2
+    assert [refunds(p) for p in payments] == [
+        [(None, refund_key(p), p.amount, 1)] for p in payments
+    ]
+    assert not pending.exists()
+
+
 def test_a_capture_of_another_amount_is_refunded_as_captured(make_tenant, tmp_path):
     """The restaurant is gone: no order is owed anything, so what the provider took goes back."""
     tenant = make_tenant(slug="leaving")
