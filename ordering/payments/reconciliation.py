@@ -23,7 +23,8 @@ from collections import Counter
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import F, Value
+from django.db import DatabaseError, transaction
+from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -33,6 +34,7 @@ from ordering.payments.callbacks import apply_provider_event
 from ordering.payments.due_checks import due_payments, next_check
 from ordering.payments.error_codes import CallbackRejected
 from ordering.payments.registry import get_provider
+from tenants.write_fence import refused_by_fence
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +55,36 @@ def reconcile_payments(*, batch: int | None = None, now: datetime | None = None)
             event = get_provider(payment.provider).settled_event(payment=payment)
         except Exception as exc:  # a provider down, unknown here, or its adapter's bug
             logger.warning("payment %s: provider not asked: %r", payment.pk, exc)
-            this.update(
+            _note_ask(
+                this,
                 next_check_at=next_check(payment=payment, now=now, answered=False),
                 unanswered_since=Coalesce(F("unanswered_since"), Value(now)),
             )
             counts["unreachable"] += 1
             continue
-        this.update(
+        _note_ask(
+            this,
             checked_at=now,
             next_check_at=next_check(payment=payment, now=now, answered=True),
             unanswered_since=None,
         )
         counts[_apply(payment, event)] += 1
     return dict(counts)
+
+
+def _note_ask(this: QuerySet[Payment], **fields: object) -> None:
+    """Write when the payment is to be asked about next. Its restaurant's offboarding may have
+    closed its tables since the run read it (while the provider answered): the fence refuses
+    the write, and ended the whole run there, the provider's answer never applied (a capture
+    of the payment is then the departed payment's, refunded by the platform) and the other
+    payments due not asked. Nothing is to be written then: the tables are closed, and no later
+    run reads the payment (:func:`ordering.payments.due_checks.reconcilable`)."""
+    try:
+        with transaction.atomic():
+            this.update(**fields)
+    except DatabaseError as exc:
+        if not refused_by_fence(exc):
+            raise
 
 
 def _apply(payment: Payment, event: CallbackEvent | None) -> str:

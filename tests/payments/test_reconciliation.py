@@ -24,12 +24,15 @@ from ordering.models import (
     Payment,
     PaymentCallback,
     ProviderConflict,
+    TenantOffboarding,
 )
 from ordering.payments.base import CallbackEvent, ProviderError
 from ordering.payments.due_checks import overdue_seconds, unanswered_seconds
 from ordering.payments.reconciliation import reconcile_payments
 from ordering.payments.simulated import SimulatedProvider, complete_payment
 from ordering.services.lifecycle import cancel_order
+from tenants.models import Tenant
+from tests.conftest import menu_for
 from tests.payments.helpers import paying_order, post_callback, signed
 from tests.support.concurrency import at_once
 
@@ -343,3 +346,51 @@ def test_beat_runs_reconciliation_as_a_registered_task(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["reconcile-payments"]
     app.loader.import_default_modules()  # what a worker does as it starts
     assert entry["task"] in app.tasks and entry["schedule"] == settings.PAYMENT_RECONCILE_SECONDS
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("celery_eager")
+def test_a_capture_found_as_the_restaurant_s_tables_close_is_refunded_and_the_run_goes_on(
+    tenant, menu, monkeypatch, tmp_path
+):
+    """Reconciliation asks about a payment, and the restaurant's offboarding closes its tables
+    before the answer is written down: the fence refused the run's bookkeeping of the ask,
+    which ended the whole run with the fence's error (a traceback from the command, the beat
+    task failed), the capture the provider reported never applied, and the other payments
+    due not asked. The answer now goes on to the departed payment's path: the capture is
+    refunded once by the platform, and the next payment is asked."""
+    from ordering.models import DepartedPayment, SimulatedOperation
+    from ordering.privacy.offboarding import run_offboarding, start_offboarding
+
+    # given a diner who paid at the provider (the callback lost), then cancelled the order,
+    # and another restaurant's payment whose callback was lost too
+    order, payment = paid_without_callback(tenant, menu["pizza"])
+    cancel_order(tenant=tenant, order_id=order.pk, actor="diner")
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.VOIDED
+    other = Tenant.objects.create(slug="staying", name="Staying")
+    other_order, _ = paid_without_callback(other, menu_for(other)["pizza"])  # asked second
+    job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
+    asked = SimulatedProvider.settled_event
+
+    def tables_close_meanwhile(self, *, payment):
+        answer = asked(self, payment=payment)
+        if payment.tenant_id == tenant.pk:  # the suspension commits while the provider answers
+            assert run_offboarding(job.pk, max_steps=1).phase == TenantOffboarding.Phase.EXPORT
+        return answer
+
+    monkeypatch.setattr(SimulatedProvider, "settled_event", tables_close_meanwhile)
+    # when reconciliation runs
+    counts = reconcile_payments(now=later(AFTER + 5))
+    # then the capture is the departed payment's, refunded once from the platform's account,
+    # and the other restaurant's order is paid in the same run
+    assert counts == {"conflict": 1, "applied": 1}
+    row = DepartedPayment.objects.get(provider_txn_id=payment.provider_txn_id)
+    assert row.refund == DepartedPayment.Refund.DONE
+    assert list(
+        SimulatedOperation.objects.filter(
+            kind="refund", reference=payment.provider_txn_id
+        ).values_list("tenant_id", "calls")
+    ) == [(None, 1)]
+    other_order.refresh_from_db()
+    assert other_order.status == OrderStatus.PAID
