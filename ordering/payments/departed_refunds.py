@@ -108,7 +108,8 @@ def refund_departed_capture(*, departed_id: int) -> RefundOutcome:
         ):
             return RefundOutcome.ALREADY_DONE
         _close_open_letter(row)
-    logger.info("payment %s of %s refunded by the platform (%s)", row, row.tenant_slug, result)
+    # (the row's text names its restaurant: "<provider>:<txn> of <slug>")
+    logger.info("payment %s refunded by the platform (%s)", row, result)
     return RefundOutcome.REFUNDED
 
 
@@ -181,7 +182,7 @@ def _failed(row: DepartedPayment, *, attempt: int, exc: Exception) -> None:
                 error=error,
                 attempts=attempt,
             )
-    logger.error("%s of %s: refund failed %d times; dead-lettered", row, row.tenant_slug, attempt)
+    logger.error("%s: refund failed %d times; dead-lettered", row, attempt)
 
 
 def _close_open_letter(row: DepartedPayment) -> None:

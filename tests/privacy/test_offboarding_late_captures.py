@@ -423,3 +423,36 @@ def test_only_payments_a_provider_could_still_capture_are_kept(make_tenant, tmp_
     assert list(kept.values_list("provider_txn_id", "tenant_slug", "payment_status")) == [
         (recent.provider_txn_id, "leaving", "voided")
     ]
+
+
+def test_the_refund_s_log_names_the_payment_and_its_restaurant_once(
+    make_tenant, tmp_path, settings, caplog
+):
+    """The operator's log lines of the platform's refund say which payment of which
+    restaurant, once: the row's own text names its restaurant already, and the lines named
+    it a second time ("simulated:sim_… of leaving of leaving")."""
+    from ordering.models import DeadLetter
+
+    settings.SAGA_MAX_RETRIES = 0
+    tenant = make_tenant(slug="leaving")
+    _, refused_payment = voided_payment(tenant)
+    _, refunded_payment = voided_payment(tenant)
+    offboard("leaving", tmp_path)
+    _refund_refused_by_the_provider(refused_payment)
+    caplog.set_level("INFO", logger="ordering.payments.departed_refunds")
+    assert deliver(refused_payment, event_id="evt_refused").json()["result"] == "conflict"
+    assert deliver(refunded_payment, event_id="evt_refunded").json()["result"] == "conflict"
+    assert DeadLetter.objects.filter(state=DeadLetter.State.OPEN).count() == 1
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "ordering.payments.departed_refunds" and r.levelname in ("INFO", "ERROR")
+    ]
+    dead = f"{refused_payment.provider}:{refused_payment.provider_txn_id} of leaving"
+    done = f"{refunded_payment.provider}:{refunded_payment.provider_txn_id} of leaving"
+    assert [line for line in lines if "dead-lettered" in line] == [
+        f"{dead}: refund failed 1 times; dead-lettered"
+    ]
+    assert [line.partition(" (")[0] for line in lines if "refunded by the platform" in line] == [
+        f"payment {done} refunded by the platform"
+    ]
