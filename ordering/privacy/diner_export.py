@@ -62,8 +62,11 @@ def diner_export_chunks(tenant: Tenant, diner_id: str) -> Iterator[str]:
 def rows_kept(tenant: Tenant, diner_id: str) -> int:
     """How many rows the copy lists (orders, sessions, stored replies, audits), counted by the
     database: what a caller bound by a time limit (a web request) checks before writing one.
-    Audits still waiting in a Redis stream are not counted."""
+    Audits still waiting in a Redis stream are drained first, as the copy drains them: counted
+    without them, a diner who retried a lot while no drain ran passed the check with a copy
+    larger than the bound."""
     check_diner_id(diner_id)
+    drain_audits()
     principal = f"diner:{diner_id}"
     tenant_key = str(tenant.pk)
     return (

@@ -9,6 +9,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from idempotency.stores import nodes as stores
+from idempotency.stores.audit_stream import drain_audits
 from ordering.dashboard import privacy as privacy_page
 from ordering.models import DinerDataExport, DinerErasure, Order
 from ordering.privacy.diners import diner_hash
@@ -240,3 +242,24 @@ def test_a_copy_larger_than_the_page_writes_in_one_request_is_refused_with_the_w
     assert not DinerDataExport.objects.exists()
     monkeypatch.setattr(privacy_page, "PAGE_MAX_ROWS", 5)
     assert owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"}).status_code == 200
+
+
+def test_audits_still_in_the_redis_stream_count_toward_the_page_s_bound(tenant, monkeypatch):
+    """The copy drains the Redis audit stream and lists what it drained: the count checked
+    against the bound must hold those audits too, or a diner who retried a lot while the drain
+    was not running passed the check and the page wrote a copy past its bound."""
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    place(zoe, menu, "k1")  # 1 order, 1 session, 1 stored reply
+    drain_audits()
+    for _ in range(2):  # 2 duplicate-hit audits, still in the stream
+        stores.local_cache().clear()
+        assert place(zoe, menu, "k1")["X-Idempotent-Result"] == "HIT"
+    owner = logged_in(tenant, "owner")
+    monkeypatch.setattr(privacy_page, "PAGE_MAX_ROWS", 4)
+
+    r = owner.post("/dashboard/privacy/export/", {"diner_id": "zoe"})
+
+    assert r.status_code == 400 and not r.streaming
+    assert "This diner has 5 records here" in r.content.decode()
+    assert not DinerDataExport.objects.exists()
