@@ -227,6 +227,24 @@ def test_the_command_writes_a_new_file_only_its_owner_reads_and_never_overwrites
     assert DinerDataExport.objects.count() == 1
 
 
+class ReaderThatStops(io.StringIO):
+    """A pipe whose reader stopped after its first piece (``export_diner ... | head``)."""
+
+    def write(self, text: str) -> int:
+        if self.tell():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_reader_that_stops_early_gets_the_reason_not_a_traceback(tenant, other_tenant):
+    """Closing stdout early cut the copy with a BrokenPipeError traceback; the operator is told
+    in one line that what was read is cut short, and how to write it whole."""
+    zoe_and_the_others(tenant, other_tenant)
+
+    with pytest.raises(CommandError, match="stdout was closed before the copy was written whole"):
+        call_command("export_diner", tenant.slug, "zoe", stdout=ReaderThatStops())
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

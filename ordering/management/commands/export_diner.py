@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import getpass
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +56,11 @@ class Command(BaseCommand):
                 diner_id=diner_id,
                 requested_by=options["by"] or f"cli:{getpass.getuser()}",
             )
-            for chunk in chunks:
-                if target is not None:
+            if target is not None:
+                for chunk in chunks:
                     target.write(chunk)
-                else:
-                    self.stdout.write(chunk, ending="")
+            else:
+                self._to_stdout(chunks, own_stdout=options.get("stdout") is None)
         except BaseException:
             if target is not None and out is not None:
                 target.close()
@@ -67,6 +69,23 @@ class Command(BaseCommand):
         if target is not None and out is not None:
             target.close()
             self.stderr.write(f"wrote {out} (mode 0600)")
+
+    def _to_stdout(self, chunks: Iterator[str], *, own_stdout: bool) -> None:
+        """Write the copy to stdout, flushed. A reader that stops early (``| head``) closes the
+        pipe: the operator is told the copy it got is cut short, in one line rather than a
+        traceback, and the process's own stdout is pointed at ``/dev/null`` so that Python's
+        last flush at exit does not raise the same error again."""
+        try:
+            for chunk in chunks:
+                self.stdout.write(chunk, ending="")
+            self.stdout.flush()
+        except BrokenPipeError:
+            if own_stdout:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise CommandError(
+                "stdout was closed before the copy was written whole: what was read of it is "
+                "cut short (the export is logged); write it with --out PATH instead"
+            ) from None
 
 
 def _create(path: Path) -> Any:
