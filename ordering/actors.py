@@ -9,9 +9,10 @@ still reads as "<kind> <value>" instead of breaking the page.
 
 API key prefixes are looked up among the tenant's own keys only: another tenant's key name is
 never shown. Nor is a platform staff member's name, except to staff (the admin): a restaurant
-reads "Platform staff". A staff member's sign-in name is half of what opens the platform's
-admin, and restaurants are never told it (``tenants.members`` turns staff accounts away
-without saying so).
+reads "Platform staff" (and an offboarding's cancels, ``offboarding:staff:bob``, "Platform
+staff (closing the restaurant's account)"). A staff member's sign-in name is half of what
+opens the platform's admin, and restaurants are never told it (``tenants.members`` turns staff
+accounts away without saying so).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ SUBJECT_KINDS = ("diner",)
 API_KIND = "api"
 STAFF_KIND = "staff"
 STAFF_UNNAMED = "Platform staff"
+# An offboarding's own moves (cancelling paid orders) are ``offboarding:<who asked>``, and who
+# asked is platform staff (``staff:<username>``) or an operator (``cli:<user>``, a ``--by``
+# name): named to staff only, like a staff member's own moves.
+OFFBOARDING_KIND = "offboarding"
+OFFBOARDING_UNNAMED = "Platform staff (closing the restaurant's account)"
 
 
 def parts_of(actor: str) -> list[tuple[str, str]]:
@@ -76,6 +82,8 @@ def _describe(actor: str, key_names: dict[str, str], *, staff_names: bool) -> st
             channels.append(key_names.get(value, f"API key {value}"))
         elif kind == STAFF_KIND and not staff_names:
             channels.append(STAFF_UNNAMED)
+        elif kind == OFFBOARDING_KIND:
+            channels.append(f"Offboarding ({value})" if staff_names else OFFBOARDING_UNNAMED)
         elif kind in PART_LABELS:
             (subjects if kind in SUBJECT_KINDS else channels).append(PART_LABELS[kind](value))
         else:

@@ -194,6 +194,29 @@ def test_an_id_no_diner_can_have_is_refused(tenant, diner_id):
         export_diner(tenant, diner_id)
 
 
+def test_an_order_cancelled_by_an_offboarding_names_no_staff_member(tenant):
+    """An offboarding that waits for the money cancels the restaurant's paid orders as
+    ``offboarding:<who asked>`` (``staff:<username>`` from the admin), while the restaurant is
+    suspended, when the command still writes copies. The copy read "offboarding staff:bob":
+    the staff member's sign-in name, which a restaurant and its diners are never told."""
+    zoe = api_for(tenant, diner="zoe")
+    order_id = int(place(zoe, menu_for(tenant), "k1").json()["id"])
+    transition_order(
+        tenant=tenant,
+        order_id=order_id,
+        target="CANCELLED",
+        actor=f"offboarding:staff:{STAFF_NAME}",
+    )
+    type(tenant).objects.filter(pk=tenant.pk).update(status=type(tenant).Status.SUSPENDED)
+    out = io.StringIO()
+
+    call_command("export_diner", tenant.slug, "zoe", stdout=out)
+
+    assert STAFF_NAME not in out.getvalue()
+    [order] = json.loads(out.getvalue())["orders"]
+    assert order["status_history"][-1]["by"] == "Platform staff (closing the restaurant's account)"
+
+
 # --- the command ------------------------------------------------------------------------------
 
 
