@@ -61,9 +61,11 @@ def describe_actors(
 
 def without_staff_names(actor: str) -> str:
     """The actor string as a restaurant's API key reads it: a platform staff member's part
-    keeps its kind and loses the name (``staff:bob`` → ``staff``)."""
+    keeps its kind and loses the name (``staff:bob`` → ``staff``), and so does an
+    offboarding's, whose value is who asked (``offboarding:staff:bob`` → ``offboarding``)."""
+    unnamed = (STAFF_KIND, OFFBOARDING_KIND)
     return "/".join(
-        STAFF_KIND if part.partition(":")[0] == STAFF_KIND else part for part in actor.split("/")
+        kind if (kind := part.partition(":")[0]) in unnamed else part for part in actor.split("/")
     )
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from ordering.actors import describe_actors
+from ordering.services.lifecycle import transition_order
 from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient
+from tests.conftest import api_for, menu_for
+from tests.privacy.test_erase_diner import place
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +57,18 @@ def test_a_whole_log_costs_one_query(tenant, django_assert_num_queries):
     with django_assert_num_queries(1):
         described = describe_actors(tenant, actors)
     assert described[actors[3]] == "Diner d-3 (via app 3)"
+
+
+def test_an_offboarding_s_cancel_names_no_staff_member_to_the_merchant_key(tenant):
+    """An offboarding cancels paid orders as ``offboarding:staff:<username>``; a restaurant
+    reactivated after it read that actor whole through its merchant key, the staff member's
+    sign-in name with it. It reads ``offboarding``, as a staff move reads ``staff``."""
+    order_id = int(place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1").json()["id"])
+    transition_order(
+        tenant=tenant, order_id=order_id, target="CANCELLED", actor="offboarding:staff:bob"
+    )
+
+    api_order = api_for(tenant, kind=ApiClient.Kind.MERCHANT).get(f"/api/v1/orders/{order_id}/")
+
+    actors = [step["actor"] for step in api_order.json()["transitions"]]
+    assert actors[-1] == "offboarding" and not any("bob" in actor for actor in actors)
