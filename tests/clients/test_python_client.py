@@ -828,6 +828,23 @@ def test_retries_are_bounded_by_attempts_and_by_total_time(shop: Shop, make_clie
     assert raised.value.attempts < 100
 
 
+def test_retries_past_a_thousand_stay_capped_and_end_in_retries_exhausted(
+    shop: Shop, make_client
+) -> None:
+    """A policy bounded by time rather than attempts (a background job's) gets past retry
+    1024, where the doubling no longer fits a float: the wait stays ``max_delay``, and giving
+    up is :class:`RetriesExhaustedError`, not an ``OverflowError`` out of the retry loop."""
+    patient = make_client(
+        f"http://127.0.0.1:{free_port()}",
+        retry=RetryPolicy(max_attempts=1030, base_delay=0.0001, max_delay=0.0001),
+    )
+    with pytest.raises(RetriesExhaustedError) as raised:
+        patient.menu()
+    assert raised.value.attempts == 1030
+    assert isinstance(raised.value.last_error, NetworkError)
+    assert RetryPolicy().delay(1100, None, rng=lambda: 1.0) == 30.0
+
+
 @pytest.mark.parametrize(
     ("retry", "rng", "retry_after", "expected"),
     [

@@ -28,8 +28,11 @@ class RetryPolicy:
     max_elapsed: float = 60.0
 
     def backoff(self, retry: int, rng: Callable[[], float] = random.random) -> float:
-        """Full-jitter delay before retry number ``retry`` (1 for the first retry)."""
-        cap = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
+        """Full-jitter delay before retry number ``retry`` (1 for the first retry). The
+        doubling stops at ``2 ** 1023``, the largest power of two a float holds: past it a
+        policy bounded by time rather than attempts raised ``OverflowError`` out of the retry
+        loop at retry 1025, and every cap is ``max_delay`` long before it anyway."""
+        cap = min(self.max_delay, self.base_delay * 2 ** min(retry - 1, 1023))
         return rng() * cap
 
     def delay(
