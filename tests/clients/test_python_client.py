@@ -1110,6 +1110,28 @@ def test_a_key_of_the_caller_s_own_is_forgotten_after_its_final_answer(
     assert not [k for k in storage._items if own in k]
 
 
+@pytest.mark.parametrize(
+    "own", ["заказ-1", "café-1", "cart\n7"], ids=["cyrillic", "latin-1", "newline"]
+)
+def test_a_key_of_the_caller_s_own_no_request_can_carry_is_refused_before_anything_is_sent(
+    client_server: LiveServer, shop: Shop, make_client, wire, own: str
+) -> None:
+    """A character outside printable ASCII, which the API refuses in a key (and httpx cannot
+    even put in a header): refused at once, nothing sent or stored (red: a UnicodeEncodeError
+    out of httpx, or five attempts that never left the device retried into
+    RetriesExhaustedError, "outcome unknown")."""
+    storage = MemoryStorage()
+    client = make_client(client_server.url, storage=storage)
+
+    with pytest.raises(ValueError, match="idempotency_key"):
+        client.place_order(shop.order_body(), idempotency_key=own)
+
+    assert wire.posts() == []
+    assert not [k for k in storage._items if ":key:" in k]
+    placed = client.place_order(shop.order_body(), idempotency_key="cart-7")
+    assert (placed.status, shop.orders_of(client.session().diner_id)) == (201, 1)
+
+
 @pytest.mark.parametrize("lost", [True, False], ids=["answer-lost", "already-ended"])
 def test_signing_out_a_session_that_has_ended_is_done_not_an_error(
     client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire, lost: bool

@@ -238,6 +238,7 @@ export class OrderingClient {
     const content = body === null || body === undefined ? "" : JSON.stringify(body);
     const own = options.idempotencyKey;
     if (own !== undefined) {
+      checkOwnKey(own);
       // The caller's key, stored with its diner like an operation's. Calls with it take turns
       // rather than join: one with another payload gets its own answer (a 422).
       const entry = `${this.prefix}key:${own}`;
@@ -627,6 +628,17 @@ export class OrderingClient {
     } finally {
       clearTimeout(timer);
     }
+  }
+}
+
+/** Refuse a key of the caller's own with a character outside printable ASCII (0x20-0x7E),
+ * before anything is stored or sent: the API refuses such a key (docs/idempotency.md), and
+ * `fetch` cannot put one beyond Latin-1 or with a control character (a newline) in a header. It
+ * failed every attempt as a network error, retried into `RetriesExhaustedError`, which says the
+ * outcome is unknown, for a request that never left the device. */
+function checkOwnKey(key: string): void {
+  if (!/^[\x20-\x7e]*$/.test(key)) {
+    throw new RangeError(`idempotencyKey must be printable ASCII (0x20-0x7E): ${JSON.stringify(key)}`);
   }
 }
 

@@ -227,6 +227,25 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(await storage.getItem(entryOf("key:cart-7")), null);
   });
 
+  test("a key of the caller's own no request can carry is refused before anything is sent", async () => {
+    // Red: fetch could not put it in a header, and each attempt failed as a network error,
+    // retried into RetriesExhaustedError ("outcome unknown") for a request never sent.
+    for (const own of ["заказ-1", "café-1", "cart\n7"]) {
+      const storage = memoryStorage();
+      const { client, wire } = clientOf(live!.api, { storage, retry: { ...FAST, maxAttempts: 2 } });
+
+      const refused = await client.placeOrder(orderBody(1), { idempotencyKey: own }).catch((e: unknown) => e);
+
+      assert.ok(refused instanceof RangeError, `${JSON.stringify(own)}: ${String(refused)}`);
+      assert.match(refused.message, /idempotencyKey/);
+      assert.deepEqual(wire.posts(ORDERS), []);
+      assert.equal(await storage.getItem(entryOf(`key:${own}`)), null);
+      const placed = await client.placeOrder(orderBody(1), { idempotencyKey: `cart-${randomUUID()}` });
+      assert.equal(placed.status, 201);
+      assert.equal(await ordersOf((await client.session()).dinerId), 1);
+    }
+  });
+
   test("another payload under a kept operationId does not free it for a second order", async () => {
     // Red when the 422 made the client forget the key: the first order, sent again, got a new
     // key and was placed twice.

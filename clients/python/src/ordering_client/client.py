@@ -309,11 +309,13 @@ class OrderingClient:
         :class:`OrderAlreadyPlacedError` for a key that placed an order whose answer is no
         longer kept (kept like a success), :class:`RetriesExhaustedError` when the outcome is
         unknown and :class:`SessionChangedError` when the diner changed under the operation
-        (the key is kept).
+        (the key is kept); ``ValueError``, nothing sent, for an ``idempotency_key`` with a
+        character outside printable ASCII.
         """
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         own = idempotency_key
         if own is not None:
+            _check_own_key(own)
             entry = self._prefix + "key:" + own
         else:
             entry = self._prefix + "op:" + (operation_id or _request_id("POST", path, body))
@@ -779,6 +781,17 @@ class _StoredKey:
     key: str
     diner_id: str
     may_have_reached_the_server: bool
+
+
+def _check_own_key(key: str) -> None:
+    """Refuse a key of the caller's own with a character outside printable ASCII (0x20-0x7E),
+    before anything is stored or sent: the API refuses such a key (docs/idempotency.md), and
+    no request can even carry it. httpx raised a ``UnicodeEncodeError`` out of the call for a
+    character beyond ASCII, and failed to send one with a control character (a newline) on
+    every attempt as a network error, retried into :class:`RetriesExhaustedError`, which says
+    the outcome is unknown, for a request that never left the device."""
+    if not all(" " <= char <= "~" for char in key):
+        raise ValueError(f"idempotency_key must be printable ASCII (0x20-0x7E): {key!r}")
 
 
 def _token_refused_unsent(error: ApiError, stored: _StoredKey) -> bool:
