@@ -1,0 +1,38 @@
+"""``manage.py``'s entry point: an operator's command while PostgreSQL is down ends in one line.
+
+Every command that reads the database (``dead_letters``, ``purge_expired_data``,
+``offboard_tenant``, ``migrate``…) died with psycopg's traceback when PostgreSQL refused
+connections, was silent past ``DB_CONNECT_TIMEOUT`` or was restarting: pages of Python for an
+outage the operator can do nothing about but wait. Such a failure is now one line on stderr
+naming it, and exit status 1, as a ``CommandError`` is; what the run committed before the
+outage stays committed, and the commands the docs name are safe to run again once it answers.
+
+Only a connection-level failure qualifies (:func:`config.database_unavailable
+.is_database_unavailable`, as for the web's 503): any other error keeps its traceback, a bug
+being one; ``--traceback`` keeps it for an outage too.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from django.core.management import execute_from_command_line
+from django.db import OperationalError
+
+
+def main(argv: Sequence[str]) -> None:
+    """Run the command in ``argv``; exit 1 with one line when PostgreSQL cannot be reached."""
+    try:
+        execute_from_command_line(list(argv))
+    except OperationalError as exc:
+        from config.database_unavailable import is_database_unavailable
+
+        if "--traceback" in argv or not is_database_unavailable(exc):
+            raise
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.stderr.write(
+            f"DatabaseUnavailable: PostgreSQL did not answer ({first_line}); the command stopped: "
+            "what it committed stays, run it again once the database answers\n"
+        )
+        sys.exit(1)
