@@ -135,7 +135,14 @@ def test_offboarding_leaves_nothing_and_touches_no_one_else(
     archive = tmp_path / "leaving.zip"
     out = io.StringIO()
     call_command(
-        "offboard_tenant", leaving.slug, "--export", str(archive), "--batch-size", "3", stdout=out
+        "offboard_tenant",
+        "--noinput",
+        leaving.slug,
+        "--export",
+        str(archive),
+        "--batch-size",
+        "3",
+        stdout=out,
     )
     # then nothing of it is left in any table or on any Redis node
     assert {label: rows for label, rows in rows_of_tenant(leaving_id).items() if rows} == {}
@@ -190,10 +197,17 @@ def test_suspension_comes_first(make_tenant, settings, tmp_path):
 def test_rerun_after_the_end_changes_nothing(make_tenant, tmp_path):
     tenant = make_tenant(slug="gone")
     call_command(
-        "offboard_tenant", "gone", "--export", str(tmp_path / "g.zip"), stdout=io.StringIO()
+        "offboard_tenant",
+        "--noinput",
+        "gone",
+        "--export",
+        str(tmp_path / "g.zip"),
+        stdout=io.StringIO(),
     )
     out = io.StringIO()
-    call_command("offboard_tenant", "gone", "--export", str(tmp_path / "g.zip"), stdout=out)
+    call_command(
+        "offboard_tenant", "--noinput", "gone", "--export", str(tmp_path / "g.zip"), stdout=out
+    )
     assert "gone was offboarded by job" in out.getvalue()
     assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
 
@@ -203,7 +217,7 @@ def test_an_exported_job_keeps_its_archive_path(make_tenant, tmp_path):
     job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
     run_offboarding(job.pk, max_steps=2)  # suspended and exported
     with pytest.raises(CommandError, match="run it again with that path"):
-        call_command("offboard_tenant", "busy", "--export", str(tmp_path / "b.zip"))
+        call_command("offboard_tenant", "--noinput", "busy", "--export", str(tmp_path / "b.zip"))
 
 
 def test_a_failed_export_is_kept_on_the_job_and_another_path_finishes_it(make_tenant, tmp_path):
@@ -212,12 +226,14 @@ def test_a_failed_export_is_kept_on_the_job_and_another_path_finishes_it(make_te
     (tmp_path / "a-file").write_text("not a directory")
     unwritable = tmp_path / "a-file" / "busy.zip"
     with pytest.raises(OSError):
-        call_command("offboard_tenant", "busy", "--export", str(unwritable))
+        call_command("offboard_tenant", "--noinput", "busy", "--export", str(unwritable))
     job = TenantOffboarding.objects.get()
     assert job.phase == TenantOffboarding.Phase.EXPORT and "Error" in job.last_error
     assert Tenant.objects.get(pk=tenant.pk).status == Tenant.Status.OFFBOARDING
     out = io.StringIO()
-    call_command("offboard_tenant", "busy", "--export", str(tmp_path / "busy.zip"), stdout=out)
+    call_command(
+        "offboard_tenant", "--noinput", "busy", "--export", str(tmp_path / "busy.zip"), stdout=out
+    )
     job.refresh_from_db()
     assert job.is_done and job.last_error == "" and (tmp_path / "busy.zip").exists()
 
@@ -247,7 +263,7 @@ def test_an_export_that_fails_half_written_leaves_no_partial_archive(
         resource.setrlimit(resource.RLIMIT_FSIZE, (512, resource.RLIM_INFINITY))
 
     # given an export that fails half-written
-    command = [sys.executable, "manage.py", "offboard_tenant", "busy"]
+    command = [sys.executable, "manage.py", "offboard_tenant", "--noinput", "busy"]
     command += ["--export", str(first_dir / "busy.zip")]
     failed = subprocess.run(
         command, cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=120,
@@ -260,7 +276,7 @@ def test_an_export_that_fails_half_written_leaves_no_partial_archive(
     # then nothing of it is left beside the path
     assert list(first_dir.iterdir()) == []
     # and the offboarding finished under another path leaves none either
-    call_command("offboard_tenant", "busy", "--export", str(second_dir / "busy.zip"))
+    call_command("offboard_tenant", "--noinput", "busy", "--export", str(second_dir / "busy.zip"))
     job.refresh_from_db()
     assert job.is_done
     assert list(first_dir.iterdir()) == []
@@ -269,9 +285,11 @@ def test_an_export_that_fails_half_written_leaves_no_partial_archive(
 
 def test_bad_arguments_are_refused(db, tmp_path):
     with pytest.raises(CommandError, match="no tenant with slug 'nope'"):
-        call_command("offboard_tenant", "nope", "--export", str(tmp_path / "x.zip"))
+        call_command("offboard_tenant", "--noinput", "nope", "--export", str(tmp_path / "x.zip"))
     with pytest.raises(CommandError, match="at least 1"):
-        call_command("offboard_tenant", "nope", "--export", "x.zip", "--batch-size", "0")
+        call_command(
+            "offboard_tenant", "--noinput", "nope", "--export", "x.zip", "--batch-size", "0"
+        )
 
 
 def test_other_processes_drop_the_tenants_cached_results(make_tenant, tmp_path):
@@ -287,7 +305,7 @@ def test_other_processes_drop_the_tenants_cached_results(make_tenant, tmp_path):
         str(tenant.pk),
         key,
         lambda: call_command(
-            "offboard_tenant", "leaving", "--export", archive, stdout=io.StringIO()
+            "offboard_tenant", "--noinput", "leaving", "--export", archive, stdout=io.StringIO()
         ),
     )
 
@@ -325,12 +343,16 @@ def test_another_offboardings_archive_is_never_written_over(make_tenant, tmp_pat
     gone = make_tenant(slug="acme")
     place(api_for(gone, diner="zoe"), menu_for(gone), "k1", note="the first acme's diner")
     archive = tmp_path / "a.zip"
-    call_command("offboard_tenant", "acme", "--export", str(archive), stdout=io.StringIO())
+    call_command(
+        "offboard_tenant", "--noinput", "acme", "--export", str(archive), stdout=io.StringIO()
+    )
     handed_over = archive.read_bytes()
     newcomer = make_tenant(slug="acme")
     # when the same command is run again (a retried script, a copied line)
     with pytest.raises(CommandError, match="archive of offboarding"):
-        call_command("offboard_tenant", "acme", "--export", str(archive), stdout=io.StringIO())
+        call_command(
+            "offboard_tenant", "--noinput", "acme", "--export", str(archive), stdout=io.StringIO()
+        )
     # then the first archive is as it was, and the new restaurant untouched
     assert archive.read_bytes() == handed_over
     assert Tenant.objects.get(pk=newcomer.pk).status == Tenant.Status.ACTIVE
@@ -365,6 +387,43 @@ def test_a_requester_longer_than_the_job_keeps_is_refused(make_tenant, tmp_path)
     tenant = make_tenant(slug="long")
     with pytest.raises(CommandError, match="--by"):
         call_command(
-            "offboard_tenant", "long", "--export", str(tmp_path / "l.zip"), "--by", "d" * 201
+            "offboard_tenant",
+            "--noinput",
+            "long",
+            "--export",
+            str(tmp_path / "l.zip"),
+            "--by",
+            "d" * 201,
         )
     assert not TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "answer", ["trattoria\n", "", "\n"], ids=["another-slug", "no-answer", "empty"]
+)
+def test_the_command_starts_nothing_until_the_slug_is_typed(
+    make_tenant, tmp_path, monkeypatch, answer
+):
+    """Given only a slug, it erased a whole restaurant without a word, where the admin wants
+    the slug typed; a script says --noinput."""
+    # given a restaurant with orders
+    tenant = make_tenant(slug="busy")
+    busy_tenant(tenant)
+    orders = Order.all_tenants.filter(tenant=tenant).count()
+    archive = tmp_path / "busy.zip"
+    # when the operator answers anything but its slug, or nothing can be read
+    monkeypatch.setattr("sys.stdin", io.StringIO(answer))
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="nothing was done"):
+        call_command("offboard_tenant", "busy", "--export", str(archive), stdout=out)
+    # then it said what would go, and nothing started
+    assert f"busy (T1, {orders} orders)" in out.getvalue()
+    assert "cannot be undone" in out.getvalue()
+    assert Tenant.objects.get(pk=tenant.pk).status == Tenant.Status.ACTIVE
+    assert not TenantOffboarding.objects.exists()
+    assert not archive.exists()
+    assert Order.all_tenants.filter(tenant=tenant).count() == orders
+    # and typed, the slug offboards it
+    monkeypatch.setattr("sys.stdin", io.StringIO("busy\n"))
+    call_command("offboard_tenant", "busy", "--export", str(archive), stdout=io.StringIO())
+    assert not Tenant.objects.filter(pk=tenant.pk).exists() and archive.exists()

@@ -279,7 +279,7 @@ def test_an_offboarding_waits_for_the_money_in_flight_then_closes_the_tables(mak
     # when its offboarding runs
     job = start_offboarding(tenant=tenant, export_path=tmp_path / "a.zip", requested_by="t")
     with pytest.raises(CommandError, match="1 payments awaiting the provider"):
-        call_command("offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip"))
+        call_command("offboard_tenant", "--noinput", "leaving", "--export", str(tmp_path / "a.zip"))
     job = run_offboarding(job.pk)
     # then it is suspended, no request is taken, and it waits, its tables open
     job.refresh_from_db()
@@ -395,7 +395,7 @@ def test_an_offboarding_waits_for_paid_orders_not_delivered(make_tenant, tmp_pat
     Order.all_tenants.filter(pk=order.pk).update(status=status)
     # when its offboarding runs, then it stops and names the order and what to do
     with pytest.raises(CommandError) as stopped:
-        call_command("offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip"))
+        call_command("offboard_tenant", "--noinput", "leaving", "--export", str(tmp_path / "a.zip"))
     assert f"1 paid orders not delivered ({order.pk}:" in str(stopped.value)
     assert "cancel them to refund their diners" in str(stopped.value)
     assert "--cancel-paid-orders" in str(stopped.value)
@@ -424,7 +424,7 @@ def test_cancel_paid_orders_refunds_each_diner_once_however_many_runs(make_tenan
     Order.all_tenants.filter(pk=preparing.pk).update(status="PREPARING")
     on_its_way, _ = paid_order(tenant, pizza)
     Order.all_tenants.filter(pk=on_its_way.pk).update(status="DELIVERING")
-    args = ["offboard_tenant", "leaving", "--export", str(tmp_path / "a.zip")]
+    args = ["offboard_tenant", "--noinput", "leaving", "--export", str(tmp_path / "a.zip")]
     # when two runs of the command cancel the paid orders at once (the saga's messages wait
     # in the broker)
     answers: list[Any] = []

@@ -77,7 +77,7 @@ def refund_key(payment: Payment) -> str:
 
 
 def offboard(slug: str, tmp_path: Any) -> None:
-    call_command("offboard_tenant", slug, "--export", str(tmp_path / f"{slug}.zip"))
+    call_command("offboard_tenant", "--noinput", slug, "--export", str(tmp_path / f"{slug}.zip"))
     assert not Tenant.objects.filter(slug=slug).exists()
 
 

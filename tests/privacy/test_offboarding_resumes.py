@@ -62,7 +62,7 @@ def test_a_killed_offboarding_finishes_when_run_again(make_tenant, tmp_path, set
         "DINER_SESSION_STATE_CACHE_SECONDS": "0.05",
         "OFFBOARDING_DRAIN_SECONDS": "0",
     }
-    command = [sys.executable, "manage.py", "offboard_tenant", "leaving"]
+    command = [sys.executable, "manage.py", "offboard_tenant", "--noinput", "leaving"]
     command += ["--export", str(archive), "--batch-size", "1"]
     # given the command half-way, waiting for the orders we hold locked
     with transaction.atomic():
@@ -85,7 +85,7 @@ def test_a_killed_offboarding_finishes_when_run_again(make_tenant, tmp_path, set
     batches_before = job.batches
     # then running it again finishes the same job, and nothing of the tenant is left
     out = io.StringIO()
-    call_command("offboard_tenant", "leaving", "--export", str(archive), stdout=out)
+    call_command("offboard_tenant", "--noinput", "leaving", "--export", str(archive), stdout=out)
     job.refresh_from_db()
     assert job.is_done and job.batches > batches_before
     assert TenantOffboarding.objects.filter(tenant_ref=tenant.pk).count() == 1
@@ -223,7 +223,15 @@ def test_a_job_given_another_path_after_a_killed_export_leaves_no_partial_archiv
         "APP_DB_NAME": settings.DATABASES["default"]["NAME"],
         "OFFBOARDING_DRAIN_SECONDS": "0",
     }
-    command = [sys.executable, "manage.py", "offboard_tenant", "leaving", "--export", str(first)]
+    command = [
+        sys.executable,
+        "manage.py",
+        "offboard_tenant",
+        "--noinput",
+        "leaving",
+        "--export",
+        str(first),
+    ]
     # given the export half-written, waiting to read the coupons we hold locked, and killed
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -241,7 +249,9 @@ def test_a_job_given_another_path_after_a_killed_export_leaves_no_partial_archiv
     partial = first.with_name(f".{first.name}.partial")
     assert partial.exists() and TenantOffboarding.objects.get().phase == "export"
     # when the offboarding is run again with another path, to its end
-    call_command("offboard_tenant", "leaving", "--export", str(second), stdout=io.StringIO())
+    call_command(
+        "offboard_tenant", "--noinput", "leaving", "--export", str(second), stdout=io.StringIO()
+    )
     # then no partial archive is left beside the first path
     assert TenantOffboarding.objects.get().is_done and second.exists()
     assert list(first.parent.iterdir()) == []

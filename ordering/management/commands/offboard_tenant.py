@@ -1,5 +1,5 @@
 """``manage.py offboard_tenant TENANT --export PATH [--batch-size N] [--by NAME]
-[--cancel-paid-orders]``
+[--cancel-paid-orders] [--noinput]``
 
 Offboard a tenant (``TENANT`` is its slug): suspend it, write its archive to ``PATH`` (a zip
 of JSON files), then delete its rows, Redis keys and cached results in bounded batches
@@ -8,6 +8,13 @@ again with the same arguments; run after the tenant is gone, it says so and chan
 While the tenant's money still moves it stops, saying what it waits for; a paid order not
 delivered is among those, and ``--cancel-paid-orders`` cancels every such order not on its
 way to the diner yet, refunding its diner through the cancel saga.
+
+Before it starts a tenant's offboarding it shows what goes and wants the slug typed, as the
+admin's action does: a slug mistyped for another restaurant's, or a line recalled from the
+shell's history, erased a whole restaurant without a word. ``--noinput`` (Django's convention)
+skips the question for scripts; with no one to answer (stdin closed or not read) and without
+it, the command refuses and does nothing. Continuing an offboarding already under way asks
+nothing: that was decided when it started.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ordering.management.requester import operator, requester
-from ordering.models import TenantOffboarding
+from ordering.models import Order, TenantOffboarding
 from ordering.privacy.offboarding import (
     OffboardingRefused,
     cancel_paid_orders,
@@ -45,6 +52,13 @@ class Command(BaseCommand):
             help="Cancel every paid order not on its way yet (PAID to READY), refunding its "
             "diner through the cancel saga",
         )
+        parser.add_argument(
+            "--noinput",
+            "--no-input",
+            action="store_false",
+            dest="interactive",
+            help="Do not ask to type the tenant's slug before its offboarding starts",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
@@ -58,6 +72,13 @@ class Command(BaseCommand):
                 raise CommandError(f"no tenant with slug {options['tenant']!r}")
             self.stdout.write(f"{done.tenant_slug} was offboarded by job {done.pk}; nothing to do")
             return
+        under_way = (
+            TenantOffboarding.objects.filter(tenant_ref=tenant.pk)
+            .exclude(phase=TenantOffboarding.Phase.DONE)
+            .exists()
+        )
+        if options["interactive"] and not under_way:
+            self.confirm(tenant, export=options["export"])
         try:
             job = start_offboarding(
                 tenant=tenant,
@@ -86,3 +107,22 @@ class Command(BaseCommand):
             f"done: archive {job.export_path} (sha256 {job.export_sha256}); "
             f"removed {json.dumps(job.counts, sort_keys=True)} in {job.batches} batches"
         )
+
+    def confirm(self, tenant: Tenant, *, export: Path) -> None:
+        """Say what goes and return only once the operator typed the slug (module docstring)."""
+        orders = Order.all_tenants.filter(tenant=tenant).count()
+        self.stdout.write(
+            f"Offboarding {tenant.slug} ({tenant.name}, {orders} orders) exports its data to "
+            f"{export}, then erases everything it has: orders, payments, menu, keys, members "
+            "and stored answers. This cannot be undone."
+        )
+        self.stdout.flush()
+        try:
+            typed = input(f"Type the slug {tenant.slug!r} to offboard it: ")
+        except EOFError:
+            raise CommandError(
+                "not confirmed (nothing to read the answer from); nothing was done: "
+                "run it with --noinput to offboard without asking"
+            ) from None
+        if typed.strip() != tenant.slug:
+            raise CommandError(f"{typed.strip()!r} is not {tenant.slug!r}; nothing was done")
