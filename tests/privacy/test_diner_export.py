@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pwd
 import stat
 from typing import Any
 
@@ -231,6 +233,29 @@ def test_the_command_writes_the_copy_to_stdout_and_logs_it(tenant, other_tenant)
     log = DinerDataExport.objects.get()
     assert (log.tenant, log.requested_by) == (tenant, "dpo:carol")
     assert log.diner_hash == diner_hash("zoe") and "zoe" not in str(log.__dict__)
+
+
+def test_the_command_run_by_a_user_id_the_system_has_no_name_for_names_the_id(
+    tenant, other_tenant, monkeypatch
+):
+    """A container running as an arbitrary user id, no passwd entry and no ``USER``: without
+    ``--by`` the command asked ``getpass.getuser()`` who ran it, which raised, and it died with
+    a traceback after creating the file (erase_diner and offboard_tenant named the id)."""
+    ids = zoe_and_the_others(tenant, other_tenant)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    out = io.StringIO()
+
+    call_command("export_diner", tenant.slug, "zoe", stdout=out)
+
+    document = json.loads(out.getvalue())
+    assert {int(o["id"]) for o in document["orders"]} == {ids["first"], ids["second"]}
+    assert DinerDataExport.objects.get().requested_by == f"cli:uid-{os.getuid()}"
 
 
 def test_the_command_writes_a_new_file_only_its_owner_reads_and_never_overwrites(

@@ -9,7 +9,6 @@ Each export is logged (who, when, the diner id as a keyed hash).
 
 from __future__ import annotations
 
-import getpass
 import os
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ordering.management.requester import requester
+from ordering.management.requester import operator, requester
 from ordering.privacy.diner_export import check_exportable, diner_export_chunks, log_export
 from ordering.privacy.diners import NotADinerId, TenantLeaving, check_diner_id
 from tenants.models import Tenant
@@ -54,7 +53,7 @@ class Command(BaseCommand):
             log_export(
                 tenant=tenant,
                 diner_id=diner_id,
-                requested_by=options["by"] or f"cli:{getpass.getuser()}",
+                requested_by=options["by"] or operator(),
             )
             if target is not None:
                 for chunk in chunks:
