@@ -7,6 +7,10 @@ outage the operator can do nothing about but wait. Such a failure is now one lin
 naming it, and exit status 1, as a ``CommandError`` is; what the run committed before the
 outage stays committed, and the commands the docs name are safe to run again once it answers.
 
+Output piped to a reader that stopped (``| head -1``) ended the same way, in a
+``BrokenPipeError`` traceback: that is one line too, exit status 1, and what the command did
+before stays done.
+
 Only a connection-level failure qualifies (:func:`config.database_unavailable
 .is_database_unavailable`, as for the web's 503): any other error keeps its traceback, a bug
 being one; ``--traceback`` keeps it for an outage too.
@@ -14,6 +18,7 @@ being one; ``--traceback`` keeps it for an outage too.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +30,16 @@ def main(argv: Sequence[str]) -> None:
     """Run the command in ``argv``; exit 1 with one line when PostgreSQL cannot be reached."""
     try:
         execute_from_command_line(list(argv))
+        sys.stdout.flush()  # here, not at exit, where a closed pipe is only a warning
+    except BrokenPipeError:
+        # Python's documented recipe: point stdout at devnull, so that the interpreter's own
+        # flush at exit does not fail again on what is still buffered
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stderr.write(
+            "BrokenPipe: the output was closed before the command finished writing it; "
+            "what it did stays done\n"
+        )
+        sys.exit(1)
     except OperationalError as exc:
         from config.database_unavailable import is_database_unavailable
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
+from django.conf import settings
 
-from tests.support.production import production_environment, run_manage
+from tests.support.production import (
+    PROJECT_ROOT,
+    production_environment,
+    run_manage,
+    system_environment,
+)
 
 
 def closed_port() -> int:
@@ -54,3 +62,35 @@ def test_the_traceback_is_kept_when_asked_for() -> None:
     ran = run_manage("dead_letters", "--traceback", env=env)
     assert ran.returncode == 1
     assert "Traceback" in ran.stderr
+
+
+def test_output_to_a_reader_that_stopped_ends_in_one_line(db: None) -> None:
+    """``manage.py purge_expired_data | head -0``: it ended in a BrokenPipeError traceback."""
+    # given the documented environment on this run's database
+    env = production_environment(
+        database_url=os.environ["DATABASE_URL"], redis_url=os.environ["REDIS_URL"]
+    )
+    env["APP_DB_NAME"] = settings.DATABASES["default"]["NAME"]
+    # when its output goes to a pipe whose reader has gone
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        ran = subprocess.run(
+            [sys.executable, "manage.py", "purge_expired_data"],
+            cwd=PROJECT_ROOT,
+            env={**system_environment(), **env},
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(writer)
+    # then it says so in one line, with status 1
+    assert ran.returncode == 1, ran.stderr
+    assert "Traceback" not in ran.stderr and "Exception ignored" not in ran.stderr, ran.stderr
+    problem = [line for line in ran.stderr.splitlines() if not line.startswith('{"ts"')]
+    assert problem == [
+        "BrokenPipe: the output was closed before the command finished writing it; "
+        "what it did stays done"
+    ]
