@@ -398,6 +398,13 @@ def test_a_requester_longer_than_the_job_keeps_is_refused(make_tenant, tmp_path)
     assert not TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exists()
 
 
+class Terminal(io.StringIO):
+    """An operator's terminal: what they type, line by line."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 @pytest.mark.parametrize(
     "answer", ["trattoria\n", "", "\n"], ids=["another-slug", "no-answer", "empty"]
 )
@@ -411,8 +418,8 @@ def test_the_command_starts_nothing_until_the_slug_is_typed(
     busy_tenant(tenant)
     orders = Order.all_tenants.filter(tenant=tenant).count()
     archive = tmp_path / "busy.zip"
-    # when the operator answers anything but its slug, or nothing can be read
-    monkeypatch.setattr("sys.stdin", io.StringIO(answer))
+    # when the operator at a terminal answers anything but its slug, or ends the input
+    monkeypatch.setattr("sys.stdin", Terminal(answer))
     out = io.StringIO()
     with pytest.raises(CommandError, match="nothing was done"):
         call_command("offboard_tenant", "busy", "--export", str(archive), stdout=out)
@@ -424,6 +431,18 @@ def test_the_command_starts_nothing_until_the_slug_is_typed(
     assert not archive.exists()
     assert Order.all_tenants.filter(tenant=tenant).count() == orders
     # and typed, the slug offboards it
-    monkeypatch.setattr("sys.stdin", io.StringIO("busy\n"))
+    monkeypatch.setattr("sys.stdin", Terminal("busy\n"))
     call_command("offboard_tenant", "busy", "--export", str(archive), stdout=io.StringIO())
     assert not Tenant.objects.filter(pk=tenant.pk).exists() and archive.exists()
+
+
+def test_a_run_with_no_terminal_to_ask_offboards_as_written(make_tenant, tmp_path, monkeypatch):
+    """A script, cron or ``call_command``: its arguments were written down on purpose, and
+    there is no one to type the slug."""
+    tenant = make_tenant(slug="busy")
+    busy_tenant(tenant)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    call_command(
+        "offboard_tenant", "busy", "--export", str(tmp_path / "b.zip"), stdout=io.StringIO()
+    )
+    assert not Tenant.objects.filter(pk=tenant.pk).exists()

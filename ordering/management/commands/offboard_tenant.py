@@ -9,17 +9,19 @@ While the tenant's money still moves it stops, saying what it waits for; a paid 
 delivered is among those, and ``--cancel-paid-orders`` cancels every such order not on its
 way to the diner yet, refunding its diner through the cancel saga.
 
-Before it starts a tenant's offboarding it shows what goes and wants the slug typed, as the
-admin's action does: a slug mistyped for another restaurant's, or a line recalled from the
-shell's history, erased a whole restaurant without a word. ``--noinput`` (Django's convention)
-skips the question for scripts; with no one to answer (stdin closed or not read) and without
-it, the command refuses and does nothing. Continuing an offboarding already under way asks
+Run from a terminal, before it starts a tenant's offboarding it shows what goes and wants the
+slug typed, as the admin's action does: a slug mistyped for another restaurant's, or a line
+recalled from the shell's history, erased a whole restaurant without a word. Anything else
+typed, or the input ended (Ctrl-D), does nothing. ``--noinput`` (Django's convention) skips the
+question; so does a run with no terminal to ask (a script, cron, ``call_command``), whose
+arguments were written down on purpose. Continuing an offboarding already under way asks
 nothing: that was decided when it started.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +79,7 @@ class Command(BaseCommand):
             .exclude(phase=TenantOffboarding.Phase.DONE)
             .exists()
         )
-        if options["interactive"] and not under_way:
+        if options["interactive"] and sys.stdin.isatty() and not under_way:
             self.confirm(tenant, export=options["export"])
         try:
             job = start_offboarding(
@@ -121,7 +123,7 @@ class Command(BaseCommand):
             typed = input(f"Type the slug {tenant.slug!r} to offboard it: ")
         except EOFError:
             raise CommandError(
-                "not confirmed (nothing to read the answer from); nothing was done: "
+                "not confirmed (the input ended); nothing was done: "
                 "run it with --noinput to offboard without asking"
             ) from None
         if typed.strip() != tenant.slug:
