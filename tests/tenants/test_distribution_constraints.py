@@ -29,6 +29,9 @@ EXCEPTIONS_TODAY = {
     ("ordering_deadletter", "uniq_open_dead_letter_key"): (
         "UNIQUE (key) WHERE ((state)::text = 'open'::text)"
     ),
+    ("ordering_simulatedoperation", "uniq_simulated_platform_op_key"): (
+        "UNIQUE (idempotency_key) WHERE (tenant_id IS NULL)"
+    ),
     ("tenants_apiclient", "tenants_apiclient_prefix_key"): "UNIQUE (prefix)",
 }
 
