@@ -12,14 +12,12 @@ order as it was, and nothing of the tenant is left.
 from __future__ import annotations
 
 import json
-import threading
 import zipfile
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 
 from ordering.background.dead_letters import discard_dead_letter
@@ -48,23 +46,10 @@ from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_erase_diner import place
 from tests.privacy.test_offboard_tenant import rows_of_tenant
 from tests.privacy.test_offboarding_resumes import waiting_on_a_lock
+from tests.support.concurrency import in_thread
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _in_thread(work: Callable[[], Any], into: list[Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            into.append(work())
-        except Exception as exc:  # reported by the test
-            into.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _tables_begun(job_id: int) -> bool:
@@ -116,11 +101,11 @@ def test_a_write_in_flight_at_the_suspension_is_refused_not_lost(
     offboarded: list[Any] = []
     with transaction.atomic():
         list(held.select_for_update(of=("self",)))
-        writer = _in_thread(request, answers)
+        writer = in_thread(request, answers)
         wait_until(lambda: waiting_on_a_lock() > 0 or answers, what="the request to wait")
         assert answers == [], "the request did not wait on the lock held"
         # when the offboarding suspends, exports and begins deleting the tables meanwhile
-        runner = _in_thread(lambda: _offboard_until_tables_begun(job.pk), offboarded)
+        runner = in_thread(lambda: _offboard_until_tables_begun(job.pk), offboarded)
         runner.join(120)
         assert len(offboarded) == 1 and isinstance(offboarded[0], TenantOffboarding), offboarded
     # and the request finishes only then
@@ -249,10 +234,10 @@ def test_a_key_first_used_as_the_suspension_revokes_it_deadlocks_neither(make_te
     with transaction.atomic():
         # the suspension is held up at the first key's row (the key in use elsewhere)
         list(ApiClient.objects.select_for_update().filter(pk=first.pk))
-        runner = _in_thread(lambda: run_offboarding(job.pk, max_steps=1), suspended)
+        runner = in_thread(lambda: run_offboarding(job.pk, max_steps=1), suspended)
         wait_until(lambda: waiting_on_a_lock() >= 1, what="the suspension to wait")
         # when a request uses the new key meanwhile
-        request = _in_thread(lambda: merchant.get("/api/v1/orders/"), answers)
+        request = in_thread(lambda: merchant.get("/api/v1/orders/"), answers)
         wait_until(lambda: waiting_on_a_lock() >= 2 or answers, what="the request")
     runner.join(60)
     request.join(60)
@@ -428,7 +413,7 @@ def test_cancel_paid_orders_refunds_each_diner_once_however_many_runs(make_tenan
     # when two runs of the command cancel the paid orders at once (the saga's messages wait
     # in the broker)
     answers: list[Any] = []
-    runs = [_in_thread(lambda: call_command(*args, "--cancel-paid-orders"), answers) for _ in "ab"]
+    runs = [in_thread(lambda: call_command(*args, "--cancel-paid-orders"), answers) for _ in "ab"]
     for run in runs:
         run.join(120)
     # then each stops waiting for the two cancels and the order on its way

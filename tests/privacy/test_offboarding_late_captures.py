@@ -14,8 +14,6 @@ on threads, and the simulated provider's own books for the refunds it made.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -24,7 +22,7 @@ import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -37,7 +35,7 @@ from tenants.models import Tenant
 from tests.conftest import menu_for
 from tests.payments.helpers import paying_order, post_callback
 from tests.privacy.test_offboarding_resumes import waiting_on_a_lock
-from tests.support.concurrency import at_once
+from tests.support.concurrency import at_once, in_thread
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_eager")]
@@ -160,20 +158,6 @@ def test_a_decline_reported_after_the_restaurant_left_changes_nothing(make_tenan
     assert refunds(payment) == []
 
 
-def _in_thread(work: Callable[[], Any], into: list[Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            into.append(work())
-        except Exception as exc:  # reported by the test
-            into.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def test_a_capture_read_before_the_tables_close_and_written_after_is_refunded(
     make_tenant, tmp_path
 ):
@@ -188,10 +172,10 @@ def test_a_capture_read_before_the_tables_close_and_written_after_is_refunded(
     # given the tenant's row held, so the suspension waits to close it
     with psycopg.connect(connection.connection.info.dsn, autocommit=False) as holder:
         holder.execute("SELECT 1 FROM tenants_tenant WHERE id = %s FOR UPDATE", [tenant.pk])
-        suspension = _in_thread(lambda: run_offboarding(job.pk, max_steps=1), suspended)
+        suspension = in_thread(lambda: run_offboarding(job.pk, max_steps=1), suspended)
         wait_until(lambda: waiting_on_a_lock() >= 1, what="the suspension waits to close")
         # when a capture is read meanwhile, and its first write waits behind the suspension
-        webhook = _in_thread(lambda: deliver(payment, event_id="evt_late"), answers)
+        webhook = in_thread(lambda: deliver(payment, event_id="evt_late"), answers)
         wait_until(lambda: waiting_on_a_lock() >= 2, what="the webhook waits to write")
         holder.rollback()
     suspension.join(60)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
@@ -33,6 +33,24 @@ def at_once(*work: Callable[[], object], timeout: float = 60) -> list[object]:
     for thread in threads:
         thread.join(timeout)
     return results
+
+
+def in_thread(work: Callable[[], object], into: list[object]) -> threading.Thread:
+    """``work`` started on a thread of its own, its result (or the exception it raised)
+    appended to ``into``; its database connections closed when it ends. Joined by the caller,
+    which may meanwhile hold what ``work`` waits on."""
+
+    def run() -> None:
+        try:
+            into.append(work())
+        except Exception as exc:  # reported by the test
+            into.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def waiting_on_me() -> int:
