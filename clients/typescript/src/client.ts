@@ -527,9 +527,9 @@ export class OrderingClient {
       const headers: Record<string, string> = { Accept: "application/json", ...(await request.auth()) };
       if (key !== undefined) headers["Idempotency-Key"] = key.key;
       if (request.content !== undefined) headers["Content-Type"] = "application/json";
-      started ??= Date.now();
+      started ??= monotonicMs();
       // No attempt runs past maxElapsedMs: its timeout is cut to the time left.
-      const leftMs = policy.maxElapsedMs - (Date.now() - started);
+      const leftMs = policy.maxElapsedMs - (monotonicMs() - started);
       if (lastError !== null && leftMs <= 0) throw new RetriesExhaustedError(attempt - 1, lastError, key?.key ?? null);
       let error: ApiError | NetworkError;
       let retryAfterMs: number | null = null;
@@ -587,7 +587,7 @@ export class OrderingClient {
       if (key !== undefined) key.mayHaveReached = true;
       lastError = error;
       const delayMs = retryDelayMs(policy, attempt, retryAfterMs);
-      if (attempt >= policy.maxAttempts || Date.now() - started + delayMs > policy.maxElapsedMs) {
+      if (attempt >= policy.maxAttempts || monotonicMs() - started + delayMs > policy.maxElapsedMs) {
         throw new RetriesExhaustedError(attempt, error, key?.key ?? null);
       }
       this.onRetry?.({
@@ -698,6 +698,16 @@ export function sessionFromAnswer(
 
 function bearerHeader(token: string): Record<string, string> {
   return { Authorization: `Bearer ${token}` };
+}
+
+/**
+ * Milliseconds on a clock that only moves forward, for the time retries may take
+ * (`maxElapsedMs`): the wall clock (`Date.now()`) moves when the device corrects it, and set an
+ * hour forward between two attempts it made the client give up at once, as if an hour of
+ * retrying had passed. `performance.now()` (browsers, React Native, Node) where there is one.
+ */
+function monotonicMs(): number {
+  return typeof performance !== "undefined" ? performance.now() : Date.now();
 }
 
 function sleep(ms: number): Promise<void> {

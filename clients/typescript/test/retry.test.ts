@@ -183,3 +183,34 @@ test("a Retry-After date is counted from the answer's Date, whatever the device'
   assert.ok(undated.outcome instanceof RetriesExhaustedError && undated.outcome.attempts === 1, String(undated.outcome));
   assert.deepEqual(undated.waited, []);
 });
+
+test("the time retries may take is measured on a clock the device's clock corrections do not move", async () => {
+  // given a server answering 503 twice, and a phone whose clock is set an hour forward (a
+  // network time correction) while the first wait runs
+  const wallClock = Date.now;
+  let attempts = 0;
+  const client = new OrderingClient({
+    baseUrl: "http://api.test",
+    publishableKey: "k.s",
+    fetch: async () => {
+      attempts++;
+      if (attempts === 1) {
+        const setForward = wallClock() + 3_600_000 - Date.now();
+        Date.now = () => wallClock() + setForward;
+      }
+      return attempts < 3
+        ? new Response("{}", { status: 503 })
+        : new Response(JSON.stringify([]), { status: 200, headers: { "Content-Type": "application/json" } });
+    },
+    retry: { maxAttempts: 5, baseDelayMs: 10, maxDelayMs: 20, maxElapsedMs: 2000 },
+  });
+  try {
+    // then the third attempt is made and answers (red on the wall clock: the hour counted as
+    // time spent retrying, and the client gave up after the first attempt)
+    const answer = await client.menu();
+    assert.equal(attempts, 3);
+    assert.deepEqual(answer, []);
+  } finally {
+    Date.now = wallClock;
+  }
+});
