@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from celery import Task, current_app
 from django.db import connections
+from django.db.models import QuerySet
+from django.db.models.functions import Now
 
 from idempotency.stores.breaker import BreakerState, CircuitBreaker
 
@@ -65,6 +68,31 @@ _broker = broker_breaker()
 def broker_paused() -> bool:
     """Are this process's sends paused by a recent failure? (Asking takes no probe.)"""
     return _broker.state is BreakerState.OPEN
+
+
+def send_due_again(
+    due: Iterable[tuple[Any, datetime]],
+    *,
+    still_due: Callable[[Any], QuerySet],
+    send: Callable[[Any], bool],
+) -> int:
+    """Send again each due row (its key and when it was last touched), in turn; how many were
+    sent. Each is marked as sent now (``still_due(key)``, the row while still pending, gets
+    ``updated_at`` now), so a queue that is merely slow gets one copy per wait, not one per
+    run. A send the broker did not take is no send: the row is put back as it was, due for
+    the next run, and this run stops while sends are paused instead of marking the rest of
+    the batch sent, the next run going on from there."""
+    sent = 0
+    for key, last_touched in due:
+        if broker_paused():
+            break
+        pending = still_due(key)
+        pending.update(updated_at=Now())
+        if send(key):
+            sent += 1
+        else:
+            pending.update(updated_at=last_touched)
+    return sent
 
 
 def enqueue(task_name: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> None:

@@ -166,17 +166,13 @@ def resend_due_capture_refunds(*, batch: int = 200, now: datetime | None = None)
         .order_by("updated_at")
         .values_list("pk", "compensation_id", "updated_at")[:batch]
     )
-    sent = 0
-    for pk, compensation_id, last_touched in due:
-        if dispatch.broker_paused():
-            break  # a send just failed: the next run goes on from here
-        pending = Compensation.all_tenants.filter(pk=pk, status=Compensation.Status.PENDING)
-        pending.update(updated_at=Now())
-        if _send(compensation_id):
-            sent += 1
-        else:
-            pending.update(updated_at=last_touched)  # no message left: due as it was
-    return sent
+    return dispatch.send_due_again(
+        (((pk, compensation_id), last_touched) for pk, compensation_id, last_touched in due),
+        still_due=lambda key: Compensation.all_tenants.filter(
+            pk=key[0], status=Compensation.Status.PENDING
+        ),
+        send=lambda key: _send(key[1]),
+    )
 
 
 def refuse_while_refunding(*, payment_id: int) -> None:

@@ -128,17 +128,11 @@ def resend_due_departed_refunds(*, batch: int = 200, now: datetime | None = None
         .order_by("updated_at")
         .values_list("pk", "updated_at")[:batch]
     )
-    sent = 0
-    for pk, last_touched in due:
-        if dispatch.broker_paused():
-            break  # a send just failed: the next run goes on from here
-        pending = DepartedPayment.objects.filter(pk=pk, refund=Refund.PENDING)
-        pending.update(updated_at=Now())
-        if _send(pk):
-            sent += 1
-        else:
-            pending.update(updated_at=last_touched)  # no message left: due as it was
-    return sent
+    return dispatch.send_due_again(
+        due,
+        still_due=lambda pk: DepartedPayment.objects.filter(pk=pk, refund=Refund.PENDING),
+        send=_send,
+    )
 
 
 def _begin_attempt(row: DepartedPayment) -> int:
