@@ -13,6 +13,11 @@ reads "Platform staff" (and an offboarding's cancels, ``offboarding:staff:bob``,
 staff (closing the restaurant's account)"). A staff member's sign-in name is half of what
 opens the platform's admin, and restaurants are never told it (``tenants.members`` turns staff
 accounts away without saying so).
+
+A diner's copy of their data (:mod:`ordering.privacy.diner_export`) names no one at all: a
+restaurant member's sign-in name is that member's personal data, not the diner's, and the API
+never shows a diner who moved an order. There a member's move reads "Restaurant staff
+(dashboard)".
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ SUBJECT_KINDS = ("diner",)
 API_KIND = "api"
 STAFF_KIND = "staff"
 STAFF_UNNAMED = "Platform staff"
+MEMBER_KIND = "merchant"
+MEMBER_UNNAMED = "Restaurant staff (dashboard)"
 # An offboarding's own moves (cancelling paid orders) are ``offboarding:<who asked>``, and who
 # asked is platform staff (``staff:<username>``) or an operator (``cli:<user>``, a ``--by``
 # name): named to staff only, like a staff member's own moves.
@@ -47,16 +54,24 @@ def parts_of(actor: str) -> list[tuple[str, str]]:
 
 
 def describe_actors(
-    tenant: Tenant, actors: Iterable[str], *, staff_names: bool = False
+    tenant: Tenant,
+    actors: Iterable[str],
+    *,
+    staff_names: bool = False,
+    member_names: bool = True,
 ) -> dict[str, str]:
     """Each actor string → how it reads, resolving the tenant's API key names in one query;
-    platform staff by name only when ``staff_names`` (the admin)."""
+    platform staff by name only when ``staff_names`` (the admin), the restaurant's members by
+    name unless ``member_names`` is off (a diner's copy)."""
     actors = set(actors)
     prefixes = {value for a in actors for kind, value in parts_of(a) if kind == API_KIND}
     key_names = dict(
         ApiClient.objects.filter(tenant=tenant, prefix__in=prefixes).values_list("prefix", "name")
     )
-    return {actor: _describe(actor, key_names, staff_names=staff_names) for actor in actors}
+    return {
+        actor: _describe(actor, key_names, staff_names=staff_names, member_names=member_names)
+        for actor in actors
+    }
 
 
 def without_staff_names(actor: str) -> str:
@@ -77,13 +92,17 @@ def shown_requester(requested_by: str) -> str:
     return f"{name} (owner)" if kind == "owner" and name else STAFF_UNNAMED
 
 
-def _describe(actor: str, key_names: dict[str, str], *, staff_names: bool) -> str:
+def _describe(
+    actor: str, key_names: dict[str, str], *, staff_names: bool, member_names: bool
+) -> str:
     subjects, channels = [], []
     for kind, value in parts_of(actor):
         if kind == API_KIND:
             channels.append(key_names.get(value, f"API key {value}"))
         elif kind == STAFF_KIND and not staff_names:
             channels.append(STAFF_UNNAMED)
+        elif kind == MEMBER_KIND and not member_names:
+            channels.append(MEMBER_UNNAMED)
         elif kind == OFFBOARDING_KIND:
             channels.append(f"Offboarding ({value})" if staff_names else OFFBOARDING_UNNAMED)
         elif kind in PART_LABELS:

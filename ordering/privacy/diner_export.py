@@ -9,8 +9,9 @@ empty lists.
 
 What it never holds: another diner's or another restaurant's rows, session tokens or their
 hashes, payment provider references, a stored reply of someone else (a merchant's reply that
-shows the diner is the merchant's), or a platform staff member's username (a move staff made
-reads "Platform staff").
+shows the diner is the merchant's), or anyone's sign-in name: a move platform staff made reads
+"Platform staff", one a restaurant member made "Restaurant staff (dashboard)"
+(:mod:`ordering.actors`).
 
 Bounded: the lists are generators read in batches of :data:`BATCH` rows (an order's lines,
 payments and moves with it), so :func:`diner_export_chunks` writes a diner with a hundred
@@ -164,7 +165,9 @@ def _orders(tenant: Tenant, diner_id: str, zone: tzinfo) -> Iterator[dict[str, A
         .prefetch_related("lines", "payments", "transitions")
     )
     for batch in _batches(orders):
-        actors = describe_actors(tenant, (t.actor for o in batch for t in o.transitions.all()))
+        actors = describe_actors(
+            tenant, (t.actor for o in batch for t in o.transitions.all()), member_names=False
+        )
         for order in batch:
             yield _order(order, actors, zone)
 

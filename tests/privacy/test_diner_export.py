@@ -4,7 +4,8 @@ export_diner``, against PostgreSQL and Redis.
 Diner zoe of restaurant A places, pays and replays orders, which a merchant key and platform
 staff move; diner yan of A and diner zoe of restaurant B order too. Zoe's copy at A holds her
 orders, payments, moves, sessions, stored replies and audits, and nothing of yan, of B, of a
-session's secret or of the staff member's username. After an erasure her copy is empty.
+session's secret, or of the staff member's or a restaurant member's username. After an erasure
+her copy is empty.
 """
 
 from __future__ import annotations
@@ -217,6 +218,29 @@ def test_an_order_cancelled_by_an_offboarding_names_no_staff_member(tenant):
     assert STAFF_NAME not in out.getvalue()
     [order] = json.loads(out.getvalue())["orders"]
     assert order["status_history"][-1]["by"] == "Platform staff (closing the restaurant's account)"
+
+
+def test_a_move_a_restaurant_member_made_names_no_one(tenant):
+    """A member's move from the dashboard is ``merchant:<username>``: the copy read
+    "chef-marta (dashboard)", the member's sign-in name, which is the member's personal data and
+    not the diner's (the API never shows a diner who moved an order). It reads "Restaurant
+    staff (dashboard)"; the diner's own moves still read as hers."""
+    zoe = api_for(tenant, diner="zoe")
+    order_id = int(place(zoe, menu_for(tenant), "k1").json()["id"])
+    transition_order(
+        tenant=tenant, order_id=order_id, target="CANCELLED", actor="merchant:chef-marta"
+    )
+
+    document = json.dumps(export_diner(tenant, "zoe"))
+
+    assert "chef-marta" not in document
+    [order] = json.loads(document)["orders"]
+    by = {m["to"]: m["by"] for m in order["status_history"]}
+    assert by == {
+        "CREATED": by["CREATED"],
+        "CANCELLED": "Restaurant staff (dashboard)",
+    }
+    assert by["CREATED"].startswith("Diner zoe")
 
 
 # --- the command ------------------------------------------------------------------------------
