@@ -213,6 +213,24 @@ def test_429_waits_at_least_retry_after_then_succeeds(
     assert not result.replayed
 
 
+def test_a_proxy_s_408_is_retried_with_the_same_key_and_orders_once(
+    client_server: LiveServer, proxy: DroppingProxy, shop: Shop, make_client, wire
+) -> None:
+    """A load balancer answers 408 when it tired of waiting for a request's body (a phone
+    between two cells): the server never saw the request. It was raised as a final ApiError,
+    the order never placed although a retry under the same key is safe."""
+    client = make_client(proxy.url)
+    proxy.answer_instead(408, path=ORDERS)
+
+    result = client.place_order(shop.order_body())
+
+    timed_out, placed = wire.posts()
+    assert (timed_out.status, placed.status) == (408, 201)
+    assert timed_out.key == placed.key == result.idempotency_key
+    assert (result.status, result.replayed) == (201, False)
+    assert shop.orders_of(client.session().diner_id) == 1
+
+
 def test_503_order_id_unavailable_waits_at_least_retry_after_then_orders_once(
     client_server_without_worker_ids: LiveServer, shop: Shop, make_client, wire
 ) -> None:

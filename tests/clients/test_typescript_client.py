@@ -40,7 +40,7 @@ from tests.support.fault_proxy import DroppingProxy
 from tests.support.live_server import LiveServer
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
-NODE_TESTS = 56  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
+NODE_TESTS = 57  # in clients/typescript/test/*.test.ts: fewer passing means some did not run
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +61,9 @@ def _control_actions(
 ) -> dict[str, Callable[[dict[str, Any]], Any]]:
     return {
         "drop": lambda p: proxy.drop_responses(p["count"], method=p["method"], path=p["path"]),
+        "answer-instead": lambda p: proxy.answer_instead(
+            p["status"], p["count"], method=p["method"], path=p["path"]
+        ),
         "dropped": lambda p: [
             {
                 "status": d.status,

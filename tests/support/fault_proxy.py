@@ -5,7 +5,9 @@ server did the work and the answer never reached me" (a dropped mobile connectio
 balancer timing out). :class:`DroppingProxy` makes exactly that happen on demand: for a request
 that matches an armed rule it forwards the request, reads the server's **whole** response (so
 the server has committed), keeps it in :attr:`DroppingProxy.dropped`, and resets the client's
-connection without sending a byte of it. Every other request passes through untouched.
+connection without sending a byte of it. It can also answer in the server's place, never
+forwarding (:meth:`DroppingProxy.answer_instead`): a load balancer's 408 when it tired of
+waiting for a request's body. Every other request passes through untouched.
 
 One request per connection, with a ``Content-Length`` body, is assumed: the live gunicorn's sync
 workers answer ``Connection: close``, and the clients send no chunked bodies. The request is read
@@ -56,6 +58,8 @@ class DroppingProxy:
         self.port: int = self._listener.getsockname()[1]
         self.dropped: list[DroppedResponse] = []
         self._rules: list[tuple[str, str]] = []  # (method, path prefix), one per answer to drop
+        # (method, path prefix, status), one per request answered without reaching the server
+        self._answers: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -68,6 +72,15 @@ class DroppingProxy:
         ``path``."""
         with self._lock:
             self._rules.extend([(method.upper(), path)] * count)
+
+    def answer_instead(
+        self, status: int, count: int = 1, *, method: str = "POST", path: str = "/"
+    ) -> None:
+        """Answer the next ``count`` requests of ``method`` whose path starts with ``path``
+        with an empty ``status`` response, as a proxy in front of the server would, without
+        forwarding them: the server never sees them."""
+        with self._lock:
+            self._answers.extend([(method.upper(), path, status)] * count)
 
     def armed(self) -> int:
         """How many answers are still to be dropped."""
@@ -85,6 +98,14 @@ class DroppingProxy:
                     del self._rules[i]
                     return True
             return False
+
+    def _take_answer(self, method: str, path: str) -> int | None:
+        with self._lock:
+            for i, (rule_method, prefix, status) in enumerate(self._answers):
+                if rule_method == method and path.startswith(prefix):
+                    del self._answers[i]
+                    return status
+            return None
 
     def _accept(self) -> None:
         while True:
@@ -106,6 +127,13 @@ class DroppingProxy:
                 return
             method, _, rest = request.partition(b" ")
             path = rest.partition(b" ")[0].decode("latin-1")
+            status = self._take_answer(method.decode("latin-1"), path)
+            if status is not None:
+                client.sendall(
+                    f"HTTP/1.1 {status} Proxy Answer\r\nContent-Length: 0\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                )
+                return
             drop = self._take_rule(method.decode("latin-1"), path)
             upstream.sendall(request)
             if not drop:

@@ -505,7 +505,7 @@ export class OrderingClient {
 
   /**
    * Send until a final answer: retries network errors, timeouts, answers that are not the
-   * API's, 5xx, 409 in progress and 429 (waiting at least `Retry-After`) within the policy's
+   * API's, 5xx, 408, 409 in progress and 429 (waiting at least `Retry-After`) within the policy's
    * bounds; throws any other error answer at once. With an operation's `key`, each attempt is
    * sent as the key's diner (`auth` throws `SessionChangedError` otherwise), and a 401 after
    * the key may have reached the server is a `SessionChangedError` too: the key must stay.

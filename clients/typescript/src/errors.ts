@@ -14,9 +14,9 @@ export class OrderingError extends Error {
 }
 
 /**
- * The server answered with an error that retrying cannot change (a 4xx other than 409
- * `IDEMPOTENCY_REQUEST_IN_PROGRESS` and 429). When retryable answers (5xx, 409 in progress,
- * 429) use up the attempts, `RetriesExhaustedError` is thrown instead, with the last one as
+ * The server answered with an error that retrying cannot change (a 4xx other than a proxy's
+ * 408, 409 `IDEMPOTENCY_REQUEST_IN_PROGRESS` and 429). When retryable answers (5xx, 408, 409
+ * in progress, 429) use up the attempts, `RetriesExhaustedError` is thrown instead, with the last one as
  * its `lastError`. `code` is the machine-readable `code` of the problem+json body (null if it had none).
  * A 401 answering an operation's key that may already have reached the server is a
  * `SessionChangedError` instead: the key must not be forgotten.
@@ -85,7 +85,7 @@ export class NetworkError extends OrderingError {
 }
 
 /**
- * Every allowed attempt failed transiently (network, 5xx, 409 in progress, 429). The outcome
+ * Every allowed attempt failed transiently (network, 5xx, 408, 409 in progress, 429). The outcome
  * is unknown. The operation's key stays in storage: calling the same operation again (same
  * `operationId`, or the same request) reuses it, after an app restart too, so the server
  * replays its result if it did execute it.

@@ -54,10 +54,11 @@ export function retryDelayMs(
   return Math.max(retryAfterMs ?? 0, backoffMs(policy, retry, random));
 }
 
-/** 409 in progress, 429 and every 5xx; nothing else (another 4xx is a final answer, stored
- * under the key, that a retry would only replay). */
+/** 408, 409 in progress, 429 and every 5xx; nothing else (another 4xx is a final answer,
+ * stored under the key, that a retry would only replay). A 408 is a proxy's that tired of
+ * waiting for the request: the server never had it, and the same key keeps a retry safe. */
 export function isRetryableStatus(status: number, code: string | null): boolean {
-  return status >= 500 || status === 429 || (status === 409 && code === IN_PROGRESS);
+  return status >= 500 || status === 408 || status === 429 || (status === 409 && code === IN_PROGRESS);
 }
 
 /** `Sun Nov  6 08:49:37 1994`: the one HTTP date form without a zone. */

@@ -212,6 +212,20 @@ describe("live server", { skip: live ? false : "run by tests/clients/test_typesc
     assert.equal(result.replayed, false);
   });
 
+  test("a proxy's 408 is retried with the same key and orders once", async () => {
+    // a load balancer tired of waiting for the body: the server never saw the request
+    const { client, wire } = clientOf(live!.proxy);
+    await control("answer-instead", { status: 408, count: 1, method: "POST", path: ORDERS });
+
+    const result = await client.placeOrder(orderBody());
+
+    const [timedOut, placed] = wire.posts(ORDERS);
+    assert.deepEqual([timedOut!.status, placed!.status], [408, 201]);
+    assert.equal(placed!.key, timedOut!.key);
+    assert.deepEqual([result.status, result.replayed], [201, false]);
+    assert.equal(await ordersOf((await client.session()).dinerId), 1);
+  });
+
   test("a key reused for another payload is a programming error, never retried", async () => {
     const storage = memoryStorage();
     const { client, wire } = clientOf(live!.api, { storage });

@@ -618,7 +618,7 @@ class OrderingClient:
         retry: RetryPolicy | None = None,
         renew: bool = False,
     ) -> ApiResult:
-        """Send until a final answer: retries network errors, 5xx, 409 in progress and 429
+        """Send until a final answer: retries network errors, 5xx, 408, 409 in progress and 429
         (waiting at least ``Retry-After``) within the policy's bounds; raises any other error
         answer at once. ``renew`` (a request whose ``auth`` reads the current session): a 401
         for the session, with a ``session_provider``, sends it once more as the provider's

@@ -12,10 +12,10 @@ class OrderingError(Exception):
 
 
 class ApiError(OrderingError):
-    """The server answered with an error that retrying cannot change (a 4xx other than 409
-    ``IDEMPOTENCY_REQUEST_IN_PROGRESS`` and 429). When retryable answers (5xx, 409 in
-    progress, 429) use up the attempts, :class:`RetriesExhaustedError` is raised instead, with
-    the last one as its ``last_error``.
+    """The server answered with an error that retrying cannot change (a 4xx other than a
+    proxy's 408, 409 ``IDEMPOTENCY_REQUEST_IN_PROGRESS`` and 429). When retryable answers (5xx,
+    408, 409 in progress, 429) use up the attempts, :class:`RetriesExhaustedError` is raised
+    instead, with the last one as its ``last_error``.
 
     ``code`` is the machine-readable ``code`` of the problem+json body (None if the body had
     none); ``problem`` is the whole parsed body.
@@ -59,7 +59,7 @@ class NetworkError(OrderingError):
 
 
 class RetriesExhaustedError(OrderingError):
-    """Every allowed attempt failed transiently (network, 5xx, 409 in progress, 429).
+    """Every allowed attempt failed transiently (network, 5xx, 408, 409 in progress, 429).
 
     The outcome is unknown. The operation's key stays in storage: calling the same operation
     again (same ``operation_id``, or the same request) reuses it, so a later call — after a

@@ -56,9 +56,10 @@ class RetryEvent:
 
 
 def is_retryable_status(status: int, code: str | None) -> bool:
-    """409 in progress, 429 and every 5xx; nothing else (another 4xx is a final answer,
-    stored under the key, that a retry would only replay)."""
-    return status >= 500 or status == 429 or (status == 409 and code == IN_PROGRESS)
+    """408, 409 in progress, 429 and every 5xx; nothing else (another 4xx is a final answer,
+    stored under the key, that a retry would only replay). A 408 is a proxy's that tired of
+    waiting for the request: the server never had it, and the same key keeps a retry safe."""
+    return status >= 500 or status in (408, 429) or (status == 409 and code == IN_PROGRESS)
 
 
 def parse_http_date(value: str | None) -> datetime | None:
