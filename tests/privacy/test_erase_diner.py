@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -41,6 +41,7 @@ from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.support.concurrency import at_once, committed_once_waited_on
 from tests.support.ports import free_port
 from tests.support.redis_nodes import RedisNode
+from tests.support.terminal import Terminal
 
 pytestmark = pytest.mark.django_db
 
@@ -274,6 +275,45 @@ def test_command_run_by_a_user_id_the_system_has_no_name_for_names_the_id(
 
     assert DinerErasure.objects.get().requested_by == f"cli:uid-{os.getuid()}"
     assert not Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+@pytest.mark.parametrize("answer", ["yan\n", "", "\n"], ids=["another-id", "no-answer", "empty"])
+def test_the_command_erases_nothing_until_the_diner_id_is_typed(
+    tenant, settings, monkeypatch, answer
+):
+    """Given a diner id, it anonymised the diner's orders and removed their replies without a
+    word, where the Privacy page wants a confirmation: a mistyped id (another diner's) or a
+    line recalled from the shell's history erased someone else. From a terminal it says what
+    goes and wants the id typed; a script, cron or ``call_command`` erases as written."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    zoe = api_for(tenant, diner="zoe")
+    place(zoe, menu, "k1")
+    place(zoe, menu, "k2")
+    monkeypatch.setattr("sys.stdin", Terminal(answer))
+    out = io.StringIO()
+
+    with pytest.raises(CommandError, match="nothing was done"):
+        call_command("erase_diner", tenant.slug, "zoe", stdout=out)
+
+    assert f"diner 'zoe' of {tenant.slug} (2 orders)" in out.getvalue()
+    assert "cannot be undone" in out.getvalue()
+    assert not DinerErasure.objects.exists()
+    assert Order.all_tenants.filter(tenant=tenant, diner_id="zoe").count() == 2
+    monkeypatch.setattr("sys.stdin", Terminal("zoe\n"))
+    call_command("erase_diner", tenant.slug, "zoe", stdout=io.StringIO())
+    assert DinerErasure.objects.get().counts["orders"] == 2
+    assert not Order.all_tenants.filter(diner_id="zoe").exists()
+
+
+def test_the_command_under_noinput_asks_nothing(tenant, settings, monkeypatch):
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1")
+    monkeypatch.setattr("sys.stdin", Terminal(""))
+
+    call_command("erase_diner", "--noinput", tenant.slug, "zoe", stdout=io.StringIO())
+
+    assert DinerErasure.objects.get().counts["orders"] == 1
 
 
 def test_the_privacy_page_names_owners_and_not_platform_staff(tenant, settings):

@@ -42,6 +42,7 @@ from tests.conftest import api_for, menu_for
 from tests.dashboard.factories import make_merchant
 from tests.privacy.conftest import dropped_by_another_process, tenant_keys
 from tests.privacy.test_erase_diner import place
+from tests.support.terminal import Terminal
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -396,13 +397,6 @@ def test_a_requester_longer_than_the_job_keeps_is_refused(make_tenant, tmp_path)
             "d" * 201,
         )
     assert not TenantOffboarding.objects.filter(tenant_ref=tenant.pk).exists()
-
-
-class Terminal(io.StringIO):
-    """An operator's terminal: what they type, line by line."""
-
-    def isatty(self) -> bool:
-        return True
 
 
 @pytest.mark.parametrize(

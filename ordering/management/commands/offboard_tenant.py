@@ -21,12 +21,12 @@ nothing: that was decided when it started.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ordering.management.confirmation import add_noinput, asks, confirm_by_typing
 from ordering.management.requester import operator, requester
 from ordering.models import Order, TenantOffboarding
 from ordering.privacy.offboarding import (
@@ -54,13 +54,7 @@ class Command(BaseCommand):
             help="Cancel every paid order not on its way yet (PAID to READY), refunding its "
             "diner through the cancel saga",
         )
-        parser.add_argument(
-            "--noinput",
-            "--no-input",
-            action="store_false",
-            dest="interactive",
-            help="Do not ask to type the tenant's slug before its offboarding starts",
-        )
+        add_noinput(parser, skips="the tenant's slug before its offboarding starts")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] < 1:
@@ -79,7 +73,7 @@ class Command(BaseCommand):
             .exclude(phase=TenantOffboarding.Phase.DONE)
             .exists()
         )
-        if options["interactive"] and sys.stdin.isatty() and not under_way:
+        if asks(options) and not under_way:
             self.confirm(tenant, export=options["export"])
         try:
             job = start_offboarding(
@@ -113,18 +107,14 @@ class Command(BaseCommand):
     def confirm(self, tenant: Tenant, *, export: Path) -> None:
         """Say what goes and return only once the operator typed the slug (module docstring)."""
         orders = Order.all_tenants.filter(tenant=tenant).count()
-        self.stdout.write(
-            f"Offboarding {tenant.slug} ({tenant.name}, {orders} orders) exports its data to "
-            f"{export}, then erases everything it has: orders, payments, menu, keys, members "
-            "and stored answers. This cannot be undone."
+        confirm_by_typing(
+            self,
+            what_goes=(
+                f"Offboarding {tenant.slug} ({tenant.name}, {orders} orders) exports its data "
+                f"to {export}, then erases everything it has: orders, payments, menu, keys, "
+                "members and stored answers. This cannot be undone."
+            ),
+            expected=tenant.slug,
+            name="the slug",
+            action="offboard it",
         )
-        self.stdout.flush()
-        try:
-            typed = input(f"Type the slug {tenant.slug!r} to offboard it: ")
-        except EOFError:
-            raise CommandError(
-                "not confirmed (the input ended); nothing was done: "
-                "run it with --noinput to offboard without asking"
-            ) from None
-        if typed.strip() != tenant.slug:
-            raise CommandError(f"{typed.strip()!r} is not {tenant.slug!r}; nothing was done")
