@@ -111,6 +111,16 @@ class IdempotentRequest:
         return node_for(self.scoped.tenant, key=self.scoped.redis_key)
 
     @cached_property
+    def cache_mark(self) -> int | None:
+        """This process's result cache's :meth:`~LocalResultCache.mark` as the request began
+        (:func:`process` reads it first): its result is kept in that cache only if no key was
+        invalidated since. Between the commit of its record and its reply reaching the cache,
+        an erasure could remove both and announce the key, and the reply put after that
+        announcement replayed the erased diner for ``LOCAL_CACHE_TTL_SECONDS``."""
+        cache = cache_beside(self.node)
+        return None if cache is None else cache.mark()
+
+    @cached_property
     def field_hashes(self) -> dict[str, str]:
         """The per-field hashes under :attr:`fingerprint_version`, computed when first asked
         for: a claim stores them, a REUSED answer compares them, and a replay the worker's
@@ -168,9 +178,10 @@ class _AlreadyCommitted(Exception):
 def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     """Answer ``req``: replay, refuse, or run ``execute`` exactly once across duplicates."""
     cache = cache_beside(req.node)
+    # the cache's mark is taken before anything is read or stored (IdempotentRequest.cache_mark)
     cached = (
         cache.lookup(req.scoped.redis_key, fingerprints=req.fingerprints)
-        if cache is not None
+        if cache is not None and req.cache_mark is not None
         else None
     )
     if cached is not None and cached.outcome is Outcome.HIT:
@@ -588,6 +599,7 @@ def _remember(req: IdempotentRequest, stored: StoredResponse) -> None:
         fingerprint_version=req.fingerprint_version,
         response=stored,
         ttl_s=req.ttl_seconds,
+        unless_dropped_since=req.cache_mark,
     )
 
 

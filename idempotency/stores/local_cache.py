@@ -106,6 +106,7 @@ class LocalResultCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[CachedResult, float, int]] = OrderedDict()
         self._bytes = 0
+        self._dropped = 0  # keys invalidated so far: see mark()
         _FORK_HOOKS.add(self)
 
     def get(self, key: str) -> CachedResult | None:
@@ -134,11 +135,14 @@ class LocalResultCache:
         fingerprint_version: int,
         response: StoredResponse,
         ttl_s: float | None = None,
+        unless_dropped_since: int | None = None,
     ) -> None:
         """Cache a finished result; evicts the least recently used entries while either bound
         is exceeded. An entry larger than the whole byte budget is not cached.
 
         ``ttl_s`` may shorten the default, e.g. to the remaining Redis TTL of the entry.
+        ``unless_dropped_since``: a :meth:`mark` taken before the result was read or stored;
+        nothing is cached if a key was invalidated since (it may have been this one).
         """
         ttl = self._ttl_s if ttl_s is None else min(ttl_s, self._ttl_s)
         if ttl <= 0:
@@ -147,6 +151,8 @@ class LocalResultCache:
         cost = entry_bytes(key, response)
         expires_at = self._clock() + ttl
         with self._lock:
+            if unless_dropped_since is not None and unless_dropped_since != self._dropped:
+                return
             self._drop(key)
             if cost > self._max_bytes:
                 return
@@ -158,6 +164,7 @@ class LocalResultCache:
     def invalidate(self, key: str) -> bool:
         """Drop ``key``; ``True`` if it was cached."""
         with self._lock:
+            self._dropped += 1
             return self._drop(key)
 
     def clear(self) -> None:
@@ -165,6 +172,15 @@ class LocalResultCache:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+    def mark(self) -> int:
+        """Where the invalidations stand now, for :meth:`put`'s ``unless_dropped_since``. A
+        request that read or stored a result before an erasure or a purge removed its key (and
+        announced it) put it here after the announcement had passed, and replayed what was
+        erased for up to the entry's TTL: it takes a mark first, and keeps nothing if a key was
+        invalidated since (rare: only erasures, purges and offboardings announce keys)."""
+        with self._lock:
+            return self._dropped
 
     @property
     def bytes_used(self) -> int:

@@ -175,6 +175,27 @@ def test_lookup_applies_the_fingerprint_version_rule() -> None:
     assert cache.lookup("absent", fingerprints={1: "fp1"}) is None
 
 
+def test_a_result_read_before_a_key_was_invalidated_is_not_kept() -> None:
+    """A request takes a mark before it reads or stores its result: a key invalidated since
+    (an erasure's announcement that came first) keeps its result out of the cache, where it
+    would have been replayed for the entry's TTL; with no invalidation since, it is kept."""
+    cache = LocalResultCache()
+    mark = cache.mark()
+    cache.invalidate("k")
+    cache.put(
+        "k", fingerprint="fp1", fingerprint_version=1, response=RESPONSE, unless_dropped_since=mark
+    )
+    assert cache.get("k") is None
+    cache.put(
+        "k",
+        fingerprint="fp1",
+        fingerprint_version=1,
+        response=RESPONSE,
+        unless_dropped_since=cache.mark(),
+    )
+    assert cache.get("k") is not None
+
+
 def test_concurrent_use_keeps_the_bound() -> None:
     cache = LocalResultCache(max_entries=50)
 

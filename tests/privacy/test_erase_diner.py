@@ -23,6 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from idempotency.audit import AuditEvent
+from idempotency.core import engine
 from idempotency.core.keys import redis_key_for
 from idempotency.core.ratelimit import rate_key
 from idempotency.core.tokens import principal_quota_key
@@ -698,3 +699,38 @@ def test_a_reply_kept_before_the_restaurant_was_split_into_sub_buckets_goes_too(
     stores.local_cache().clear()
     again = cancel_as_merchant(tenant, order_id)
     assert again["X-Idempotent-Result"] != "HIT" and b"zoe" not in again.content
+
+
+def test_a_merchant_reply_finished_while_the_diner_is_erased_is_not_replayed_from_memory(
+    tenant, settings, monkeypatch
+):
+    """The restaurant's backend moves zoe's order, and its move commits (the order, and the
+    record of its reply, which shows zoe and her note); zoe is erased before the serving
+    process hands that reply to Redis and to its own cache of finished replies. The erasure
+    deleted the record and the key, and told every cache to drop it, before the process put
+    the reply in its cache: the merchant's retry within LOCAL_CACHE_TTL_SECONDS was replayed
+    zoe and her note from memory although the erasure had finished."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    menu = menu_for(tenant)
+    placed = place(api_for(tenant, diner="zoe"), menu, "k1", note="ring twice, ask for zoe")
+    merchant = api_for(tenant, kind=ApiClient.Kind.MERCHANT)
+    move = f"/api/v1/orders/{placed.json()['id']}/transition/"
+    finish = engine._finish
+    erased: list[DinerErasure] = []
+
+    def erased_first(*args: Any, **kwargs: Any) -> Any:
+        # the move's record is committed: the erasure runs before its reply is kept
+        if not erased:
+            erased.append(erase_diner(tenant=tenant, diner_id="zoe", requested_by="owner:ann"))
+        return finish(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_finish", erased_first)
+    moved = merchant.post(move, {"to": "CANCELLED"}, format="json", HTTP_IDEMPOTENCY_KEY="m1")
+    assert moved.status_code == 200 and b'"zoe"' in moved.content
+    assert erased and erased[0].counts["records"] == 2  # zoe's order and the merchant's move
+    monkeypatch.setattr(engine, "_finish", finish)
+
+    again = merchant.post(move, {"to": "CANCELLED"}, format="json", HTTP_IDEMPOTENCY_KEY="m1")
+
+    assert b"zoe" not in again.content, (again["X-Idempotent-Result"], again.content)
+    assert not [k for k, content in tenant_keys(str(tenant.pk)).items() if b"zoe" in content]
