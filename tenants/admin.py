@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from config.admin_saves import SavesChangedFieldsOnly
-from tenants import credential_cache, user_admin
+from tenants import credential_cache, login_admin, user_admin
 from tenants.api_keys import revoke_api_key
 from tenants.diner_sessions import end_sessions
 from tenants.members import LAST_OWNER, MemberError, is_last_owner, lock_owners, remove_member
@@ -32,6 +32,8 @@ from tenants.models import ApiClient, DinerSession, Membership, Tenant
 
 # accounts and groups: only superusers grant (tenants/user_admin.py)
 user_admin.register()
+# the login throttle's attempts: cleaning up needs the permission to delete them
+login_admin.register()
 
 
 STAFF_ACCOUNT = (

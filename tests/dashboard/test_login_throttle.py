@@ -15,10 +15,12 @@ from unittest import mock
 
 import pytest
 from axes.models import AccessAttempt
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db.models import F
 from django.test import Client
+from django.utils import timezone
 
 from tests.dashboard.factories import PASSWORD
 from tests.support.concurrency import at_once
@@ -262,3 +264,48 @@ def test_guesses_across_accounts_at_once_stop_at_the_address_limit() -> None:
 
     assert len(checked) == 20
     assert sorted(answers) == [200] * 19 + [429] * 11
+
+
+def test_staff_who_may_delete_attempts_clean_up_the_expired_ones_and_nobody_else_does() -> None:
+    """The admin's "Clean up expired attempts" on the login attempts' list deletes the attempts
+    past the lockout's cool-off, and leaves a lockout running: it answered 500 to everyone
+    (axes' action reads a time its login handling sets on the request, which an admin page's
+    request does not carry), and was offered to staff who may only view the attempts."""
+
+    def signed_in(*codenames: str) -> Client:
+        user = User.objects.create_user(f"staff-{len(codenames)}", is_staff=True)
+        user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+        browser = Client()
+        browser.force_login(user)  # before the attempts: a login cleans expired ones up
+        return browser
+
+    viewer = signed_in("view_accessattempt")
+    deleter = signed_in("view_accessattempt", "delete_accessattempt")
+    expired, running = (
+        AccessAttempt.objects.create(
+            username=name,
+            ip_address="198.51.100.7",
+            failures_since_start=5,
+            user_agent="",
+            get_data="",
+            post_data="",
+            http_accept="",
+            path_info="/dashboard/login/",
+        )
+        for name in ("expired", "running")
+    )
+    AccessAttempt.objects.filter(pk=expired.pk).update(
+        attempt_time=timezone.now() - timedelta(minutes=15, seconds=1)
+    )
+
+    def clean_up(browser: Client) -> int:
+        return browser.post(
+            "/admin/axes/accessattempt/",
+            {"action": "cleanup_expired_attempts", ACTION_CHECKBOX_NAME: [str(running.pk)]},
+        ).status_code
+
+    assert clean_up(viewer) == 200  # the list again: no such action for them
+    assert AccessAttempt.objects.count() == 2
+
+    assert clean_up(deleter) == 302
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["running"]
