@@ -4,7 +4,8 @@
   for each distinct diner, logged as ``staff:<username>``), after a page listing the diners.
 - Tenants: "Offboard selected tenants", which starts the offboarding as a Celery task (the
   archive goes to ``settings.OFFBOARDING_EXPORT_DIR``) once staff have typed each tenant's
-  slug on its confirmation page; it needs the permission to delete tenants. The tenants app
+  slug on its confirmation page; it needs the permission to delete tenants, and it is the only
+  way a tenant is deleted here (no Delete page, no "Delete selected"). The tenants app
   knows nothing of orders, so the action is added here, to a subclass of its ``TenantAdmin``
   registered in its place.
 - Erasure logs, logs of copies of diners' data given, and offboarding jobs: read-only. The
@@ -125,9 +126,20 @@ admin.site.unregister(Tenant)
 class TenantAdmin(BaseTenantAdmin):
     actions = [*BaseTenantAdmin.actions, "offboard"]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Tenant | None = None) -> bool:
+        """Never: a restaurant leaves through its offboarding only. Django's Delete page and
+        "Delete selected" cascaded through a restaurant with no orders (one opened here, no
+        owner yet), skipping the archive and the removal of the engine's records and Redis
+        keys, which have no foreign key to cascade through."""
+        return False
+
+    def has_offboard_permission(self, request: HttpRequest) -> bool:
+        """The permission to delete tenants, which only offboarding carries out."""
+        return request.user.has_perm("tenants.delete_tenant")
+
     @admin.action(
         description="Offboard selected tenants (export, then erase everything)",
-        permissions=["delete"],
+        permissions=["offboard"],
     )
     def offboard(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> TemplateResponse | None:
         """Shows what goes and wants each tenant's slug typed before anything starts."""

@@ -127,6 +127,26 @@ def test_offboarding_needs_the_permission_to_delete_tenants(tenant):
     assert Tenant.objects.get(pk=tenant.pk).is_active
 
 
+def test_a_tenant_leaves_only_through_offboarding_never_a_plain_delete(staff, make_tenant):
+    """Django's Delete page and "Delete selected" were offered beside Offboard: a restaurant
+    with no orders (one opened in the admin, no owner yet) was deleted there by a cascade that
+    skipped the offboarding's archive and its removal of the engine's records and the Redis
+    keys, left behind holding its diners' stored replies and tokens."""
+    quiet = make_tenant(slug="quiet")
+    api_for(quiet, diner="zoe")  # a key and a diner's session: rows a plain delete cascaded
+
+    change = staff.get(f"/admin/tenants/tenant/{quiet.pk}/change/").content.decode()
+    listed = staff.get("/admin/tenants/tenant/").content.decode()
+    deleted = staff.post(f"/admin/tenants/tenant/{quiet.pk}/delete/", {"post": "yes"})
+    bulk = run_action(staff, "/admin/tenants/tenant/", "delete_selected", [quiet.pk], post="yes")
+
+    assert f"/admin/tenants/tenant/{quiet.pk}/delete/" not in change
+    assert 'value="delete_selected"' not in listed and 'value="offboard"' in listed
+    assert deleted.status_code == 403 and bulk.status_code in (200, 302)
+    assert Tenant.objects.filter(pk=quiet.pk).exists()
+    assert DinerSession.objects.filter(tenant=quiet).exists()
+
+
 def test_erasing_diners_needs_the_permission_to_log_an_erasure(tenant, settings):
     """Staff who move orders (view and change them) may not erase their diners, which cannot be
     undone (red: they erased zoe); given "Can add diner erasure" they may."""
