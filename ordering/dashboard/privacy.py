@@ -41,9 +41,12 @@ def privacy(request: HttpRequest) -> HttpResponse:
             messages.error(request, ERASURE_UNFINISHED)
             return redirect("dash-privacy")
         if any(log.counts.values()):
+            # the orders showing the pseudonym, not the ones this submit renamed: a submit
+            # that finished one a Redis node had stopped found them renamed already
+            shown = Order.objects.for_tenant(tenant).filter(diner_id=log.pseudonym).count()
             messages.success(
                 request,
-                f"Diner erased: {log.counts['orders']} order(s) now show {log.pseudonym}; "
+                f"Diner erased: {shown} order(s) now show {log.pseudonym}; "
                 f"{log.counts['records']} stored replies and {log.counts['sessions']} "
                 "session(s) removed.",
             )
