@@ -48,6 +48,7 @@ from django.utils import timezone
 from idempotency import erasure
 from idempotency.models import IdempotencyRecord
 from idempotency.stores.audit_stream import drain_audits
+from idempotency.stores.nodes import REDIS_UNAVAILABLE
 from ordering.errors import OrderingError
 from ordering.models import (
     Compensation,
@@ -144,8 +145,11 @@ def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffbo
         try:
             job = step(job_id)
         except Exception as exc:  # keep why it stopped on the job for staff, then fail loudly
+            why = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, REDIS_UNAVAILABLE):  # an outage: the beat's sweep resumes it
+                why = f"{WAITING_FOR_REDIS} ({why}); run the offboarding again later"
             TenantOffboarding.objects.filter(pk=job_id).update(
-                last_error=f"{type(exc).__name__}: {exc}"[:2000], updated_at=timezone.now()
+                last_error=why[:2000], updated_at=timezone.now()
             )
             raise
         steps += 1
@@ -156,14 +160,20 @@ def run_offboarding(job_id: int, *, max_steps: int | None = None) -> TenantOffbo
 
 def stalled_jobs(*, limit: int = 100) -> list[int]:
     """Open jobs nothing has moved for ``OFFBOARDING_STALLED_AFTER_SECONDS`` that stopped for
-    no error (under way, or waiting for the restaurant's money): the message that was to run
-    their next steps was lost. Every step saves the job, so a job whose messages still run is
-    never this old; one stopped by an error is left for staff, who see why on the job."""
+    no error (under way, or waiting for the restaurant's money) or because Redis did not
+    answer: the message that was to run their next steps was lost, or the step it ran met the
+    outage that lost it (Redis restarted, failed over, or frozen past its timeout). Every step
+    saves the job, so a job whose messages still run is never this old; one stopped by another
+    error is left for staff, who see why on the job."""
     quiet_since = timezone.now() - timedelta(seconds=settings.OFFBOARDING_STALLED_AFTER_SECONDS)
     stalled = (
         TenantOffboarding.objects.exclude(phase=Phase.DONE)
         .filter(updated_at__lt=quiet_since)
-        .filter(Q(last_error="") | Q(last_error__startswith=WAITING_FOR_MONEY))
+        .filter(
+            Q(last_error="")
+            | Q(last_error__startswith=WAITING_FOR_MONEY)
+            | Q(last_error__startswith=WAITING_FOR_REDIS)
+        )
         .order_by("updated_at")
     )
     return list(stalled.values_list("pk", flat=True)[:limit])
@@ -237,6 +247,7 @@ def _suspend(job: TenantOffboarding) -> None:
 
 
 WAITING_FOR_MONEY = "waiting for the restaurant's money in flight to settle"
+WAITING_FOR_REDIS = "waiting for Redis to answer"
 
 
 def money_in_flight(tenant_id: int) -> str:

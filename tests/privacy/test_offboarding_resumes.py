@@ -17,11 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections, transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
 
 from idempotency.core.keys import redis_key_from_digest
 from idempotency.models import IdempotencyRecord
@@ -29,11 +32,15 @@ from ordering.models import Order, OrderLine, TenantOffboarding
 from ordering.privacy.offboarding import (
     OffboardingRefused,
     run_offboarding,
+    stalled_jobs,
     start_offboarding,
     step,
 )
+from tenants.models import Tenant
+from tests.conftest import use_topology
 from tests.privacy.conftest import tenant_keys
 from tests.privacy.test_offboard_tenant import busy_tenant, rows_of_tenant
+from tests.support.redis_nodes import RedisNode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,3 +262,46 @@ def test_a_job_given_another_path_after_a_killed_export_leaves_no_partial_archiv
     # then no partial archive is left beside the first path
     assert TenantOffboarding.objects.get().is_done and second.exists()
     assert list(first.parent.iterdir()) == []
+
+
+@pytest.mark.fault
+@pytest.mark.django_db(transaction=True)
+def test_a_job_stopped_by_redis_going_away_is_resumed_by_the_beat_sweep(
+    make_tenant, tmp_path, settings
+):
+    """Redis gone mid-step (restarted, failed over, frozen past its timeout) is the outage the
+    beat's sweep is there for, not an error staff must see to (red when every error kept the
+    job out of the sweep: one Redis read timing out in the engine phase left the restaurant
+    fenced and half-erased until someone opened the admin)."""
+    settings.DINER_SESSION_STATE_CACHE_SECONDS = 0.05
+    settings.OFFBOARDING_DRAIN_SECONDS = 0
+    node = RedisNode().start()
+    try:
+        use_topology(settings, shards=[node.url])
+        tenant = make_tenant(slug="leaving")
+        busy_tenant(tenant)
+        job = start_offboarding(
+            tenant=tenant, export_path=tmp_path / "leaving.zip", requested_by="t"
+        )
+        while TenantOffboarding.objects.get(pk=job.pk).phase != TenantOffboarding.Phase.ENGINE:
+            step(job.pk)
+        # when Redis goes away as the engine's records are removed with their entries
+        node.client().save()
+        node.stop()
+        with pytest.raises(RedisError):
+            run_offboarding(job.pk)
+        node.start()
+        # then, once nothing has moved the job for the sweep's while, the sweep takes it up
+        assert stalled_jobs() == []
+        TenantOffboarding.objects.filter(pk=job.pk).update(
+            updated_at=timezone.now()
+            - timedelta(seconds=settings.OFFBOARDING_STALLED_AFTER_SECONDS + 1)
+        )
+        assert stalled_jobs() == [job.pk]
+        # and running it finishes it
+        assert run_offboarding(job.pk).is_done
+        assert not Tenant.objects.filter(pk=tenant.pk).exists()
+        assert {label: rows for label, rows in rows_of_tenant(tenant.pk).items() if rows} == {}
+        assert tenant_keys(str(tenant.pk)) == {}
+    finally:
+        node.remove()
