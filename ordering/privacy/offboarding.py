@@ -195,6 +195,10 @@ def step(job_id: int) -> TenantOffboarding:
         job = TenantOffboarding.objects.select_for_update().get(pk=job_id)
         if job.is_done or job.phase == Phase.REDIS:  # another runner got here first
             return job
+        # a step that goes through is past why a run stopped (the suspension says again what
+        # it waits for): kept, the admin showed the job as stopped on it, and the beat's sweep
+        # never resumed the job once a later message of it was lost
+        job.last_error = ""
         _PHASES[job.phase](job)
         job.save()
     return job
@@ -407,7 +411,7 @@ def _redis_keys(job: TenantOffboarding) -> TenantOffboarding:
             _count(locked, "redis_keys", deleted)
             locked.save(update_fields=["counts", "batches", "updated_at"])
     TenantOffboarding.objects.filter(pk=job.pk, phase=Phase.REDIS).update(
-        phase=Phase.TABLES, updated_at=timezone.now()
+        phase=Phase.TABLES, last_error="", updated_at=timezone.now()
     )
     return TenantOffboarding.objects.get(pk=job.pk)
 

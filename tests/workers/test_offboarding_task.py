@@ -13,7 +13,13 @@ from django.utils import timezone
 
 from ordering.background.tasks import resume_stalled_offboardings
 from ordering.models import TenantOffboarding
-from ordering.privacy.offboarding import WAITING_FOR_MONEY, stalled_jobs, start_offboarding
+from ordering.privacy.offboarding import (
+    WAITING_FOR_MONEY,
+    run_offboarding,
+    stalled_jobs,
+    start_offboarding,
+    step,
+)
 from tenants.models import Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.conftest import tenant_keys
@@ -99,5 +105,32 @@ def test_a_job_waiting_for_the_restaurant_s_money_is_resumed_once_quiet(make_ten
     _quiet_for(job, minutes=5)
     assert stalled_jobs() == []  # its own message looks again every minute
 
+    _quiet_for(job, minutes=11)
+    assert stalled_jobs() == [job.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_continued_past_its_error_no_longer_shows_it_and_is_resumed_once_quiet(
+    make_tenant, tmp_path
+):
+    """Why a run stopped is kept on the job until a run gets past it (red when the error
+    stayed: the admin showed a job moving on as stopped on it, and the beat's sweep, taking
+    it for one staff must see to, never sent again a message of it the broker lost)."""
+    tenant = make_tenant(slug="continued")
+    assert place(api_for(tenant, diner="zoe"), menu_for(tenant), "k1").status_code == 201
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    job = start_offboarding(tenant=tenant, export_path=blocked / "a.zip", requested_by="t")
+    with pytest.raises(OSError):
+        run_offboarding(job.pk)
+    job.refresh_from_db()
+    assert job.phase == "export"
+    assert job.last_error.startswith("FileExistsError"), job.last_error
+    # when staff give another path and continue it, and its export goes through
+    start_offboarding(tenant=tenant, export_path=tmp_path / "b.zip", requested_by="t")
+    step(job.pk)
+    # then the job no longer says it stopped, and a message of it lost later is sent again
+    job.refresh_from_db()
+    assert (job.phase, job.last_error) == ("engine", "")
     _quiet_for(job, minutes=11)
     assert stalled_jobs() == [job.pk]
