@@ -6,7 +6,8 @@ in the same transaction as the view's writes. That transaction, the database cla
 records are on ``DATABASES["default"]``: a view whose models ``DATABASE_ROUTERS`` (or a
 ``using=``) send to another database writes outside it, and loses them silently. Django cannot
 tell which database a view writes to, so the check warns whenever there is more than one; a
-router that sends the engine's own models elsewhere is an error (``idempotency.E007``).
+router that sends the engine's own models elsewhere is an error (``idempotency.E007``), and so
+is a ``default`` that is neither PostgreSQL nor SQLite (``idempotency.E008``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, router
+from django.db.utils import load_backend
 
 
 @register(Tags.compatibility)
@@ -36,10 +39,12 @@ def check_views_write_to_the_engines_database(
                 id="idempotency.E005",
             )
         ]
+    unsupported = _unsupported_vendor(default_engine)
     others = [alias for alias in settings.DATABASES if alias != DEFAULT_DB_ALIAS]
     if not others:
-        return []
+        return unsupported
     return [
+        *unsupported,
         *_engine_models_routed_away(),
         Warning(
             f"More than one database is configured ({', '.join(others)} besides default): the "
@@ -52,6 +57,34 @@ def check_views_write_to_the_engines_database(
             id="idempotency.W003",
         ),
     ]
+
+
+def _unsupported_vendor(engine: str) -> list[CheckMessage]:
+    """An error when ``DATABASES["default"]`` is neither PostgreSQL nor SQLite. The record's
+    statement (PostgreSQL's function, SQLite's ``INSERT … ON CONFLICT … RETURNING``) and the
+    database claim (an advisory lock, the writer lock) are theirs: on MySQL or MariaDB
+    ``migrate`` ran and the check was silent, then every decorated request ran its view and
+    failed with a 500 at the record's statement, and every retry of its key ran the view
+    again. A backend whose driver is missing is left to Django, which names it."""
+    try:
+        vendor = load_backend(engine).DatabaseWrapper.vendor
+    except (ImportError, ImproperlyConfigured):
+        return []
+    if vendor in _SUPPORTED_VENDORS:
+        return []
+    return [
+        Error(
+            f'DATABASES["default"] is {vendor} ({engine}), while the idempotency engine runs on '
+            "PostgreSQL and SQLite only (its record statement and its database claim are "
+            "theirs): every request to an @idempotent or @idempotent_form view would run the "
+            "view, then fail with a 500, and every retry of its key would run the view again.",
+            hint='Make DATABASES["default"] a PostgreSQL database (SQLite for an embedded site).',
+            id="idempotency.E008",
+        )
+    ]
+
+
+_SUPPORTED_VENDORS = ("postgresql", "sqlite")
 
 
 def _engine_models_routed_away() -> list[CheckMessage]:

@@ -13,8 +13,8 @@ the database, inside the business transaction, before it looks for a committed r
 - SQLite (the embedded demo): the transaction's ``BEGIN IMMEDIATE`` (``transaction_mode``
   in the settings) already holds the database's one writer lock, so a duplicate's transaction
   starts only after the first committed; nothing more to take.
-- Other databases: no claim; the unique index arbitrates (a duplicate may run the view, and is
-  rolled back).
+- Other databases: none; the engine does not run on them (the system check
+  ``idempotency.E008`` refuses them).
 
 The in-flight policy is the same as in Redis mode: ``reject`` answers at once when the key is
 held, ``wait`` blocks up to the endpoint's wait budget (``lock_timeout``, set for this one

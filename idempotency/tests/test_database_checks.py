@@ -40,6 +40,29 @@ def test_an_empty_default_database_is_an_error(settings: Any) -> None:
     assert engine_warnings() == []
 
 
+@pytest.mark.parametrize(
+    ("engine", "refused"),
+    [
+        ("idempotency.tests.testapp.unclaimed_backend", True),
+        ("django.db.backends.sqlite3", False),
+        ("django.db.backends.postgresql", False),
+    ],
+    ids=["unclaimed", "sqlite", "postgresql"],
+)
+def test_a_default_database_the_engine_cannot_run_on_is_an_error(
+    settings: Any, engine: str, refused: bool
+) -> None:
+    """(red: no message; on MariaDB 10.11 `migrate` ran and `check` was silent, then every
+    request to a decorated view ran the view and failed with a 500, a syntax error at the
+    record's ``ON CONFLICT``, and every retry of the key ran it again)"""
+    settings.DATABASES = {"default": {"ENGINE": engine, "NAME": "unused"}}
+    errors = [m for m in run_checks() if m.id == "idempotency.E008"]
+    assert [e.is_serious() for e in errors] == ([True] if refused else [])
+    if refused:
+        assert errors[0].msg.startswith('DATABASES["default"] is unclaimed')
+        assert "PostgreSQL and SQLite only" in errors[0].msg
+
+
 class EngineElsewhere:
     """A host's router that sends the engine's app to a database of its own, ``ops``."""
 
