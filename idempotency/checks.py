@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
 from idempotency.core.conf import DEFAULTS, MAX_AUDIT_RETENTION_DAYS, MAX_TTL_SECONDS, a_test_run
+from idempotency.core.transactions import backend_vendor
 from idempotency.stores.breaker import CircuitBreaker
 
 Problem = str  # what is wrong, as a sentence that follows the setting's name
@@ -116,7 +117,8 @@ def _database_claim_warnings() -> list[CheckMessage]:
     """The database claim on SQLite is the writer lock a transaction takes when it begins
     (ADR 0005); a deferred transaction takes it only at its first write, after the view ran."""
     database = settings.DATABASES.get("default", {})
-    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+    engine = str(database.get("ENGINE") or "")
+    if not engine or backend_vendor(engine) != "sqlite":
         return []
     if str(database.get("OPTIONS", {}).get("transaction_mode", "")).upper() == "IMMEDIATE":
         return []

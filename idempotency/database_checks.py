@@ -17,9 +17,9 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, router
-from django.db.utils import load_backend
+
+from idempotency.core.transactions import backend_vendor
 
 
 @register(Tags.compatibility)
@@ -66,11 +66,8 @@ def _unsupported_vendor(engine: str) -> list[CheckMessage]:
     ``migrate`` ran and the check was silent, then every decorated request ran its view and
     failed with a 500 at the record's statement, and every retry of its key ran the view
     again. A backend whose driver is missing is left to Django, which names it."""
-    try:
-        vendor = load_backend(engine).DatabaseWrapper.vendor
-    except (ImportError, ImproperlyConfigured):
-        return []
-    if vendor in _SUPPORTED_VENDORS:
+    vendor = backend_vendor(engine)
+    if vendor is None or vendor in _SUPPORTED_VENDORS:
         return []
     return [
         Error(

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.db.backends.utils import CursorWrapper
+from django.db.utils import load_backend
 
 _in_engine_transaction: ContextVar[bool] = ContextVar("in_engine_transaction", default=False)
 _savepoints = count(1)
@@ -188,3 +190,15 @@ def engine_transaction() -> Iterator[EngineTransaction]:
 
 def _writer_lock_busy(exc: OperationalError) -> bool:
     return connection.vendor == "sqlite" and "database is locked" in str(exc)
+
+
+def backend_vendor(engine: str) -> str | None:
+    """The vendor of database backend ``engine`` (a ``DATABASES`` ``ENGINE``), as its
+    connections will name it (``connection.vendor``, which the engine's statements follow),
+    whatever the backend's module is called: GeoDjango's ``spatialite`` is ``sqlite``, and
+    ``postgis`` is ``postgresql``. None when the backend cannot be loaded (its driver is
+    missing: Django names that itself)."""
+    try:
+        return load_backend(engine).DatabaseWrapper.vendor
+    except (ImportError, ImproperlyConfigured):
+        return None

@@ -350,11 +350,18 @@ def test_every_setting_the_engine_reads_is_in_defaults():
     ],
     ids=["default", "deferred", "immediate"],
 )
-def test_sqlite_without_immediate_transactions_is_a_warning(settings, options, warned):
-    # the database claim on SQLite is the writer lock BEGIN IMMEDIATE takes (ADR 0005)
+@pytest.mark.parametrize(
+    "engine",
+    ["django.db.backends.sqlite3", "idempotency.tests.testapp.host_sqlite_backend"],
+    ids=["django", "host-backend"],
+)
+def test_sqlite_without_immediate_transactions_is_a_warning(settings, options, warned, engine):
+    """The database claim on SQLite is the writer lock BEGIN IMMEDIATE takes (ADR 0005),
+    whatever the backend's module is called (red for ``host-backend``: a SQLite backend whose
+    ENGINE does not end in ``sqlite3``, as GeoDjango's spatialite, was never warned about)."""
     settings.DATABASES = {
         **settings.DATABASES,
-        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:", "OPTIONS": options},
+        "default": {"ENGINE": engine, "NAME": ":memory:", "OPTIONS": options},
     }
     ids = [m.id for m in check_engine_settings()]
     assert ("idempotency.W002" in ids) is warned
