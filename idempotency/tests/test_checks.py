@@ -430,6 +430,18 @@ def test_a_form_page_given_lazily_or_as_no_page_is_named_before_any_request(monk
         forms.idempotent_form(form_page=5)(save_note)
 
 
+def test_an_async_class_based_form_view_is_an_error_before_any_request(settings):
+    """``@method_decorator(idempotent_form(...), name="post")`` applies the decorator at each
+    call, so an ``async def post`` passed the import and every POST was a 500
+    (``ImproperlyConfigured``); the check names it before any request (red: no message)."""
+    assert [m for m in run_checks() if m.id == "idempotency.E009"] == []
+    settings.ROOT_URLCONF = "idempotency.tests.testapp.async_form_urls"
+    [error] = [m for m in run_checks() if m.id == "idempotency.E009"]
+    assert error.is_serious()
+    assert error.msg.startswith("@idempotent_form of AsyncNoteFormView.post (notes/form/async/)")
+    assert "async view" in error.msg
+
+
 @pytest.mark.django_db
 def test_a_local_cache_ttl_of_0_passes_the_check_and_keeps_no_result(settings, tenant):
     """``LOCAL_CACHE_TTL_SECONDS = 0`` ("keep none in the process") passed ``manage.py check``,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.shortcuts import resolve_url
-from django.urls import NoReverseMatch, get_resolver
+from django.urls import NoReverseMatch, URLResolver, get_resolver
 from django.utils.functional import Promise
 
 from idempotency.web import forms
@@ -36,6 +37,46 @@ def check_form_pages(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                 )
             )
     return messages
+
+
+@register(Tags.urls)
+def check_async_class_based_form_views(
+    app_configs: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """No class-based view served by a URL has an ``async def`` handler under
+    ``@method_decorator(idempotent_form(...))``. ``method_decorator`` applies the decorator
+    at each call (when the class is made it hands over a sync stand-in), so the refusal of an
+    async view that a function view gets when its module is imported came only at the first
+    POST, as a 500 at every one."""
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # a URLconf that does not load: Django's own URL checks name that
+        return []
+    return [
+        Error(
+            f"@idempotent_form of {view_class.__qualname__}.{method} ({route}) decorates an "
+            "async view: the engine protects sync views only (def, not async def), and every "
+            "POST would fail with a 500",
+            hint="make the handler a def, or leave it undecorated",
+            id="idempotency.E009",
+        )
+        for route, view_class in _class_based_views(patterns, prefix="")
+        for method in view_class.http_method_names
+        if getattr(getattr(view_class, method, None), "idempotency_policy", None) is not None
+        and iscoroutinefunction(getattr(view_class, method))
+    ]
+
+
+def _class_based_views(patterns: list[Any], *, prefix: str) -> list[tuple[str, type]]:
+    """(route, class) of every class-based view (``as_view()``) the URL patterns serve."""
+    found: list[tuple[str, type]] = []
+    for pattern in patterns:
+        route = f"{prefix}{pattern.pattern}"
+        if isinstance(pattern, URLResolver):
+            found.extend(_class_based_views(pattern.url_patterns, prefix=route))
+        elif isinstance(getattr(pattern.callback, "view_class", None), type):
+            found.append((route, pattern.callback.view_class))
+    return found
 
 
 def _given(page: str | Promise) -> str:
