@@ -39,7 +39,10 @@ def check_views_write_to_the_engines_database(
                 id="idempotency.E005",
             )
         ]
-    unsupported = _unsupported_vendor(default_engine)
+    unsupported = [
+        *_unsupported_vendor(default_engine),
+        *_snapshot_isolation(default_engine, settings.DATABASES[DEFAULT_DB_ALIAS]),
+    ]
     others = [alias for alias in settings.DATABASES if alias != DEFAULT_DB_ALIAS]
     if not others:
         return unsupported
@@ -82,6 +85,40 @@ def _unsupported_vendor(engine: str) -> list[CheckMessage]:
 
 
 _SUPPORTED_VENDORS = ("postgresql", "sqlite")
+
+
+def _snapshot_isolation(engine: str, database: dict[str, Any]) -> list[CheckMessage]:
+    """An error when ``default`` is PostgreSQL with ``OPTIONS["isolation_level"]`` repeatable
+    read or serializable. A transaction at those levels reads in one snapshot, taken at its
+    first statement: the database claim's own, or an earlier one of ``ATOMIC_REQUESTS``. A
+    duplicate that waited for the claim then read the key's record in a snapshot older than the
+    first request's commit, did not see it, and ran the view again before its record failed
+    with a serialization error. (With psycopg 3's default cursor the engine's ``BEGIN`` rode
+    along its first statement without the level, and the view ran at read committed.)"""
+    if backend_vendor(engine) != "postgresql":
+        return []
+    value = (database.get("OPTIONS") or {}).get("isolation_level")
+    if value is None:
+        return []
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    try:
+        level = IsolationLevel(value)
+    except ValueError:
+        return []  # Django refuses it itself when it connects
+    if level not in (IsolationLevel.REPEATABLE_READ, IsolationLevel.SERIALIZABLE):
+        return []
+    return [
+        Error(
+            f'DATABASES["default"]["OPTIONS"]["isolation_level"] is {level.name}, while the '
+            "idempotency engine reads a key's record once it holds the key's database claim: "
+            "in a snapshot taken before that (repeatable read, serializable), a duplicate that "
+            "waited for the first request does not see its record and runs the view again.",
+            hint="Leave isolation_level unset (read committed, PostgreSQL's default) on the "
+            "database the decorated views write to.",
+            id="idempotency.E010",
+        )
+    ]
 
 
 def _engine_models_routed_away() -> list[CheckMessage]:

@@ -63,6 +63,30 @@ def test_a_default_database_the_engine_cannot_run_on_is_an_error(
         assert "PostgreSQL and SQLite only" in errors[0].msg
 
 
+@pytest.mark.parametrize(
+    ("level", "refused"),
+    [("REPEATABLE_READ", True), ("SERIALIZABLE", True), ("READ_COMMITTED", False)],
+)
+def test_a_snapshot_isolation_level_on_the_default_database_is_an_error(
+    settings: Any, level: str, refused: bool
+) -> None:
+    """(red: no message; under ``ATOMIC_REQUESTS`` (or psycopg2, or server-side binding) with
+    Redis down, a 32-way storm on a form view ran the view 4 to 5 times: a duplicate that
+    waited for the first request's claim read the key's record in a snapshot older than the
+    first's commit, ran the view, then failed with a serialization error)"""
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    default = dict(settings.DATABASES["default"])
+    default["OPTIONS"] = {**default.get("OPTIONS", {}), "isolation_level": IsolationLevel[level]}
+    settings.DATABASES = {"default": default}
+    errors = [m for m in run_checks() if m.id == "idempotency.E010"]
+    assert [e.is_serious() for e in errors] == ([True] if refused else [])
+    if refused:
+        assert errors[0].msg.startswith(
+            f'DATABASES["default"]["OPTIONS"]["isolation_level"] is {level}'
+        )
+
+
 class EngineElsewhere:
     """A host's router that sends the engine's app to a database of its own, ``ops``."""
 
