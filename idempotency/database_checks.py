@@ -17,7 +17,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import DEFAULT_DB_ALIAS, router
+from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from idempotency.core.transactions import backend_vendor
 
@@ -116,6 +116,37 @@ def _snapshot_isolation(engine: str, database: dict[str, Any]) -> list[CheckMess
             "waited for the first request does not see its record and runs the view again.",
             hint="Leave isolation_level unset (read committed, PostgreSQL's default) on the "
             "database the decorated views write to.",
+            id="idempotency.E010",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_the_servers_default_isolation(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``idempotency.E010`` for the level the server starts a transaction at (``ALTER
+    DATABASE``/``ROLE ... SET default_transaction_isolation``): the engine's ``BEGIN``, riding
+    along its first statement, names no level, so its transactions run at that one whatever
+    ``OPTIONS`` say. A database check: ``migrate`` and ``check --database default`` run it."""
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.vendor != "postgresql":
+        return []
+    with wrapper.cursor() as cursor:
+        cursor.execute("SHOW default_transaction_isolation")
+        level = cursor.fetchone()[0]
+    if level not in ("repeatable read", "serializable"):
+        return []
+    return [
+        Error(
+            f"The default database's default_transaction_isolation is {level}, while the "
+            "idempotency engine reads a key's record once it holds the key's database claim: "
+            "in a snapshot taken before that, a duplicate that waited for the first request "
+            "does not see its record and runs the view again.",
+            hint="Reset it to read committed (ALTER DATABASE/ROLE ... RESET "
+            "default_transaction_isolation) for the database the decorated views write to.",
             id="idempotency.E010",
         )
     ]

@@ -87,6 +87,29 @@ def test_a_snapshot_isolation_level_on_the_default_database_is_an_error(
         )
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("level", "refused"),
+    [("repeatable read", True), ("serializable", True), ("read committed", False)],
+)
+def test_a_snapshot_isolation_level_the_server_defaults_to_is_an_error(
+    level: str, refused: bool
+) -> None:
+    """The engine's ``BEGIN`` (psycopg 3's default cursor) carries no level: the server's
+    ``default_transaction_isolation`` (``ALTER DATABASE``/``ROLE ... SET``) is the one its
+    transactions run at, whatever OPTIONS say. ``migrate`` and ``check --database default``
+    read it (red: no message)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute(f"SET default_transaction_isolation = '{level}'")
+    errors = [m for m in run_checks(databases=["default"]) if m.id == "idempotency.E010"]
+    assert [e.is_serious() for e in errors] == ([True] if refused else [])
+    if refused:
+        assert f"default_transaction_isolation is {level}" in errors[0].msg
+    assert [m for m in run_checks() if m.id == "idempotency.E010"] == []  # no query without
+
+
 class EngineElsewhere:
     """A host's router that sends the engine's app to a database of its own, ``ops``."""
 
