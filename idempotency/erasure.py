@@ -26,7 +26,7 @@ from itertools import count
 from operator import or_
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import BinaryField, F, Func, IntegerField, Q, QuerySet, Value
 from django.db.models.lookups import GreaterThan
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -384,7 +384,10 @@ def forget_records(
     buckets_of = engine_setting("HOT_TENANT_BUCKETS")
     for _ in count() if max_batches is None else range(max_batches):
         rows = list(
-            queryset.filter(id__gt=last_id)
+            # where the records are written (default, idempotency.E007), not where the host's
+            # router reads: a replica behind it lacks the newest, which were left unerased
+            queryset.using(DEFAULT_DB_ALIAS)
+            .filter(id__gt=last_id)
             .order_by("id")
             .values_list("id", "tenant_key", "scope", "key", "response_body")[:batch]
         )
@@ -428,7 +431,10 @@ def delete_in_batches(
     deleted = 0
     for _ in count() if max_batches is None else range(max_batches):
         with transaction.atomic():
-            ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:batch])
+            # read where the rows are written (default), as forget_records does
+            ids = list(
+                queryset.using(DEFAULT_DB_ALIAS).order_by("pk").values_list("pk", flat=True)[:batch]
+            )
             if not ids:
                 return deleted
             deleted += queryset.model._base_manager.filter(pk__in=ids).delete()[0]

@@ -208,3 +208,48 @@ def test_forgetting_a_principal_finds_its_counters_and_ledger_named_under_an_old
     assert [bool(client.exists(key)) for key in written["alice"]] == [False, False]
     assert [bool(client.exists(key)) for key in written["bob"]] == [True, True]
     client.delete(*written["bob"])
+
+
+class ReadsOnAReplica:
+    """A host's router that reads every model from a replica and writes on ``default`` (the
+    engine's checks accept it: only W003)."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+@pytest.fixture
+def a_replica(settings: Any) -> Any:
+    """A ``replica`` alias the host's router reads from. A real one lags behind ``default``;
+    this one is never connected (the test's database guard refuses it), so any read the
+    erasure sends there fails the test."""
+    from django.db import connections
+
+    settings.DATABASES = {**settings.DATABASES, "replica": dict(settings.DATABASES["default"])}
+    settings.DATABASE_ROUTERS = [f"{__name__}.ReadsOnAReplica"]
+    connections._settings = None  # read DATABASES again
+    connections.__dict__.pop("settings", None)
+    try:
+        yield connections["replica"]
+    finally:
+        connections["replica"].close()
+        del connections["replica"]
+        connections._settings = None
+        connections.__dict__.pop("settings", None)
+
+
+def test_forgetting_a_principal_reads_its_records_where_they_are_written(
+    tenant: str, a_replica: Any
+) -> None:
+    """The records live on ``default`` (``idempotency.E007``), and the erasure reads them there,
+    not through the host's router (red: it read them from the replica, here refused; with a
+    real replica behind, a record not yet replicated was not erased, ``records=0``, and the
+    erased principal's key went on replaying its answer from the database)."""
+    first = post_note(Client(), tenant, key="k1", principal="alice")
+    assert first.status_code == 201
+    done = erasure.forget_principal(tenant_key=tenant, principal="alice")
+    assert done.records == 1 and a_replica.connection is None
+    assert not IdempotencyRecord.objects.using("default").filter(tenant_key=tenant).exists()
+    nodes.local_cache().clear()
+    again = post_note(Client(), tenant, key="k1", principal="alice")
+    assert again["X-Idempotent-Result"] == "MISS"
