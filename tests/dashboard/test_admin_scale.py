@@ -28,7 +28,8 @@ from idempotency.admin.audits import DuplicateAuditAdmin
 from idempotency.admin.paging import BoundedCountPaginator
 from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
 from ordering.models import DeadLetter, Order, OutboxEvent
-from tenants.models import Tenant
+from tenants.api_keys import issue_api_key
+from tenants.models import ApiClient, DinerSession, Tenant
 
 pytestmark = pytest.mark.django_db
 BOUND = 5  # the lists' bound in these tests (COUNT_LIMIT in production)
@@ -105,6 +106,22 @@ def outbox_events(tenant: Tenant, n: int) -> None:
     )
 
 
+def diner_sessions(tenant: Tenant, n: int) -> None:
+    client, _ = issue_api_key(tenant=tenant, name="app", kind=ApiClient.Kind.PUBLISHABLE)
+    now = timezone.now()
+    DinerSession.objects.bulk_create(
+        DinerSession(
+            tenant=tenant,
+            client=client,
+            diner_id=f"guest_{tenant.pk}_{i}",
+            is_guest=True,
+            secret_hash="0" * 64,
+            expires_at=now + timedelta(hours=24),
+        )
+        for i in range(n)
+    )
+
+
 def dead_letters(tenant: Tenant, n: int) -> None:
     DeadLetter.objects.bulk_create(
         DeadLetter(
@@ -142,6 +159,12 @@ LISTS: dict[
     "dead letters": (
         "/admin/ordering/deadletter/",
         dead_letters,
+        lambda t: {"tenant__id__exact": str(t.pk)},
+    ),
+    # a guest session each time a diner's app opens, kept a day: the busiest table of a day
+    "diner sessions": (
+        "/admin/tenants/dinersession/",
+        diner_sessions,
         lambda t: {"tenant__id__exact": str(t.pk)},
     ),
 }
@@ -365,6 +388,33 @@ def test_the_order_search_finds_by_id_diner_or_key_through_their_indexes(
     assert found("Key-9") == {third.pk, theirs.pk}  # a key of any restaurant
     assert found("key-9") == set()  # keys are told apart by case, as the engine does
     assert found("99999999999999999999") == set()  # past a 64-bit id: no id, no error
+
+
+def test_the_sessions_search_finds_a_diner_or_a_restaurant_through_their_indexes(
+    staff: Client, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    # red: search_fields "diner_id", "tenant__slug" compared UPPER(column::text) LIKE '%…%',
+    # which no index holds: every search read every session of every restaurant, twice (the
+    # count and the page), beside a count of the whole table
+    diner_sessions(tenant, 3)
+    diner_sessions(other_tenant, 1)
+
+    def found(term: str) -> set[str]:
+        with CaptureQueriesContext(connection) as sent:
+            page = staff.get("/admin/tenants/dinersession/", {"q": term})
+        assert page.status_code == 200
+        (count,) = [q["sql"] for q in sent.captured_queries if COUNT.search(q["sql"])]
+        with connection.cursor() as cursor:
+            # a few rows: judge the plan's shape, as over a day of sessions (no scan of all)
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {count}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Seq Scan on tenants_dinersession" not in plan, plan
+        return {s.diner_id for s in page.context["cl"].result_list}
+
+    assert found(f"guest_{tenant.pk}_1") == {f"guest_{tenant.pk}_1"}
+    assert found(f"guest_{tenant.pk}_") == set()  # exactly: not a part of one
+    assert found(other_tenant.slug) == {f"guest_{other_tenant.pk}_0"}
 
 
 def test_the_audits_search_by_an_order_s_url_is_answered_by_an_index(
