@@ -82,6 +82,11 @@ class DuplicateAudit(models.Model):
             # led by the tenant, as every unique key of a tenant's table (docs/scaling.md)
             models.UniqueConstraint(fields=["tenant_key", "event_id"], name="uniq_audit_event")
         ]
+        indexes = [
+            # one principal's audits (a diner's copy of their data, an erasure): by the tenant
+            # alone, every audit the tenant keeps (up to 365 days) was read to find them
+            models.Index(fields=["tenant_key", "principal"], name="audit_tenant_principal"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.outcome} {self.endpoint} {self.key}"

@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from idempotency.models import IdempotencyRecord
+from idempotency.erasure import principal_audits
+from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
 from ordering.models import DinerDataExport, Order
@@ -378,3 +382,38 @@ def test_with_a_redis_node_not_answering_the_copy_is_made_from_the_database(
 
     assert len(json.loads(path.read_text())["orders"]) == 1
     assert DinerDataExport.objects.count() == 1
+
+
+def test_a_diner_s_audits_are_read_through_an_index_not_every_audit_of_the_restaurant(
+    tenant, other_tenant
+):
+    # red: the audits were found by the tenant's index and each one's principal compared, so
+    # a diner's copy (its bound's count, then the copy) and an erasure read every audit the
+    # restaurant keeps (30 days by default, up to 365) to find the few of one diner
+    now = timezone.now()
+    DuplicateAudit.objects.bulk_create(
+        DuplicateAudit(
+            tenant_key=str(t.pk),
+            endpoint="POST api/v1/orders/",
+            key=f"k{i}",
+            outcome="HIT",
+            principal=f"diner:d{i % 3}",
+            at=now,
+        )
+        for t in (tenant, other_tenant)
+        for i in range(6)
+    )
+    audits = principal_audits(tenant_key=str(tenant.pk), principal="diner:d1")
+    assert sorted(audits.values_list("key", flat=True)) == ["k1", "k4"]
+
+    with CaptureQueriesContext(connection) as sent:
+        diner_export.rows_kept(tenant, "d1")
+    (count,) = [q["sql"] for q in sent.captured_queries if "idempotency_duplicateaudit" in q["sql"]]
+    with connection.cursor() as cursor:
+        # a few rows: judge the plan's shape, as over a year of audits
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute(f"EXPLAIN {count}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    conditions = "\n".join(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "principal" in conditions and "Filter" not in plan, plan
