@@ -208,6 +208,9 @@ class DuplicateAuditAdmin(
         "An idempotency key (matched by its keyed hash), or the URL of the resource an "
         "operation made (its Location)"
     )
+    # by the columns an index serves in their order: a sort by restaurant, outcome, endpoint
+    # or review sorted every audit on each page view
+    sortable_by = ["at", "short_key", "resource"]
     exclude = ["request_meta"]
     readonly_fields = ["request_details"]
     date_hierarchy = "at"

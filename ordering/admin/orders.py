@@ -14,9 +14,11 @@ lifecycle, the money and the lines need none of it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db import DatabaseError
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
@@ -25,7 +27,7 @@ from django.utils.html import format_html_join
 from config.admin_saves import SavesChangedFieldsOnly
 from idempotency.admin.audits import LogsPersonalDataViews
 from idempotency.admin.distinct import fixed_values_filter
-from idempotency.admin.paging import BoundedCountList
+from idempotency.admin.paging import BoundedCountList, IndexSortedChangeList
 from idempotency.models import StaffAccessLog
 from ordering.actors import describe_actors
 from ordering.errors import OrderingError
@@ -148,6 +150,9 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
     list_select_related = ["tenant"]
     search_fields = ["=id", "=diner_id", "=idempotency_key"]  # see get_search_results
     search_help_text = "An order id, a diner id or an order's idempotency key (exactly)"
+    # by the columns an index serves in their order: a sort by number, restaurant, status or
+    # total sorted every order of every restaurant on each page view
+    sortable_by = ["id", "created_at"]
     date_hierarchy = "created_at"
     inlines = [OrderLineInline, PaymentInline, OrderTransitionInline]
     access_action = StaffAccessLog.Action.VIEW_PERSONAL_DATA
@@ -159,6 +164,9 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
         _move_action(S.COMPLETED, "Complete"),
         _move_action(S.CANCELLED, "Cancel (refund if paid)"),
     ]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return IndexSortedChangeList
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Order], search_term: str

@@ -536,6 +536,38 @@ def test_big_lists_sort_only_by_columns_an_index_serves(staff: Client, tenant: T
     assert "published_at" not in by_publishing
 
 
+@pytest.mark.parametrize(
+    "url, make, table, served",
+    [
+        ("/admin/ordering/order/", orders, "ordering_order", ("created_at", "id")),
+        (
+            "/admin/idempotency/duplicateaudit/",
+            audits,
+            "idempotency_duplicateaudit",
+            ("at", "key", "resource_ref", "id"),
+        ),
+    ],
+    ids=["orders", "audits"],
+)
+def test_orders_and_audits_sort_only_by_columns_an_index_serves(
+    staff: Client,
+    tenant: Tenant,
+    url: str,
+    make: Callable[[Tenant, int], object],
+    table: str,
+    served: tuple[str, ...],
+) -> None:
+    # red: a sort link (or ?o=) by the orders' number, restaurant, status or total, or the
+    # audits' restaurant, outcome, endpoint or review sorted the whole table on every page
+    # view (a sequential scan of every order of every restaurant)
+    make(tenant, 3)
+
+    for sort in ("1", "2", "3", "4", "5", "6", "7", "-1", "-4"):
+        (order,) = page_orderings(staff, url, sort, table)
+        first = order.strip().split(",")[0].split(".")[1].split(" ")[0].strip('"')
+        assert first in served, (sort, order)
+
+
 def test_marking_past_the_review_batch_is_refused_after_a_bounded_count(
     staff: Client, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
