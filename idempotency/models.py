@@ -168,6 +168,10 @@ class StaffAccessLog(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+        indexes = [
+            # the admin's search by who looked (the log is kept for good)
+            models.Index(fields=["actor"], name="staff_access_actor"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.object_type} ({self.row_count})"

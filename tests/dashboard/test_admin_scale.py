@@ -568,6 +568,37 @@ def test_orders_and_audits_sort_only_by_columns_an_index_serves(
         assert first in served, (sort, order)
 
 
+def test_the_access_log_is_searched_and_sorted_through_its_indexes(
+    staff: Client, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    # red: the staff access log (kept for good, a row per view of personal data) was searched
+    # by UPPER(actor) = UPPER(…), which no index holds, and sorted by any column: every search
+    # and every sort link read the whole log
+    access_logs(tenant, 3)
+    access_logs(other_tenant, 1)
+
+    with CaptureQueriesContext(connection) as sent:
+        page = staff.get("/admin/idempotency/staffaccesslog/", {"q": f"staff-{other_tenant.pk}"})
+    assert [e.actor for e in page.context["cl"].result_list] == [f"staff-{other_tenant.pk}"]
+    (count,) = [q["sql"] for q in sent.captured_queries if COUNT.search(q["sql"])]
+    with connection.cursor() as cursor:
+        # a few rows: judge the plan's shape, as over years of views
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {count}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    conditions = "\n".join(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "actor" in conditions and "Filter" not in plan, plan
+
+    for sort in ("1", "2", "3", "4", "5", "-2"):
+        (order,) = page_orderings(
+            staff, "/admin/idempotency/staffaccesslog/", sort, "idempotency_staffaccesslog"
+        )
+        first = order.strip().split(",")[0]
+        assert first.startswith(
+            ('"idempotency_staffaccesslog"."at"', '"idempotency_staffaccesslog"."id"')
+        ), (sort, order)
+
+
 def test_marking_past_the_review_batch_is_refused_after_a_bounded_count(
     staff: Client, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
