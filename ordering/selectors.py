@@ -17,8 +17,8 @@ from django.db.models.functions import Cast
 from idempotency.core.transactions import execute_opening, statements_ride_along
 from ordering.error_codes import OrderingErrorCode
 from ordering.errors import OrderingError
-from ordering.models import Coupon, Dish, Order, OrderLine, OrderStatus
-from ordering.models.orders import number_label
+from ordering.models import Coupon, Dish, Order, OrderLine
+from ordering.models.orders import OPEN_STATUSES, number_label
 from ordering.prefetch import (
     compiled_read,
     read_related,
@@ -151,14 +151,8 @@ BOARD_SIZE = 200
 # The orders the kitchen still has to act on: paid for and not finished (a refund under way
 # included). Anyone holding the app's public key can place and cancel orders, hundreds a
 # minute, so the newest orders alone could all be that; these it cannot make without paying.
-BOARD_OPEN_STATUSES = (
-    OrderStatus.PAID,
-    OrderStatus.ACCEPTED,
-    OrderStatus.PREPARING,
-    OrderStatus.READY,
-    OrderStatus.DELIVERING,
-    OrderStatus.CANCELLING,
-)
+# The orders' partial index order_tenant_open_newest is of these statuses.
+BOARD_OPEN_STATUSES = OPEN_STATUSES
 # The columns of an order that its card shows (BoardCard's, in order); the card's other
 # content, its lines, is written once, with the order.
 BOARD_CARD_COLUMNS = ("id", "number", "status", "total", "currency", "created_at")
@@ -234,8 +228,9 @@ def _texts(window: QuerySet[Order]) -> QuerySet[Order]:
 
 def _board_windows(tenant: Tenant, limit: int) -> tuple[QuerySet[Order], QuerySet[Order]]:
     """The board's two windows: the newest ``limit`` orders, and the newest ``limit`` open
-    ones. Two reads, each served by an index (the newest by creation, the open ones by
-    status), where one read of either kind would go through every order of the tenant."""
+    ones. Two reads, each served by an index of the tenant's orders in the window's order
+    (``order_tenant_newest``, and ``order_tenant_open_newest`` of the open ones alone), where
+    one read of either kind would go through every order of the tenant."""
     orders = orders_of(tenant=tenant).order_by("-created_at", "-id")
     return orders[:limit], orders.filter(status__in=BOARD_OPEN_STATUSES)[:limit]
 

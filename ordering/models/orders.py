@@ -82,6 +82,12 @@ def every_payment_declined(order: Order) -> bool:
 # retention purge clears them once unchanged long enough (ordering/privacy/contact_retention.py).
 CONTACT_TO_CLEAR = ~models.Q(note="") | ~models.Q(contact_phone="") | ~models.Q(delivery_address="")
 
+# The orders the kitchen still has to act on: paid for and not finished (a refund under way
+# included); the dashboard's board shows the newest of them however old
+# (ordering.selectors.BOARD_OPEN_STATUSES), read through the partial index below, which the
+# database uses only while its condition names these same statuses.
+OPEN_STATUSES = (S.PAID, S.ACCEPTED, S.PREPARING, S.READY, S.DELIVERING, S.CANCELLING)
+
 
 class Order(ConcurrentTransitionMixin, models.Model):
     id = models.BigIntegerField(primary_key=True, editable=False)
@@ -136,6 +142,17 @@ class Order(ConcurrentTransitionMixin, models.Model):
             ),
         ]
         indexes = [
+            # A restaurant's orders newest first (the board's newest cards, the order list's
+            # pages), and its open ones (the board's open cards): each read walks its own rows
+            # in that order and stops at its window, where the index of every restaurant's
+            # orders by creation was walked through the others' rows, all of them for a
+            # restaurant with no open order or only old ones, at each poll of each board.
+            models.Index(fields=["tenant", "-created_at", "-id"], name="order_tenant_newest"),
+            models.Index(
+                fields=["tenant", "-created_at", "-id"],
+                condition=models.Q(status__in=OPEN_STATUSES),
+                name="order_tenant_open_newest",
+            ),
             # The finished orders that still hold what a diner wrote: the retention purge clears
             # them (ordering/privacy/contact_retention.py) and /metrics counts those overdue,
             # reading this small index instead of every order; a cleared order leaves it.
