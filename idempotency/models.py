@@ -86,6 +86,12 @@ class DuplicateAudit(models.Model):
             # one principal's audits (a diner's copy of their data, an erasure): by the tenant
             # alone, every audit the tenant keeps (up to 365 days) was read to find them
             models.Index(fields=["tenant_key", "principal"], name="audit_tenant_principal"),
+            # a tenant's newest audits of some outcomes (the host's page of replays and
+            # refusals, ``reports.latest_audits``): by time alone, every tenant's audits were
+            # walked, all of them for a tenant with none of an outcome
+            models.Index(
+                fields=["tenant_key", "outcome", "-at", "-id"], name="audit_tenant_outcome_at"
+            ),
         ]
 
     def __str__(self) -> str:

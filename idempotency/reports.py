@@ -74,10 +74,23 @@ def hourly_hits(
 def latest_audits(
     *, tenant_key: str, outcomes: Sequence[str], limit: int = 20
 ) -> QuerySet[DuplicateAudit]:
-    """The newest audits of the given outcomes (HIT; or REUSED, CONFLICT, IN_PROGRESS)."""
-    return DuplicateAudit.objects.filter(tenant_key=tenant_key, outcome__in=outcomes).order_by(
-        "-at", "-id"
-    )[:limit]
+    """The newest audits of the given outcomes (HIT; or REUSED, CONFLICT, IN_PROGRESS).
+
+    Each outcome's newest ``limit`` are read by themselves, through the index of a tenant's
+    audits by outcome, newest first (``audit_tenant_outcome_at``), and the newest of those
+    kept (one statement, a ``UNION ALL``): read for several outcomes at once, the database
+    walked the index of every tenant's audits by time, dropping the others' rows, all of
+    them for a tenant with none of these outcomes."""
+    newest = [
+        DuplicateAudit.objects.filter(tenant_key=tenant_key, outcome=outcome).order_by(
+            "-at", "-id"
+        )[:limit]
+        for outcome in dict.fromkeys(outcomes)
+    ]
+    if len(newest) == 1:
+        return newest[0]
+    first, *others = newest
+    return first.union(*others, all=True).order_by("-at", "-id")[:limit]
 
 
 def outcome_totals(*, tenant_key: str, since: datetime) -> dict[str, int]:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pwd
+import re
 import stat
 from typing import Any
 
@@ -397,23 +398,30 @@ def test_a_diner_s_audits_are_read_through_an_index_not_every_audit_of_the_resta
             endpoint="POST api/v1/orders/",
             key=f"k{i}",
             outcome="HIT",
-            principal=f"diner:d{i % 3}",
+            principal=f"diner:d{i % 30}",
             at=now,
         )
         for t in (tenant, other_tenant)
-        for i in range(6)
+        for i in range(300)
     )
     audits = principal_audits(tenant_key=str(tenant.pk), principal="diner:d1")
-    assert sorted(audits.values_list("key", flat=True)) == ["k1", "k4"]
+    assert sorted(audits.values_list("key", flat=True)) == sorted(
+        f"k{i}" for i in range(1, 300, 30)
+    )
 
     with CaptureQueriesContext(connection) as sent:
         diner_export.rows_kept(tenant, "d1")
     (count,) = [q["sql"] for q in sent.captured_queries if "idempotency_duplicateaudit" in q["sql"]]
+    # found by the tenant and the principal alone, which an index holds in that order: the
+    # database reads the diner's audits and no other (judged by the schema: over a few rows
+    # the planner may take any index that leads with the tenant, as the audits' others do)
+    where = count.split(" WHERE ", 1)[1]
+    assert set(re.findall(r'"idempotency_duplicateaudit"\."(\w+)"', where)) == {
+        "tenant_key",
+        "principal",
+    }, count
     with connection.cursor() as cursor:
-        # a few rows: judge the plan's shape, as over a year of audits
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
-        cursor.execute(f"EXPLAIN {count}")
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    conditions = "\n".join(line for line in plan.splitlines() if "Index Cond" in line)
-    assert "principal" in conditions and "Filter" not in plan, plan
+        constraints = connection.introspection.get_constraints(cursor, "idempotency_duplicateaudit")
+    assert any(
+        c["index"] and c["columns"][:2] == ["tenant_key", "principal"] for c in constraints.values()
+    ), constraints
