@@ -10,6 +10,12 @@ and a refused request's ``Idempotency-Key`` stays free. A path that does not exi
 method its view does not serve (405), is left to answer as such. A request without a body
 (``Content-Length: 0``, as the client libraries send to pay, cancel, refresh and sign out) is
 not looked at, nor are reads, whose bodies nothing reads.
+
+A body sent in a content coding (``Content-Encoding: gzip``, ``br``…) is refused the same way:
+nothing here decodes one, so a gzip body met the JSON parser as bytes it could not read (400
+``INVALID_JSON``), and a plain body labelled with a coding was read as if it carried none and
+ran. The answer names ``identity`` in ``Accept-Encoding``, the one coding taken (RFC 9110
+12.5.3).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from config.body_charset import has_body
 
 JSON = "application/json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
+IDENTITY = "identity"
 
 
 class JsonBodiesOnlyMiddleware:
@@ -48,8 +55,19 @@ class JsonBodiesOnlyMiddleware:
             or request.method in READS
             or not _served(view_func, request.method or "")
             or not has_body(request)
-            or request.content_type.lower() == JSON
         ):
+            return None
+        coding = request.META.get("HTTP_CONTENT_ENCODING", "")
+        if any(c.strip().lower() not in ("", IDENTITY) for c in coding.split(",")):
+            refused = problem_http_response(
+                415,
+                "UNSUPPORTED_MEDIA_TYPE",
+                f'Unsupported content coding "{clip(coding)}" in request. Send the body '
+                f"uncompressed (no Content-Encoding, or {IDENTITY}).",
+            )
+            refused["Accept-Encoding"] = IDENTITY
+            return refused
+        if request.content_type.lower() == JSON:
             return None
         declared = clip(request.META.get("CONTENT_TYPE", ""))
         return problem_http_response(

@@ -4,15 +4,21 @@ do, before anything runs, instead of answering it as if it were JSON."""
 
 from __future__ import annotations
 
+import gzip
+from decimal import Decimal
+
 import pytest
 from django.test import Client
 
+from ordering.models import Dish, Order
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Tenant
 from tests.support.auth import diner_token
 
 pytestmark = pytest.mark.django_db
 SESSIONS = "/api/v1/diner-sessions/"
+JSON = "application/json"
+ORDER_BODY = b'{"items": [{"dish_id": 1, "quantity": 1}], "payment_method": "card"}'
 NOT_JSON = [
     pytest.param("application/x-www-form-urlencoded", b"a=b", id="form"),
     pytest.param("multipart/form-data; boundary=x", b"--x--\r\n", id="multipart"),
@@ -123,3 +129,54 @@ def test_a_form_is_refused_before_its_credential_is_checked(tenant: Tenant) -> N
     )
 
     assert (answer.status_code, answer.json()["code"]) == (415, "UNSUPPORTED_MEDIA_TYPE")
+
+
+@pytest.mark.parametrize(
+    "coding, compressed",
+    [
+        pytest.param("gzip", True, id="a-gzip-body"),
+        pytest.param("gzip", False, id="plain-json-labelled-gzip"),
+        pytest.param("br", False, id="plain-json-labelled-br"),
+        pytest.param("identity, gzip", True, id="a-list-of-codings"),
+    ],
+)
+def test_a_body_in_a_content_coding_is_415_and_its_key_stays_free(
+    tenant: Tenant, coding: str, compressed: bool
+) -> None:
+    """Red: a gzip body was 400 INVALID_JSON ("can't decode byte 0x8b"), and a plain one
+    labelled with a coding was read as if unlabelled and placed the order (201): the server
+    decodes no content coding, so it cannot read the body the client meant."""
+    dish = Dish.objects.for_tenant(tenant).create(
+        tenant=tenant, name="Soup", price=Decimal("4.00"), stock=10
+    )
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}", "HTTP_IDEMPOTENCY_KEY": "k-1"}
+    order = ORDER_BODY.replace(b'"dish_id": 1', f'"dish_id": {dish.pk}'.encode())
+    body = gzip.compress(order) if compressed else order
+
+    refused = Client().post(
+        "/api/v1/orders/", body, content_type=JSON, HTTP_CONTENT_ENCODING=coding, **auth
+    )
+
+    assert refused.status_code == 415, refused.content
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json() == {
+        "code": "UNSUPPORTED_MEDIA_TYPE",
+        "detail": f'Unsupported content coding "{coding}" in request. Send the body '
+        "uncompressed (no Content-Encoding, or identity).",
+        "status": 415,
+    }
+    assert refused["Accept-Encoding"] == "identity"
+    assert not Order.all_tenants.filter(tenant=tenant).exists()
+    placed = Client().post("/api/v1/orders/", order, content_type=JSON, **auth)
+    assert (placed.status_code, placed["X-Idempotent-Result"]) == (201, "MISS")
+
+
+@pytest.mark.parametrize("coding", ["identity", "IDENTITY", ""])
+def test_a_body_declared_identity_is_read(tenant: Tenant, coding: str) -> None:
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}"}
+
+    answer = Client().post(
+        f"{SESSIONS}refresh/", b"{}", content_type=JSON, HTTP_CONTENT_ENCODING=coding, **auth
+    )
+
+    assert answer.status_code == 200, answer.content
