@@ -24,7 +24,12 @@ from idempotency.web.openapi import problems
 from ordering.models import OrderStatus, ProviderConflict
 from ordering.payments import departed
 from ordering.payments.callbacks import handle_payment_callback
-from ordering.payments.signatures import PROVIDER_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from ordering.payments.signatures import (
+    LONGEST_TIMESTAMP,
+    PROVIDER_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+)
 
 
 class PaymentCallbackView(APIView):
@@ -35,8 +40,20 @@ class PaymentCallbackView(APIView):
         operation_id="payment_callback",
         auth=[],
         parameters=[
-            OpenApiParameter(PROVIDER_HEADER, str, OpenApiParameter.HEADER, required=False),
-            OpenApiParameter(TIMESTAMP_HEADER, int, OpenApiParameter.HEADER, required=True),
+            # as the server reads them: a configured provider's name (none sent: the default
+            # one), Unix seconds of at most LONGEST_TIMESTAMP digits; any other value is 400
+            OpenApiParameter(
+                PROVIDER_HEADER,
+                {"type": "string", "enum": sorted(settings.PAYMENT_PROVIDERS)},
+                OpenApiParameter.HEADER,
+                required=False,
+            ),
+            OpenApiParameter(
+                TIMESTAMP_HEADER,
+                {"type": "integer", "minimum": 0, "maximum": 10**LONGEST_TIMESTAMP - 1},
+                OpenApiParameter.HEADER,
+                required=True,
+            ),
             OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True),
         ],
         request=OpenApiTypes.OBJECT,

@@ -24,6 +24,9 @@ PROVIDER_HEADER = "X-Provider"
 TIMESTAMP_HEADER = "X-Provider-Timestamp"
 SIGNATURE_HEADER = "X-Provider-Signature"
 SCHEME = "v1"
+# Unix seconds have 10 digits until the year 2286; a longer number is no timestamp (the API
+# schema declares this bound, so a provider's integration generated from it stays within it)
+LONGEST_TIMESTAMP = 12
 
 
 def sign(*, secret: str, timestamp: int, body: bytes) -> str:
@@ -50,8 +53,7 @@ def verify(
     if not signature or not timestamp:
         raise _unauthentic(f"{SIGNATURE_HEADER} and {TIMESTAMP_HEADER} are required")
     try:
-        # Unix seconds have 10 digits until the year 2286; a longer number is no timestamp
-        if len(timestamp.strip()) > 12:
+        if len(timestamp.strip()) > LONGEST_TIMESTAMP:
             raise ValueError(timestamp)
         sent_at = int(timestamp.strip())
     except ValueError:

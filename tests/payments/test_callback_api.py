@@ -8,6 +8,7 @@ import time
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
@@ -627,3 +628,35 @@ def test_the_schema_names_the_statuses_and_conflicts_a_callback_answers(deliver,
     assert result.is_valid({**answered, "conflict": LATE_CAPTURE})
     assert result.is_valid({**answered, "conflict": None})
     assert not result.is_valid({**answered, "conflict": "something_else"})
+
+
+def _callback_parameters() -> dict[str, dict]:
+    schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operation = schema["paths"][CALLBACK_URL]["post"]
+    return {p["name"]: p["schema"] for p in operation["parameters"] if p["in"] == "header"}
+
+
+def test_the_schema_declares_the_providers_and_the_timestamps_the_callback_reads(deliver, paying):
+    """Red: ``X-Provider`` was any string and ``X-Provider-Timestamp`` any integer, so a
+    callback the schema allowed ("paypal", a 13-digit timestamp) was refused 400
+    PAYMENT_PROVIDER_UNKNOWN or PAYMENT_TIMESTAMP_INVALID."""
+    declared = _callback_parameters()
+    assert declared["X-Provider"] == {"type": "string", "enum": sorted(settings.PAYMENT_PROVIDERS)}
+    stamp = declared[TIMESTAMP_HEADER]
+    assert (stamp["type"], stamp["minimum"]) == ("integer", 0)
+    _, payment = paying
+    body, _ = signed(payment)
+    secret = webhook_secrets("simulated")[0]
+
+    def sent_at(timestamp: int) -> str:
+        headers = {
+            "X-Provider": "simulated",
+            TIMESTAMP_HEADER: str(timestamp),
+            SIGNATURE_HEADER: sign(secret=secret, timestamp=timestamp, body=body),
+        }
+        return deliver(body, headers).json()["code"]
+
+    # the largest timestamp the schema allows is read as one (a replay, far from now), the
+    # next is refused as no timestamp: the schema's bound is the server's
+    assert sent_at(stamp["maximum"]) == "PAYMENT_TIMESTAMP_STALE"
+    assert sent_at(stamp["maximum"] + 1) == "PAYMENT_TIMESTAMP_INVALID"

@@ -2015,7 +2015,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                "X-Provider"?: string;
+                "X-Provider"?: "simulated";
                 "X-Provider-Signature": string;
                 "X-Provider-Timestamp": number;
             };
