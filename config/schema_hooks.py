@@ -4,7 +4,7 @@ nulls every JSON body admits (:func:`declare_null_as_left_out`), and the
 defaults of fields that admit blank text put where the document stays valid
 (:func:`lift_defaults_out_of_blank_alternatives`).
 
-Five of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+Six of the README's documented errors come from no view, so no view's ``@extend_schema`` named
 them, and the schema declared them on some operations or none while the server answered them on
 all:
 
@@ -12,6 +12,10 @@ all:
   ``config/request_limits.py`` a chunked body it cannot decode) before any view, on every
   operation; one that declares a 400 of its own (a field's ``VALIDATION_ERROR``) keeps that
   description;
+- 403 ``HTTPS_REQUIRED``: ``config/api_https.py`` refuses an ``/api/v1/`` request over plain
+  HTTP (production, ``SECURE_SSL_REDIRECT``) before any view, on every operation: the payment
+  callback, which names no 403 of its own, did not declare it; one that does (a credential's
+  ``PERMISSION_DENIED``) keeps that description;
 - 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
   runs the view, so an ``Accept`` naming no JSON type is refused on every operation, with or
   without credentials;
@@ -42,6 +46,7 @@ PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components
 EVERY_OPERATION = {
     "400": "Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header "
     "this site does not serve",
+    "403": "Refused over plain HTTP (HTTPS_REQUIRED): the API answers over HTTPS only",
     "406": "No media type the API answers in is acceptable (it answers JSON)",
     "413": "Request body too large (REQUEST_TOO_LARGE)",
     "503": "Temporarily unavailable (Retry-After): e.g. the database cannot be reached "

@@ -346,3 +346,22 @@ def test_every_operation_declares_the_503_it_answers_while_the_database_is_down(
         ):
             undeclared.append(f"{method.upper()} {path}")
     assert not undeclared, undeclared
+
+
+def test_every_operation_declares_the_403_it_answers_over_plain_http(
+    api_caller: Client, settings: object
+) -> None:
+    """With ``SECURE_SSL_REDIRECT`` on (production's default) every ``/api/v1/`` operation
+    refuses plain HTTP 403 ``HTTPS_REQUIRED`` before any view; the payment callback, which
+    declares no 403 of its own, did not declare it, so an integration generated from the schema
+    took it for an answer the API never gives."""
+    operations = served_operations(api_caller)
+    settings.SECURE_SSL_REDIRECT = True
+    undeclared = []
+    for method, path, operation in operations:
+        refused = getattr(api_caller, method)(path, **NO_BODY.get(method, {}))
+        assert_problem(refused, 403, "HTTPS_REQUIRED")
+        declared = operation["responses"].get("403", {})
+        if "application/problem+json" not in declared.get("content", {}):
+            undeclared.append(f"{method.upper()} {path}")
+    assert not undeclared, undeclared

@@ -2058,6 +2058,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Refused over plain HTTP (HTTPS_REQUIRED): the API answers over HTTPS only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not found for this caller */
             404: {
                 headers: {
