@@ -15,7 +15,8 @@ A body sent in a content coding (``Content-Encoding: gzip``, ``br``…) is refus
 nothing here decodes one, so a gzip body met the JSON parser as bytes it could not read (400
 ``INVALID_JSON``), and a plain body labelled with a coding was read as if it carried none and
 ran. The answer names ``identity`` in ``Accept-Encoding``, the one coding taken (RFC 9110
-12.5.3).
+12.5.3). So is one in a transfer coding besides ``chunked`` (``Transfer-Encoding: gzip,
+chunked``): gunicorn takes it and hands the body on as it came, still gzip.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from config.body_charset import has_body
 JSON = "application/json"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 IDENTITY = "identity"
+CHUNKED = "chunked"
 
 
 class JsonBodiesOnlyMiddleware:
@@ -58,7 +60,7 @@ class JsonBodiesOnlyMiddleware:
         ):
             return None
         coding = request.META.get("HTTP_CONTENT_ENCODING", "")
-        if any(c.strip().lower() not in ("", IDENTITY) for c in coding.split(",")):
+        if _undecoded(coding, taken=("", IDENTITY)):
             refused = problem_http_response(
                 415,
                 "UNSUPPORTED_MEDIA_TYPE",
@@ -67,6 +69,14 @@ class JsonBodiesOnlyMiddleware:
             )
             refused["Accept-Encoding"] = IDENTITY
             return refused
+        transfer = request.META.get("HTTP_TRANSFER_ENCODING", "")
+        if _undecoded(transfer, taken=("", IDENTITY, CHUNKED)):
+            return problem_http_response(
+                415,
+                "UNSUPPORTED_MEDIA_TYPE",
+                f'Unsupported transfer coding "{clip(transfer)}" in request. Send the body '
+                f"uncompressed (Transfer-Encoding: {CHUNKED} alone, or a Content-Length).",
+            )
         if request.content_type.lower() == JSON:
             return None
         declared = clip(request.META.get("CONTENT_TYPE", ""))
@@ -76,6 +86,11 @@ class JsonBodiesOnlyMiddleware:
             f'Unsupported media type "{declared}" in request. Request bodies are JSON only '
             f"(Content-Type: {JSON}).",
         )
+
+
+def _undecoded(codings: str, *, taken: tuple[str, ...]) -> bool:
+    """Whether the comma-separated ``codings`` name one besides those ``taken``."""
+    return any(coding.strip().lower() not in taken for coding in codings.split(","))
 
 
 def _served(view_func: Callable[..., Any], method: str) -> bool:

@@ -227,6 +227,30 @@ class TestThroughGunicorn:
         assert status == 201, raw
         assert Order.all_tenants.filter(pk=json.loads(raw)["id"]).exists()
 
+    @pytest.mark.parametrize("coding", ["gzip", "deflate", "compress"])
+    def test_a_body_in_a_transfer_coding_besides_chunked_is_415(
+        self, hardening_server: LiveServer, live_world: World, coding: str
+    ) -> None:
+        """Red: gunicorn takes ``Transfer-Encoding: gzip, chunked`` and hands the body on
+        undecoded, and the app read it as if chunked alone: a plain JSON body so labelled placed
+        the order (201), a gzip one was a 400 INVALID_JSON."""
+        payload = json.dumps(
+            {"items": [{"dish_id": live_world.dish.pk, "quantity": 1}], "payment_method": "card"}
+        ).encode()
+        head = request_head(live_world, chunked=True, kind="diner").replace(
+            "Transfer-Encoding: chunked", f"Transfer-Encoding: {coding}, chunked"
+        )
+
+        status, headers, raw = send_raw(hardening_server, head, chunks(payload))
+
+        assert status == 415, raw
+        assert problem_code(headers, raw) == "UNSUPPORTED_MEDIA_TYPE"
+        assert json.loads(raw)["detail"] == (
+            f'Unsupported transfer coding "{coding}, chunked" in request. Send the body '
+            "uncompressed (Transfer-Encoding: chunked alone, or a Content-Length)."
+        )
+        assert Order.all_tenants.count() == 0
+
     @pytest.mark.parametrize(
         "body",
         [
