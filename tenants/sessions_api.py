@@ -204,6 +204,14 @@ class DinerSessionsView(APIView):
         return Response(_session_body(issued), status=201)
 
 
+def refuse_a_body_that_is_not_json(request: Request) -> None:
+    """Reads the body these operations take none of, so one sent is held to every write's
+    rule: a body that is not well-formed JSON is 400 ``INVALID_JSON`` (``config/parsers.py``),
+    before anything is done. Unread, it let a refresh, a sign-out or a revocation act on a
+    body that paying or cancelling (which read none either) refuse."""
+    request.data  # noqa: B018 - parsing it is the check
+
+
 class RefreshSessionView(APIView):
     capabilities = {"POST": Capability.KEEP_OWN_SESSION}
     throttle_classes = [TenantRateThrottle]
@@ -211,11 +219,12 @@ class RefreshSessionView(APIView):
     @extend_schema(
         operation_id="diner_sessions_refresh",
         request=None,
-        responses={200: SessionOut, **problems(401, 403, 429)},
+        responses={200: SessionOut, **problems(400, 401, 403, 429)},
     )
     def post(self, request: Request) -> Response:
         """A token of the same session with a later expiry (the old one stays valid until its
         own expiry, so a lost answer can be refreshed again)."""
+        refuse_a_body_that_is_not_json(request)
         try:
             issued = refresh_session(claims=read_token(request.auth))
         except SessionRefused as refused:
@@ -240,10 +249,11 @@ class EndSessionView(APIView):
     @extend_schema(
         operation_id="diner_sessions_end",
         request=None,
-        responses={204: None, **problems(401, 403)},
+        responses={204: None, **problems(400, 401, 403)},
     )
     def post(self, request: Request) -> Response:
         """Sign out: this session's tokens are refused from now on."""
+        refuse_a_body_that_is_not_json(request)
         end_session(session_id=request.user.session_id)
         return Response(status=204)
 
@@ -268,6 +278,7 @@ class RevokeDinerSessionsView(APIView):
     def post(self, request: Request, diner_id: str) -> Response:
         """End every session of one diner (e.g. the diner's account was closed or stolen).
         An id no diner can have is 400 VALIDATION_ERROR, as when signing one in."""
+        refuse_a_body_that_is_not_json(request)
         path = RevokeDinerIn(data={"diner_id": diner_id})
         path.is_valid(raise_exception=True)
         revoked = revoke_diner(tenant=request.user.tenant, diner_id=diner_id)

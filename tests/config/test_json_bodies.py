@@ -180,3 +180,52 @@ def test_a_body_declared_identity_is_read(tenant: Tenant, coding: str) -> None:
     )
 
     assert answer.status_code == 200, answer.content
+
+
+NOT_WELL_FORMED = [
+    pytest.param(b"{", id="cut-short"),
+    pytest.param(b'{"a": 1, "a": 2}', id="a-member-named-twice"),
+    pytest.param(b"\xef\xbb\xbf{}", id="a-byte-order-mark"),
+]
+
+
+@pytest.mark.parametrize("body", NOT_WELL_FORMED)
+@pytest.mark.parametrize("action", ["refresh/", "end/"])
+def test_a_session_s_refresh_or_sign_out_with_a_body_that_is_not_json_is_400_and_does_nothing(
+    tenant: Tenant, action: str, body: bytes
+) -> None:
+    """Red: 200 (a new token) and 204 (signed out), where paying or cancelling, which read no
+    body either, refuse the same body 400 INVALID_JSON."""
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}"}
+
+    refused = Client().post(f"{SESSIONS}{action}", body, content_type=JSON, **auth)
+
+    assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_JSON"), refused.content
+    assert Client().get("/api/v1/orders/", **auth).status_code == 200  # still signed in
+
+
+@pytest.mark.parametrize("body", NOT_WELL_FORMED)
+def test_a_diner_s_revocation_with_a_body_that_is_not_json_is_400_and_revokes_nothing(
+    tenant: Tenant, body: bytes
+) -> None:
+    token = diner_token(tenant, "diner-8")
+    merchant = {"HTTP_AUTHORIZATION": f"Api-Key {merchant_key(tenant)}"}
+
+    refused = Client().post(
+        "/api/v1/diners/diner-8/revoke-sessions/", body, content_type=JSON, **merchant
+    )
+
+    assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_JSON"), refused.content
+    diner = Client().get("/api/v1/orders/", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert diner.status_code == 200
+
+
+def test_the_schema_describes_the_400_of_a_body_on_the_operations_that_read_none() -> None:
+    schema = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    for path in (
+        f"{SESSIONS}refresh/",
+        f"{SESSIONS}end/",
+        "/api/v1/diners/{diner_id}/revoke-sessions/",
+    ):
+        described = schema["paths"][path]["post"]["responses"]["400"]["description"]
+        assert "body" in described, (path, described)

@@ -667,7 +667,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header this site does not serve */
+            /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -753,7 +753,7 @@ export interface operations {
                     "application/json": components["schemas"]["DinerSessionOut"];
                 };
             };
-            /** @description Refused at the HTTP level before any API code ran (BAD_REQUEST): e.g. a Host header this site does not serve */
+            /** @description Invalid input, key or body (see `code`) */
             400: {
                 headers: {
                     [name: string]: unknown;
