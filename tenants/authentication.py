@@ -33,7 +33,8 @@ _SCHEMES = {API_KEY.lower(): API_KEY, BEARER.lower(): BEARER}
 def _credential(request: HttpRequest) -> tuple[str, str] | None:
     """(scheme, value) of the Authorization header, the scheme as named here; None without
     one. A header of another scheme, or with no value, is refused here so that both
-    authenticators agree on it."""
+    authenticators agree on it, and challenged with both schemes, as a request with no
+    credential is: it is neither authenticator's own to name its scheme alone."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     if not header:
         return None
@@ -44,7 +45,7 @@ def _credential(request: HttpRequest) -> tuple[str, str] | None:
             status_code=401,
             code=TenantErrorCode.API_KEY_INVALID,
             detail="Expected 'Authorization: Api-Key <key>' or 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": API_KEY},
+            headers={"WWW-Authenticate": f"{API_KEY}, {BEARER}"},
         )
     return scheme, value.strip()
 

@@ -717,3 +717,23 @@ def test_every_401_of_the_schema_declares_the_www_authenticate_its_answer_carrie
     undeclared = [(p, m) for p, m, r in refusals if "WWW-Authenticate" not in r.get("headers", {})]
     assert undeclared == []
     assert client.get("/api/v1/menu/")["WWW-Authenticate"] == "Api-Key, Bearer"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    ["Basic YTpi", "Token abc", "Bearer", "Api-Key ", "ApiKey abc.def", "Bearer\tabc"],
+)
+@pytest.mark.parametrize(
+    "method, path", [("get", "/api/v1/orders/"), ("post", "/api/v1/orders/1/pay/")]
+)
+def test_an_authorization_of_no_scheme_the_api_takes_is_challenged_with_both(
+    client, authorization, method, path
+):
+    """Red: "Api-Key" alone, where the detail says either scheme is expected and a request with
+    no credential is challenged with both; a diner's operation (pay) was challenged with the
+    one scheme its schema does not list."""
+    no_body = {"data": b"", "content_type": "application/json"} if method == "post" else {}
+    refused = getattr(client, method)(path, **no_body, HTTP_AUTHORIZATION=authorization)
+
+    assert (refused.status_code, refused.json()["code"]) == (401, "API_KEY_INVALID")
+    assert refused["WWW-Authenticate"] == "Api-Key, Bearer"
