@@ -34,7 +34,7 @@ from ordering.admin.orders import OrderAdmin
 from ordering.background import dispatch
 from ordering.models import DinerDataExport, DinerErasure, Order, TenantOffboarding
 from ordering.privacy import diners as diner_privacy
-from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hash, diner_hashes
+from ordering.privacy.diners import PSEUDONYM_PREFIX, diner_hashes
 from ordering.privacy.offboarding import OffboardingRefused, start_offboarding
 from tenants.admin import TenantAdmin as BaseTenantAdmin
 from tenants.models import Tenant
@@ -208,6 +208,10 @@ class OffboardConfirmForm(forms.Form):
 
 @admin.register(DinerErasure)
 class DinerErasureAdmin(ReadOnlyAdmin):
+    """The erasure log, a diner's rows found by the id typed, hashed as the log keeps it
+    (under ``SECRET_KEY`` and its fallbacks: while the site's key rotates, an erasure logged
+    under the old key is found too, as the erasure itself finds it)."""
+
     list_display = ["at", "tenant", "pseudonym", "requested_by", "counts"]
     list_filter = ["tenant"]
     list_select_related = ["tenant"]
@@ -219,7 +223,7 @@ class DinerErasureAdmin(ReadOnlyAdmin):
     ) -> tuple[QuerySet[DinerErasure], bool]:
         if not search_term.strip():
             return queryset, False
-        return queryset.filter(diner_hash=diner_hash(search_term.strip())), False
+        return queryset.filter(diner_hash__in=diner_hashes(search_term.strip())), False
 
 
 @admin.register(DinerDataExport)

@@ -15,7 +15,8 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.test import Client
 
-from ordering.models import DinerErasure, Order, TenantOffboarding
+from ordering.models import DinerDataExport, DinerErasure, Order, TenantOffboarding
+from ordering.privacy.diners import diner_hash
 from tenants.models import DinerSession, Tenant
 from tests.conftest import api_for, menu_for
 from tests.privacy.test_erase_diner import place
@@ -357,3 +358,34 @@ def test_staff_find_a_diner_s_copies_in_the_export_log_by_the_id_typed(staff, te
     assert "dpo:carol" in listed and "dpo:dan" in listed and "zoe" not in listed
     assert "dpo:carol" in found and "dpo:dan" not in found
     assert staff.get("/admin/ordering/dinerdataexport/add/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "changelist, model",
+    [
+        ("/admin/ordering/dinererasure/", DinerErasure),
+        ("/admin/ordering/dinerdataexport/", DinerDataExport),
+    ],
+    ids=["erasure log", "export log"],
+)
+def test_both_logs_find_a_diner_logged_before_the_site_s_key_was_rotated(
+    staff, tenant, settings, changelist, model
+):
+    """While ``SECRET_KEY`` rotates, the rows logged under the old key (now a fallback) are
+    found by the id typed, in the erasure log as in the log of copies given."""
+    # red before for the erasure log: its search hashed the id under SECRET_KEY alone
+    old = settings.SECRET_KEY
+    extra = {"pseudonym": "erased-0123456789abcdef"} if model is DinerErasure else {}
+    for diner, by in (("zoe", "dpo:before"), ("yan", "dpo:other")):
+        model.objects.create(
+            tenant=tenant, diner_hash=diner_hash(diner, secret=old), requested_by=by, **extra
+        )
+    settings.SECRET_KEY = "a-new-site-key-" + "n" * 50
+    settings.SECRET_KEY_FALLBACKS = [old]
+    model.objects.create(
+        tenant=tenant, diner_hash=diner_hash("zoe"), requested_by="dpo:after", **extra
+    )
+
+    found = staff.get(changelist, {"q": "zoe"}).content.decode()
+
+    assert "dpo:before" in found and "dpo:after" in found and "dpo:other" not in found
