@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.db import DatabaseError
 from django.db.models import OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
 
@@ -38,6 +39,7 @@ from ordering.payments.capture_refunds import (
     waiting_for_staff,
 )
 from ordering.payments.conflicts import MAX_NOTE_CHARS, ConflictNotOpen, resolve_conflict
+from tenants.write_fence import refused_by_fence
 
 # the start of each letter's error on the discard page; the whole is on the letter's page
 SHOWN_ERROR_CHARS = 200
@@ -138,16 +140,30 @@ class DeadLetterAdmin(BoundedCountList, ReadOnlyAdmin):
         return None
 
     def _each(self, request: HttpRequest, queryset: QuerySet[DeadLetter], step, verb: str) -> None:
+        """``step`` for each letter, each in its own transaction. A letter of a restaurant
+        being offboarded (its rows fenced, :mod:`tenants.write_fence`) is left open and named:
+        it answered the 409 page "not saved", though the letters before it were done."""
         done = skipped = 0
+        fenced = []
         for pk in queryset.values_list("pk", flat=True):
             try:
                 step(pk)
                 done += 1
             except DeadLetterNotOpen:
                 skipped += 1
+            except DatabaseError as exc:
+                if not refused_by_fence(exc):
+                    raise
+                fenced.append(str(pk))
         self.message_user(request, f"{done} dead letter(s) {verb}.", messages.SUCCESS)
         if skipped:
             self.message_user(request, f"{skipped} were not open any more.", messages.WARNING)
+        if fenced:
+            self.message_user(
+                request,
+                f"Left open, their restaurant being offboarded: {', '.join(fenced)}.",
+                messages.WARNING,
+            )
 
 
 class ConflictStateFilter(admin.SimpleListFilter):

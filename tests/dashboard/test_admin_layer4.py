@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 
 from ordering.background.dead_letters import record_dead_letter
 from ordering.models import DeadLetter
+from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 LIST = "/admin/ordering/deadletter/"
@@ -72,3 +73,43 @@ def test_discarding_asks_for_confirmation_and_a_note_and_keeps_the_note(staff):
         DISCARDED["note"],
         "staff:ops",
     )
+
+
+@pytest.mark.parametrize("action", ["requeue", "discard"])
+def test_letters_of_a_restaurant_being_offboarded_are_reported_and_the_others_handled(
+    staff, make_tenant, action, django_capture_on_commit_callbacks
+):
+    """A letter of a restaurant whose offboarding has begun (its rows fenced) among the
+    selected answered the 409 page "not saved", though the letters before it were requeued
+    (their messages sent) or discarded: staff were told nothing was done. The others are
+    handled, that one left open, and both said."""
+    staying, leaving = make_tenant("staying"), make_tenant("leaving")
+    first = record_dead_letter(
+        key="outbox:1:notify", task="t", payload={}, error="boom", attempts=4, tenant=staying
+    )
+    fenced = record_dead_letter(
+        key="outbox:2:notify", task="t", payload={}, error="boom", attempts=4, tenant=leaving
+    )
+    last = record_dead_letter(
+        key="outbox:3:notify", task="t", payload={}, error="boom", attempts=4, tenant=staying
+    )
+    Tenant.objects.filter(pk=leaving.pk).update(status=Tenant.Status.OFFBOARDING)
+    staff.raise_request_exception = False
+
+    with django_capture_on_commit_callbacks(execute=False):
+        r = staff.post(
+            LIST,
+            {
+                "action": action,
+                "_selected_action": [first.pk, fenced.pk, last.pk],
+                **(DISCARDED if action == "discard" else {}),
+            },
+        )
+
+    assert r.status_code == 302
+    states = dict(DeadLetter.objects.values_list("pk", "state"))
+    done = "requeued" if action == "requeue" else "discarded"
+    assert states == {first.pk: done, fenced.pk: "open", last.pk: done}
+    notices = [str(m) for m in staff.get(LIST).context["messages"]]
+    assert f"2 dead letter(s) {done}." in notices
+    assert f"Left open, their restaurant being offboarded: {fenced.pk}." in notices
