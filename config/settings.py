@@ -765,7 +765,7 @@ IDEMPOTENCY = {
     "ALL_REDIS_CLIENTS": "tenants.redis_routing.all_clients",
     "SCRIPT_PIN_ALLOWED": "tenants.idempotency_scope.may_pin_script_version",
     "TENANT_REGION": "tenants.idempotency_scope.tenant_region",
-    "TENANT_LABELS": "tenants.idempotency_scope.tenant_labels",
+    "TENANT_LABELS": "ordering.tenant_labels.tenant_labels",
     # Contract tests of a candidate Lua version: {"claim": "/path/to/claim.lua"}
     "FORCE_SCRIPTS": env_json_object("IDEMPOTENCY_FORCE_SCRIPTS"),
     "TTL_SECONDS": env_bounded("IDEMPOTENCY_TTL_SECONDS", 72 * 3600, low=60, high=_YEAR),

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from idempotency.core.hashing import keyed_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord
-from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition
+from ordering.models import Coupon, Dish, Order, OrderStatus, OrderTransition, TenantOffboarding
 from ordering.services.placing import ItemRequest, place_order
 from tenants.api_keys import issue_api_key, revoke_api_key
 from tenants.diner_sessions import end_sessions, open_session
@@ -448,6 +448,29 @@ def test_without_the_tenant_labels_hook_the_admin_shows_tenant_keys(staff, setti
     make_audit(str(mine.tenant.pk), "HIT", "k-plain")
     page = staff.get("/admin/idempotency/duplicateaudit/")
     assert [a.tenant_label for a in page.context["cl"].result_list] == [str(mine.tenant.pk)]
+
+
+def test_the_audits_of_a_restaurant_that_left_name_it_by_its_slug(staff, mine):
+    """A capture reported after a restaurant left is audited under its id, the tenant gone:
+    the list and its tenant filter showed a bare number ("3") that named nothing staff could
+    look up; they name the restaurant as its offboarding and its departed payments do."""
+    gone = mine.tenant.pk + 1000
+    TenantOffboarding.objects.create(
+        tenant_ref=gone,
+        tenant_slug="ramen",
+        phase=TenantOffboarding.Phase.DONE,
+        export_path="/tmp/ramen.zip",
+        requested_by="staff:ops",
+    )
+    make_audit(str(gone), "CONFLICT", "k-late", endpoint="POST api/v1/payments/callback/")
+    make_audit(str(mine.tenant.pk), "HIT", "k-mine")
+
+    page = staff.get("/admin/idempotency/duplicateaudit/")
+
+    labels = {a.tenant_key: a.tenant_label for a in page.context["cl"].result_list}
+    assert labels == {str(gone): "ramen (offboarded)", str(mine.tenant.pk): mine.tenant.name}
+    (tenant_filter,) = [f for f in page.context["cl"].filter_specs if f.title == "tenant"]
+    assert (str(gone), "ramen (offboarded)") in tenant_filter.lookup_choices
 
 
 def test_an_action_over_orders_of_a_restaurant_being_offboarded_moves_the_others(
