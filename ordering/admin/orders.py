@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db import DatabaseError
@@ -43,6 +44,8 @@ S = OrderStatus
 DINER_DETAILS = {"note": "note", "contact_phone": "phone", "delivery_address": "address"}
 HIDDEN_DINER_DETAILS = "(hidden: seeing them needs the “view diner details” permission)"
 MAX_ORDER_ID = 2**63 - 1  # ids are PostgreSQL bigints
+# a provider's reference names one payment per restaurant: this many orders at most
+MAX_ORDERS_BY_REFERENCE = 100
 
 
 def may_see_diner_details(request: HttpRequest) -> bool:
@@ -149,7 +152,10 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
     ]
     list_select_related = ["tenant"]
     search_fields = ["=id", "=diner_id", "=idempotency_key"]  # see get_search_results
-    search_help_text = "An order id, a diner id or an order's idempotency key (exactly)"
+    search_help_text = (
+        "An order id, a diner id, an order's idempotency key or a payment's provider "
+        "reference (exactly)"
+    )
     # by the columns an index serves in their order: a sort by number, restaurant, status or
     # total sorted every order of every restaurant on each page view
     sortable_by = ["id", "created_at"]
@@ -171,16 +177,28 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Order], search_term: str
     ) -> tuple[QuerySet[Order], bool]:
-        """An order by its id, its diner's id or its idempotency key, each compared exactly,
-        through its index. Django's "=field" compares ``UPPER(column::text)``, which no index
-        holds: every search read every order. A key is found through the unique index that
-        leads with the restaurant (one probe per restaurant), and ids, diners' ids and keys
-        are told apart by case, as the engine tells keys apart."""
+        """An order by its id, its diner's id, its idempotency key or the provider's reference
+        of one of its payments (the transaction a diner's bank statement names), each compared
+        exactly, through its index. Django's "=field" compares ``UPPER(column::text)``, which
+        no index holds: every search read every order. A key and a reference are found
+        through the unique indexes that lead with the restaurant (one probe per restaurant and
+        provider), and ids, diners' ids, keys and references are told apart by case, as the
+        engine tells keys apart."""
         term = search_term.strip()
         if not term:
             return queryset, False
         tenants = list(Tenant.objects.values_list("pk", flat=True))
-        found = Q(diner_id=term) | Q(tenant_id__in=tenants, idempotency_key=term)
+        paid_by = Payment.all_tenants.filter(
+            tenant_id__in=tenants,
+            provider__in=list(settings.PAYMENT_PROVIDERS),
+            provider_txn_id=term,
+        ).values_list("order_id", flat=True)
+        # the ids read first, so the OR compares orders by their primary key
+        found = (
+            Q(diner_id=term)
+            | Q(tenant_id__in=tenants, idempotency_key=term)
+            | Q(pk__in=list(paid_by[:MAX_ORDERS_BY_REFERENCE]))
+        )
         if term.isascii() and term.isdigit() and int(term) <= MAX_ORDER_ID:
             found |= Q(pk=int(term))
         return queryset.filter(found), False

@@ -27,7 +27,7 @@ from idempotency.admin import audits as audits_admin
 from idempotency.admin.audits import DuplicateAuditAdmin
 from idempotency.admin.paging import BoundedCountPaginator
 from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
-from ordering.models import DeadLetter, Order, OutboxEvent
+from ordering.models import DeadLetter, Order, OutboxEvent, Payment
 from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, DinerSession, Tenant
 
@@ -415,6 +415,45 @@ def test_the_sessions_search_finds_a_diner_or_a_restaurant_through_their_indexes
     assert found(f"guest_{tenant.pk}_1") == {f"guest_{tenant.pk}_1"}
     assert found(f"guest_{tenant.pk}_") == set()  # exactly: not a part of one
     assert found(other_tenant.slug) == {f"guest_{other_tenant.pk}_0"}
+
+
+def test_the_order_search_finds_an_order_by_its_payment_s_provider_reference(
+    staff: Client, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    # red: a diner's bank statement names the provider's transaction, and the order search
+    # took only an order id, a diner id or a key: no list of the admin led from the reference
+    # of a payment that raised no conflict to its order
+    first, second = orders(tenant, 2)
+    theirs = orders(other_tenant, 1)[0]
+    for order, txn in ((first, "sim_aaa"), (second, "sim_bbb"), (second, "sim_ccc")):
+        Payment.all_tenants.create(
+            tenant=order.tenant,
+            order=order,
+            provider="simulated",
+            provider_txn_id=txn,
+            method="card",
+            amount=Decimal("1.00"),
+        )
+    Payment.all_tenants.create(
+        tenant=other_tenant,
+        order=theirs,
+        provider="simulated",
+        provider_txn_id="sim_aaa",
+        method="card",
+        amount=Decimal("1.00"),
+    )
+
+    def found(term: str) -> set[int]:
+        with CaptureQueriesContext(connection) as sent:
+            page = staff.get("/admin/ordering/order/", {"q": term})
+        assert page.status_code == 200
+        searched = [q["sql"] for q in sent.captured_queries if f"'{term}'" in q["sql"]]
+        assert searched and not [s for s in searched if "UPPER(" in s], searched
+        return {o.pk for o in page.context["cl"].result_list}
+
+    assert found("sim_ccc") == {second.pk}  # the second payment of an order paid twice
+    assert found("sim_aaa") == {first.pk, theirs.pk}  # each restaurant's, named in the list
+    assert found("SIM_AAA") == set()  # as the provider spells it
 
 
 def test_the_audits_search_by_an_order_s_url_is_answered_by_an_index(
