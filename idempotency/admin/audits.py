@@ -30,7 +30,7 @@ from django.utils.safestring import mark_safe
 from idempotency.admin.distinct import IndexedValuesFilter, fixed_values_filter
 from idempotency.admin.lookups import OfferedFiltersOnly
 from idempotency.admin.paging import BoundedCountList, IndexSortedChangeList
-from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin
+from idempotency.admin.tenant_labels import TenantFilter, TenantLabelsMixin, tenant_labels
 from idempotency.core.hashing import digest_candidates
 from idempotency.core.keys import key_digest
 from idempotency.models import DuplicateAudit, IdempotencyRecord, StaffAccessLog
@@ -212,8 +212,23 @@ class DuplicateAuditAdmin(
     # by the columns an index serves in their order: a sort by restaurant, outcome, endpoint
     # or review sorted every audit on each page view
     sortable_by = ["at", "short_key", "resource"]
-    exclude = ["request_meta"]
-    readonly_fields = ["request_details"]
+    # the restaurant by its name, as the list names it (the tenant key named nothing)
+    fields = [
+        "tenant",
+        "endpoint",
+        "key",
+        "outcome",
+        "source",
+        "principal",
+        "differing_fields",
+        "resource_ref",
+        "at",
+        "reviewed",
+        "reviewed_by",
+        "resolution_note",
+        "request_details",
+    ]
+    readonly_fields = ["tenant", "request_details"]
     date_hierarchy = "at"
     actions = ["mark_reviewed", "export_csv"]
     # an audit's page shows the request's client address and user agent: personal data
@@ -306,11 +321,15 @@ class DuplicateAuditAdmin(
                     messages.WARNING,
                 )
             return None
+        audits = list(queryset)
+        labels = tenant_labels(audit.tenant_key for audit in audits)
+        for audit in audits:
+            audit.tenant_label = labels[audit.tenant_key]
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "title": "Mark duplicate-hit audits reviewed",
             "opts": self.model._meta,
-            "audits": queryset,
+            "audits": audits,
             "form": form,
             "action_name": "mark_reviewed",
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,

@@ -473,6 +473,31 @@ def test_the_audits_of_a_restaurant_that_left_name_it_by_its_slug(staff, mine):
     assert (str(gone), "ramen (offboarded)") in tenant_filter.lookup_choices
 
 
+def test_an_audit_s_page_and_its_review_name_its_restaurant(staff, mine):
+    """The list names each audit's restaurant; the audit's own page and the page confirming
+    its review showed the bare tenant key ("1", "3"), which named nothing, a restaurant that
+    left least of all."""
+    gone = mine.tenant.pk + 1000
+    TenantOffboarding.objects.create(
+        tenant_ref=gone,
+        tenant_slug="ramen",
+        phase=TenantOffboarding.Phase.DONE,
+        export_path="/tmp/ramen.zip",
+        requested_by="staff:ops",
+    )
+    late = make_audit(str(gone), "CONFLICT", "k-late", endpoint="POST api/v1/payments/callback/")
+    ours = make_audit(str(mine.tenant.pk), "HIT", "k-mine")
+
+    page = staff.get(f"/admin/idempotency/duplicateaudit/{late.pk}/change/").content.decode()
+    confirm = run_action(
+        staff, "/admin/idempotency/duplicateaudit/", "mark_reviewed", [late.pk, ours.pk]
+    ).content.decode()
+
+    assert "ramen (offboarded)" in page and "Tenant key:" not in page
+    assert "<td>ramen (offboarded)</td>" in confirm
+    assert f"<td>{mine.tenant.name}</td>" in confirm
+
+
 def test_an_action_over_orders_of_a_restaurant_being_offboarded_moves_the_others(
     staff, mine, theirs
 ):
