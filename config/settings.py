@@ -355,6 +355,23 @@ READINESS_TIMEOUT_SECONDS = env_number("READINESS_TIMEOUT_SECONDS", 2.0, low=0.1
 # Redis at all (the engine runs database-only). See tenants/redis_routing.py and docs/scaling.md.
 
 
+def shown_without_password(url: str) -> str:
+    """``url`` as a refusal may show it: the password of its user part (``user:password@``)
+    as ``***``, the rest as written. The refusal goes to the server's stderr, its logs, which
+    more people read than hold the Redis password. Read by hand, not by ``urlsplit``: a URL
+    refused for its port or brackets is one ``urlsplit`` cannot read, and its password shown
+    all the same; everything up to the last ``@`` is the user part, a password holding ``@``
+    or ``/`` included."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    user_part, at, host_part = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = user_part.partition(":")
+    return f"{scheme}{separator}{user if colon else ''}{colon}***@{host_part}"
+
+
 def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:
     """``url`` when it names a Redis node: ``redis://`` or ``rediss://`` with a host and at
     most a database number (0 or none for a cluster, which has only database 0), or ``unix://``
@@ -387,7 +404,7 @@ def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:
     except ValueError:
         valid = False
     if not valid:
-        raise ImproperlyConfigured(f"{name} must be {shape}, not {url!r}")
+        raise ImproperlyConfigured(f"{name} must be {shape}, not {shown_without_password(url)!r}")
     return url
 
 
@@ -911,7 +928,8 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
     index = parts.path.lstrip("/") or "0"
     if parts.scheme not in ("redis", "rediss") or not index.isdigit():
         raise ImproperlyConfigured(
-            f"{name} must be redis://host:port/<database number>, not {redis_url!r} "
+            f"{name} must be redis://host:port/<database number>, not "
+            f"{shown_without_password(redis_url)!r} "
             "(or set CELERY_BROKER_URL)"
         )
     if int(index) >= 15:

@@ -830,6 +830,60 @@ def test_a_redis_url_that_names_no_node_stops_the_server_with_its_own_broker(
     assert f"ImproperlyConfigured: {message}" in stderr
 
 
+@pytest.mark.parametrize(
+    "name, url, shown",
+    [
+        pytest.param(
+            "REDIS_URL",
+            "redis://ordering:{password}@redis.example.com:6379/cache",
+            "not 'redis://ordering:***@redis.example.com:6379/cache'",
+            id="url-user-and-password",
+        ),
+        pytest.param(
+            "REDIS_URL",
+            "rediss://:{password}@redis.example.com:port/0",
+            "not 'rediss://:***@redis.example.com:port/0'",
+            id="url-password-port-no-number",
+        ),
+        pytest.param(
+            "REDIS_SHARDS",
+            "redis://a.example.com:6379/0,redis://:{password}@b.example.com:6379?db=2",
+            "not 'redis://:***@b.example.com:6379?db=2'",
+            id="second-shard-password",
+        ),
+        pytest.param(
+            "REDIS_CLUSTER_URL",
+            "redis://:{password}@cluster.example.com:7000/3",
+            "not 'redis://:***@cluster.example.com:7000/3'",
+            id="cluster-password",
+        ),
+        pytest.param(
+            "REDIS_URL",
+            ":{password}@redis.example.com:6379/0",
+            "not ':***@redis.example.com:6379/0'",
+            id="url-no-scheme-password",
+        ),
+    ],
+)
+def test_a_refused_redis_url_is_named_without_its_password(name: str, url: str, shown: str) -> None:
+    """The refusal names the URL it refused, and a server's stderr goes to its logs, which
+    more people read than hold the Redis password: the password is shown as ***, the rest of
+    the URL as written, so the operator still sees which part is wrong."""
+    password = secrets.token_urlsafe(24)
+    env = {
+        **without(production_environment(), "REDIS_URL"),
+        "CELERY_BROKER_URL": "redis://broker.example.com:6379/1",
+        name: url.format(password=password),
+    }
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert f"ImproperlyConfigured: {name} must be redis://host:port" in stderr
+    assert shown in stderr
+    assert password not in stderr
+
+
 def test_documented_redis_urls_start_the_server() -> None:
     broker = {"CELERY_BROKER_URL": "redis://broker.example.com:6379/1"}
     base = without(production_environment(), "REDIS_URL")
