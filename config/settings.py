@@ -940,9 +940,39 @@ def _broker_next_to(redis_url: str, *, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{int(index) + 1}"))
 
 
+def redis_broker_url(url: str) -> str:
+    """``url`` when it names a Redis broker as Celery reads one: a Redis node as
+    :func:`redis_node_url` reads ``REDIS_URL`` (``redis://`` or ``rediss://``), a socket
+    (``redis+socket://<path>``), Sentinel (``sentinel://``) or the demo's ``memory://`` (refused
+    off DEBUG below). Anything else stops the server, the URL shown without its password: it
+    started, and every task's publish failed (a port that is no number a ``ValueError``, a URL
+    with no scheme read as ``amqp://guest@`` the whole text as a host), while a worker never
+    connected or stopped in a traceback, so payments and refunds waited in the outbox."""
+    from urllib.parse import urlsplit
+
+    scheme, separator, _ = url.partition("://")
+    if separator and scheme in ("redis", "rediss"):
+        try:
+            return redis_node_url("CELERY_BROKER_URL", url)
+        except ImproperlyConfigured:
+            pass
+    elif separator and (
+        scheme in ("sentinel", "memory") or (scheme == "redis+socket" and urlsplit(url).path)
+    ):
+        return url
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL must be redis://host:port/<database number>, rediss://…, "
+        f"redis+socket://<socket path> or sentinel://…, not {shown_without_password(url)!r}"
+    )
+
+
 _redis_for_broker = REDIS_URL or (REDIS_SHARDS[0] if REDIS_SHARDS else "")
 # Left empty or blank, the default beside Redis: a stray space was a broker URL of no host.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or (
+CELERY_BROKER_URL = (
+    redis_broker_url(os.environ["CELERY_BROKER_URL"].strip())
+    if os.environ.get("CELERY_BROKER_URL", "").strip()
+    else ""
+) or (
     _broker_next_to(_redis_for_broker, name="REDIS_URL" if REDIS_URL else "REDIS_SHARDS")
     if _redis_for_broker
     else ""

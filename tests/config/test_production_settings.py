@@ -575,6 +575,62 @@ def test_a_broker_url_left_empty_is_the_one_beside_redis(value: str) -> None:
     assert values["broker"] == env["REDIS_URL"].removesuffix("/0") + "/1"
 
 
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        pytest.param("broker.example.com:6379/1", "'broker.example.com:6379/1'", id="no-scheme"),
+        pytest.param(
+            "redis:/broker.example.com:6379/1", "'redis:/broker.example.com:6379/1'", id="one-slash"
+        ),
+        pytest.param(
+            "redis://:{password}@broker.example.com:port/1",
+            "'redis://:***@broker.example.com:port/1'",
+            id="port-no-number",
+        ),
+        pytest.param(
+            "redis://broker.example.com:6379/celery",
+            "'redis://broker.example.com:6379/celery'",
+            id="named-database",
+        ),
+        pytest.param("redis+socket://", "'redis+socket://'", id="socket-no-path"),
+        pytest.param(
+            "amqp://broker.example.com:5672//", "'amqp://broker.example.com:5672//'", id="not-redis"
+        ),
+    ],
+)
+def test_a_broker_url_that_names_no_redis_broker_stops_the_server(url: str, shown: str) -> None:
+    """A CELERY_BROKER_URL Celery cannot reach a Redis broker by started the server all the
+    same: every task's publish failed (a port that is no number a ValueError, no scheme read
+    as amqp://guest@<the whole text>), and a worker never connected, or stopped in a
+    traceback; the outbox's payments and refunds waited for ever. Its password is not shown."""
+    password = secrets.token_urlsafe(24)
+    env = {**production_environment(), "CELERY_BROKER_URL": url.format(password=password)}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert (
+        "ImproperlyConfigured: CELERY_BROKER_URL must be redis://host:port/<database number>"
+        in stderr
+    )
+    assert f"not {shown.format(password=password)}" in stderr
+    assert password not in stderr
+
+
+def test_documented_broker_urls_start_the_server() -> None:
+    for url in (
+        "redis://broker.example.com:6379/1",
+        "redis://broker.example.com:6379",
+        "rediss://:pw@broker.example.com:6380/2?ssl_cert_reqs=required",
+        "redis+socket:///run/redis/redis.sock?virtual_host=1",
+    ):
+        code, values, stderr = settings_with({**production_environment(), "CELERY_BROKER_URL": url})
+
+        assert code == 0, (url, stderr)
+        assert values is not None
+        assert values["broker"] == url
+
+
 @pytest.mark.parametrize("value", ["", "  "], ids=["empty", "blank"])
 def test_a_path_setting_left_empty_is_its_default_never_the_working_directory(
     value: str,
