@@ -106,6 +106,23 @@ def env_share(name: str, default: float) -> float:
 _YEAR = 365 * 86400
 
 
+def shown_without_password(url: str) -> str:
+    """``url`` as a refusal may show it: the password of its user part (``user:password@``)
+    as ``***``, the rest as written. The refusal goes to the server's stderr, its logs, which
+    more people read than hold the Redis password. Read by hand, not by ``urlsplit``: a URL
+    refused for its port or brackets is one ``urlsplit`` cannot read, and its password shown
+    all the same; everything up to the last ``@`` is the user part, a password holding ``@``
+    or ``/`` included."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    user_part, at, host_part = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = user_part.partition(":")
+    return f"{scheme}{separator}{user if colon else ''}{colon}***@{host_part}"
+
+
 DEBUG = env_bool("DEBUG", False)
 # Secrets that ship in this repository: public, so never accepted off DEBUG.
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me"
@@ -316,6 +333,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend, with a health check that sends no query (config/postgresql/base.py)
     DATABASES["default"]["ENGINE"] = "config.postgresql"
     _database_options = DATABASES["default"].setdefault("OPTIONS", {})
+    # Django connects to no database without its name (libpq's default, the user's, is not
+    # taken): a URL naming none started a server that answered every request 500, /readyz too.
+    if not DATABASES["default"].get("NAME") and "service" not in _database_options:
+        raise ImproperlyConfigured(
+            "DATABASE_URL must name the PostgreSQL database (postgres://user@host:5432/name), "
+            f"not {shown_without_password(_database_url)!r}"
+        )
     if "connect_timeout" in _database_options:  # one place for it, checked as the others
         raise ImproperlyConfigured(
             "DATABASE_URL must not set connect_timeout: set DB_CONNECT_TIMEOUT (seconds)"
@@ -353,23 +377,6 @@ READINESS_TIMEOUT_SECONDS = env_number("READINESS_TIMEOUT_SECONDS", 2.0, low=0.1
 # One of: REDIS_CLUSTER_URL (a Redis Cluster, any node), REDIS_SHARDS (comma-separated
 # standalone nodes; tenants are spread by rendezvous hashing), REDIS_URL (one node). None: no
 # Redis at all (the engine runs database-only). See tenants/redis_routing.py and docs/scaling.md.
-
-
-def shown_without_password(url: str) -> str:
-    """``url`` as a refusal may show it: the password of its user part (``user:password@``)
-    as ``***``, the rest as written. The refusal goes to the server's stderr, its logs, which
-    more people read than hold the Redis password. Read by hand, not by ``urlsplit``: a URL
-    refused for its port or brackets is one ``urlsplit`` cannot read, and its password shown
-    all the same; everything up to the last ``@`` is the user part, a password holding ``@``
-    or ``/`` included."""
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        scheme, rest = "", url
-    user_part, at, host_part = rest.rpartition("@")
-    if not at:
-        return url
-    user, colon, _ = user_part.partition(":")
-    return f"{scheme}{separator}{user if colon else ''}{colon}***@{host_part}"
 
 
 def redis_node_url(name: str, url: str, *, cluster: bool = False) -> str:

@@ -747,6 +747,37 @@ def test_production_refuses_a_database_other_than_postgresql(url: str) -> None:
     assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
 
 
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        pytest.param(
+            "postgres://ordering:{password}@db.example.com:5432",
+            "'postgres://ordering:***@db.example.com:5432'",
+            id="no-name",
+        ),
+        pytest.param(
+            "postgres://ordering@db.example.com:5432/",
+            "'postgres://***@db.example.com:5432/'",
+            id="empty-name",
+        ),
+        pytest.param("postgresql://", "'postgresql://'", id="nothing"),
+    ],
+)
+def test_production_refuses_a_database_url_that_names_no_database(url: str, shown: str) -> None:
+    """Django connects to no PostgreSQL database without its name (libpq's default, the
+    user's name, is not taken): such a DATABASE_URL started a server that answered every
+    request 500, the readiness probe too. Its password is not shown."""
+    password = secrets.token_urlsafe(24)
+    env = {**production_environment(), "DATABASE_URL": url.format(password=password)}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
+    assert f"not {shown}" in stderr
+    assert password not in stderr
+
+
 def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() -> None:
     code, values, stderr = settings_with({"DEBUG": "1", "DATABASE_URL": ""})
 
