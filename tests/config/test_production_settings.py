@@ -1407,6 +1407,39 @@ def test_a_server_the_system_checks_refuse_does_not_start(
         pass
 
 
+@pytest.mark.slow
+def test_a_server_refused_for_its_settings_says_why_in_one_line_and_stops(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A setting that stops the server (here a Redis URL that names no node) ended each
+    worker's boot in gunicorn's "Exception in worker process" and a traceback of some forty
+    lines through the import machinery, the reason at its end, and gunicorn halted with
+    "Worker failed to boot": a page of Python for a typo. The worker now writes the reason in
+    one line and gunicorn halts as for an app that cannot be loaded."""
+    env = {**live_environment(), "REDIS_URL": "redis.example.com:6379"}
+    log_dir = tmp_path_factory.mktemp("refused-settings")
+
+    with (
+        pytest.raises(GunicornFailed, match="exited with code"),
+        live_gunicorn(
+            db_name=settings.DATABASES["default"]["NAME"],
+            log_dir=log_dir,
+            env=env,
+            workers=1,
+            ready_timeout=30,
+        ),
+    ):
+        pass
+
+    log = (log_dir / "gunicorn.log").read_text()
+    assert (
+        "ImproperlyConfigured: REDIS_URL must be redis://host:port/<database number>, "
+        "not 'redis.example.com:6379'\n"
+    ) in log
+    assert "Traceback" not in log
+    assert "Reason: App failed to load." in log
+
+
 def refused_at_start(arguments: list[str]) -> str:
     """Run Python with ``arguments`` in the production environment with a setting the system
     checks call an error; assert it stopped, and give what it wrote."""
