@@ -12,8 +12,12 @@ Output piped to a reader that stopped (``| head -1``) ended the same way, in a
 before stays done.
 
 Only a connection-level failure qualifies (:func:`config.database_unavailable
-.is_database_unavailable`, as for the web's 503): any other error keeps its traceback, a bug
-being one; ``--traceback`` keeps it for an outage too.
+.is_database_unavailable`, as for the web's 503): any other database error keeps its
+traceback, a bug being one; ``--traceback`` keeps it for an outage too.
+
+A setting that stops the server (``ImproperlyConfigured``) stopped every command in a traceback
+through Django's settings machinery, the reason at its end: that reason is the one line now,
+exit status 1 (``--traceback`` keeps the traceback).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import execute_from_command_line
 from django.db import OperationalError
 
@@ -39,6 +44,11 @@ def main(argv: Sequence[str]) -> None:
             "BrokenPipe: the output was closed before the command finished writing it; "
             "what it did stays done\n"
         )
+        sys.exit(1)
+    except ImproperlyConfigured as exc:
+        if "--traceback" in argv:
+            raise
+        sys.stderr.write(f"ImproperlyConfigured: {exc}\n")
         sys.exit(1)
     except OperationalError as exc:
         from config.database_unavailable import is_database_unavailable

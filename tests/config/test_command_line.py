@@ -64,6 +64,36 @@ def test_the_traceback_is_kept_when_asked_for() -> None:
     assert "Traceback" in ran.stderr
 
 
+@pytest.mark.parametrize("command", [["check"], ["migrate", "--noinput"]], ids=["check", "migrate"])
+def test_a_command_with_a_refused_setting_says_why_in_one_line(command: list[str]) -> None:
+    """A setting that stops the server stopped every command too, in a traceback through
+    Django's settings machinery with the reason at its end; now in that one line, exit 1."""
+    # given a Redis URL that names no node
+    env = {
+        **production_environment(redis_url="redis.example.com:6379"),
+        "CELERY_BROKER_URL": "redis://broker.example.com:6379/1",
+    }
+    # when the operator runs a command
+    ran = run_manage(*command, env=env)
+    # then it ends with status 1 and the one line of the refusal
+    assert ran.returncode == 1, ran.stdout
+    assert "Traceback" not in ran.stderr, ran.stderr
+    problem = [line for line in ran.stderr.splitlines() if not line.startswith('{"ts"')]
+    assert problem == [
+        "ImproperlyConfigured: REDIS_URL must be redis://host:port/<database number>, "
+        "not 'redis.example.com:6379'"
+    ], ran.stderr
+
+
+def test_a_refused_setting_s_traceback_is_kept_when_asked_for() -> None:
+    env = production_environment(redis_url="redis.example.com:6379")
+
+    ran = run_manage("check", "--traceback", env=env)
+
+    assert ran.returncode == 1
+    assert "Traceback" in ran.stderr
+
+
 def test_output_to_a_reader_that_stopped_ends_in_one_line(db: None) -> None:
     """``manage.py purge_expired_data | head -0``: it ended in a BrokenPipeError traceback."""
     # given the documented environment on this run's database
