@@ -316,13 +316,21 @@ if not _database_url and not DEBUG:
         "DATABASE_URL must name the PostgreSQL database when DEBUG is off "
         "(postgres://user@host:5432/name); SQLite is the demo's"
     )
-DATABASES = {
-    "default": dj_database_url.parse(
-        _database_url or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-        conn_max_age=env_bounded("DB_CONN_MAX_AGE", 300, low=0, high=86_400),
-        conn_health_checks=True,
-    )
-}
+# dj-database-url's own errors name no setting ("Scheme '://' is unknown", "This string is not
+# a valid url"): a URL it cannot read stops the server naming DATABASE_URL, its password hidden.
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            _database_url or f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
+            conn_max_age=env_bounded("DB_CONN_MAX_AGE", 300, low=0, high=86_400),
+            conn_health_checks=True,
+        )
+    }
+except (dj_database_url.ParseError, dj_database_url.UnknownSchemeError):
+    raise ImproperlyConfigured(
+        "DATABASE_URL must name the PostgreSQL database (postgres://user@host:5432/name), "
+        f"not {shown_without_password(_database_url)!r}"
+    ) from None
 # Seconds a worker waits to connect to PostgreSQL (whole seconds, libpq's unit; psycopg waits
 # at least 2). Without it a database that accepts the connection and never answers (a hung
 # server, an address a failover left half-open) held each request that connected for

@@ -778,6 +778,41 @@ def test_production_refuses_a_database_url_that_names_no_database(url: str, show
     assert password not in stderr
 
 
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        pytest.param(
+            "postgres://ordering:{password}@db.example.com:port/ordering",
+            "'postgres://ordering:***@db.example.com:port/ordering'",
+            id="port-no-number",
+        ),
+        pytest.param(
+            "db.example.com:5432/ordering", "'db.example.com:5432/ordering'", id="no-scheme"
+        ),
+        pytest.param(
+            "postgress://ordering:{password}@db.example.com/ordering",
+            "'postgress://ordering:***@db.example.com/ordering'",
+            id="misspelt-scheme",
+        ),
+    ],
+)
+def test_a_database_url_that_cannot_be_read_stops_the_server_naming_the_setting(
+    url: str, shown: str
+) -> None:
+    """dj-database-url's own errors named no setting ("Scheme '://' is unknown. Did you forget
+    to register custom backend?", "This string is not a valid url"), and no command or
+    server wrote them in one line as it writes a setting's refusal."""
+    password = secrets.token_urlsafe(24)
+    env = {**production_environment(), "DATABASE_URL": url.format(password=password)}
+
+    code, _, stderr = settings_with(env)
+
+    assert code != 0
+    assert "ImproperlyConfigured: DATABASE_URL must name the PostgreSQL database" in stderr
+    assert f"not {shown}" in stderr
+    assert password not in stderr
+
+
 def test_the_demo_without_a_database_url_runs_on_sqlite_even_when_it_is_empty() -> None:
     code, values, stderr = settings_with({"DEBUG": "1", "DATABASE_URL": ""})
 
