@@ -13,11 +13,27 @@ from django.core.exceptions import ValidationError
 
 from idempotency.core.redaction import check_paths
 
+# Bounds of what staff type into a tenant's JSON fields, which only the request's size
+# (MAX_REQUEST_BYTES) bounded: 100,000 paths, or one of 750,000 characters, were kept on the
+# tenant's row, and every stored reply of its writes walked each path. An API's answer has a
+# few personal fields; a path is a few keys deep.
+MAX_REDACTION_PATHS = 50
+MAX_REDACTION_PATH_CHARS = 200
+
 
 def validate_redaction_paths(value: Any) -> None:
-    """A list of JSON paths (``contact.phone``), each object keys joined by dots."""
+    """A list of JSON paths (``contact.phone``), each object keys joined by dots; at most
+    :data:`MAX_REDACTION_PATHS`, each of at most :data:`MAX_REDACTION_PATH_CHARS` characters."""
     if not isinstance(value, list):
         raise ValidationError('Enter a list of JSON paths, e.g. ["contact.phone", "note"].')
+    if len(value) > MAX_REDACTION_PATHS or any(
+        isinstance(path, str) and len(path) > MAX_REDACTION_PATH_CHARS for path in value
+    ):
+        raise ValidationError(
+            f"At most {MAX_REDACTION_PATHS} paths, each of at most {MAX_REDACTION_PATH_CHARS} "
+            "characters.",
+            code="out_of_platform_bounds",
+        )
     try:
         check_paths(value)
     except ValueError as exc:
@@ -63,6 +79,8 @@ def validate_log_fields(value: Any) -> None:
         return
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValidationError('Enter a list of log field names, e.g. ["request_id"].')
+    if len(set(value)) != len(value):  # else 75,000 of one name fitted in a request
+        raise ValidationError("Name each log field once.", code="out_of_platform_bounds")
     unknown = [v for v in value if v not in allowed]
     if unknown:
         raise ValidationError(

@@ -4,6 +4,8 @@ whatever it is, never a 500, and nothing is saved."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
@@ -46,6 +48,50 @@ def test_json_no_field_can_hold_is_a_form_error(staff: Client, field: str, text:
     assert answer.status_code == 200
     assert answer.context["adminform"].form.errors[field] == ["Enter a valid JSON."]
     assert Tenant.objects.get(pk=tenant.pk).name == "Roma"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        pytest.param(
+            "redacted_paths",
+            json.dumps([f"path{n}" for n in range(51)]),
+            "At most 50 paths, each of at most 200 characters.",
+            id="more-paths-than-the-bound",
+        ),
+        pytest.param(
+            "redacted_paths",
+            json.dumps(["a" * 201]),
+            "At most 50 paths, each of at most 200 characters.",
+            id="a-path-longer-than-the-bound",
+        ),
+        pytest.param(
+            "log_fields",
+            json.dumps(["request_id"] * 2),
+            "Name each log field once.",
+            id="a-log-field-named-twice",
+        ),
+    ],
+)
+def test_json_past_its_bound_is_a_form_error(
+    staff: Client, field: str, value: str, message: str
+) -> None:
+    """Red: saved. Each was bounded by the request's size alone (1 MiB): 100,000 paths, or
+    one path of 750,000 characters, or a log field named 75,000 times, were kept on the
+    tenant's row, and every stored reply of the restaurant's writes walked each path."""
+    tenant = Tenant.objects.create(slug="roma", name="Roma")
+    page = {"slug": tenant.slug, "name": "Roma Centro", "region": tenant.region}
+    page.update(status=tenant.status, time_zone=tenant.time_zone, redacted_paths="[]")
+    rows = {"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+
+    answer = staff.post(
+        f"/admin/tenants/tenant/{tenant.pk}/change/", {**page, **rows, field: value}
+    )
+
+    assert answer.status_code == 200
+    assert answer.context["adminform"].form.errors[field] == [message]
+    saved = Tenant.objects.get(pk=tenant.pk)
+    assert (saved.name, saved.redacted_paths, saved.log_fields) == ("Roma", [], None)
 
 
 def page_as_shown(staff: Client, tenant: Tenant) -> dict[str, object]:
