@@ -450,10 +450,8 @@ def test_without_the_tenant_labels_hook_the_admin_shows_tenant_keys(staff, setti
     assert [a.tenant_label for a in page.context["cl"].result_list] == [str(mine.tenant.pk)]
 
 
-def test_the_audits_of_a_restaurant_that_left_name_it_by_its_slug(staff, mine):
-    """A capture reported after a restaurant left is audited under its id, the tenant gone:
-    the list and its tenant filter showed a bare number ("3") that named nothing staff could
-    look up; they name the restaurant as its offboarding and its departed payments do."""
+def departed_ramen(mine) -> int:
+    """The id of "ramen", a restaurant that left (its offboarding done, its row gone)."""
     gone = mine.tenant.pk + 1000
     TenantOffboarding.objects.create(
         tenant_ref=gone,
@@ -462,6 +460,14 @@ def test_the_audits_of_a_restaurant_that_left_name_it_by_its_slug(staff, mine):
         export_path="/tmp/ramen.zip",
         requested_by="staff:ops",
     )
+    return gone
+
+
+def test_the_audits_of_a_restaurant_that_left_name_it_by_its_slug(staff, mine):
+    """A capture reported after a restaurant left is audited under its id, the tenant gone:
+    the list and its tenant filter showed a bare number ("3") that named nothing staff could
+    look up; they name the restaurant as its offboarding and its departed payments do."""
+    gone = departed_ramen(mine)
     make_audit(str(gone), "CONFLICT", "k-late", endpoint="POST api/v1/payments/callback/")
     make_audit(str(mine.tenant.pk), "HIT", "k-mine")
 
@@ -477,14 +483,7 @@ def test_an_audit_s_page_and_its_review_name_its_restaurant(staff, mine):
     """The list names each audit's restaurant; the audit's own page and the page confirming
     its review showed the bare tenant key ("1", "3"), which named nothing, a restaurant that
     left least of all."""
-    gone = mine.tenant.pk + 1000
-    TenantOffboarding.objects.create(
-        tenant_ref=gone,
-        tenant_slug="ramen",
-        phase=TenantOffboarding.Phase.DONE,
-        export_path="/tmp/ramen.zip",
-        requested_by="staff:ops",
-    )
+    gone = departed_ramen(mine)
     late = make_audit(str(gone), "CONFLICT", "k-late", endpoint="POST api/v1/payments/callback/")
     ours = make_audit(str(mine.tenant.pk), "HIT", "k-mine")
 
