@@ -152,9 +152,12 @@ class OrderAdmin(BoundedCountList, LogsPersonalDataViews, admin.ModelAdmin):
     ]
     list_select_related = ["tenant"]
     search_fields = ["=id", "=diner_id", "=idempotency_key"]  # see get_search_results
+    # the key a client sent is not an order's: orders keep a hash of it with its restaurant,
+    # diner and endpoint; the records and the duplicate audits are searched by the key itself
     search_help_text = (
-        "An order id, a diner id, an order's idempotency key or a payment's provider "
-        "reference (exactly)"
+        "An order id, a diner id, the idempotency key hash an order's page shows (64 hex "
+        "characters) or a payment's provider reference (exactly). For the key a client sent, "
+        "search the idempotency records or the duplicate audits."
     )
     # by the columns an index serves in their order: a sort by number, restaurant, status or
     # total sorted every order of every restaurant on each page view

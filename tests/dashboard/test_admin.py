@@ -233,8 +233,14 @@ def test_audit_list_filters_and_search(staff, audits):
 
 
 def test_audit_lists_name_tenants_and_show_the_breakers_to_staff(staff, mine, theirs):
-    from idempotency.stores.nodes import node_for
+    from idempotency.stores.nodes import node_for, reset
 
+    # a process that has used no Redis node yet does not say the engine runs without Redis
+    # (it read "No Redis node used by this process yet, or none configured: the engine then
+    # runs on the database alone" on a site with Redis)
+    reset()
+    fresh = staff.get("/admin/idempotency/duplicateaudit/").content.decode()
+    assert "No Redis node used by this process yet: each is listed once" in fresh
     node_for(str(mine.tenant.pk))  # this process has used the tenant's Redis node
     make_audit(str(mine.tenant.pk), "HIT", "k-mine")
     make_audit(str(theirs.tenant.pk), "HIT", "k-theirs")
