@@ -60,10 +60,13 @@ def is_accepted_charset(charset: str) -> bool:
 
 
 def has_body(request: HttpRequest) -> bool:
-    """A declared length above zero, or a chunked body."""
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
-    return chunked or length != "0"
+    """A length above zero, or a chunked body not read yet. Once the size guard has read a
+    chunked body it sets the length it found, so one of no bytes (``0``, as an HTTP/2 front or
+    a streaming client sends a POST without a body) is no body."""
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length:
+        return length != "0"
+    return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
 def _refused(request: HttpRequest) -> HttpResponse:

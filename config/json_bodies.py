@@ -8,8 +8,8 @@ checked here, once the URL is resolved and before the view, its credentials or t
 engine run, for every operation alike and with DRF's own wording, so a client meets one rule
 and a refused request's ``Idempotency-Key`` stays free. A path that does not exist (404), or a
 method its view does not serve (405), is left to answer as such. A request without a body
-(``Content-Length: 0``, as the client libraries send to pay, cancel, refresh and sign out) is
-not looked at, nor are reads, whose bodies nothing reads.
+(``Content-Length: 0``, as the client libraries send to pay, cancel, refresh and sign out, or a
+chunked body of no bytes) is not looked at, nor are reads, whose bodies nothing reads.
 
 A body sent in a content coding (``Content-Encoding: gzip``, ``br``…) is refused the same way:
 nothing here decodes one, so a gzip body met the JSON parser as bytes it could not read (400

@@ -251,6 +251,27 @@ class TestThroughGunicorn:
         )
         assert Order.all_tenants.count() == 0
 
+    def test_an_empty_chunked_body_is_no_body(
+        self, hardening_server: LiveServer, live_world: World
+    ) -> None:
+        """Red: a write sent chunked with no bytes in it (the way an HTTP/2 front or a
+        streaming client sends a POST without a body), and so no Content-Type, was refused 415
+        UNSUPPORTED_MEDIA_TYPE as a body that is not JSON: paying, refreshing a session or
+        signing out without a body, as the client libraries send them, could not be done."""
+        head = "\n".join(
+            [
+                "POST /api/v1/diner-sessions/refresh/ HTTP/1.1",
+                "Host: 127.0.0.1",
+                f"Authorization: {live_world.auth('diner')}",
+                "Transfer-Encoding: chunked",
+            ]
+        )
+
+        status, _, raw = send_raw(hardening_server, head + "\n", [b"0\r\n\r\n"])
+
+        assert status == 200, raw
+        assert json.loads(raw)["token"]
+
     @pytest.mark.parametrize(
         "body",
         [
