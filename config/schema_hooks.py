@@ -96,6 +96,27 @@ def declare_www_authenticate(result: dict[str, Any], **kwargs: Any) -> dict[str,
     return result
 
 
+def declare_accept_encoding(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A body sent in a content coding is refused 415 with ``Accept-Encoding: identity``, the
+    one coding the API reads (``config/json_bodies.py``, RFC 9110 12.5.3), so each 415 of the
+    schema declares the header; a 415 for a body that is not JSON, or not UTF-8, carries none."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            refused = operation.get("responses", {}).get("415")
+            if refused is not None:
+                refused.setdefault("headers", {}).setdefault(
+                    "Accept-Encoding",
+                    {
+                        "schema": {"type": "string", "enum": ["identity"]},
+                        "description": "On a body sent in a content coding: the one the API "
+                        "reads (send the body uncompressed).",
+                    },
+                )
+    return result
+
+
 def declare_null_as_left_out(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """Each optional top-level member of a JSON request body admits ``null``.
 

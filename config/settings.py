@@ -645,6 +645,7 @@ SPECTACULAR_SETTINGS = {
         "config.schema_hooks.admit_null_beside_nullable_references",
         "idempotency.web.openapi.declare_retry_after",
         "config.schema_hooks.declare_www_authenticate",
+        "config.schema_hooks.declare_accept_encoding",
     ],
 }
 

@@ -229,3 +229,23 @@ def test_the_schema_describes_the_400_of_a_body_on_the_operations_that_read_none
     ):
         described = schema["paths"][path]["post"]["responses"]["400"]["description"]
         assert "body" in described, (path, described)
+
+
+@pytest.mark.django_db
+def test_every_415_of_the_schema_declares_the_accept_encoding_its_answer_may_carry() -> None:
+    """Red: a body in a content coding is refused 415 with ``Accept-Encoding: identity``
+    (above), but no 415 of the schema declared the header, so a client generated from it
+    could not read which coding the server takes."""
+    schema = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    refusals = [
+        (path, method, operation["responses"]["415"])
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if isinstance(operation, dict) and "415" in operation.get("responses", {})
+    ]
+    assert refusals, "no operation declares a 415"
+    undeclared = [(p, m) for p, m, r in refusals if "Accept-Encoding" not in r.get("headers", {})]
+    assert undeclared == []
+    declared = refusals[0][2]["headers"]["Accept-Encoding"]
+    assert declared["schema"] == {"type": "string", "enum": ["identity"]}
+    assert declared.get("required", False) is False  # a body that is not JSON gets none

@@ -621,6 +621,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -717,6 +719,8 @@ export interface operations {
             /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -803,6 +807,8 @@ export interface operations {
             /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -911,6 +917,8 @@ export interface operations {
             /** @description The body is not JSON (UNSUPPORTED_MEDIA_TYPE): request bodies are JSON only */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1012,6 +1020,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1113,6 +1123,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1417,6 +1429,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1658,6 +1672,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1811,6 +1827,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1968,6 +1986,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2097,6 +2117,8 @@ export interface operations {
             /** @description Unsupported media type */
             415: {
                 headers: {
+                    /** @description On a body sent in a content coding: the one the API reads (send the body uncompressed). */
+                    "Accept-Encoding"?: "identity";
                     [name: string]: unknown;
                 };
                 content: {
