@@ -15,6 +15,7 @@ here, as it is a separate feature (docs/idempotency.md).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -38,13 +39,18 @@ class RedisCounter:
 
 @pytest.fixture
 def redis_calls(tenant, monkeypatch) -> Iterator[RedisCounter]:
-    """Counts every command the engine's client for ``tenant`` sends (each is a round trip)."""
+    """Counts every command the engine's client for ``tenant`` sends for the request (each is
+    a round trip): from the test's own thread only, as the request runs in it. The client is
+    shared with the process's invalidation listener, whose thread sends an echo PUBLISH every
+    few seconds; counted, it landed in a measured request now and then."""
     client = client_for_tenant(str(tenant.pk))
     counter = RedisCounter()
     real = client.execute_command
+    requests_thread = threading.get_ident()
 
     def counting(*args, **kwargs):
-        counter.commands.append(str(args[0]))
+        if threading.get_ident() == requests_thread:
+            counter.commands.append(str(args[0]))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(client, "execute_command", counting)
