@@ -14,6 +14,7 @@ from ordering.payments.signatures import sign, verify
 BODY = b'{"event_id":"evt_1","status":"succeeded"}'
 NOW = 1_760_000_000
 TOLERANCE = 300
+ARABIC_INDIC_DIGITS = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 
 
 def check(
@@ -103,6 +104,28 @@ def test_a_signed_timestamp_too_long_to_be_one_is_refused_not_a_500():
     huge = int("9" * 400)
     with pytest.raises(CallbackRejected) as err:
         check(sign(secret="s3cret", timestamp=huge, body=BODY), str(huge))
+    assert (err.value.status_code, err.value.error_code) == (400, "PAYMENT_TIMESTAMP_INVALID")
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        pytest.param(f"+{NOW}", id="plus-sign"),
+        pytest.param(f"{NOW:_}", id="underscores"),
+        pytest.param(f"0{NOW}", id="leading-zero"),
+        pytest.param(str(NOW).translate(ARABIC_INDIC_DIGITS), id="arabic-indic-digits"),
+        pytest.param(f"{NOW}.0", id="decimal"),
+        pytest.param("-1", id="negative"),
+    ],
+)
+def test_a_timestamp_is_written_only_as_plain_decimal_digits(written: str) -> None:
+    """The MAC covers the timestamp as we write it (``str(int)``), so a header another way round
+    (Python's ``int()`` reads a sign, underscores, leading zeros and non-ASCII digits) is not the
+    text that was signed: it is 400 ``PAYMENT_TIMESTAMP_INVALID``, as the API schema's unsigned
+    integer says, even with a signature over the number it reads as."""
+    signature = sign(secret="s3cret", timestamp=int(float(written)), body=BODY)
+    with pytest.raises(CallbackRejected) as err:
+        check(signature, written)
     assert (err.value.status_code, err.value.error_code) == (400, "PAYMENT_TIMESTAMP_INVALID")
 
 
