@@ -57,6 +57,7 @@ CODE_FOR_STATUS: dict[int, tuple[str, str]] = {
     404: ("NOT_FOUND", "Not found"),
     405: ("METHOD_NOT_ALLOWED", "Method not allowed"),
     406: ("NOT_ACCEPTABLE", "Cannot answer in the requested media type"),
+    411: ("LENGTH_REQUIRED", "Send the body with its Content-Length"),
     413: ("REQUEST_TOO_LARGE", "Request body too large"),
     415: ("UNSUPPORTED_MEDIA_TYPE", "Unsupported media type"),
     500: ("SERVER_ERROR", "Internal server error; retry later"),

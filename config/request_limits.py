@@ -11,7 +11,9 @@ idempotency engine may be about to fingerprint the payload. Here a too-large bod
   chunked body within the limit is handed on as if it had been sent with its length. One the
   server cannot decode (a chunk size that is not a number, a chunk without its terminator, the
   connection ending mid-body) is answered 400 ``BAD_REQUEST``: gunicorn raises its parse error
-  from the read, which was a 500 for anyone, with a traceback in the log.
+  from the read, which was a 500 for anyone, with a traceback in the log. A server that hands
+  the chunks on undecoded (Django's development server, the demo's) gets 411
+  ``LENGTH_REQUIRED`` instead, before anything reads the body.
 
 A browser page's query string holding a NUL character is answered 400: PostgreSQL refuses NUL
 in text, so a list filter of the admin given one (``?status__exact=%00``) failed in the
@@ -42,7 +44,7 @@ from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse
 from gunicorn.http.errors import ParseException
 
-from config.api_errors import problem_http_response
+from config.api_errors import code_for_status, problem_http_response
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
@@ -79,6 +81,8 @@ class RequestSizeLimitMiddleware:
             if declared > limit:
                 return too_large_response(request, limit)
         elif _is_chunked(request):
+            if _server_left_chunks_undecoded(request):
+                return _length_required_response(request)
             try:
                 fits = _buffer_chunked_body(request, limit)
             except (ParseException, OSError):  # gunicorn's NoMoreData is an OSError
@@ -148,6 +152,24 @@ def _declared_length(request: HttpRequest) -> int | None:
 
 def _is_chunked(request: HttpRequest) -> bool:
     return "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+
+
+def _server_left_chunks_undecoded(request: HttpRequest) -> bool:
+    """Whether the WSGI server hands the application a chunked body it has not decoded.
+
+    gunicorn decodes chunks and says so (``wsgi.input_terminated``, the flag servers set when
+    the input ends at the body's end); Django's development server does not, and reads a body by
+    its ``Content-Length`` alone, so the view would see no body at all, and the engine keep
+    that view's 400 under the client's key. An ASGI server decodes before Django sees the body
+    (there is no ``wsgi.input``)."""
+    return "wsgi.input" in request.META and not request.META.get("wsgi.input_terminated")
+
+
+def _length_required_response(request: HttpRequest) -> HttpResponse:
+    detail = "This server reads a request body by its Content-Length: send one, not chunks"
+    if request.path.startswith("/api/"):
+        return problem_http_response(411, code_for_status(411)[0], detail)
+    return HttpResponse(detail, status=411, content_type="text/plain; charset=utf-8")
 
 
 def _buffer_chunked_body(request: HttpRequest, limit: int) -> bool:

@@ -4,7 +4,7 @@ nulls every JSON body admits (:func:`declare_null_as_left_out`), and the
 defaults of fields that admit blank text put where the document stays valid
 (:func:`lift_defaults_out_of_blank_alternatives`).
 
-Six of the README's documented errors come from no view, so no view's ``@extend_schema`` named
+Seven of the README's documented errors come from no view, so no view's ``@extend_schema`` named
 them, and the schema declared them on some operations or none while the server answered them on
 all:
 
@@ -19,6 +19,8 @@ all:
 - 406 ``NOT_ACCEPTABLE``: DRF negotiates the answer's media type before it authenticates or
   runs the view, so an ``Accept`` naming no JSON type is refused on every operation, with or
   without credentials;
+- 411 ``LENGTH_REQUIRED``: ``config/request_limits.py`` refuses a chunked body that the
+  development server (the demo's) would hand to the view as no body, on every operation;
 - 413 ``REQUEST_TOO_LARGE``: ``config/request_limits.py`` refuses a body over
   ``MAX_REQUEST_BYTES`` from its headers, before any view, on every path and method (sign-out,
   refresh and a diner's revocation, which read no body, included, and a GET sent with a body);
@@ -48,6 +50,8 @@ EVERY_OPERATION = {
     "this site does not serve",
     "403": "Refused over plain HTTP (HTTPS_REQUIRED): the API answers over HTTPS only",
     "406": "No media type the API answers in is acceptable (it answers JSON)",
+    "411": "A chunked body sent to a server that reads bodies by their Content-Length only "
+    "(LENGTH_REQUIRED): Django's development server, never gunicorn",
     "413": "Request body too large (REQUEST_TOO_LARGE)",
     "503": "Temporarily unavailable (Retry-After): e.g. the database cannot be reached "
     "(DATABASE_UNAVAILABLE); nothing was done or kept, retry with the same key",

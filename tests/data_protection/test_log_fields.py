@@ -6,12 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,8 +20,8 @@ from config.request_context import RequestContextMiddleware
 from tenants.api_keys import issue_api_key
 from tenants.authentication import ApiKeyAuthentication
 from tenants.models import ApiClient, Tenant
+from tests.support.development_server import development_server
 from tests.support.live_server import live_gunicorn
-from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_SECONDS, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -353,37 +348,15 @@ def test_the_demo_server_s_request_lines_name_no_diner(tmp_path):
     in JSON the socket it came in on, the client's address and port. The path is now written
     as the lines about requests refused before their tenant was known write it, and the
     socket is left out."""
-    port = free_port()
-    log_path = tmp_path / "runserver.log"
-    env = {**os.environ, "DEBUG": "1", "APP_DB_NAME": settings.DATABASES["default"]["NAME"]}
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-            cwd=Path(settings.BASE_DIR),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(
-            lambda: httpx.get(f"{url}/healthz").status_code == 200,
-            what="the development server",
-            ignoring=(httpx.HTTPError,),
-            detail=log_path.read_text,
-        )
+    with development_server(tmp_path / "runserver.log") as server:
         for path in ("/api/v1/diners/zoe.private/revoke-sessions/", "/api/v1/orders/12345/"):
-            httpx.post(f"{url}{path}?x=1", timeout=DEADLINE_SECONDS)
+            httpx.post(f"{server.url}{path}?x=1", timeout=DEADLINE_SECONDS)
         wait_until(
-            lambda: log_path.read_text().count('"logger": "django.server"') >= 3,
+            lambda: server.log_path.read_text().count('"logger": "django.server"') >= 3,
             what="the development server's request lines",
-            detail=log_path.read_text,
+            detail=server.log_path.read_text,
         )
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(DEADLINE_SECONDS)
-    written = log_path.read_text()
+    written = server.log_path.read_text()
     assert "zoe.private" not in written and "12345" not in written
     lines = [json.loads(x) for x in written.splitlines() if '"django.server"' in x]
     assert [line["msg"].rpartition(" ")[0] for line in lines[-2:]] == [

@@ -10,6 +10,7 @@ import http.client
 import json
 import socket
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,6 +22,7 @@ from idempotency.models import IdempotencyRecord
 from ordering.models import Order
 from tenants.models import ApiClient
 from tests.hardening.conftest import PROBLEM_JSON, World, assert_problem, build_world
+from tests.support.development_server import DevelopmentServer, development_server
 from tests.support.live_server import LiveServer
 from tests.support.waiting import DEADLINE_SECONDS
 
@@ -108,7 +110,11 @@ class TestInProcess:
 
 
 def send_raw(
-    server: LiveServer, head: str, body_parts: Iterable[bytes], *, timeout: float = DEADLINE_SECONDS
+    server: LiveServer | DevelopmentServer,
+    head: str,
+    body_parts: Iterable[bytes],
+    *,
+    timeout: float = DEADLINE_SECONDS,
 ) -> tuple[int, dict[str, str], bytes]:
     """Send a request byte by byte as written (headers, then whatever body parts the test
     chooses to send) and read the answer: (status, headers, body).
@@ -357,3 +363,38 @@ def test_a_header_the_http_server_cannot_parse_gets_its_own_400_page(
     assert status == 400
     content_type = {name.lower(): value for name, value in headers.items()}["content-type"]
     assert content_type.startswith("text/html") and b"Invalid HTTP Header" in raw
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_chunked_body_the_development_server_cannot_read_is_411_and_keeps_the_key_free(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """``make run`` serves with Django's development server, which reads a body by its
+    ``Content-Length`` only: a chunked order reached the view as no body at all, and its 400
+    was stored under the client's key, so the client's retry (the same key, the same bytes)
+    was answered that 400 again. Such a request is refused before the engine (411
+    ``LENGTH_REQUIRED``), and the retry with a length places the order."""
+    world = build_world("devchunked")  # the demo's own SECRET_KEY signs its sessions
+    payload = json.dumps(
+        {"items": [{"dish_id": world.dish.pk, "quantity": 1}], "payment_method": "card"}
+    ).encode()
+    with development_server(tmp_path / "runserver.log") as server:
+        status, headers, raw = send_raw(
+            server, request_head(world, chunked=True, kind="diner"), chunks(payload)
+        )
+        assert status == 411, raw
+        assert problem_code(headers, raw) == "LENGTH_REQUIRED"
+
+        retried = httpx.post(
+            f"{server.url}{ORDERS}",
+            content=payload,
+            headers={
+                **world.headers("diner"),
+                "Content-Type": "application/json",
+                "Idempotency-Key": "live-big-order",
+            },
+            timeout=DEADLINE_SECONDS,
+        )
+    assert retried.status_code == 201, retried.text
+    assert Order.all_tenants.count() == 1

@@ -536,7 +536,7 @@ export interface components {
          * @description The machine-readable code of an error (README, API errors)
          * @enum {string}
          */
-        ProblemCode: "API_KEY_INVALID" | "API_KEY_MISSING" | "BAD_REQUEST" | "COUPON_EXHAUSTED" | "COUPON_INVALID" | "CURSOR_INVALID" | "DATABASE_UNAVAILABLE" | "DISH_NOT_FOUND" | "DISH_UNAVAILABLE" | "HTTPS_REQUIRED" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_PAYLOAD_INVALID" | "IDEMPOTENCY_REQUEST_IN_PROGRESS" | "IDEMPOTENCY_TOKENS_UNAVAILABLE" | "IDEMPOTENCY_TOKEN_INVALID" | "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED" | "IDEMPOTENCY_TOKEN_UNKNOWN" | "IDEMPOTENCY_TOKEN_USED" | "INSUFFICIENT_STOCK" | "INVALID_JSON" | "METHOD_NOT_ALLOWED" | "NOT_ACCEPTABLE" | "NOT_FOUND" | "ORDER_ALREADY_PLACED" | "ORDER_ID_UNAVAILABLE" | "ORDER_NOT_FOUND" | "ORDER_STATUS_CONFLICT" | "ORDER_TOTAL_TOO_LARGE" | "PAYMENT_CALLBACK_INVALID" | "PAYMENT_NOT_FOUND" | "PAYMENT_PROVIDER_UNKNOWN" | "PAYMENT_SIGNATURE_INVALID" | "PAYMENT_TIMESTAMP_INVALID" | "PAYMENT_TIMESTAMP_STALE" | "PERMISSION_DENIED" | "QUANTITY_INVALID" | "RATE_LIMITED" | "REQUEST_TOO_LARGE" | "SERVER_ERROR" | "SESSION_EXPIRED" | "SESSION_INVALID" | "SESSION_REVOKED" | "TENANT_SUSPENDED" | "UNSUPPORTED_MEDIA_TYPE" | "VALIDATION_ERROR";
+        ProblemCode: "API_KEY_INVALID" | "API_KEY_MISSING" | "BAD_REQUEST" | "COUPON_EXHAUSTED" | "COUPON_INVALID" | "CURSOR_INVALID" | "DATABASE_UNAVAILABLE" | "DISH_NOT_FOUND" | "DISH_UNAVAILABLE" | "HTTPS_REQUIRED" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_PAYLOAD_INVALID" | "IDEMPOTENCY_REQUEST_IN_PROGRESS" | "IDEMPOTENCY_TOKENS_UNAVAILABLE" | "IDEMPOTENCY_TOKEN_INVALID" | "IDEMPOTENCY_TOKEN_QUOTA_EXCEEDED" | "IDEMPOTENCY_TOKEN_UNKNOWN" | "IDEMPOTENCY_TOKEN_USED" | "INSUFFICIENT_STOCK" | "INVALID_JSON" | "LENGTH_REQUIRED" | "METHOD_NOT_ALLOWED" | "NOT_ACCEPTABLE" | "NOT_FOUND" | "ORDER_ALREADY_PLACED" | "ORDER_ID_UNAVAILABLE" | "ORDER_NOT_FOUND" | "ORDER_STATUS_CONFLICT" | "ORDER_TOTAL_TOO_LARGE" | "PAYMENT_CALLBACK_INVALID" | "PAYMENT_NOT_FOUND" | "PAYMENT_PROVIDER_UNKNOWN" | "PAYMENT_SIGNATURE_INVALID" | "PAYMENT_TIMESTAMP_INVALID" | "PAYMENT_TIMESTAMP_STALE" | "PERMISSION_DENIED" | "QUANTITY_INVALID" | "RATE_LIMITED" | "REQUEST_TOO_LARGE" | "SERVER_ERROR" | "SESSION_EXPIRED" | "SESSION_INVALID" | "SESSION_REVOKED" | "TENANT_SUSPENDED" | "UNSUPPORTED_MEDIA_TYPE" | "VALIDATION_ERROR";
         /** @description VALIDATION_ERROR: each refused field (or list element, by index) with its messages, or the errors of the object or list it holds */
         FieldErrors: {
             [key: string]: string[] | components["schemas"]["FieldErrors"];
@@ -602,6 +602,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -707,6 +716,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
@@ -788,6 +806,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -905,6 +932,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
@@ -1001,6 +1037,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1111,6 +1156,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -1192,6 +1246,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1283,6 +1346,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1417,6 +1489,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -1540,6 +1621,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large (REQUEST_TOO_LARGE) */
             413: {
                 headers: {
@@ -1654,6 +1744,15 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1809,6 +1908,15 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description On IDEMPOTENCY_REQUEST_IN_PROGRESS: seconds to wait before sending again. */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1974,6 +2082,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -2098,6 +2215,15 @@ export interface operations {
             };
             /** @description No media type the API answers in is acceptable (it answers JSON) */
             406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A chunked body sent to a server that reads bodies by their Content-Length only (LENGTH_REQUIRED): Django's development server, never gunicorn */
+            411: {
                 headers: {
                     [name: string]: unknown;
                 };
