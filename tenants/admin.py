@@ -441,6 +441,7 @@ class ApiClientAdmin(SavesChangedFieldsOnly):
         "kind",
         "is_test",
         "created_at",
+        "issued_by",
         "last_used_at",
         "revoked_at",
     ]

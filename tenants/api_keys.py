@@ -7,6 +7,7 @@ import hmac
 import secrets
 from datetime import timedelta
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q
 from django.utils import timezone
 
@@ -23,9 +24,15 @@ def _hash(secret: str) -> str:
 
 
 def issue_api_key(
-    *, tenant: Tenant, name: str, kind: str = ApiClient.Kind.PUBLISHABLE, is_test: bool = False
+    *,
+    tenant: Tenant,
+    name: str,
+    kind: str = ApiClient.Kind.PUBLISHABLE,
+    is_test: bool = False,
+    issued_by: AbstractBaseUser | None = None,
 ) -> tuple[ApiClient, str]:
-    """Create an API client; return it with the full key, which is shown this one time only."""
+    """Create an API client; return it with the full key, which is shown this one time only
+    (to ``issued_by``, the dashboard's member who asked for it)."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     client = ApiClient.objects.create(
@@ -35,6 +42,7 @@ def issue_api_key(
         prefix=prefix,
         secret_hash=_hash(secret),
         is_test=is_test,
+        issued_by=issued_by,
     )
     return client, f"{prefix}.{secret}"
 

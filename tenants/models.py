@@ -273,6 +273,16 @@ class ApiClient(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Who saw the full key when it was issued (the dashboard's member; none for a key a
+    # command issued): a key outlives its issuer's membership, so the owners left can tell
+    # which secret keys someone who has left still knows (``tenants.key_issuers``).
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["tenant", "name"]

@@ -25,6 +25,7 @@ from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import ApiKeyCreateForm
 from tenants.api_keys import issue_api_key, revoke_api_key
+from tenants.key_issuers import issuers_who_left
 from tenants.models import ApiClient, Tenant
 from tenants.permissions import Area
 from tenants.session_values import change_value
@@ -35,7 +36,25 @@ T = TypeVar("T")
 
 
 def clients_of(tenant: Tenant) -> QuerySet[ApiClient]:
-    return ApiClient.objects.filter(tenant=tenant).order_by("revoked_at", "name", "pk")
+    return (
+        ApiClient.objects.filter(tenant=tenant)
+        .select_related("issued_by")
+        .order_by("revoked_at", "name", "pk")
+    )
+
+
+def listed(tenant: Tenant) -> list[ApiClient]:
+    """The keys as the page lists them, each live secret key whose issuer no longer reaches
+    this page marked (``issuer_left``, :mod:`tenants.key_issuers`)."""
+    left = issuers_who_left(tenant)
+    clients = list(clients_of(tenant))
+    for client in clients:
+        client.issuer_left = (
+            not client.is_revoked
+            and client.kind == ApiClient.Kind.MERCHANT
+            and client.issued_by_id in left
+        )
+    return clients
 
 
 @member_required(Area.API_KEYS)
@@ -46,7 +65,7 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     tenant = tenant_of(request)
     form = ApiKeyCreateForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        client, key = issue_api_key(tenant=tenant, **form.cleaned_data)
+        client, key = issue_api_key(tenant=tenant, issued_by=request.user, **form.cleaned_data)
         shown = {"tenant": tenant.pk, "name": client.name, "key": key}
         _change_waiting_keys(request, lambda waiting: waiting.update({str(client.pk): shown}))
         return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
@@ -55,7 +74,7 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     return render_page(
         request,
         "dashboard/api_keys.html",
-        {"clients": clients_of(tenant), "form": form, "new_key": new_key},
+        {"clients": listed(tenant), "form": form, "new_key": new_key},
         section="api_keys",
         status=400 if form.is_bound else 200,
     )

@@ -16,6 +16,7 @@ from ordering.dashboard.access import (
     tenant_of,
 )
 from ordering.dashboard.forms import MemberAddForm, MemberRoleForm
+from tenants.key_issuers import left_with_keys_message
 from tenants.members import MemberError, add_member, change_role, members_of, remove_member
 from tenants.models import Membership
 from tenants.permissions import Area, role_reaches
@@ -108,6 +109,8 @@ def _change_role(request: HttpRequest, membership_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{changed.user.get_username()} is now {changed.role}.")
+        if not role_reaches(changed.role, Area.API_KEYS):
+            _warn_of_keys_known(request, changed)
         if changed.user_id == request.user.pk and not role_reaches(changed.role, Area.MEMBERS):
             return redirect("board")  # stepped down: the members page is not theirs now
     return redirect("dash-members")
@@ -125,6 +128,17 @@ def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Removed {removed.user.get_username()}.")
+        _warn_of_keys_known(request, removed)
         if removed.user_id == request.user.pk:
             return redirect("board")  # left: the members page is not theirs now
     return redirect("dash-members")
+
+
+def _warn_of_keys_known(request: HttpRequest, left: Membership) -> None:
+    """Tell the owners of the live secret keys ``left`` issued, which still work
+    (:mod:`tenants.key_issuers`)."""
+    warning = left_with_keys_message(
+        tenant=tenant_of(request), user_id=left.user_id, name=left.user.get_username()
+    )
+    if warning:
+        messages.warning(request, warning)
