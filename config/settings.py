@@ -1257,6 +1257,19 @@ if ORDER_CONTACT_RETENTION_DAYS * 24 < RETENTION_RECORD_TTL_HOURS_MAX:
         "kept for retries, which shows the order's note, would outlive the note; narrow "
         "RETENTION_RECORD_TTL_HOURS_MAX (and IDEMPOTENCY_TTL_SECONDS) to the same time"
     )
+# A guest's order cancelled before any payment (no money moved, and no one can ask for it
+# again) is deleted this long after its last change (ordering/privacy/guest_orders.py), by the
+# same purge; never before a reply kept for retries, which shows the order, would expire.
+GUEST_UNPAID_ORDER_RETENTION_DAYS = env_bounded(
+    "GUEST_UNPAID_ORDER_RETENTION_DAYS", 30, low=1, high=3650
+)
+if GUEST_UNPAID_ORDER_RETENTION_DAYS * 24 < RETENTION_RECORD_TTL_HOURS_MAX:
+    raise ImproperlyConfigured(
+        f"GUEST_UNPAID_ORDER_RETENTION_DAYS ({GUEST_UNPAID_ORDER_RETENTION_DAYS * 24} hours) is "
+        f"shorter than RETENTION_RECORD_TTL_HOURS_MAX ({RETENTION_RECORD_TTL_HOURS_MAX} hours): "
+        "a reply kept for retries would replay an order already deleted; narrow "
+        "RETENTION_RECORD_TTL_HOURS_MAX (and IDEMPOTENCY_TTL_SECONDS) to the same time"
+    )
 # An offboarding keeps the leaving restaurant's payments started this many days back that a
 # provider could still capture late (voided or declined), and each is kept this long after its
 # last change, so a capture reported meanwhile is refunded by the platform (ordering/payments/

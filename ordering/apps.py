@@ -13,7 +13,8 @@ class OrderingConfig(AppConfig):
         from ordering.api import openapi  # noqa: F401 - schema extension
         from ordering.background import tasks  # noqa: F401
         from ordering.payments import departed
-        from ordering.privacy import contact_retention
+        from ordering.privacy import contact_retention, guest_orders
 
         contact_retention.register()
+        guest_orders.register()
         departed.register()

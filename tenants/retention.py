@@ -1,7 +1,8 @@
 """The retention purge: what has outlived its retention is deleted, in bounded batches.
 
 Eight kinds of rows, each with its own clock, and the kinds other apps register
-(:func:`register_kind`; the ordering app clears what diners wrote on long-finished orders):
+(:func:`register_kind`; the ordering app clears what diners wrote on long-finished orders
+and deletes guests' orders cancelled before any payment):
 
 - ``idempotency_records``: past their ``expires_at`` (the tenant's record TTL at write time);
 - ``duplicate_audits``: older than the tenant's audit retention (default 30 days);

@@ -214,6 +214,13 @@ def test_the_platform_bounds_bind_retentions_a_tenant_chose_before_they_changed(
             "shows the order's note, would outlive the note",
             id="contact-retention-shorter-than-a-reply",
         ),
+        pytest.param(
+            {"GUEST_UNPAID_ORDER_RETENTION_DAYS": "1"},
+            "GUEST_UNPAID_ORDER_RETENTION_DAYS (24 hours) is shorter than "
+            "RETENTION_RECORD_TTL_HOURS_MAX (720 hours): a reply kept for retries would replay "
+            "an order already deleted",
+            id="guest-order-retention-shorter-than-a-reply",
+        ),
     ],
 )
 def test_a_platform_default_outside_the_platform_bounds_stops_the_server(env, message):
@@ -239,6 +246,7 @@ def test_bounds_narrowed_with_the_defaults_inside_them_start_the_server():
         "RETENTION_RECORD_TTL_HOURS_MAX": "24",
         "IDEMPOTENCY_TTL_SECONDS": str(24 * 3600),
         "ORDER_CONTACT_RETENTION_DAYS": "1",  # no reply outlives the note
+        "GUEST_UNPAID_ORDER_RETENTION_DAYS": "1",
     }
     code, _, stderr = settings_with({**production_environment(), **narrowed})
 

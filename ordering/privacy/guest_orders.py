@@ -1,0 +1,82 @@
+"""A guest's order cancelled before any payment is deleted once it has long stopped moving.
+
+An order's diner id, lines and moves stay for the restaurant's books: money was paid, or may
+still be. A guest's order cancelled before a payment was ever started (left unpaid until the
+platform expired it, or cancelled by the guest or the restaurant) moved no money, and nobody
+can ask for it again: the guest's id is the server's random ``guest_…``, known only to a
+session that ended within a day. Kept until the restaurant left the platform, it was a record
+of a person's visit (their id, what they nearly ordered, when, through which app) with no use.
+``GUEST_UNPAID_ORDER_RETENTION_DAYS`` (30) after its last change (``updated_at``), the
+retention purge (:mod:`tenants.retention`) deletes it with its lines and moves, in batches.
+
+An order any other row points at is left as it is (a payment, even a declined one a provider
+may still capture late; an outbox event, a callback, a provider conflict, a compensation, a
+dead letter): those are money's bookkeeping, and an order of a registered diner is in the
+diner's own history until the diner is erased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Exists, OuterRef, Q
+
+from idempotency.purge import OnBatch, in_batches
+from ordering.models import Order, OrderStatus
+from tenants.diner_sessions import GUEST_PREFIX
+from tenants.retention import register_kind
+from tenants.write_fence import writable
+
+KIND = "guest_unpaid_orders"
+
+
+def guest_orders_past_retention(now: datetime) -> Q:
+    """Guests' orders cancelled, unchanged since before the retention, that no row but their
+    own lines and moves points at; not those of a tenant being offboarded (fenced, and its
+    offboarding deletes them)."""
+    cutoff = now - timedelta(days=settings.GUEST_UNPAID_ORDER_RETENTION_DAYS)
+    return (
+        Q(diner_id__startswith=GUEST_PREFIX, status=OrderStatus.CANCELLED, updated_at__lt=cutoff)
+        & _nothing_else_points_at_it()
+        & writable()
+    )
+
+
+def _nothing_else_points_at_it() -> Q:
+    """No row of a table whose foreign key to the order does not cascade (found from the
+    models, so a table added later keeps its orders too)."""
+    condition = Q()
+    for relation in Order._meta.related_objects:
+        if relation.on_delete is models.CASCADE:
+            continue
+        referrers = relation.related_model._base_manager.filter(
+            **{relation.field.name: OuterRef("pk")}
+        )
+        condition &= ~Q(Exists(referrers))
+    return condition
+
+
+def delete_in_batches(
+    model: type[Order],
+    expired: Callable[[datetime], Q],
+    *,
+    max_batches: int | None = None,
+    on_batch: OnBatch | None = None,
+) -> int:
+    """Delete the orders matching ``expired(now)`` with their lines and moves, in the purge's
+    batches (at most ``max_batches``); returns how many orders."""
+    return in_batches(
+        model.all_tenants,
+        expired,
+        apply=lambda orders: orders.delete()[1].get(model._meta.label, 0),
+        max_batches=max_batches,
+        on_batch=on_batch,
+    )
+
+
+def register() -> None:
+    """Make the retention purge delete them (from the ordering app's ``ready()``)."""
+    register_kind(KIND, Order, guest_orders_past_retention, delete_in_batches)
