@@ -33,7 +33,7 @@ from axes.signals import user_locked_out
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Sum
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 
 from config.client_address import limited_address_of
 
@@ -76,6 +76,27 @@ def address_locked(request: HttpRequest) -> bool:
     return address_failures(request) >= settings.LOGIN_ADDRESS_FAILURE_LIMIT
 
 
+@contextmanager
+def fields_unread(request: HttpRequest | None) -> Iterator[None]:
+    """The request shows axes no query string and no form fields while it records a failure.
+
+    axes copied both into the attempt's ``get_data`` and ``post_data`` (a password masked, but
+    the CSRF token and whatever else a client sent, up to ``MAX_REQUEST_BYTES``, appended again
+    on each failure), none of which docs/data-protection.md names among what the throttle
+    keeps: the name typed (from the credentials, not the form), the address and the user agent.
+    The login form holds the fields it read, so putting them back afterwards changes nothing
+    for it."""
+    if request is None:
+        yield
+        return
+    shown = request.GET, request.POST
+    request.GET, request.POST = QueryDict(), QueryDict()
+    try:
+        yield
+    finally:
+        request.GET, request.POST = shown
+
+
 class AddressLimitedHandler(AxesDatabaseHandler):
     """axes' database handler, with the address's limit beside the account-and-address one."""
 
@@ -85,9 +106,11 @@ class AddressLimitedHandler(AxesDatabaseHandler):
     def user_login_failed(
         self, sender: Any, credentials: dict, request: HttpRequest | None = None, **kwargs: Any
     ) -> None:
-        """Records the failure as axes does; the failure that fills the address's limit is
-        answered with the lockout, as the one that fills the pair's is."""
-        super().user_login_failed(sender, credentials, request, **kwargs)
+        """Records the failure as axes does, but for the request's query string and form
+        fields; the failure that fills the address's limit is answered with the lockout, as the
+        one that fills the pair's is."""
+        with fields_unread(request):
+            super().user_login_failed(sender, credentials, request, **kwargs)
         if request is None or request.axes_locked_out or not address_locked(request):  # type: ignore[attr-defined]
             return
         request.axes_locked_out = True  # type: ignore[attr-defined]
