@@ -3,11 +3,13 @@
 An order's diner id, lines and moves stay for the restaurant's books: money was paid, or may
 still be. A guest's order cancelled before a payment was ever started (left unpaid until the
 platform expired it, or cancelled by the guest or the restaurant) moved no money, and nobody
-can ask for it again: the guest's id is the server's random ``guest_…``, known only to a
-session that ended within a day. Kept until the restaurant left the platform, it was a record
+can ask for it again once its guest's sessions have expired: the guest's id is the server's
+random ``guest_…``, known only to those sessions (24 h, refreshed up to
+``DINER_SESSION_MAX_AGE_SECONDS``). Kept until the restaurant left the platform, it was a record
 of a person's visit (their id, what they nearly ordered, when, through which app) with no use.
-``GUEST_UNPAID_ORDER_RETENTION_DAYS`` (30) after its last change (``updated_at``), the
-retention purge (:mod:`tenants.retention`) deletes it with its lines and moves, in batches.
+``GUEST_UNPAID_ORDER_RETENTION_DAYS`` (30) after its last change (``updated_at``), once no
+session of its guest lives, the retention purge (:mod:`tenants.retention`) deletes it with its
+lines and moves, in batches.
 
 An order any other row points at is left as it is (a payment, even a declined one a provider
 may still capture late; an outbox event, a callback, a provider conflict, a compensation, a
@@ -22,11 +24,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from idempotency.purge import OnBatch, in_batches
 from ordering.models import Order, OrderStatus
 from tenants.diner_sessions import GUEST_PREFIX
+from tenants.models import DinerSession
 from tenants.retention import register_kind
 from tenants.write_fence import writable
 
@@ -41,7 +44,16 @@ def guest_orders_past_retention(now: datetime) -> Q:
     return (
         Q(diner_id__startswith=GUEST_PREFIX, status=OrderStatus.CANCELLED, updated_at__lt=cutoff)
         & _nothing_else_points_at_it()
+        & ~Q(Exists(_live_sessions_of_its_guest(now)))
         & writable()
+    )
+
+
+def _live_sessions_of_its_guest(now: datetime) -> QuerySet[DinerSession]:
+    """The guest's sessions not expired yet: a refreshed one lives up to
+    ``DINER_SESSION_MAX_AGE_SECONDS`` (30 days, settable) and lists the guest's orders."""
+    return DinerSession.objects.filter(
+        tenant=OuterRef("tenant"), diner_id=OuterRef("diner_id"), expires_at__gt=now
     )
 
 

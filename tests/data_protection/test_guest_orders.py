@@ -11,6 +11,7 @@ from django.utils import timezone
 from ordering.expiry import expire_unpaid_orders
 from ordering.models import Order, OrderLine, OrderStatus, OrderTransition, Payment
 from ordering.services.placing import ItemRequest, place_order
+from tenants.models import ApiClient, DinerSession
 from tenants.retention import overdue_rows, purge_expired_data
 from tests.conftest import menu_for
 
@@ -79,3 +80,48 @@ def test_a_guest_s_order_expired_unpaid_goes_after_the_retention_and_no_other_or
     assert not OrderTransition.all_tenants.filter(order_id=gone).exists()
     assert overdue_rows()["guest_unpaid_orders"] == 0
     assert purge_expired_data()["guest_unpaid_orders"] == 0
+
+
+def test_a_guest_whose_session_still_lives_keeps_the_order(tenant, settings):
+    """A guest's session is refreshed for up to ``DINER_SESSION_MAX_AGE_SECONDS`` (30 days,
+    settable), and while it lives the guest lists their orders with it: the order stays until
+    it has ended (red: it went however live the session)."""
+    settings.GUEST_UNPAID_ORDER_RETENTION_DAYS = 30
+    dish = menu_for(tenant)["pizza"]
+    client = ApiClient.objects.create(
+        tenant=tenant,
+        name="app",
+        kind=ApiClient.Kind.PUBLISHABLE,
+        prefix="pkguest",
+        secret_hash="0" * 64,
+    )
+    now = timezone.now()
+    orders = {}
+    for diner_id, session_expires in (
+        ("guest_live", now + timedelta(hours=1)),
+        ("guest_gone", now - timedelta(hours=1)),
+    ):
+        DinerSession.objects.create(
+            tenant=tenant,
+            diner_id=diner_id,
+            client=client,
+            is_guest=True,
+            secret_hash="0" * 64,
+            expires_at=session_expires,
+        )
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+            payment_method="card",
+            diner_id=diner_id,
+            actor=f"api:pk_test/diner:{diner_id}",
+        )
+        Order.all_tenants.filter(pk=order.pk).update(
+            status=OrderStatus.CANCELLED, updated_at=now - timedelta(days=31)
+        )
+        orders[diner_id] = order.pk
+
+    purged = purge_expired_data()
+
+    assert purged["guest_unpaid_orders"] == 1
+    assert set(Order.all_tenants.values_list("diner_id", flat=True)) == {"guest_live"}
