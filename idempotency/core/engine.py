@@ -102,6 +102,9 @@ class IdempotentRequest:
     # entry stored before a key rotation. None: the request has no per-field hashes.
     fingerprint_version: int = FINGERPRINT_VERSION
     field_hashes_under: Callable[[int], dict[str, str]] | None = None
+    # Set when the key is a token no signing key verifies (400 IDEMPOTENCY_TOKEN_INVALID): the
+    # answer unless the caller's own operation under it answers (:func:`_own_answer`).
+    unverified_token: HttpResponse | None = None
 
     @cached_property
     def node(self) -> GuardedStore | None:
@@ -177,6 +180,8 @@ class _AlreadyCommitted(Exception):
 
 def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
     """Answer ``req``: replay, refuse, or run ``execute`` exactly once across duplicates."""
+    if req.unverified_token is not None:
+        return _own_answer(req) or req.unverified_token
     cache = cache_beside(req.node)
     # the cache's mark is taken before anything is read or stored (IdempotentRequest.cache_mark)
     cached = (
@@ -212,6 +217,22 @@ def process(req: IdempotentRequest, execute: Execute) -> HttpResponse:
         if committed is not None:
             return _answer(req, _as_claim(req, committed), source="database")
     return _execute(req, execute, store=None, owner=None)
+
+
+def _own_answer(req: IdempotentRequest) -> HttpResponse | None:
+    """The answer this caller's operation under ``req``'s key left on this endpoint, if any:
+    its live record's (a replay, or 422 for another payload), else the endpoint's memory of the
+    key (``recall``).
+
+    Asked for a pre-issued token whose signature no key verifies any longer: ``SECRET_KEY``
+    rotated and its fallback dropped after a day, an unused token's life, while a used token
+    stays its operation's key for the retention (72 h). A record exists only under a key that
+    verified when it ran, and in the caller's own scope, so it is proof enough; anything else
+    is refused as before (a forged token costs this one indexed SELECT, no Redis)."""
+    committed = db_store.committed_result(req.scoped)
+    if committed is not None:
+        return _answer(req, _as_claim(req, committed), source="database")
+    return req.recall() if req.recall is not None else None
 
 
 def reads_under_claim_and_closes() -> bool:

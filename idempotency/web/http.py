@@ -136,6 +136,7 @@ def prepare(
         return responses.problem(
             400, IdempotencyErrorCode.PAYLOAD_INVALID, f"The request body is ambiguous: {exc}"
         )
+    unverified: HttpResponse | None = None
     if raw_key is not None:
         try:
             key = validate_key(raw_key)
@@ -146,7 +147,7 @@ def prepare(
             try:
                 tokens.verify_token(key, tenant=tenant, principal=principal)
             except tokens.InvalidToken as exc:
-                return responses.problem(400, IdempotencyErrorCode.TOKEN_INVALID, str(exc))
+                unverified = responses.problem(400, IdempotencyErrorCode.TOKEN_INVALID, str(exc))
     elif policy.auto_key_window:
         key = automatic_key(fingerprints[version])
     elif policy.required:
@@ -167,7 +168,7 @@ def prepare(
         automatic=raw_key is None,
     )
     token = None
-    if tokens.is_token(key):
+    if tokens.is_token(key) and unverified is None:
         token = tokens.token_use(
             tenant=tenant,
             principal=principal,
@@ -192,6 +193,7 @@ def prepare(
         field_hashes_under=lambda other: _field_hashes_under(payload, other),
         render_pointer=render_pointer,
         recall=recall,
+        unverified_token=unverified,
     )
 
 

@@ -429,6 +429,67 @@ def test_a_token_whose_mark_and_record_are_gone_names_the_order_it_placed(
     assert IdempotencyRecord.objects.count() == 0  # the order answers every retry, not a record
 
 
+def test_a_used_token_replays_once_the_secret_key_that_signed_it_is_dropped(
+    api: Any, menu: Any, tenant: Any, settings: Any
+) -> None:
+    """A rotation keeps the old SECRET_KEY a day (README), an unused token's life; a used token
+    stays its operation's key for the retention (72 h). Retried on day two, the old key
+    dropped, it was refused 400 IDEMPOTENCY_TOKEN_INVALID, "not issued to this caller", which
+    the client libraries do not retry: an app that took a new token ordered again (red: 400)."""
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    settings.SECRET_KEY = "rotated-" + "k" * 60
+    settings.SECRET_KEY_FALLBACKS = []
+    refreshed = api_for(tenant, diner="diner-1")  # the session, refreshed under the new key
+
+    again = place(refreshed, menu, token)
+
+    assert again.status_code == 201, again.content
+    assert again["X-Idempotent-Result"] == "HIT"
+    assert again.content == first.content
+    assert Order.all_tenants.count() == 1
+
+
+def test_a_token_signed_under_a_dropped_key_whose_record_is_gone_names_its_order(
+    api: Any, menu: Any, tenant: Any, settings: Any
+) -> None:
+    """Past the record too, the order the token placed answers, as for a token still verified
+    (409 ORDER_ALREADY_PLACED), not 400 IDEMPOTENCY_TOKEN_INVALID."""
+    token = issue(api).json()["tokens"][0]
+    first = place(api, menu, token)
+    purge_record(IdempotencyRecord.objects.get())
+    settings.SECRET_KEY = "rotated-" + "k" * 60
+    settings.SECRET_KEY_FALLBACKS = []
+
+    again = place(api_for(tenant, diner="diner-1"), menu, token)
+
+    assert again.status_code == 409, again.content
+    assert again.json()["code"] == "ORDER_ALREADY_PLACED"
+    assert again.json()["order_id"] == first.json()["id"]
+    assert Order.all_tenants.count() == 1
+
+
+def test_a_token_signed_under_a_dropped_key_is_still_refused_where_it_did_nothing(
+    api: Any, menu: Any, tenant: Any, settings: Any
+) -> None:
+    """Only the operation the token keyed replays: unused, or on another endpoint, a token
+    whose signing key was dropped is refused as before, and nothing runs."""
+    unused, spent = issue(api, 2).json()["tokens"]
+    order_id = place(api, menu, spent).json()["id"]
+    settings.SECRET_KEY = "rotated-" + "k" * 60
+    settings.SECRET_KEY_FALLBACKS = []
+    refreshed = api_for(tenant, diner="diner-1")
+
+    refusals = [
+        place(refreshed, menu, unused),
+        refreshed.post(f"/api/v1/orders/{order_id}/pay/", HTTP_IDEMPOTENCY_KEY=spent),
+    ]
+
+    assert [r.status_code for r in refusals] == [400, 400]
+    assert {r.json()["code"] for r in refusals} == {"IDEMPOTENCY_TOKEN_INVALID"}
+    assert Order.all_tenants.count() == 1 and Payment.all_tenants.count() == 0
+
+
 # --- batch check ------------------------------------------------------------------------
 
 
