@@ -6,7 +6,8 @@ candidates. So per-field fingerprint hashes, fingerprints, and the keys written 
 logs and exports are HMAC-SHA256 under a server secret, ``IDEMPOTENCY["HASH_KEYS"]``: a list
 of ``(key_id, secret)`` pairs, newest first. New hashes use the first; every listed key still
 verifies, so a rotation is "prepend the new key, drop the old one once nothing hashed under it
-is kept" (records live ``TTL_SECONDS``; audits are matched under every listed key).
+is kept" (records live ``TTL_SECONDS`` or a tenant's longer retention, ``RECORD_TTL_FOR_TENANT``;
+audits are matched under every listed key).
 
 Fingerprints say which key made them through their version number
 (:func:`idempotency.core.fingerprint.keyed_version`). With no key configured the engine derives

@@ -19,6 +19,7 @@ from config.logging import JsonFormatter
 from idempotency.core.fingerprint import field_hashes, fingerprint, keyed_version
 from idempotency.core.hashing import keyed_digest
 from idempotency.core.keys import key_digest
+from idempotency.core.tenant_policy import reset_tenant_policy_cache
 from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores.audit_stream import drain_audits, stream_key
 from idempotency.tests.leak_scan import assert_no_clear_copy, redis_dump, table_dump
@@ -125,6 +126,32 @@ def test_after_a_rotation_old_entries_verify_and_old_audits_are_found(
     found = admin_client().get("/admin/idempotency/duplicateaudit/", {"q": RAW_KEY})
     assert {a.key for a in found.context["cl"].result_list} == digests
     assert found.context["cl"].result_count == 3  # the HIT before, the HIT and REUSED after
+
+
+def test_a_hash_key_must_outlive_the_longest_retention_not_only_the_default_ttl(
+    api, menu, settings, tenant
+):
+    """docs/data-protection.md's rotation: keep the old key "for at least TTL_SECONDS" (72 h)
+    was too short. A restaurant may keep its replies up to RETENTION_RECORD_TTL_HOURS_MAX
+    (720 h), and a retry of an entry whose key was dropped can no longer be verified: the
+    same payload is refused as the key reused (422), the client's "do not retry"."""
+    tenant.record_ttl_hours = settings.RETENTION_RECORD_TTL_HOURS_MAX
+    tenant.save(update_fields=["record_ttl_hours"])
+    reset_tenant_policy_cache()
+    with_keys(settings, KEY_1)
+    first = post_order(api, menu, key=RAW_KEY)
+    record = IdempotencyRecord.objects.get()
+    kept = (record.expires_at - record.created_at).total_seconds()
+    assert (
+        kept == settings.RETENTION_RECORD_TTL_HOURS_MAX * 3600 > settings.IDEMPOTENCY["TTL_SECONDS"]
+    )
+
+    with_keys(settings, KEY_2, KEY_1)  # within the retention: the retry replays
+    assert post_order(api, menu, key=RAW_KEY).content == first.content
+    with_keys(settings, KEY_2)  # dropped while the record still lives
+    dropped = post_order(api, menu, key=RAW_KEY)
+
+    assert dropped.status_code == 422 and dropped.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
 
 
 def test_the_record_admin_finds_a_record_by_the_key_typed_in(api, menu):
