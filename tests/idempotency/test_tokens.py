@@ -450,6 +450,25 @@ def test_a_used_token_replays_once_the_secret_key_that_signed_it_is_dropped(
     assert Order.all_tenants.count() == 1
 
 
+def test_an_unused_token_outliving_the_dropped_key_that_signed_it_is_refused(
+    api: Any, menu: Any, tenant: Any, settings: Any
+) -> None:
+    """README's rotation: the old SECRET_KEY is kept for the longer of a day and the tokens'
+    lifetime. A token issued for a week and unused is refused once its key is dropped, on
+    its first day still, though Redis holds it unused."""
+    settings.IDEMPOTENCY = {**settings.IDEMPOTENCY, "TOKEN_TTL_SECONDS": 7 * 86400}
+    issued = issue(api).json()
+    assert issued["ttl_seconds"] == 7 * 86400
+    token = issued["tokens"][0]
+    settings.SECRET_KEY = "rotated-" + "k" * 60
+    settings.SECRET_KEY_FALLBACKS = []
+
+    refused = place(api_for(tenant, diner="diner-1"), menu, token)
+
+    assert refused.status_code == 400 and refused.json()["code"] == "IDEMPOTENCY_TOKEN_INVALID"
+    assert Order.all_tenants.count() == 0
+
+
 def test_a_token_signed_under_a_dropped_key_whose_record_is_gone_names_its_order(
     api: Any, menu: Any, tenant: Any, settings: Any
 ) -> None:
