@@ -285,10 +285,15 @@ class Policy:
             )
 
     def effective_ttl(self, *, automatic: bool, tenant_ttl: int | None = None) -> int:
-        """An automatic key's window; else the tenant's record TTL (its data, its retention),
-        the endpoint's, or ``TTL_SECONDS``."""
+        """An automatic key's window, but never past the tenant's record TTL; else the
+        tenant's record TTL (its data, its retention), the endpoint's, or ``TTL_SECONDS``.
+
+        The window may be a day (``AUTO_KEY_WINDOW_SECONDS``) and a tenant's retention an
+        hour: a keyless reply, which shows the diner as any stored reply does, is kept no
+        longer than the tenant chose."""
         if automatic:
-            return self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
+            window = self.auto_key_window or engine_setting("AUTO_KEY_WINDOW_SECONDS")
+            return min(window, tenant_ttl) if tenant_ttl else window
         return tenant_ttl or self.ttl_seconds or engine_setting("TTL_SECONDS")
 
 

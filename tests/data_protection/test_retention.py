@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from idempotency.models import DuplicateAudit, IdempotencyRecord, OutcomeCount
 from idempotency.stores import nodes as stores
+from ordering.api.views import OrderPayView
 from ordering.models import Dish, Order, OrderStatus
 from ordering.services.placing import ItemRequest, place_order
 from tenants.models import DinerSession, Tenant
@@ -124,6 +125,43 @@ def test_a_tenants_record_ttl_sets_how_long_its_replies_are_kept(make_tenant, me
     client = redis.Redis.from_url(settings.REDIS_URL)
     [entry] = client.scan_iter(match=f"idem:{{t:{short.pk}}}:*")
     assert 3500 < client.ttl(entry) <= 3600
+
+
+@pytest.fixture
+def day_long_keyless_window():
+    """The pay endpoint's automatic-key window at its longest (IDEMPOTENCY_AUTO_KEY_WINDOW,
+    86,400 s), read when the view was decorated, so set on its policy for this test."""
+    policy = OrderPayView.post.idempotency_policy
+    window = policy.auto_key_window
+    object.__setattr__(policy, "auto_key_window", 86_400)
+    yield
+    object.__setattr__(policy, "auto_key_window", window)
+
+
+def test_a_keyless_reply_is_kept_no_longer_than_the_tenants_record_ttl(
+    make_tenant, menu_for_tenant, day_long_keyless_window
+):
+    # given a restaurant keeping replies one hour, and a keyless window of a day
+    tenant = make_tenant("one-hour-keyless", record_ttl_hours=1)
+    api = api_for(tenant, diner="d1")
+    body = {"items": [{"dish_id": menu_for_tenant(tenant).pk, "quantity": 1}]}
+    placed = api.post(
+        "/api/v1/orders/", {**body, "payment_method": "card"}, format="json",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )  # fmt: skip
+    # when the diner pays without a key
+    paid = api.post(f"/api/v1/orders/{placed.json()['id']}/pay/")
+    assert paid.status_code == 200
+    # then its reply (the diner id, the note) is kept the restaurant's hour, not the window's
+    # day: the record and the Redis entry alike (red: 86,400 s)
+    kept = sorted(
+        (r.expires_at - r.created_at).total_seconds()
+        for r in IdempotencyRecord.objects.filter(tenant_key=str(tenant.pk))
+    )
+    assert kept == [3600, 3600]
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    ttls = [client.ttl(key) for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*")]
+    assert len(ttls) == 2 and all(0 < ttl <= 3600 for ttl in ttls), ttls
 
 
 def test_a_reply_redis_lost_and_got_back_from_its_record_expires_with_the_record(
