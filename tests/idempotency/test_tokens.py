@@ -201,6 +201,24 @@ def test_token_executes_once_replays_and_refuses_another_payload(
     assert mark is not None and mark.startswith(b"u:idem:{t:")
 
 
+def test_a_used_token_s_mark_lives_as_long_as_its_result_not_the_token_s_ttl(
+    api: Any, menu: Any, tenant: Any, client: redis.Redis
+) -> None:
+    """An unused token lives TOKEN_TTL_SECONDS (24 h); once used, its mark names the operation
+    for as long as the result replays (the record TTL, 72 h here), as docs/data-protection.md's
+    table of Redis keys now says (it said 24 h for both)."""
+    token = issue(api).json()["tokens"][0]
+    place(api, menu, token)
+    [entry] = (
+        key for key in client.scan_iter(match=f"idem:{{t:{tenant.pk}}}:*") if b":tok" not in key
+    )
+
+    mark_ms = client.pttl(token_key(tenant=str(tenant.pk), token=token))
+
+    assert 72 * 3600 * 1000 - 5_000 < mark_ms <= 72 * 3600 * 1000
+    assert abs(mark_ms - client.pttl(entry)) < 5_000
+
+
 def test_a_used_token_is_refused_for_another_operation(api: Any, menu: Any) -> None:
     token = issue(api).json()["tokens"][0]
     order_id = place(api, menu, token).json()["id"]
