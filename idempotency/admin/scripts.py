@@ -147,11 +147,11 @@ class LuaScriptVersionAdmin(OfferedFiltersOnly, admin.ModelAdmin):
     ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_superuser
+        return _is_superuser(request)
 
     def has_manage_scripts_permission(self, request: HttpRequest) -> bool:
         """Who may change what runs: canary, promote, roll back (the actions declare it)."""
-        return request.user.is_superuser
+        return _is_superuser(request)
 
     def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         if obj is not None:
@@ -317,3 +317,11 @@ class LuaScriptVersionAdmin(OfferedFiltersOnly, admin.ModelAdmin):
 
 def _split(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _is_superuser(request: HttpRequest) -> bool:
+    """Whether the admin's user is a superuser. A custom user model without
+    ``PermissionsMixin`` (an ``AbstractBaseUser`` with the ``is_staff``, ``has_perm`` and
+    ``has_module_perms`` Django's admin asks for) has no ``is_superuser``: its users are none,
+    and every admin page, the index included, must not fail on reading the flag."""
+    return bool(getattr(request.user, "is_superuser", False))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
@@ -190,6 +191,43 @@ def test_the_actions_are_superuser_only_whatever_the_model_permissions():
     assert editor.get(ADD).status_code == 403
     script.refresh_from_db()
     assert script.state == "draft"
+
+
+class AccountWithoutSuperuserFlag:
+    """A staff member of a site whose custom user model is an ``AbstractBaseUser`` without
+    ``PermissionsMixin``: what Django's admin documents it needs (``is_active``, ``is_staff``,
+    ``has_perm``, ``has_module_perms``), and no ``is_superuser``."""
+
+    is_active = is_staff = is_authenticated = True
+    is_anonymous = False
+    pk = 1
+
+    def has_perm(self, perm: str, obj: object = None) -> bool:
+        return True
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return True
+
+    def get_username(self) -> str:
+        return "ops@example.com"
+
+
+@pytest.mark.parametrize("path", ["/admin/", LIST])
+def test_a_custom_user_model_without_a_superuser_flag_reaches_the_admin(rf, path):
+    """(red: 500 on every admin page, the index included: 'Account' object has no attribute
+    'is_superuser') Such a user is no superuser: the scripts stay read-only to them."""
+    script = upload_version(name="claim", source=V2, author="ops", reviewed_sha256=sha256_of(V2))
+    request = rf.get(path)
+    request.user = AccountWithoutSuperuserFlag()
+    if path == LIST:
+        page = admin.site._registry[LuaScriptVersion].changelist_view(request)
+    else:
+        page = admin.site.index(request)
+    page.render()
+    assert page.status_code == 200
+    assert f"{script.pk}/change/" in page.content.decode() or path == "/admin/"
+    assert ADD not in page.content.decode()
+    assert 'value="promote_to_stable"' not in page.content.decode()
 
 
 def test_non_staff_cannot_reach_the_scripts(client):
