@@ -20,6 +20,7 @@ urlpatterns = [
     path("notes/form/generic/", views.NoteCreateView.as_view(), name="note-form-generic"),
     path("notes/form/send/", views.note_send, name="note-send"),
     path("notes/form/upload/", views.note_form_upload, name="note-form-upload"),
+    path("notes/form/json/", views.note_json, name="note-form-json"),
     path("notes/form/<slug:board>/send/", views.note_send_to_board, name="note-send-to-board"),
     path("notes/<int:pk>/", show_note, name="note"),
     path("notes/<int:pk>/strict/", views.show_note_strictly, name="note-strict"),

@@ -16,6 +16,7 @@ automatic-key view before anything is written.
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 import uuid
@@ -196,6 +197,14 @@ def note_form_upload(request: HttpRequest) -> HttpResponse:
     content = upload.read().decode() if upload is not None else ""
     note = _write(request, f"{request.POST.get('text', '')}:{content}")
     return redirect(f"/notes/{note.pk}/" if note is not None else "/notes/form/")
+
+
+@idempotent_form()
+def note_json(request: HttpRequest) -> HttpResponse:
+    """A plain Django view that reads a JSON body (a page's script posts it), not a form."""
+    note = _write(request, str(json.loads(request.body)["text"]))
+    body = {"id": note.pk if note is not None else None, "text": note.text if note else ""}
+    return HttpResponse(json.dumps(body), status=201, content_type="application/json")
 
 
 def _send_note(request: HttpRequest) -> HttpResponse:
