@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
 from django.utils.decorators import method_decorator
 from rest_framework import exceptions, generics, serializers
+from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -109,6 +110,25 @@ def test_a_method_not_given_the_request_is_refused_when_called():
         ImproperlyConfigured, match=r"not .*CreateNote.perform_create, called with TextSerializer"
     ):
         CreateNote.as_view()(request)
+
+
+def test_a_drf_function_view_under_either_decorator_is_named_as_one():
+    """A DRF ``@api_view`` function: ``@idempotent`` beneath it is refused when decorated,
+    naming ``@api_view``; ``@idempotent_form`` beneath it is handed DRF's ``Request`` and
+    said it was "a method of a class-based view", to be decorated with ``method_decorator``,
+    which fails the same way (red: that message)."""
+
+    def create_note(request: HttpRequest) -> Response:
+        return Response(status=201)
+
+    drf_function = r"create_note, a plain function view \(or a DRF @api_view function\)"
+    with pytest.raises(ImproperlyConfigured, match=drf_function):
+        api_view(["POST"])(idempotent(required=True)(create_note))
+    view = api_view(["POST"])(idempotent_form(fields=("text",))(create_note))
+    with pytest.raises(
+        ImproperlyConfigured, match=r"not .*create_note, a DRF @api_view function: make it an APIV"
+    ):
+        view(RequestFactory().post("/notes/", {"text": "hi"}))
 
 
 def test_a_class_based_views_method_under_the_form_decorator_is_refused_when_decorated():

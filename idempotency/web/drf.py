@@ -45,8 +45,8 @@ Handler = Callable[..., HttpResponse]
 Recall = Callable[[APIView, Request], HttpResponse | None]
 _NOT_A_HANDLER = (
     "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "
-    "{name}, a plain function view: make it an APIView's method, or use @idempotent_form for "
-    "a plain Django view"
+    "{name}, a plain function view (or a DRF @api_view function): make it an APIView's "
+    "method, or use @idempotent_form for a plain Django view"
 )
 _A_CLASS = (
     "@idempotent decorates a handler method of a DRF APIView (def post(self, request)), not "

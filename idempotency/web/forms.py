@@ -32,6 +32,7 @@ from django.shortcuts import resolve_url
 from django.template.response import SimpleTemplateResponse
 from django.utils.functional import Promise
 from django.utils.http import url_has_allowed_host_and_scheme
+from rest_framework.request import Request
 
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting, field_names
@@ -70,6 +71,12 @@ View = Callable[..., HttpResponse]
 _A_METHOD = (
     "@idempotent_form decorates a view function (def add_note(request)), not {name}, a method "
     "of a class-based view: decorate it with @method_decorator(idempotent_form(...))"
+)
+# Beneath DRF's @api_view the view is handed DRF's Request: its body is DRF's to parse and
+# its errors DRF's to answer, so it is a DRF view, for @idempotent on an APIView's handler
+_A_DRF_VIEW = (
+    "@idempotent_form decorates a plain Django view, not {name}, a DRF @api_view function: make "
+    "it an APIView whose handler (def post(self, request)) is decorated with @idempotent"
 )
 _A_CLASS = (
     "@idempotent_form decorates a view function (def add_note(request)), not the class {name}: "
@@ -125,6 +132,8 @@ def idempotent_form(
 
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if isinstance(request, Request):  # beneath DRF's @api_view
+                raise ImproperlyConfigured(_A_DRF_VIEW.format(name=view.__qualname__))
             if not isinstance(request, HttpRequest):  # a method whose self is not so named
                 raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
             request.idempotency = None
