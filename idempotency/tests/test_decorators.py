@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -14,6 +15,7 @@ from django.test import Client, RequestFactory
 from django.utils.decorators import method_decorator
 from rest_framework import exceptions, generics, serializers
 from rest_framework.decorators import api_view
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -368,6 +370,52 @@ def test_a_key_reused_with_another_array_body_is_refused_not_replayed(engine_mod
     assert other.status_code == 422, other.content
     assert json.loads(other.content)["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert sorted(Note.objects.values_list("text", flat=True)) == ["a", "b"]
+
+
+class _RawBody(BaseParser):
+    """The body as its bytes, as a webhook receiver reads it to check the sender's signature."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> bytes:
+        return stream.read()
+
+
+class _Webhook(APIView):
+    authentication_classes: list = []
+    permission_classes: list = []
+    parser_classes = [_RawBody]
+
+    @idempotent(required=True)
+    def post(self, request: HttpRequest) -> Response:
+        note = Note.objects.create(text=request.data.decode())
+        return Response({"id": note.pk}, status=201)
+
+
+@pytest.mark.django_db
+def test_a_body_parsed_as_bytes_counts_whole_as_its_digest(engine_mode, tenant):
+    """A parser that hands the view the raw bytes (a webhook's, whose signature is over them)
+    gives a body that is no object: it counts whole, as its SHA-256 (red: every such request
+    was refused 400 ``IDEMPOTENCY_PAYLOAD_INVALID``, "cannot canonicalise bytes")."""
+    view = _Webhook.as_view()
+
+    def deliver(event: str) -> Response:
+        request = RequestFactory().post(
+            "/hooks/",
+            json.dumps({"id": event}),
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="evt-1",
+            **caller(tenant),
+        )
+        return view(request)
+
+    first = deliver("evt_1")
+    again = deliver("evt_1")
+    other = deliver("evt_2")
+    assert (first.status_code, again.status_code) == (201, 201), first.content
+    assert again["X-Idempotent-Result"] == "HIT" and again.content == first.content
+    assert other.status_code == 422, other.content
+    assert list(Note.objects.values_list("text", flat=True)) == ['{"id": "evt_1"}']
 
 
 class _BusyUpstream(APIView):

@@ -19,7 +19,6 @@ sent to the page the view names (``form_page``), else back to the URL it posted 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from functools import partial, wraps
@@ -184,17 +183,17 @@ def idempotent_form(
 FORM_CONTENT_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 
 
-def _unread_body(request: HttpRequest) -> str | None:
-    """The SHA-256 of a body Django reads no fields from (JSON a page's script posts, a form
-    sent as ``text/plain``), which then counts whole, as a DRF body that is no object does;
-    None for a form's body or none. Fingerprinted by its fields, every such body was the same
-    empty form: another create within the automatic key's window, or under the same key, was
-    replayed the first one's answer and never ran. ``request.body`` stays readable by the
-    view, and is bounded by ``DATA_UPLOAD_MAX_MEMORY_SIZE`` as the view's own read is."""
+def _unread_body(request: HttpRequest) -> bytes | None:
+    """A body Django reads no fields from (JSON a page's script posts, a form sent as
+    ``text/plain``), which then counts whole (as its SHA-256, ``business_payload``), as a DRF
+    body that is no object does; None for a form's body or none. Fingerprinted by its fields,
+    every such body was the same empty form: another create within the automatic key's
+    window, or under the same key, was replayed the first one's answer and never ran.
+    ``request.body`` stays readable by the view, and is bounded by
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` as the view's own read is."""
     if request.content_type in FORM_CONTENT_TYPES:
         return None
-    body = request.body
-    return hashlib.sha256(body).hexdigest() if body else None
+    return request.body or None
 
 
 def _rendered(response: HttpResponse) -> HttpResponse:
