@@ -9,8 +9,10 @@ skipping rows).
 
 Three round trips a page, whose statements are compiled once per process: the page's orders
 with their coupons, then their lines and payments (:func:`ordering.prefetch.read_related_of`),
-then the ``COUNT`` of the whole list (the answer's ``count``, which clients of the list's
-page-number answer read; an index-only count of the tenant's or the diner's orders).
+then the ``COUNT`` of the list (the answer's ``count``, which clients of the list's
+page-number answer read), which stops at ``COUNT_LIMIT`` as the admin's lists do: a
+restaurant's key listing 200,000 orders had every page count all of them, a scan of the
+tenant's rows per request that grew with the tenant and no client needs past a few pages.
 Building and compiling the ORM's queries and the prefetch's querysets for every page had cost
 a worker more than PostgreSQL's reads (``bench/api_reads.py``). Where statements do not ride
 along (the embedded demo's SQLite), or a statement cannot be kept, it reads through the ORM.
@@ -36,6 +38,9 @@ from tenants.models import Tenant
 LISTED_RELATIONS = ("lines", "payments")
 # orders a page of the API's list holds
 PAGE_SIZE = 20
+# the most orders a list's count reads (README: "count ... at most 10,000"); a list holding
+# more answers this number
+COUNT_LIMIT = 10_000
 NEWEST_FIRST = ("-created_at", "-id")
 OLDEST_FIRST = ("created_at", "id")
 # per (a diner named, a status named, where the page starts, database): its read, compiled once
@@ -52,7 +57,7 @@ class OrderPage:
     orders: list[Order]
     next: Cursor | None
     previous: Cursor | None
-    count: int  # every order of the list (all its pages), in the same snapshot
+    count: int  # the list's orders (all its pages) up to COUNT_LIMIT, in the same snapshot
 
 
 def read_page(
@@ -115,12 +120,13 @@ class _OrderRead:
         return orders
 
     def count(self) -> int:
-        """How many orders the whole list holds: the ``count`` a client shows ("12 orders")
-        and the API's list answered before it paged by cursor. An index-only count of the
-        tenant's (and diner's) orders, one statement, in the page's snapshot, its text
-        compiled once per shape; where statements do not ride along, the ORM's count."""
+        """How many orders the whole list holds, up to ``COUNT_LIMIT``: the ``count`` a client
+        shows ("12 orders") and the API's list answered before it paged by cursor. One
+        statement that reads at most ``COUNT_LIMIT`` of the tenant's (and diner's) orders, in
+        the page's snapshot, its text compiled once per shape; where statements do not ride
+        along, the ORM's count of the list so limited."""
         if not statements_ride_along(self.using):
-            return self._list().count()
+            return self._list()[:COUNT_LIMIT].count()
         params = self._list_params()
         shape = (self.diner_id is not None, self.status is not None, self.using)
         sql = _COUNTS.get(shape)
@@ -128,10 +134,10 @@ class _OrderRead:
             listed = self._list().order_by().values("pk").query
             inner, inner_params = listed.get_compiler(using=self.using).as_sql()
             if list(inner_params) != params:  # a constant of the text: not this shape's
-                return self._list().count()
-            sql = _COUNTS[shape] = f"SELECT COUNT(*) FROM ({inner}) AS listed"
+                return self._list()[:COUNT_LIMIT].count()
+            sql = _COUNTS[shape] = f"SELECT COUNT(*) FROM ({inner} LIMIT %s) AS listed"
         with connections[self.using].cursor() as db:
-            db.execute(sql, params)
+            db.execute(sql, [*params, COUNT_LIMIT])
             return db.fetchone()[0]
 
     def _list_params(self) -> list[object]:

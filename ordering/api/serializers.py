@@ -235,7 +235,9 @@ class PaginatedOrdersSerializer(serializers.Serializer):
     cursor), with the list's ``count`` that its page-number answer had."""
 
     count = serializers.IntegerField(
-        min_value=0, help_text="Every order of the list, all pages, when this page was read."
+        min_value=0,
+        help_text="Every order of the list, all pages, when this page was read, counted up to "
+        "10,000: a list of more answers 10,000.",
     )
     next = serializers.URLField(
         allow_null=True, help_text="The older orders' page; null: none older."

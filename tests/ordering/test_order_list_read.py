@@ -170,7 +170,7 @@ def test_a_page_is_three_statements_compiled_once_per_process(tenant, orders, st
     # a keyset read: no rows skipped by an offset; the list's count is read on its own
     assert "LIMIT" in reads[0] and "COUNT" not in reads[0] and "OFFSET" not in reads[0]
     assert "ordering_orderline" in reads[1] and "ordering_payment" in reads[1]
-    assert reads[2].startswith("SELECT COUNT(*)") and "LIMIT" not in reads[2]
+    assert reads[2].startswith("SELECT COUNT(*)") and reads[2].endswith("LIMIT 10000) AS listed")
 
 
 @pytest.mark.parametrize("change", ["placed", "left", "both"])
@@ -302,3 +302,38 @@ def test_a_listed_order_and_its_payment_are_from_one_moment(tenant):
             seen.append((listed["status"], listed["payment"]["status"]))
     # then every answer shows the order and its payment as one committed moment left them
     assert set(seen) <= set(STATES), set(seen) - set(STATES)
+
+
+@pytest.mark.parametrize("ride_along", [True, False], ids=["compiled", "orm"])
+@pytest.mark.parametrize(
+    ("who", "query", "held"),
+    [("diner", "", 45), ("merchant", "", 50), ("merchant", "?status=CREATED", 35)],
+)
+def test_the_count_stops_at_the_limit_and_reads_no_more_rows_than_it(
+    tenant, orders, monkeypatch, ride_along, who, query, held
+):
+    """A restaurant's key listing 200,000 orders counted every one of them on every page (a
+    sequential scan of the tenant's rows per request); the count now stops at
+    ``COUNT_LIMIT``, the statement itself limited, as the admin's lists count (red before: the
+    whole list counted, 45, 50 and 35)."""
+    # given a limit under what each list holds
+    monkeypatch.setattr(order_list, "COUNT_LIMIT", 30)
+    if not ride_along:
+        monkeypatch.setattr(order_list, "statements_ride_along", lambda using: False)
+    caller = api_for(tenant, diner=DINER) if who == "diner" else api_for(tenant, kind="merchant")
+    listed = orders_of(tenant=tenant, diner_id=DINER if who == "diner" else None)
+    assert (listed.filter(status="CREATED") if query else listed).count() == held
+    # when the list is read
+    with CaptureQueriesContext(connection) as queries:
+        body = caller.get(f"/api/v1/orders/{query}").json()
+    # then its count is the limit, read by a statement that stops there
+    assert body["count"] == 30
+    [counted] = [q["sql"] for q in queries if "COUNT(" in q["sql"]]
+    assert "LIMIT 30" in counted
+
+
+def test_a_list_under_the_limit_counts_every_order(tenant, orders):
+    """The documented limit (README, the order list) is 10,000; a list under it is counted
+    whole."""
+    assert order_list.COUNT_LIMIT == 10_000
+    assert api_for(tenant, diner=DINER).get("/api/v1/orders/").json()["count"] == 45

@@ -410,7 +410,7 @@ export interface components {
          *     cursor), with the list's ``count`` that its page-number answer had.
          */
         PaginatedOrders: {
-            /** @description Every order of the list, all pages, when this page was read. */
+            /** @description Every order of the list, all pages, when this page was read, counted up to 10,000: a list of more answers 10,000. */
             count: number;
             /**
              * Format: uri
