@@ -4,7 +4,9 @@ Races are settled by the database, never by a read before the write: a duplicate
 coupon code is refused by the ``unique(tenant, ...)`` constraints, a dish edit is a conditional
 ``UPDATE ... WHERE <each field it changes> = <the value the merchant saw>`` so it cannot silently
 undo portions that orders took meanwhile, or a price set in another tab, and retiring a coupon is
-``UPDATE ... WHERE active``.
+``UPDATE ... WHERE active``. A tenant's menu holds at most ``MAX_DISHES_PER_TENANT`` dishes: a
+create locks the tenant's row (``FOR NO KEY UPDATE``, which orders' foreign keys do not wait
+for) before it counts, so creates racing for the last places cannot each see room.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ from enum import StrEnum
 from typing import TypeVar
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from ordering.models import Coupon, Dish
 from tenants.models import Tenant
 
 T = TypeVar("T")
+
+# The most dishes a tenant's menu holds, on the menu or off it (README, Menu & stock): the
+# menu's API answer is every active dish, read by anyone holding the public key, so an
+# unbounded menu made each read as large as a merchant chose (2,000 dishes: 590 kB).
+MAX_DISHES_PER_TENANT = 1_000
 
 
 class MenuErrorCode(StrEnum):
@@ -30,6 +38,7 @@ class MenuErrorCode(StrEnum):
     STOCK_CHANGED = "STOCK_CHANGED"
     CHANGED_MEANWHILE = "CHANGED_MEANWHILE"
     INVALID = "INVALID"
+    MENU_FULL = "MENU_FULL"
 
 
 class MenuError(Exception):
@@ -51,16 +60,22 @@ def create_dish(
     description: str = "",
     active: bool = True,
 ) -> Dish:
-    """Add a dish; a name the tenant already uses is refused (``DUPLICATE_NAME``)."""
-    return _insert(
-        lambda: Dish.objects.for_tenant(tenant).create(
+    """Add a dish; a name the tenant already uses is refused (``DUPLICATE_NAME``), and so is
+    a dish past the menu's ``MAX_DISHES_PER_TENANT`` (``MENU_FULL``): nothing is written."""
+
+    def create() -> Dish:
+        _hold_room(tenant, Dish.objects.for_tenant(tenant), MAX_DISHES_PER_TENANT, _menu_full())
+        return Dish.objects.for_tenant(tenant).create(
             tenant=tenant,
             name=name,
             description=description,
             price=price,
             stock=stock,
             active=active,
-        ),
+        )
+
+    return _insert(
+        create,
         unique=("uniq_dish_tenant_name", "ordering_dish.name"),
         duplicate=MenuError(
             MenuErrorCode.DUPLICATE_NAME, "A dish with this name exists.", field="name"
@@ -167,6 +182,24 @@ def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> tuple[Coupon, bool]:
     if coupon is None:
         raise MenuError(MenuErrorCode.NOT_FOUND, "No such coupon.")
     return coupon, changed
+
+
+def _menu_full() -> MenuError:
+    return MenuError(
+        MenuErrorCode.MENU_FULL,
+        f"A menu holds at most {MAX_DISHES_PER_TENANT:,} dishes, and this one is full: edit a "
+        "dish you no longer serve instead of adding one.",
+        field="name",
+    )
+
+
+def _hold_room(tenant: Tenant, rows: QuerySet, limit: int, full: MenuError) -> None:
+    """Raise ``full`` when ``rows`` (the tenant's) already hold ``limit``. The tenant's row is
+    locked first, for the rest of the caller's transaction, so that two creates cannot both
+    count the last free place; the count reads at most ``limit`` rows."""
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk").get()
+    if rows[:limit].count() >= limit:
+        raise full
 
 
 def _insert(

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from ordering.models import Coupon, Dish
+from ordering.services import menu as menu_services
 from ordering.services.menu import (
     MenuError,
     MenuErrorCode,
@@ -17,6 +18,7 @@ from ordering.services.menu import (
     deactivate_coupon,
     update_dish,
 )
+from tests.dashboard.conftest import form_token
 
 
 def code_of(call) -> MenuErrorCode:
@@ -104,3 +106,71 @@ def test_concurrent_creates_of_the_same_dish_make_one(tenant):
         t.join(10)
     assert sorted(outcomes) == ["DUPLICATE_NAME"] * 7 + ["created"]
     assert Dish.objects.for_tenant(tenant).filter(name="Ramen").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_tenant_s_menu_holds_at_most_the_limit_of_dishes(tenant, other_tenant, monkeypatch):
+    """Every stored input has a bound: a merchant could add dishes without end, and the menu,
+    which anyone holding the restaurant's public key reads whole, grew with them (2,000
+    dishes: a 590 kB answer per read). Red before: a fourth dish was added."""
+    # given a tenant whose menu is full, and another tenant's as full
+    monkeypatch.setattr(menu_services, "MAX_DISHES_PER_TENANT", 3)
+    for n in range(3):
+        create_dish(tenant=tenant, name=f"Dish {n}", price=Decimal("1"), stock=1)
+        create_dish(tenant=other_tenant, name=f"Dish {n}", price=Decimal("1"), stock=1)
+    # when one more dish is added
+    more = lambda: create_dish(tenant=tenant, name="One more", price=Decimal("1"), stock=1)  # noqa: E731
+    with pytest.raises(MenuError) as caught:
+        more()
+    # then it is refused, on the form's name, saying the bound, and nothing is written
+    assert caught.value.code == MenuErrorCode.MENU_FULL
+    assert "at most 3 dishes" in caught.value.message
+    assert Dish.objects.for_tenant(tenant).count() == 3
+    # and a dish taken off the menu still counts (it is stored, and can be put back on)
+    Dish.objects.for_tenant(tenant).filter(name="Dish 0").update(active=False)
+    assert code_of(more) == MenuErrorCode.MENU_FULL
+
+
+@pytest.mark.django_db
+def test_the_menu_page_says_the_menu_is_full(merchant, mine, monkeypatch):
+    """The dashboard's add form answers 400 with the bound on the name field."""
+    held = Dish.objects.for_tenant(mine.tenant).count()
+    monkeypatch.setattr(menu_services, "MAX_DISHES_PER_TENANT", held)
+    token = form_token(merchant.get("/dashboard/menu/").content.decode())
+    posted = {"name": "One more", "price": "1.00", "stock": "1", "idempotency_key": token}
+    answer = merchant.post("/dashboard/menu/", posted)
+    assert answer.status_code == 400
+    assert answer.context["form"].errors["name"] == [menu_services._menu_full().message]
+    assert Dish.objects.for_tenant(mine.tenant).count() == held
+
+
+def test_the_documented_bound_of_dishes_is_1000():
+    """README (Menu & stock) names this bound."""
+    assert menu_services.MAX_DISHES_PER_TENANT == 1_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_of_different_dishes_stop_at_the_limit(tenant, monkeypatch):
+    """Eight threads, eight connections, eight names, room for three: the bound holds when
+    the creates race (a count read before the insert would let each of them through)."""
+    monkeypatch.setattr(menu_services, "MAX_DISHES_PER_TENANT", 3)
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        try:
+            barrier.wait()
+            create_dish(tenant=tenant, name=f"Dish {n}", price=Decimal("12"), stock=3)
+            outcomes.append("created")
+        except MenuError as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["MENU_FULL"] * 5 + ["created"] * 3
+    assert Dish.objects.for_tenant(tenant).count() == 3
