@@ -187,8 +187,8 @@ def deactivate_coupon(*, tenant: Tenant, coupon_id: int) -> tuple[Coupon, bool]:
 def _menu_full() -> MenuError:
     return MenuError(
         MenuErrorCode.MENU_FULL,
-        f"A menu holds at most {MAX_DISHES_PER_TENANT:,} dishes, and this one is full: edit a "
-        "dish you no longer serve instead of adding one.",
+        f"A restaurant holds at most {MAX_DISHES_PER_TENANT:,} dishes, on the menu or off "
+        "it, and this one has them all: nothing was added.",
         field="name",
     )
 

@@ -125,6 +125,7 @@ def test_a_tenant_s_menu_holds_at_most_the_limit_of_dishes(tenant, other_tenant,
     # then it is refused, on the form's name, saying the bound, and nothing is written
     assert caught.value.code == MenuErrorCode.MENU_FULL
     assert "at most 3 dishes" in caught.value.message
+    assert caught.value.message.endswith("has them all: nothing was added.")
     assert Dish.objects.for_tenant(tenant).count() == 3
     # and a dish taken off the menu still counts (it is stored, and can be put back on)
     Dish.objects.for_tenant(tenant).filter(name="Dish 0").update(active=False)
