@@ -4,9 +4,10 @@ Races are settled by the database, never by a read before the write: a duplicate
 coupon code is refused by the ``unique(tenant, ...)`` constraints, a dish edit is a conditional
 ``UPDATE ... WHERE <each field it changes> = <the value the merchant saw>`` so it cannot silently
 undo portions that orders took meanwhile, or a price set in another tab, and retiring a coupon is
-``UPDATE ... WHERE active``. A tenant's menu holds at most ``MAX_DISHES_PER_TENANT`` dishes: a
-create locks the tenant's row (``FOR NO KEY UPDATE``, which orders' foreign keys do not wait
-for) before it counts, so creates racing for the last places cannot each see room.
+``UPDATE ... WHERE active``. A tenant holds at most ``MAX_DISHES_PER_TENANT`` dishes and
+``MAX_COUPONS_PER_TENANT`` coupons: a create locks the tenant's row (``FOR NO KEY UPDATE``,
+which orders' foreign keys do not wait for) before it counts, so creates racing for the last
+places cannot each see room.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ T = TypeVar("T")
 # menu's API answer is every active dish, read by anyone holding the public key, so an
 # unbounded menu made each read as large as a merchant chose (2,000 dishes: 590 kB).
 MAX_DISHES_PER_TENANT = 1_000
+# The most coupons a tenant holds, active or not (README, Coupons): the coupons page lists
+# every one, and none is deleted (orders name them).
+MAX_COUPONS_PER_TENANT = 1_000
 
 
 class MenuErrorCode(StrEnum):
@@ -39,6 +43,7 @@ class MenuErrorCode(StrEnum):
     CHANGED_MEANWHILE = "CHANGED_MEANWHILE"
     INVALID = "INVALID"
     MENU_FULL = "MENU_FULL"
+    COUPONS_FULL = "COUPONS_FULL"
 
 
 class MenuError(Exception):
@@ -152,16 +157,28 @@ def create_coupon(
     max_uses: int | None = None,
     valid_until: datetime | None = None,
 ) -> Coupon:
-    """Add a coupon; a code the tenant already uses is refused (``DUPLICATE_CODE``)."""
-    return _insert(
-        lambda: Coupon.objects.for_tenant(tenant).create(
+    """Add a coupon; a code the tenant already uses is refused (``DUPLICATE_CODE``), and so
+    is a coupon past ``MAX_COUPONS_PER_TENANT`` (``COUPONS_FULL``): nothing is written."""
+
+    def create() -> Coupon:
+        full = MenuError(
+            MenuErrorCode.COUPONS_FULL,
+            f"A restaurant holds at most {MAX_COUPONS_PER_TENANT:,} coupons, active or not, "
+            "and this one has them all: nothing was created.",
+            field="code",
+        )
+        _hold_room(tenant, Coupon.objects.for_tenant(tenant), MAX_COUPONS_PER_TENANT, full)
+        return Coupon.objects.for_tenant(tenant).create(
             tenant=tenant,
             code=code,
             kind=kind,
             value=value,
             max_uses=max_uses,
             valid_until=valid_until,
-        ),
+        )
+
+    return _insert(
+        create,
         unique=("uniq_coupon_tenant_code", "ordering_coupon.code"),
         duplicate=MenuError(
             MenuErrorCode.DUPLICATE_CODE, "A coupon with this code exists.", field="code"

@@ -175,3 +175,54 @@ def test_concurrent_creates_of_different_dishes_stop_at_the_limit(tenant, monkey
         t.join(30)
     assert sorted(outcomes) == ["MENU_FULL"] * 5 + ["created"] * 3
     assert Dish.objects.for_tenant(tenant).count() == 3
+
+
+@pytest.mark.django_db
+def test_a_tenant_holds_at_most_the_limit_of_coupons(tenant, other_tenant, monkeypatch):
+    """Coupons are stored rows too, all of them listed on the coupons page, and none is ever
+    deleted (orders name them): a merchant could create them without end. Red before: a
+    fourth coupon was created."""
+    # given a tenant holding the most coupons, one of them deactivated, and another tenant
+    monkeypatch.setattr(menu_services, "MAX_COUPONS_PER_TENANT", 3)
+    for n in range(3):
+        create_coupon(tenant=tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
+        create_coupon(tenant=other_tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
+    deactivate_coupon(tenant=tenant, coupon_id=Coupon.objects.for_tenant(tenant).first().pk)
+    # when one more is created
+    with pytest.raises(MenuError) as caught:
+        create_coupon(tenant=tenant, code="MORE", kind="amount", value=Decimal("1"))
+    # then it is refused on the code's field, saying the bound, and nothing is written
+    assert (caught.value.code, caught.value.field) == (MenuErrorCode.COUPONS_FULL, "code")
+    assert "at most 3 coupons" in caught.value.message
+    assert Coupon.objects.for_tenant(tenant).count() == 3
+
+
+def test_the_documented_bound_of_coupons_is_1000():
+    """README (Coupons) names this bound."""
+    assert menu_services.MAX_COUPONS_PER_TENANT == 1_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_of_different_coupons_stop_at_the_limit(tenant, monkeypatch):
+    """Eight threads, eight connections, eight codes, room for three."""
+    monkeypatch.setattr(menu_services, "MAX_COUPONS_PER_TENANT", 3)
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def create(n: int) -> None:
+        try:
+            barrier.wait()
+            create_coupon(tenant=tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
+            outcomes.append("created")
+        except MenuError as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["COUPONS_FULL"] * 5 + ["created"] * 3
+    assert Coupon.objects.for_tenant(tenant).count() == 3
