@@ -153,6 +153,14 @@ class Order(ConcurrentTransitionMixin, models.Model):
                 condition=models.Q(status__in=OPEN_STATUSES),
                 name="order_tenant_open_newest",
             ),
+            # A diner's orders of a restaurant newest first (a diner's pages of the order list
+            # and their count): the index of every restaurant's orders by creation, or of every
+            # restaurant's diners of that id, was walked through other diners' rows, every
+            # order of the platform for a diner's page of a status it had none in.
+            models.Index(
+                fields=["tenant", "diner_id", "-created_at", "-id"],
+                name="order_tenant_diner_newest",
+            ),
             # The finished orders that still hold what a diner wrote: the retention purge clears
             # them (ordering/privacy/contact_retention.py) and /metrics counts those overdue,
             # reading this small index instead of every order; a cleared order leaves it.
