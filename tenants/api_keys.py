@@ -8,6 +8,7 @@ import secrets
 from datetime import timedelta
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -17,6 +18,14 @@ from tenants.models import ApiClient, Tenant
 # last_used_at is a hint for merchants, not an audit trail: refresh it at most this often so
 # that every API request does not become a database write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# The most API keys a tenant holds, revoked ones included (README, API keys): each is a row
+# that is never deleted (a revoked key stays, so its requests' records still name it) and the
+# dashboard's API keys page lists every one.
+MAX_API_KEYS_PER_TENANT = 100
+
+
+class ApiKeyLimitReached(Exception):
+    """The tenant holds ``MAX_API_KEYS_PER_TENANT`` keys already: no key was issued."""
 
 
 def _hash(secret: str) -> str:
@@ -32,18 +41,29 @@ def issue_api_key(
     issued_by: AbstractBaseUser | None = None,
 ) -> tuple[ApiClient, str]:
     """Create an API client; return it with the full key, which is shown this one time only
-    (to ``issued_by``, the dashboard's member who asked for it)."""
+    (to ``issued_by``, the dashboard's member who asked for it).
+    Past ``MAX_API_KEYS_PER_TENANT`` keys, :class:`ApiKeyLimitReached` and nothing written: the
+    tenant's row is locked (``FOR NO KEY UPDATE``) before the keys are counted, so issues
+    racing for the last places cannot each see room."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
-    client = ApiClient.objects.create(
-        tenant=tenant,
-        name=name,
-        kind=kind,
-        prefix=prefix,
-        secret_hash=_hash(secret),
-        is_test=is_test,
-        issued_by=issued_by,
-    )
+    with transaction.atomic():
+        Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk").get()
+        keys = ApiClient.objects.filter(tenant=tenant)[:MAX_API_KEYS_PER_TENANT]
+        if keys.count() >= MAX_API_KEYS_PER_TENANT:
+            raise ApiKeyLimitReached(
+                f"A restaurant holds at most {MAX_API_KEYS_PER_TENANT:,} API keys, revoked ones "
+                "included, and this one has them all: no key was issued."
+            )
+        client = ApiClient.objects.create(
+            tenant=tenant,
+            name=name,
+            kind=kind,
+            prefix=prefix,
+            secret_hash=_hash(secret),
+            is_test=is_test,
+            issued_by=issued_by,
+        )
     return client, f"{prefix}.{secret}"
 
 

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import ApiKeyCreateForm
-from tenants.api_keys import issue_api_key, revoke_api_key
+from tenants.api_keys import ApiKeyLimitReached, issue_api_key, revoke_api_key
 from tenants.key_issuers import issuers_who_left
 from tenants.models import ApiClient, Tenant
 from tenants.permissions import Area
@@ -65,10 +65,14 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     tenant = tenant_of(request)
     form = ApiKeyCreateForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        client, key = issue_api_key(tenant=tenant, issued_by=request.user, **form.cleaned_data)
-        shown = {"tenant": tenant.pk, "name": client.name, "key": key}
-        _change_waiting_keys(request, lambda waiting: waiting.update({str(client.pk): shown}))
-        return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
+        try:
+            client, key = issue_api_key(tenant=tenant, issued_by=request.user, **form.cleaned_data)
+        except ApiKeyLimitReached as exc:
+            form.add_error("name", str(exc))
+        else:
+            shown = {"tenant": tenant.pk, "name": client.name, "key": key}
+            _change_waiting_keys(request, lambda waiting: waiting.update({str(client.pk): shown}))
+            return redirect(f"{reverse('dash-api-keys')}?issued={client.pk}")
     # a HEAD answers no body: it shows no key, so it must not use up the key's one showing
     new_key = _take_issued_key(request, tenant) if request.method == "GET" else None
     return render_page(
