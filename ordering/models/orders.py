@@ -161,6 +161,10 @@ class Order(ConcurrentTransitionMixin, models.Model):
                 fields=["tenant", "diner_id", "-created_at", "-id"],
                 name="order_tenant_diner_newest",
             ),
+            # ... and by status (the count of a diner's list filtered by status, which read
+            # every restaurant's orders of that status, or every restaurant's diners of that
+            # id, dropping the others': the count reads only the rows it counts)
+            models.Index(fields=["tenant", "diner_id", "status"], name="order_tenant_diner_status"),
             # The finished orders that still hold what a diner wrote: the retention purge clears
             # them (ordering/privacy/contact_retention.py) and /metrics counts those overdue,
             # reading this small index instead of every order; a cleared order leaves it.
