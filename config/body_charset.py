@@ -9,7 +9,8 @@ our forms, whose pages are UTF-8, as UTF-8; so rather than making each parser su
 codec, a body in any other declared charset is refused here, before anything decodes it:
 415 ``UNSUPPORTED_MEDIA_TYPE`` on an API path, a plain-text 415 on the dashboard's and the
 admin's. A ``Content-Type`` without a charset is read as UTF-8, as before. Requests without a
-body are not looked at: no parser runs for them.
+body are not looked at, nor are reads (``GET``, ``HEAD``, ``OPTIONS``): no parser runs for
+them, and a 415 to a read was an answer no read of the API schema declares.
 
 A form-urlencoded body is stricter: Django reads one only when its charset is ``utf-8`` by
 that very name (any other, an alias of UTF-8 too, is its ``BadRequest``, which the CSRF check
@@ -29,6 +30,8 @@ from config.api_errors import problem_http_response
 # codec names (as codecs.lookup gives them) of the charsets a body may be declared in
 ACCEPTED_CHARSETS = frozenset({"utf-8", "ascii"})
 FORM = "application/x-www-form-urlencoded"
+# methods whose bodies nothing reads: neither Django (request.POST) nor a view of the API
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class BodyCharsetMiddleware:
@@ -39,7 +42,7 @@ class BodyCharsetMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         charset = request.content_params.get("charset")
-        if charset is not None and has_body(request):
+        if charset is not None and request.method not in READS and has_body(request):
             readable = (
                 charset.lower() == "utf-8"
                 if request.content_type == FORM

@@ -28,10 +28,9 @@ from django.http import HttpRequest, HttpResponse
 
 from config.api_error_pages import is_api_path
 from config.api_errors import clip, problem_http_response
-from config.body_charset import has_body
+from config.body_charset import READS, has_body
 
 JSON = "application/json"
-READS = frozenset({"GET", "HEAD", "OPTIONS"})
 IDENTITY = "identity"
 CHUNKED = "chunked"
 
