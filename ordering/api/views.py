@@ -133,6 +133,7 @@ class OrderListCreateView(APIView):
     throttle_classes = [TenantRateThrottle]  # writes only; reads pass
 
     @extend_schema(
+        operation_id="v1_orders_list",  # a page of orders: drf-spectacular's guess was "retrieve"
         parameters=[
             OpenApiParameter(
                 "status", str, enum=OrderStatus.values, description="Only orders in this status"

@@ -737,3 +737,23 @@ def test_an_authorization_of_no_scheme_the_api_takes_is_challenged_with_both(
 
     assert (refused.status_code, refused.json()["code"]) == (401, "API_KEY_INVALID")
     assert refused["WWW-Authenticate"] == "Api-Key, Bearer"
+
+
+def test_each_read_s_operation_id_says_whether_it_answers_a_list_or_one_thing(client):
+    """A client generated from the schema names its methods after the operation ids: the
+    diner's order list was ``v1_orders_retrieve`` (drf-spectacular's guess for a GET on a
+    view that is not a DRF list view), a method named for one order that answered a page of
+    them, beside ``v1_menu_list`` and ``v1_orders_detail``."""
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    misnamed = []
+    for path, operations in schema["paths"].items():
+        read = operations.get("get")
+        if read is None:
+            continue
+        answer = read["responses"]["200"]["content"]["application/json"]["schema"]
+        named = schema["components"]["schemas"].get(answer.get("$ref", "").rsplit("/", 1)[-1])
+        lists = answer.get("type") == "array" or "results" in (named or {}).get("properties", {})
+        if read["operationId"].endswith("_list") != lists:
+            misnamed.append((path, read["operationId"]))
+    assert misnamed == []
+    assert schema["paths"]["/api/v1/orders/"]["get"]["operationId"] == "v1_orders_list"

@@ -142,7 +142,7 @@ export interface paths {
          *     and ``previous`` links), so orders placed or moved while a client scrolls neither
          *     repeat nor skip an order on the pages it reads next.
          */
-        get: operations["v1_orders_retrieve"];
+        get: operations["v1_orders_list"];
         put?: never;
         /** @description Place an order. Prices come from the menu; stock and coupon are taken atomically. */
         post: operations["v1_orders_create"];
@@ -1284,7 +1284,7 @@ export interface operations {
             };
         };
     };
-    v1_orders_retrieve: {
+    v1_orders_list: {
         parameters: {
             query?: {
                 /** @description Where the page starts: the cursor of an answer's next or previous link (opaque); leave it out for the newest orders. One not in the form those links give answers 400 CURSOR_INVALID; it names a place in the caller's own list, never a permission. */
