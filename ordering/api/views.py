@@ -295,6 +295,7 @@ class OrderPayView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
+        operation_id="v1_orders_pay",
         parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
@@ -320,6 +321,7 @@ class OrderCancelView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
+        operation_id="v1_orders_cancel",
         parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=None,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},
@@ -342,6 +344,7 @@ class OrderTransitionView(APIView):
     throttle_classes = [TenantRateThrottle]
 
     @extend_schema(
+        operation_id="v1_orders_transition",
         parameters=[ORDER_ID, idempotency_key_optional(AUTO_KEY_WINDOW), *answer_headers(200)],
         request=TransitionInSerializer,
         responses={200: OrderDetailSerializer, **problems(*WRITE_ERRORS)},

@@ -757,3 +757,21 @@ def test_each_read_s_operation_id_says_whether_it_answers_a_list_or_one_thing(cl
             misnamed.append((path, read["operationId"]))
     assert misnamed == []
     assert schema["paths"]["/api/v1/orders/"]["get"]["operationId"] == "v1_orders_list"
+
+
+def test_a_write_that_creates_nothing_is_not_named_create(client):
+    """Paying, cancelling, moving an order and checking tokens answer 200 and create nothing,
+    yet drf-spectacular named each POST ``…_create``: a client generated from the schema
+    called ``v1OrdersPayCreate(…)`` to pay."""
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    misnamed = [
+        (path, write["operationId"])
+        for path, operations in schema["paths"].items()
+        if (write := operations.get("post")) is not None
+        and "201" not in write["responses"]
+        and write["operationId"].endswith("_create")
+    ]
+    assert misnamed == []
+    assert schema["paths"]["/api/v1/orders/{order_id}/pay/"]["post"]["operationId"] == (
+        "v1_orders_pay"
+    )

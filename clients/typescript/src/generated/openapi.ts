@@ -105,7 +105,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** @description Which of these tokens can still be used (one Redis round trip for all of them). */
-        post: operations["v1_idempotency_tokens_check_create"];
+        post: operations["v1_idempotency_tokens_check"];
         delete?: never;
         options?: never;
         head?: never;
@@ -178,7 +178,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** @description Cancel: unpaid orders end CANCELLED, paid ones go to CANCELLING (refund). */
-        post: operations["v1_orders_cancel_create"];
+        post: operations["v1_orders_cancel"];
         delete?: never;
         options?: never;
         head?: never;
@@ -200,7 +200,7 @@ export interface paths {
          *     whose total is 0.00 needs no payment: it moves CREATED -> PAID at once, ``payment``
          *     null.
          */
-        post: operations["v1_orders_pay_create"];
+        post: operations["v1_orders_pay"];
         delete?: never;
         options?: never;
         head?: never;
@@ -217,7 +217,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** @description Merchant-side move (ACCEPTED, PREPARING, READY, DELIVERING, COMPLETED, CANCELLED). */
-        post: operations["v1_orders_transition_create"];
+        post: operations["v1_orders_transition"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1097,7 +1097,7 @@ export interface operations {
             };
         };
     };
-    v1_idempotency_tokens_check_create: {
+    v1_idempotency_tokens_check: {
         parameters: {
             query?: never;
             header?: never;
@@ -1652,7 +1652,7 @@ export interface operations {
             };
         };
     };
-    v1_orders_cancel_create: {
+    v1_orders_cancel: {
         parameters: {
             query?: never;
             header?: {
@@ -1816,7 +1816,7 @@ export interface operations {
             };
         };
     };
-    v1_orders_pay_create: {
+    v1_orders_pay: {
         parameters: {
             query?: never;
             header?: {
@@ -1980,7 +1980,7 @@ export interface operations {
             };
         };
     };
-    v1_orders_transition_create: {
+    v1_orders_transition: {
         parameters: {
             query?: never;
             header?: {
