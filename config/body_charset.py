@@ -10,7 +10,9 @@ codec, a body in any other declared charset is refused here, before anything dec
 415 ``UNSUPPORTED_MEDIA_TYPE`` on an API path, a plain-text 415 on the dashboard's and the
 admin's. A ``Content-Type`` without a charset is read as UTF-8, as before. Requests without a
 body are not looked at, nor are reads (``GET``, ``HEAD``, ``OPTIONS``): no parser runs for
-them, and a 415 to a read was an answer no read of the API schema declares.
+them, and a 415 to a read was an answer no read of the API schema declares. Nor is an API
+request to no route, or with a method its view does not serve: it is answered 404 or 405, as
+the same body declared UTF-8 is, not told to change a charset that would not help.
 
 A form-urlencoded body is stricter: Django reads one only when its charset is ``utf-8`` by
 that very name (any other, an alias of UTF-8 too, is its ``BadRequest``, which the CSRF check
@@ -22,9 +24,12 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
 
+from config.api_error_pages import is_api_path
 from config.api_errors import problem_http_response
 
 # codec names (as codecs.lookup gives them) of the charsets a body may be declared in
@@ -48,9 +53,26 @@ class BodyCharsetMiddleware:
                 if request.content_type == FORM
                 else is_accepted_charset(charset)
             )
-            if not readable:
+            if not readable and not _unrouted(request):
                 return _refused(request)
         return self.get_response(request)
+
+
+def served(view_func: Callable[..., Any], method: str) -> bool:
+    """Whether the class-based view has a handler for ``method`` (else its 405 answers)."""
+    view_class = getattr(view_func, "view_class", None)
+    return view_class is not None and callable(getattr(view_class, method.lower(), None))
+
+
+def _unrouted(request: HttpRequest) -> bool:
+    """Whether ``request`` is an API request that no view will serve (404 or 405)."""
+    if not is_api_path(request):
+        return False
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return True
+    return not served(match.func, request.method or "")
 
 
 def is_accepted_charset(charset: str) -> bool:

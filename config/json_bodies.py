@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 
 from config.api_error_pages import is_api_path
 from config.api_errors import clip, problem_http_response
-from config.body_charset import READS, has_body
+from config.body_charset import READS, has_body, served
 
 JSON = "application/json"
 IDENTITY = "identity"
@@ -54,7 +54,7 @@ class JsonBodiesOnlyMiddleware:
         if (
             not is_api_path(request)
             or request.method in READS
-            or not _served(view_func, request.method or "")
+            or not served(view_func, request.method or "")
             or not has_body(request)
         ):
             return None
@@ -90,9 +90,3 @@ class JsonBodiesOnlyMiddleware:
 def _undecoded(codings: str, *, taken: tuple[str, ...]) -> bool:
     """Whether the comma-separated ``codings`` name one besides those ``taken``."""
     return any(coding.strip().lower() not in taken for coding in codings.split(","))
-
-
-def _served(view_func: Callable[..., Any], method: str) -> bool:
-    """Whether the class-based view has a handler for ``method`` (else its 405 answers)."""
-    view_class = getattr(view_func, "view_class", None)
-    return view_class is not None and callable(getattr(view_class, method.lower(), None))

@@ -110,12 +110,21 @@ def test_the_schema_declares_415_on_every_write() -> None:
         pytest.param("/api/v1/nowhere/", 404, "NOT_FOUND", id="no-route"),
     ],
 )
+@pytest.mark.parametrize(
+    "media_type, body",
+    [
+        pytest.param("application/x-www-form-urlencoded", b"a=b", id="form"),
+        # red: 415 "Send the body in UTF-8", where the same body declared UTF-8 met the 404/405
+        pytest.param("application/json; charset=latin-1", b"{}", id="latin-1"),
+        pytest.param("application/json; charset=punycode", b"{}", id="punycode"),
+    ],
+)
 def test_a_route_that_takes_no_post_answers_as_such_not_415(
-    tenant: Tenant, path: str, status: int, code: str
+    tenant: Tenant, path: str, status: int, code: str, media_type: str, body: bytes
 ) -> None:
     auth = {"HTTP_AUTHORIZATION": f"Bearer {diner_token(tenant)}"}
 
-    answer = Client().post(path, b"a=b", content_type="application/x-www-form-urlencoded", **auth)
+    answer = Client().post(path, body, content_type=media_type, **auth)
 
     assert (answer.status_code, answer.json()["code"]) == (status, code)
 
