@@ -128,9 +128,31 @@ def test_a_drf_function_view_under_either_decorator_is_named_as_one():
         api_view(["POST"])(idempotent(required=True)(create_note))
     view = api_view(["POST"])(idempotent_form(fields=("text",))(create_note))
     with pytest.raises(
-        ImproperlyConfigured, match=r"not .*create_note, a DRF @api_view function: make it an APIV"
+        ImproperlyConfigured,
+        match=r"not .*create_note, a DRF view \(an @api_view function or an APIView\): make it",
     ):
         view(RequestFactory().post("/notes/", {"text": "hi"}))
+
+
+def test_the_form_decorator_over_a_drf_view_is_refused_when_decorated():
+    """Over ``@api_view`` (or an ``APIView``'s ``as_view()``) the form decorator ran before DRF
+    authenticated the request: a caller with a token or an API key was no one to Django, so
+    the request had no scope and ran unprotected, each duplicate executed (red: decorated
+    without a word)."""
+
+    @api_view(["POST"])
+    def create_note(request: HttpRequest) -> Response:
+        return Response(status=201)
+
+    class CreateNote(APIView):
+        def post(self, request: HttpRequest) -> Response:
+            return Response(status=201)
+
+    for view in (create_note, CreateNote.as_view()):
+        with pytest.raises(
+            ImproperlyConfigured, match=r"a DRF view \(an @api_view function or an APIView\)"
+        ):
+            idempotent_form(fields=("text",))(view)
 
 
 def test_a_class_based_views_method_under_the_form_decorator_is_refused_when_decorated():

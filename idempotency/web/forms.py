@@ -32,6 +32,7 @@ from django.template.response import SimpleTemplateResponse
 from django.utils.functional import Promise
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from idempotency.core import engine, responses
 from idempotency.core.conf import Policy, engine_setting, field_names
@@ -72,10 +73,12 @@ _A_METHOD = (
     "of a class-based view: decorate it with @method_decorator(idempotent_form(...))"
 )
 # Beneath DRF's @api_view the view is handed DRF's Request: its body is DRF's to parse and
-# its errors DRF's to answer, so it is a DRF view, for @idempotent on an APIView's handler
+# its errors DRF's to answer, so it is a DRF view, for @idempotent on an APIView's handler;
+# over it, the request is not authenticated yet (DRF does that inside the view)
 _A_DRF_VIEW = (
-    "@idempotent_form decorates a plain Django view, not {name}, a DRF @api_view function: make "
-    "it an APIView whose handler (def post(self, request)) is decorated with @idempotent"
+    "@idempotent_form decorates a plain Django view, not {name}, a DRF view (an @api_view "
+    "function or an APIView): make it an APIView whose handler (def post(self, request)) is "
+    "decorated with @idempotent"
 )
 _A_CLASS = (
     "@idempotent_form decorates a view function (def add_note(request)), not the class {name}: "
@@ -117,6 +120,8 @@ def idempotent_form(
     def decorate(view: View) -> View:
         if isinstance(view, type):  # a class-based view: its as_view() is the view
             raise ImproperlyConfigured(_A_CLASS.format(name=view.__qualname__))
+        if _is_drf_view(view):  # over DRF's @api_view (or an APIView's as_view())
+            raise ImproperlyConfigured(_A_DRF_VIEW.format(name=view.__qualname__))
         refuse_async(view, decorator="@idempotent_form")
         if first_parameter(view) == "self":
             raise ImproperlyConfigured(_A_METHOD.format(name=view.__qualname__))
@@ -177,6 +182,15 @@ def idempotent_form(
         return wrapper
 
     return decorate
+
+
+def _is_drf_view(view: View) -> bool:
+    """Whether ``view`` is DRF's: ``@api_view`` and ``APIView.as_view()`` both answer with a
+    function carrying the view class (``cls``). Decorated over one, the form decorator would
+    see the request before DRF authenticates it: a caller with a token or an API key is then
+    no one to Django, the request has no scope, and it ran unprotected, with no warning."""
+    cls = getattr(view, "cls", None)
+    return isinstance(cls, type) and issubclass(cls, APIView)
 
 
 # The bodies Django reads fields from (``request.POST``, ``request.FILES``)
