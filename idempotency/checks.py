@@ -70,6 +70,12 @@ POSITIVE_INTS = (
 )
 # periods added to a date: more than MAX_TTL_SECONDS overflows it
 PERIODS = ("TTL_SECONDS", "AUTO_KEY_WINDOW_SECONDS", "TOKEN_TTL_SECONDS")
+# periods Redis is given as an expiry, or a process sleeps for: Redis refuses an expiry past a
+# 64-bit count of milliseconds ("value is not an integer or out of range", a Redis error on
+# every request) and ``time.sleep`` one past ``time_t`` (``OverflowError``); held to the
+# same ten years
+SECOND_PERIODS = ("RATE_LIMIT_WINDOW_SECONDS",)
+MILLISECOND_PERIODS = ("LEASE_MS", "WAIT_POLL_MS")
 POSITIVE_NUMBERS = (
     "AUDIT_FLUSH_SECONDS",
     "SCRIPT_REFRESH_SECONDS",
@@ -141,7 +147,8 @@ def _problems(values: Mapping[str, Any]) -> list[tuple[str, Problem]]:
             found.append((name, problem))
     checks: list[tuple[tuple[str, ...], Callable[[Any], Problem | None]]] = [
         (POSITIVE_INTS, _positive_int),
-        (PERIODS, _period),
+        (PERIODS + SECOND_PERIODS, _period),
+        (MILLISECOND_PERIODS, _millisecond_period),
         (("AUDIT_RETENTION_DAYS",), _audit_retention),
         (POSITIVE_NUMBERS, lambda v: _number(v, minimum_exclusive=0)),
         (NON_NEGATIVE_NUMBERS, lambda v: _number(v, minimum=0)),
@@ -281,6 +288,13 @@ def _reply_cap(value: Any) -> Problem | None:
 def _period(value: Any) -> Problem | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TTL_SECONDS:
         return f"must be at most {MAX_TTL_SECONDS} seconds (ten years), not {value!r}"
+    return None
+
+
+def _millisecond_period(value: Any) -> Problem | None:
+    longest = MAX_TTL_SECONDS * 1000
+    if isinstance(value, int) and not isinstance(value, bool) and value > longest:
+        return f"must be at most {longest} milliseconds (ten years), not {value!r}"
     return None
 
 

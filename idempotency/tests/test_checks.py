@@ -129,6 +129,24 @@ def test_a_period_past_ten_years_is_named(settings, name):
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "unit", "longest"),
+    [
+        ("RATE_LIMIT_WINDOW_SECONDS", "seconds", 316_224_000),
+        ("LEASE_MS", "milliseconds", 316_224_000_000),
+        ("WAIT_POLL_MS", "milliseconds", 316_224_000_000),
+    ],
+)
+def test_a_redis_expiry_or_a_wait_past_ten_years_is_named(settings, name, unit, longest):
+    """(red: the check passed; Redis refuses such an expiry, ``value is not an integer or out
+    of range``, and ``time.sleep`` such a wait, ``OverflowError``, on requests)"""
+    assert errors_with(settings, **{name: longest}) == []
+    [message] = errors_with(settings, **{name: 10**30})
+    assert message == (
+        f'IDEMPOTENCY["{name}"] must be at most {longest} {unit} (ten years), not {10**30}'
+    )
+
+
 def test_an_audit_retention_past_a_hundred_years_is_named(settings):
     """(red: the check passed, and every purge of audits stopped on ``OverflowError: date
     value out of range``, its cut-off date before year 1)"""
