@@ -12,15 +12,14 @@ without a change. The update leaves ``updated_at`` as it was: nothing the board 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
 
-from idempotency.purge import OnBatch, in_batches
 from ordering.models import Order
 from ordering.models.orders import CONTACT_TO_CLEAR
+from ordering.privacy.order_batches import over_orders
 from tenants.retention import register_kind
 from tenants.write_fence import writable
 
@@ -37,24 +36,11 @@ def contact_details_past_retention(now: datetime) -> Q:
     return CONTACT_TO_CLEAR & Q(updated_at__lt=cutoff) & writable()
 
 
-def clear_in_batches(
-    model: type[Order],
-    expired: Callable[[datetime], Q],
-    *,
-    max_batches: int | None = None,
-    on_batch: OnBatch | None = None,
-) -> int:
-    """Write the cleared fields empty on the orders matching ``expired(now)``, in the purge's
-    batches (at most ``max_batches``); returns how many orders."""
-    return in_batches(
-        model.all_tenants,
-        expired,
-        apply=lambda orders: orders.update(**dict.fromkeys(CLEARED, "")),
-        max_batches=max_batches,
-        on_batch=on_batch,
-    )
-
-
 def register() -> None:
     """Make the retention purge clear them (from the ordering app's ``ready()``)."""
-    register_kind(KIND, Order, contact_details_past_retention, clear_in_batches)
+    register_kind(
+        KIND,
+        Order,
+        contact_details_past_retention,
+        over_orders(lambda orders: orders.update(**dict.fromkeys(CLEARED, ""))),
+    )

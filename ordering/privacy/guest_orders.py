@@ -19,15 +19,14 @@ diner's own history until the diner is erased.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from idempotency.purge import OnBatch, in_batches
 from ordering.models import Order, OrderStatus
+from ordering.privacy.order_batches import over_orders
 from tenants.diner_sessions import GUEST_PREFIX
 from tenants.models import DinerSession
 from tenants.retention import register_kind
@@ -71,24 +70,11 @@ def _nothing_else_points_at_it() -> Q:
     return condition
 
 
-def delete_in_batches(
-    model: type[Order],
-    expired: Callable[[datetime], Q],
-    *,
-    max_batches: int | None = None,
-    on_batch: OnBatch | None = None,
-) -> int:
-    """Delete the orders matching ``expired(now)`` with their lines and moves, in the purge's
-    batches (at most ``max_batches``); returns how many orders."""
-    return in_batches(
-        model.all_tenants,
-        expired,
-        apply=lambda orders: orders.delete()[1].get(model._meta.label, 0),
-        max_batches=max_batches,
-        on_batch=on_batch,
-    )
-
-
 def register() -> None:
     """Make the retention purge delete them (from the ordering app's ``ready()``)."""
-    register_kind(KIND, Order, guest_orders_past_retention, delete_in_batches)
+    register_kind(
+        KIND,
+        Order,
+        guest_orders_past_retention,
+        over_orders(lambda orders: orders.delete()[1].get(Order._meta.label, 0)),
+    )

@@ -150,33 +150,6 @@ def test_the_documented_bound_of_dishes_is_1000():
     assert menu_services.MAX_DISHES_PER_TENANT == 1_000
 
 
-@pytest.mark.django_db(transaction=True)
-def test_concurrent_creates_of_different_dishes_stop_at_the_limit(tenant, monkeypatch):
-    """Eight threads, eight connections, eight names, room for three: the bound holds when
-    the creates race (a count read before the insert would let each of them through)."""
-    monkeypatch.setattr(menu_services, "MAX_DISHES_PER_TENANT", 3)
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def create(n: int) -> None:
-        try:
-            barrier.wait()
-            create_dish(tenant=tenant, name=f"Dish {n}", price=Decimal("12"), stock=3)
-            outcomes.append("created")
-        except MenuError as exc:
-            outcomes.append(exc.code)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert sorted(outcomes) == ["MENU_FULL"] * 5 + ["created"] * 3
-    assert Dish.objects.for_tenant(tenant).count() == 3
-
-
 @pytest.mark.django_db
 def test_a_tenant_holds_at_most_the_limit_of_coupons(tenant, other_tenant, monkeypatch):
     """Coupons are stored rows too, all of them listed on the coupons page, and none is ever
@@ -203,26 +176,51 @@ def test_the_documented_bound_of_coupons_is_1000():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_creates_of_different_coupons_stop_at_the_limit(tenant, monkeypatch):
-    """Eight threads, eight connections, eight codes, room for three."""
-    monkeypatch.setattr(menu_services, "MAX_COUPONS_PER_TENANT", 3)
+@pytest.mark.parametrize(
+    ("limit", "create", "full"),
+    [
+        pytest.param(
+            "MAX_DISHES_PER_TENANT",
+            lambda tenant, n: create_dish(
+                tenant=tenant, name=f"Dish {n}", price=Decimal("12"), stock=3
+            ),
+            "MENU_FULL",
+            id="dishes",
+        ),
+        pytest.param(
+            "MAX_COUPONS_PER_TENANT",
+            lambda tenant, n: create_coupon(
+                tenant=tenant, code=f"C{n}", kind="amount", value=Decimal("1")
+            ),
+            "COUPONS_FULL",
+            id="coupons",
+        ),
+    ],
+)
+def test_concurrent_creates_of_different_rows_stop_at_the_limit(
+    tenant, monkeypatch, limit, create, full
+):
+    """Eight threads, eight connections, eight names, room for three: the bound holds when
+    the creates race (a count read before the insert would let each of them through)."""
+    monkeypatch.setattr(menu_services, limit, 3)
     barrier = threading.Barrier(8)
     outcomes: list[str] = []
 
-    def create(n: int) -> None:
+    def create_one(n: int) -> None:
         try:
             barrier.wait()
-            create_coupon(tenant=tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
+            create(tenant, n)
             outcomes.append("created")
         except MenuError as exc:
             outcomes.append(exc.code)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=create_one, args=(n,)) for n in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(outcomes) == ["COUPONS_FULL"] * 5 + ["created"] * 3
-    assert Coupon.objects.for_tenant(tenant).count() == 3
+    assert sorted(outcomes) == [full] * 5 + ["created"] * 3
+    model = Dish if full == "MENU_FULL" else Coupon
+    assert model.objects.for_tenant(tenant).count() == 3
