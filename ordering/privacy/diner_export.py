@@ -33,6 +33,7 @@ from idempotency import erasure
 from idempotency.stores.audit_stream import drain_audits
 from ordering.actors import describe_actors
 from ordering.models import DinerDataExport, Order
+from ordering.privacy.diner_refunds import refunds_of
 from ordering.privacy.diners import TenantLeaving, check_diner_id, diner_hash
 from tenants.models import DinerSession, Tenant
 
@@ -162,7 +163,7 @@ def _orders(tenant: Tenant, diner_id: str, zone: tzinfo) -> Iterator[dict[str, A
     orders = (
         Order.all_tenants.filter(tenant=tenant, diner_id=diner_id)
         .select_related("coupon")
-        .prefetch_related("lines", "payments", "transitions")
+        .prefetch_related("lines", "payments", "transitions", "compensations")
     )
     for batch in _batches(orders):
         actors = describe_actors(
@@ -208,6 +209,7 @@ def _order(order: Order, actors: dict[str, str], zone: tzinfo) -> dict[str, Any]
             }
             for payment in sorted(order.payments.all(), key=lambda payment: payment.pk)
         ],
+        "refunds": refunds_of(order, when=lambda value: _when(value, zone)),
         "status_history": [
             {
                 "from": move.from_status,

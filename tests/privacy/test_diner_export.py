@@ -23,19 +23,24 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from idempotency.erasure import principal_audits
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
-from ordering.models import DinerDataExport, Order
-from ordering.payments.simulated import complete_payment
+from ordering.background.saga import SagaOutcome, run_cancel_saga
+from ordering.models import Compensation, DinerDataExport, EventType, Order, OutboxEvent, Payment
+from ordering.payments.simulated import complete_payment, signed_callback
 from ordering.privacy import diner_export
 from ordering.privacy.diner_export import export_diner
 from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
-from ordering.services.lifecycle import transition_order
+from ordering.services.lifecycle import cancel_order, transition_order
+from ordering.services.payments import pay_order
+from ordering.services.placing import ItemRequest, place_order
 from tenants.models import ApiClient, DinerSession
 from tests.conftest import api_for, menu_for, use_topology
+from tests.payments.helpers import post_callback
 from tests.privacy.test_erase_diner import place
 from tests.support.ports import free_port
 
@@ -425,3 +430,63 @@ def test_a_diner_s_audits_are_read_through_an_index_not_every_audit_of_the_resta
     assert any(
         c["index"] and c["columns"][:2] == ["tenant_key", "principal"] for c in constraints.values()
     ), constraints
+
+
+def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
+    tenant, celery_eager, django_capture_on_commit_callbacks
+):
+    """A diner's money given back is something the platform keeps (the refund's amount, when
+    it was asked for and when it was made), and the diner may ask to see it: the copy showed
+    it only as a payment's status ``refunded`` and a move to CANCELLED (red: no ``refunds``).
+    A cancel's refund and the refund of money taken after the cancel are both listed; a cancel
+    that only voided a payment never taken lists none, and no provider reference is shown."""
+    dish = menu_for(tenant)["pizza"]
+
+    def zoe_pays() -> tuple[Order, Payment]:
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=dish.pk, quantity=2)],
+            payment_method="card",
+            diner_id="zoe",
+            actor="api:pk_test/diner:zoe",
+        )
+        return pay_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
+
+    # a paid order cancelled: its saga refunds the payment
+    paid, payment = zoe_pays()
+    complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
+    cancel_order(tenant=tenant, order_id=paid.pk, actor="api:pk_test/diner:zoe")
+    event = OutboxEvent.objects.for_tenant(tenant).get(
+        order_id=paid.pk, event_type=EventType.CANCEL_REQUESTED
+    )
+    assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
+    # an order cancelled while paying, then captured by the provider: refunded on its own
+    late, late_payment = zoe_pays()
+    cancel_order(tenant=tenant, order_id=late.pk, actor="api:pk_test/diner:zoe")
+    body, headers = signed_callback(payment=late_payment, event_id="evt-late")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = post_callback(APIClient(), body, headers)
+    assert answer.status_code == 200, answer.content
+    # an order cancelled while paying, never captured: its payment voided, no money moved
+    voided, _ = zoe_pays()
+    cancel_order(tenant=tenant, order_id=voided.pk, actor="api:pk_test/diner:zoe")
+
+    orders = {int(o["id"]): o for o in export_diner(tenant, "zoe")["orders"]}
+
+    steps = Compensation.objects.for_tenant(tenant)
+    made = {c.order_id: c for c in steps.filter(status="done").exclude(result__refund_id=None)}
+    assert set(made) == {paid.pk, late.pk}
+    for order, kind in ((paid, "cancel"), (late, "taken_after_cancel")):
+        [refund] = orders[order.pk]["refunds"]
+        assert refund == {
+            "of": kind,
+            "amount": "19.00",
+            "currency": "EUR",
+            "status": "refunded",
+            "asked_at": refund["asked_at"],
+            "refunded_at": timezone.localtime(made[order.pk].done_at, tenant.zone).isoformat(),
+        }
+        assert refund["asked_at"] <= refund["refunded_at"]
+    assert orders[voided.pk]["refunds"] == []
+    text = json.dumps(orders)
+    assert "sim_re_" not in text and payment.provider_txn_id not in text
