@@ -29,9 +29,19 @@ class DinerErasure(models.Model):
     requested_by = models.CharField(max_length=200)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     counts = models.JSONField(default=dict, blank=True, help_text="What was removed, per kind")
+    # the erased id was a guest's (``guest_…``): its orders now carry the pseudonym, and the
+    # retention purge still deletes the unpaid cancelled ones (ordering/privacy/guest_orders.py)
+    guest = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["-at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["tenant", "pseudonym"],
+                condition=models.Q(guest=True),
+                name="dinererasure_guest_pseudonym",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"erasure {self.pk} of {self.pseudonym} by {self.requested_by}"

@@ -30,7 +30,7 @@ from django.utils.crypto import salted_hmac
 
 from idempotency import erasure
 from ordering.models import DinerErasure, Order, OrderTransition, OutboxEvent
-from tenants.diner_sessions import DINER_ID_RE, ERASED_PREFIX
+from tenants.diner_sessions import DINER_ID_RE, ERASED_PREFIX, GUEST_PREFIX
 from tenants.models import DinerSession, Tenant
 from tenants.session_state import forget
 
@@ -156,6 +156,7 @@ def _erase_after_sessions(
         pseudonym=pseudonym,
         requested_by=requested_by[:200],
         counts={"sessions": sessions, "orders": orders, **forgotten.as_dict()},
+        guest=diner_id.startswith(GUEST_PREFIX),
     )
 
 

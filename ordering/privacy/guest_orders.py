@@ -9,7 +9,8 @@ random ``guest_…``, known only to those sessions (24 h, refreshed up to
 of a person's visit (their id, what they nearly ordered, when, through which app) with no use.
 ``GUEST_UNPAID_ORDER_RETENTION_DAYS`` (30) after its last change (``updated_at``), once no
 session of its guest lives, the retention purge (:mod:`tenants.retention`) deletes it with its
-lines and moves, in batches.
+lines and moves, in batches. An erased guest's order carries the pseudonym instead, and is
+found through the erasure's log row, which says it erased a guest.
 
 An order any other row points at is left as it is (a payment, even a declined one a provider
 may still capture late; an outbox event, a callback, a provider conflict, a compensation, a
@@ -25,7 +26,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from ordering.models import Order, OrderStatus
+from ordering.models import DinerErasure, Order, OrderStatus
 from ordering.privacy.order_batches import over_orders
 from tenants.diner_sessions import GUEST_PREFIX
 from tenants.models import DinerSession
@@ -41,11 +42,22 @@ def guest_orders_past_retention(now: datetime) -> Q:
     offboarding deletes them)."""
     cutoff = now - timedelta(days=settings.GUEST_UNPAID_ORDER_RETENTION_DAYS)
     return (
-        Q(diner_id__startswith=GUEST_PREFIX, status=OrderStatus.CANCELLED, updated_at__lt=cutoff)
+        Q(status=OrderStatus.CANCELLED, updated_at__lt=cutoff)
+        & _of_a_guest()
         & _nothing_else_points_at_it()
         & ~Q(Exists(_live_sessions_of_its_guest(now)))
         & writable()
     )
+
+
+def _of_a_guest() -> Q:
+    """A guest's order: its id is the guest's (``guest_…``), or the pseudonym an erasure of a
+    guest gave it. An erased guest asked for less to be kept, not more: without the second,
+    the order outlived the retention of a guest who asked nothing."""
+    erased_guests = DinerErasure.objects.filter(
+        tenant=OuterRef("tenant"), pseudonym=OuterRef("diner_id"), guest=True
+    )
+    return Q(diner_id__startswith=GUEST_PREFIX) | Q(Exists(erased_guests))
 
 
 def _live_sessions_of_its_guest(now: datetime) -> QuerySet[DinerSession]:
