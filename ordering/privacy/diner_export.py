@@ -163,7 +163,7 @@ def _orders(tenant: Tenant, diner_id: str, zone: tzinfo) -> Iterator[dict[str, A
     orders = (
         Order.all_tenants.filter(tenant=tenant, diner_id=diner_id)
         .select_related("coupon")
-        .prefetch_related("lines", "payments", "transitions", "compensations")
+        .prefetch_related("lines", "payments", "transitions", "compensations", "provider_conflicts")
     )
     for batch in _batches(orders):
         actors = describe_actors(

@@ -30,7 +30,18 @@ from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
 from ordering.background.saga import SagaOutcome, run_cancel_saga
-from ordering.models import Compensation, DinerDataExport, EventType, Order, OutboxEvent, Payment
+from ordering.background.steps import RetryLater
+from ordering.models import (
+    Compensation,
+    DinerDataExport,
+    EventType,
+    Order,
+    OutboxEvent,
+    Payment,
+    ProviderConflict,
+)
+from ordering.payments.capture_refunds import capture_refund_id, refund_unwanted_capture
+from ordering.payments.conflicts import resolve_conflict
 from ordering.payments.simulated import complete_payment, signed_callback
 from ordering.privacy import diner_export
 from ordering.privacy.diner_export import export_diner
@@ -38,10 +49,12 @@ from ordering.privacy.diners import NotADinerId, diner_hash, erase_diner
 from ordering.services.lifecycle import cancel_order, transition_order
 from ordering.services.payments import pay_order
 from ordering.services.placing import ItemRequest, place_order
+from ordering.simulation import plan_fault
 from tenants.models import ApiClient, DinerSession
 from tests.conftest import api_for, menu_for, use_topology
 from tests.payments.helpers import post_callback
 from tests.privacy.test_erase_diner import place
+from tests.support.broker import sending_to
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.django_db
@@ -476,7 +489,7 @@ def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
     steps = Compensation.objects.for_tenant(tenant)
     made = {c.order_id: c for c in steps.filter(status="done").exclude(result__refund_id=None)}
     assert set(made) == {paid.pk, late.pk}
-    for order, kind in ((paid, "cancel"), (late, "taken_after_cancel")):
+    for order, kind in ((paid, "cancel"), (late, "unwanted_capture")):
         [refund] = orders[order.pk]["refunds"]
         assert refund == {
             "of": kind,
@@ -490,3 +503,55 @@ def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
     assert orders[voided.pk]["refunds"] == []
     text = json.dumps(orders)
     assert "sim_re_" not in text and payment.provider_txn_id not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refund_staff_settled_by_hand_is_listed_as_they_settled_it(tenant, settings):
+    """When the platform's refund of money taken after a cancel fails for good, staff settle
+    its conflict by hand: refunded at the provider (a refund the diner got: listed, with the
+    amount reported and when staff made it), or not refunded (ignored, accepted: no refund to
+    list). The copy listed both as refunded (red), from the step staff's settling closes."""
+    settings.SAGA_MAX_RETRIES = 1
+    dish = menu_for(tenant)["pizza"]
+    settled = {}
+    for outcome in ("refunded", "ignored"):
+        order = place_order(
+            tenant=tenant,
+            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+            payment_method="card",
+            diner_id="zoe",
+            actor="api:pk_test/diner:zoe",
+        )
+        order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+        cancel_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
+        plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=10)
+        body, headers = signed_callback(payment=payment, event_id=f"evt-{outcome}")
+        with sending_to("memory://"):  # the refund's message is sent, and not run
+            answer = post_callback(APIClient(), body, headers)
+        assert answer.json()["result"] == "conflict"
+        with pytest.raises(RetryLater):
+            refund_unwanted_capture(compensation_id=capture_refund_id(payment.pk))
+        refund_unwanted_capture(compensation_id=capture_refund_id(payment.pk))
+        conflict = ProviderConflict.objects.for_tenant(tenant).get(order=order)
+        assert not conflict.resolved
+        resolve_conflict(
+            conflict_id=conflict.pk, outcome=outcome, note="by hand", actor=f"staff:{STAFF_NAME}"
+        )
+        conflict.refresh_from_db()
+        settled[outcome] = (order.pk, conflict)
+
+    orders = {int(o["id"]): o for o in export_diner(tenant, "zoe")["orders"]}
+
+    order_id, conflict = settled["refunded"]
+    assert orders[order_id]["refunds"] == [
+        {
+            "of": "unwanted_capture",
+            "amount": "9.50",
+            "currency": "EUR",
+            "status": "refunded_by_staff",
+            "asked_at": timezone.localtime(conflict.created_at, tenant.zone).isoformat(),
+            "refunded_at": timezone.localtime(conflict.resolved_at, tenant.zone).isoformat(),
+        }
+    ]
+    assert orders[settled["ignored"][0]]["refunds"] == []
+    assert STAFF_NAME not in json.dumps(orders) and "by hand" not in json.dumps(orders)
