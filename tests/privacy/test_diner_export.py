@@ -19,6 +19,7 @@ import stat
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -555,3 +556,31 @@ def test_a_refund_staff_settled_by_hand_is_listed_as_they_settled_it(tenant, set
     ]
     assert orders[settled["ignored"][0]]["refunds"] == []
     assert STAFF_NAME not in json.dumps(orders) and "by hand" not in json.dumps(orders)
+
+
+def test_every_field_of_the_copy_is_named_as_it_is_written_in_the_docs(tenant, other_tenant):
+    """The copy's format is documented field by field, so a diner (or the restaurant's
+    software reading it) can rely on it: every member of the document and of each item, nested
+    lists included, is named in docs/data-protection.md's table as the file writes it (red:
+    the table described them in words, "when", "who", "kept until", and named none of
+    ``id``, ``business_day``, ``at``, ``by``, ``kept_until``, ``opened_through``)."""
+    zoe_and_the_others(tenant, other_tenant)
+    document = export_diner(tenant, "zoe")
+    docs = (settings.BASE_DIR / "docs" / "data-protection.md").read_text()
+    part = docs.split("## A diner's copy of their data", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z_]+)`", part))
+
+    def members(value: Any) -> set[str]:
+        """Member names, nested ones too, but those of a stored reply (the API's own)."""
+        if isinstance(value, dict):
+            inner = (v for k, v in value.items() if k != "response_body")
+            return set(value) | {m for v in inner for m in members(v)}
+        if isinstance(value, list):
+            return {m for v in value for m in members(v)}
+        return set()
+
+    fields = set(document) | members(document["restaurant"])
+    for section in SECTIONS:
+        assert document[section], section
+        fields |= {m for item in document[section] for m in members(item)}
+    assert sorted(fields - named) == []
