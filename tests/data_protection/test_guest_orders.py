@@ -34,6 +34,7 @@ def test_a_guest_s_order_expired_unpaid_goes_after_the_retention_and_no_other_or
         "guest-expired-31d": ("guest_0a1b", None, now - timedelta(days=31), False),
         "guest-expired-29d": ("guest_2c3d", None, now - timedelta(days=29), False),
         "guest-declined-31d": ("guest_4e5f", OrderStatus.CANCELLED, now - timedelta(days=31), True),
+        "guest-voided-31d": ("guest_5a6b", OrderStatus.CANCELLED, now - timedelta(days=31), True),
         "guest-completed-60d": (
             "guest_6a7b",
             OrderStatus.COMPLETED,
@@ -59,7 +60,7 @@ def test_a_guest_s_order_expired_unpaid_goes_after_the_retention_and_no_other_or
                 provider_txn_id=f"t-{name}",
                 method="card",
                 amount=order.total,
-                status=Payment.Status.FAILED,
+                status=Payment.Status.VOIDED if "voided" in name else Payment.Status.FAILED,
             )
         orders[name] = (order.pk, status, changed)
     # the platform's own expiry cancels the unpaid ones (an hour past its window)
