@@ -163,7 +163,14 @@ def _orders(tenant: Tenant, diner_id: str, zone: tzinfo) -> Iterator[dict[str, A
     orders = (
         Order.all_tenants.filter(tenant=tenant, diner_id=diner_id)
         .select_related("coupon")
-        .prefetch_related("lines", "payments", "transitions", "compensations", "provider_conflicts")
+        .prefetch_related(
+            "lines",
+            "payments",
+            "transitions",
+            "compensations",
+            "provider_conflicts",
+            "dead_letters",
+        )
     )
     for batch in _batches(orders):
         actors = describe_actors(

@@ -6,8 +6,10 @@ and the ``refund_capture`` of money the provider took that the order did not wan
 refunds its staff make by hand at the provider as the provider conflict they resolve with the
 outcome "refunded" (its amount the one the provider reported). A payment's status ``refunded``
 says that one happened, not how much or when; a person asking for their data is owed the
-refund itself. What the copy leaves out is the provider's refund reference, as it leaves out
-the payment's, and staff's names and notes.
+refund itself. A cancel's refund that failed for good and that staff settled outside the
+platform (its dead letter discarded with a note) is ``settled_by_staff``. What the copy leaves
+out is the provider's refund reference, as it leaves out the payment's, and staff's names and
+notes.
 
 Not a refund: a cancel that found no money taken (a payment voided before capture, an order
 that cost nothing), and a conflict staff resolved otherwise (accepted as paid, ignored); the
@@ -22,7 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from ordering.models import Compensation, Order, Payment, ProviderConflict
+from ordering.models import Compensation, DeadLetter, Order, Payment, ProviderConflict
 from ordering.models.payments import payment_of_record
 from ordering.payments.capture_refunds import ACTOR as PLATFORM_REFUNDS
 
@@ -72,10 +74,23 @@ def _step_refund(
         "of": REFUND_KINDS[step.step],
         "amount": str(Decimal(amount)),
         "currency": payment.currency if payment is not None else order.currency,
-        "status": REFUND_STATUSES[step.status],
+        "status": _status(order, step),
         "asked_at": when(step.created_at),
         "refunded_at": when(step.done_at),
     }
+
+
+def _status(order: Order, step: Compensation) -> str:
+    """The step's status as the copy names it; a failed one whose dead letters staff all
+    closed without running it again was settled by them some other way (their note, which
+    the copy leaves out, says how), and waits for no one."""
+    if step.status == Compensation.Status.FAILED:
+        letters = [
+            letter for letter in order.dead_letters.all() if letter.key == step.compensation_id
+        ]
+        if letters and all(letter.state == DeadLetter.State.DISCARDED for letter in letters):
+            return "settled_by_staff"
+    return REFUND_STATUSES[step.status]
 
 
 def _refunded_payment(step: Compensation, payments: list[Payment]) -> Payment | None:

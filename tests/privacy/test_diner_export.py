@@ -30,10 +30,12 @@ from idempotency.erasure import principal_audits
 from idempotency.models import DuplicateAudit, IdempotencyRecord
 from idempotency.stores import nodes as stores
 from idempotency.stores.audit_stream import drain_audits
+from ordering.background.dead_letters import discard_dead_letter
 from ordering.background.saga import SagaOutcome, run_cancel_saga
 from ordering.background.steps import RetryLater
 from ordering.models import (
     Compensation,
+    DeadLetter,
     DinerDataExport,
     EventType,
     Order,
@@ -584,3 +586,49 @@ def test_every_field_of_the_copy_is_named_as_it_is_written_in_the_docs(tenant, o
         assert document[section], section
         fields |= {m for item in document[section] for m in members(item)}
     assert sorted(fields - named) == []
+
+
+def test_a_cancel_s_refund_staff_settled_outside_the_platform_no_longer_waits_for_them(
+    tenant, settings
+):
+    """A cancel's refund that failed for good waits for staff (its dead letter open); staff
+    who settle it some other way discard the letter with a note, and the step stays failed.
+    The copy kept saying ``waiting_for_staff`` after that (red): it now says
+    ``settled_by_staff``, still without the note or who wrote it."""
+    settings.SAGA_MAX_RETRIES = 0
+    dish = menu_for(tenant)["pizza"]
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+        payment_method="card",
+        diner_id="zoe",
+        actor="api:pk_test/diner:zoe",
+    )
+    order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+    complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
+    cancel_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
+    plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=10)
+    event = OutboxEvent.objects.for_tenant(tenant).get(
+        order_id=order.pk, event_type=EventType.CANCEL_REQUESTED
+    )
+    assert run_cancel_saga(event=event) == SagaOutcome.DEAD_LETTERED
+
+    def refunds() -> list[dict[str, Any]]:
+        [copy] = export_diner(tenant, "zoe")["orders"]
+        return copy["refunds"]
+
+    [waiting] = refunds()
+    assert (waiting["of"], waiting["amount"], waiting["status"]) == (
+        "cancel",
+        "9.50",
+        "waiting_for_staff",
+    )
+    letter = DeadLetter.objects.get(order=order, state=DeadLetter.State.OPEN)
+
+    discard_dead_letter(
+        dead_letter_id=letter.pk, actor=f"staff:{STAFF_NAME}", note="refunded by bank transfer"
+    )
+
+    [settled] = refunds()
+    assert settled == {**waiting, "status": "settled_by_staff"}
+    assert STAFF_NAME not in json.dumps(settled) and "bank transfer" not in json.dumps(settled)
