@@ -42,7 +42,8 @@ When = Callable[[datetime | None], str | None]
 
 def refunds_of(order: Order, *, when: When) -> list[dict[str, Any]]:
     """The order's refunds, the platform's (by step) then staff's (by conflict), each oldest
-    first, from its prefetched ``compensations``, ``payments`` and ``provider_conflicts``:
+    first, from its prefetched ``compensations``, ``payments``, ``provider_conflicts`` and
+    ``dead_letters`` (read with the batch of orders, as its lines are):
     what each gave back (``of``), the amount and currency, its status, when it was asked for
     and when it was made (``null`` until then), times written by ``when`` (the copy's own
     form)."""
