@@ -33,6 +33,7 @@ from idempotency import erasure
 from idempotency.stores.audit_stream import drain_audits
 from ordering.actors import describe_actors
 from ordering.models import DinerDataExport, Order
+from ordering.privacy.diner_provider_reports import provider_reports_of
 from ordering.privacy.diner_refunds import refunds_of
 from ordering.privacy.diners import TenantLeaving, check_diner_id, diner_hash
 from tenants.models import DinerSession, Tenant
@@ -217,6 +218,7 @@ def _order(order: Order, actors: dict[str, str], zone: tzinfo) -> dict[str, Any]
             for payment in sorted(order.payments.all(), key=lambda payment: payment.pk)
         ],
         "refunds": refunds_of(order, when=lambda value: _when(value, zone)),
+        "provider_reports": provider_reports_of(order, when=lambda value: _when(value, zone)),
         "status_history": [
             {
                 "from": move.from_status,

@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import stat
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -632,3 +633,47 @@ def test_a_cancel_s_refund_staff_settled_outside_the_platform_no_longer_waits_fo
     [settled] = refunds()
     assert settled == {**waiting, "status": "settled_by_staff"}
     assert STAFF_NAME not in json.dumps(settled) and "bank transfer" not in json.dumps(settled)
+
+
+def test_what_the_provider_reported_against_the_order_is_in_the_copy(tenant, celery_eager):
+    """A provider that reports another amount taken for the diner's payment leaves the
+    platform a record of the diner's money (the amount, the currency, what the provider
+    said, when, and how staff settled it): the copy showed only the payment as expected
+    (red: no ``provider_reports``). Staff's names and notes, the provider's event and
+    transaction ids stay out."""
+    dish = menu_for(tenant)["pizza"]
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=dish.pk, quantity=1)],
+        payment_method="card",
+        diner_id="zoe",
+        actor="api:pk_test/diner:zoe",
+    )
+    order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+    body, headers = signed_callback(payment=payment, event_id="evt-odd", amount=Decimal("19.00"))
+    assert post_callback(APIClient(), body, headers).json()["result"] == "conflict"
+    conflict = ProviderConflict.objects.for_tenant(tenant).get(order=order)
+
+    [copy] = export_diner(tenant, "zoe")["orders"]
+
+    at = timezone.localtime(conflict.created_at, tenant.zone).isoformat()
+    assert copy["provider_reports"] == [
+        {
+            "about": "amount_mismatch",
+            "amount": "19.00",
+            "currency": "EUR",
+            "status": "succeeded",
+            "at": at,
+            "outcome": None,
+            "settled_at": None,
+        }
+    ]
+    resolve_conflict(
+        conflict_id=conflict.pk, outcome="refunded", note="sent back", actor=f"staff:{STAFF_NAME}"
+    )
+    [copy] = export_diner(tenant, "zoe")["orders"]
+    [report] = copy["provider_reports"]
+    assert (report["outcome"], report["settled_at"] is not None) == ("refunded", True)
+    text = json.dumps(copy)
+    for absent in (STAFF_NAME, "sent back", "evt-odd", payment.provider_txn_id):
+        assert absent not in text, absent
