@@ -567,8 +567,28 @@ def test_every_field_of_the_copy_is_named_as_it_is_written_in_the_docs(tenant, o
     lists included, is named in docs/data-protection.md's table as the file writes it (red:
     the table described them in words, "when", "who", "kept until", and named none of
     ``id``, ``business_day``, ``at``, ``by``, ``kept_until``, ``opened_through``)."""
-    zoe_and_the_others(tenant, other_tenant)
+    ids = zoe_and_the_others(tenant, other_tenant)
+    # and an order another amount was reported for, which staff refunded: a refund and a
+    # provider report, so their members are written too
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=ids["menu"]["pizza"].pk, quantity=1)],
+        payment_method="card",
+        diner_id="zoe",
+        actor="api:pk_test/diner:zoe",
+    )
+    order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+    body, headers = signed_callback(payment=payment, event_id="evt-odd", amount=Decimal("1.00"))
+    assert post_callback(APIClient(), body, headers).json()["result"] == "conflict"
+    resolve_conflict(
+        conflict_id=ProviderConflict.objects.for_tenant(tenant).get(order=order).pk,
+        outcome="refunded",
+        note="n",
+        actor="staff:a",
+    )
     document = export_diner(tenant, "zoe")
+    for nested in ("lines", "payments", "refunds", "provider_reports", "status_history"):
+        assert any(o[nested] for o in document["orders"]), nested
     docs = (settings.BASE_DIR / "docs" / "data-protection.md").read_text()
     part = docs.split("## A diner's copy of their data", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`([a-z_]+)`", part))
