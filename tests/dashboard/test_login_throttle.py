@@ -22,6 +22,7 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
+from ordering.templatetags.durations import duration
 from tests.dashboard.factories import PASSWORD
 from tests.support.concurrency import at_once
 
@@ -103,7 +104,22 @@ def test_the_lockout_page_says_what_happened() -> None:
 
     assert response.status_code == 429
     assert b"Too many failed logins" in response.content
+    # in words, not Django's "0:15:00"
+    assert b"paused for 15 minutes after the last of them" in response.content
     assert response["Cache-Control"].startswith("max-age=0, no-cache, no-store")
+
+
+@pytest.mark.parametrize(
+    ("minutes", "words"),
+    [
+        (1, "1 minute"),
+        (15, "15 minutes"),
+        (90, "1 hour 30 minutes"),
+        (60 * 24 * 2 + 60, "2 days 1 hour"),
+    ],
+)
+def test_a_lockout_s_length_reads_in_words(minutes: int, words: str) -> None:
+    assert duration(timedelta(minutes=minutes)) == words
 
 
 @pytest.mark.parametrize("url, staff", LOGINS)
