@@ -26,12 +26,35 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from celery import Celery
 from celery.signals import beat_init, worker_init, worker_ready
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+
+def refuse_in_one_line() -> None:
+    """Under the ``celery`` command (``celery -A config worker``, ``beat``), a setting that
+    stops the server ends the process in one line naming it, exit status 1, as ``manage.py``
+    (``config/command_line.py``) and gunicorn (``config/wsgi.py``) do: the settings are read
+    first here, where Celery read them while parsing its options and wrote some ninety lines of
+    click's and Django's machinery with the reason at their end. A process that only imports
+    the app (the web's, a test's) reads its settings as it always did."""
+    if "celery.bin.celery" not in sys.modules:
+        return
+    from django.conf import settings
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - reading a setting loads them all
+    except ImproperlyConfigured as refused:
+        sys.stderr.write(f"ImproperlyConfigured: {refused}\n")
+        sys.exit(1)
+
+
+refuse_in_one_line()
 
 logger = logging.getLogger(__name__)
 

@@ -85,6 +85,34 @@ def test_a_command_with_a_refused_setting_says_why_in_one_line(command: list[str
     ], ran.stderr
 
 
+@pytest.mark.parametrize("program", ["worker", "beat"])
+def test_a_celery_process_with_a_refused_setting_says_why_in_one_line(program: str) -> None:
+    """``celery -A config worker`` (and ``beat``), as docs/payments-and-saga.md starts them,
+    stopped on a refused setting in some ninety lines of click's and Django's machinery, the
+    reason at the end; now that one line, exit 1, as ``manage.py`` and gunicorn do."""
+    # given a Redis URL that names no node
+    env = {
+        **production_environment(redis_url="redis.example.com:6379"),
+        "CELERY_BROKER_URL": "redis://broker.example.com:6379/1",
+    }
+    # when the operator starts the worker or beat
+    ran = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "config", program, "--loglevel", "INFO"],
+        cwd=PROJECT_ROOT,
+        env={**system_environment(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then it ends with status 1 and the one line of the refusal
+    assert ran.returncode == 1, ran.stdout
+    assert "Traceback" not in ran.stderr, ran.stderr
+    assert ran.stderr.splitlines() == [
+        "ImproperlyConfigured: REDIS_URL must be redis://host:port/<database number>, "
+        "not 'redis.example.com:6379'"
+    ], ran.stderr
+
+
 def test_a_refused_setting_s_traceback_is_kept_when_asked_for() -> None:
     env = production_environment(redis_url="redis.example.com:6379")
 
