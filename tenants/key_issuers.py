@@ -5,8 +5,8 @@ leaves would stop the restaurant's own server, so nothing does that by itself. B
 saw the full key once, on the API keys page, and a secret key still works for whoever holds it.
 So the owners left are told: when they remove a member, or lower a member's role below the one
 that reaches API keys, how many live secret keys that member issued; and the keys page marks
-each live secret key whose issuer no longer reaches the page. Publishable keys are not counted:
-they ship inside the diner app, public already.
+each live secret key whose issuer no longer reaches the page, or whose account was deleted.
+Publishable keys are not counted: they ship inside the diner app, public already.
 """
 
 from __future__ import annotations
@@ -26,6 +26,16 @@ def live_secret_keys(tenant: Tenant) -> QuerySet[ApiClient]:
 def secret_keys_known_by(*, tenant: Tenant, user_id: int) -> int:
     """How many of ``tenant``'s live secret keys ``user_id`` issued (and so saw in full)."""
     return live_secret_keys(tenant).filter(issued_by_id=user_id).count()
+
+
+def known_by_someone_who_left(client: ApiClient, left: set[int]) -> bool:
+    """Whether ``client`` is a live secret key whose issuer has left: one of ``left``
+    (:func:`issuers_who_left`), or an account since deleted."""
+    return (
+        not client.is_revoked
+        and client.kind == ApiClient.Kind.MERCHANT
+        and (client.issuer_gone or client.issued_by_id in left)
+    )
 
 
 def issuers_who_left(tenant: Tenant) -> set[int]:

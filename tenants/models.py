@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models.deletion import Collector
 from django.db.models.functions import Lower, Now
 
 from tenants.data_protection import (
@@ -248,6 +249,16 @@ class Membership(models.Model):
         return f"{self.user} @ {self.tenant} ({self.role})"
 
 
+def issuer_deleted(
+    collector: Collector, field: models.Field, sub_objs: models.QuerySet, using: str
+) -> None:
+    """``on_delete`` of a key's issuer: ``SET_NULL``, and the key remembers that its issuer's
+    account was deleted (``ApiClient.issuer_gone``), so the keys page still marks a live secret
+    key that the deleted account saw in full; a key a command issued never had an issuer."""
+    models.SET_NULL(collector, field, sub_objs, using)
+    collector.add_field_update(field.model._meta.get_field("issuer_gone"), True, sub_objs)
+
+
 class ApiClient(models.Model):
     """An API key of one tenant. The secret is stored only as a SHA-256 hash.
 
@@ -280,9 +291,13 @@ class ApiClient(models.Model):
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=issuer_deleted,
         related_name="+",
     )
+    # Set when the issuer's account is deleted: ``issued_by`` then reads NULL, as a command's
+    # key does, though someone saw this key in full and has left (``tenants.key_issuers``).
+    # db_default: the release before this column inserts keys without it.
+    issuer_gone = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["tenant", "name"]

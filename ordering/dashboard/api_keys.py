@@ -25,7 +25,7 @@ from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import ApiKeyCreateForm
 from tenants.api_keys import ApiKeyLimitReached, issue_api_key, revoke_api_key
-from tenants.key_issuers import issuers_who_left
+from tenants.key_issuers import issuers_who_left, known_by_someone_who_left
 from tenants.models import ApiClient, Tenant
 from tenants.permissions import Area
 from tenants.session_values import change_value
@@ -49,11 +49,7 @@ def listed(tenant: Tenant) -> list[ApiClient]:
     left = issuers_who_left(tenant)
     clients = list(clients_of(tenant))
     for client in clients:
-        client.issuer_left = (
-            not client.is_revoked
-            and client.kind == ApiClient.Kind.MERCHANT
-            and client.issued_by_id in left
-        )
+        client.issuer_left = known_by_someone_who_left(client, left)
     return clients
 
 

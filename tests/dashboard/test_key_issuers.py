@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Membership
 from tests.dashboard.conftest import World
 from tests.dashboard.factories import form_token, make_merchant
@@ -120,3 +121,23 @@ def test_a_key_whose_issuer_s_account_is_gone_reads_as_issued_by_no_one(mine: Wo
     assert till.issued_by_id is None and till.revoked_at is None
     page = signed_in(mine.user).get(KEYS)
     assert page.status_code == 200 and "Bob&#x27;s till" in page.content.decode()
+
+
+def test_a_live_secret_key_whose_issuer_s_account_was_deleted_stays_marked(mine: World) -> None:
+    """An account deleted (the admin's delete, say) is someone who has left as surely as a
+    member removed, and saw the key in full; red before: the deletion set ``issued_by`` to
+    NULL, which read as a key a command issued, and the mark went with it. A command's key,
+    which no one saw on the page, stays unmarked."""
+    bob = make_merchant(mine.tenant, "bob", role=Role.OWNER)
+    as_bob = signed_in(bob)
+    issue(as_bob, "Bob's till", ApiClient.Kind.MERCHANT)
+    issue(as_bob, "Bob's app", ApiClient.Kind.PUBLISHABLE)  # public already: not marked
+    revoked = issue(as_bob, "Bob's old till", ApiClient.Kind.MERCHANT)
+    post_form(as_bob, f"{KEYS}{revoked.pk}/revoke/", {}, KEYS)
+    issue_api_key(tenant=mine.tenant, name="Command's till", kind=ApiClient.Kind.MERCHANT)
+
+    bob.delete()
+
+    owner = signed_in(mine.user)
+    assert marked_rows(owner) == ["Bob's till"]
+    assert '<td class="words">—' in owner.get(KEYS).content.decode()
