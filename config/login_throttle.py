@@ -28,6 +28,7 @@ from typing import Any
 
 from axes.attempts import get_cool_off_threshold
 from axes.handlers.database import AxesDatabaseHandler
+from axes.helpers import get_credentials
 from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from django.conf import settings
@@ -95,6 +96,15 @@ def fields_unread(request: HttpRequest | None) -> Iterator[None]:
         yield
     finally:
         request.GET, request.POST = shown
+
+
+def clear_failures_of(request: HttpRequest, username: str) -> None:
+    """What a successful sign-in does to the failures of ``username`` from ``request``'s
+    address (``AXES_RESET_ON_SUCCESS``), for a password checked right outside the login (the
+    password pages' current password): its typos before stay counted otherwise, and the next
+    one locks the account's holder out for the cool-off. Called in :func:`address_turn`."""
+    if settings.AXES_RESET_ON_SUCCESS:
+        AddressLimitedHandler().reset_user_attempts(request, get_credentials(username))
 
 
 class AddressLimitedHandler(AxesDatabaseHandler):

@@ -7,8 +7,9 @@ copied cookie) from making the account theirs. Django's ``PasswordChangeForm`` c
 there, from an address the lockout had refused, and learn the one that opens the account
 anywhere. Here each password the page checks is a sign-in attempt of that account from the
 request's address (:func:`config.login_throttle.address_turn`, django-axes): a wrong one is
-recorded as a failed login, and while the pair or the address is locked out none is checked
-and the page answers with the lockout (429).
+recorded as a failed login, a right one clears the account's failures from the address as a
+successful login does, and while the pair or the address is locked out none is checked and the
+page answers with the lockout (429).
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from django.contrib.auth.views import PasswordChangeView
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from config.login_throttle import address_turn
+from config.login_throttle import address_turn, clear_failures_of
 
 
 def is_password_of(request: HttpRequest, user: AbstractBaseUser, password: str) -> bool:
     """Whether ``password`` is ``user``'s, asked as a sign-in from ``request``'s address.
 
-    The answer is read after the turn's commit, so the failure axes recorded is kept."""
+    The answer is read after the turn's commit, so the failure axes recorded is kept; a right
+    one clears the account's failures from the address, as a successful sign-in does."""
     with address_turn(request):
         found = authenticate(request, username=user.get_username(), password=password)
-    return found is not None and found.pk == user.pk
+        right = found is not None and found.pk == user.pk
+        if right:
+            clear_failures_of(request, user.get_username())
+    return right
 
 
 class ThrottledCurrentPassword:

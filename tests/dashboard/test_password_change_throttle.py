@@ -133,3 +133,25 @@ def test_guesses_sent_at_once_on_the_page_are_checked_one_at_a_time() -> None:
     assert AccessAttempt.objects.get().failures_since_start == 5
     user.refresh_from_db()
     assert user.check_password(PASSWORD)
+
+
+@pytest.mark.parametrize("url, staff", PAGES)
+def test_a_right_current_password_clears_the_failures_as_a_successful_sign_in_does(
+    url: str, staff: bool
+) -> None:
+    """Each password the page checks is a sign-in attempt, the right one included: at the
+    login a success clears the pair's failures (AXES_RESET_ON_SUCCESS). Red before: the four
+    typos before the right password stayed counted after it, so the holder's next typo, at the
+    login or on the page, locked them out of their own account for the cool-off."""
+    user, browser = signed_in(staff)
+    login = "/admin/login/" if staff else "/dashboard/login/"
+
+    typos = [change(browser, url, f"typo-{n}") for n in range(4)]
+    changed = change(browser, url, PASSWORD)
+    browser.logout()
+    typo_at_login = browser.post(login, {"username": user.username, "password": "typo"})
+    signed_back = browser.post(login, {"username": user.username, "password": NEW})
+
+    assert typos == [200] * 4 and changed == 302
+    assert typo_at_login.status_code == 200  # the form's error, not the lockout
+    assert signed_back.status_code == 302
