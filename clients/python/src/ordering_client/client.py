@@ -227,12 +227,13 @@ class OrderingClient:
 
     def orders(self, *, status: str | None = None, cursor: str | None = None) -> Any:
         """This diner's orders, one page, newest first:
-        ``{"count", "next", "previous", "results"}`` (``count``: all pages' orders). The next
-        page's ``cursor`` is in the answer's ``next`` link (``previous``: the newer orders'
-        page); pass it as ``cursor=…``, with the same ``status``: the cursor is a place, not
-        the filter, so without it the page is of every order. ``None`` leaves a parameter
-        out, so a loop that starts with ``cursor=None`` reads the newest page: the server
-        refuses an empty ``cursor`` (400 ``CURSOR_INVALID``) and an empty ``status`` (400
+        ``{"count", "next", "previous", "results"}`` (``count``: all pages' orders, counted up
+        to 10,000: a list of more answers 10,000). The next page's ``cursor`` is in the
+        answer's ``next`` link (``previous``: the newer orders' page); pass it as
+        ``cursor=…``, with the same ``status``: the cursor is a place, not the filter, so
+        without it the page is of every order. ``None`` leaves a parameter out, so a loop that
+        starts with ``cursor=None`` reads the newest page: the server refuses an empty
+        ``cursor`` (400 ``CURSOR_INVALID``) and an empty ``status`` (400
         ``VALIDATION_ERROR``)."""
         given = {"status": status, "cursor": cursor}
         params = {name: value for name, value in given.items() if value is not None}
