@@ -25,6 +25,7 @@ from django.db import models
 from django_fsm import ConcurrentTransitionMixin, FSMField, transition
 
 from ordering.models.payments import Payment
+from tenants.diner_sessions import ERASED_PREFIX, GUEST_PREFIX
 from tenants.models import Tenant
 from tenants.scoping import TenantManager
 
@@ -87,6 +88,13 @@ CONTACT_TO_CLEAR = ~models.Q(note="") | ~models.Q(contact_phone="") | ~models.Q(
 # (ordering.selectors.BOARD_OPEN_STATUSES), read through the partial index below, which the
 # database uses only while its condition names these same statuses.
 OPEN_STATUSES = (S.PAID, S.ACCEPTED, S.PREPARING, S.READY, S.DELIVERING, S.CANCELLING)
+
+# Cancelled orders of guests, and of diners since erased (a guest erased keeps only the
+# pseudonym): among them the guest order purge finds those to delete (ordering/privacy/
+# guest_orders.py), through the partial index below, whose condition this is.
+GUEST_CANCELLED = models.Q(status=S.CANCELLED) & (
+    models.Q(diner_id__startswith=GUEST_PREFIX) | models.Q(diner_id__startswith=ERASED_PREFIX)
+)
 
 
 class Order(ConcurrentTransitionMixin, models.Model):
@@ -171,6 +179,11 @@ class Order(ConcurrentTransitionMixin, models.Model):
             models.Index(
                 fields=["updated_at"], condition=CONTACT_TO_CLEAR, name="order_contact_to_clear"
             ),
+            # Guests' cancelled orders: the guest order purge (every hour, its batches in
+            # primary key order) and /metrics' count of its overdue rows (every scrape) read
+            # this instead of every guest's order ever placed, or every order
+            # (ordering/privacy/guest_orders.py).
+            models.Index(fields=["id"], condition=GUEST_CANCELLED, name="order_guest_cancelled"),
         ]
 
     def __str__(self) -> str:

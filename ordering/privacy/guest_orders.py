@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from ordering.models import DinerErasure, Order, OrderStatus
+from ordering.models import DinerErasure, Order
+from ordering.models.orders import GUEST_CANCELLED
 from ordering.privacy.order_batches import over_orders
 from tenants.diner_sessions import GUEST_PREFIX
 from tenants.models import DinerSession
@@ -39,10 +40,12 @@ KIND = "guest_unpaid_orders"
 def guest_orders_past_retention(now: datetime) -> Q:
     """Guests' orders cancelled, unchanged since before the retention, that no row but their
     own lines and moves points at; not those of a tenant being offboarded (fenced, and its
-    offboarding deletes them)."""
+    offboarding deletes them). Read through the partial index ``order_guest_cancelled``,
+    whose condition is ``GUEST_CANCELLED``."""
     cutoff = now - timedelta(days=settings.GUEST_UNPAID_ORDER_RETENTION_DAYS)
     return (
-        Q(status=OrderStatus.CANCELLED, updated_at__lt=cutoff)
+        GUEST_CANCELLED
+        & Q(updated_at__lt=cutoff)
         & _of_a_guest()
         & _nothing_else_points_at_it()
         & ~Q(Exists(_live_sessions_of_its_guest(now)))
