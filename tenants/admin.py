@@ -442,6 +442,7 @@ class ApiClientAdmin(SavesChangedFieldsOnly):
         "is_test",
         "created_at",
         "issued_by",
+        "issuer_gone",
         "last_used_at",
         "revoked_at",
     ]

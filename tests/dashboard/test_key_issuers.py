@@ -141,3 +141,19 @@ def test_a_live_secret_key_whose_issuer_s_account_was_deleted_stays_marked(mine:
     owner = signed_in(mine.user)
     assert marked_rows(owner) == ["Bob's till"]
     assert '<td class="words">—' in owner.get(KEYS).content.decode()
+
+
+def test_saving_a_key_in_the_admin_keeps_its_issuer_s_deletion(mine: World) -> None:
+    """The admin shows a key's fields read-only, ``issuer_gone`` too: editable, a staff
+    member's Save, whose form holds no such box, cleared it and the keys page's mark."""
+    bob = make_merchant(mine.tenant, "bob", role=Role.OWNER)
+    till = issue(signed_in(bob), "Bob's till", ApiClient.Kind.MERCHANT)
+    bob.delete()
+    staff = signed_in(User.objects.create_superuser("root", password="x-123456789"))
+
+    saved = staff.post(f"/admin/tenants/apiclient/{till.pk}/change/", {"_save": "Save"})
+
+    assert saved.status_code == 302
+    till.refresh_from_db()
+    assert till.issuer_gone
+    assert marked_rows(signed_in(mine.user)) == ["Bob's till"]
