@@ -181,3 +181,21 @@ def test_the_keys_never_sit_in_a_file_others_may_read(key_file):
     assert merchant_key in key_file.read_text()
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert [p.name for p in key_file.parent.iterdir()] == [key_file.name]  # nothing left behind
+
+
+def test_rotating_keys_past_a_restaurant_s_key_limit_is_refused_clearly_changing_nothing(
+    key_file, monkeypatch
+):
+    """Each ``--rotate-keys`` leaves the demo's old keys revoked, which count towards the
+    restaurant's limit of API keys: once it was reached, the run failed with a traceback of
+    ``ApiKeyLimitReached``. It now says so and what to do, and the keys in use stay."""
+    monkeypatch.setattr("tenants.api_keys.MAX_API_KEYS_PER_TENANT", 4)
+    seed()
+    kept = seed("--rotate-keys")
+
+    with pytest.raises(CommandError, match="nothing was seeded: trattoria-roma holds 4 API keys"):
+        seed("--rotate-keys")
+
+    for tenant in kept["tenants"]:
+        assert menu_status(tenant["publishable_key"]) == 200
+    assert ApiClient.objects.filter(revoked_at__isnull=True).count() == 4

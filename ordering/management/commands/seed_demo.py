@@ -32,7 +32,8 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ordering.models import Coupon, Dish
-from tenants.api_keys import authenticate_api_key, issue_api_key
+from tenants import api_keys
+from tenants.api_keys import ApiKeyLimitReached, authenticate_api_key, issue_api_key
 from tenants.models import ApiClient, Membership, Tenant
 from tenants.write_fence import refused_by_fence
 
@@ -171,7 +172,17 @@ def _demo_key(tenant: Tenant, kind: str, name: str, known: str | None) -> str:
     ApiClient.objects.filter(tenant=tenant, name=name, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
-    return issue_api_key(tenant=tenant, name=name, kind=kind)[1]
+    try:
+        return issue_api_key(tenant=tenant, name=name, kind=kind)[1]
+    except ApiKeyLimitReached:
+        # each --rotate-keys leaves the old keys revoked, and revoked keys count: the run
+        # failed with the exception's traceback
+        raise CommandError(
+            f"nothing was seeded: {tenant.slug} holds {api_keys.MAX_API_KEYS_PER_TENANT:,} API "
+            "keys, revoked ones included (each --rotate-keys leaves the old ones revoked), the "
+            "most a restaurant may; run seed_demo without --rotate-keys to keep the keys it "
+            "has, or drop the demo's database to start anew"
+        ) from None
 
 
 def _key_file() -> Path:
