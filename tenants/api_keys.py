@@ -18,14 +18,15 @@ from tenants.models import ApiClient, Tenant
 # last_used_at is a hint for merchants, not an audit trail: refresh it at most this often so
 # that every API request does not become a database write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-# The most API keys a tenant holds, revoked ones included (README, API keys): each is a row
-# that is never deleted (a revoked key stays, so its requests' records still name it) and the
-# dashboard's API keys page lists every one.
+# The most live API keys a tenant holds (README, API keys): each is a credential every request
+# may present and the API keys page lists. Revoked keys do not count: a restaurant at the bound
+# must always be able to revoke a leaked key and issue its replacement (counted, a restaurant
+# that had rotated its keys fifty times could never issue one again).
 MAX_API_KEYS_PER_TENANT = 100
 
 
 class ApiKeyLimitReached(Exception):
-    """The tenant holds ``MAX_API_KEYS_PER_TENANT`` keys already: no key was issued."""
+    """The tenant holds ``MAX_API_KEYS_PER_TENANT`` live keys already: none was issued."""
 
 
 def _hash(secret: str) -> str:
@@ -42,18 +43,20 @@ def issue_api_key(
 ) -> tuple[ApiClient, str]:
     """Create an API client; return it with the full key, which is shown this one time only
     (to ``issued_by``, the dashboard's member who asked for it).
-    Past ``MAX_API_KEYS_PER_TENANT`` keys, :class:`ApiKeyLimitReached` and nothing written: the
-    tenant's row is locked (``FOR NO KEY UPDATE``) before the keys are counted, so issues
+    Past ``MAX_API_KEYS_PER_TENANT`` live keys, :class:`ApiKeyLimitReached` and nothing written: the
+    tenant's row is locked (``FOR NO KEY UPDATE``) before the live keys are counted, so issues
     racing for the last places cannot each see room."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     with transaction.atomic():
         Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk").get()
-        keys = ApiClient.objects.filter(tenant=tenant)[:MAX_API_KEYS_PER_TENANT]
+        keys = ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True)
+        keys = keys[:MAX_API_KEYS_PER_TENANT]
         if keys.count() >= MAX_API_KEYS_PER_TENANT:
             raise ApiKeyLimitReached(
-                f"A restaurant holds at most {MAX_API_KEYS_PER_TENANT:,} API keys, revoked ones "
-                "included, and this one has them all: no key was issued."
+                f"A restaurant holds at most {MAX_API_KEYS_PER_TENANT:,} live API keys, and this "
+                "one has them all: revoke a key no longer used (revoked keys do not count), "
+                "then issue this one. No key was issued."
             )
         client = ApiClient.objects.create(
             tenant=tenant,

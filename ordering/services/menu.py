@@ -30,8 +30,9 @@ T = TypeVar("T")
 # menu's API answer is every active dish, read by anyone holding the public key, so an
 # unbounded menu made each read as large as a merchant chose (2,000 dishes: 590 kB).
 MAX_DISHES_PER_TENANT = 1_000
-# The most coupons a tenant holds, active or not (README, Coupons): the coupons page lists
-# every one, and none is deleted (orders name them).
+# The most active coupons a tenant holds (README, Coupons): each is a code any diner may try.
+# Deactivated ones do not count (none is deleted: orders name them), so a restaurant at the
+# bound makes room by retiring a campaign, never stops for good.
 MAX_COUPONS_PER_TENANT = 1_000
 
 
@@ -158,16 +159,19 @@ def create_coupon(
     valid_until: datetime | None = None,
 ) -> Coupon:
     """Add a coupon; a code the tenant already uses is refused (``DUPLICATE_CODE``), and so
-    is a coupon past ``MAX_COUPONS_PER_TENANT`` (``COUPONS_FULL``): nothing is written."""
+    is an active coupon past ``MAX_COUPONS_PER_TENANT`` (``COUPONS_FULL``): nothing is
+    written."""
 
     def create() -> Coupon:
         full = MenuError(
             MenuErrorCode.COUPONS_FULL,
-            f"A restaurant holds at most {MAX_COUPONS_PER_TENANT:,} coupons, active or not, "
-            "and this one has them all: nothing was created.",
+            f"A restaurant holds at most {MAX_COUPONS_PER_TENANT:,} active coupons, and this "
+            "one has them all: deactivate one no longer used (deactivated coupons do not "
+            "count), then create this one. Nothing was created.",
             field="code",
         )
-        _hold_room(tenant, Coupon.objects.for_tenant(tenant), MAX_COUPONS_PER_TENANT, full)
+        active = Coupon.objects.for_tenant(tenant).filter(active=True)
+        _hold_room(tenant, active, MAX_COUPONS_PER_TENANT, full)
         return Coupon.objects.for_tenant(tenant).create(
             tenant=tenant,
             code=code,

@@ -152,22 +152,25 @@ def test_the_documented_bound_of_dishes_is_1000():
 
 @pytest.mark.django_db
 def test_a_tenant_holds_at_most_the_limit_of_coupons(tenant, other_tenant, monkeypatch):
-    """Coupons are stored rows too, all of them listed on the coupons page, and none is ever
-    deleted (orders name them): a merchant could create them without end. Red before: a
-    fourth coupon was created."""
-    # given a tenant holding the most coupons, one of them deactivated, and another tenant
+    """A merchant could create coupons without end. Red before: a fourth coupon was
+    created. Deactivated ones do not count: deactivating one makes room (red when they
+    counted: a restaurant at the bound could never create a coupon again)."""
+    # given a tenant holding the most active coupons, and another tenant as full
     monkeypatch.setattr(menu_services, "MAX_COUPONS_PER_TENANT", 3)
     for n in range(3):
         create_coupon(tenant=tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
         create_coupon(tenant=other_tenant, code=f"C{n}", kind="amount", value=Decimal("1"))
-    deactivate_coupon(tenant=tenant, coupon_id=Coupon.objects.for_tenant(tenant).first().pk)
     # when one more is created
     with pytest.raises(MenuError) as caught:
         create_coupon(tenant=tenant, code="MORE", kind="amount", value=Decimal("1"))
     # then it is refused on the code's field, saying the bound, and nothing is written
     assert (caught.value.code, caught.value.field) == (MenuErrorCode.COUPONS_FULL, "code")
-    assert "at most 3 coupons" in caught.value.message
+    assert "at most 3 active coupons" in caught.value.message
     assert Coupon.objects.for_tenant(tenant).count() == 3
+    # and once one is deactivated, it is created
+    deactivate_coupon(tenant=tenant, coupon_id=Coupon.objects.for_tenant(tenant).first().pk)
+    create_coupon(tenant=tenant, code="MORE", kind="amount", value=Decimal("1"))
+    assert Coupon.objects.for_tenant(tenant).filter(active=True).count() == 3
 
 
 def test_the_documented_bound_of_coupons_is_1000():

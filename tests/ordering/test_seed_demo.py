@@ -11,6 +11,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from ordering.models import Coupon, Dish
+from tenants.api_keys import issue_api_key
 from tenants.models import ApiClient, Membership, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -183,19 +184,35 @@ def test_the_keys_never_sit_in_a_file_others_may_read(key_file):
     assert [p.name for p in key_file.parent.iterdir()] == [key_file.name]  # nothing left behind
 
 
-def test_rotating_keys_past_a_restaurant_s_key_limit_is_refused_clearly_changing_nothing(
-    key_file, monkeypatch
-):
-    """Each ``--rotate-keys`` leaves the demo's old keys revoked, which count towards the
-    restaurant's limit of API keys: once it was reached, the run failed with a traceback of
-    ``ApiKeyLimitReached``. It now says so and what to do, and the keys in use stay."""
+def test_rotating_keys_again_and_again_never_meets_the_key_limit(key_file, monkeypatch):
+    """Each ``--rotate-keys`` leaves the demo's old keys revoked; revoked keys do not count
+    towards a restaurant's limit of live keys, so a demo rotated past it keeps working."""
     monkeypatch.setattr("tenants.api_keys.MAX_API_KEYS_PER_TENANT", 4)
     seed()
-    kept = seed("--rotate-keys")
+    for _ in range(3):
+        kept = seed("--rotate-keys")
 
-    with pytest.raises(CommandError, match="nothing was seeded: trattoria-roma holds 4 API keys"):
+    for tenant in kept["tenants"]:
+        assert menu_status(tenant["publishable_key"]) == 200
+    assert ApiClient.objects.filter(revoked_at__isnull=False).count() == 12
+
+
+def test_a_restaurant_whose_owners_hold_every_live_key_is_refused_clearly_changing_nothing(
+    key_file, monkeypatch
+):
+    """Its owners issued the rest of the live keys a restaurant may hold: the run failed with a
+    traceback of ``ApiKeyLimitReached``. It now says so and what to do, and the keys in use
+    stay."""
+    kept = seed()
+    roma = Tenant.objects.get(slug="trattoria-roma")
+    for n in range(2):
+        issue_api_key(tenant=roma, name=f"till {n}")
+    monkeypatch.setattr("tenants.api_keys.MAX_API_KEYS_PER_TENANT", 3)
+
+    with pytest.raises(
+        CommandError, match="nothing was seeded: trattoria-roma holds 3 live API keys"
+    ):
         seed("--rotate-keys")
 
     for tenant in kept["tenants"]:
         assert menu_status(tenant["publishable_key"]) == 200
-    assert ApiClient.objects.filter(revoked_at__isnull=True).count() == 4

@@ -1,5 +1,5 @@
-"""A restaurant holds at most ``MAX_API_KEYS_PER_TENANT`` API keys, revoked ones included:
-every one is a stored row, listed on the dashboard's API keys page, and none is deleted."""
+"""A restaurant holds at most ``MAX_API_KEYS_PER_TENANT`` live API keys; revoked ones do not
+count, so a leaked key can always be revoked and replaced."""
 
 from __future__ import annotations
 
@@ -19,16 +19,28 @@ from tests.dashboard.factories import make_merchant
 @pytest.mark.django_db
 def test_a_tenant_holds_at_most_the_limit_of_keys(tenant, other_tenant, monkeypatch):
     """Red before: a fourth key was issued (an owner could issue keys without end)."""
-    # given a tenant holding the most keys, one of them revoked, and another tenant as full
+    # given a tenant holding the most live keys, and another tenant as full
     monkeypatch.setattr(api_keys, "MAX_API_KEYS_PER_TENANT", 3)
     for n in range(3):
-        client, _ = issue_api_key(tenant=tenant, name=f"app {n}")
+        issue_api_key(tenant=tenant, name=f"app {n}")
         issue_api_key(tenant=other_tenant, name=f"app {n}")
-    revoke_api_key(client=client)
     # when one more is issued, then it is refused, saying the bound, and nothing is written
-    with pytest.raises(ApiKeyLimitReached, match="at most 3 API keys"):
+    with pytest.raises(ApiKeyLimitReached, match="at most 3 live API keys"):
         issue_api_key(tenant=tenant, name="one more")
     assert ApiClient.objects.filter(tenant=tenant).count() == 3
+
+
+@pytest.mark.django_db
+def test_a_revoked_key_makes_room_for_its_replacement(tenant, monkeypatch):
+    """Revoked keys counted: a restaurant at the bound could not replace a leaked key, and one
+    that had rotated its keys fifty times could never issue one again."""
+    monkeypatch.setattr(api_keys, "MAX_API_KEYS_PER_TENANT", 3)
+    clients = [issue_api_key(tenant=tenant, name=f"app {n}")[0] for n in range(3)]
+    for leaked in clients:
+        revoke_api_key(client=leaked)
+        issue_api_key(tenant=tenant, name=f"{leaked.name} replaced")
+    assert ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True).count() == 3
+    assert ApiClient.objects.filter(tenant=tenant).count() == 6
 
 
 def test_the_documented_bound_of_keys_is_100():
@@ -48,7 +60,7 @@ def test_the_api_keys_page_says_the_restaurant_holds_every_key_it_may(tenant, mo
     answer = owner.post("/dashboard/api-keys/", posted)
     assert answer.status_code == 400
     [message] = answer.context["form"].errors["name"]
-    assert "at most 1 API keys" in message
+    assert "at most 1 live API keys" in message
     assert ApiClient.objects.filter(tenant=tenant).count() == 1
 
 

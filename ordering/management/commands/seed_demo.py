@@ -175,13 +175,12 @@ def _demo_key(tenant: Tenant, kind: str, name: str, known: str | None) -> str:
     try:
         return issue_api_key(tenant=tenant, name=name, kind=kind)[1]
     except ApiKeyLimitReached:
-        # each --rotate-keys leaves the old keys revoked, and revoked keys count: the run
-        # failed with the exception's traceback
+        # its owners issued the rest of the live keys a restaurant may hold: the run failed
+        # with the exception's traceback
         raise CommandError(
-            f"nothing was seeded: {tenant.slug} holds {api_keys.MAX_API_KEYS_PER_TENANT:,} API "
-            "keys, revoked ones included (each --rotate-keys leaves the old ones revoked), the "
-            "most a restaurant may; run seed_demo without --rotate-keys to keep the keys it "
-            "has, or drop the demo's database to start anew"
+            f"nothing was seeded: {tenant.slug} holds {api_keys.MAX_API_KEYS_PER_TENANT:,} live "
+            "API keys, the most a restaurant may; revoke keys it no longer uses on its API keys "
+            "page, then seed again"
         ) from None
 
 
