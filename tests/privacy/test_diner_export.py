@@ -38,6 +38,7 @@ from ordering.models import (
     Compensation,
     DeadLetter,
     DinerDataExport,
+    Dish,
     EventType,
     Order,
     OutboxEvent,
@@ -65,6 +66,8 @@ pytestmark = pytest.mark.django_db
 
 STAFF_NAME = "bob-the-staffer"
 SECTIONS = ("orders", "diner_sessions", "idempotency_records", "duplicate_audits")
+
+ZOE = "api:pk_test/diner:zoe"  # the actor of zoe's requests through the app
 
 
 def zoe_and_the_others(tenant: Any, other_tenant: Any) -> dict[str, Any]:
@@ -449,6 +452,20 @@ def test_a_diner_s_audits_are_read_through_an_index_not_every_audit_of_the_resta
     ), constraints
 
 
+def zoe_pays(
+    tenant: Any, dish: Dish, *, quantity: int = 1, actor: str = ZOE
+) -> tuple[Order, Payment]:
+    """An order of ``quantity`` of ``dish`` that zoe placed, and the payment started for it."""
+    order = place_order(
+        tenant=tenant,
+        items=[ItemRequest(dish_id=dish.pk, quantity=quantity)],
+        payment_method="card",
+        diner_id="zoe",
+        actor=ZOE,
+    )
+    return pay_order(tenant=tenant, order_id=order.pk, actor=actor)
+
+
 def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
     tenant, celery_eager, django_capture_on_commit_callbacks
 ):
@@ -458,19 +475,8 @@ def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
     A cancel's refund and the refund of money taken after the cancel are both listed; a cancel
     that only voided a payment never taken lists none, and no provider reference is shown."""
     dish = menu_for(tenant)["pizza"]
-
-    def zoe_pays() -> tuple[Order, Payment]:
-        order = place_order(
-            tenant=tenant,
-            items=[ItemRequest(dish_id=dish.pk, quantity=2)],
-            payment_method="card",
-            diner_id="zoe",
-            actor="api:pk_test/diner:zoe",
-        )
-        return pay_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
-
     # a paid order cancelled: its saga refunds the payment
-    paid, payment = zoe_pays()
+    paid, payment = zoe_pays(tenant, dish, quantity=2)
     complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
     cancel_order(tenant=tenant, order_id=paid.pk, actor="api:pk_test/diner:zoe")
     event = OutboxEvent.objects.for_tenant(tenant).get(
@@ -478,14 +484,14 @@ def test_a_refund_is_in_the_copy_with_its_amount_and_time_not_only_as_a_status(
     )
     assert run_cancel_saga(event=event) == SagaOutcome.COMPLETED
     # an order cancelled while paying, then captured by the provider: refunded on its own
-    late, late_payment = zoe_pays()
+    late, late_payment = zoe_pays(tenant, dish, quantity=2)
     cancel_order(tenant=tenant, order_id=late.pk, actor="api:pk_test/diner:zoe")
     body, headers = signed_callback(payment=late_payment, event_id="evt-late")
     with django_capture_on_commit_callbacks(execute=True):
         answer = post_callback(APIClient(), body, headers)
     assert answer.status_code == 200, answer.content
     # an order cancelled while paying, never captured: its payment voided, no money moved
-    voided, _ = zoe_pays()
+    voided, _ = zoe_pays(tenant, dish, quantity=2)
     cancel_order(tenant=tenant, order_id=voided.pk, actor="api:pk_test/diner:zoe")
 
     orders = {int(o["id"]): o for o in export_diner(tenant, "zoe")["orders"]}
@@ -519,14 +525,7 @@ def test_a_refund_staff_settled_by_hand_is_listed_as_they_settled_it(tenant, set
     dish = menu_for(tenant)["pizza"]
     settled = {}
     for outcome in ("refunded", "ignored"):
-        order = place_order(
-            tenant=tenant,
-            items=[ItemRequest(dish_id=dish.pk, quantity=1)],
-            payment_method="card",
-            diner_id="zoe",
-            actor="api:pk_test/diner:zoe",
-        )
-        order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+        order, payment = zoe_pays(tenant, dish, actor="test")
         cancel_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
         plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=10)
         body, headers = signed_callback(payment=payment, event_id=f"evt-{outcome}")
@@ -617,15 +616,7 @@ def test_a_cancel_s_refund_staff_settled_outside_the_platform_no_longer_waits_fo
     The copy kept saying ``waiting_for_staff`` after that (red): it now says
     ``settled_by_staff``, still without the note or who wrote it."""
     settings.SAGA_MAX_RETRIES = 0
-    dish = menu_for(tenant)["pizza"]
-    order = place_order(
-        tenant=tenant,
-        items=[ItemRequest(dish_id=dish.pk, quantity=1)],
-        payment_method="card",
-        diner_id="zoe",
-        actor="api:pk_test/diner:zoe",
-    )
-    order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+    order, payment = zoe_pays(tenant, menu_for(tenant)["pizza"], actor="test")
     complete_payment(provider_name=payment.provider, provider_txn_id=payment.provider_txn_id)
     cancel_order(tenant=tenant, order_id=order.pk, actor="api:pk_test/diner:zoe")
     plan_fault(order=order, step=Compensation.Step.REFUND_PAYMENT, fail_times=10)
@@ -661,15 +652,7 @@ def test_what_the_provider_reported_against_the_order_is_in_the_copy(tenant, cel
     said, when, and how staff settled it): the copy showed only the payment as expected
     (red: no ``provider_reports``). Staff's names and notes, the provider's event and
     transaction ids stay out."""
-    dish = menu_for(tenant)["pizza"]
-    order = place_order(
-        tenant=tenant,
-        items=[ItemRequest(dish_id=dish.pk, quantity=1)],
-        payment_method="card",
-        diner_id="zoe",
-        actor="api:pk_test/diner:zoe",
-    )
-    order, payment = pay_order(tenant=tenant, order_id=order.pk, actor="test")
+    order, payment = zoe_pays(tenant, menu_for(tenant)["pizza"], actor="test")
     body, headers = signed_callback(payment=payment, event_id="evt-odd", amount=Decimal("19.00"))
     assert post_callback(APIClient(), body, headers).json()["result"] == "conflict"
     conflict = ProviderConflict.objects.for_tenant(tenant).get(order=order)
