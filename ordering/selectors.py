@@ -266,5 +266,13 @@ def coupons_of(*, tenant: Tenant) -> QuerySet[Coupon]:
     return Coupon.objects.for_tenant(tenant).order_by("-active", "code")
 
 
+def active_coupons_of(*, tenant: Tenant) -> QuerySet[Coupon]:
+    return coupons_of(tenant=tenant).filter(active=True)
+
+
+def inactive_coupons_newest_first(*, tenant: Tenant) -> QuerySet[Coupon]:
+    return Coupon.objects.for_tenant(tenant).filter(active=False).order_by("-pk")
+
+
 def coupon_of(*, tenant: Tenant, coupon_id: int) -> Coupon | None:
     return Coupon.objects.for_tenant(tenant).filter(pk=coupon_id).first()

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, member_required, render_page, tenant_of
 from ordering.dashboard.forms import ApiKeyCreateForm
+from ordering.dashboard.retired_rows import Listed, live_and_newest_retired
 from tenants.api_keys import ApiKeyLimitReached, issue_api_key, revoke_api_key
 from tenants.key_issuers import issuers_who_left, known_by_someone_who_left
 from tenants.models import ApiClient, Tenant
@@ -43,12 +44,16 @@ def clients_of(tenant: Tenant) -> QuerySet[ApiClient]:
     )
 
 
-def listed(tenant: Tenant) -> list[ApiClient]:
-    """The keys as the page lists them, each live secret key whose issuer no longer reaches
-    this page marked (``issuer_left``, :mod:`tenants.key_issuers`)."""
+def listed(tenant: Tenant) -> Listed[ApiClient]:
+    """The keys as the page lists them (every live one, the newest revoked ones,
+    :mod:`ordering.dashboard.retired_rows`), each live secret key whose issuer no longer
+    reaches this page marked (``issuer_left``, :mod:`tenants.key_issuers`)."""
     left = issuers_who_left(tenant)
-    clients = list(clients_of(tenant))
-    for client in clients:
+    clients = live_and_newest_retired(
+        clients_of(tenant).filter(revoked_at__isnull=True),
+        clients_of(tenant).filter(revoked_at__isnull=False).order_by("-revoked_at", "-pk"),
+    )
+    for client in clients.rows:
         client.issuer_left = known_by_someone_who_left(client, left)
     return clients
 

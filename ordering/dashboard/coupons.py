@@ -10,7 +10,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from idempotency.web.forms import idempotent_form
 from ordering.dashboard.access import found, member_required, render_page, save_posted, tenant_of
 from ordering.dashboard.forms import CouponCreateForm
-from ordering.selectors import coupon_of, coupons_of
+from ordering.dashboard.retired_rows import live_and_newest_retired
+from ordering.selectors import active_coupons_of, coupon_of, inactive_coupons_newest_first
 from ordering.services.menu import MenuError, create_coupon, deactivate_coupon
 from tenants.permissions import Area
 
@@ -29,7 +30,12 @@ def coupons(request: HttpRequest) -> HttpResponse:
     return render_page(
         request,
         "dashboard/coupons.html",
-        {"coupons": coupons_of(tenant=tenant), "form": form},
+        {
+            "coupons": live_and_newest_retired(
+                active_coupons_of(tenant=tenant), inactive_coupons_newest_first(tenant=tenant)
+            ),
+            "form": form,
+        },
         section="coupons",
         status=400 if form.is_bound else 200,
     )

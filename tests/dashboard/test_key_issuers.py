@@ -45,7 +45,7 @@ def warnings_after(response: Any) -> list[str]:
 
 def marked_rows(owner: Client) -> list[str]:
     """The names of the keys the keys page marks as known by someone who has left."""
-    clients = owner.get(KEYS).context["clients"]
+    clients = owner.get(KEYS).context["clients"].rows
     return [client.name for client in clients if client.issuer_left]
 
 
