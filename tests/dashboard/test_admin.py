@@ -47,6 +47,20 @@ def run_action(staff: Client, changelist: str, action: str, pks: list[object], *
     )
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Rome"])
+def test_every_admin_page_says_the_time_zone_its_times_are_in(staff, mine, settings, zone):
+    """The admin writes every time (an order's, an audit's, a login's) in the site's time zone
+    and said nothing of which: staff in Rome read 09:00 as their morning (red: no zone)."""
+    settings.TIME_ZONE = zone
+    for path in (
+        "/admin/",
+        "/admin/ordering/order/",
+        f"/admin/ordering/order/{mine.order.pk}/change/",
+    ):
+        page = staff.get(path)
+        assert f'<div id="site-time-zone">Times are in {zone}</div>' in page.content.decode(), path
+
+
 # --- orders --------------------------------------------------------------------------------
 
 
