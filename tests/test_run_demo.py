@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,10 @@ REDIS_VARIABLES = ("REDIS_URL", "REDIS_SHARDS", "REDIS_CLUSTER_URL", "CELERY_BRO
 
 
 def run_demo(tmp_path: Path, **env: str) -> str:
-    stub = tmp_path / "python"
+    # a stub of its own per run: the run before may still be executing its stub (the purge
+    # loop's last call, as the script stops it), and writing over a file being executed fails
+    # (OSError: Text file busy)
+    stub = Path(tempfile.mkdtemp(dir=tmp_path)) / "python"
     stub.write_text("#!/bin/sh\nexit 0\n")
     stub.chmod(0o755)
     base = {k: v for k, v in os.environ.items() if k not in REDIS_VARIABLES}
