@@ -9,12 +9,14 @@ cluster share its client, store and invalidation listener (one per client)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
+from redis.cluster import PRIMARY
 from redis.exceptions import (
     ClusterDownError,
     NoPermissionError,
@@ -35,6 +37,8 @@ from idempotency.stores.local_cache import InvalidationListener, LocalResultCach
 from idempotency.stores.redis_store import RedisIdempotencyStore, is_cluster
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _nodes: dict[str, GuardedStore] = {}  # by node: a standalone server or a cluster master
@@ -156,6 +160,8 @@ def node_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
         return None
     client_name = node_name(client)
     name = serving_node_name(client, key or tenant_hash_tag(tenant_key), client_name=client_name)
+    if name != client_name:  # a cluster master, so the client has read the slot map
+        _forget_demoted_masters(client)
     node = _nodes.get(name)
     if node is None:
         with _lock:
@@ -164,6 +170,34 @@ def node_for(tenant_key: str, *, key: str | None = None) -> GuardedStore | None:
                 node = _nodes[name] = _new_node(name, client)
     _listeners[client_name].ensure_running()
     return node
+
+
+def _forget_demoted_masters(client: Any) -> None:
+    """Drop the breakers of this cluster's nodes that are no longer masters in its slot map.
+
+    Why: a master that fails over while its breaker is open (paused past the node timeout)
+    serves no slot afterwards, so no request ever probes that breaker again; it stayed open in
+    ``idempotency_breaker_state`` and on the admin page for the life of the process, and
+    ``RedisBreakerOpen`` paged for a node no tenant used. A master that only looks dead (not
+    failed over yet) is still the master of its slots and keeps its breaker. Its gauge is set
+    to closed: it holds no tenant in database-only. Should it become a master again, its next
+    request makes it a new breaker. No round trip: the slot map is the client's own."""
+    masters = {
+        f"cluster:{node.name}"
+        for node in client.nodes_manager.nodes_cache.values()
+        if node.server_type == PRIMARY
+    }
+    demoted = [
+        name
+        for name, node in list(_nodes.items())
+        if node.store.client is client and name not in masters
+    ]
+    for name in demoted:
+        with _lock:
+            forgotten = _nodes.pop(name, None)
+        if forgotten is not None:
+            metrics.breaker_changed(name, BreakerState.CLOSED.value)
+            logger.info("redis breaker %s: forgotten, no longer a master of the cluster", name)
 
 
 def cache_beside(node: GuardedStore | None) -> LocalResultCache | None:
