@@ -7,16 +7,11 @@ be tried against a merchant's or a staff account.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from datetime import timedelta
-from typing import Any
-from unittest import mock
 
 import pytest
 from axes.models import AccessAttempt
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Permission, User
 from django.db.models import F
 from django.test import Client
@@ -24,7 +19,7 @@ from django.utils import timezone
 
 from ordering.templatetags.durations import duration
 from tests.dashboard.factories import PASSWORD
-from tests.support.concurrency import at_once
+from tests.support.concurrency import at_once, password_checks_overlapping
 
 pytestmark = pytest.mark.django_db
 
@@ -237,17 +232,7 @@ def test_guesses_sent_at_once_are_checked_one_at_a_time(url: str, staff: bool) -
     passwords are checked, the rest refused."""
     user = account(staff)
     guesses = 10
-    checking = threading.Barrier(guesses, timeout=5)  # lets unordered checks overlap fully
-    checked: list[str] = []
-    authenticate = ModelBackend.authenticate
-
-    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
-        checked.append(kwargs.get("username", ""))
-        with contextlib.suppress(threading.BrokenBarrierError):
-            checking.wait()  # taking turns, the first waits alone until the timeout
-        return authenticate(backend, request, *args, **kwargs)
-
-    with mock.patch.object(ModelBackend, "authenticate", counted):
+    with password_checks_overlapping(guesses) as checked:
         answers = at_once(*[lambda: attempt(url, user.username, "wrong")] * guesses)
 
     assert len(checked) == 5
@@ -260,17 +245,7 @@ def test_guesses_across_accounts_at_once_stop_at_the_address_limit() -> None:
     """The same for the address's limit across names (password spraying): thirty names tried
     at once from one address check twenty passwords, not thirty."""
     guesses = 30
-    checking = threading.Barrier(guesses, timeout=5)
-    checked: list[str] = []
-    authenticate = ModelBackend.authenticate
-
-    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
-        checked.append(kwargs.get("username", ""))
-        with contextlib.suppress(threading.BrokenBarrierError):
-            checking.wait()
-        return authenticate(backend, request, *args, **kwargs)
-
-    with mock.patch.object(ModelBackend, "authenticate", counted):
+    with password_checks_overlapping(guesses) as checked:
         answers = at_once(
             *[
                 lambda n=n: attempt("/dashboard/login/", f"guess-{n}", "Summer2026!")

@@ -9,20 +9,15 @@ it had locked out. The password then opened the account anywhere, for as long as
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from functools import partial
-from typing import Any
-from unittest import mock
 
 import pytest
 from axes.models import AccessAttempt
-from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.dashboard.factories import PASSWORD
-from tests.support.concurrency import at_once
+from tests.support.concurrency import at_once, password_checks_overlapping
 
 pytestmark = pytest.mark.django_db
 
@@ -110,22 +105,13 @@ def test_guesses_sent_at_once_on_the_page_are_checked_one_at_a_time() -> None:
     user, browser = signed_in(staff=False)
     session = browser.cookies
     guesses = 10
-    checking = threading.Barrier(guesses, timeout=5)  # lets unordered checks overlap fully
-    checked: list[str] = []
-    authenticate = ModelBackend.authenticate
-
-    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
-        checked.append(kwargs.get("username", ""))
-        with contextlib.suppress(threading.BrokenBarrierError):
-            checking.wait()  # taking turns, the first waits alone until the timeout
-        return authenticate(backend, request, *args, **kwargs)
 
     def guess(n: int) -> int:
         each = Client(REMOTE_ADDR=ADDRESS)
         each.cookies = session
         return change(each, "/dashboard/password/", f"guess-{n}")
 
-    with mock.patch.object(ModelBackend, "authenticate", counted):
+    with password_checks_overlapping(guesses) as checked:
         answers = at_once(*[partial(guess, n) for n in range(guesses)])
 
     assert len(checked) == 5

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Any
+from unittest import mock
 
 from django.db import connection, connections, transaction
 
@@ -90,3 +92,25 @@ def committed_once_waited_on(change: Callable[[], object]) -> Iterator[None]:
         yield
     finally:
         elsewhere.join(DEADLINE_SECONDS)
+
+
+@contextmanager
+def password_checks_overlapping(at_once: int) -> Iterator[list[str]]:
+    """Django's password check (``ModelBackend.authenticate``) recording the name each check
+    is for, in the list yielded, and holding each check until ``at_once`` of them have begun
+    (5 s at most), so checks nothing orders overlap fully: checks that take their turn run one
+    at a time, each waiting alone until the timeout."""
+    from django.contrib.auth.backends import ModelBackend
+
+    checking = threading.Barrier(at_once, timeout=5)
+    checked: list[str] = []
+    authenticate = ModelBackend.authenticate
+
+    def counted(backend: ModelBackend, request: Any, *args: Any, **kwargs: Any) -> Any:
+        checked.append(kwargs.get("username", ""))
+        with suppress(threading.BrokenBarrierError):
+            checking.wait()
+        return authenticate(backend, request, *args, **kwargs)
+
+    with mock.patch.object(ModelBackend, "authenticate", counted):
+        yield checked
