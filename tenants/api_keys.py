@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from tenants import credential_cache
 from tenants.models import ApiClient, Tenant
+from tenants.row_limits import has_room
 
 # last_used_at is a hint for merchants, not an audit trail: refresh it at most this often so
 # that every API request does not become a database write.
@@ -43,16 +44,13 @@ def issue_api_key(
 ) -> tuple[ApiClient, str]:
     """Create an API client; return it with the full key, which is shown this one time only
     (to ``issued_by``, the dashboard's member who asked for it).
-    Past ``MAX_API_KEYS_PER_TENANT`` live keys, :class:`ApiKeyLimitReached` and nothing written: the
-    tenant's row is locked (``FOR NO KEY UPDATE``) before the live keys are counted, so issues
-    racing for the last places cannot each see room."""
+    Past ``MAX_API_KEYS_PER_TENANT`` live keys, :class:`ApiKeyLimitReached` and nothing
+    written, also when issues race for the last places (:func:`tenants.row_limits.has_room`)."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     with transaction.atomic():
-        Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk").get()
-        keys = ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True)
-        keys = keys[:MAX_API_KEYS_PER_TENANT]
-        if keys.count() >= MAX_API_KEYS_PER_TENANT:
+        live = ApiClient.objects.filter(tenant=tenant, revoked_at__isnull=True)
+        if not has_room(tenant, live, MAX_API_KEYS_PER_TENANT):
             raise ApiKeyLimitReached(
                 f"A restaurant holds at most {MAX_API_KEYS_PER_TENANT:,} live API keys, and this "
                 "one has them all: revoke a key no longer used (revoked keys do not count), "

@@ -23,6 +23,7 @@ from django.db.models import QuerySet
 
 from ordering.models import Coupon, Dish
 from tenants.models import Tenant
+from tenants.row_limits import has_room
 
 T = TypeVar("T")
 
@@ -215,11 +216,9 @@ def _menu_full() -> MenuError:
 
 
 def _hold_room(tenant: Tenant, rows: QuerySet, limit: int, full: MenuError) -> None:
-    """Raise ``full`` when ``rows`` (the tenant's) already hold ``limit``. The tenant's row is
-    locked first, for the rest of the caller's transaction, so that two creates cannot both
-    count the last free place; the count reads at most ``limit`` rows."""
-    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk").get()
-    if rows[:limit].count() >= limit:
+    """Raise ``full`` when ``rows`` (the tenant's) already hold ``limit``, counted under the
+    tenant's lock (:func:`tenants.row_limits.has_room`)."""
+    if not has_room(tenant, rows, limit):
         raise full
 
 
